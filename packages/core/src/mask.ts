@@ -1,0 +1,215 @@
+/**
+ * Block masks are data. One type holds both forms DESIGN.md names, per head:
+ *
+ *  - the vertical-slash form: sorted key blocks J (vertical; activates (I, J) for every
+ *    query block I >= J) and sorted offset blocks O (slash; activates (I, I - O) for every
+ *    I >= O), as MInference's kernels take them;
+ *  - the block-sparse-row form (SciPy BSR meaning): for head h and query block I the row
+ *    r = h * Nb + I holds sorted key blocks cols[rowPtr[r] .. rowPtr[r+1]).
+ *
+ * A head's selected set is the union of its VS part and its BSR row part; either may be
+ * empty. Slash offsets index by distance from the diagonal: O = 0 is the diagonal block
+ * (FlexPrefill stores them reversed; we do not). A token diagonal whose offset is not a
+ * multiple of B straddles two block diagonals; like FlexPrefill we keep only (I, I - O).
+ *
+ * Shape legend: H heads, Nb = ceil(n / B) blocks.
+ */
+import { MaskError } from './errors.js';
+
+export interface VsLists {
+  /** [H + 1] start of each head's vertical list in `vertical` */
+  readonly verticalPtr: Int32Array;
+  readonly vertical: Int32Array;
+  /** [H + 1] start of each head's slash list in `slash` */
+  readonly slashPtr: Int32Array;
+  readonly slash: Int32Array;
+}
+
+export interface BlockRows {
+  /** [H * Nb + 1] */
+  readonly rowPtr: Int32Array;
+  readonly cols: Int32Array;
+}
+
+export interface BlockMask {
+  readonly heads: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  readonly vs?: VsLists;
+  readonly rows?: BlockRows;
+}
+
+/** Number of causal blocks of one head: Nb (Nb + 1) / 2. */
+export function causalBlockCount(Nb: number): number {
+  return (Nb * (Nb + 1)) / 2;
+}
+
+function checkSortedRange(arr: Int32Array, from: number, to: number, lo: number, hi: number, what: string): void {
+  let prev = -1;
+  for (let i = from; i < to; i++) {
+    const x = arr[i];
+    if (!Number.isInteger(x) || x < lo || x > hi) {
+      throw new MaskError(`${what}: block index ${x} is outside [${lo}, ${hi}]`, { position: i });
+    }
+    if (x <= prev) throw new MaskError(`${what}: indices must be strictly increasing (${prev} then ${x})`);
+    prev = x;
+  }
+}
+
+function checkPtr(ptr: Int32Array, count: number, total: number, what: string): void {
+  if (!(ptr instanceof Int32Array) || ptr.length !== count + 1) {
+    throw new MaskError(`${what} must be an Int32Array of length ${count + 1}; got ${ptr?.length}`);
+  }
+  if (ptr[0] !== 0 || ptr[count] !== total) {
+    throw new MaskError(`${what} must start at 0 and end at ${total}; got ${ptr[0]} .. ${ptr[count]}`);
+  }
+  for (let i = 0; i < count; i++) {
+    if (ptr[i + 1] < ptr[i]) throw new MaskError(`${what} must be non-decreasing (entry ${i})`);
+  }
+}
+
+/** Validate a mask: ranges, sorting, causality (cols <= row's query block). */
+export function validateMask(mask: BlockMask, expect?: { heads?: number; numBlocks?: number; blockSize?: number }): void {
+  if (!mask || typeof mask !== 'object') throw new MaskError('mask must be an object');
+  const { heads: H, numBlocks: Nb } = mask;
+  if (!Number.isInteger(H) || H < 1 || !Number.isInteger(Nb) || Nb < 1) {
+    throw new MaskError(`mask needs positive integer heads and numBlocks; got ${H}, ${Nb}`);
+  }
+  if (expect?.heads !== undefined && expect.heads !== H) {
+    throw new MaskError(`mask covers ${H} heads but the problem has ${expect.heads}`);
+  }
+  if (expect?.numBlocks !== undefined && expect.numBlocks !== Nb) {
+    throw new MaskError(`mask covers ${Nb} blocks but the problem has ${expect.numBlocks}`);
+  }
+  if (expect?.blockSize !== undefined && expect.blockSize !== mask.blockSize) {
+    throw new MaskError(`mask block size ${mask.blockSize} differs from the problem's ${expect.blockSize}`);
+  }
+  if (!mask.vs && !mask.rows) throw new MaskError('mask has neither a vertical-slash part nor block rows');
+  if (mask.vs) {
+    const { verticalPtr, vertical, slashPtr, slash } = mask.vs;
+    checkPtr(verticalPtr, H, vertical.length, 'vs.verticalPtr');
+    checkPtr(slashPtr, H, slash.length, 'vs.slashPtr');
+    for (let h = 0; h < H; h++) {
+      checkSortedRange(vertical, verticalPtr[h], verticalPtr[h + 1], 0, Nb - 1, `head ${h} vertical`);
+      checkSortedRange(slash, slashPtr[h], slashPtr[h + 1], 0, Nb - 1, `head ${h} slash`);
+    }
+  }
+  if (mask.rows) {
+    const { rowPtr, cols } = mask.rows;
+    checkPtr(rowPtr, H * Nb, cols.length, 'rows.rowPtr');
+    for (let r = 0; r < H * Nb; r++) {
+      const I = r % Nb;
+      checkSortedRange(cols, rowPtr[r], rowPtr[r + 1], 0, I, `head ${Math.floor(r / Nb)} row ${I} (causal: cols <= ${I})`);
+    }
+  }
+}
+
+/** Build VS lists from per-head arrays (sorted and deduplicated here). */
+export function vsListsFromArrays(vertical: ArrayLike<number>[], slash: ArrayLike<number>[]): VsLists {
+  const pack = (lists: ArrayLike<number>[]) => {
+    const ptr = new Int32Array(lists.length + 1);
+    const sorted = lists.map((l) => Int32Array.from(new Set(Array.from(l))).sort());
+    for (let h = 0; h < lists.length; h++) ptr[h + 1] = ptr[h] + sorted[h].length;
+    const flat = new Int32Array(ptr[lists.length]);
+    for (let h = 0; h < sorted.length; h++) flat.set(sorted[h], ptr[h]);
+    return { ptr, flat };
+  };
+  const v = pack(vertical);
+  const s = pack(slash);
+  return { verticalPtr: v.ptr, vertical: v.flat, slashPtr: s.ptr, slash: s.flat };
+}
+
+/** Per-head view of a VS list: [vertical, slash]. */
+export function vsHead(vs: VsLists, h: number): { vertical: Int32Array; slash: Int32Array } {
+  return {
+    vertical: vs.vertical.subarray(vs.verticalPtr[h], vs.verticalPtr[h + 1]),
+    slash: vs.slash.subarray(vs.slashPtr[h], vs.slashPtr[h + 1]),
+  };
+}
+
+/**
+ * Expand any mask to pure block rows (the union of its parts, sorted). O(H * Nb * k):
+ * the host reference of the backends' VS-to-rows primitive.
+ */
+export function expandToRows(mask: BlockMask): BlockRows {
+  const { heads: H, numBlocks: Nb } = mask;
+  const rowPtr = new Int32Array(H * Nb + 1);
+  const chunks: Int32Array[] = [];
+  const mark = new Int32Array(Nb).fill(-1);
+  const scratch = new Int32Array(Nb);
+  let total = 0;
+  for (let h = 0; h < H; h++) {
+    const v = mask.vs ? vsHead(mask.vs, h) : undefined;
+    for (let I = 0; I < Nb; I++) {
+      const r = h * Nb + I;
+      let c = 0;
+      const add = (J: number) => {
+        if (mark[J] !== r) {
+          mark[J] = r;
+          scratch[c++] = J;
+        }
+      };
+      if (v) {
+        for (const J of v.vertical) {
+          if (J > I) break;
+          add(J);
+        }
+        for (const O of v.slash) {
+          if (O > I) break;
+          add(I - O);
+        }
+      }
+      if (mask.rows) {
+        const { rowPtr: rp, cols } = mask.rows;
+        for (let p = rp[r]; p < rp[r + 1]; p++) add(cols[p]);
+      }
+      const row = scratch.slice(0, c).sort();
+      chunks.push(row);
+      total += c;
+      rowPtr[r + 1] = total;
+    }
+  }
+  const cols = new Int32Array(total);
+  let off = 0;
+  for (const ch of chunks) {
+    cols.set(ch, off);
+    off += ch.length;
+  }
+  return { rowPtr, cols };
+}
+
+/** Selected causal blocks per head, from expanded rows. */
+export function blocksPerHead(rows: BlockRows, heads: number, Nb: number): Int32Array {
+  const out = new Int32Array(heads);
+  for (let h = 0; h < heads; h++) out[h] = rows.rowPtr[(h + 1) * Nb] - rows.rowPtr[h * Nb];
+  return out;
+}
+
+/**
+ * Density per head: selected causal blocks / (Nb (Nb + 1) / 2). FlexPrefill divides by
+ * Nb^2 instead; multiply by (Nb + 1) / (2 Nb) to compare.
+ */
+export function maskDensity(mask: BlockMask): { perHead: Float64Array; overall: number } {
+  const rows = mask.vs || !mask.rows ? expandToRows(mask) : mask.rows;
+  const counts = blocksPerHead(rows, mask.heads, mask.numBlocks);
+  const denom = causalBlockCount(mask.numBlocks);
+  const perHead = Float64Array.from(counts, (c) => c / denom);
+  let s = 0;
+  for (const c of counts) s += c;
+  return { perHead, overall: s / (denom * mask.heads) };
+}
+
+/** The dense causal mask as rows (every (I, J <= I)). */
+export function denseRows(heads: number, Nb: number): BlockRows {
+  const rowPtr = new Int32Array(heads * Nb + 1);
+  const per = causalBlockCount(Nb);
+  const cols = new Int32Array(heads * per);
+  let p = 0;
+  for (let h = 0; h < heads; h++) {
+    for (let I = 0; I < Nb; I++) {
+      for (let J = 0; J <= I; J++) cols[p++] = J;
+      rowPtr[h * Nb + I + 1] = p;
+    }
+  }
+  return { rowPtr, cols };
+}

@@ -1,0 +1,243 @@
+/**
+ * sparsePrefill: one layer's attention through a backend and a policy.
+ *
+ *   proxyStats (backend, fused) -> router (host) -> VS selector per head (host)
+ *                                             \-> PE rows (backend primitive)
+ *   -> BlockMask (a plan: data, inspectable, reusable) -> sparseAttention (backend)
+ *
+ * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ */
+import { assertBlockSize, assertSupported, attentionShape, type AttentionShape, numBlocks } from './attention.js';
+import type { AttentionOptions, AttentionResult, Backend } from './backend.js';
+import { InvalidArgumentError } from './errors.js';
+import { type BlockMask, type BlockRows, maskDensity, validateMask, vsListsFromArrays } from './mask.js';
+import type { Policy, RoutingDecision } from './policy.js';
+import { topKIndices, unionSorted } from './ranking.js';
+import { assertFiniteStats, headSlice, type ProxyStats } from './stats.js';
+import type { DeviceTensor } from './tensor.js';
+
+export interface PrefillInputs {
+  readonly q: DeviceTensor;
+  readonly k: DeviceTensor;
+  readonly v: DeviceTensor;
+}
+
+export interface PlanOptions {
+  /** softmax scale, default 1/sqrt(d) */
+  readonly scale?: number;
+  /**
+   * Length gate: below this many keys run dense. Default: the backend's measured
+   * crossover (`backend.sparseCrossover`). Pass 0 to always take the sparse path when the
+   * FlexPrefill minimum-length rule allows it.
+   */
+  readonly minSparseLength?: number;
+}
+
+export interface PrefillPlan {
+  readonly policy: string;
+  readonly shape: AttentionShape;
+  readonly blockSize: number;
+  readonly numBlocks: number;
+  /** why the plan is dense, when it is */
+  readonly denseReason?: 'policy' | 'min-length' | 'length-gate';
+  readonly stats?: ProxyStats;
+  readonly routing?: RoutingDecision;
+  /** undefined for dense plans */
+  readonly mask?: BlockMask;
+  /** [H] selected causal blocks / (Nb (Nb + 1) / 2); all ones for dense plans */
+  readonly density: Float64Array;
+  readonly overallDensity: number;
+  /** milliseconds spent on proxy statistics, routing and selection (host wall clock) */
+  readonly planMs: number;
+}
+
+export const DEFAULTS = Object.freeze({ blockSize: 128, wSink: 128, wLocal: 128, kMin: 1024 });
+
+function validatePolicy(policy: Policy): void {
+  if (!policy || typeof policy !== 'object' || typeof policy.name !== 'string') {
+    throw new InvalidArgumentError('policy must be an object with a name (see the presets in @crisp/presets)');
+  }
+  if (policy.dense) return;
+  if (!policy.router || typeof policy.router.route !== 'function') {
+    throw new InvalidArgumentError(`policy ${policy.name} needs a router with route(stats)`);
+  }
+  if (!policy.vs || typeof policy.vs.select !== 'function') {
+    throw new InvalidArgumentError(`policy ${policy.name} needs a VS selector with select(input)`);
+  }
+  if (!policy.pe || !(policy.pe.gamma > 0 && policy.pe.gamma < 1)) {
+    throw new InvalidArgumentError(`policy ${policy.name} needs a PE selector with 0 < gamma < 1`);
+  }
+}
+
+/** Build a plan: statistics, routing, selection. Does not run attention. */
+export async function planPrefill(
+  backend: Backend,
+  inputs: Pick<PrefillInputs, 'q' | 'k'> & { v?: DeviceTensor },
+  policy: Policy,
+  opts: PlanOptions = {},
+): Promise<PrefillPlan> {
+  const t0 = performance.now();
+  validatePolicy(policy);
+  const shape = attentionShape(inputs.q, inputs.k, inputs.v ?? inputs.k);
+  assertSupported(backend.capabilities, shape, backend.name);
+  const B = policy.blockSize ?? DEFAULTS.blockSize;
+  assertBlockSize(B, backend.capabilities.blockSizes);
+  const n = shape.keys;
+  const H = shape.heads;
+  const Nb = numBlocks(n, B);
+  const kMin = policy.kMin ?? DEFAULTS.kMin;
+  const dense = (reason: PrefillPlan['denseReason']): PrefillPlan => ({
+    policy: policy.name,
+    shape,
+    blockSize: B,
+    numBlocks: Nb,
+    denseReason: reason,
+    density: new Float64Array(H).fill(1),
+    overallDensity: 1,
+    planMs: performance.now() - t0,
+  });
+  if (policy.dense) return dense('policy');
+  if (shape.queries !== shape.keys) {
+    throw new InvalidArgumentError('sparse plans need q and k of equal length for now; use the dense policy for chunks');
+  }
+  // FlexPrefill's rule: too short to have anything to skip.
+  if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return dense('min-length');
+  const gate = opts.minSparseLength ?? backend.sparseCrossover;
+  if (n < gate) return dense('length-gate');
+
+  const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
+  const stats = await backend.proxyStats(inputs.q, inputs.k, {
+    blockSize: B,
+    wSink: policy.wSink ?? DEFAULTS.wSink,
+    wLocal: policy.wLocal ?? DEFAULTS.wLocal,
+    scale: opts.scale,
+    tokenScores: needsTokens,
+  });
+  assertFiniteStats(stats);
+  const routing = policy.router!.route(stats);
+  if (routing.routes.length !== H) {
+    throw new InvalidArgumentError(`router ${policy.router!.name} returned ${routing.routes.length} routes for ${H} heads`);
+  }
+
+  const vertical: Int32Array[] = [];
+  const slash: Int32Array[] = [];
+  const peHeads: number[] = [];
+  const peK = Math.ceil(policy.pe!.kMin / B);
+  for (let h = 0; h < H; h++) {
+    const pv = headSlice(stats.verticalBlocks, h, Nb);
+    const ps = headSlice(stats.slashBlocks, h, Nb);
+    if (routing.routes[h] === 'pe') {
+      peHeads.push(h);
+      // FlexPrefill gives PE heads the kMin best vertical and slash blocks too, so every
+      // query block keeps at least its diagonal block.
+      vertical.push(topKIndices(pv, peK));
+      slash.push(unionSorted(topKIndices(ps, peK), [0]));
+      continue;
+    }
+    const common = { head: h, blockSize: B, n };
+    vertical.push(
+      policy.vs!.select({
+        ...common,
+        direction: 'vertical',
+        blockScores: pv,
+        tokenScores: stats.verticalTokens ? headSlice(stats.verticalTokens, h, n) : undefined,
+      }),
+    );
+    slash.push(
+      policy.vs!.select({
+        ...common,
+        direction: 'slash',
+        blockScores: ps,
+        tokenScores: stats.slashTokens ? headSlice(stats.slashTokens, h, n) : undefined,
+      }),
+    );
+  }
+  let rows: BlockRows | undefined;
+  if (peHeads.length > 0) {
+    const pe = await backend.peBlockRows(inputs.q, inputs.k, {
+      blockSize: B,
+      gamma: policy.pe!.gamma,
+      heads: peHeads,
+      scale: opts.scale,
+    });
+    rows = spreadRows(pe, peHeads, H, Nb);
+  }
+  const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(vertical, slash), rows };
+  validateMask(mask, { heads: H, numBlocks: Nb, blockSize: B });
+  const { perHead, overall } = maskDensity(mask);
+  return {
+    policy: policy.name,
+    shape,
+    blockSize: B,
+    numBlocks: Nb,
+    stats,
+    routing,
+    mask,
+    density: perHead,
+    overallDensity: overall,
+    planMs: performance.now() - t0,
+  };
+}
+
+/** Place rows built for a subset of heads into an all-heads row set (other heads empty). */
+function spreadRows(sub: BlockRows, heads: readonly number[], H: number, Nb: number): BlockRows {
+  const rowPtr = new Int32Array(H * Nb + 1);
+  const slot = new Int32Array(H).fill(-1);
+  heads.forEach((h, i) => {
+    slot[h] = i;
+  });
+  for (let h = 0; h < H; h++) {
+    for (let I = 0; I < Nb; I++) {
+      const r = h * Nb + I;
+      const s = slot[h];
+      const len = s < 0 ? 0 : sub.rowPtr[s * Nb + I + 1] - sub.rowPtr[s * Nb + I];
+      rowPtr[r + 1] = rowPtr[r] + len;
+    }
+  }
+  const cols = new Int32Array(rowPtr[H * Nb]);
+  for (let h = 0; h < H; h++) {
+    const s = slot[h];
+    if (s < 0) continue;
+    cols.set(sub.cols.subarray(sub.rowPtr[s * Nb], sub.rowPtr[(s + 1) * Nb]), rowPtr[h * Nb]);
+  }
+  return { rowPtr, cols };
+}
+
+/** Run a plan: dense or block-sparse attention. Allocates only the output. */
+export function runPlan(
+  backend: Backend,
+  plan: PrefillPlan,
+  inputs: PrefillInputs,
+  opts: AttentionOptions = {},
+): Promise<AttentionResult> {
+  const shape = attentionShape(inputs.q, inputs.k, inputs.v);
+  if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads) {
+    throw new InvalidArgumentError(
+      `plan was made for n=${plan.shape.keys}, H=${plan.shape.heads}; inputs have n=${shape.keys}, H=${shape.heads}`,
+    );
+  }
+  if (!plan.mask) return backend.denseAttention(inputs.q, inputs.k, inputs.v, opts);
+  return backend.sparseAttention(inputs.q, inputs.k, inputs.v, plan.mask, opts);
+}
+
+export interface PrefillResult extends AttentionResult {
+  readonly plan: PrefillPlan;
+  /** host wall-clock milliseconds, device work included (synchronised) */
+  readonly timings: { readonly planMs: number; readonly attentionMs: number; readonly totalMs: number };
+}
+
+/** Plan and run one layer. The output stays on the backend. */
+export async function sparsePrefill(
+  backend: Backend,
+  inputs: PrefillInputs,
+  policy: Policy,
+  opts: PlanOptions & AttentionOptions = {},
+): Promise<PrefillResult> {
+  const t0 = performance.now();
+  const plan = await planPrefill(backend, inputs, policy, opts);
+  const t1 = performance.now();
+  const result = await runPlan(backend, plan, inputs, opts);
+  await backend.synchronize();
+  const t2 = performance.now();
+  return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+}

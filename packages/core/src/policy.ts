@@ -1,0 +1,78 @@
+/**
+ * Policy interfaces. Routers and selectors are plain objects over small host arrays, so
+ * they are swappable and identical on every backend. A user policy is an object with the
+ * same shape as the built-ins (see @crisp/router and @crisp/select).
+ */
+import type { ProxyStats } from './stats.js';
+
+export type Route = 'vs' | 'pe';
+
+/** What a policy needs from proxyStats beyond the always-present block statistics. */
+export interface StatsNeeds {
+  /** token-level a_v / a_s (O(H n)); FlexPrefill's cumulative coverage reads them */
+  readonly tokenScores?: boolean;
+}
+
+export interface RoutingDecision {
+  /** [H] per head: 'vs' (Vertical-Slash) or 'pe' (pooled estimation) */
+  readonly routes: Route[];
+  /** [H] the score each decision was taken on (C_struct, JSD distance, entropy, ...) */
+  readonly scores: Float64Array;
+  /** what `scores` holds, for reports */
+  readonly scoreName: string;
+  /** the threshold the scores were compared with, if any */
+  readonly threshold?: number;
+}
+
+export interface Router {
+  readonly name: string;
+  readonly needs?: StatsNeeds;
+  route(stats: ProxyStats): RoutingDecision;
+}
+
+/** One direction of one head, handed to a VS selector. */
+export interface DirectionScores {
+  readonly direction: 'vertical' | 'slash';
+  readonly head: number;
+  /** p_v (by key block) or p_s (by offset block, 0 = diagonal); length Nb */
+  readonly blockScores: Float64Array;
+  /** a_v or a_s (by offset) token scores, length n; present when the selector's needs ask */
+  readonly tokenScores?: Float32Array;
+  readonly blockSize: number;
+  readonly n: number;
+}
+
+export interface VsSelector {
+  readonly name: string;
+  readonly needs?: StatsNeeds;
+  /** Selected block indices, ascending. Must be deterministic: ties toward the lower index. */
+  select(input: DirectionScores): Int32Array;
+}
+
+/** PE heads: the backend's pooled map with a γ coverage cut, plus the kMin best VS blocks. */
+export interface PeSelector {
+  readonly name: string;
+  /** γ */
+  readonly gamma: number;
+  /** tokens per direction of best vertical and slash blocks also given to PE heads (FlexPrefill) */
+  readonly kMin: number;
+}
+
+export interface Policy {
+  readonly name: string;
+  /** run dense attention for every head (the `dense` preset) */
+  readonly dense?: boolean;
+  readonly router?: Router;
+  readonly vs?: VsSelector;
+  readonly pe?: PeSelector;
+  /** B, default 128 */
+  readonly blockSize?: number;
+  /** sink / local window for C_struct, default 128 tokens each */
+  readonly wSink?: number;
+  readonly wLocal?: number;
+  /** tokens per direction that keep a head from going below the FlexPrefill minimum (default 1024) */
+  readonly kMin?: number;
+}
+
+/** Every head dense; the pipeline runs end to end with no policy packages at all. */
+export const densePolicy: Policy = Object.freeze({ name: 'dense', dense: true });

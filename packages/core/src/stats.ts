@@ -1,0 +1,67 @@
+/**
+ * Proxy statistics: what a backend reduces from the proxy attention map
+ * Â[h] = softmax_j(Q̂ K_hᵀ · scale), Q̂ = the last b = min(B, n) queries, causal, fp32 or
+ * better. Backends compute these in fused passes and never materialise Â.
+ *
+ * Shape legend: H heads, n keys, B block size, Nb = ceil(n / B).
+ */
+import { NonFiniteError } from './errors.js';
+
+export interface ProxyStatsOptions {
+  readonly blockSize: number;
+  /** tokens counted as the sink for C_struct (default 128) */
+  readonly wSink: number;
+  /** tokens counted as the local window for C_struct (default 128) */
+  readonly wLocal: number;
+  /** softmax scale, default 1/sqrt(d) */
+  readonly scale?: number;
+  /** also return the token-level scores a_v and a_s (O(H n) floats; FlexPrefill's coverage needs them) */
+  readonly tokenScores?: boolean;
+}
+
+export interface ProxyStats {
+  readonly n: number;
+  readonly heads: number;
+  readonly blockSize: number;
+  readonly numBlocks: number;
+  /** b, the number of proxy query rows */
+  readonly proxyRows: number;
+  /** [H] anchor mass C_struct = mean_i(Σ_{j<wSink} Â[i,j] + Σ_{j>=n-wLocal} Â[i,j]) */
+  readonly cStruct: Float64Array;
+  /** [H * Nb] vertical block scores p_v[J] = Σ_{j in J} mean_i Â[i,j] (each head sums to 1) */
+  readonly verticalBlocks: Float64Array;
+  /** [H * Nb] slash block scores p_s[O] by offset block O (O = 0: the diagonal / local window) */
+  readonly slashBlocks: Float64Array;
+  /** [H * Nb] FlexPrefill's pooled estimate ā = softmax_J(mean_i(Q̂_i) · K̄_J · scale) */
+  readonly pooledEstimate: Float64Array;
+  /** [H] mean over proxy rows of the Shannon entropy (nats) of Â's rows; exp() is the effective support */
+  readonly rowEntropy: Float64Array;
+  /** [H * n] a_v[j], only when asked for */
+  readonly verticalTokens?: Float32Array;
+  /** [H * n] a_s[o] by offset o, only when asked for */
+  readonly slashTokens?: Float32Array;
+}
+
+/** Policies read these; NaN here means the inputs held NaN/Inf or overflowed. */
+export function assertFiniteStats(s: ProxyStats): void {
+  const check = (a: ArrayLike<number>, name: string) => {
+    for (let i = 0; i < a.length; i++) {
+      if (!Number.isFinite(a[i])) {
+        throw new NonFiniteError(
+          `proxy statistic ${name} is ${a[i]} at index ${i}: q or k holds NaN/Inf (or values so large the softmax overflowed)`,
+          { statistic: name, index: i },
+        );
+      }
+    }
+  };
+  check(s.cStruct, 'cStruct');
+  check(s.verticalBlocks, 'verticalBlocks');
+  check(s.slashBlocks, 'slashBlocks');
+  check(s.pooledEstimate, 'pooledEstimate');
+  check(s.rowEntropy, 'rowEntropy');
+}
+
+/** One head's slice of an [H * len] array. */
+export function headSlice<T extends Float64Array | Float32Array>(a: T, h: number, len: number): T {
+  return a.subarray(h * len, (h + 1) * len) as T;
+}
