@@ -7,13 +7,19 @@
 import type { BackendCapabilities } from './attention.js';
 import type { BlockMask, BlockRows } from './mask.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
-import type { DeviceTensor, HostTensor } from './tensor.js';
+import type { DType } from './dtype.js';
+import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
 
 export interface AttentionOptions {
   /** softmax scale, default 1/sqrt(d) */
   readonly scale?: number;
   /** also return the natural-log log-sum-exp per (head, query row), f32 [H, m] (to merge chunks) */
   readonly returnLse?: boolean;
+  /**
+   * Write the output here instead of allocating ([m, H, d], q's dtype, this backend's).
+   * Lets a plan run allocate nothing, and lets tests poison the output before a run.
+   */
+  readonly out?: DeviceTensor;
 }
 
 export interface AttentionResult {
@@ -41,6 +47,13 @@ export interface Backend {
    */
   readonly sparseCrossover: number;
   upload(t: HostTensor): DeviceTensor;
+  /** An uninitialised device tensor (contents unspecified until written). */
+  allocate(dtype: DType, shape: readonly number[]): DeviceTensor;
+  /**
+   * Copy host values into a device tensor starting at a flat element offset: the way to
+   * stream a tensor too large for one JS array (files, generated scenarios) in chunks.
+   */
+  write(t: DeviceTensor, elementOffset: number, data: HostData): void;
   download(t: DeviceTensor): Promise<HostTensor>;
   /** Fused proxy statistics (never materialises Â). */
   proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats>;
