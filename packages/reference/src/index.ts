@@ -1,1 +1,11 @@
-export {};
+export { createReferenceBackend, ReferenceTensor, REFERENCE_BACKEND_NAME, type ReferenceBackendOptions } from './backend.js';
+export {
+  attentionRows,
+  type AttentionRowsResult,
+  kvHeadOf,
+  massRecall,
+  type MassRecallOptions,
+  type PerHead,
+  relativeError,
+  sampleRows,
+} from './metrics.js';

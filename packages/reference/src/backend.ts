@@ -1,0 +1,312 @@
+/**
+ * The reference backend: every primitive of @crisp/core's `Backend` in plain TypeScript on
+ * host memory, float64 accumulation. Exact and slow; the oracle every other backend is
+ * checked against (see @crisp/conformance).
+ *
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ */
+import {
+  type AttentionOptions,
+  type AttentionResult,
+  type AttentionShape,
+  type Backend,
+  type BackendCapabilities,
+  type BlockMask,
+  type BlockRows,
+  CrispError,
+  DeviceTensorBase,
+  type DType,
+  DTypeError,
+  type DeviceTensor,
+  type HostData,
+  type HostTensor,
+  InvalidArgumentError,
+  type PeRowsOptions,
+  type ProxyStats,
+  type ProxyStatsOptions,
+  ShapeError,
+  assertBlockSize,
+  assertDType,
+  assertShape,
+  assertSupported,
+  attentionShape,
+  defaultScale,
+  encode,
+  expandToRows,
+  numBlocks,
+  numel,
+  validateMask,
+  wrapHost,
+} from '@crisp/core';
+import { attendMany, type HeadMajor, peRowsF64, proxyStatsF64, toHeadMajor } from './math.js';
+
+export const REFERENCE_BACKEND_NAME = 'reference';
+
+const NAN_BITS: Record<DType, number> = { f32: Number.NaN, f16: 0x7e00, bf16: 0x7fc0 };
+
+/** A "device" tensor of the reference backend: host storage behind the DeviceTensor handle. */
+export class ReferenceTensor extends DeviceTensorBase {
+  readonly backend = REFERENCE_BACKEND_NAME;
+  /** the backend instance that made it (tensors do not cross instances) */
+  readonly owner: object;
+  #data: HostData | undefined;
+  constructor(owner: object, dtype: DType, shape: readonly number[], data: HostData) {
+    super(dtype, shape);
+    this.owner = owner;
+    this.#data = data;
+  }
+  /** The storage; throws DISPOSED after dispose(). */
+  get data(): HostData {
+    if (!this.#data) throw disposedError('tensor');
+    return this.#data;
+  }
+  protected release(): void {
+    this.#data = undefined;
+  }
+}
+
+function disposedError(what: string): CrispError {
+  return new CrispError('DISPOSED', `this ${what} was disposed; create a new one (upload again) before using it`);
+}
+
+export interface ReferenceBackendOptions {
+  /**
+   * The pipeline's default length gate. 0: the reference never prefers dense, so plans
+   * built through it always exercise the sparse path (it is an oracle, not a fast path).
+   */
+  readonly sparseCrossover?: number;
+}
+
+const CAPABILITIES: BackendCapabilities = Object.freeze({
+  dtypes: Object.freeze(['f32', 'f16', 'bf16'] as DType[]),
+  headDims: Object.freeze(Array.from({ length: 16 }, (_, i) => 16 * (i + 1))),
+  // 16 and 32 let unit tests use many blocks at small n.
+  blockSizes: Object.freeze([16, 32, 64, 128]),
+  maxSequence: 65536,
+  chunkedPrefill: true,
+  logSumExp: true,
+});
+
+class ReferenceBackend implements Backend {
+  readonly name = REFERENCE_BACKEND_NAME;
+  readonly capabilities = CAPABILITIES;
+  readonly sparseCrossover: number;
+  #disposed = false;
+
+  constructor(opts: ReferenceBackendOptions) {
+    const c = opts.sparseCrossover ?? 0;
+    if (!Number.isFinite(c) || c < 0) {
+      throw new InvalidArgumentError(`sparseCrossover must be a non-negative number; got ${c}`);
+    }
+    // The reference has no speed to trade: 0 keeps every plan on the sparse path.
+    this.sparseCrossover = c;
+  }
+
+  #alive(): void {
+    if (this.#disposed) throw disposedError('reference backend');
+  }
+
+  /** Check ownership and liveness; return the storage. */
+  #own(t: DeviceTensor, what: string): ReferenceTensor {
+    this.#alive();
+    if (!(t instanceof ReferenceTensor) || t.owner !== this) {
+      throw new CrispError(
+        'WRONG_BACKEND',
+        `${what} belongs to backend '${(t as DeviceTensor | undefined)?.backend ?? typeof t}', not to this reference backend; download it and upload it here`,
+      );
+    }
+    if (t.disposed) throw disposedError(`${what} tensor`);
+    return t;
+  }
+
+  upload(t: HostTensor): DeviceTensor {
+    this.#alive();
+    if (!t || typeof t !== 'object') throw new InvalidArgumentError('upload needs a host tensor');
+    const host = wrapHost(t.dtype, t.shape, t.data);
+    return new ReferenceTensor(this, host.dtype, host.shape, host.data.slice());
+  }
+
+  allocate(dtype: DType, shape: readonly number[]): DeviceTensor {
+    this.#alive();
+    assertDType(dtype);
+    assertShape(shape as number[]);
+    const len = numel(shape);
+    // "Uninitialised" is NaN here, so reading a never-written output is caught at once.
+    const data = dtype === 'f32' ? new Float32Array(len) : new Uint16Array(len);
+    data.fill(NAN_BITS[dtype]);
+    return new ReferenceTensor(this, dtype, shape, data);
+  }
+
+  write(t: DeviceTensor, elementOffset: number, data: HostData): void {
+    const rt = this.#own(t, 'write target');
+    const store = rt.data;
+    if (rt.dtype === 'f32' ? !(data instanceof Float32Array) : !(data instanceof Uint16Array)) {
+      throw new DTypeError(
+        `write into a ${rt.dtype} tensor needs a ${rt.dtype === 'f32' ? 'Float32Array' : 'Uint16Array of bit patterns'}`,
+      );
+    }
+    if (!Number.isInteger(elementOffset) || elementOffset < 0 || elementOffset + data.length > store.length) {
+      throw new InvalidArgumentError(
+        `write of ${data.length} elements at offset ${elementOffset} does not fit a tensor of ${store.length} elements`,
+      );
+    }
+    store.set(data as never, elementOffset);
+  }
+
+  async download(t: DeviceTensor): Promise<HostTensor> {
+    const rt = this.#own(t, 'downloaded');
+    return { dtype: rt.dtype, shape: [...rt.shape], data: rt.data.slice() };
+  }
+
+  #prepare(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor | undefined,
+  ): { shape: AttentionShape; qf: HeadMajor; kf: HeadMajor; vf?: HeadMajor } {
+    const qt = this.#own(q, 'q');
+    const kt = this.#own(k, 'k');
+    const vt = v ? this.#own(v, 'v') : undefined;
+    const shape = attentionShape(qt, kt, vt ?? kt);
+    assertSupported(this.capabilities, shape, this.name);
+    return {
+      shape,
+      qf: toHeadMajor(qt.dtype, qt.shape, qt.data, 'q'),
+      kf: toHeadMajor(kt.dtype, kt.shape, kt.data, 'k'),
+      vf: vt ? toHeadMajor(vt.dtype, vt.shape, vt.data, 'v') : undefined,
+    };
+  }
+
+  async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
+    if (!opts || typeof opts !== 'object') throw new InvalidArgumentError('proxyStats needs options ({ blockSize, wSink, wLocal })');
+    assertBlockSize(opts.blockSize, this.capabilities.blockSizes);
+    for (const key of ['wSink', 'wLocal'] as const) {
+      const w = opts[key];
+      if (!Number.isInteger(w) || w < 0) {
+        throw new InvalidArgumentError(`${key} must be a non-negative integer number of tokens; got ${String(w)}`);
+      }
+    }
+    const { shape, qf, kf } = this.#prepare(q, k, undefined);
+    return proxyStatsF64(
+      { q: qf, k: kf, scale: checkScale(opts.scale, shape.headDim) },
+      {
+        blockSize: opts.blockSize,
+        wSink: opts.wSink,
+        wLocal: opts.wLocal,
+        scale: checkScale(opts.scale, shape.headDim),
+        tokenScores: Boolean(opts.tokenScores),
+      },
+    );
+  }
+
+  async peBlockRows(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows> {
+    if (!opts || typeof opts !== 'object') throw new InvalidArgumentError('peBlockRows needs options ({ blockSize, gamma, heads })');
+    assertBlockSize(opts.blockSize, this.capabilities.blockSizes);
+    if (typeof opts.gamma !== 'number' || !(opts.gamma > 0 && opts.gamma <= 1)) {
+      throw new InvalidArgumentError(`gamma must be a number in (0, 1]; got ${String(opts.gamma)}`);
+    }
+    const { shape, qf, kf } = this.#prepare(q, k, undefined);
+    const heads = opts.heads;
+    if (!Array.isArray(heads)) throw new InvalidArgumentError('heads must be an array of query head indices');
+    for (let i = 0; i < heads.length; i++) {
+      const h = heads[i];
+      if (!Number.isInteger(h) || h < 0 || h >= shape.heads || (i > 0 && h <= heads[i - 1])) {
+        throw new InvalidArgumentError(
+          `heads must be strictly increasing integers in [0, ${shape.heads - 1}]; got [${heads.join(', ')}]`,
+        );
+      }
+    }
+    return peRowsF64({ q: qf, k: kf, scale: checkScale(opts.scale, shape.headDim) }, opts.blockSize, opts.gamma, heads);
+  }
+
+  async expandMask(mask: BlockMask): Promise<BlockRows> {
+    this.#alive();
+    validateMask(mask);
+    assertBlockSize(mask.blockSize, this.capabilities.blockSizes);
+    return expandToRows(mask);
+  }
+
+  async sparseAttention(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    mask: BlockMask,
+    opts: AttentionOptions = {},
+  ): Promise<AttentionResult> {
+    this.#alive();
+    const qt = this.#own(q, 'q');
+    const kt = this.#own(k, 'k');
+    const vt = this.#own(v, 'v');
+    const shape = attentionShape(qt, kt, vt);
+    assertSupported(this.capabilities, shape, this.name);
+    if (!mask || typeof mask !== 'object') throw new InvalidArgumentError('sparseAttention needs a block mask');
+    assertBlockSize(mask.blockSize, this.capabilities.blockSizes);
+    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, mask.blockSize) });
+    return this.#attend(q, k, v, expandToRows(mask), mask.blockSize, opts);
+  }
+
+  async denseAttention(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    opts: AttentionOptions = {},
+  ): Promise<AttentionResult> {
+    return this.#attend(q, k, v, undefined, 128, opts);
+  }
+
+  #attend(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    rows: BlockRows | undefined,
+    B: number,
+    opts: AttentionOptions,
+  ): AttentionResult {
+    const { shape, qf, kf, vf } = this.#prepare(q, k, v);
+    const { queries: m, heads: H, headDim: d } = shape;
+    const scale = checkScale(opts?.scale, d);
+    if (opts?.returnLse !== undefined && typeof opts.returnLse !== 'boolean') {
+      throw new InvalidArgumentError('returnLse must be a boolean');
+    }
+    let out: ReferenceTensor | undefined;
+    if (opts?.out !== undefined) {
+      out = this.#own(opts.out, 'out');
+      if (out.dtype !== shape.dtype) {
+        throw new DTypeError(`out must have q's dtype ${shape.dtype}; got ${out.dtype}`);
+      }
+      if (out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== d) {
+        throw new ShapeError(`out must have shape [${m}, ${H}, ${d}]; got [${out.shape}]`);
+      }
+    }
+    const all = new Int32Array(m);
+    for (let i = 0; i < m; i++) all[i] = i;
+    const res = attendMany({ q: qf, k: kf, v: vf, scale }, all, rows, B);
+    // attendMany's output is already row-major [m, H, d]; round once to q's dtype.
+    const encoded = encode(shape.dtype, res.output);
+    if (out) out.data.set(encoded as never);
+    else out = new ReferenceTensor(this, shape.dtype, [m, H, d], encoded);
+    if (!opts?.returnLse) return { output: out };
+    const lse = new ReferenceTensor(this, 'f32', [H, m], Float32Array.from(res.lse));
+    return { output: out, lse };
+  }
+
+  async synchronize(): Promise<void> {
+    this.#alive();
+  }
+
+  dispose(): void {
+    this.#disposed = true;
+  }
+}
+
+function checkScale(scale: number | undefined, d: number): number {
+  if (scale === undefined) return defaultScale(d);
+  if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) {
+    throw new InvalidArgumentError(`scale must be a positive finite number; got ${String(scale)}`);
+  }
+  return scale;
+}
+
+/** Create a reference backend (name 'reference'). */
+export function createReferenceBackend(opts: ReferenceBackendOptions = {}): Backend {
+  return new ReferenceBackend(opts);
+}

@@ -1,0 +1,484 @@
+/**
+ * The float64 kernels behind the reference backend and the host metric helpers. They work
+ * on head-major f64 copies of q, k, v so the inner loops are straight typed-array sweeps.
+ *
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], query row i sits at absolute position
+ * n - m + i; query head h reads kv head floor(h / (H / Hkv)); B block size, Nb = ceil(n / B).
+ */
+import {
+  type BlockRows,
+  type DType,
+  decode,
+  type HostData,
+  InvalidArgumentError,
+  NonFiniteError,
+  type ProxyStats,
+} from '@crisp/core';
+
+/** Head-major f64 copy of a [rows, heads, d] tensor: data[(h * rows + r) * d + c]. */
+export interface HeadMajor {
+  readonly rows: number;
+  readonly heads: number;
+  readonly dim: number;
+  readonly data: Float64Array;
+}
+
+/** Decode storage to f64 head-major, rejecting NaN/Inf (named after `what`). */
+export function toHeadMajor(
+  dtype: DType,
+  shape: readonly number[],
+  storage: HostData,
+  what: string,
+  checkFinite = true,
+): HeadMajor {
+  const [rows, heads, dim] = shape;
+  const vals = decode(dtype, storage);
+  const data = new Float64Array(rows * heads * dim);
+  for (let r = 0; r < rows; r++) {
+    for (let h = 0; h < heads; h++) {
+      const src = (r * heads + h) * dim;
+      const dst = (h * rows + r) * dim;
+      for (let c = 0; c < dim; c++) {
+        const x = vals[src + c];
+        if (checkFinite && !Number.isFinite(x)) {
+          throw new NonFiniteError(
+            `${what} holds ${x} at row ${r}, head ${h}, column ${c} (shape [${shape}]); clean the input first`,
+            { tensor: what, index: src + c },
+          );
+        }
+        data[dst + c] = x;
+      }
+    }
+  }
+  return { rows, heads, dim, data };
+}
+
+/** Where each query row of a head reads its keys. */
+export interface Problem {
+  readonly q: HeadMajor;
+  readonly k: HeadMajor;
+  readonly v?: HeadMajor;
+  readonly scale: number;
+}
+
+/** kv head of query head h (GQA): floor(h / (H / Hkv)). */
+export function kvHeadOf(h: number, H: number, Hkv: number): number {
+  return Math.floor(h / (H / Hkv));
+}
+
+/**
+ * Scratch buffers reused across rows so the inner loops allocate nothing.
+ * `keys` holds [j0, j1) ranges of key positions a row attends to.
+ */
+export class Scratch {
+  readonly scores: Float64Array;
+  readonly acc: Float64Array;
+  readonly ranges: Int32Array;
+  constructor(n: number, d: number, Nb: number) {
+    this.scores = new Float64Array(n);
+    this.acc = new Float64Array(d);
+    this.ranges = new Int32Array(2 * Math.max(Nb, 1));
+  }
+}
+
+/**
+ * Exact softmax attention of one query row over key ranges [ranges[2t], ranges[2t+1]).
+ * Writes the output (f64) to out[outOff .. outOff + d) when `out` is given and returns the
+ * natural-log log-sum-exp of the scaled logits (-Infinity when the row has no keys, in which
+ * case the output is zero: skipped blocks contribute nothing).
+ */
+export function attendRow(
+  p: Problem,
+  h: number,
+  i: number,
+  nRanges: number,
+  s: Scratch,
+  out: Float64Array | undefined,
+  outOff: number,
+): number {
+  const { q, k } = p;
+  const d = q.dim;
+  const n = k.rows;
+  const g = kvHeadOf(h, q.heads, k.heads);
+  const qd = q.data;
+  const kd = k.data;
+  const qo = (h * q.rows + i) * d;
+  const kBase = g * n * d;
+  const scores = s.scores;
+  const ranges = s.ranges;
+  let mx = Number.NEGATIVE_INFINITY;
+  let cnt = 0;
+  for (let t = 0; t < nRanges; t++) {
+    const j1 = ranges[2 * t + 1];
+    for (let j = ranges[2 * t]; j < j1; j++) {
+      const ko = kBase + j * d;
+      // Four partial sums: independent dependency chains run about twice as fast in V8.
+      let d0 = 0;
+      let d1 = 0;
+      let d2 = 0;
+      let d3 = 0;
+      let c = 0;
+      for (; c + 3 < d; c += 4) {
+        d0 += qd[qo + c] * kd[ko + c];
+        d1 += qd[qo + c + 1] * kd[ko + c + 1];
+        d2 += qd[qo + c + 2] * kd[ko + c + 2];
+        d3 += qd[qo + c + 3] * kd[ko + c + 3];
+      }
+      for (; c < d; c++) d0 += qd[qo + c] * kd[ko + c];
+      const x = (d0 + d1 + (d2 + d3)) * p.scale;
+      scores[cnt++] = x;
+      if (x > mx) mx = x;
+    }
+  }
+  if (cnt === 0) {
+    if (out) out.fill(0, outOff, outOff + d);
+    return Number.NEGATIVE_INFINITY;
+  }
+  let sum = 0;
+  for (let t = 0; t < cnt; t++) {
+    const e = Math.exp(scores[t] - mx);
+    scores[t] = e;
+    sum += e;
+  }
+  if (out && p.v) {
+    const vd = p.v.data;
+    const acc = s.acc;
+    acc.fill(0);
+    let t = 0;
+    for (let r = 0; r < nRanges; r++) {
+      const j1 = ranges[2 * r + 1];
+      for (let j = ranges[2 * r]; j < j1; j++) {
+        const w = scores[t++];
+        const vo = kBase + j * d;
+        let c = 0;
+        for (; c + 3 < d; c += 4) {
+          acc[c] += w * vd[vo + c];
+          acc[c + 1] += w * vd[vo + c + 1];
+          acc[c + 2] += w * vd[vo + c + 2];
+          acc[c + 3] += w * vd[vo + c + 3];
+        }
+        for (; c < d; c++) acc[c] += w * vd[vo + c];
+      }
+    }
+    const inv = 1 / sum;
+    for (let c = 0; c < d; c++) out[outOff + c] = acc[c] * inv;
+  }
+  return mx + Math.log(sum);
+}
+
+/**
+ * Fill s.ranges with the causal key ranges of query position `pos` in query block I:
+ * every selected block J of the row, clipped to j <= pos (the causal diagonal). Returns the
+ * number of ranges. `rows` undefined means dense: one range [0, pos].
+ */
+export function rowRanges(
+  rows: BlockRows | undefined,
+  r: number,
+  pos: number,
+  B: number,
+  n: number,
+  s: Scratch,
+): number {
+  const ranges = s.ranges;
+  if (!rows) {
+    ranges[0] = 0;
+    ranges[1] = pos + 1;
+    return 1;
+  }
+  let nr = 0;
+  const end = Math.min(pos + 1, n);
+  for (let p = rows.rowPtr[r]; p < rows.rowPtr[r + 1]; p++) {
+    const j0 = rows.cols[p] * B;
+    const j1 = Math.min(j0 + B, end);
+    if (j1 <= j0) continue;
+    // Merge adjacent blocks into one range: fewer loop headers, same arithmetic order.
+    if (nr > 0 && ranges[2 * nr - 1] === j0) ranges[2 * nr - 1] = j1;
+    else {
+      ranges[2 * nr] = j0;
+      ranges[2 * nr + 1] = j1;
+      nr++;
+    }
+  }
+  return nr;
+}
+
+/**
+ * Attention for the listed query rows (indices into q's rows), all heads, dense or over a
+ * mask's expanded rows. Returns f64 output [rows.length, H, d] and LSE [H, rows.length].
+ */
+export function attendMany(
+  p: Problem,
+  queryRows: ArrayLike<number>,
+  rows: BlockRows | undefined,
+  B: number,
+): { output: Float64Array; lse: Float64Array } {
+  const { q, k } = p;
+  const H = q.heads;
+  const d = q.dim;
+  const m = q.rows;
+  const n = k.rows;
+  const Nb = Math.ceil(n / B);
+  const R = queryRows.length;
+  const output = new Float64Array(R * H * d);
+  const lse = new Float64Array(H * R);
+  const s = new Scratch(n, d, Nb);
+  for (let h = 0; h < H; h++) {
+    for (let t = 0; t < R; t++) {
+      const i = queryRows[t];
+      const pos = n - m + i;
+      const I = Math.floor(pos / B);
+      const nr = rowRanges(rows, h * Nb + I, pos, B, n, s);
+      lse[h * R + t] = attendRow(p, h, i, nr, s, output, (t * H + h) * d);
+    }
+  }
+  return { output, lse };
+}
+
+/** Mean key of each block (partial last block over its real rows): [Hkv][Nb][d]. */
+function blockMeans(x: HeadMajor, B: number, firstPos: number, Nb: number): { mean: Float64Array; count: Int32Array } {
+  const { rows, heads, dim } = x;
+  const mean = new Float64Array(heads * Nb * dim);
+  const count = new Int32Array(Nb);
+  for (let r = 0; r < rows; r++) count[Math.floor((firstPos + r) / B)]++;
+  for (let h = 0; h < heads; h++) {
+    for (let r = 0; r < rows; r++) {
+      const J = Math.floor((firstPos + r) / B);
+      const src = (h * rows + r) * dim;
+      const dst = (h * Nb + J) * dim;
+      for (let c = 0; c < dim; c++) mean[dst + c] += x.data[src + c];
+    }
+    for (let J = 0; J < Nb; J++) {
+      if (count[J] === 0) continue;
+      const inv = 1 / count[J];
+      const dst = (h * Nb + J) * dim;
+      for (let c = 0; c < dim; c++) mean[dst + c] *= inv;
+    }
+  }
+  return { mean, count };
+}
+
+export interface ProxyOptions {
+  readonly blockSize: number;
+  readonly wSink: number;
+  readonly wLocal: number;
+  readonly scale: number;
+  readonly tokenScores: boolean;
+}
+
+/**
+ * Proxy statistics from the explicitly normalised proxy map Â (one row at a time, never
+ * stored whole). Q̂ = the last b = min(B, m) query rows (m = n outside chunked prefill).
+ *
+ * C_struct counts each token once: when the sink window [0, wSink) and the local window
+ * [n - wLocal, n) overlap (n < wSink + wLocal), the overlap is not counted twice, so
+ * C_struct stays a probability mass in [0, 1].
+ */
+export function proxyStatsF64(p: Problem, o: ProxyOptions): ProxyStats {
+  const { q, k } = p;
+  const H = q.heads;
+  const d = q.dim;
+  const m = q.rows;
+  const n = k.rows;
+  const B = o.blockSize;
+  const Nb = Math.ceil(n / B);
+  const b = Math.min(B, m);
+  const cStruct = new Float64Array(H);
+  const verticalBlocks = new Float64Array(H * Nb);
+  const slashBlocks = new Float64Array(H * Nb);
+  const pooledEstimate = new Float64Array(H * Nb);
+  const rowEntropy = new Float64Array(H);
+  const av = new Float64Array(n);
+  const as = new Float64Array(n);
+  const verticalTokens = o.tokenScores ? new Float32Array(H * n) : undefined;
+  const slashTokens = o.tokenScores ? new Float32Array(H * n) : undefined;
+  const s = new Scratch(n, d, Math.ceil(n / B));
+  const sinkEnd = Math.min(o.wSink, n);
+  const localStart = Math.max(n - o.wLocal, sinkEnd);
+  const kMeans = blockMeans(k, B, 0, Nb).mean;
+  const qMean = new Float64Array(d);
+  const pooledLogits = new Float64Array(Nb);
+  for (let h = 0; h < H; h++) {
+    av.fill(0);
+    as.fill(0);
+    let anchor = 0;
+    let entropy = 0;
+    for (let t = 0; t < b; t++) {
+      const i = m - b + t;
+      const pos = n - m + i;
+      s.ranges[0] = 0;
+      s.ranges[1] = pos + 1;
+      // attendRow leaves exp(x_j - max) in scores; normalise them into the row of Â.
+      attendRow(p, h, i, 1, s, undefined, 0);
+      const sc = s.scores;
+      let sum = 0;
+      for (let j = 0; j <= pos; j++) sum += sc[j];
+      const inv = 1 / sum;
+      for (let j = 0; j <= pos; j++) {
+        const P = sc[j] * inv;
+        av[j] += P;
+        as[pos - j] += P;
+        if (j < sinkEnd || j >= localStart) anchor += P;
+        if (P > 0) entropy -= P * Math.log(P);
+      }
+    }
+    const invB = 1 / b;
+    cStruct[h] = anchor * invB;
+    rowEntropy[h] = entropy * invB;
+    for (let j = 0; j < n; j++) {
+      av[j] *= invB;
+      as[j] *= invB;
+      verticalBlocks[h * Nb + Math.floor(j / B)] += av[j];
+      slashBlocks[h * Nb + Math.floor(j / B)] += as[j];
+    }
+    if (verticalTokens && slashTokens) {
+      for (let j = 0; j < n; j++) {
+        verticalTokens[h * n + j] = av[j];
+        slashTokens[h * n + j] = as[j];
+      }
+    }
+    // FlexPrefill's pooled estimate ā = softmax_J(mean_i(Q̂_i) · K̄_J · scale).
+    qMean.fill(0);
+    for (let t = 0; t < b; t++) {
+      const qo = (h * m + (m - b + t)) * d;
+      for (let c = 0; c < d; c++) qMean[c] += q.data[qo + c];
+    }
+    for (let c = 0; c < d; c++) qMean[c] *= invB;
+    const g = kvHeadOf(h, H, k.heads);
+    let mx = Number.NEGATIVE_INFINITY;
+    for (let J = 0; J < Nb; J++) {
+      const ko = (g * Nb + J) * d;
+      let dot = 0;
+      for (let c = 0; c < d; c++) dot += qMean[c] * kMeans[ko + c];
+      pooledLogits[J] = dot * p.scale;
+      if (pooledLogits[J] > mx) mx = pooledLogits[J];
+    }
+    let z = 0;
+    for (let J = 0; J < Nb; J++) z += Math.exp(pooledLogits[J] - mx);
+    for (let J = 0; J < Nb; J++) pooledEstimate[h * Nb + J] = Math.exp(pooledLogits[J] - mx) / z;
+  }
+  return {
+    n,
+    heads: H,
+    blockSize: B,
+    numBlocks: Nb,
+    proxyRows: b,
+    cStruct,
+    verticalBlocks,
+    slashBlocks,
+    pooledEstimate,
+    rowEntropy,
+    verticalTokens,
+    slashTokens,
+  };
+}
+
+/**
+ * PE rows for the listed heads. Ā[I, J] = softmax_J(Q̄_I · K̄_J · scale) over J <= I (Q̄_I,
+ * K̄_J block means; partial blocks over their real rows; with chunked prefill only query
+ * blocks that hold query rows take part). The causal entries are flattened row-major
+ * (I, then J), normalised to sum 1, sorted descending with ties to the lower flat index, and
+ * the SHORTEST prefix whose cumulative sum reaches γ is kept (FlexPrefill keeps one entry
+ * fewer: the prefix whose sum stays <= γ). Floating-point sums that never reach γ (γ = 1)
+ * keep every entry.
+ */
+export function peRowsF64(p: Problem, B: number, gamma: number, heads: readonly number[]): BlockRows {
+  const { q, k } = p;
+  const H = q.heads;
+  const d = q.dim;
+  const m = q.rows;
+  const n = k.rows;
+  const Nb = Math.ceil(n / B);
+  if (!(gamma > 0 && gamma <= 1)) {
+    throw new InvalidArgumentError(`gamma must be in (0, 1]; got ${gamma}`);
+  }
+  const kMeans = blockMeans(k, B, 0, Nb).mean;
+  const qm = blockMeans(q, B, n - m, Nb);
+  const entries = (Nb * (Nb + 1)) / 2;
+  const vals = new Float64Array(entries);
+  const flatI = new Int32Array(entries);
+  const flatJ = new Int32Array(entries);
+  {
+    let f = 0;
+    for (let I = 0; I < Nb; I++) {
+      for (let J = 0; J <= I; J++) {
+        flatI[f] = I;
+        flatJ[f] = J;
+        f++;
+      }
+    }
+  }
+  const order = new Int32Array(entries);
+  const keep = new Uint8Array(entries);
+  const perHeadRows: Int32Array[][] = [];
+  for (const h of heads) {
+    const g = kvHeadOf(h, H, k.heads);
+    let f = 0;
+    let activeRows = 0;
+    for (let I = 0; I < Nb; I++) {
+      if (qm.count[I] === 0) {
+        for (let J = 0; J <= I; J++) vals[f++] = 0;
+        continue;
+      }
+      activeRows++;
+      const qo = (h * Nb + I) * d;
+      let mx = Number.NEGATIVE_INFINITY;
+      for (let J = 0; J <= I; J++) {
+        const ko = (g * Nb + J) * d;
+        let dot = 0;
+        for (let c = 0; c < d; c++) dot += qm.mean[qo + c] * kMeans[ko + c];
+        const x = dot * p.scale;
+        vals[f + J] = x;
+        if (x > mx) mx = x;
+      }
+      let z = 0;
+      for (let J = 0; J <= I; J++) {
+        const e = Math.exp(vals[f + J] - mx);
+        vals[f + J] = e;
+        z += e;
+      }
+      for (let J = 0; J <= I; J++) vals[f + J] /= z;
+      f += I + 1;
+    }
+    // Each active row sums to 1, so normalising the whole map divides by the row count.
+    const invRows = 1 / activeRows;
+    for (let e = 0; e < entries; e++) {
+      vals[e] *= invRows;
+      order[e] = e;
+    }
+    order.sort((a, b) => (vals[a] === vals[b] ? a - b : vals[b] > vals[a] ? 1 : -1));
+    keep.fill(0);
+    let cum = 0;
+    for (let t = 0; t < entries; t++) {
+      const e = order[t];
+      if (qm.count[flatI[e]] === 0) continue; // a query block with no query rows (chunked)
+      keep[e] = 1;
+      cum += vals[e];
+      if (cum >= gamma) break;
+    }
+    const rowsOfHead: Int32Array[] = [];
+    let e = 0;
+    for (let I = 0; I < Nb; I++) {
+      let c = 0;
+      for (let J = 0; J <= I; J++) if (keep[e + J]) c++;
+      const row = new Int32Array(c);
+      c = 0;
+      for (let J = 0; J <= I; J++) if (keep[e + J]) row[c++] = flatJ[e + J];
+      rowsOfHead.push(row);
+      e += I + 1;
+    }
+    perHeadRows.push(rowsOfHead);
+  }
+  const rowPtr = new Int32Array(heads.length * Nb + 1);
+  let total = 0;
+  for (let s = 0; s < heads.length; s++) {
+    for (let I = 0; I < Nb; I++) {
+      total += perHeadRows[s][I].length;
+      rowPtr[s * Nb + I + 1] = total;
+    }
+  }
+  const cols = new Int32Array(total);
+  for (let s = 0; s < heads.length; s++) {
+    for (let I = 0; I < Nb; I++) cols.set(perHeadRows[s][I], rowPtr[s * Nb + I]);
+  }
+  return { rowPtr, cols };
+}
