@@ -1,0 +1,165 @@
+import { describe, expect, it } from 'vitest';
+import {
+  type BlockMask,
+  argsortDescending,
+  assertBlockSize,
+  assertSupported,
+  attentionShape,
+  causalBlockCount,
+  denseRows,
+  expandToRows,
+  isCrispError,
+  maskDensity,
+  topKIndices,
+  unionSorted,
+  validateMask,
+  vsListsFromArrays,
+} from './index.js';
+
+function code(fn: () => unknown): string | undefined {
+  try {
+    fn();
+  } catch (e) {
+    if (isCrispError(e)) return e.code;
+    throw e;
+  }
+  return undefined;
+}
+const i32 = (...x: number[]) => Int32Array.from(x);
+const rowsOf = (r: { rowPtr: Int32Array; cols: Int32Array }, count: number) =>
+  Array.from({ length: count }, (_, i) => Array.from(r.cols.subarray(r.rowPtr[i], r.rowPtr[i + 1])));
+
+describe('validateMask', () => {
+  const good: BlockMask = {
+    heads: 2,
+    numBlocks: 3,
+    blockSize: 64,
+    vs: { verticalPtr: i32(0, 1, 3), vertical: i32(0, 0, 2), slashPtr: i32(0, 1, 1), slash: i32(1) },
+    rows: { rowPtr: i32(0, 1, 1, 2, 2, 4, 4), cols: i32(0, 2, 0, 1) },
+  };
+
+  it('accepts a well-formed mixed mask and checks expectations', () => {
+    expect(code(() => validateMask(good, { heads: 2, numBlocks: 3, blockSize: 64 }))).toBeUndefined();
+    expect(code(() => validateMask(good, { heads: 3 }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask(good, { numBlocks: 4 }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask(good, { blockSize: 128 }))).toBe('INVALID_MASK');
+  });
+
+  it('rejects out-of-range, unsorted, duplicate and non-causal blocks', () => {
+    const vs = good.vs!;
+    expect(code(() => validateMask({ ...good, vs: { ...vs, vertical: i32(0, 0, 3) } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, vs: { ...vs, vertical: i32(0, 0, -1) } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, vs: { ...vs, slash: i32(3) } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, vs: { ...vs, vertical: i32(0, 2, 0) } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, vs: { ...vs, vertical: i32(0, 1, 1) } }))).toBe('INVALID_MASK');
+    // head 0 row 2 holds cols [2]: fine; move a col above its row (row 0 holding 1) -> non-causal
+    expect(code(() => validateMask({ ...good, rows: { rowPtr: good.rows!.rowPtr, cols: i32(1, 2, 0, 1) } }))).toBe(
+      'INVALID_MASK',
+    );
+    expect(code(() => validateMask({ ...good, rows: { rowPtr: good.rows!.rowPtr, cols: i32(0, 2, 1, 0) } }))).toBe(
+      'INVALID_MASK',
+    );
+  });
+
+  it('rejects wrong pointer arrays and empty masks', () => {
+    const vs = good.vs!;
+    expect(code(() => validateMask({ ...good, vs: { ...vs, verticalPtr: i32(0, 3) } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, vs: { ...vs, verticalPtr: i32(0, 1, 2) } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, vs: { ...vs, verticalPtr: i32(0, 2, 1, 3).subarray(1) } }))).toBe(
+      'INVALID_MASK',
+    );
+    expect(code(() => validateMask({ ...good, vs: { ...vs, verticalPtr: [0, 1, 3] as never } }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, rows: { rowPtr: i32(0, 1, 1, 2, 2, 4), cols: good.rows!.cols } }))).toBe(
+      'INVALID_MASK',
+    );
+    expect(code(() => validateMask({ ...good, rows: { rowPtr: i32(0, 2, 1, 2, 2, 4, 4), cols: good.rows!.cols } }))).toBe(
+      'INVALID_MASK',
+    );
+    expect(code(() => validateMask({ heads: 2, numBlocks: 3, blockSize: 64 }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask({ ...good, numBlocks: 0 }))).toBe('INVALID_MASK');
+    expect(code(() => validateMask(null as never))).toBe('INVALID_MASK');
+  });
+});
+
+describe('expandToRows and density', () => {
+  it('expands a mixed mask by hand: vertical J -> (I >= J, J), slash O -> (I >= O, I - O), union with rows', () => {
+    // Nb = 4. Head 0: vertical {1}, slash {0, 2}, rows: row 3 adds 0. Head 1: rows only.
+    const mask: BlockMask = {
+      heads: 2,
+      numBlocks: 4,
+      blockSize: 64,
+      vs: vsListsFromArrays([[1], []], [[2, 0], []]),
+      rows: { rowPtr: i32(0, 0, 0, 0, 1, 2, 3, 4, 6), cols: i32(0, 0, 1, 0, 0, 3) },
+    };
+    const r = expandToRows(mask);
+    expect(rowsOf(r, 8)).toEqual([
+      [0], // I=0: slash 0 -> 0
+      [1], // I=1: vertical 1, slash 0 -> 1
+      [0, 1, 2], // I=2: vertical 1, slash 0 -> 2, slash 2 -> 0
+      [0, 1, 3], // I=3: vertical 1, slash 0 -> 3, slash 2 -> 1, rows 0
+      [0],
+      [1],
+      [0],
+      [0, 3],
+    ]);
+    const dens = maskDensity(mask);
+    expect(Array.from(dens.perHead)).toEqual([8 / 10, 5 / 10]);
+    expect(dens.overall).toBeCloseTo(13 / 20, 15);
+  });
+
+  it('rows-only density, the dense mask, causalBlockCount, vsListsFromArrays', () => {
+    expect(causalBlockCount(5)).toBe(15);
+    const dense = denseRows(2, 3);
+    expect(rowsOf(dense, 6)).toEqual([[0], [0, 1], [0, 1, 2], [0], [0, 1], [0, 1, 2]]);
+    expect(maskDensity({ heads: 2, numBlocks: 3, blockSize: 64, rows: dense }).overall).toBe(1);
+    const vs = vsListsFromArrays([[3, 1, 3], [0]], [[], [2, 0]]);
+    expect(Array.from(vs.vertical)).toEqual([1, 3, 0]);
+    expect(Array.from(vs.verticalPtr)).toEqual([0, 2, 3]);
+    expect(Array.from(vs.slash)).toEqual([0, 2]);
+    expect(Array.from(vs.slashPtr)).toEqual([0, 0, 2]);
+  });
+});
+
+describe('attentionShape and capabilities', () => {
+  const t = (shape: number[], dtype = 'f32') => ({ shape, dtype }) as never;
+  it('describes a valid problem, GQA and chunked', () => {
+    expect(attentionShape(t([10, 8, 64]), t([12, 2, 64]), t([12, 2, 64]))).toEqual({
+      queries: 10,
+      keys: 12,
+      heads: 8,
+      kvHeads: 2,
+      headDim: 64,
+      dtype: 'f32',
+    });
+  });
+  it('rejects rank, GQA ratio, dtype mismatch, m > n, v/k and head-dim mismatch, empty', () => {
+    expect(code(() => attentionShape(t([10, 64]), t([10, 1, 64]), t([10, 1, 64])))).toBe('SHAPE_MISMATCH');
+    expect(code(() => attentionShape(t([10, 1, 64]), t([10, 1, 64, 1]), t([10, 1, 64])))).toBe('SHAPE_MISMATCH');
+    expect(code(() => attentionShape(t([10, 6, 64]), t([10, 4, 64]), t([10, 4, 64])))).toBe('SHAPE_MISMATCH');
+    expect(code(() => attentionShape(t([10, 4, 64]), t([10, 4, 64], 'f16'), t([10, 4, 64])))).toBe('DTYPE_MISMATCH');
+    expect(code(() => attentionShape(t([11, 4, 64]), t([10, 4, 64]), t([10, 4, 64])))).toBe('SHAPE_MISMATCH');
+    expect(code(() => attentionShape(t([10, 4, 64]), t([10, 4, 64]), t([9, 4, 64])))).toBe('SHAPE_MISMATCH');
+    expect(code(() => attentionShape(t([10, 4, 32]), t([10, 4, 64]), t([10, 4, 64])))).toBe('SHAPE_MISMATCH');
+    expect(code(() => attentionShape(t([0, 4, 64]), t([10, 4, 64]), t([10, 4, 64])))).toBe('SHAPE_MISMATCH');
+  });
+  it('assertSupported and assertBlockSize name the limit', () => {
+    const caps = { dtypes: ['f32'], headDims: [64], blockSizes: [64], maxSequence: 100, chunkedPrefill: false, logSumExp: false } as const;
+    const s = attentionShape(t([10, 4, 64]), t([10, 4, 64]), t([10, 4, 64]));
+    expect(code(() => assertSupported(caps, s, 'x'))).toBeUndefined();
+    expect(code(() => assertSupported(caps, { ...s, dtype: 'bf16' }, 'x'))).toBe('UNSUPPORTED');
+    expect(code(() => assertSupported(caps, { ...s, headDim: 128 }, 'x'))).toBe('UNSUPPORTED');
+    expect(code(() => assertSupported(caps, { ...s, keys: 101, queries: 101 }, 'x'))).toBe('LIMIT_EXCEEDED');
+    expect(code(() => assertSupported(caps, { ...s, queries: 5 }, 'x'))).toBe('UNSUPPORTED');
+    expect(code(() => assertBlockSize(96))).toBe('INVALID_ARGUMENT');
+    expect(code(() => assertBlockSize(128))).toBeUndefined();
+  });
+});
+
+describe('ranking', () => {
+  it('sorts descending, ties to the lower index, NaN last; top-k ascending; union sorted', () => {
+    expect(Array.from(argsortDescending([0.5, 0.9, 0.5, Number.NaN, 0.9, 0.1]))).toEqual([1, 4, 0, 2, 5, 3]);
+    expect(Array.from(topKIndices([0.5, 0.9, 0.5, 0.2, 0.9], 3))).toEqual([0, 1, 4]);
+    expect(Array.from(topKIndices([1, 2], 5))).toEqual([0, 1]);
+    expect(Array.from(unionSorted([5, 1], [3, 1], []))).toEqual([1, 3, 5]);
+  });
+});
