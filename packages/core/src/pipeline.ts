@@ -69,6 +69,26 @@ function validatePolicy(policy: Policy): void {
   }
 }
 
+/**
+ * The sink / local window for proxy statistics: the router's declared `needs` first (it is
+ * the one that reads C_struct), then the policy's, then the default. A policy that sets a
+ * window its router contradicts is rejected rather than silently overridden.
+ */
+function statsWindow(policy: Policy, key: 'wSink' | 'wLocal'): number {
+  const fromRouter = policy.router?.needs?.[key];
+  const fromPolicy = policy[key];
+  if (fromRouter !== undefined && fromPolicy !== undefined && fromRouter !== fromPolicy) {
+    throw new InvalidArgumentError(
+      `policy ${policy.name} sets ${key}=${fromPolicy} but its router ${policy.router?.name} needs ${key}=${fromRouter}; set the window in one place (the router's options)`,
+    );
+  }
+  const w = fromRouter ?? fromPolicy ?? DEFAULTS[key];
+  if (!Number.isInteger(w) || w < 1) {
+    throw new InvalidArgumentError(`policy ${policy.name}: ${key} must be a positive integer number of tokens; got ${w}`);
+  }
+  return w;
+}
+
 /** Build a plan: statistics, routing, selection. Does not run attention. */
 export async function planPrefill(
   backend: Backend,
@@ -108,8 +128,8 @@ export async function planPrefill(
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
   const stats = await backend.proxyStats(inputs.q, inputs.k, {
     blockSize: B,
-    wSink: policy.wSink ?? DEFAULTS.wSink,
-    wLocal: policy.wLocal ?? DEFAULTS.wLocal,
+    wSink: statsWindow(policy, 'wSink'),
+    wLocal: statsWindow(policy, 'wLocal'),
     scale: opts.scale,
     tokenScores: needsTokens,
   });

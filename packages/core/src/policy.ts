@@ -11,6 +11,13 @@ export type Route = 'vs' | 'pe';
 export interface StatsNeeds {
   /** token-level a_v / a_s (O(H n)); FlexPrefill's cumulative coverage reads them */
   readonly tokenScores?: boolean;
+  /**
+   * w_sink / w_local (tokens) the proxy statistics must use for C_struct. A router that reads
+   * C_struct declares its own windows here; the pipeline prefers them over `Policy.wSink` /
+   * `Policy.wLocal` and rejects a policy whose explicit windows disagree.
+   */
+  readonly wSink?: number;
+  readonly wLocal?: number;
 }
 
 export interface RoutingDecision {

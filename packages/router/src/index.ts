@@ -1,1 +1,5 @@
-export {};
+export { type CStructOptions, type CStructRouter, cStruct } from './c-struct.js';
+export { type JsdOptions, type JsdRouter, jsd, jsDistance } from './jsd.js';
+export { type EntropyOptions, type EntropyRouter, entropy } from './entropy.js';
+export { fixed } from './fixed.js';
+export { routingAgreement } from './agreement.js';

@@ -1,0 +1,184 @@
+import { isCrispError, type ProxyStats } from '@crisp/core';
+import { describe, expect, it } from 'vitest';
+import { cStruct, entropy, fixed, jsd, jsDistance, routingAgreement } from './index.js';
+
+/** mulberry32 */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function normalised(r: () => number, len: number, sharp: number): Float64Array {
+  const a = Float64Array.from({ length: len }, () => Math.exp(sharp * (r() - 0.5)));
+  let s = 0;
+  for (const x of a) s += x;
+  return a.map((x) => x / s);
+}
+
+/** Hand-built statistics (what a backend would return) for H heads over Nb blocks. */
+function stats(seed: number, H: number, Nb: number, B = 128): ProxyStats {
+  const r = rng(seed);
+  const vb = new Float64Array(H * Nb);
+  const pe = new Float64Array(H * Nb);
+  for (let h = 0; h < H; h++) {
+    const v = normalised(r, Nb, 8 * r());
+    vb.set(v, h * Nb);
+    if (h % 2 === 0) {
+      // A pooled estimate that agrees with p_v up to a few percent (small D).
+      const w = v.map((x) => x * (1 + 0.2 * (r() - 0.5)));
+      let t = 0;
+      for (const x of w) t += x;
+      pe.set(w.map((x) => x / t), h * Nb);
+    } else {
+      pe.set(normalised(r, Nb, 8 * r()), h * Nb);
+    }
+  }
+  return {
+    n: Nb * B,
+    heads: H,
+    blockSize: B,
+    numBlocks: Nb,
+    proxyRows: B,
+    cStruct: Float64Array.from({ length: H }, () => r()),
+    verticalBlocks: vb,
+    slashBlocks: Float64Array.from(vb),
+    pooledEstimate: pe,
+    rowEntropy: Float64Array.from({ length: H }, () => r() * Math.log(Nb * B)),
+  };
+}
+
+function errCode(f: () => unknown): string {
+  try {
+    f();
+  } catch (e) {
+    expect(isCrispError(e)).toBe(true);
+    return (e as { code: string }).code;
+  }
+  return 'no error';
+}
+
+/** D computed the textbook way: logs of the mixture, natural base, then sqrt. */
+function textbookD(p: ArrayLike<number>, q: ArrayLike<number>): number {
+  let js = 0;
+  for (let i = 0; i < p.length; i++) {
+    const m = (p[i] + q[i]) / 2;
+    if (p[i] > 0) js += 0.5 * p[i] * (Math.log(p[i]) - Math.log(m));
+    if (q[i] > 0) js += 0.5 * q[i] * (Math.log(q[i]) - Math.log(m));
+  }
+  return Math.sqrt(js);
+}
+
+describe('cStruct', () => {
+  it('routes VS iff C_struct >= τ_proxy and returns the scores it used', () => {
+    const seed = (Math.random() * 2 ** 31) >>> 0;
+    const s = stats(seed, 32, 40);
+    for (const tauProxy of [0.2, 0.5]) {
+      const d = cStruct({ tauProxy }).route(s);
+      expect(d.routes, `seed ${seed}`).toEqual(Array.from(s.cStruct, (c) => (c >= tauProxy ? 'vs' : 'pe')));
+      expect(Array.from(d.scores)).toEqual(Array.from(s.cStruct));
+      expect(d.threshold).toBe(tauProxy);
+      expect(d.scoreName).toBe('C_struct');
+    }
+    // The boundary: exactly τ_proxy is VS.
+    const edge = { ...s, cStruct: Float64Array.from([0.2, 0.19999999, 0.2000001]).subarray(0, 3), heads: 3 };
+    expect(cStruct().route({ ...edge, verticalBlocks: s.verticalBlocks.subarray(0, 120) }).routes).toEqual(['vs', 'pe', 'vs']);
+  });
+
+  it('declares its windows for the pipeline and validates its options', () => {
+    const r = cStruct({ wSink: 64, wLocal: 256 });
+    expect(r.needs).toEqual({ wSink: 64, wLocal: 256 });
+    expect(cStruct().needs).toEqual({ wSink: 128, wLocal: 128 });
+    for (const tauProxy of [0, 1, -0.5, Number.NaN]) expect(errCode(() => cStruct({ tauProxy }))).toBe('INVALID_ARGUMENT');
+    for (const wSink of [0, 1.5, -1]) expect(errCode(() => cStruct({ wSink }))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => cStruct({ wLocal: 0 }))).toBe('INVALID_ARGUMENT');
+  });
+
+  it('rejects malformed or non-finite statistics', () => {
+    const s = stats(1, 4, 10);
+    expect(errCode(() => cStruct().route({ ...s, cStruct: new Float64Array(3) }))).toBe('SHAPE_MISMATCH');
+    expect(errCode(() => cStruct().route({ ...s, cStruct: Float64Array.from([0.1, Number.NaN, 0.3, 0.4]) }))).toBe('NON_FINITE');
+    expect(errCode(() => cStruct().route(undefined as unknown as ProxyStats))).toBe('INVALID_ARGUMENT');
+  });
+});
+
+describe('jsd', () => {
+  it('D = sqrt(½KL(ā‖m) + ½KL(â‖m)) (natural logs); D < τ goes to PE', () => {
+    const seed = (Math.random() * 2 ** 31) >>> 0;
+    const H = 24;
+    const Nb = 33;
+    const s = stats(seed, H, Nb);
+    const d = jsd().route(s);
+    for (let h = 0; h < H; h++) {
+      const a = s.pooledEstimate.subarray(h * Nb, (h + 1) * Nb);
+      const b = s.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
+      const D = textbookD(a, b);
+      expect(d.scores[h], `seed ${seed} head ${h}`).toBeCloseTo(D, 12);
+      expect(d.routes[h]).toBe(D < 0.1 ? 'pe' : 'vs');
+    }
+    expect(d.threshold).toBe(0.1);
+    // Both routes occur on these heads, so the comparison above tested both sides.
+    expect(new Set(d.routes).size, `seed ${seed}`).toBe(2);
+  });
+
+  it('known values: identical -> 0, disjoint -> sqrt(ln 2)', () => {
+    expect(jsDistance([0.2, 0.8], [0.2, 0.8])).toBe(0);
+    expect(jsDistance([1, 0], [0, 1])).toBeCloseTo(Math.sqrt(Math.LN2), 14);
+    // [1,0] vs [0.5,0.5]: m = [0.75, 0.25]
+    const js = 0.5 * Math.log(1 / 0.75) + 0.5 * (0.5 * Math.log(0.5 / 0.75) + 0.5 * Math.log(0.5 / 0.25));
+    expect(jsDistance([1, 0], [0.5, 0.5])).toBeCloseTo(Math.sqrt(js), 14);
+  });
+
+  it('validates τ and distributions', () => {
+    for (const tau of [0, 0.9, -1, Number.NaN]) expect(errCode(() => jsd({ tau }))).toBe('INVALID_ARGUMENT');
+    const s = stats(2, 2, 4);
+    const bad = Float64Array.from([0.5, 0.5, 0, 0, -0.5, 0.5, 0.5, 0.5]);
+    expect(errCode(() => jsd().route({ ...s, pooledEstimate: bad }))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => jsd().route({ ...s, pooledEstimate: new Float64Array(8) }))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => jsd().route({ ...s, verticalBlocks: new Float64Array(7) }))).toBe('SHAPE_MISMATCH');
+  });
+});
+
+describe('entropy', () => {
+  it('score η = H / ln n; VS iff η <= η_max', () => {
+    const seed = (Math.random() * 2 ** 31) >>> 0;
+    const s = stats(seed, 32, 16);
+    const d = entropy().route(s);
+    const logN = Math.log(s.n);
+    for (let h = 0; h < 32; h++) {
+      expect(d.scores[h], `seed ${seed}`).toBeCloseTo(s.rowEntropy[h] / logN, 14);
+      expect(d.routes[h]).toBe(s.rowEntropy[h] / logN <= 0.8 ? 'vs' : 'pe');
+    }
+    // exp(H) = n^0.5 is VS at η_max = 0.8 and PE at 0.4.
+    const one = { ...s, heads: 1, cStruct: new Float64Array(1), rowEntropy: Float64Array.from([0.5 * logN]) };
+    expect(entropy().route(one).routes).toEqual(['vs']);
+    expect(entropy({ maxSupportExponent: 0.4 }).route(one).routes).toEqual(['pe']);
+    for (const m of [0, 1, Number.NaN]) expect(errCode(() => entropy({ maxSupportExponent: m }))).toBe('INVALID_ARGUMENT');
+  });
+});
+
+describe('fixed and routingAgreement', () => {
+  it('fixed routes every head one way', () => {
+    const s = stats(3, 5, 4);
+    expect(fixed('vs').route(s).routes).toEqual(['vs', 'vs', 'vs', 'vs', 'vs']);
+    expect(fixed('pe').route(s).routes).toEqual(['pe', 'pe', 'pe', 'pe', 'pe']);
+    expect(errCode(() => fixed('x' as 'vs'))).toBe('INVALID_ARGUMENT');
+  });
+
+  it('agreement is the fraction of heads routed the same', () => {
+    expect(routingAgreement(['vs', 'pe', 'vs', 'vs'], ['vs', 'vs', 'vs', 'pe'])).toBe(0.5);
+    const s = stats(4, 10, 8);
+    const a = cStruct().route(s);
+    const b = fixed('vs').route(s);
+    const vsCount = a.routes.filter((r) => r === 'vs').length;
+    expect(routingAgreement(a, b)).toBe(vsCount / 10);
+    expect(errCode(() => routingAgreement(['vs'], ['vs', 'pe']))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => routingAgreement([], []))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => routingAgreement(['vs', 'x' as 'vs'], ['vs', 'pe']))).toBe('INVALID_ARGUMENT');
+  });
+});

@@ -1,0 +1,106 @@
+import { isCrispError } from '@crisp/core';
+import { describe, expect, it } from 'vitest';
+import { direction, freshSeed, rng } from './__fixtures__/scores.js';
+import { coverageTokenCount, cumulativeCoverage, globalCoverage } from './index.js';
+
+const B = 64;
+
+function errCode(f: () => unknown): string {
+  try {
+    f();
+  } catch (e) {
+    expect(isCrispError(e)).toBe(true);
+    return (e as { code: string }).code;
+  }
+  return 'no error';
+}
+
+/** The spec's rule written out naively (float64 sums over a sorted copy). */
+function expectedCoverage(tokens: Float32Array, gamma: number, B: number, kBlocks: number): number[] {
+  const n = tokens.length;
+  const Nb = Math.ceil(n / B);
+  const sorted = Array.from(tokens).sort((a, b) => b - a);
+  let s = 0;
+  let count = 0;
+  for (const x of sorted) {
+    s += x;
+    if (s <= gamma) count++;
+    else break;
+  }
+  count += 1;
+  const blocks = Math.min(Nb, Math.max(kBlocks, Math.floor(count / B) + 1));
+  const p = new Float64Array(Nb);
+  for (let j = 0; j < n; j++) p[Math.floor(j / B)] += tokens[j];
+  const order = [...p.keys()].filter((J) => J !== 0).sort((x, y) => p[y] - p[x] || x - y);
+  return [0, ...order.slice(0, blocks - 1)].sort((x, y) => x - y);
+}
+
+describe('cumulativeCoverage', () => {
+  it('matches the spec rule on fresh random token scores', () => {
+    const seed = freshSeed();
+    const r = rng(seed);
+    for (let t = 0; t < 12; t++) {
+      const n = 1000 + Math.floor(r() * 3000);
+      const tokens = new Float32Array(n);
+      const sharp = 1 + 6 * r();
+      let s = 0;
+      for (let j = 0; j < n; j++) {
+        tokens[j] = Math.exp(sharp * (r() + r() - 1));
+        s += tokens[j];
+      }
+      for (let j = 0; j < n; j++) tokens[j] /= s;
+      const Nb = Math.ceil(n / B);
+      const p = new Float64Array(Nb);
+      for (let j = 0; j < n; j++) p[Math.floor(j / B)] += tokens[j];
+      for (const gamma of [0.5, 0.9, 0.95]) {
+        const got = cumulativeCoverage({ gamma, kMin: 2 * B }).select(direction(p, n, B, tokens));
+        expect(Array.from(got), `seed ${seed} trial ${t} gamma ${gamma}`).toEqual(expectedCoverage(tokens, gamma, B, 2));
+      }
+    }
+  });
+
+  it('hand example: the count, the +1, block 0 forced in', () => {
+    // n = 8, B = 2: sorted tokens 0.4, 0.3, 0.1, 0.1, 0.05, 0.05, 0, 0.
+    const tokens = Float32Array.from([0.05, 0, 0.4, 0.3, 0.1, 0.1, 0.05, 0]);
+    expect(coverageTokenCount(tokens, 0.5)).toBe(2); // 0.4 <= 0.5, 0.7 > 0.5 -> 1 + 1
+    expect(coverageTokenCount(tokens, 0.8)).toBe(3); // 0.4, 0.7 <= 0.8 -> 2 + 1
+    const p = Float64Array.from([0.05, 0.7, 0.2, 0.05]);
+    // gamma 0.8: count 3 -> floor(3/2) + 1 = 2 blocks: block 0 and the best other (1).
+    expect(Array.from(cumulativeCoverage({ gamma: 0.8, kMin: 2 }).select(direction(p, 8, 2, tokens)))).toEqual([0, 1]);
+    // gamma 0.96: 5 tokens sum to 0.95 <= 0.96 -> 6 -> 4 blocks (clipped to Nb = 4).
+    expect(Array.from(cumulativeCoverage({ gamma: 0.96, kMin: 2 }).select(direction(p, 8, 2, tokens)))).toEqual([0, 1, 2, 3]);
+    // kMin = 3 blocks lifts the 2 of gamma 0.5 to 3: block 0, then 1 and 2.
+    expect(Array.from(cumulativeCoverage({ gamma: 0.5, kMin: 6 }).select(direction(p, 8, 2, tokens)))).toEqual([0, 1, 2]);
+  });
+
+  it('declares needs.tokenScores and rejects a call without token scores', () => {
+    const sel = cumulativeCoverage();
+    expect(sel.needs?.tokenScores).toBe(true);
+    const p = Float64Array.from([0.5, 0.2, 0.2, 0.1]);
+    expect(errCode(() => sel.select(direction(p, 4 * 128, 128)))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => sel.select(direction(p, 4 * 128, 128, new Float32Array(10).fill(0.1))))).toBe('INVALID_ARGUMENT');
+    const nan = new Float32Array(512).fill(1 / 512);
+    nan[3] = Number.NaN;
+    expect(errCode(() => sel.select(direction(p, 512, 128, nan)))).toBe('NON_FINITE');
+  });
+
+  it('validates gamma and kMin', () => {
+    for (const gamma of [0, 1, -0.1, 1.5, Number.NaN]) expect(errCode(() => cumulativeCoverage({ gamma }))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => cumulativeCoverage({ kMin: -128 }))).toBe('INVALID_ARGUMENT');
+    const p = Float64Array.from([0.5, 0.2, 0.2, 0.1]);
+    const t = new Float32Array(512).fill(1 / 512);
+    expect(errCode(() => cumulativeCoverage({ kMin: 200 }).select(direction(p, 512, 128, t)))).toBe('INVALID_ARGUMENT');
+  });
+});
+
+describe('globalCoverage', () => {
+  it('carries γ and kMin for the backend primitive and validates them', () => {
+    const pe = globalCoverage();
+    expect(pe.gamma).toBe(0.95);
+    expect(pe.kMin).toBe(1024);
+    expect(globalCoverage({ gamma: 0.9, kMin: 512 })).toMatchObject({ gamma: 0.9, kMin: 512 });
+    for (const gamma of [0, 1, 2, Number.NaN]) expect(errCode(() => globalCoverage({ gamma }))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => globalCoverage({ kMin: 0 }))).toBe('INVALID_ARGUMENT');
+    expect(errCode(() => globalCoverage({ kMin: 1.5 }))).toBe('INVALID_ARGUMENT');
+  });
+});
