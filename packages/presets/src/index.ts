@@ -1,1 +1,1 @@
-export {};
+export { crisp, crispFast, dense, flexPrefill, type PresetName, presets } from './presets.js';

@@ -1,0 +1,51 @@
+/**
+ * The named policies. A policy is just an object: take the router of one and the selector
+ * of another, or put your own object with the same shape in (see the README).
+ *
+ *   crisp        C_struct router (τ_proxy 0.2) + noise floor (α 1.0) + global coverage (γ 0.95)
+ *   crispFast    the same with α = 1.25 (fewer blocks, the paper's speed setting)
+ *   flexPrefill  JSD router (τ 0.1) + cumulative coverage (γ 0.95) + global coverage (γ 0.95)
+ *   dense        every head dense (@crisp/core's densePolicy)
+ *
+ * All sparse presets use B = 128 and k_min = 1024 tokens per direction.
+ */
+import { densePolicy, type Policy } from '@crisp/core';
+import { cStruct, jsd } from '@crisp/router';
+import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
+
+const common = { blockSize: 128, kMin: 1024 } as const;
+
+/** CRISP, accuracy setting: cStruct({ tauProxy: 0.2 }) + noiseFloor({ alpha: 1.0 }) + globalCoverage({ gamma: 0.95 }). */
+export const crisp: Policy = Object.freeze({
+  name: 'crisp',
+  ...common,
+  router: cStruct({ tauProxy: 0.2, wSink: 128, wLocal: 128 }),
+  vs: noiseFloor({ alpha: 1.0, kMin: 1024 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
+});
+
+/** CRISP, speed setting: as `crisp` with noiseFloor({ alpha: 1.25 }). */
+export const crispFast: Policy = Object.freeze({
+  name: 'crispFast',
+  ...common,
+  router: cStruct({ tauProxy: 0.2, wSink: 128, wLocal: 128 }),
+  vs: noiseFloor({ alpha: 1.25, kMin: 1024 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
+});
+
+/** FlexPrefill: jsd({ tau: 0.1 }) + cumulativeCoverage({ gamma: 0.95 }) + globalCoverage({ gamma: 0.95 }). */
+export const flexPrefill: Policy = Object.freeze({
+  name: 'flexPrefill',
+  ...common,
+  router: jsd({ tau: 0.1 }),
+  vs: cumulativeCoverage({ gamma: 0.95, kMin: 1024 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
+});
+
+/** Dense attention for every head (the baseline). */
+export const dense: Policy = densePolicy;
+
+export type PresetName = 'crisp' | 'crispFast' | 'flexPrefill' | 'dense';
+
+/** Every preset by name (for CLIs and reports). */
+export const presets: Readonly<Record<PresetName, Policy>> = Object.freeze({ crisp, crispFast, flexPrefill, dense });
