@@ -1,1 +1,38 @@
-export {};
+export { LAYOUTS, type Layout, type QkvDims, dimsFromFileShape, fileShapeFor, parseLayout } from './layout.js';
+export type { FileFormat, TensorFile, TensorInfo } from './tensor-file.js';
+export {
+  MAX_SAFETENSORS_HEADER,
+  SAFETENSORS_DTYPE_BYTES,
+  openSafetensors,
+  parseSafetensorsHeader,
+} from './safetensors.js';
+export { type NpyHeader, type NpyOpenOptions, encodeNpyHeader, npyDescrToDType, openNpy, parseNpyHeader } from './npy.js';
+export {
+  DEFAULT_CHUNK_BYTES,
+  type StreamOptions,
+  type StreamPlan,
+  type TensorChunk,
+  type UploadOptions,
+  planStream,
+  readTensor,
+  streamTensor,
+  tensorSource,
+  uploadTensor,
+} from './stream.js';
+export {
+  type SafetensorsWriteOptions,
+  type TensorSource,
+  type WritableTensor,
+  type WriteOptions,
+  writeNpy,
+  writeSafetensors,
+} from './write.js';
+export {
+  QKV_NAME_ALIASES,
+  type Qkv,
+  type QkvNames,
+  type ReadQkvOptions,
+  openTensorFile,
+  readQkv,
+  resolveQkvNames,
+} from './open.js';

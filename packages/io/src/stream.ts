@@ -1,0 +1,206 @@
+/**
+ * Streaming Q/K/V out of an open file, in canonical [n, H, d] row chunks: a tensor far
+ * larger than any JS array (a 6 GB dump) reaches a backend through `allocate` + `write`
+ * with one chunk in memory at a time.
+ *
+ * Shape legend: n tokens, H heads, d head dim; a "row" is one token's H·d values.
+ */
+import {
+  type Backend,
+  CrispError,
+  type DType,
+  type DeviceTensor,
+  type HostData,
+  type HostTensor,
+  InvalidArgumentError,
+  LimitError,
+  UnsupportedError,
+  assertDType,
+  bytesPerElement,
+  decode,
+  encode,
+} from '@crisp/core';
+import { type Layout, type QkvDims, dimsFromFileShape, parseLayout } from './layout.js';
+import type { TensorFile, TensorInfo } from './tensor-file.js';
+
+/** Chunks aim at this many bytes unless `chunkRows` says otherwise. */
+export const DEFAULT_CHUNK_BYTES = 16 * 1024 * 1024;
+
+export interface StreamOptions {
+  /** How the file stores the tensor: 'nhd' [n,H,d], '1nhd' [1,n,H,d] or 'hnd' [H,n,d]. */
+  readonly layout: Layout | string;
+  /** Rows (tokens) per chunk; default: as many as fit in 16 MiB. */
+  readonly chunkRows?: number;
+  /** Only rows [start, end) (default: all n). */
+  readonly rows?: readonly [number, number];
+  /** Convert each chunk to this dtype (round to nearest even); default: the file's dtype. */
+  readonly dtype?: DType;
+}
+
+export interface TensorChunk {
+  /** First token row this chunk holds. */
+  readonly rowStart: number;
+  readonly rowCount: number;
+  /** [rowCount, H, d] row-major, in the output dtype (Uint16Array bits for f16/bf16). */
+  readonly data: HostData;
+}
+
+export interface StreamPlan {
+  readonly info: TensorInfo;
+  readonly layout: Layout;
+  readonly dims: QkvDims;
+  /** The file's dtype. */
+  readonly fileDtype: DType;
+  /** The dtype chunks come out in. */
+  readonly dtype: DType;
+  readonly chunkRows: number;
+  readonly rowStart: number;
+  readonly rowEnd: number;
+}
+
+/** Validates a stream request up front, so bad names/layouts/dtypes fail before any read. */
+export function planStream(file: TensorFile, name: string | undefined, opts: StreamOptions): StreamPlan {
+  const info = file.tensor(name);
+  const layout = parseLayout(opts.layout);
+  if (info.dtype === undefined) {
+    throw new UnsupportedError(
+      `${file.path}: tensor '${info.name}' is ${info.fileDtype}, which @crisp/io does not read; Q/K/V must be F32, F16 or BF16 (convert before saving, e.g. x.to(torch.bfloat16))`,
+      { path: file.path, name: info.name, dtype: info.fileDtype },
+    );
+  }
+  const dims = dimsFromFileShape(info.shape, layout, `${file.path}: tensor '${info.name}'`);
+  const dtype = opts.dtype ?? info.dtype;
+  assertDType(dtype, 'dtype');
+  const rowBytes = dims.H * dims.d * bytesPerElement(info.dtype);
+  const chunkRows = opts.chunkRows ?? Math.max(1, Math.floor(DEFAULT_CHUNK_BYTES / rowBytes));
+  if (!Number.isSafeInteger(chunkRows) || chunkRows < 1) {
+    throw new InvalidArgumentError(`chunkRows must be a positive integer; got ${opts.chunkRows}`);
+  }
+  const [rowStart, rowEnd] = opts.rows ?? [0, dims.n];
+  if (!Number.isSafeInteger(rowStart) || !Number.isSafeInteger(rowEnd) || rowStart < 0 || rowEnd > dims.n || rowStart > rowEnd) {
+    throw new InvalidArgumentError(`rows must be [start, end) with 0 <= start <= end <= n = ${dims.n}; got [${opts.rows}]`);
+  }
+  return { info, layout, dims, fileDtype: info.dtype, dtype, chunkRows, rowStart, rowEnd };
+}
+
+function viewAs(dtype: DType, buf: ArrayBuffer): HostData {
+  return dtype === 'f32' ? new Float32Array(buf) : new Uint16Array(buf);
+}
+
+/** Reads rows [r0, r0 + rc) of a planned tensor as canonical [rc, H, d] in the file dtype. */
+async function readRows(file: TensorFile, plan: StreamPlan, r0: number, rc: number): Promise<HostData> {
+  const { info, dims, fileDtype } = plan;
+  const { n, H, d } = dims;
+  const bpe = bytesPerElement(fileDtype);
+  const out = new ArrayBuffer(rc * H * d * bpe);
+  if (plan.layout !== 'hnd') {
+    await file.read(new Uint8Array(out), info.byteOffset + r0 * H * d * bpe);
+    return viewAs(fileDtype, out);
+  }
+  // [H, n, d] on disk: one contiguous run of rc·d values per head, interleaved into rows.
+  // Copies go through integer views so NaN payloads keep their exact bits.
+  const headRun = rc * d;
+  const raw = new ArrayBuffer(H * headRun * bpe);
+  const rawBytes = new Uint8Array(raw);
+  await Promise.all(
+    Array.from({ length: H }, (_, h) =>
+      file.read(rawBytes.subarray(h * headRun * bpe, (h + 1) * headRun * bpe), info.byteOffset + (h * n + r0) * d * bpe),
+    ),
+  );
+  const src = bpe === 4 ? new Uint32Array(raw) : new Uint16Array(raw);
+  const dst = bpe === 4 ? new Uint32Array(out) : new Uint16Array(out);
+  for (let h = 0; h < H; h++) {
+    for (let r = 0; r < rc; r++) {
+      const s = (h * rc + r) * d;
+      dst.set(src.subarray(s, s + d), (r * H + h) * d);
+    }
+  }
+  return viewAs(fileDtype, out);
+}
+
+async function* chunksOfPlan(file: TensorFile, plan: StreamPlan): AsyncGenerator<TensorChunk> {
+  for (let r0 = plan.rowStart; r0 < plan.rowEnd; r0 += plan.chunkRows) {
+    const rc = Math.min(plan.chunkRows, plan.rowEnd - r0);
+    let data = await readRows(file, plan, r0, rc);
+    if (plan.dtype !== plan.fileDtype) data = encode(plan.dtype, decode(plan.fileDtype, data));
+    yield { rowStart: r0, rowCount: rc, data };
+  }
+}
+
+/**
+ * Streams a Q/K/V tensor as canonical [n, H, d] chunks of whole rows. Validation
+ * (name, dtype, layout/rank) happens on the call, before the first chunk is read.
+ */
+export function streamTensor(file: TensorFile, name: string | undefined, opts: StreamOptions): AsyncIterable<TensorChunk> {
+  const plan = planStream(file, name, opts);
+  return chunksOfPlan(file, plan);
+}
+
+/** Reads a whole tensor into one canonical [n, H, d] host tensor (small files). */
+export async function readTensor(
+  file: TensorFile,
+  name: string | undefined,
+  opts: StreamOptions & { readonly maxBytes?: number },
+): Promise<HostTensor> {
+  const plan = planStream(file, name, opts);
+  const { H, d } = plan.dims;
+  const rows = plan.rowEnd - plan.rowStart;
+  const bytes = rows * H * d * bytesPerElement(plan.dtype);
+  const maxBytes = opts.maxBytes ?? 1024 ** 3;
+  if (bytes > maxBytes) {
+    throw new LimitError(
+      `${file.path}: tensor '${plan.info.name}' is ${bytes} bytes as one array, above maxBytes ${maxBytes}; stream it with streamTensor/uploadTensor instead`,
+      { bytes, maxBytes },
+    );
+  }
+  const data = plan.dtype === 'f32' ? new Float32Array(rows * H * d) : new Uint16Array(rows * H * d);
+  for await (const c of chunksOfPlan(file, plan)) {
+    data.set(c.data as never, (c.rowStart - plan.rowStart) * H * d);
+  }
+  return { dtype: plan.dtype, shape: [rows, H, d], data: data as HostData };
+}
+
+export interface UploadOptions extends StreamOptions {
+  /** Called after each chunk with rows written so far and the total (progress bars). */
+  readonly onProgress?: (rowsDone: number, rowsTotal: number) => void;
+}
+
+/**
+ * Streams a tensor from a file onto a backend: `allocate` once, then one `write` per
+ * chunk at its flat element offset. Only one chunk is in host memory at a time. On any
+ * error the device tensor is disposed and the error rethrown.
+ */
+export async function uploadTensor(
+  backend: Pick<Backend, 'allocate' | 'write'>,
+  file: TensorFile,
+  name: string | undefined,
+  opts: UploadOptions,
+): Promise<DeviceTensor> {
+  const plan = planStream(file, name, opts);
+  const { H, d } = plan.dims;
+  const rows = plan.rowEnd - plan.rowStart;
+  const t = backend.allocate(plan.dtype, [rows, H, d]);
+  try {
+    for await (const c of chunksOfPlan(file, plan)) {
+      backend.write(t, (c.rowStart - plan.rowStart) * H * d, c.data);
+      opts.onProgress?.(c.rowStart - plan.rowStart + c.rowCount, rows);
+    }
+  } catch (e) {
+    t.dispose();
+    throw e instanceof CrispError ? e : new CrispError('IO_ERROR', `uploading '${plan.info.name}' from ${file.path} failed: ${String(e)}`);
+  }
+  return t;
+}
+
+/** A writer source that streams a tensor out of an open file (for format/layout conversion). */
+export function tensorSource(file: TensorFile, name: string | undefined, opts: StreamOptions) {
+  const plan = planStream(file, name, opts);
+  const rows = plan.rowEnd - plan.rowStart;
+  return {
+    dtype: plan.dtype,
+    shape: [rows, plan.dims.H, plan.dims.d] as const,
+    async *chunks(): AsyncGenerator<HostData> {
+      for await (const c of chunksOfPlan(file, plan)) yield c.data;
+    },
+  };
+}
