@@ -1,1 +1,25 @@
-export {};
+export {
+  type BackendFactory,
+  type CaseResult,
+  type ConformanceOptions,
+  type ConformanceReport,
+  ConformanceSession,
+  capabilityGap,
+  formatReport,
+  listConformanceCases,
+  runConformance,
+  skipReason,
+} from './runner.js';
+export {
+  type CaseContext,
+  type CaseOutcome,
+  type ConformanceCase,
+  LARGE_SIZES,
+  randomMask,
+  type ShapeCase,
+  SMALL_SIZES,
+  shapeName,
+} from './cases.js';
+export { DEFAULT_TOLERANCES, type Tolerance } from './compare.js';
+export { attentionInputs, caseSeed, rng } from './random.js';
+export { crispSmall, defaultPolicies, flexPrefillSmall } from './policies.js';

@@ -4,6 +4,8 @@ export {
   type AttentionRowsResult,
   kvHeadOf,
   massRecall,
+  type PooledBlockMap,
+  pooledBlockMap,
   type MassRecallOptions,
   type PerHead,
   relativeError,

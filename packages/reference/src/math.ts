@@ -373,49 +373,54 @@ export function proxyStatsF64(p: Problem, o: ProxyOptions): ProxyStats {
 }
 
 /**
- * PE rows for the listed heads. Ā[I, J] = softmax_J(Q̄_I · K̄_J · scale) over J <= I (Q̄_I,
- * K̄_J block means; partial blocks over their real rows; with chunked prefill only query
- * blocks that hold query rows take part). The causal entries are flattened row-major
- * (I, then J), normalised to sum 1, sorted descending with ties to the lower flat index, and
- * the SHORTEST prefix whose cumulative sum reaches γ is kept (FlexPrefill keeps one entry
- * fewer: the prefix whose sum stays <= γ). Floating-point sums that never reach γ (γ = 1)
- * keep every entry.
+ * The pooled block map of one head, flattened row-major (I, then J <= I) and normalised to
+ * sum 1: Ā[I, J] = softmax_J(Q̄_I · K̄_J · scale) over J <= I, divided by the number of query
+ * blocks. Q̄_I, K̄_J are block means (partial blocks over their real rows); with chunked
+ * prefill, query blocks holding no query rows get zeros and do not count.
  */
-export function peRowsF64(p: Problem, B: number, gamma: number, heads: readonly number[]): BlockRows {
-  const { q, k } = p;
-  const H = q.heads;
-  const d = q.dim;
-  const m = q.rows;
-  const n = k.rows;
-  const Nb = Math.ceil(n / B);
-  if (!(gamma > 0 && gamma <= 1)) {
-    throw new InvalidArgumentError(`gamma must be in (0, 1]; got ${gamma}`);
-  }
-  const kMeans = blockMeans(k, B, 0, Nb).mean;
-  const qm = blockMeans(q, B, n - m, Nb);
-  const entries = (Nb * (Nb + 1)) / 2;
-  const vals = new Float64Array(entries);
-  const flatI = new Int32Array(entries);
-  const flatJ = new Int32Array(entries);
-  {
+export class PooledMap {
+  readonly Nb: number;
+  readonly entries: number;
+  readonly flatI: Int32Array;
+  readonly flatJ: Int32Array;
+  readonly #kMeans: Float64Array;
+  readonly #qm: { mean: Float64Array; count: Int32Array };
+  readonly #p: Problem;
+  constructor(p: Problem, B: number) {
+    const n = p.k.rows;
+    this.#p = p;
+    this.Nb = Math.ceil(n / B);
+    const Nb = this.Nb;
+    this.#kMeans = blockMeans(p.k, B, 0, Nb).mean;
+    this.#qm = blockMeans(p.q, B, n - p.q.rows, Nb);
+    this.entries = (Nb * (Nb + 1)) / 2;
+    this.flatI = new Int32Array(this.entries);
+    this.flatJ = new Int32Array(this.entries);
     let f = 0;
     for (let I = 0; I < Nb; I++) {
       for (let J = 0; J <= I; J++) {
-        flatI[f] = I;
-        flatJ[f] = J;
+        this.flatI[f] = I;
+        this.flatJ[f] = J;
         f++;
       }
     }
   }
-  const order = new Int32Array(entries);
-  const keep = new Uint8Array(entries);
-  const perHeadRows: Int32Array[][] = [];
-  for (const h of heads) {
-    const g = kvHeadOf(h, H, k.heads);
+  /** query block I holds at least one query row */
+  active(I: number): boolean {
+    return this.#qm.count[I] > 0;
+  }
+  /** Fill vals (length `entries`) with head h's normalised map. */
+  values(h: number, vals: Float64Array): Float64Array {
+    const { q, k } = this.#p;
+    const d = q.dim;
+    const Nb = this.Nb;
+    const g = kvHeadOf(h, q.heads, k.heads);
+    const qMean = this.#qm.mean;
+    const kMeans = this.#kMeans;
     let f = 0;
     let activeRows = 0;
     for (let I = 0; I < Nb; I++) {
-      if (qm.count[I] === 0) {
+      if (!this.active(I)) {
         for (let J = 0; J <= I; J++) vals[f++] = 0;
         continue;
       }
@@ -425,8 +430,8 @@ export function peRowsF64(p: Problem, B: number, gamma: number, heads: readonly 
       for (let J = 0; J <= I; J++) {
         const ko = (g * Nb + J) * d;
         let dot = 0;
-        for (let c = 0; c < d; c++) dot += qm.mean[qo + c] * kMeans[ko + c];
-        const x = dot * p.scale;
+        for (let c = 0; c < d; c++) dot += qMean[qo + c] * kMeans[ko + c];
+        const x = dot * this.#p.scale;
         vals[f + J] = x;
         if (x > mx) mx = x;
       }
@@ -441,16 +446,42 @@ export function peRowsF64(p: Problem, B: number, gamma: number, heads: readonly 
     }
     // Each active row sums to 1, so normalising the whole map divides by the row count.
     const invRows = 1 / activeRows;
-    for (let e = 0; e < entries; e++) {
-      vals[e] *= invRows;
-      order[e] = e;
-    }
-    order.sort((a, b) => (vals[a] === vals[b] ? a - b : vals[b] > vals[a] ? 1 : -1));
+    for (let e = 0; e < this.entries; e++) vals[e] *= invRows;
+    return vals;
+  }
+}
+
+/** Flat indices sorted by descending value, ties to the lower flat index. */
+export function sortedEntries(vals: Float64Array): Int32Array {
+  const order = new Int32Array(vals.length);
+  for (let e = 0; e < order.length; e++) order[e] = e;
+  return order.sort((a, b) => (vals[a] === vals[b] ? a - b : vals[b] > vals[a] ? 1 : -1));
+}
+
+/**
+ * PE rows for the listed heads from the pooled map (see PooledMap). The entries are sorted
+ * descending with ties to the lower flat index (row-major I, then J), and the SHORTEST
+ * prefix whose cumulative sum reaches γ is kept (FlexPrefill keeps one entry fewer: the
+ * prefix whose sum stays <= γ). Floating-point sums that never reach γ (γ = 1) keep every
+ * entry.
+ */
+export function peRowsF64(p: Problem, B: number, gamma: number, heads: readonly number[]): BlockRows {
+  if (!(gamma > 0 && gamma <= 1)) {
+    throw new InvalidArgumentError(`gamma must be in (0, 1]; got ${gamma}`);
+  }
+  const map = new PooledMap(p, B);
+  const { Nb, entries, flatI, flatJ } = map;
+  const vals = new Float64Array(entries);
+  const keep = new Uint8Array(entries);
+  const perHeadRows: Int32Array[][] = [];
+  for (const h of heads) {
+    map.values(h, vals);
+    const order = sortedEntries(vals);
     keep.fill(0);
     let cum = 0;
     for (let t = 0; t < entries; t++) {
       const e = order[t];
-      if (qm.count[flatI[e]] === 0) continue; // a query block with no query rows (chunked)
+      if (!map.active(flatI[e])) continue; // a query block with no query rows (chunked)
       keep[e] = 1;
       cum += vals[e];
       if (cum >= gamma) break;

@@ -18,7 +18,7 @@ import {
   toFloat32,
   validateMask,
 } from '@crisp/core';
-import { attendMany, attendRow, kvHeadOf, Scratch, toHeadMajor } from './math.js';
+import { attendMany, attendRow, kvHeadOf, PooledMap, Scratch, sortedEntries, toHeadMajor } from './math.js';
 
 export interface PerHead {
   /** [H] one value per query head */
@@ -173,3 +173,43 @@ export function attentionRows(
 
 // Re-exported for tests that need the GQA mapping the reference uses.
 export { kvHeadOf };
+
+export interface PooledBlockMap {
+  readonly numBlocks: number;
+  /** flat index f -> query block I and key block J (row-major I, then J <= I) */
+  readonly flatI: Int32Array;
+  readonly flatJ: Int32Array;
+  /** per listed head: the normalised pooled map Ā (sums to 1), flattened */
+  readonly values: Float64Array[];
+  /** per listed head: flat indices by descending value, ties to the lower index */
+  readonly order: Int32Array[];
+}
+
+/**
+ * The PE path's pooled block map (what peBlockRows cuts at γ), in float64, for the listed
+ * query heads. Conformance checks use it to tell a real error in a backend's PE rows from a
+ * borderline entry whose cumulative mass sits within tolerance of γ.
+ */
+export function pooledBlockMap(
+  q: HostTensor,
+  k: HostTensor,
+  blockSize: number,
+  heads: readonly number[],
+  opts: { scale?: number } = {},
+): PooledBlockMap {
+  const shape = attentionShape(q, k, k);
+  if (!Number.isInteger(blockSize) || blockSize < 1) throw new InvalidArgumentError(`blockSize must be a positive integer; got ${blockSize}`);
+  for (const h of heads) {
+    if (!Number.isInteger(h) || h < 0 || h >= shape.heads) throw new InvalidArgumentError(`head ${h} is outside [0, ${shape.heads - 1}]`);
+  }
+  const map = new PooledMap(
+    {
+      q: toHeadMajor(q.dtype, q.shape, q.data, 'q'),
+      k: toHeadMajor(k.dtype, k.shape, k.data, 'k'),
+      scale: opts.scale ?? defaultScale(shape.headDim),
+    },
+    blockSize,
+  );
+  const values = heads.map((h) => map.values(h, new Float64Array(map.entries)));
+  return { numBlocks: map.Nb, flatI: map.flatI, flatJ: map.flatJ, values, order: values.map(sortedEntries) };
+}

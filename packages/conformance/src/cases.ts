@@ -1,0 +1,435 @@
+/**
+ * The conformance cases: every backend primitive and the full pipeline, each checked
+ * against @crisp/reference on fresh seeded inputs. Cases are plain data + an async `run`,
+ * so the same list drives the programmatic runner (plain Node, no test framework) and the
+ * vitest layer (one `it` per case).
+ *
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ */
+import {
+  type Backend,
+  type BlockMask,
+  type BlockRows,
+  type DType,
+  type DeviceTensor,
+  type HostTensor,
+  type Policy,
+  expandToRows,
+  numBlocks,
+  planPrefill,
+  sparsePrefill,
+  toFloat32,
+  vsHead,
+  vsListsFromArrays,
+} from '@crisp/core';
+import { attentionRows, pooledBlockMap, sampleRows } from '@crisp/reference';
+import {
+  type Tolerance,
+  compareRoutes,
+  comparePeRows,
+  compareSelection,
+  compareStats,
+  maxMixedError,
+  outputRows,
+} from './compare.js';
+import { type AttentionInputs, type Rng, attentionInputs, rng } from './random.js';
+
+export interface ShapeCase {
+  /** used in case names; default derived from the numbers */
+  readonly name?: string;
+  /** keys (sequence length) */
+  readonly n: number;
+  /** query rows, the last m of n positions (chunked prefill); default n */
+  readonly m?: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** block size for the primitive cases (pipeline cases take the policy's) */
+  readonly blockSize: number;
+  /** which cases use this shape (default 'primitives') */
+  readonly use?: 'primitives' | 'pipeline' | 'both';
+}
+
+export function shapeName(s: ShapeCase): string {
+  if (s.name) return s.name;
+  const m = s.m !== undefined && s.m !== s.n ? `-m${s.m}` : '';
+  return `n${s.n}${m}-h${s.heads}kv${s.kvHeads}-d${s.headDim}-b${s.blockSize}`;
+}
+
+/**
+ * Default shapes: n not a multiple of B, n < 2B, GQA ratios 1, 4 and 8, d 64 and 128,
+ * B 64 and 128, a chunked-prefill shape, and one shape long enough for the presets'
+ * sparse path (n > kMin = 1024).
+ */
+export const SMALL_SIZES: readonly ShapeCase[] = Object.freeze([
+  { n: 200, heads: 2, kvHeads: 2, headDim: 64, blockSize: 64 },
+  { n: 100, heads: 8, kvHeads: 2, headDim: 128, blockSize: 64 },
+  { n: 300, heads: 8, kvHeads: 1, headDim: 64, blockSize: 128 },
+  { n: 190, m: 70, heads: 4, kvHeads: 2, headDim: 64, blockSize: 64 },
+  { n: 1100, heads: 4, kvHeads: 2, headDim: 64, blockSize: 128, use: 'pipeline' },
+]);
+
+/** Long shapes for GPU backends (n up to 65536); exact checks run on sampled query rows. */
+export const LARGE_SIZES: readonly ShapeCase[] = Object.freeze([
+  { n: 4000, heads: 8, kvHeads: 2, headDim: 128, blockSize: 64, use: 'both' },
+  { n: 16384, heads: 8, kvHeads: 1, headDim: 128, blockSize: 128, use: 'both' },
+  { n: 65536, heads: 8, kvHeads: 2, headDim: 128, blockSize: 128, use: 'both' },
+  { n: 65000, m: 1000, heads: 8, kvHeads: 2, headDim: 128, blockSize: 128 },
+]);
+
+export interface CaseContext {
+  readonly backend: Backend;
+  readonly reference: Backend;
+  readonly seed: number;
+  readonly tolerance: Tolerance;
+  /** full exact checks up to this many keys; beyond it `sampleCount` sampled query rows */
+  readonly fullCheckLimit: number;
+  readonly sampleCount: number;
+}
+
+export interface CaseOutcome {
+  readonly passed: boolean;
+  readonly maxError: number;
+  readonly tolerance: number;
+  readonly detail: string;
+}
+
+export interface ConformanceCase {
+  readonly name: string;
+  readonly dtype: DType;
+  readonly shape: ShapeCase;
+  /** what the backend must support for the case to apply */
+  readonly needs: { readonly blockSize: number; readonly chunked: boolean };
+  run(ctx: CaseContext): Promise<CaseOutcome>;
+}
+
+// ---------------------------------------------------------------------------------------
+// helpers
+
+function upload(be: Backend, x: AttentionInputs): { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor } {
+  return { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+}
+
+const NAN_BITS: Record<DType, number> = { f32: Number.NaN, f16: 0x7e00, bf16: 0x7fc0 };
+
+/** An output tensor filled with NaN, so a kernel that skips a row cannot pass. */
+function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTensor {
+  const t = be.allocate(dtype, shape);
+  const len = shape.reduce((a, b) => a * b, 1);
+  const fill = dtype === 'f32' ? new Float32Array(len) : new Uint16Array(len);
+  fill.fill(NAN_BITS[dtype]);
+  be.write(t, 0, fill);
+  return t;
+}
+
+function checkRowsFor(ctx: CaseContext, s: ShapeCase): number[] {
+  const m = s.m ?? s.n;
+  return s.n <= ctx.fullCheckLimit ? sampleRows(m, m) : sampleRows(m, ctx.sampleCount);
+}
+
+function outcome(error: number, tolerance: number, lines: string[], info = ''): CaseOutcome {
+  const passed = lines.length === 0 && error <= tolerance;
+  const head = passed ? 'ok' : `error ${error.toExponential(3)} vs tolerance ${tolerance.toExponential(3)}`;
+  return { passed, maxError: error, tolerance, detail: [head + (info ? `; ${info}` : ''), ...lines].join('\n') };
+}
+
+/** Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`. */
+async function checkAttention(
+  ctx: CaseContext,
+  s: ShapeCase,
+  x: AttentionInputs,
+  output: HostTensor,
+  lse: DeviceTensor | undefined,
+  mask: BlockMask | undefined,
+  wantLse: boolean,
+): Promise<CaseOutcome> {
+  const lines: string[] = [];
+  const m = s.m ?? s.n;
+  if (output.dtype !== x.q.dtype || output.shape.join() !== [m, s.heads, s.headDim].join()) {
+    return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, [
+      `output is ${output.dtype} [${output.shape}], expected ${x.q.dtype} [${m}, ${s.heads}, ${s.headDim}]`,
+    ]);
+  }
+  const rows = checkRowsFor(ctx, s);
+  const exact = attentionRows(x.q, x.k, x.v, rows, mask);
+  const got = outputRows(output, rows);
+  const r = maxMixedError(got, exact.output);
+  const where = (idx: number) => {
+    const hd = s.heads * s.headDim;
+    return `query row ${rows[Math.floor(idx / hd)]}, head ${Math.floor((idx % hd) / s.headDim)}, column ${idx % s.headDim}`;
+  };
+  if (!(r.error <= ctx.tolerance.output)) {
+    lines.push(`worst output at ${where(r.index)}: got ${got[r.index]}, exact ${exact.output[r.index]}`);
+  }
+  let lseErr = 0;
+  if (wantLse) {
+    if (!lse) lines.push('returnLse was asked for but no lse came back');
+    else {
+      const l = await ctx.backend.download(lse);
+      if (l.dtype !== 'f32' || l.shape.join() !== [s.heads, m].join()) {
+        lines.push(`lse is ${l.dtype} [${l.shape}], expected f32 [${s.heads}, ${m}]`);
+      } else {
+        const vals = toFloat32(l);
+        const gotL = new Float64Array(s.heads * rows.length);
+        for (let h = 0; h < s.heads; h++) for (const [t, i] of rows.entries()) gotL[h * rows.length + t] = vals[h * m + i];
+        const e = maxMixedError(gotL, exact.lse);
+        lseErr = e.error;
+        if (!(e.error <= ctx.tolerance.lse)) {
+          lines.push(
+            `lse error ${e.error.toExponential(3)} > ${ctx.tolerance.lse} at head ${Math.floor(e.index / rows.length)}, query row ${rows[e.index % rows.length]}: got ${gotL[e.index]}, exact ${exact.lse[e.index]}`,
+          );
+        }
+      }
+    }
+  }
+  return outcome(r.error, ctx.tolerance.output, lines, `${rows.length} of ${m} query rows checked${wantLse ? `, lse error ${lseErr.toExponential(2)}` : ''}`);
+}
+
+/** A random mask in one of the three forms; every query block keeps its diagonal block. */
+export function randomMask(r: Rng, form: 'vs' | 'rows' | 'mixed', H: number, Nb: number, B: number): BlockMask {
+  const pick = (p: number) => r() < p;
+  let vs: BlockMask['vs'];
+  let rows: BlockRows | undefined;
+  if (form !== 'rows') {
+    const vertical: number[][] = [];
+    const slash: number[][] = [];
+    for (let h = 0; h < H; h++) {
+      vertical.push([...Array(Nb).keys()].filter((J) => J === 0 || pick(0.3)));
+      // Mixed masks get the diagonal from the rows part, so their slash lists may skip 0.
+      slash.push([...Array(Nb).keys()].filter((O) => (O === 0 && form === 'vs') || pick(0.3)));
+    }
+    vs = vsListsFromArrays(vertical, slash);
+  }
+  if (form !== 'vs') {
+    const rowPtr = new Int32Array(H * Nb + 1);
+    const cols: number[] = [];
+    for (let h = 0; h < H; h++) {
+      for (let I = 0; I < Nb; I++) {
+        for (let J = 0; J <= I; J++) if (J === I || pick(form === 'rows' ? 0.4 : 0.2)) cols.push(J);
+        rowPtr[h * Nb + I + 1] = cols.length;
+      }
+    }
+    rows = { rowPtr, cols: Int32Array.from(cols) };
+  }
+  return { heads: H, numBlocks: Nb, blockSize: B, vs, rows };
+}
+
+function sameRows(a: BlockRows, b: BlockRows, H: number, Nb: number): string[] {
+  const lines: string[] = [];
+  if (a.rowPtr.length !== b.rowPtr.length) return [`rowPtr length ${a.rowPtr.length}, expected ${b.rowPtr.length}`];
+  for (let r = 0; r < H * Nb && lines.length < 5; r++) {
+    const x = Array.from(a.cols.subarray(a.rowPtr[r], a.rowPtr[r + 1]));
+    const y = Array.from(b.cols.subarray(b.rowPtr[r], b.rowPtr[r + 1]));
+    if (x.join() !== y.join()) lines.push(`head ${Math.floor(r / Nb)} row ${r % Nb}: got [${x}], expected [${y}]`);
+  }
+  return lines;
+}
+
+// ---------------------------------------------------------------------------------------
+// the cases
+
+type CaseBody = (ctx: CaseContext, r: Rng) => Promise<CaseOutcome>;
+
+function makeCase(name: string, dtype: DType, shape: ShapeCase, blockSize: number, body: CaseBody): ConformanceCase {
+  return {
+    name,
+    dtype,
+    shape,
+    needs: { blockSize, chunked: (shape.m ?? shape.n) !== shape.n },
+    run: (ctx) => body(ctx, rng(ctx.seed)),
+  };
+}
+
+function transferCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  return makeCase(`transfer/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const be = ctx.backend;
+    const lines: string[] = [];
+    const back = await be.download(be.upload(x.k));
+    if (back.dtype !== dtype || back.shape.join() !== x.k.shape.join()) lines.push(`download gave ${back.dtype} [${back.shape}]`);
+    else if (!bitEqual(back.data, x.k.data)) lines.push('upload then download changed the bits');
+    // write() in three uneven chunks into an allocated tensor
+    const t = be.allocate(dtype, x.q.shape);
+    const len = x.q.data.length;
+    const cuts = [0, Math.floor(len / 3) + 1, Math.floor((2 * len) / 3), len];
+    for (let c = 0; c < 3; c++) be.write(t, cuts[c], x.q.data.subarray(cuts[c], cuts[c + 1]));
+    const w = await be.download(t);
+    if (!bitEqual(w.data, x.q.data)) lines.push('allocate + write in chunks + download changed the bits');
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+}
+
+function bitEqual(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i] && !(Number.isNaN(a[i]) && Number.isNaN(b[i]))) return false;
+  return true;
+}
+
+function proxyStatsCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  return makeCase(`proxyStats/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const B = s.blockSize;
+    // Windows that are not multiples of B, so a kernel that rounds them to blocks is caught.
+    const opts = { blockSize: B, wSink: Math.max(1, Math.floor(B * 0.75)), wLocal: B + 5, tokenScores: true };
+    const d = upload(ctx.backend, x);
+    const got = await ctx.backend.proxyStats(d.q, d.k, opts);
+    const ref = await ctx.reference.proxyStats(ctx.reference.upload(x.q), ctx.reference.upload(x.k), opts);
+    const c = compareStats(got, ref, ctx.tolerance.stats);
+    return outcome(c.error, ctx.tolerance.stats, c.lines);
+  });
+}
+
+function peCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  return makeCase(`peBlockRows/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const B = s.blockSize;
+    // a subset of heads, out of order of kv groups, to catch head-slot mix-ups
+    const heads = [...Array(s.heads).keys()].filter((h) => h === 0 || h % 2 === 1);
+    const gamma = 0.8 + 0.15 * r();
+    const d = upload(ctx.backend, x);
+    const got = await ctx.backend.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads });
+    const map = pooledBlockMap(x.q, x.k, B, heads);
+    const c = comparePeRows(got, map, heads, gamma, ctx.tolerance.stats);
+    return outcome(c.lines.length ? Number.POSITIVE_INFINITY : 0, ctx.tolerance.stats, c.lines, `${c.borderline} borderline entries`);
+  });
+}
+
+const FORMS = ['vs', 'rows', 'mixed'] as const;
+
+function expandCase(dtype: DType, s: ShapeCase, form: (typeof FORMS)[number]): ConformanceCase {
+  return makeCase(`expandMask/${form}/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const Nb = numBlocks(s.n, s.blockSize);
+    const mask = randomMask(r, form, s.heads, Nb, s.blockSize);
+    const got = await ctx.backend.expandMask(mask);
+    const lines = sameRows(got, expandToRows(mask), s.heads, Nb);
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+}
+
+function sparseCase(dtype: DType, s: ShapeCase, form: (typeof FORMS)[number]): ConformanceCase {
+  return makeCase(`sparseAttention/${form}/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const Nb = numBlocks(s.n, s.blockSize);
+    const mask = randomMask(r, form, s.heads, Nb, s.blockSize);
+    const d = upload(ctx.backend, x);
+    const out = poisoned(ctx.backend, dtype, x.q.shape);
+    const wantLse = ctx.backend.capabilities.logSumExp;
+    const res = await ctx.backend.sparseAttention(d.q, d.k, d.v, mask, { out, returnLse: wantLse });
+    if (res.output !== out) {
+      return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, ['the result is not the tensor passed as opts.out']);
+    }
+    const output = await ctx.backend.download(res.output);
+    return checkAttention(ctx, s, x, output, res.lse, mask, wantLse);
+  });
+}
+
+function denseCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  return makeCase(`denseAttention/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const d = upload(ctx.backend, x);
+    const out = poisoned(ctx.backend, dtype, x.q.shape);
+    const wantLse = ctx.backend.capabilities.logSumExp;
+    const res = await ctx.backend.denseAttention(d.q, d.k, d.v, { out, returnLse: wantLse });
+    if (res.output !== out) {
+      return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, ['the result is not the tensor passed as opts.out']);
+    }
+    const output = await ctx.backend.download(res.output);
+    return checkAttention(ctx, s, x, output, res.lse, undefined, wantLse);
+  });
+}
+
+/**
+ * The full pipeline: the backend's plan must match the reference plan up to borderline
+ * decisions (see compare.ts), and its output must match exact attention over the
+ * backend's OWN mask (so a borderline block never turns into an output failure).
+ */
+function pipelineCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCase {
+  const B = policy.blockSize ?? 128;
+  const shape = { ...s, blockSize: B };
+  return makeCase(`pipeline/${policy.name}/${shapeName(shape)}/${dtype}`, dtype, shape, B, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const tol = ctx.tolerance;
+    const lines: string[] = [];
+    const rd = upload(ctx.reference, x);
+    const refPlan = await planPrefill(ctx.reference, rd, policy, { minSparseLength: 0 });
+    const d = upload(ctx.backend, x);
+    const out = poisoned(ctx.backend, dtype, x.q.shape);
+    const res = await sparsePrefill(ctx.backend, d, policy, { minSparseLength: 0, out });
+    const plan = res.plan;
+    if (res.output !== out) lines.push('the result is not the tensor passed as opts.out');
+    if (Boolean(plan.mask) !== Boolean(refPlan.mask)) {
+      lines.push(`plan is ${plan.mask ? 'sparse' : `dense (${plan.denseReason})`}, reference ${refPlan.mask ? 'sparse' : `dense (${refPlan.denseReason})`}`);
+    }
+    let borderline = 0;
+    if (plan.mask && refPlan.mask && plan.stats && refPlan.stats && plan.routing && refPlan.routing) {
+      const st = compareStats(plan.stats, refPlan.stats, tol.stats);
+      if (!(st.error <= tol.stats)) lines.push(...st.lines.map((l) => `stats: ${l}`));
+      const rt = compareRoutes(plan.routing.routes, refPlan.routing.routes, refPlan.routing.scores, refPlan.routing.threshold, 10 * tol.stats);
+      lines.push(...rt.lines);
+      borderline += rt.flipped.size;
+      const Nb = refPlan.numBlocks;
+      const H = s.heads;
+      const peHeads: number[] = [];
+      for (let h = 0; h < H; h++) {
+        if (rt.flipped.has(h)) continue; // a borderline route: the whole head may differ
+        for (const dir of ['vertical', 'slash'] as const) {
+          const scores = (dir === 'vertical' ? refPlan.stats.verticalBlocks : refPlan.stats.slashBlocks).subarray(h * Nb, (h + 1) * Nb);
+          const c = compareSelection(vsHead(plan.mask.vs!, h)[dir], vsHead(refPlan.mask.vs!, h)[dir], scores, 2 * tol.stats);
+          borderline += c.borderline;
+          lines.push(...c.lines.map((l) => `head ${h} ${dir}: ${l}`));
+        }
+        if (refPlan.routing.routes[h] === 'pe') peHeads.push(h);
+      }
+      if (peHeads.length > 0) {
+        const pick = (rows: BlockRows | undefined): BlockRows => {
+          const rowPtr = new Int32Array(peHeads.length * Nb + 1);
+          const cols: number[] = [];
+          peHeads.forEach((h, slot) => {
+            for (let I = 0; I < Nb; I++) {
+              if (rows) for (let p = rows.rowPtr[h * Nb + I]; p < rows.rowPtr[h * Nb + I + 1]; p++) cols.push(rows.cols[p]);
+              rowPtr[slot * Nb + I + 1] = cols.length;
+            }
+          });
+          return { rowPtr, cols: Int32Array.from(cols) };
+        };
+        const map = pooledBlockMap(x.q, x.k, B, peHeads);
+        const c = comparePeRows(pick(plan.mask.rows), map, peHeads, policy.pe!.gamma, tol.stats);
+        borderline += c.borderline;
+        lines.push(...c.lines.map((l) => `PE rows: ${l}`));
+      }
+    }
+    const output = await ctx.backend.download(res.output);
+    const att = await checkAttention(ctx, s, x, output, undefined, plan.mask, false);
+    if (!att.passed) lines.push(...att.detail.split('\n'));
+    const density = `density ${plan.overallDensity.toFixed(4)} (reference ${refPlan.overallDensity.toFixed(4)}), ${borderline} borderline differences`;
+    return outcome(att.maxError, tol.output, lines, density);
+  });
+}
+
+export interface CaseListOptions {
+  readonly sizes: readonly ShapeCase[];
+  readonly dtypes: readonly DType[];
+  readonly policies: readonly Policy[];
+}
+
+/** Every case for the given sizes, dtypes and policies, in a stable order. */
+export function buildCases(o: CaseListOptions): ConformanceCase[] {
+  const out: ConformanceCase[] = [];
+  for (const dtype of o.dtypes) {
+    o.sizes.forEach((s, i) => {
+      const use = s.use ?? 'primitives';
+      const chunked = (s.m ?? s.n) !== s.n;
+      if (use !== 'pipeline') {
+        if (i === 0) out.push(transferCase(dtype, s));
+        if (!chunked) {
+          out.push(proxyStatsCase(dtype, s), peCase(dtype, s));
+          for (const f of FORMS) out.push(expandCase(dtype, s, f));
+        }
+        for (const f of FORMS) out.push(sparseCase(dtype, s, f));
+        out.push(denseCase(dtype, s));
+      }
+      if (use !== 'primitives' && !chunked) for (const p of o.policies) out.push(pipelineCase(dtype, s, p));
+    });
+  }
+  return out;
+}

@@ -1,0 +1,36 @@
+/**
+ * Policies for the pipeline cases. The presets use B = 128 and kMin = 1024 tokens, so at
+ * the lengths CI can afford (n ~ 1k) their masks are nearly dense; the scaled copies
+ * (B = 64, kMin = 256, windows 64) make the same decisions at small n with real sparsity.
+ */
+import type { Policy } from '@crisp/core';
+import { crisp, flexPrefill } from '@crisp/presets';
+import { cStruct, jsd } from '@crisp/router';
+import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
+
+/** crisp with B = 64, kMin = 256, wSink = wLocal = 64 (τ_proxy 0.2, α 1.0, γ 0.95). */
+export const crispSmall: Policy = Object.freeze({
+  name: 'crisp-b64-kmin256',
+  blockSize: 64,
+  kMin: 256,
+  wSink: 64,
+  wLocal: 64,
+  router: cStruct({ tauProxy: 0.2, wSink: 64, wLocal: 64 }),
+  vs: noiseFloor({ alpha: 1.0, kMin: 256 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 256 }),
+});
+
+/** flexPrefill with B = 64, kMin = 256 (τ 0.1, γ 0.95). */
+export const flexPrefillSmall: Policy = Object.freeze({
+  name: 'flexPrefill-b64-kmin256',
+  blockSize: 64,
+  kMin: 256,
+  router: jsd({ tau: 0.1 }),
+  vs: cumulativeCoverage({ gamma: 0.95, kMin: 256 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 256 }),
+});
+
+/** The default pipeline policies: the presets as shipped, and their scaled copies. */
+export function defaultPolicies(): Policy[] {
+  return [crisp, flexPrefill, crispSmall, flexPrefillSmall];
+}
