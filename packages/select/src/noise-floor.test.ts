@@ -105,3 +105,12 @@ describe('noiseFloor', () => {
     expect(code(() => noiseFloor().select(direction(p, 4 * B, 0)))).toBe('INVALID_ARGUMENT');
   });
 });
+
+describe('the README example', () => {
+  it('keeps [0, 2, 6, 7]', () => {
+    const p = Float64Array.from([0.9, 0.004, 0.03, 0.001, 0.002, 0.003, 0.02, 0.04]);
+    const kept = noiseFloor({ alpha: 1, kMin: 128 }).select({ direction: 'vertical', head: 0, blockScores: p, blockSize: 128, n: 1024 });
+    expect(meanBackground(p)).toBeCloseTo(0.01, 15);
+    expect(Array.from(kept)).toEqual([0, 2, 6, 7]);
+  });
+});
