@@ -73,6 +73,15 @@ describe('cumulativeCoverage', () => {
     expect(Array.from(cumulativeCoverage({ gamma: 0.5, kMin: 6 }).select(direction(p, 8, 2, tokens)))).toEqual([0, 1, 2]);
   });
 
+  it('breaks ties among equal block scores toward the lower index', () => {
+    // n = 8, B = 2; blocks 1, 2, 3 tie at 0.3. gamma 0.2: 0.15 <= 0.2 -> count 2 -> 2 blocks: 0 and 1.
+    const tokens = Float32Array.from([0.05, 0.05, 0.15, 0.15, 0.15, 0.15, 0.15, 0.15]);
+    const p = Float64Array.from([0.1, 0.3, 0.3, 0.3]);
+    expect(Array.from(cumulativeCoverage({ gamma: 0.2, kMin: 2 }).select(direction(p, 8, 2, tokens)))).toEqual([0, 1]);
+    // kMin = 3 blocks: 0, 1, 2 (3 loses the tie).
+    expect(Array.from(cumulativeCoverage({ gamma: 0.2, kMin: 6 }).select(direction(p, 8, 2, tokens)))).toEqual([0, 1, 2]);
+  });
+
   it('declares needs.tokenScores and rejects a call without token scores', () => {
     const sel = cumulativeCoverage();
     expect(sel.needs?.tokenScores).toBe(true);
