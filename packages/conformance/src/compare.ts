@@ -156,7 +156,7 @@ export function comparePeRows(
  *    or a missing block scoring within `tol` of the highest unselected score (thresholds
  *    such as the noise floor α·μ lie between the two);
  *  - by count: one block per list at the rank boundary (an extra block that is the best
- *    unselected one, or a missing one among the three lowest selected, allowing for the
+ *    unselected one, or a missing one that is the weakest selected block apart from the
  *    two always-kept end blocks), since count-based rules (kMin, FlexPrefill's token
  *    coverage count) move by one when a running sum crosses its bound within rounding.
  */
@@ -178,9 +178,12 @@ export function compareSelection(
       bestUnsel = J;
     }
   }
-  const lowestSel = Array.from(R)
-    .sort((a, b) => scores[a] - scores[b] || b - a)
-    .slice(0, 3);
+  // The weakest selected block other than the two always-kept end blocks.
+  let worstSel = -1;
+  for (const J of R) {
+    if (J === 0 || J === scores.length - 1) continue;
+    if (worstSel < 0 || scores[J] < scores[worstSel] || (scores[J] === scores[worstSel] && J > worstSel)) worstSel = J;
+  }
   const lines: string[] = [];
   let borderline = 0;
   let rankFlips = 0;
@@ -197,7 +200,7 @@ export function compareSelection(
   for (const J of R) {
     if (G.has(J)) continue;
     if (scores[J] <= maxUnsel + tol) borderline++;
-    else if (lowestSel.includes(J) && rankFlips++ === 0) borderline++;
+    else if (J === worstSel && rankFlips++ === 0) borderline++;
     else lines.push(`missing block ${J} (score ${scores[J].toExponential(3)}; best unselected ${maxUnsel.toExponential(3)})`);
   }
   return { lines, borderline };

@@ -12,7 +12,7 @@ import {
   vsListsFromArrays,
 } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
-import { attentionRows, createReferenceBackend, massRecall, relativeError } from './index.js';
+import { attentionRows, createReferenceBackend, massRecall, pooledBlockMap, relativeError } from './index.js';
 
 // --- seeded inputs (mulberry32); the seed is printed in every failing assertion message ---
 const SEED = Number(process.env.CRISP_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -454,7 +454,10 @@ describe('reference PE rows', () => {
         const z = logits.reduce((a, x) => a + Math.exp(x - mx), 0);
         for (const [J, x] of logits.entries()) entries.push({ I, J, p: Math.exp(x - mx) / z / Nb });
       }
+      const map = pooledBlockMap(q, k, B, heads);
+      expect(maxAbsDiff(map.values[slot], entries.map((e) => e.p)), msg('pooledBlockMap')).toBeLessThan(1e-12);
       const sorted = entries.map((e, f) => ({ ...e, f })).sort((a, b) => b.p - a.p || a.f - b.f);
+      expect(Array.from(map.order[slot])).toEqual(sorted.map((e) => e.f));
       let cum = 0;
       const kept = new Set<string>();
       for (const e of sorted) {
