@@ -39,6 +39,14 @@ function head(seed: number, Nb: number, jitter: number, planted: Record<number, 
   return p;
 }
 
+/** The floor tail from the spec: above θ, else the k best (ties low), then ∪ anchors. */
+function expectedAbove(p: Float64Array, thr: number, kBlocks: number): number[] {
+  const Nb = p.length;
+  let keep = [...p.keys()].filter((J) => p[J] > thr);
+  if (keep.length < kBlocks) keep = [...p.keys()].sort((x, y) => p[y] - p[x] || x - y).slice(0, kBlocks);
+  return [...new Set([0, ...keep, Nb - 1])].sort((a, b) => a - b);
+}
+
 function sortedMedian(a: number[]): number {
   const s = [...a].sort((x, y) => x - y);
   const m = s.length >> 1;
@@ -110,7 +118,7 @@ describe('quantileFloor', () => {
       const pos = q * (bg.length - 1);
       const lo = Math.floor(pos);
       const thr = 1.1 * (bg[lo] + (pos - lo) * (bg[lo + 1] - bg[lo]));
-      const expected = [...new Set([0, ...[...p.keys()].filter((J) => p[J] > thr), Nb - 1])].sort((a, b) => a - b);
+      const expected = expectedAbove(p, thr, 1);
       const got = quantileFloor({ q, alpha: 1.1, kMin: B }).select(direction(p, Nb * B, B));
       expect(Array.from(got), `seed ${seed} q ${q}`).toEqual(expected);
     }
@@ -136,7 +144,7 @@ describe('robustFloor', () => {
     for (const c of [1, 2.5]) {
       const thr = med + c * Math.max(1.4826 * mad, 0.05 * med);
       expect(robustThreshold(p, c, 0.05), `seed ${seed}`).toBeCloseTo(thr, 12);
-      const expected = [...new Set([0, ...[...p.keys()].filter((J) => p[J] > thr), Nb - 1])].sort((a, b) => a - b);
+      const expected = expectedAbove(p, thr, 1);
       expect(Array.from(robustFloor({ c, kMin: B }).select(direction(p, Nb * B, B))), `seed ${seed}`).toEqual(expected);
     }
   });
