@@ -401,7 +401,8 @@ function pipelineCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCa
     const output = await ctx.backend.download(res.output);
     const att = await checkAttention(ctx, s, x, output, undefined, plan.mask, false);
     if (!att.passed) lines.push(...att.detail.split('\n'));
-    const density = `density ${plan.overallDensity.toFixed(4)} (reference ${refPlan.overallDensity.toFixed(4)}), ${borderline} borderline differences`;
+    const checked = att.detail.match(/\d+ of \d+ query rows checked/)?.[0] ?? '';
+    const density = `density ${plan.overallDensity.toFixed(4)} (reference ${refPlan.overallDensity.toFixed(4)}), ${borderline} borderline differences, ${checked}`;
     return outcome(att.maxError, tol.output, lines, density);
   });
 }

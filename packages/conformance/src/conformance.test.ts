@@ -9,13 +9,21 @@ import {
   type ProxyStats,
   toFloat32,
 } from '@crisp/core';
+import { crisp, flexPrefill } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
 import { crispSmall, flexPrefillSmall, formatReport, listConformanceCases, runConformance } from './index.js';
 import { defineConformanceSuite } from './vitest.js';
 
-// The plain reference must pass the whole default suite (every dtype, shape, policy).
-defineConformanceSuite('reference', () => createReferenceBackend());
+// The plain reference must pass the whole suite: every dtype and shape with the scaled
+// policies, and the presets as shipped (B = 128, kMin = 1024: nearly dense at n = 1100, so
+// the slowest cases) in f32.
+defineConformanceSuite('reference', () => createReferenceBackend(), { policies: [crispSmall, flexPrefillSmall] });
+defineConformanceSuite('reference, presets as shipped', () => createReferenceBackend(), {
+  dtypes: ['f32'],
+  filter: /^pipeline\//,
+  policies: [crisp, flexPrefill],
+});
 
 /** A backend that delegates to the reference except for the overridden primitives. */
 function wrap(name: string, overrides: (ref: Backend) => Partial<Backend>): () => Backend {
@@ -199,6 +207,22 @@ describe('runConformance', () => {
     expect(a.results.map((r) => [r.name, r.seed, r.maxError])).toEqual(b.results.map((r) => [r.name, r.seed, r.maxError]));
     const c = await runConformance(() => createReferenceBackend(), { ...opts, seed: 54321 });
     expect(c.results[0].seed).not.toBe(a.results[0].seed);
+  });
+
+  it('checks sampled query rows above fullCheckLimit (the large-n path)', async () => {
+    const r = await runConformance(() => createReferenceBackend(), {
+      dtypes: ['f16'],
+      filter: /^(denseAttention\/n200|sparseAttention\/mixed\/n200|pipeline\/.*n1100)/,
+      policies: [crispSmall],
+      fullCheckLimit: 150,
+      sampleCount: 7,
+    });
+    expect(r.passed, formatReport(r)).toBe(true);
+    expect(r.results.map((x) => x.detail.match(/(\d+) of (\d+) query rows/)?.slice(1))).toEqual([
+      ['7', '200'],
+      ['7', '200'],
+      ['7', '1100'],
+    ]);
   });
 
   it('skips by name or pattern, and by declared capabilities, with the reason', async () => {
