@@ -123,6 +123,48 @@ describe('bf16', () => {
   });
 });
 
+describe('float64 inputs round once (no double rounding through f32)', () => {
+  it('values a hair above or below a 16-bit tie round the right way', () => {
+    // f32 would first round 1 + 2^-11 + 2^-40 to the tie 1 + 2^-11, and RNE would then go to 1.
+    expect(f32ToF16Bits(1 + 2 ** -11 + 2 ** -40)).toBe(0x3c01);
+    expect(f32ToF16Bits(1 + 2 ** -11 - 2 ** -40)).toBe(0x3c00);
+    expect(f32ToF16Bits(-(1 + 3 * 2 ** -11 - 2 ** -40))).toBe(0xbc01);
+    expect(f32ToF16Bits(2 ** -25 + 2 ** -60)).toBe(0x0001); // subnormal tie, just above
+    expect(f32ToBf16Bits(1 + 2 ** -8 + 2 ** -40)).toBe(0x3f81);
+    expect(f32ToBf16Bits(1 + 2 ** -8 - 2 ** -40)).toBe(0x3f80);
+    expect(f32ToBf16Bits(-(1 + 3 * 2 ** -8 - 2 ** -40))).toBe(0xbf81);
+    expect(roundTo('f16', 1 + 2 ** -11 + 2 ** -40)).toBe(1 + 2 ** -10);
+  });
+
+  it('agrees with exact rounding on random float64 values', () => {
+    const seed = Math.floor(Math.random() * 2 ** 31);
+    let s = seed;
+    const next = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
+    for (let t = 0; t < 20000; t++) {
+      const x = (next() - 0.5) * 2 ** Math.floor(next() * 40 - 20);
+      for (const [dt, enc, dec] of [
+        ['f16', f32ToF16Bits, f16BitsToF32],
+        ['bf16', f32ToBf16Bits, bf16BitsToF32],
+      ] as const) {
+        const h = enc(x);
+        const y = dec(h);
+        if (!Number.isFinite(y)) continue; // overflow to Inf is tested above
+        // exact RNE: no representable neighbour is strictly closer, and a tie goes to the even pattern
+        const lo = dec(h - 1 >= 0 ? h - 1 : h);
+        const up = dec(h + 1);
+        for (const nb of [lo, up]) {
+          if (!Number.isFinite(nb) || Number.isNaN(nb)) continue;
+          const dy = Math.abs(y - x);
+          const dn = Math.abs(nb - x);
+          if (dn < dy || (dn === dy && nb !== y && (h & 1) === 1)) {
+            expect.fail(`${dt}: ${x} -> 0x${h.toString(16)} (${y}) but ${nb} is nearer or the even tie (seed ${seed})`);
+          }
+        }
+      }
+    }
+  });
+});
+
 describe('encode, decode, roundTo, host tensors', () => {
   it('encode/decode agree with the scalar conversions and roundTo', () => {
     const vals = [0.1, -3.75, 1e-6, 70000, 2 ** -24];

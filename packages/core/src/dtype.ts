@@ -20,10 +20,27 @@ export function bytesPerElement(dtype: DType): number {
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 
+/**
+ * f32 bits of x rounded to ODD (truncate toward zero, then set the last bit if inexact).
+ * Inputs are JS numbers (float64): rounding them to f32 by nearest-even and then to 16 bits
+ * can round twice at a tie (1 + 2^-11 + 2^-40 would become 1 in f16 instead of 1 + 2^-10).
+ * Round-to-odd to f32 (24 bits >= 11 + 2 and 8 + 2) makes the second rounding exact.
+ * f32-representable inputs are unchanged.
+ */
+function f32BitsRoundedToOdd(x: number): number {
+  f32[0] = x;
+  let bits = u32[0];
+  const r = f32[0];
+  if (r !== x && Number.isFinite(r) && !Number.isNaN(x)) {
+    if (Math.abs(r) > Math.abs(x)) bits -= 1; // one step toward zero (sign-magnitude bits)
+    bits |= 1;
+  }
+  return bits >>> 0;
+}
+
 /** f32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN. */
 export function f32ToBf16Bits(x: number): number {
-  f32[0] = x;
-  const bits = u32[0];
+  const bits = f32BitsRoundedToOdd(x);
   if ((bits & 0x7f800000) === 0x7f800000 && (bits & 0x007fffff) !== 0) {
     return ((bits >>> 16) | 0x0040) & 0xffff;
   }
@@ -38,8 +55,7 @@ export function bf16BitsToF32(h: number): number {
 
 /** f32 -> IEEE binary16 bits, round to nearest even, with subnormals and overflow to Inf. */
 export function f32ToF16Bits(x: number): number {
-  f32[0] = x;
-  const bits = u32[0];
+  const bits = f32BitsRoundedToOdd(x);
   const sign = (bits >>> 16) & 0x8000;
   const exp = (bits >>> 23) & 0xff;
   let mant = bits & 0x7fffff;
