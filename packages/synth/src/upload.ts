@@ -1,0 +1,61 @@
+/**
+ * Stream a scenario onto a backend in row chunks: `allocate` once, then `write` each chunk at
+ * its flat offset, so n = 512k never needs a multi-gigabyte JS array (one chunk of q is
+ * chunkRows·H·d values).
+ *
+ * Shape legend: q [n, H, d], k and v [n, Hkv, d].
+ */
+import { type Backend, type DeviceTensor, InvalidArgumentError } from '@crisp/core';
+import type { Scenario } from './scenario.js';
+
+export interface UploadOptions {
+  /** rows per chunk (default: about 4M q values per chunk, at least 1) */
+  readonly chunkRows?: number;
+  /** called after each chunk with the rows written so far */
+  readonly onProgress?: (rowsDone: number, n: number) => void;
+}
+
+export interface ScenarioTensors {
+  readonly q: DeviceTensor;
+  readonly k: DeviceTensor;
+  readonly v: DeviceTensor;
+}
+
+/** Default chunk: ~4M q values (16 MB of f32), whatever the shape. */
+export function defaultChunkRows(sc: Pick<Scenario, 'heads' | 'headDim' | 'n'>): number {
+  return Math.max(1, Math.min(sc.n, Math.floor((4 * 1024 * 1024) / (sc.heads * sc.headDim))));
+}
+
+/**
+ * Allocate q, k, v on the backend and fill them chunk by chunk. Yields to the event loop
+ * between chunks so progress bars can draw. On failure the tensors are freed.
+ */
+export async function uploadScenario(backend: Backend, sc: Scenario, opts: UploadOptions = {}): Promise<ScenarioTensors> {
+  const rows = opts.chunkRows ?? defaultChunkRows(sc);
+  if (!Number.isInteger(rows) || rows < 1) {
+    throw new InvalidArgumentError(`chunkRows must be a positive integer; got ${String(rows)}`);
+  }
+  const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;
+  const made: DeviceTensor[] = [];
+  try {
+    const q = backend.allocate(dtype, [n, H, d]);
+    made.push(q);
+    const k = backend.allocate(dtype, [n, Hkv, d]);
+    made.push(k);
+    const v = backend.allocate(dtype, [n, Hkv, d]);
+    made.push(v);
+    for (let start = 0; start < n; start += rows) {
+      const end = Math.min(n, start + rows);
+      const c = sc.rows(start, end);
+      backend.write(q, start * H * d, c.q.data);
+      backend.write(k, start * Hkv * d, c.k.data);
+      backend.write(v, start * Hkv * d, c.v.data);
+      opts.onProgress?.(end, n);
+      if (end < n) await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    return { q, k, v };
+  } catch (e) {
+    for (const t of made) t.dispose();
+    throw e;
+  }
+}
