@@ -1,1 +1,16 @@
-export {};
+/**
+ * @crisp/kernels-webgpu: the CRISP backend in WGSL for browsers and Node. The device or
+ * adapter is injected; `@crisp/kernels-webgpu/node` adds Dawn for Node.
+ */
+export {
+  createWebGpuBackend,
+  H200_SPARSE_CROSSOVER,
+  OPTIONAL_FEATURES,
+  WebGpuBackend,
+  type WebGpuBackendOptions,
+  type WebGpuInfo,
+} from './backend.js';
+export { DeviceLostError, GpuContext, type DeviceLimits } from './gpu.js';
+export { coverageCut } from './coverage.js';
+export type { ProgramDescriptor } from './kernels/common.js';
+export { attentionProgram } from './kernels/attention.js';

@@ -1,0 +1,51 @@
+/**
+ * The 64 x 64 score tile every attention-like kernel shares: 256 threads as 16 x 16, each
+ * owning a 4 x 4 register block of S = Q Kᵀ (query rows tr*4..tr*4+3, keys tc*4..tc*4+3).
+ * Q and K stream through workgroup memory 16 head dims at a time, stored transposed so one
+ * vec4 load feeds four FMAs per operand. The caller supplies how a tile row maps to a q row.
+ *
+ * Shape legend: q [m, H, d], k [n, Hkv, d]; query tile 64 rows, key tile 64 keys.
+ */
+import { type StorageDType, widen } from './common.js';
+
+/** Workgroup scratch the tile uses: QK holds the Q chunk [16][16] then the K chunk [16][16]. */
+export const TILE_SHARED = 'var<workgroup> QK: array<vec4<f32>, 512>;';
+
+/**
+ * WGSL statements computing s0..s3 (vec4<f32>, rows tr*4+i, keys tc*4..+3) for one key tile.
+ * Needs in scope: lid, tr, tc, lr (= lid / 4), ld (= (lid % 4) * 4), and the expressions
+ * `qIndex4(dc)`/`qValid` for the loader's row (row lr of the tile), `k0`, `g` (kv head),
+ * P.n, P.Hkv; buffers Q and K. Q values are multiplied by `qScale`.
+ */
+export function scoreTileWgsl(o: {
+  dtype: StorageDType;
+  headDim: number;
+  qIndex4: (dc: string) => string;
+  qValid: string;
+  qScale: string;
+}): string {
+  const D = o.headDim;
+  const lq = widen(o.dtype, `Q[${o.qIndex4('dc')}]`);
+  const lk = widen(o.dtype, 'K[((kposL * P.Hkv + g) * D + dc + ld) / 4u]');
+  const fma: string[] = [];
+  for (let kk = 0; kk < 16; kk++) {
+    fma.push(`{ let a = QK[${kk * 16}u + tr]; let b = QK[${256 + kk * 16}u + tc];`);
+    fma.push('  s0 += a.x * b; s1 += a.y * b; s2 += a.z * b; s3 += a.w * b; }');
+  }
+  return `
+    var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+    for (var dc = 0u; dc < ${D}u; dc += 16u) {
+      var qv = vec4<f32>(0.0);
+      if (${o.qValid}) { qv = ${lq} * ${o.qScale}; }
+      let kposL = k0 + lr;
+      var kv = vec4<f32>(0.0);
+      if (kposL < P.n) { kv = ${lk}; }
+      let qa = ld * 16u + lr / 4u;
+      let qc = lr % 4u;
+      QK[qa][qc] = qv.x; QK[qa + 16u][qc] = qv.y; QK[qa + 32u][qc] = qv.z; QK[qa + 48u][qc] = qv.w;
+      QK[256u + qa][qc] = kv.x; QK[256u + qa + 16u][qc] = kv.y; QK[256u + qa + 32u][qc] = kv.z; QK[256u + qa + 48u][qc] = kv.w;
+      workgroupBarrier();
+      ${fma.join('\n      ')}
+      workgroupBarrier();
+    }`;
+}

@@ -1,0 +1,88 @@
+/**
+ * Node entry: Dawn through the `webgpu` npm package. The main entry stays free of Node
+ * imports so browsers can bundle it; this one is for Node only.
+ *
+ * Dawn's default toggles hide `shader-f16` and subgroup matrices on NVIDIA's Vulkan driver;
+ * DEFAULT_DAWN_FLAGS turns them on (`allow_unsafe_apis` is what exposes the experimental
+ * `chromium-experimental-subgroup-matrix` feature). Pass `flags: []` for Dawn's defaults.
+ */
+import { existsSync } from 'node:fs';
+import { create } from 'webgpu';
+import { CrispError } from '@crisp/core';
+import { type WebGpuBackend, type WebGpuBackendOptions, createWebGpuBackend } from './backend.js';
+
+export const DEFAULT_DAWN_FLAGS: readonly string[] = ['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia'];
+
+export interface NodeWebGpuOptions extends Omit<WebGpuBackendOptions, 'gpu' | 'adapter' | 'device'> {
+  /** Dawn flags for `create()`; default DEFAULT_DAWN_FLAGS */
+  readonly flags?: readonly string[];
+}
+
+export interface WebGpuAvailability {
+  readonly available: boolean;
+  /** why not, when not */
+  readonly reason?: string;
+  readonly adapter?: { vendor: string; architecture: string; description: string };
+  readonly features?: readonly string[];
+}
+
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+
+function explainMissingAdapter(): string {
+  const hints: string[] = [];
+  if (process.platform === 'linux') {
+    if (!process.env.VK_ICD_FILENAMES && !process.env.VK_DRIVER_FILES) {
+      hints.push(
+        existsSync(SWIFTSHADER_ICD)
+          ? `no Vulkan ICD chosen: set VK_ICD_FILENAMES=${SWIFTSHADER_ICD} for SwiftShader (CPU)`
+          : 'no Vulkan driver chosen: install a Vulkan driver, or Debian chromium for SwiftShader and set VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json',
+      );
+    }
+    hints.push('Dawn needs libvulkan.so.1 on the library path (package libvulkan1, or LD_LIBRARY_PATH=/usr/lib/chromium)');
+  }
+  return `Dawn found no WebGPU adapter${hints.length ? `: ${hints.join('; ')}` : ''}`;
+}
+
+/**
+ * Every Dawn instance made here stays referenced for the life of the process: when the GPU
+ * object from create() was only reachable through its adapter and device, dawn.node 0.6.2
+ * crashed in InstanceBase::ProcessEvents after the main thread blocked for ~100 ms (seen on
+ * SwiftShader and on the null backend). A few instances per process cost nothing.
+ */
+const instances: GPU[] = [];
+
+async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
+  let gpu: GPU;
+  try {
+    gpu = create([...flags]);
+  } catch (e) {
+    throw new CrispError('BACKEND_UNAVAILABLE', `the webgpu package (Dawn) failed to load: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  instances.push(gpu);
+  (globalThis as { __crispDawnInstances?: GPU[] }).__crispDawnInstances = instances;
+  const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (!adapter) throw new CrispError('BACKEND_UNAVAILABLE', explainMissingAdapter());
+  return adapter;
+}
+
+/** A WebGPU backend on Dawn in Node. BACKEND_UNAVAILABLE (with the reason) when no adapter. */
+export async function createNodeWebGpuBackend(opts: NodeWebGpuOptions = {}): Promise<WebGpuBackend> {
+  const adapter = await nodeAdapter(opts.flags ?? DEFAULT_DAWN_FLAGS);
+  return createWebGpuBackend({ ...opts, adapter, gpu: instances[instances.length - 1] });
+}
+
+/** Whether Dawn finds an adapter here, and if not, why (for skipping tests with a reason). */
+export async function webgpuAvailability(flags: readonly string[] = DEFAULT_DAWN_FLAGS): Promise<WebGpuAvailability> {
+  try {
+    const a = await nodeAdapter(flags);
+    return {
+      available: true,
+      adapter: { vendor: a.info.vendor, architecture: a.info.architecture, description: a.info.description },
+      features: [...a.features].map(String).sort(),
+    };
+  } catch (e) {
+    return { available: false, reason: e instanceof Error ? e.message : String(e) };
+  }
+}
+
+export { createWebGpuBackend, type WebGpuBackend } from './backend.js';

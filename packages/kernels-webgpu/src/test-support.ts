@@ -1,0 +1,38 @@
+/**
+ * Test helpers (not exported from the package entry): one shared Node backend per test
+ * file, or the reason it is unavailable.
+ */
+import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
+import type { WebGpuBackend } from './backend.js';
+
+let cached: Promise<{ backend?: WebGpuBackend; reason?: string }> | undefined;
+
+export function sharedBackend(): Promise<{ backend?: WebGpuBackend; reason?: string }> {
+  cached ??= (async () => {
+    const a = await webgpuAvailability();
+    if (!a.available) {
+      console.warn(`[kernels-webgpu] skipping WebGPU tests: ${a.reason}`);
+      return { reason: a.reason };
+    }
+    return { backend: await createNodeWebGpuBackend() };
+  })();
+  return cached;
+}
+
+/** Seeded uniform values in [-1, 1) (mulberry32). */
+export function seededValues(seed: number, count: number, amp = 1): Float32Array {
+  let s = seed >>> 0;
+  const out = new Float32Array(count);
+  for (let i = 0; i < count; i++) {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    out[i] = ((((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1) * amp;
+  }
+  return out;
+}
+
+export function freshSeed(): number {
+  return Number(process.env.CRISP_SEED ?? Math.floor(Math.random() * 2 ** 31));
+}
