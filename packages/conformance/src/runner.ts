@@ -26,7 +26,7 @@ export interface ConformanceOptions {
   readonly filter?: string | RegExp;
   /** per-dtype tolerance overrides */
   readonly tolerances?: Partial<Record<DType, Partial<Tolerance>>>;
-  /** exact checks on every query row up to this n (default 4096); above it, sampled rows */
+  /** exact checks on every query row up to this n (default 2048); above it, sampled rows */
   readonly fullCheckLimit?: number;
   /** sampled query rows for long shapes (default 64) */
   readonly sampleCount?: number;
@@ -126,7 +126,7 @@ export class ConformanceSession {
       reference: this.reference,
       seed,
       tolerance: this.tolerance(c.dtype),
-      fullCheckLimit: this.#options.fullCheckLimit ?? 4096,
+      fullCheckLimit: this.#options.fullCheckLimit ?? 2048,
       sampleCount: this.#options.sampleCount ?? 64,
     };
     try {
