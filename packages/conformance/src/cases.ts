@@ -13,6 +13,8 @@ import {
   type DType,
   type DeviceTensor,
   type HostTensor,
+  hostTensor,
+  isCrispError,
   type Policy,
   expandToRows,
   numBlocks,
@@ -407,6 +409,90 @@ function pipelineCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCa
   });
 }
 
+/** Run `fn` and describe what came back unless it is a CrispError with `code`. */
+async function expectCode(what: string, code: string, fn: () => unknown): Promise<string | undefined> {
+  try {
+    await fn();
+  } catch (e) {
+    const got = (e as { code?: unknown })?.code;
+    if (isCrispError(e) && e.code === code) return undefined;
+    return `${what}: expected a CrispError ${code}, got ${isCrispError(e) ? `CrispError ${String(got)}` : String(e)}`;
+  }
+  return `${what}: expected a CrispError ${code}, nothing was thrown`;
+}
+
+/** Bad input gets a typed CrispError with the right code, never a crash or a wrong answer. */
+function typedErrorsCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  return makeCase(`errors/typed/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const be = ctx.backend;
+    const x = attentionInputs(r, dtype, s);
+    const d = upload(be, x);
+    const B = s.blockSize;
+    const Nb = numBlocks(s.n, B);
+    const good = randomMask(r, 'rows', s.heads, Nb, B);
+    const rows = good.rows!;
+    const lines: (string | undefined)[] = [];
+    // k and v with a head count that does not divide H
+    const badKv = be.upload(attentionInputs(r, dtype, { ...s, kvHeads: s.heads + 1, heads: s.heads + 1 }).k);
+    lines.push(await expectCode('H % Hkv != 0', 'SHAPE_MISMATCH', () => be.denseAttention(d.q, badKv, badKv)));
+    lines.push(
+      await expectCode('mask for the wrong head count', 'INVALID_MASK', () =>
+        be.sparseAttention(d.q, d.k, d.v, { ...good, heads: s.heads + 1 }),
+      ),
+    );
+    // a non-causal block: row 0 of head 0 pointing at block 1 (when there is one)
+    if (Nb > 1 && rows.rowPtr[1] > 0) {
+      const cols = Int32Array.from(rows.cols);
+      cols[0] = 1;
+      lines.push(
+        await expectCode('non-causal mask block', 'INVALID_MASK', () =>
+          be.sparseAttention(d.q, d.k, d.v, { ...good, rows: { rowPtr: rows.rowPtr, cols } }),
+        ),
+      );
+    }
+    lines.push(
+      await expectCode('unsupported block size 48', 'INVALID_ARGUMENT', () =>
+        be.proxyStats(d.q, d.k, { blockSize: 48, wSink: 64, wLocal: 64 }),
+      ),
+    );
+    const gone = be.upload(x.v);
+    gone.dispose();
+    lines.push(await expectCode('download of a disposed tensor', 'DISPOSED', () => be.download(gone)));
+    lines.push(await expectCode('attention on a disposed tensor', 'DISPOSED', () => be.denseAttention(d.q, d.k, gone)));
+    const foreign = ctx.reference.upload(x.q);
+    lines.push(await expectCode("another backend's tensor", 'WRONG_BACKEND', () => be.denseAttention(foreign, d.k, d.v)));
+    const problems = lines.filter((l): l is string => l !== undefined);
+    return outcome(problems.length ? 1 : 0, 0, problems);
+  });
+}
+
+/** NaN / Inf in q, k or v: NON_FINITE at proxyStats and at attention. */
+function nonFiniteCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  return makeCase(`errors/non-finite/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const be = ctx.backend;
+    const x = attentionInputs(r, dtype, s);
+    const spoil = (t: HostTensor, value: number): DeviceTensor => {
+      const vals = toFloat32(t).slice();
+      vals[Math.floor(r() * vals.length)] = value;
+      return be.upload(hostTensor(dtype, t.shape, vals));
+    };
+    const d = upload(be, x);
+    const lines = [
+      await expectCode('NaN in q at proxyStats', 'NON_FINITE', () =>
+        be.proxyStats(spoil(x.q, Number.NaN), d.k, { blockSize: s.blockSize, wSink: 64, wLocal: 64 }),
+      ),
+      await expectCode('Inf in k at proxyStats', 'NON_FINITE', () =>
+        be.proxyStats(d.q, spoil(x.k, Number.POSITIVE_INFINITY), { blockSize: s.blockSize, wSink: 64, wLocal: 64 }),
+      ),
+      await expectCode('NaN in v at denseAttention', 'NON_FINITE', () => be.denseAttention(d.q, d.k, spoil(x.v, Number.NaN))),
+      await expectCode('-Inf in q at sparseAttention', 'NON_FINITE', () =>
+        be.sparseAttention(spoil(x.q, Number.NEGATIVE_INFINITY), d.k, d.v, randomMask(r, 'vs', s.heads, numBlocks(s.n, s.blockSize), s.blockSize)),
+      ),
+    ].filter((l): l is string => l !== undefined);
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+}
+
 export interface CaseListOptions {
   readonly sizes: readonly ShapeCase[];
   readonly dtypes: readonly DType[];
@@ -421,7 +507,7 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       const use = s.use ?? 'primitives';
       const chunked = (s.m ?? s.n) !== s.n;
       if (use !== 'pipeline') {
-        if (i === 0) out.push(transferCase(dtype, s));
+        if (i === 0) out.push(transferCase(dtype, s), typedErrorsCase(dtype, s), nonFiniteCase(dtype, s));
         if (!chunked) {
           out.push(proxyStatsCase(dtype, s), peCase(dtype, s));
           for (const f of FORMS) out.push(expandCase(dtype, s, f));

@@ -158,6 +158,22 @@ const fixtures: { name: string; factory: () => Backend; filter: RegExp; mustFail
     mustFail: /^(proxyStats|pipeline\/crisp-b64)/,
   },
   {
+    name: 'a backend that swallows errors (returns zeros for bad masks and NaN inputs)',
+    factory: wrap('swallows-errors', (ref) => ({
+      sparseAttention: async (q, k, v, mask, opts) => {
+        try {
+          return await ref.sparseAttention(q, k, v, mask, opts);
+        } catch {
+          const out = opts?.out ?? ref.allocate(q.dtype, q.shape);
+          ref.write(out, 0, new Float32Array(q.shape.reduce((a, b) => a * b, 1)) as never);
+          return { output: out };
+        }
+      },
+    })),
+    filter: /^errors\//,
+    mustFail: /^errors\//,
+  },
+  {
     name: 'a kernel that skips the last query row (the poisoned output shows it)',
     factory: wrap('skips-last-row', (ref) => ({
       denseAttention: async (q, k, v, opts) => {
