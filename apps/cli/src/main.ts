@@ -1,1 +1,213 @@
-export async function main(_argv: string[]): Promise<number> { console.log('crisp: not built yet'); return 1; }
+/**
+ * The `crisp` command: run (the main job), report (one self-contained HTML page), calibrate.
+ * Exit codes: 0 ok, 1 runtime error (a CrispError prints its code), 2 bad usage or flags.
+ */
+import { Command, CommanderError, Option } from 'commander';
+import { isCrispError } from '@crisp/core';
+import { PROFILE_NAMES } from '@crisp/synth';
+import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
+import { calibrateCommand } from './calibrate-command.js';
+import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
+import { formatRun } from './format.js';
+import { choiceFlag, dtypeFlag, intFlag, numFlag } from './options.js';
+import { PRESET_NAMES } from './policy.js';
+import { reportCommand } from './report.js';
+import { type RunOptions, runJob } from './run-job.js';
+
+export { runJob, type RunOptions, type RunSummary } from './run-job.js';
+
+interface CommonFlags {
+  backend: BackendChoice;
+  preset: string;
+  alpha?: number;
+  gamma?: number;
+  tauProxy?: number;
+  block?: number;
+  seed: number;
+  n?: number;
+  heads?: number;
+  kvHeads?: number;
+  headDim?: number;
+  dtype?: RunOptions['dtype'];
+  profile: string;
+  qkv?: string;
+  layout?: string;
+  sampleRows?: number;
+  repeats?: number;
+  gate: boolean;
+  json?: boolean;
+}
+
+function addProblemFlags(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option('--backend <name>', 'auto (CUDA, then WebGPU, then reference), cuda, webgpu or reference')
+        .default('auto')
+        .argParser(choiceFlag('--backend', BACKEND_CHOICES)),
+    )
+    .addOption(
+      new Option('--profile <name>', `scenario profile: ${PROFILE_NAMES.join(', ')}`)
+        .default('llama-like')
+        .argParser(choiceFlag('--profile', PROFILE_NAMES)),
+    )
+    .option('--n <tokens>', 'sequence length (default: fit for the backend; 4096 on the reference)', intFlag('--n', 1, 2 ** 26))
+    .option('--heads <H>', 'query heads (default: fit for the backend)', intFlag('--heads', 1, 1024))
+    .option('--kv-heads <Hkv>', 'kv heads, H % Hkv == 0 (default H / 4)', intFlag('--kv-heads', 1, 1024))
+    .option('--head-dim <d>', 'head dim (default 64 on the reference, 128 on GPUs)', intFlag('--head-dim', 32, 1024))
+    .option('--dtype <dtype>', 'f32, f16 or bf16 (default: the backend\'s)', dtypeFlag)
+    .option('--seed <int>', 'scenario seed', intFlag('--seed', 0, 2 ** 32 - 1), 1);
+}
+
+function addPolicyFlags(cmd: Command): Command {
+  return cmd
+    .addOption(
+      new Option('--preset <name>', `policy: ${PRESET_NAMES.join(', ')}`).default('crisp').argParser(choiceFlag('--preset', PRESET_NAMES)),
+    )
+    .option('--alpha <α>', 'noise-floor multiplier α (crisp presets; default 1.0, crispFast 1.25)', numFlag('--alpha', 0, 1e6, true))
+    .option('--gamma <γ>', 'coverage γ of the PE path (and of FlexPrefill\'s VS path); default 0.95', numFlag('--gamma', 0, 1, true))
+    .option('--tau-proxy <τ>', 'C_struct routing threshold τ_proxy (crisp presets; default 0.2)', numFlag('--tau-proxy', 0, 1, true))
+    .addOption(new Option('--block <B>', 'block size B: 64 or 128').default(128).argParser(choiceFlag('--block', ['64', '128'] as const)))
+    .option('--qkv <file>', 'run on a Q/K/V dump (safetensors file or a directory of q/k/v .npy files) instead of a scenario')
+    .option('--layout <layout>', 'how --qkv stores tensors: nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d])', 'nhd')
+    .option('--sample-rows <count>', 'query rows with exact attention for mass recall (default 64; 16 on GPUs)', intFlag('--sample-rows', 1, 1e6))
+    .option('--repeats <count>', 'timed runs after a warm-up (default 3 on GPUs, 1 on the reference)', intFlag('--repeats', 1, 100))
+    .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)");
+}
+
+function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
+  if (f.layout !== undefined && f.layout !== 'nhd' && !f.qkv) throw new UsageError('--layout only applies with --qkv FILE');
+  if (f.heads !== undefined && f.kvHeads !== undefined && f.heads % f.kvHeads !== 0) {
+    throw new UsageError(`--heads (${f.heads}) must be a multiple of --kv-heads (${f.kvHeads})`);
+  }
+  if (f.heads !== undefined && f.kvHeads === undefined && f.heads % Math.max(1, Math.floor(f.heads / 4)) !== 0) {
+    throw new UsageError(`--heads ${f.heads} has no default kv-head count (H / 4); pass --kv-heads`);
+  }
+  return {
+    backend: f.backend,
+    preset: f.preset,
+    overrides: { alpha: f.alpha, gamma: f.gamma, tauProxy: f.tauProxy, blockSize: Number(f.block ?? 128) },
+    compare,
+    profile: f.profile,
+    n: f.n,
+    heads: f.heads,
+    kvHeads: f.kvHeads,
+    headDim: f.headDim,
+    dtype: f.dtype,
+    seed: f.seed,
+    qkv: f.qkv,
+    layout: f.layout,
+    sampleRows: f.sampleRows,
+    repeats: f.repeats,
+    gate: f.gate,
+  };
+}
+
+/** JSON-safe copy: typed arrays to plain arrays, mask rows dropped (they are for the report). */
+export function toJson(x: unknown): string {
+  return JSON.stringify(
+    x,
+    (key, v) => {
+      if (key === 'rows' && v && typeof v === 'object' && 'rowPtr' in v) return undefined;
+      if (ArrayBuffer.isView(v)) return Array.from(v as unknown as ArrayLike<number>);
+      if (v instanceof Map) return Object.fromEntries(v);
+      if (typeof v === 'number' && !Number.isFinite(v)) return String(v);
+      return v;
+    },
+    2,
+  );
+}
+
+function program(io: CliIo): Command {
+  const prog = new Command('crisp')
+    .description('CRISP sparse prefill: run one layer against dense, write a report, calibrate scenarios')
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
+    .showHelpAfterError('(run with --help for the flags)');
+
+  const run = prog
+    .command('run')
+    .description(
+      'the main job: a scenario (or --qkv dump) through the chosen policy and through dense on the same backend; prints per-head routing, density, mass recall, output error and time',
+    )
+    .option('--json', 'machine-readable output on stdout only');
+  addPolicyFlags(addProblemFlags(run));
+  run.action(async (f: CommonFlags) => {
+    const summary = await runJob(runOptions(f), io);
+    io.stdout.write(f.json ? `${toJson(summary)}\n` : formatRun(summary));
+  });
+
+  const report = prog
+    .command('report')
+    .description(
+      'write one self-contained HTML page (plotly inlined, no network): block masses on a log axis with the γ cut and the α·μ floor, block masks per policy, C_struct vs JSD, density and error per head',
+    )
+    .option('--out <file>', 'where to write the page', 'crisp-report.html')
+    .option('--compare <presets>', 'other presets to run on the same inputs, comma-separated', 'flexPrefill');
+  addPolicyFlags(addProblemFlags(report));
+  report.action(async (f: CommonFlags & { out: string; compare: string }) => {
+    const compare = f.compare
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
+    for (const c of compare) choiceFlag('--compare', PRESET_NAMES)(c);
+    await reportCommand(runOptions(f, compare), f.out, io);
+  });
+
+  const cal = prog
+    .command('calibrate')
+    .description(
+      'print per-head sink mass, C_struct, top-1 block place and block-mass percentiles of a scenario, against the paper\'s targets',
+    )
+    .option('--json', 'machine-readable output on stdout only')
+    .addOption(new Option('--block <B>', 'block size B: 64 or 128').default(128).argParser(choiceFlag('--block', ['64', '128'] as const)))
+    .option('--tau-proxy <τ>', 'C_struct threshold that makes a head VS (default 0.2)', numFlag('--tau-proxy', 0, 1, true));
+  addProblemFlags(cal);
+  cal.action(async (f: CommonFlags & { block: string }) => {
+    runOptions({ ...f, gate: true, preset: 'crisp' });
+    await calibrateCommand(
+      {
+        backend: f.backend,
+        profile: f.profile,
+        n: f.n,
+        heads: f.heads,
+        kvHeads: f.kvHeads,
+        headDim: f.headDim,
+        dtype: f.dtype,
+        seed: f.seed,
+        blockSize: Number(f.block),
+        tauProxy: f.tauProxy,
+        json: Boolean(f.json),
+      },
+      io,
+    );
+  });
+  return prog;
+}
+
+/** Parse argv (process.argv shape: [node, script, ...args]) and run; resolves to the exit code. */
+export async function main(argv: readonly string[], io: CliIo = processIo): Promise<number> {
+  const prog = program(io);
+  if (argv.length <= 2) {
+    prog.outputHelp({ error: true });
+    return EXIT_USAGE;
+  }
+  try {
+    await prog.parseAsync([...argv]);
+    return EXIT_OK;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version' || e.exitCode === 0) return EXIT_OK;
+      return EXIT_USAGE;
+    }
+    if (e instanceof UsageError) {
+      io.stderr.write(`crisp: ${e.message} (see --help)\n`);
+      return EXIT_USAGE;
+    }
+    if (isCrispError(e)) {
+      io.stderr.write(`crisp: error ${e.code}: ${e.message}\n`);
+      return EXIT_RUNTIME;
+    }
+    io.stderr.write(`crisp: ${e instanceof Error ? e.message : String(e)}\n`);
+    return EXIT_RUNTIME;
+  }
+}

@@ -1,0 +1,89 @@
+/** Human-readable summaries (stdout). JSON output is the same data, serialised. */
+import type { CalibrationReport } from '@crisp/synth';
+import type { RunSummary } from './run-job.js';
+
+export function fmt(x: number | null | undefined, digits = 3): string {
+  if (x === null || x === undefined || Number.isNaN(x)) return '-';
+  if (x !== 0 && (Math.abs(x) < 10 ** -digits || Math.abs(x) >= 1e6)) return x.toExponential(2);
+  return x.toFixed(digits);
+}
+
+export function pct(x: number | undefined): string {
+  return x === undefined || Number.isNaN(x) ? '-' : `${(100 * x).toFixed(1)}%`;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const w = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  const line = (r: string[]) => r.map((c, i) => (i === 0 ? c.padEnd(w[i]) : c.padStart(w[i]))).join('  ');
+  return [line(header), line(w.map((x) => '-'.repeat(x))), ...rows.map(line)].join('\n');
+}
+
+export function formatRun(s: RunSummary): string {
+  const out: string[] = [];
+  const i = s.input;
+  out.push(
+    `crisp run: ${i.source}, n=${i.n}, H=${i.heads}, Hkv=${i.kvHeads}, d=${i.headDim}, ${i.dtype}, B=${s.blockSize} (Nb=${s.numBlocks}), backend ${s.backend}`,
+  );
+  for (const p of s.policies) {
+    out.push('');
+    const scoreName = p.scoreName ?? 'score';
+    out.push(
+      `policy ${p.policy}${p.denseReason ? ` (dense: ${p.denseReason}${p.denseReason === 'length-gate' ? '; pass --no-gate to force the sparse path' : ''})` : ''}`,
+    );
+    const header = ['head', 'kind', 'route', scoreName, 'density', 'mass recall', 'output err'];
+    const rows = p.heads.map((h) => [
+      String(h.head),
+      h.kind ?? '-',
+      h.route.toUpperCase(),
+      fmt(h.score),
+      pct(h.density),
+      pct(h.massRecall),
+      fmt(h.outputError, 4),
+    ]);
+    out.push(table(header, rows));
+    const vs = p.heads.filter((h) => h.route === 'vs').length;
+    const pe = p.heads.filter((h) => h.route === 'pe').length;
+    out.push(
+      `summary ${p.policy}: routes ${vs} VS / ${pe} PE${p.threshold !== undefined ? ` (${scoreName} threshold ${p.threshold})` : ''}; density ${pct(p.density)}; mass recall ${pct(p.massRecall)} (${s.sampleRows} exact rows); output error ${fmt(p.outputError, 4)} vs dense`,
+    );
+    const extra: string[] = [];
+    if (p.needleRecall) {
+      extra.push(
+        `needle recall ${pct(p.needleRecall.recall)} (${p.needleRecall.recalled}/${p.needleRecall.total} needle-head pairs; visible to the proxy ${pct(p.needleRecall.visibleRecall)})`,
+      );
+    }
+    if (p.routingAgreement !== undefined) extra.push(`C_struct vs JSD routing agreement ${pct(p.routingAgreement)}`);
+    if (extra.length) out.push(`  ${extra.join('; ')}`);
+    out.push(
+      `  time ${fmt(p.timeMs.median, 1)} ms (median of ${p.timeMs.runs.length}; plan ${fmt(p.timeMs.planMs, 1)} ms) vs dense ${fmt(s.dense.timeMs.median, 1)} ms: ${p.speedup.toFixed(2)}x`,
+    );
+  }
+  return `${out.join('\n')}\n`;
+}
+
+export function formatCalibration(rep: CalibrationReport, title: string): string {
+  const header = ['head', 'kind', 'route', 'sink mass', 'C_struct', 'top-1', 'top-1 mass', 'p0', 'p10', 'p50', 'p90', 'p100', 'decades'];
+  const rows = rep.perHead.map((c) => [
+    String(c.head),
+    c.kind ?? '-',
+    c.route.toUpperCase(),
+    fmt(c.sinkMass),
+    fmt(c.cStruct),
+    `${c.top1Where}(${c.top1Block})`,
+    fmt(c.top1Mass),
+    c.percentiles.p0.toExponential(1),
+    c.percentiles.p10.toExponential(1),
+    c.percentiles.p50.toExponential(1),
+    c.percentiles.p90.toExponential(1),
+    c.percentiles.p100.toExponential(1),
+    c.decades.toFixed(2),
+  ]);
+  const s = rep.summary;
+  const lines = [
+    title,
+    table(header, rows),
+    `VS heads ${s.vsHeads}/${s.heads}: sink mass ${fmt(s.vsSinkMin)}..${fmt(s.vsSinkMax)} (target 0.6..0.95); top-1 block at sink/local for ${pct(s.anchorTop1Share)} of heads (target >= 90%); block masses span ${s.minDecades.toFixed(2)}..${s.medianDecades.toFixed(2)} decades (min..median; target >= 4)`,
+    rep.failures.length ? `targets missed:\n  ${rep.failures.join('\n  ')}` : 'all calibration targets met',
+  ];
+  return `${lines.join('\n')}\n`;
+}

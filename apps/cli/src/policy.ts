@@ -1,0 +1,64 @@
+/**
+ * The policy a run uses: a preset, with the flags' overrides applied to its parts.
+ *   --alpha      noise-floor multiplier α (crisp, crispFast)
+ *   --gamma      γ of the PE global coverage (all sparse presets) and of FlexPrefill's
+ *                cumulative coverage
+ *   --tau-proxy  C_struct threshold τ_proxy (crisp, crispFast)
+ *   --block      B, 64 or 128
+ */
+import type { Policy } from '@crisp/core';
+import { type PresetName, presets } from '@crisp/presets';
+import { cStruct, jsd } from '@crisp/router';
+import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
+import { UsageError } from './cli-io.js';
+
+export const PRESET_NAMES = Object.keys(presets) as PresetName[];
+
+export interface PolicyOverrides {
+  readonly alpha?: number;
+  readonly gamma?: number;
+  readonly tauProxy?: number;
+  readonly blockSize?: number;
+}
+
+const K_MIN = 1024;
+
+export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
+  if (!(PRESET_NAMES as string[]).includes(name)) {
+    throw new UsageError(`unknown preset '${name}'; use one of ${PRESET_NAMES.join(', ')}`);
+  }
+  const preset = name as PresetName;
+  const B = o.blockSize ?? 128;
+  if (preset === 'dense') {
+    if (o.alpha !== undefined || o.gamma !== undefined || o.tauProxy !== undefined) {
+      throw new UsageError('--alpha, --gamma and --tau-proxy do not apply to the dense preset');
+    }
+    return presets.dense;
+  }
+  const gamma = o.gamma ?? 0.95;
+  if (preset === 'flexPrefill') {
+    if (o.alpha !== undefined) throw new UsageError('--alpha is the noise floor of the crisp presets; flexPrefill has no α');
+    if (o.tauProxy !== undefined) {
+      throw new UsageError('--tau-proxy is the C_struct threshold of the crisp presets; flexPrefill routes by JSD (τ = 0.1)');
+    }
+    return {
+      name: o.gamma !== undefined || B !== 128 ? `flexPrefill(γ=${gamma}, B=${B})` : 'flexPrefill',
+      blockSize: B,
+      kMin: K_MIN,
+      router: jsd({ tau: 0.1 }),
+      vs: cumulativeCoverage({ gamma, kMin: K_MIN }),
+      pe: globalCoverage({ gamma, kMin: K_MIN }),
+    };
+  }
+  const alpha = o.alpha ?? (preset === 'crispFast' ? 1.25 : 1.0);
+  const tauProxy = o.tauProxy ?? 0.2;
+  const changed = o.alpha !== undefined || o.gamma !== undefined || o.tauProxy !== undefined || B !== 128;
+  return {
+    name: changed ? `${preset}(α=${alpha}, γ=${gamma}, τ=${tauProxy}, B=${B})` : preset,
+    blockSize: B,
+    kMin: K_MIN,
+    router: cStruct({ tauProxy, wSink: 128, wLocal: 128 }),
+    vs: noiseFloor({ alpha, kMin: K_MIN }),
+    pe: globalCoverage({ gamma, kMin: K_MIN }),
+  };
+}
