@@ -1,0 +1,168 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { planPrefill, runPlan } from '@crisp/core';
+import { writeSafetensors } from '@crisp/io';
+import { crisp } from '@crisp/presets';
+import { createReferenceBackend, massRecall, relativeError, sampleRows } from '@crisp/reference';
+import { calibrateScenario, scenario, uploadScenario } from '@crisp/synth';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { RunSummary } from './run-job.js';
+import { runCli, testSeed } from './test-support.js';
+
+const SEED = testSeed();
+const SHAPE = ['--n', '1536', '--heads', '4', '--kv-heads', '1', '--head-dim', '32'];
+const SMALL = ['--backend', 'reference', ...SHAPE, '--seed', String(SEED), '--sample-rows', '16'];
+
+describe('crisp run', () => {
+  let summary: RunSummary;
+  beforeAll(async () => {
+    const r = await runCli(['run', ...SMALL, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    summary = JSON.parse(r.stdout);
+  });
+
+  it('--json prints only JSON with the values the reference computes', async () => {
+    expect(summary.backend).toBe('reference');
+    expect(summary.input).toMatchObject({ n: 1536, heads: 4, kvHeads: 1, headDim: 32, dtype: 'f32', seed: SEED });
+    const p = summary.policies[0];
+    expect(p.policy).toBe('crisp');
+    expect(p.heads).toHaveLength(4);
+
+    // Recompute independently: same scenario, reference backend, crisp preset.
+    const sc = scenario('llama-like', { n: 1536, heads: 4, kvHeads: 1, headDim: 32, seed: SEED });
+    const be = createReferenceBackend();
+    const t = await uploadScenario(be, sc);
+    const plan = await planPrefill(be, t, crisp);
+    const sparse = await be.download((await runPlan(be, plan, t)).output);
+    const dense = await be.download((await be.denseAttention(t.q, t.k, t.v)).output);
+    const host = sc.rows(0, sc.n);
+    const recall = massRecall(host.q, host.k, plan.mask!, { rows: sampleRows(sc.n, 16) });
+    const err = relativeError(sparse, dense);
+    for (let h = 0; h < 4; h++) {
+      expect(p.heads[h].route).toBe(plan.routing!.routes[h]);
+      expect(p.heads[h].score).toBeCloseTo(plan.routing!.scores[h], 12);
+      expect(p.heads[h].density).toBeCloseTo(plan.density[h], 12);
+      expect(p.heads[h].massRecall).toBeCloseTo(recall.perHead[h], 9);
+      expect(p.heads[h].outputError).toBeCloseTo(err.perHead[h], 6);
+      expect(p.heads[h].kind).toBe(sc.truth.heads[h].kind);
+    }
+    expect(p.density).toBeCloseTo(plan.overallDensity, 12);
+    expect(p.outputError).toBeCloseTo(err.overall, 6);
+    expect(p.outputError).toBeGreaterThan(0);
+    expect(p.outputError).toBeLessThan(0.5);
+    expect(p.timeMs.runs).toHaveLength(1);
+    expect(p.speedup).toBeGreaterThan(0);
+    expect(summary.dense.timeMs.median).toBeGreaterThan(0);
+    expect(p.routingAgreement).toBeGreaterThanOrEqual(0);
+    be.dispose();
+  });
+
+  it('prints a per-head table and a summary in text mode', async () => {
+    const r = await runCli(['run', ...SMALL]);
+    expect(r.code, r.stderr).toBe(0);
+    const p = summary.policies[0];
+    expect(r.stdout).toMatch(/^crisp run: scenario llama-like/);
+    expect(r.stdout).toContain('head  ');
+    expect(r.stdout).toContain(`density ${(100 * p.density).toFixed(1)}%`);
+    expect(r.stdout).toContain(`mass recall ${(100 * p.massRecall).toFixed(1)}%`);
+    for (const h of p.heads) expect(r.stdout).toMatch(new RegExp(`\\n${h.head}\\s+${h.kind}\\s+${h.route.toUpperCase()}`));
+    expect(r.stdout).toMatch(/time [\d.]+ ms \(median of 1; plan [\d.]+ ms\) vs dense [\d.]+ ms: [\d.]+x/);
+  });
+
+  it('reads a Q/K/V dump with --qkv and gets the same plan as the scenario', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-cli-'));
+    const file = join(dir, 'layer.safetensors');
+    const sc = scenario('llama-like', { n: 1536, heads: 4, kvHeads: 1, headDim: 32, seed: SEED });
+    const { q, k, v } = sc.rows(0, sc.n);
+    await writeSafetensors(file, { q, k, v });
+    const r = await runCli(['run', '--backend', 'reference', '--qkv', file, '--layout', 'nhd', '--sample-rows', '16', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const fromFile: RunSummary = JSON.parse(r.stdout);
+    expect(fromFile.input.source).toBe(file);
+    const a = fromFile.policies[0];
+    const b = summary.policies[0];
+    expect(a.heads.map((h) => h.route)).toEqual(b.heads.map((h) => h.route));
+    for (let h = 0; h < 4; h++) {
+      expect(a.heads[h].density).toBe(b.heads[h].density);
+      expect(a.heads[h].massRecall).toBeCloseTo(b.heads[h].massRecall, 12);
+    }
+    expect(a.needleRecall).toBeUndefined();
+  });
+});
+
+describe('exit codes and messages', () => {
+  const usage: [string[], RegExp][] = [
+    [['run', '--alpha', '-1'], /--alpha must be a number in \(0, 1000000\); got '-1'/],
+    [['run', '--gamma', '1.5'], /--gamma must be a number in \(0, 1\)/],
+    [['run', '--backend', 'tpu'], /--backend must be one of auto, cuda, webgpu, reference; got 'tpu'/],
+    [['run', '--n', 'abc'], /--n must be an integer/],
+    [['run', '--block', '96'], /--block must be one of 64, 128/],
+    [['run', '--preset', 'flexPrefill', '--alpha', '1.1'], /flexPrefill has no α/],
+    [['run', '--heads', '6', '--kv-heads', '4'], /--heads \(6\) must be a multiple of --kv-heads \(4\)/],
+    [['run', '--layout', 'hnd'], /--layout only applies with --qkv/],
+    [['run', '--bogus'], /unknown option '--bogus'/],
+    [['frobnicate'], /unknown command 'frobnicate'/],
+    [['report', '--compare', 'nope'], /--compare must be one of/],
+    [['calibrate', '--profile', 'gpt'], /--profile must be one of llama-like, qwen-like, retrieval, diffuse/],
+    [[], /Usage: crisp/],
+  ];
+  for (const [args, msg] of usage) {
+    it(`exits 2 on bad usage: crisp ${args.join(' ')}`, async () => {
+      const r = await runCli(args);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(msg);
+      expect(r.stdout).toBe('');
+    });
+  }
+
+  it('exits 1 with the error code and the path for a missing file', async () => {
+    const r = await runCli(['run', '--backend', 'reference', '--qkv', '/nonexistent/layer.safetensors']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: .*\/nonexistent\/layer\.safetensors/);
+    expect(r.stdout).toBe('');
+  });
+
+  it('exits 1 with FORMAT_ERROR for a file that is not a tensor file', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-cli-'));
+    const file = join(dir, 'notes.safetensors');
+    writeFileSync(file, 'hello, this is text and not tensors');
+    const r = await runCli(['run', '--backend', 'reference', '--qkv', file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^crisp: error FORMAT_ERROR: /);
+  });
+
+  for (const cmd of [[], ['run'], ['report'], ['calibrate']]) {
+    it(`--help works: crisp ${cmd.join(' ')} --help`, async () => {
+      const r = await runCli([...cmd, '--help']);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/Usage: crisp/);
+      if (cmd[0] === 'run') for (const f of ['--qkv', '--preset', '--alpha', '--gamma', '--tau-proxy', '--block', '--backend', '--seed', '--json']) expect(r.stdout).toContain(f);
+      if (cmd[0] === 'report') expect(r.stdout).toContain('--out');
+      if (cmd.length === 0) for (const c of ['run', 'report', 'calibrate']) expect(r.stdout).toContain(c);
+    });
+  }
+});
+
+describe('crisp calibrate', () => {
+  it('prints the numbers calibrateScenario computes', async () => {
+    const args = ['calibrate', '--backend', 'reference', '--n', '2048', '--heads', '4', '--kv-heads', '1', '--head-dim', '32', '--seed', String(SEED)];
+    const r = await runCli([...args, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const got = JSON.parse(r.stdout);
+    const sc = scenario('llama-like', { n: 2048, heads: 4, kvHeads: 1, headDim: 32, seed: SEED });
+    const want = await calibrateScenario(createReferenceBackend(), sc);
+    expect(got.perHead).toHaveLength(4);
+    for (let h = 0; h < 4; h++) {
+      expect(got.perHead[h].sinkMass).toBeCloseTo(want.perHead[h].sinkMass, 12);
+      expect(got.perHead[h].cStruct).toBeCloseTo(want.perHead[h].cStruct, 12);
+      expect(got.perHead[h].top1Where).toBe(want.perHead[h].top1Where);
+      expect(got.perHead[h].decades).toBeCloseTo(want.perHead[h].decades, 9);
+    }
+    const text = await runCli(args);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toContain('sink mass');
+    expect(text.stdout).toContain(`${want.perHead[0].sinkMass.toFixed(3)}`);
+    expect(text.stdout).toMatch(/top-1 block at sink\/local for [\d.]+% of heads/);
+  });
+});
