@@ -1,0 +1,285 @@
+/**
+ * One device-machine run: conformance (n <= 16k), correctness at 64k..512k against the
+ * dense kernel (and files for the PyTorch peer), dense and sparse timings at the Llama
+ * shape, CRISP end to end on the llama-like layer, and the sparse/dense crossover.
+ * Writes JSON to --out after every step, so a run cut short still reports.
+ *
+ *   node cuda-device-main.mjs --phase all --out $OUT --budget 420
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type BlockMask, type DeviceTensor, numBlocks, sparsePrefill, vsListsFromArrays } from '@crisp/core';
+import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
+import { crisp } from '@crisp/presets';
+import { type CudaBackend, createCudaBackend } from '../src/index.js';
+
+const argv = process.argv.slice(2);
+const arg = (name: string, dflt: string) => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 ? argv[i + 1] : dflt;
+};
+const phase = arg('phase', 'all');
+const outDir = arg('out', '/tmp/crisp-out');
+const budget = Number(arg('budget', '400')) * 1000;
+const ns = arg('ns', '65536,131072,262144,524288').split(',').map(Number);
+const crossNs = arg('cross', '8192,16384,32768').split(',').map(Number);
+const peerDir = arg('peer', '/tmp/crisp-cuda');
+const reps = Number(arg('reps', '3'));
+const t0 = performance.now();
+const elapsed = () => performance.now() - t0;
+mkdirSync(outDir, { recursive: true });
+mkdirSync(peerDir, { recursive: true });
+
+// biome-ignore lint/suspicious/noExplicitAny: a free-form results record
+const results: Record<string, any> = { started: new Date().toISOString(), phase, steps: {} };
+const save = () => writeFileSync(join(outDir, 'cuda-bench.json'), JSON.stringify(results, null, 1));
+const log = (s: string) => console.log(`[${(elapsed() / 1000).toFixed(1)}s] ${s}`);
+
+async function step(name: string, fn: () => Promise<unknown>): Promise<void> {
+  if (elapsed() > budget) {
+    results.steps[name] = { skipped: `time budget ${budget / 1000}s used` };
+    log(`skip ${name}`);
+    save();
+    return;
+  }
+  const s = performance.now();
+  try {
+    results.steps[name] = await fn();
+  } catch (e) {
+    results.steps[name] = { error: String((e as Error)?.stack ?? e) };
+    log(`ERROR in ${name}: ${(e as Error).message}`);
+  }
+  results.steps[name] = { ...(results.steps[name] ?? {}), wallMs: performance.now() - s };
+  log(`done ${name}`);
+  save();
+}
+
+const median = (a: number[]) => {
+  const s = [...a].sort((x, y) => x - y);
+  return s[Math.floor(s.length / 2)];
+};
+const causalFlops = (n: number, H: number, d: number) => 2 * n * n * H * d; // 4·n²/2·H·d
+
+const be: CudaBackend = await createCudaBackend({
+  kernelDir: 'packages/kernels-cuda/kernels',
+  cacheDir: '/tmp/crisp-cubin',
+});
+results.device = be.info;
+log(`device ${be.info.name} cc ${be.info.computeCapability.join('.')} driver ${be.info.driverVersion}`);
+
+async function timeIt(fn: () => Promise<unknown>, n: number, warm = 1): Promise<number[]> {
+  for (let i = 0; i < warm; i++) await be.timeMs(fn);
+  const t: number[] = [];
+  for (let i = 0; i < n; i++) t.push(await be.timeMs(fn));
+  return t;
+}
+
+if (phase === 'all' || phase === 'conformance') {
+  await step('conformance', async () => {
+    const maxN = Number(arg('confMaxN', '16384'));
+    const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
+    // runConformance disposes the backend it is given: give it its own
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' }), {
+      sizes,
+      dtypes: ['bf16', 'f16'],
+      onResult: (r) => {
+        log(`${r.skipped ? 'skip' : r.passed ? 'pass' : 'FAIL'} ${r.name}${r.passed ? '' : `: ${r.detail.slice(0, 300)}`}`);
+      },
+    });
+    log(formatReport(rep).split('\n').slice(-3).join(' | '));
+    return {
+      passed: rep.passed,
+      counts: rep.counts,
+      seed: rep.seed,
+      failures: rep.results.filter((r) => !r.passed && !r.skipped).map((r) => ({ name: r.name, detail: r.detail.slice(0, 600) })),
+      skipped: rep.results.filter((r) => r.skipped).map((r) => `${r.name}: ${r.skipped}`),
+    };
+  });
+}
+
+const H = 32;
+const Hkv = 8;
+const D = 128;
+const B = 128;
+
+function fullVsMask(Nb: number): BlockMask {
+  const all = Int32Array.from({ length: Nb }, (_, i) => i);
+  return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(Array(H).fill([]), Array(H).fill(all)) };
+}
+function patternMask(Nb: number, every: number, band: number): BlockMask {
+  const v: number[][] = [];
+  const s: number[][] = [];
+  for (let h = 0; h < H; h++) {
+    v.push(Array.from({ length: Math.ceil(Nb / every) }, (_, i) => (i * every + h) % Nb));
+    s.push(Array.from({ length: band }, (_, i) => i));
+  }
+  return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(v, s) };
+}
+
+const peerManifest: {
+  ns: number[];
+  rows: Record<string, string>;
+  files: Record<string, string[]>;
+  probe: Record<string, string>;
+} = {
+  ns: [],
+  probe: {},
+  rows: {},
+  files: {},
+};
+
+if (phase === 'all' || phase === 'bench') {
+  for (const n of ns) {
+    await step(`dense_vs_sparse_${n}`, async () => {
+      const Nb = numBlocks(n, B);
+      const q = be.allocate('bf16', [n, H, D]);
+      const k = be.allocate('bf16', [n, Hkv, D]);
+      const v = be.allocate('bf16', [n, Hkv, D]);
+      const od = be.allocate('bf16', [n, H, D]);
+      const os = be.allocate('bf16', [n, H, D]);
+      try {
+        be.fillHash(q, 1, 2);
+        be.fillHash(k, 2, 2);
+        be.fillHash(v, 3, 1);
+        be.poison(od);
+        be.poison(os);
+        const big = n >= 262144;
+        const r = big ? 2 : reps;
+        const dense = await timeIt(() => be.denseAttention(q, k, v, { out: od }), r, big ? 0 : 1);
+        const full = fullVsMask(Nb);
+        const sparseFull = await timeIt(() => be.sparseAttention(q, k, v, full, { out: os }), big ? 1 : r, big ? 0 : 1);
+        const eq = be.relError(os, od);
+        const selfD = be.relError(od, od);
+        const pm = patternMask(Nb, 16, 64);
+        const rows = await be.expandMask(pm);
+        const blocks = rows.rowPtr[rows.rowPtr.length - 1];
+        const os2 = be.allocate('bf16', [n, H, D]);
+        const sparsePat = await timeIt(() => be.sparseAttention(q, k, v, pm, { out: os2 }), 2);
+        os2.dispose();
+        const causal = H * ((Nb * (Nb + 1)) / 2);
+        const dMs = median(dense);
+        const pMs = median(sparsePat);
+        // rows for the PyTorch peer: every 61st row plus the last 128
+        const sample: number[] = [];
+        for (let i = 0; i < n; i += 61) sample.push(i);
+        for (let i = n - 128; i < n; i++) if (i % 61 !== 0) sample.push(i);
+        const idx = Int32Array.from(sample);
+        const rowsFile = join(peerDir, `rows_${n}.i32`);
+        writeFileSync(rowsFile, idx);
+        const denseRows = be.readRows(od, idx);
+        writeFileSync(join(peerDir, `dense_${n}.bf16`), denseRows.data as Uint16Array);
+        writeFileSync(join(peerDir, `sparsefull_${n}.bf16`), be.readRows(os, idx).data as Uint16Array);
+        const probe = join(peerDir, `qprobe_${n}.bf16`);
+        writeFileSync(probe, be.readRows(q, Int32Array.from([0, 1, n - 1])).data as Uint16Array);
+        peerManifest.probe[n] = probe;
+        peerManifest.ns.push(n);
+        peerManifest.rows[n] = rowsFile;
+        peerManifest.files[n] = [join(peerDir, `dense_${n}.bf16`), join(peerDir, `sparsefull_${n}.bf16`)];
+        writeFileSync(join(peerDir, 'manifest.json'), JSON.stringify({ H, Hkv, D, seeds: [1, 2, 3], amps: [2, 2, 1], ...peerManifest }));
+        const res = {
+          n,
+          denseMs: dense,
+          denseTflops: causalFlops(n, H, D) / (dMs * 1e-3) / 1e12,
+          sparseFullMaskMs: sparseFull,
+          sparseFullVsDense: eq,
+          denseNonFinite: selfD.nonFinite,
+          pattern: { blocks, causalBlocks: causal, density: blocks / causal, ms: sparsePat },
+          usPerBlockDense: (dMs * 1000) / causal,
+          usPerBlockSparse: (pMs * 1000) / blocks,
+          usPerBlockSparseFull: (median(sparseFull) * 1000) / causal,
+        };
+        log(
+          `n=${n} dense ${dMs.toFixed(1)} ms (${res.denseTflops.toFixed(0)} TFLOP/s) sparse(full) ${median(sparseFull).toFixed(1)} ms relErr ${eq.relErr.toExponential(2)} nonfinite ${eq.nonFinite}; pattern d=${res.pattern.density.toFixed(3)} ${pMs.toFixed(1)} ms, us/block ${res.usPerBlockSparse.toFixed(3)} vs dense ${res.usPerBlockDense.toFixed(3)}`,
+        );
+        return res;
+      } finally {
+        for (const t of [q, k, v, od, os]) t.dispose();
+      }
+    });
+  }
+
+  const e2e = async (n: number, r: number, withDense: boolean) => {
+    const q = be.allocate('bf16', [n, H, D]);
+    const k = be.allocate('bf16', [n, Hkv, D]);
+    const v = be.allocate('bf16', [n, Hkv, D]);
+    const os = be.allocate('bf16', [n, H, D]);
+    const od = be.allocate('bf16', [n, H, D]);
+    const inputs = { q, k, v } as { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor };
+    try {
+      be.fillLlamaLike(q, k, v, 7);
+      be.poison(os);
+      await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os }); // warm-up
+      await be.synchronize();
+      const runs: { planMs: number; attentionMs: number; totalMs: number }[] = [];
+      let last: Awaited<ReturnType<typeof sparsePrefill>> | undefined;
+      for (let i = 0; i < r; i++) {
+        await be.synchronize();
+        last = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os });
+        runs.push(last.timings);
+      }
+      const plan = last?.plan;
+      const total = median(runs.map((x) => x.totalMs));
+      const planMs = median(runs.map((x) => x.planMs));
+      // pieces of the plan, device-timed
+      const proxyMs = await be.timeMs(() =>
+        be.proxyStats(q, k, { blockSize: B, wSink: 128, wLocal: 128 }),
+      );
+      const peHeads = plan?.routing ? plan.routing.routes.flatMap((x, h) => (x === 'pe' ? [h] : [])) : [];
+      const peMs = peHeads.length
+        ? await be.timeMs(() => be.peBlockRows(q, k, { blockSize: B, gamma: 0.95, heads: peHeads }))
+        : 0;
+      const sparseKernelMs = plan?.mask ? await be.timeMs(() => be.sparseAttention(q, k, v, plan.mask as BlockMask, { out: os })) : 0;
+      let dense: number[] = [];
+      let err: unknown;
+      if (withDense) {
+        dense = await timeIt(() => be.denseAttention(q, k, v, { out: od }), n >= 262144 ? 1 : r, n >= 262144 ? 0 : 1);
+        err = be.relError(os, od);
+      }
+      return {
+        n,
+        policy: crisp.name,
+        totalMs: runs.map((x) => x.totalMs),
+        planMs: runs.map((x) => x.planMs),
+        attentionMs: runs.map((x) => x.attentionMs),
+        medianTotalMs: total,
+        planShare: planMs / total,
+        proxyStatsMs: proxyMs,
+        peRowsMs: peMs,
+        sparseKernelMs,
+        density: plan?.overallDensity,
+        denseReason: plan?.denseReason,
+        routes: plan?.routing ? { vs: plan.routing.routes.filter((x) => x === 'vs').length, pe: peHeads.length } : undefined,
+        denseMs: dense,
+        speedupVsOwnDense: dense.length ? median(dense) / total : undefined,
+        outputVsDense: err,
+      };
+    } finally {
+      for (const t of [q, k, v, os, od]) t.dispose();
+    }
+  };
+
+  for (const n of ns.filter((x) => x >= 131072).sort((x, y) => y - x)) {
+    await step(`crisp_e2e_${n}`, async () => {
+      const r = await e2e(n, n >= 262144 ? 1 : 3, true);
+      log(
+        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
+      );
+      return r;
+    });
+  }
+  await step('crossover', async () => {
+    const pts = [];
+    for (const n of crossNs) {
+      if (elapsed() > budget) break;
+      const r = await e2e(n, 5, true);
+      pts.push({ n, crispMs: r.medianTotalMs, denseMs: median(r.denseMs), density: r.density, planShare: r.planShare });
+      log(`crossover n=${n}: crisp ${r.medianTotalMs.toFixed(2)} ms vs dense ${median(r.denseMs).toFixed(2)} ms (density ${r.density?.toFixed(3)})`);
+    }
+    return { points: pts };
+  });
+}
+results.finished = new Date().toISOString();
+results.compileMs = be.compileMs;
+save();
+be.dispose();
+log('end');

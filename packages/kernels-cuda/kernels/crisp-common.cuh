@@ -1,0 +1,126 @@
+// Shared device helpers for the CRISP CUDA kernels. Self-contained (no CUDA headers), so
+// NVRTC compiles it without include paths; the host splices it in where a kernel file
+// says #include "crisp-common.cuh".
+//
+// Shape legend: n keys, H query heads, Hkv kv heads, D head dim, B block size,
+// Nb = ceil(n / B). Tensors are row-major [rows, heads, D] of 16-bit floats.
+#pragma once
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define CRISP_NEG_INF (__int_as_float(0xff800000))
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 r;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// 16-byte asynchronous global->shared copy; bytes < 16 zero-fills the rest (used for
+// rows past n so no garbage, and no NaN, enters the matrix products).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 (&r)[4], u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// D(16x8, f32) += A(16x16) * B(16x8), tensor cores.
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  if (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two f32 -> one packed pair (lo in the low half), round to nearest even.
+template <bool BF16>
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+  u32 r;
+  if (BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+template <bool BF16>
+__device__ __forceinline__ float to_f32(u16 x) {
+  if (BF16) return __uint_as_float(((u32)x) << 16);
+  float f;
+  asm("{ .reg .b16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(x));
+  return f;
+}
+
+template <bool BF16>
+__device__ __forceinline__ u16 from_f32(float x) {
+  u32 p = pack2<BF16>(x, 0.f);
+  return (u16)(p & 0xffffu);
+}
+
+// Swizzled byte offset of the 16-byte chunk `chunk` of row `row` in a tile whose rows are
+// rowBytes long (a multiple of 128): XOR with row & 7 keeps ldmatrix conflict-free.
+__device__ __forceinline__ u32 swz(int row, int chunk, int rowBytes) {
+  return (u32)(row * rowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Exclusive scan of in[0..N) into out[0..N], out[N] = total, by one CTA of 1024 threads
+// (each thread a contiguous segment). Deterministic; fine for N up to a few million.
+__device__ __forceinline__ void cta_exclusive_scan(const int* in, int* out, int N) {
+  __shared__ int part[1024];
+  const int t = threadIdx.x;
+  const int seg = (N + 1023) / 1024;
+  const int a = t * seg < N ? t * seg : N, e = a + seg < N ? a + seg : N;
+  int s = 0;
+  for (int i = a; i < e; i++) s += in[i];
+  part[t] = s;
+  __syncthreads();
+  for (int off = 1; off < 1024; off <<= 1) {
+    const int x = t >= off ? part[t - off] : 0;
+    __syncthreads();
+    part[t] += x;
+    __syncthreads();
+  }
+  int run = part[t] - s;
+  for (int i = a; i < e; i++) {
+    const int c = in[i];
+    out[i] = run;
+    run += c;
+  }
+  if (t == 1023) out[N] = part[1023];
+}

@@ -1,0 +1,96 @@
+/**
+ * The CUDA backend's tests. Without a driver (CPU machines, CI) the GPU tests skip and
+ * print why; the availability probe and the typed BACKEND_UNAVAILABLE error are checked
+ * on every machine.
+ */
+import { CrispError, type HostTensor, hostTensor, toFloat32 } from '@crisp/core';
+import { createReferenceBackend } from '@crisp/reference';
+import { describe, expect, it } from 'vitest';
+import { cudaAvailability, createCudaBackend } from './index.js';
+import { sizeClass } from './pool.js';
+
+const avail = cudaAvailability();
+if (!avail.available) console.log(`kernels-cuda: GPU tests skipped: ${avail.reason}`);
+
+describe('availability', () => {
+  it('answers without throwing, with a reason when unavailable', () => {
+    const a = cudaAvailability();
+    expect(typeof a.available).toBe('boolean');
+    if (!a.available) expect(a.reason).toMatch(/\w{8,}/);
+  });
+  it.skipIf(avail.available)('createCudaBackend rejects with BACKEND_UNAVAILABLE', async () => {
+    const err = await createCudaBackend().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CrispError);
+    expect((err as CrispError).code).toBe('BACKEND_UNAVAILABLE');
+    expect((err as CrispError).message).toBe(avail.reason);
+  });
+});
+
+describe('memory pool size classes', () => {
+  it('rounds small sizes to 256 bytes and large ones to 2 MiB', () => {
+    expect(sizeClass(1)).toBe(256);
+    expect(sizeClass(257)).toBe(512);
+    expect(sizeClass(1 << 20)).toBe(1 << 20);
+    expect(sizeClass((1 << 20) + 1)).toBe(2 << 20);
+    expect(sizeClass((5 << 20) + 7)).toBe(6 << 20);
+  });
+});
+
+function seeded(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+function randomTensor(r: () => number, shape: number[], amp: number): HostTensor {
+  const n = shape.reduce((a, b) => a * b, 1);
+  return hostTensor('bf16', shape, Float32Array.from({ length: n }, () => (r() * 2 - 1) * amp));
+}
+
+describe.skipIf(!avail.available)('cuda backend on a GPU', () => {
+  it('dense attention matches the float64 reference (GQA, d = 128, n = 300)', async () => {
+    const seed = (Date.now() ^ 0x5eed) >>> 0;
+    const r = seeded(seed);
+    const be = await createCudaBackend();
+    const ref = createReferenceBackend();
+    try {
+      const [n, H, Hkv, d] = [300, 4, 2, 128];
+      const q = randomTensor(r, [n, H, d], 2);
+      const k = randomTensor(r, [n, Hkv, d], 2);
+      const v = randomTensor(r, [n, Hkv, d], 1);
+      const out = be.allocate('bf16', [n, H, d]);
+      be.poison(out);
+      await be.denseAttention(be.upload(q), be.upload(k), be.upload(v), { out });
+      const got = toFloat32(await be.download(out));
+      const want = toFloat32(
+        await ref.download((await ref.denseAttention(ref.upload(q), ref.upload(k), ref.upload(v))).output),
+      );
+      let e = 0;
+      let w = 0;
+      for (let i = 0; i < got.length; i++) {
+        e += (got[i] - want[i]) ** 2;
+        w += want[i] ** 2;
+      }
+      expect(Math.sqrt(e / w), `seed ${seed}`).toBeLessThan(1e-2);
+    } finally {
+      be.dispose();
+      ref.dispose();
+    }
+  });
+});
+
+// The cross-backend suite against @crisp/reference, on GPU machines only.
+if (avail.available) {
+  const { defineConformanceSuite } = await import('@crisp/conformance/vitest');
+  defineConformanceSuite('cuda', () => createCudaBackend(), { dtypes: ['bf16', 'f16'] });
+} else {
+  describe.skip(`conformance (cuda): ${avail.reason}`, () => {
+    it('needs a CUDA driver', () => {
+      throw new Error('unreachable: skipped without a driver');
+    });
+  });
+}

@@ -1,0 +1,127 @@
+/**
+ * NVRTC compilation with an on-disk cubin cache. Kernel sources are the package's
+ * `kernels/*.cu` files; `#include "crisp-common.cuh"` is spliced in here so NVRTC needs
+ * no include paths. Cache key: sha256 of (source, options, architecture, NVRTC version).
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CrispError } from '@crisp/core';
+import type { CudaLibs } from './ffi.js';
+
+/** The folder holding the shipped .cu sources (next to src/ and dist/). */
+export function defaultKernelDir(): string {
+  return fileURLToPath(new URL('../kernels/', import.meta.url));
+}
+
+export function defaultCacheDir(): string {
+  const base = process.env.XDG_CACHE_HOME || join(homedir(), '.cache');
+  return join(base, 'crisp', 'cuda');
+}
+
+/** Read a kernel file with its includes spliced in (one level: the common header). */
+export function kernelSource(kernelDir: string, file: string): string {
+  let src: string;
+  try {
+    src = readFileSync(join(kernelDir, file), 'utf8');
+  } catch (e) {
+    throw new CrispError(
+      'BACKEND_UNAVAILABLE',
+      `CUDA kernel source ${file} not found in ${kernelDir} (${(e as Error).message}); pass kernelDir to createCudaBackend`,
+    );
+  }
+  return src.replace(/^#include "([\w.-]+)"\s*$/gm, (_m, inc: string) =>
+    readFileSync(join(kernelDir, inc), 'utf8').replace(/^#pragma once\s*$/m, ''),
+  );
+}
+
+export interface CompileResult {
+  readonly cubin: Uint8Array;
+  readonly cached: boolean;
+  readonly ms: number;
+}
+
+/** Compile (or load from the cache) one source for sm_<arch>. */
+export function compileCubin(
+  libs: CudaLibs,
+  source: string,
+  name: string,
+  arch: number,
+  cacheDir: string | null,
+  extraOptions: readonly string[] = [],
+): CompileResult {
+  const t0 = performance.now();
+  const options = [`--gpu-architecture=sm_${arch}`, '--std=c++17', '-default-device', '--use_fast_math', ...extraOptions];
+  const ver: [number, number] = [0, 0];
+  {
+    const ma = [0];
+    const mi = [0];
+    libs.nvrtc.nvrtcVersion(ma, mi);
+    ver[0] = ma[0];
+    ver[1] = mi[0];
+  }
+  const key = createHash('sha256')
+    .update(source)
+    .update('\0')
+    .update(options.join(' '))
+    .update(`\0nvrtc ${ver[0]}.${ver[1]}`)
+    .digest('hex')
+    .slice(0, 32);
+  const file = cacheDir ? join(cacheDir, `${name}-sm${arch}-${key}.cubin`) : null;
+  if (file) {
+    try {
+      const buf = readFileSync(file);
+      return { cubin: new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength), cached: true, ms: performance.now() - t0 };
+    } catch {
+      // not cached yet
+    }
+  }
+  const nv = libs.nvrtc;
+  const prog: unknown[] = [null];
+  let r = nv.nvrtcCreateProgram(prog, source, `${name}.cu`, 0, null, null);
+  if (r !== 0) throw nvrtcError(libs, r, `nvrtcCreateProgram(${name})`);
+  try {
+    r = nv.nvrtcCompileProgram(prog[0], options.length, options);
+    if (r !== 0) {
+      const size = [0];
+      nv.nvrtcGetProgramLogSize(prog[0], size);
+      const log = new Uint8Array(Math.max(1, Number(size[0])));
+      nv.nvrtcGetProgramLog(prog[0], log);
+      const text = new TextDecoder().decode(log).replace(/\0+$/, '');
+      throw new CrispError('BACKEND_ERROR', `NVRTC could not compile ${name}.cu for sm_${arch}: ${text.slice(0, 4000)}`, {
+        log: text,
+      });
+    }
+    const size = [0];
+    r = nv.nvrtcGetCUBINSize(prog[0], size);
+    if (r !== 0) throw nvrtcError(libs, r, 'nvrtcGetCUBINSize');
+    const cubin = new Uint8Array(Number(size[0]));
+    r = nv.nvrtcGetCUBIN(prog[0], cubin);
+    if (r !== 0) throw nvrtcError(libs, r, 'nvrtcGetCUBIN');
+    if (file && cacheDir) {
+      try {
+        mkdirSync(cacheDir, { recursive: true });
+        const tmp = `${file}.${process.pid}.tmp`;
+        writeFileSync(tmp, cubin);
+        renameSync(tmp, file);
+      } catch {
+        // a read-only cache is not an error: compile again next time
+      }
+    }
+    return { cubin, cached: false, ms: performance.now() - t0 };
+  } finally {
+    nv.nvrtcDestroyProgram(prog);
+  }
+}
+
+function nvrtcError(libs: CudaLibs, r: number, what: string): CrispError {
+  let name = `nvrtcResult ${r}`;
+  try {
+    name = libs.nvrtc.nvrtcGetErrorString(r) ?? name;
+  } catch {
+    // keep the number
+  }
+  return new CrispError('BACKEND_ERROR', `${what} failed: ${name}`, { nvrtcError: name, code: r });
+}

@@ -1,0 +1,1001 @@
+/**
+ * The CUDA backend: device tensors, the launch plumbing and the CRISP primitives.
+ *
+ * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size (64 or 128),
+ * Nb = ceil(n / B), b = min(B, n) proxy rows.
+ */
+import {
+  type AttentionOptions,
+  type AttentionResult,
+  type Backend,
+  type BackendCapabilities,
+  type BlockMask,
+  type BlockRows,
+  CrispError,
+  type DType,
+  type DeviceTensor,
+  DeviceTensorBase,
+  type HostData,
+  type HostTensor,
+  InvalidArgumentError,
+  NonFiniteError,
+  type PeRowsOptions,
+  type ProxyStats,
+  type ProxyStatsOptions,
+  ShapeError,
+  UnsupportedError,
+  assertBlockSize,
+  assertDType,
+  assertShape,
+  assertSupported,
+  attentionShape,
+  bytesPerElement,
+  defaultScale,
+  numBlocks,
+  numel,
+  validateMask,
+} from '@crisp/core';
+import { compileCubin, defaultCacheDir, defaultKernelDir, kernelSource } from './compile.js';
+import { type CudaLibs, type Handle, check, loadCuda } from './ffi.js';
+import { type DeviceBlock, DevicePool } from './pool.js';
+
+export interface CudaBackendOptions {
+  /** CUDA device ordinal (default 0) */
+  readonly device?: number;
+  /** where compiled cubins are cached; null disables the cache (default ~/.cache/crisp/cuda) */
+  readonly cacheDir?: string | null;
+  /** folder holding the .cu sources (default: the package's kernels/; set it for bundles) */
+  readonly kernelDir?: string;
+  /** override the measured sparse/dense crossover (keys) */
+  readonly sparseCrossover?: number;
+  /** check q, k, v for NaN/Inf before each primitive (default true; one extra read of each) */
+  readonly checkFinite?: boolean;
+}
+
+/**
+ * The length gate, measured on one H200 (2026-11-30, apps/bench/results/cuda-h200.md):
+ * CRISP end to end (statistics, routing, selection, mask, sparse kernel) against the dense
+ * kernel on the llama-like layer (H = 32, Hkv = 8, d = 128, bf16, density about 0.44):
+ * 3.94 vs 2.19 ms at 8k, 10.5 vs 8.5 ms at 16k, 33.8 vs 33.6 ms at 32k (a tie). Below
+ * 32768 keys dense always won, so that is the default. (On that input CRISP also stayed
+ * slower at 128k and 512k: its density was high and host-side mask handling dominated.)
+ */
+export const CUDA_SPARSE_CROSSOVER = 32768;
+
+const LOG2E = Math.LOG2E;
+const PART_KEYS = 512;
+
+export interface CudaDeviceInfo {
+  readonly name: string;
+  readonly ordinal: number;
+  readonly computeCapability: readonly [number, number];
+  readonly multiprocessors: number;
+  readonly driverVersion: number;
+  readonly totalMemory: number;
+}
+
+export class CudaTensor extends DeviceTensorBase {
+  readonly backend = 'cuda';
+  readonly ptr: number;
+  readonly bytes: number;
+  readonly #owner: CudaBackend;
+  readonly #block: DeviceBlock;
+  constructor(owner: CudaBackend, dtype: DType, shape: readonly number[], block: DeviceBlock, bytes: number) {
+    super(dtype, shape);
+    this.#owner = owner;
+    this.#block = block;
+    this.ptr = block.ptr;
+    this.bytes = bytes;
+  }
+  protected release(): void {
+    this.#owner.releaseBlock(this.#block);
+  }
+}
+
+interface Prepared {
+  readonly shape: ReturnType<typeof attentionShape>;
+  readonly qt: CudaTensor;
+  readonly kt: CudaTensor;
+  readonly vt: CudaTensor;
+  readonly out: CudaTensor;
+  readonly lse: CudaTensor | undefined;
+  readonly scale: number;
+  readonly Nb: number;
+}
+
+type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
+const P = (x: number): Arg => ['p', x];
+const I = (x: number): Arg => ['i', x];
+const F = (x: number): Arg => ['f', x];
+const D64 = (x: number): Arg => ['d', x];
+const U64 = (x: number): Arg => ['u64', x];
+
+export class CudaBackend implements Backend {
+  readonly name = 'cuda';
+  readonly capabilities: BackendCapabilities = Object.freeze({
+    dtypes: ['bf16', 'f16'] as const,
+    headDims: [64, 128] as const,
+    blockSizes: [64, 128] as const,
+    maxSequence: 1 << 20,
+    chunkedPrefill: false,
+    logSumExp: true,
+  });
+  readonly sparseCrossover: number;
+  readonly info: CudaDeviceInfo;
+  readonly #libs: CudaLibs;
+  readonly #pool: DevicePool;
+  readonly #ctx: Handle;
+  readonly #stream: Handle;
+  readonly #arch: number;
+  readonly #cacheDir: string | null;
+  readonly #kernelDir: string;
+  readonly #modules = new Map<string, Handle>();
+  readonly #functions = new Map<string, Handle>();
+  readonly #argMem: Handle;
+  readonly #argView: DataView;
+  readonly #argBase: bigint;
+  #disposed = false;
+  readonly #checkFinite: boolean;
+  /** milliseconds spent compiling or loading modules, by file */
+  readonly compileMs: Record<string, { ms: number; cached: boolean }> = {};
+
+  constructor(libs: CudaLibs, opts: CudaBackendOptions = {}) {
+    this.#libs = libs;
+    const cu = libs.cu;
+    check(libs, cu.cuInit(0), 'cuInit');
+    const count = [0];
+    check(libs, cu.cuDeviceGetCount(count), 'cuDeviceGetCount');
+    const ordinal = opts.device ?? 0;
+    if (!Number.isInteger(ordinal) || ordinal < 0 || ordinal >= count[0]) {
+      throw new CrispError(
+        'BACKEND_UNAVAILABLE',
+        `CUDA device ${ordinal} does not exist: the driver sees ${count[0]} device(s)`,
+      );
+    }
+    const dev = [0];
+    check(libs, cu.cuDeviceGet(dev, ordinal), 'cuDeviceGet');
+    const attr = (a: number) => {
+      const v = [0];
+      check(libs, cu.cuDeviceGetAttribute(v, a, dev[0]), `cuDeviceGetAttribute(${a})`);
+      return v[0];
+    };
+    const major = attr(75);
+    const minor = attr(76);
+    const sms = attr(16);
+    const nameBuf = new Uint8Array(256);
+    check(libs, cu.cuDeviceGetName(nameBuf, 256, dev[0]), 'cuDeviceGetName');
+    const name = new TextDecoder().decode(nameBuf.subarray(0, nameBuf.indexOf(0)));
+    const ver = [0];
+    check(libs, cu.cuDriverGetVersion(ver), 'cuDriverGetVersion');
+    if (major < 8) {
+      throw new CrispError(
+        'BACKEND_UNAVAILABLE',
+        `${name} has compute capability ${major}.${minor}; the CRISP kernels need 8.0 or newer (bf16 tensor cores, cp.async)`,
+      );
+    }
+    const ctx = [null];
+    check(libs, cu.cuDevicePrimaryCtxRetain(ctx, dev[0]), 'cuDevicePrimaryCtxRetain');
+    this.#ctx = ctx[0];
+    check(libs, cu.cuCtxSetCurrent(this.#ctx), 'cuCtxSetCurrent');
+    const stream = [null];
+    // flags 0: a blocking stream, ordered with the synchronous copies on the legacy stream
+    check(libs, cu.cuStreamCreate(stream, 0), 'cuStreamCreate');
+    this.#stream = stream[0];
+    const mem = [0];
+    const tot = [0];
+    check(libs, cu.cuMemGetInfo(mem, tot), 'cuMemGetInfo');
+    this.info = Object.freeze({
+      name,
+      ordinal,
+      computeCapability: [major, minor] as const,
+      multiprocessors: sms,
+      driverVersion: ver[0],
+      totalMemory: Number(tot[0]),
+    });
+    this.#arch = major * 10 + minor;
+    this.#cacheDir = opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir;
+    this.#kernelDir = opts.kernelDir ?? defaultKernelDir();
+    this.#pool = new DevicePool(libs);
+    this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
+    this.#checkFinite = opts.checkFinite ?? true;
+    this.#argMem = libs.koffi.alloc('uint8_t', 4096);
+    this.#argView = new DataView(libs.koffi.view(this.#argMem, 4096));
+    this.#argBase = BigInt(libs.koffi.address(this.#argMem));
+  }
+
+  // ---- plumbing ---------------------------------------------------------------------
+
+  #alive(): void {
+    if (this.#disposed) throw new CrispError('DISPOSED', 'this CUDA backend was disposed; create a new one');
+  }
+
+  releaseBlock(b: DeviceBlock): void {
+    if (!this.#disposed) this.#pool.release(b);
+  }
+
+  #fn(file: string, name: string, dynSmem = 0): Handle {
+    const key = `${file}:${name}`;
+    let f = this.#functions.get(key);
+    if (f) return f;
+    let mod = this.#modules.get(file);
+    if (!mod) {
+      const src = kernelSource(this.#kernelDir, file);
+      const res = compileCubin(this.#libs, src, file.replace(/\.cu$/, ''), this.#arch, this.#cacheDir);
+      this.compileMs[file] = { ms: res.ms, cached: res.cached };
+      const out = [null];
+      check(this.#libs, this.#libs.cu.cuModuleLoadData(out, res.cubin), `cuModuleLoadData(${file})`);
+      mod = out[0];
+      this.#modules.set(file, mod);
+    }
+    const out = [null];
+    check(this.#libs, this.#libs.cu.cuModuleGetFunction(out, mod, name), `cuModuleGetFunction(${name})`);
+    f = out[0];
+    if (dynSmem > 48 * 1024) {
+      // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+      check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
+    }
+    this.#functions.set(key, f);
+    return f;
+  }
+
+  #launch(
+    file: string,
+    name: string,
+    grid: readonly [number, number?, number?],
+    block: number,
+    smem: number,
+    args: readonly Arg[],
+  ): void {
+    const f = this.#fn(file, name, smem);
+    const v = this.#argView;
+    let off = 512;
+    for (let i = 0; i < args.length; i++) {
+      const [t, x] = args[i];
+      v.setBigUint64(i * 8, this.#argBase + BigInt(off), true);
+      if (t === 'p' || t === 'u64') v.setBigUint64(off, BigInt(x), true);
+      else if (t === 'i') v.setInt32(off, x, true);
+      else if (t === 'f') v.setFloat32(off, x, true);
+      else v.setFloat64(off, x, true);
+      off += 8;
+    }
+    const [gx, gy = 1, gz = 1] = grid;
+    if (gx < 1 || gy < 1 || gz < 1 || gy > 65535 || gz > 65535) {
+      throw new CrispError('LIMIT_EXCEEDED', `launch grid [${gx}, ${gy}, ${gz}] for ${name} is out of range`);
+    }
+    check(
+      this.#libs,
+      this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#stream, this.#argMem, null),
+      `cuLaunchKernel(${name})`,
+    );
+  }
+
+  #scratch(bytes: number): DeviceBlock {
+    return this.#pool.alloc(Math.max(4, bytes));
+  }
+
+  #uploadInts(a: Int32Array): DeviceBlock {
+    const b = this.#scratch(a.byteLength);
+    if (a.byteLength > 0) check(this.#libs, this.#libs.cu.cuMemcpyHtoD(b.ptr, a, a.byteLength), 'cuMemcpyHtoD');
+    return b;
+  }
+
+  #read<T extends Float32Array | Int32Array | Float64Array | Uint16Array>(ptr: number, out: T): T {
+    if (out.byteLength > 0) check(this.#libs, this.#libs.cu.cuMemcpyDtoH(out, ptr, out.byteLength), 'cuMemcpyDtoH');
+    return out;
+  }
+
+  /**
+   * NaN/Inf in q, k or v would vanish inside a softmax (a -Inf score is just a zero
+   * weight), so inputs are checked on the device first: one read of each tensor and a
+   * 4-byte readback. Off with `checkFinite: false`.
+   */
+  #assertFinite(t: CudaTensor, what: string): void {
+    if (!this.#checkFinite || t.dtype === 'f32') return;
+    const flag = this.#scratch(4);
+    try {
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, 0, 1, this.#stream), 'cuMemsetD32Async');
+      const count = numel(t.shape);
+      this.#launch('mask.cu', 'count_nonfinite', [Math.max(1, Math.min(4096, Math.ceil(count / 256)))], 256, 0, [
+        P(t.ptr),
+        U64(count),
+        I(t.dtype === 'bf16' ? 0x7f80 : 0x7c00),
+        P(flag.ptr),
+      ]);
+      const c = this.#read(flag.ptr, new Int32Array(1))[0];
+      if (c !== 0) {
+        throw new NonFiniteError(`${what} holds ${c >>> 0} NaN/Inf values; clean the input before attention`, {
+          tensor: what,
+          count: c >>> 0,
+        });
+      }
+    } finally {
+      this.#pool.release(flag);
+    }
+  }
+
+  #tensor(t: DeviceTensor, what: string): CudaTensor {
+    if (!(t instanceof CudaTensor)) {
+      throw new CrispError('WRONG_BACKEND', `${what} belongs to backend '${t?.backend}', not cuda; upload it here first`);
+    }
+    if (t.disposed) throw new CrispError('DISPOSED', `${what} was disposed`);
+    return t;
+  }
+
+  // ---- tensors ----------------------------------------------------------------------
+
+  allocate(dtype: DType, shape: readonly number[]): DeviceTensor {
+    this.#alive();
+    assertDType(dtype);
+    assertShape(shape as number[]);
+    const bytes = numel(shape) * bytesPerElement(dtype);
+    return new CudaTensor(this, dtype, shape, this.#scratch(bytes), bytes);
+  }
+
+  upload(t: HostTensor): DeviceTensor {
+    this.#alive();
+    assertDType(t.dtype);
+    assertShape(t.shape as number[]);
+    if (numel(t.shape) !== t.data.length) {
+      throw new ShapeError(`shape [${t.shape}] holds ${numel(t.shape)} values but data has ${t.data.length}`);
+    }
+    const d = this.allocate(t.dtype, t.shape) as CudaTensor;
+    this.write(d, 0, t.data);
+    return d;
+  }
+
+  write(t: DeviceTensor, elementOffset: number, data: HostData): void {
+    this.#alive();
+    const ct = this.#tensor(t, 'write target');
+    const bpe = bytesPerElement(ct.dtype);
+    if ((ct.dtype === 'f32') !== data instanceof Float32Array) {
+      throw new CrispError('DTYPE_MISMATCH', `a ${ct.dtype} tensor needs ${ct.dtype === 'f32' ? 'Float32Array' : 'Uint16Array'} data`);
+    }
+    if (!Number.isInteger(elementOffset) || elementOffset < 0 || elementOffset + data.length > numel(ct.shape)) {
+      throw new InvalidArgumentError(
+        `write of ${data.length} elements at offset ${elementOffset} overruns a tensor of ${numel(ct.shape)} elements`,
+      );
+    }
+    if (data.length === 0) return;
+    check(
+      this.#libs,
+      this.#libs.cu.cuMemcpyHtoD(ct.ptr + elementOffset * bpe, data, data.length * bpe),
+      'cuMemcpyHtoD',
+    );
+  }
+
+  async download(t: DeviceTensor): Promise<HostTensor> {
+    this.#alive();
+    const ct = this.#tensor(t, 'download source');
+    const n = numel(ct.shape);
+    const data = ct.dtype === 'f32' ? new Float32Array(n) : new Uint16Array(n);
+    this.#read(ct.ptr, data);
+    return { dtype: ct.dtype, shape: [...ct.shape], data };
+  }
+
+  // ---- proxy statistics -------------------------------------------------------------
+
+  async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
+    this.#alive();
+    const shape = attentionShape(q, k, k);
+    assertSupported(this.capabilities, shape, this.name);
+    const B = opts?.blockSize;
+    assertBlockSize(B, this.capabilities.blockSizes);
+    for (const [nm, w] of [
+      ['wSink', opts.wSink],
+      ['wLocal', opts.wLocal],
+    ] as const) {
+      if (!Number.isInteger(w) || w < 0) throw new InvalidArgumentError(`${nm} must be a non-negative integer; got ${w}`);
+    }
+    const scale = opts.scale ?? defaultScale(shape.headDim);
+    if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
+    const qt = this.#tensor(q, 'q');
+    const kt = this.#tensor(k, 'k');
+    this.#assertFinite(qt, 'q');
+    this.#assertFinite(kt, 'k');
+    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const b = Math.min(B, n);
+    const Nb = numBlocks(n, B);
+    const nParts = Math.ceil(n / PART_KEYS);
+    const suf = `${dtype}_d${D}_b${B}`;
+    const SP = PART_KEYS + B;
+    const f4 = 4;
+    const pm = this.#scratch(H * b * nParts * f4);
+    const pl = this.#scratch(H * b * nParts * f4);
+    const pt = this.#scratch(H * b * nParts * f4);
+    const lse2 = this.#scratch(H * b * f4);
+    const ent = this.#scratch(H * b * f4);
+    const av = this.#scratch(H * n * f4);
+    const sp = this.#scratch(H * nParts * SP * f4);
+    const as = this.#scratch(H * n * f4);
+    const pv = this.#scratch(H * Nb * f4);
+    const ps = this.#scratch(H * Nb * f4);
+    const cs = this.#scratch(H * f4);
+    const qm = this.#scratch(H * D * f4);
+    const km = this.#scratch(Hkv * Nb * D * f4);
+    const lg = this.#scratch(H * Nb * f4);
+    const blocks = [pm, pl, pt, lse2, ent, av, sp, as, pv, ps, cs, qm, km, lg];
+    try {
+      const scaleLog2 = scale * LOG2E;
+      const smem1 = B * D * 2 + 64 * D * 2;
+      this.#launch('proxy.cu', `proxy_pass1_${suf}`, [nParts, H], B * 2, smem1, [
+        P(qt.ptr),
+        P(kt.ptr),
+        P(pm.ptr),
+        P(pl.ptr),
+        P(pt.ptr),
+        I(n),
+        I(H),
+        I(Hkv),
+        I(b),
+        F(scaleLog2),
+      ]);
+      this.#launch('proxy.cu', 'proxy_combine', [Math.ceil((H * b) / 128)], 128, 0, [
+        P(pm.ptr),
+        P(pl.ptr),
+        P(pt.ptr),
+        P(lse2.ptr),
+        P(ent.ptr),
+        I(H),
+        I(b),
+        I(nParts),
+      ]);
+      const smem2 = smem1 + B * 65 * 4 + SP * 4;
+      this.#launch('proxy.cu', `proxy_pass2_${suf}`, [nParts, H], B * 2, smem2, [
+        P(qt.ptr),
+        P(kt.ptr),
+        P(lse2.ptr),
+        P(av.ptr),
+        P(sp.ptr),
+        I(n),
+        I(H),
+        I(Hkv),
+        I(b),
+        F(scaleLog2),
+      ]);
+      this.#launch('proxy.cu', 'proxy_slash_gather', [Math.ceil((H * n) / 256)], 256, 0, [
+        P(sp.ptr),
+        P(as.ptr),
+        I(n),
+        I(H),
+        I(b),
+        I(B),
+        I(nParts),
+      ]);
+      this.#launch('proxy.cu', 'block_sums', [Nb, H], 128, 0, [P(av.ptr), P(pv.ptr), I(n), I(B)]);
+      this.#launch('proxy.cu', 'block_sums', [Nb, H], 128, 0, [P(as.ptr), P(ps.ptr), I(n), I(B)]);
+      this.#launch('proxy.cu', 'anchor_mass', [H], 256, 0, [P(av.ptr), P(cs.ptr), I(n), I(opts.wSink), I(opts.wLocal)]);
+      const bm = `block_means_${dtype}`;
+      this.#launch('proxy.cu', bm, [1, H], D, 0, [P(qt.ptr), P(qm.ptr), I(n), I(H), I(D), I(b), I(n - b)]);
+      this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
+      this.#launch('proxy.cu', 'pooled_logits', [Math.ceil((H * Nb * 32) / 256)], 256, 0, [
+        P(qm.ptr),
+        P(km.ptr),
+        P(lg.ptr),
+        I(H),
+        I(Hkv),
+        I(Nb),
+        I(D),
+        F(scale),
+      ]);
+      const pvH = this.#read(pv.ptr, new Float32Array(H * Nb));
+      const psH = this.#read(ps.ptr, new Float32Array(H * Nb));
+      const csH = this.#read(cs.ptr, new Float32Array(H));
+      const entH = this.#read(ent.ptr, new Float32Array(H * b));
+      const lgH = this.#read(lg.ptr, new Float32Array(H * Nb));
+      const pooled = new Float64Array(H * Nb);
+      for (let h = 0; h < H; h++) {
+        let m = Number.NEGATIVE_INFINITY;
+        for (let J = 0; J < Nb; J++) m = Math.max(m, lgH[h * Nb + J]);
+        let s = 0;
+        for (let J = 0; J < Nb; J++) s += Math.exp(lgH[h * Nb + J] - m);
+        for (let J = 0; J < Nb; J++) pooled[h * Nb + J] = Math.exp(lgH[h * Nb + J] - m) / s;
+      }
+      const rowEntropy = new Float64Array(H);
+      for (let h = 0; h < H; h++) {
+        let s = 0;
+        for (let r = 0; r < b; r++) s += entH[h * b + r];
+        rowEntropy[h] = s / b;
+      }
+      const stats: ProxyStats = {
+        n,
+        heads: H,
+        blockSize: B,
+        numBlocks: Nb,
+        proxyRows: b,
+        cStruct: Float64Array.from(csH),
+        verticalBlocks: Float64Array.from(pvH),
+        slashBlocks: Float64Array.from(psH),
+        pooledEstimate: pooled,
+        rowEntropy,
+        ...(opts.tokenScores
+          ? {
+              verticalTokens: this.#read(av.ptr, new Float32Array(H * n)),
+              slashTokens: this.#read(as.ptr, new Float32Array(H * n)),
+            }
+          : {}),
+      };
+      return stats;
+    } finally {
+      for (const x of blocks) this.#pool.release(x);
+    }
+  }
+
+  // ---- PE rows ----------------------------------------------------------------------
+
+  async peBlockRows(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows> {
+    this.#alive();
+    const shape = attentionShape(q, k, k);
+    assertSupported(this.capabilities, shape, this.name);
+    const B = opts?.blockSize;
+    assertBlockSize(B, this.capabilities.blockSizes);
+    const gamma = opts.gamma;
+    if (!(typeof gamma === 'number' && gamma > 0 && gamma < 1)) {
+      throw new InvalidArgumentError(`gamma must be in (0, 1); got ${gamma}`);
+    }
+    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const heads = opts.heads;
+    if (!Array.isArray(heads) && !(heads && typeof heads.length === 'number')) {
+      throw new InvalidArgumentError('heads must be an array of head indices');
+    }
+    for (let i = 0; i < heads.length; i++) {
+      const h = heads[i];
+      if (!Number.isInteger(h) || h < 0 || h >= H || (i > 0 && h <= heads[i - 1])) {
+        throw new InvalidArgumentError(`heads must be strictly increasing integers in [0, ${H}); got ${heads.join(',')}`);
+      }
+    }
+    const scale = opts.scale ?? defaultScale(D);
+    const Nb = numBlocks(n, B);
+    const nh = heads.length;
+    if (nh === 0) return { rowPtr: new Int32Array(1), cols: new Int32Array(0) };
+    const qt = this.#tensor(q, 'q');
+    const kt = this.#tensor(k, 'k');
+    this.#assertFinite(qt, 'q');
+    this.#assertFinite(kt, 'k');
+    const qm = this.#scratch(H * Nb * D * 4);
+    const km = this.#scratch(Hkv * Nb * D * 4);
+    const release: DeviceBlock[] = [qm, km];
+    try {
+      const bm = `block_means_${dtype}`;
+      this.#launch('proxy.cu', bm, [Nb, H], D, 0, [P(qt.ptr), P(qm.ptr), I(n), I(H), I(D), I(B), I(0)]);
+      this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
+      // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
+      const perHead = Nb * Nb * 4;
+      const chunk = Math.max(1, Math.min(nh, Math.floor((4 * 2 ** 30) / perHead)));
+      const rowPtrParts: Int32Array[] = [];
+      const colParts: Int32Array[] = [];
+      for (let c0 = 0; c0 < nh; c0 += chunk) {
+        const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
+        const r = this.#peChunk(qm.ptr, km.ptr, sub, H, Hkv, Nb, D, scale, gamma);
+        rowPtrParts.push(r.rowPtr);
+        colParts.push(r.cols);
+      }
+      const rowPtr = new Int32Array(nh * Nb + 1);
+      let total = 0;
+      let ri = 0;
+      for (let p = 0; p < rowPtrParts.length; p++) {
+        const rp = rowPtrParts[p];
+        const rows = rp.length - 1;
+        for (let i = 0; i < rows; i++) rowPtr[ri + i] = rp[i] + total;
+        ri += rows;
+        total += rp[rows];
+      }
+      rowPtr[nh * Nb] = total;
+      const cols = new Int32Array(total);
+      let off = 0;
+      for (const c of colParts) {
+        cols.set(c, off);
+        off += c.length;
+      }
+      return { rowPtr, cols };
+    } finally {
+      for (const x of release) this.#pool.release(x);
+    }
+  }
+
+  #peChunk(
+    qm: number,
+    km: number,
+    heads: Int32Array,
+    H: number,
+    Hkv: number,
+    Nb: number,
+    D: number,
+    scale: number,
+    gamma: number,
+  ): BlockRows {
+    const nc = heads.length;
+    const hd = this.#uploadInts(heads);
+    const pm = this.#scratch(nc * Nb * Nb * 4);
+    const cnt = this.#scratch(nc * 256 * 4);
+    const sum = this.#scratch(nc * 256 * 8);
+    const state = this.#scratch(nc * 8 * 8);
+    const prefix = this.#scratch(nc * 4);
+    const strict = this.#scratch(nc * Nb * 4);
+    const eq = this.#scratch(nc * Nb * 4);
+    const eqStart = this.#scratch(nc * (Nb + 1) * 4);
+    const kept = this.#scratch(nc * Nb * 4);
+    const rowPtrD = this.#scratch((nc * Nb + 1) * 4);
+    const blocks = [hd, pm, cnt, sum, state, prefix, strict, eq, eqStart, kept, rowPtrD];
+    try {
+      const tiles = Math.ceil(Nb / 64);
+      this.#launch('pe.cu', 'pe_logits', [tiles, tiles, nc], 256, 0, [
+        P(qm),
+        P(km),
+        P(hd.ptr),
+        P(pm.ptr),
+        I(H),
+        I(Hkv),
+        I(Nb),
+        I(D),
+        F(scale),
+      ]);
+      this.#launch('pe.cu', 'pe_softmax', [Nb, nc], 256, 0, [P(pm.ptr), I(Nb)]);
+      const cu = this.#libs.cu;
+      check(this.#libs, cu.cuMemsetD32Async(prefix.ptr, 0, nc, this.#stream), 'cuMemsetD32Async');
+      for (let pass = 0; pass < 4; pass++) {
+        check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 256, this.#stream), 'cuMemsetD32Async');
+        check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
+        this.#launch('pe.cu', 'pe_radix_hist', [Math.ceil(Nb / 16), nc], 256, 0, [
+          P(pm.ptr),
+          I(Nb),
+          I(pass),
+          P(prefix.ptr),
+          P(cnt.ptr),
+          P(sum.ptr),
+        ]);
+        this.#launch('pe.cu', 'pe_radix_select', [Math.ceil(nc / 32)], 32, 0, [
+          P(cnt.ptr),
+          P(sum.ptr),
+          P(state.ptr),
+          P(prefix.ptr),
+          I(nc),
+          I(pass),
+          D64(gamma),
+        ]);
+      }
+      this.#launch('pe.cu', 'pe_row_counts', [Nb, nc], 256, 0, [P(pm.ptr), I(Nb), P(state.ptr), P(strict.ptr), P(eq.ptr)]);
+      this.#launch('pe.cu', 'pe_row_kept', [nc], 1024, 0, [
+        P(strict.ptr),
+        P(eq.ptr),
+        P(eqStart.ptr),
+        P(kept.ptr),
+        P(state.ptr),
+        I(Nb),
+      ]);
+      this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(kept.ptr), P(rowPtrD.ptr), I(nc * Nb)]);
+      const rowPtr = this.#read(rowPtrD.ptr, new Int32Array(nc * Nb + 1));
+      const total = rowPtr[nc * Nb];
+      const colsD = this.#scratch(total * 4);
+      try {
+        this.#launch('pe.cu', 'pe_write', [Nb, nc], 32, 0, [
+          P(pm.ptr),
+          I(Nb),
+          P(state.ptr),
+          P(eqStart.ptr),
+          P(rowPtrD.ptr),
+          P(colsD.ptr),
+        ]);
+        const cols = this.#read(colsD.ptr, new Int32Array(total));
+        return { rowPtr, cols };
+      } finally {
+        this.#pool.release(colsD);
+      }
+    } finally {
+      for (const x of blocks) this.#pool.release(x);
+    }
+  }
+
+  // ---- masks ------------------------------------------------------------------------
+
+  /** Expand a validated mask on the device; the caller releases the blocks. */
+  #expandOnDevice(mask: BlockMask): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; temp: DeviceBlock[] } {
+    const H = mask.heads;
+    const Nb = mask.numBlocks;
+    const rows = H * Nb;
+    const temp: DeviceBlock[] = [];
+    const up = (a: Int32Array) => {
+      const b = this.#uploadInts(a);
+      temp.push(b);
+      return b.ptr;
+    };
+    const vs = mask.vs;
+    const vPtr = vs ? up(vs.verticalPtr) : 0;
+    const vert = vs ? up(vs.vertical) : 0;
+    const sPtr = vs ? up(vs.slashPtr) : 0;
+    const slash = vs ? up(vs.slash) : 0;
+    const rPtr = mask.rows ? up(mask.rows.rowPtr) : 0;
+    const rCols = mask.rows ? up(mask.rows.cols) : 0;
+    const counts = this.#scratch(rows * 4);
+    temp.push(counts);
+    const rowPtr = this.#scratch((rows + 1) * 4);
+    const g = Math.ceil(rows / 128);
+    this.#launch('mask.cu', 'expand_count', [g], 128, 0, [
+      P(vPtr),
+      P(vert),
+      P(sPtr),
+      P(slash),
+      P(rPtr),
+      P(rCols),
+      P(counts.ptr),
+      I(H),
+      I(Nb),
+    ]);
+    this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(counts.ptr), P(rowPtr.ptr), I(rows)]);
+    const tot = this.#read(rowPtr.ptr + rows * 4, new Int32Array(1))[0];
+    const cols = this.#scratch(tot * 4);
+    this.#launch('mask.cu', 'expand_write', [g], 128, 0, [
+      P(vPtr),
+      P(vert),
+      P(sPtr),
+      P(slash),
+      P(rPtr),
+      P(rCols),
+      P(rowPtr.ptr),
+      P(cols.ptr),
+      I(H),
+      I(Nb),
+    ]);
+    return { rowPtr, cols, total: tot, temp };
+  }
+
+  async expandMask(mask: BlockMask): Promise<BlockRows> {
+    this.#alive();
+    validateMask(mask);
+    assertBlockSize(mask.blockSize, this.capabilities.blockSizes);
+    const e = this.#expandOnDevice(mask);
+    try {
+      const rows = mask.heads * mask.numBlocks;
+      return {
+        rowPtr: this.#read(e.rowPtr.ptr, new Int32Array(rows + 1)),
+        cols: this.#read(e.cols.ptr, new Int32Array(e.total)),
+      };
+    } finally {
+      for (const x of [...e.temp, e.rowPtr, e.cols]) this.#pool.release(x);
+    }
+  }
+
+  // ---- attention --------------------------------------------------------------------
+
+  #prepareAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions, B: number): Prepared {
+    const shape = attentionShape(q, k, v);
+    assertSupported(this.capabilities, shape, this.name);
+    const qt = this.#tensor(q, 'q');
+    const kt = this.#tensor(k, 'k');
+    const vt = this.#tensor(v, 'v');
+    this.#assertFinite(qt, 'q');
+    this.#assertFinite(kt, 'k');
+    this.#assertFinite(vt, 'v');
+    const { keys: n, heads: H, headDim: D } = shape;
+    const scale = opts.scale ?? defaultScale(D);
+    if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
+    let out: CudaTensor;
+    if (opts.out) {
+      out = this.#tensor(opts.out, 'opts.out');
+      if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== n || out.shape[1] !== H || out.shape[2] !== D) {
+        throw new ShapeError(
+          `opts.out must be ${shape.dtype} [${n}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`,
+        );
+      }
+    } else {
+      out = this.allocate(shape.dtype, [n, H, D]) as CudaTensor;
+    }
+    const lse = opts.returnLse ? (this.allocate('f32', [H, n]) as CudaTensor) : undefined;
+    return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(n, B) };
+  }
+
+  #runAttention(
+    p: Prepared,
+    B: number,
+    rowPtr: number,
+    cols: number,
+  ): AttentionResult {
+    const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
+    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
+    const smem = B * D * 2 + 4 * 64 * D * 2;
+    this.#launch('attention.cu', `attn_${dtype}_d${D}_b${B}`, [H, Nb], B * 2, smem, [
+      P(qt.ptr),
+      P(kt.ptr),
+      P(vt.ptr),
+      P(out.ptr),
+      P(lse ? lse.ptr : 0),
+      P(rowPtr),
+      P(cols),
+      I(n),
+      I(H),
+      I(Hkv),
+      F(scale * LOG2E),
+    ]);
+    return lse ? { output: out, lse } : { output: out };
+  }
+
+  async sparseAttention(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    mask: BlockMask,
+    opts: AttentionOptions = {},
+  ): Promise<AttentionResult> {
+    this.#alive();
+    const B = mask?.blockSize;
+    assertBlockSize(B, this.capabilities.blockSizes);
+    const shape = attentionShape(q, k, v);
+    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B });
+    const p = this.#prepareAttention(q, k, v, opts, B);
+    const temp: DeviceBlock[] = [];
+    try {
+      let rowPtr: number;
+      let cols: number;
+      if (!mask.vs && mask.rows) {
+        const a = this.#uploadInts(mask.rows.rowPtr);
+        const c = this.#uploadInts(mask.rows.cols);
+        temp.push(a, c);
+        rowPtr = a.ptr;
+        cols = c.ptr;
+      } else {
+        const e = this.#expandOnDevice(mask);
+        temp.push(...e.temp, e.rowPtr, e.cols);
+        rowPtr = e.rowPtr.ptr;
+        cols = e.cols.ptr;
+      }
+      return this.#runAttention(p, B, rowPtr, cols);
+    } catch (e) {
+      if (!opts.out) p.out.dispose();
+      p.lse?.dispose();
+      throw e;
+    } finally {
+      for (const x of temp) this.#pool.release(x);
+    }
+  }
+
+  async denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): Promise<AttentionResult> {
+    this.#alive();
+    const B = 128;
+    const p = this.#prepareAttention(q, k, v, opts, B);
+    try {
+      return this.#runAttention(p, B, 0, 0);
+    } catch (e) {
+      if (!opts.out) p.out.dispose();
+      p.lse?.dispose();
+      throw e;
+    }
+  }
+
+  async synchronize(): Promise<void> {
+    this.#alive();
+    check(this.#libs, this.#libs.cu.cuStreamSynchronize(this.#stream), 'cuStreamSynchronize');
+  }
+
+  dispose(): void {
+    if (this.#disposed) return;
+    const cu = this.#libs.cu;
+    cu.cuCtxSynchronize();
+    this.#pool.trim();
+    this.#disposed = true;
+    for (const m of this.#modules.values()) cu.cuModuleUnload(m);
+    this.#modules.clear();
+    this.#functions.clear();
+    cu.cuStreamDestroy(this.#stream);
+    this.#libs.koffi.free(this.#argMem);
+    cu.cuDevicePrimaryCtxRelease(this.info.ordinal);
+  }
+
+  // ---- tools for benchmarks and tests (not part of Backend) -------------------------
+
+  /** Fill a bf16/f16 tensor with crisp_hash values (the formula the PyTorch peer shares). */
+  fillHash(t: DeviceTensor, seed: number, amplitude: number): void {
+    const ct = this.#tensor(t, 'fill target');
+    if (ct.dtype === 'f32') throw new UnsupportedError('fillHash fills bf16 or f16 tensors');
+    this.#launch('bench.cu', `fill_hash_${ct.dtype}`, [4096], 256, 0, [
+      P(ct.ptr),
+      U64(numel(ct.shape)),
+      I(seed >>> 0),
+      F(amplitude),
+    ]);
+  }
+
+  /** Fill q, k, v with the llama-like structured layer of kernels/bench.cu. */
+  fillLlamaLike(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, seed: number, slash0 = 1000, vEvery = 4096): void {
+    const shape = attentionShape(q, k, v);
+    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const tensors = [this.#tensor(q, 'q'), this.#tensor(k, 'k'), this.#tensor(v, 'v')];
+    tensors.forEach((t, which) => {
+      this.#launch('bench.cu', `fill_llama_${dtype}`, [4096], 256, 0, [
+        P(t.ptr),
+        I(which),
+        I(n),
+        I(which === 0 ? H : Hkv),
+        I(D),
+        I(H),
+        I(seed >>> 0),
+        I(slash0),
+        I(vEvery),
+      ]);
+    });
+  }
+
+  /** Overwrite a tensor with NaN so unwritten outputs show. */
+  poison(t: DeviceTensor): void {
+    const ct = this.#tensor(t, 'poison target');
+    const cu = this.#libs.cu;
+    const n = numel(ct.shape);
+    if (ct.dtype === 'f32') check(this.#libs, cu.cuMemsetD32Async(ct.ptr, 0x7fc00000, n, this.#stream), 'cuMemsetD32Async');
+    else check(this.#libs, cu.cuMemsetD16Async(ct.ptr, ct.dtype === 'bf16' ? 0x7fc0 : 0x7e00, n, this.#stream), 'cuMemsetD16Async');
+  }
+
+  /** ‖a − b‖ / ‖b‖ in f64 over two same-shape bf16/f16 tensors, and a's non-finite count. */
+  relError(a: DeviceTensor, b: DeviceTensor): { relErr: number; nonFinite: number; refNorm: number } {
+    const at = this.#tensor(a, 'a');
+    const bt = this.#tensor(b, 'b');
+    if (at.dtype !== bt.dtype || numel(at.shape) !== numel(bt.shape) || at.dtype === 'f32') {
+      throw new InvalidArgumentError('relError compares two bf16 or f16 tensors of one shape');
+    }
+    const grid = 1024;
+    const part = this.#scratch(grid * 3 * 8);
+    try {
+      this.#launch('bench.cu', `rel_err_${at.dtype}`, [grid], 256, 0, [P(at.ptr), P(bt.ptr), U64(numel(at.shape)), P(part.ptr)]);
+      const h = this.#read(part.ptr, new Float64Array(grid * 3));
+      let e = 0;
+      let r = 0;
+      let bad = 0;
+      for (let i = 0; i < grid; i++) {
+        e += h[3 * i];
+        r += h[3 * i + 1];
+        bad += h[3 * i + 2];
+      }
+      return { relErr: Math.sqrt(e / r), nonFinite: bad, refNorm: Math.sqrt(r) };
+    } finally {
+      this.#pool.release(part);
+    }
+  }
+
+  /** Time device work on this backend's stream with CUDA events (milliseconds). */
+  async timeMs(run: () => unknown | Promise<unknown>): Promise<number> {
+    const cu = this.#libs.cu;
+    const a = [null];
+    const b = [null];
+    check(this.#libs, cu.cuEventCreate(a, 0), 'cuEventCreate');
+    check(this.#libs, cu.cuEventCreate(b, 0), 'cuEventCreate');
+    try {
+      check(this.#libs, cu.cuEventRecord(a[0], this.#stream), 'cuEventRecord');
+      await run();
+      check(this.#libs, cu.cuEventRecord(b[0], this.#stream), 'cuEventRecord');
+      check(this.#libs, cu.cuEventSynchronize(b[0]), 'cuEventSynchronize');
+      const ms = [0];
+      check(this.#libs, cu.cuEventElapsedTime(ms, a[0], b[0]), 'cuEventElapsedTime');
+      return ms[0];
+    } finally {
+      cu.cuEventDestroy(a[0]);
+      cu.cuEventDestroy(b[0]);
+    }
+  }
+
+  /** Copy the listed rows (first axis) of a tensor to the host, in that order. */
+  readRows(t: DeviceTensor, rows: Int32Array): HostTensor {
+    const ct = this.#tensor(t, 'readRows source');
+    const rowElems = numel(ct.shape.slice(1));
+    const bpe = bytesPerElement(ct.dtype);
+    const data = ct.dtype === 'f32' ? new Float32Array(rows.length * rowElems) : new Uint16Array(rows.length * rowElems);
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i];
+      if (!(r >= 0 && r < ct.shape[0])) throw new InvalidArgumentError(`row ${r} is outside [0, ${ct.shape[0]})`);
+      const view = data.subarray(i * rowElems, (i + 1) * rowElems);
+      check(this.#libs, this.#libs.cu.cuMemcpyDtoH(view, ct.ptr + r * rowElems * bpe, rowElems * bpe), 'cuMemcpyDtoH');
+    }
+    return { dtype: ct.dtype, shape: [rows.length, ...ct.shape.slice(1)], data };
+  }
+
+  /** Device memory: free and total bytes. */
+  memoryInfo(): { free: number; total: number; pooled: number } {
+    const f = [0];
+    const t = [0];
+    check(this.#libs, this.#libs.cu.cuMemGetInfo(f, t), 'cuMemGetInfo');
+    return { free: Number(f[0]), total: Number(t[0]), pooled: this.#pool.pooledBytes };
+  }
+}
+
+/** Create the CUDA backend (compiles kernels lazily on first use, cached on disk). */
+export async function createCudaBackend(opts: CudaBackendOptions = {}): Promise<CudaBackend> {
+  const libs = loadCuda();
+  return new CudaBackend(libs, opts);
+}

@@ -1,0 +1,62 @@
+/**
+ * Compile-checks every shipped .cu with nvcc for sm_80 and sm_90 (what NVRTC will do at
+ * first use on those GPUs), and asserts ptxas reports no register spills. Runs wherever
+ * nvcc is installed (CPU machines included); skips with a printed reason elsewhere.
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+import { defaultKernelDir, kernelSource } from './compile.js';
+
+const run = promisify(execFile);
+const NVCC = [process.env.NVCC, '/usr/local/bin/nvcc', '/usr/local/cuda/bin/nvcc'].find((p) => p && existsSync(p));
+const kernelDir = defaultKernelDir();
+const files = readdirSync(kernelDir).filter((f) => f.endsWith('.cu'));
+
+if (!NVCC) console.log('kernels-cuda: nvcc compile checks skipped: no nvcc at /usr/local/bin or /usr/local/cuda/bin (set NVCC)');
+
+describe('kernel sources', () => {
+  it('ships the five kernel files', () => {
+    expect(files.sort()).toEqual(['attention.cu', 'bench.cu', 'mask.cu', 'pe.cu', 'proxy.cu']);
+  });
+  it('splices the common header in, so NVRTC needs no include path', () => {
+    const src = kernelSource(kernelDir, 'attention.cu');
+    expect(src).not.toMatch(/^#include/m);
+    expect(src).not.toMatch(/^#pragma once/m);
+    expect(src).toContain('__device__ __forceinline__ void ldsm_x4');
+    expect(src).toContain('attn_bf16_d128_b128');
+  });
+});
+
+describe.skipIf(!NVCC)('nvcc compile check', () => {
+  const tmp = mkdtempSync(join(tmpdir(), 'crisp-nvcc-'));
+  afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+  // sm_90: full cubin through ptxas, so register spills show; sm_80: PTX (the front end,
+  // fast) — the same code, and ptxas for sm_80 is what the driver runs at load.
+  it('every kernel compiles for sm_90 (cubin) without spills and for sm_80 (PTX)', async () => {
+    const jobs = files.flatMap((f) => [
+      run(
+        NVCC as string,
+        ['-cubin', '-arch=sm_90', '-std=c++17', '--use_fast_math', '-Xptxas', '-v', '-o', join(tmp, `${f}.cubin`), f],
+        { cwd: kernelDir, maxBuffer: 1 << 24 },
+      ).then(({ stderr }) => ({ f, arch: 'sm_90', stderr })),
+      run(NVCC as string, ['--ptx', '-arch=sm_80', '-std=c++17', '--use_fast_math', '-o', join(tmp, `${f}.ptx`), f], {
+        cwd: kernelDir,
+        maxBuffer: 1 << 24,
+      }).then(({ stderr }) => ({ f, arch: 'sm_80', stderr })),
+    ]);
+    const reports = await Promise.all(jobs);
+    for (const { f, arch, stderr } of reports) {
+      expect(stderr, `${f} ${arch}`).not.toMatch(/error|warning/i);
+      if (arch !== 'sm_90') continue;
+      const entries = stderr.match(/Compiling entry function '(\w+)'/g) ?? [];
+      expect(entries.length, `${f}: ptxas compiled no entry function`).toBeGreaterThan(0);
+      const spills = stderr.match(/(\d+) bytes spill stores, (\d+) bytes spill loads/g) ?? [];
+      expect(spills.length, f).toBe(entries.length);
+      for (const s of spills) expect(s, `${f} spills registers`).toBe('0 bytes spill stores, 0 bytes spill loads');
+    }
+  }, 120_000);
+});
