@@ -30,14 +30,3 @@ export function progressBar(stderr: OutStream, label: string, total: number): Pr
     stop: () => bar.stop(),
   };
 }
-
-/** Runs an async step with a spinner-less "label ... done (ms)" line on terminals. */
-export async function step<T>(stderr: OutStream, label: string, fn: () => Promise<T>): Promise<T> {
-  const t0 = performance.now();
-  if (stderr.isTTY) stderr.write(`${label} ...`);
-  try {
-    return await fn();
-  } finally {
-    if (stderr.isTTY) stderr.write(` ${(performance.now() - t0).toFixed(0)} ms\n`);
-  }
-}

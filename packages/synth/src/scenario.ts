@@ -136,9 +136,9 @@ const SALIENCE_FINE = 64; // tokens per fine salience span
 const TOPIC_SEGMENT = 384; // tokens per content segment (a "document")
 const QUERY_TOPIC_SPAN = 64; // query rows sharing one query topic
 const NOISE_LOGIT_STD = 0.35; // token-level logit jitter (nats)
-const NEEDLE_VALUE = 3;
+const NEEDLE_VALUE = 3; // needle tokens carry a distinct, larger value vector
 const SINK_BLOCK = 128; // the sink block whose mass is targeted (p_v[0] at B = 128)
-const SINK_SAMPLE_ROWS = 4; // rows (every 32nd of the last 128, the proxy rows) where the non-sink mass is summed // needle tokens carry a distinct, larger value vector
+const SINK_SAMPLE_ROWS = 4; // rows (every 32nd of the last 128, the proxy rows) where the non-sink mass is summed
 
 // Streams for the counter hash.
 const S_KNOISE = 1;
@@ -749,14 +749,12 @@ class RowGenerator {
         }
         const tk = this.#keyTopic(g, Math.floor(i / TOPIC_SEGMENT));
         for (let t = 0; t < L.topicDims; t++) row[L.topic0 + t] = TOPIC_K * tk[t];
-        rng.reset(hash4(this.seed, S_KNOISE, i, g));
-        for (let c = L.noise0; c < d; c++) row[c] = rng.gauss();
+        rng.reset(hash4(this.seed, S_KNOISE, i, g)).fillGauss(row, L.noise0, d);
         put(k, (r * Hkv + g) * d, gr.perm, gr.sign);
         // Values: Gaussian, except needle tokens carry their needle's own vector.
         if (needleHere) row.set(needleHere.value);
         else {
-          rng.reset(hash4(this.seed, S_VNOISE, i, g));
-          for (let c = 0; c < d; c++) row[c] = rng.gauss();
+          rng.reset(hash4(this.seed, S_VNOISE, i, g)).fillGauss(row, 0, d);
         }
         put(v, (r * Hkv + g) * d, gr.perm, gr.sign);
       }
@@ -792,8 +790,7 @@ class RowGenerator {
           const c = (p.topic * sd) / TOPIC_K;
           for (let t = 0; t < L.topicDims; t++) row[L.topic0 + t] = c * qTopic[t];
         }
-        rng.reset(hash4(this.seed, S_QNOISE, i, h));
-        for (let c = L.noise0; c < d; c++) row[c] = this.#qNoise * rng.gauss();
+        rng.reset(hash4(this.seed, S_QNOISE, i, h)).fillGauss(row, L.noise0, d, this.#qNoise);
         put(q, (r * H + h) * d, gr.perm, gr.sign);
       }
     }
