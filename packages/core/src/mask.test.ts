@@ -9,7 +9,9 @@ import {
   denseRows,
   expandToRows,
   isCrispError,
+  blocksPerHead,
   maskDensity,
+  selectedBlockCounts,
   topKIndices,
   unionSorted,
   validateMask,
@@ -161,5 +163,42 @@ describe('ranking', () => {
     expect(Array.from(topKIndices([0.5, 0.9, 0.5, 0.2, 0.9], 3))).toEqual([0, 1, 4]);
     expect(Array.from(topKIndices([1, 2], 5))).toEqual([0, 1]);
     expect(Array.from(unionSorted([5, 1], [3, 1], []))).toEqual([1, 3, 5]);
+  });
+});
+
+describe('selectedBlockCounts', () => {
+  it('equals the count of the expanded rows on random mixed masks', () => {
+    const seed = (Date.now() ^ 0x5bd1e995) >>> 0;
+    let x = seed || 1;
+    const rnd = () => {
+      x ^= x << 13;
+      x ^= x >>> 17;
+      x ^= x << 5;
+      return (x >>> 0) / 4294967296;
+    };
+    for (let trial = 0; trial < 40; trial++) {
+      const H = 1 + Math.floor(rnd() * 3);
+      const Nb = 1 + Math.floor(rnd() * 24);
+      const pick = (p: number) => Array.from({ length: Nb }, (_, i) => i).filter(() => rnd() < p);
+      const vertical = Array.from({ length: H }, () => pick(0.3));
+      const slash = Array.from({ length: H }, () => pick(0.3));
+      const rowPtr = new Int32Array(H * Nb + 1);
+      const cols: number[] = [];
+      for (let r = 0; r < H * Nb; r++) {
+        const I = r % Nb;
+        for (let J = 0; J <= I; J++) if (rnd() < 0.25) cols.push(J);
+        rowPtr[r + 1] = cols.length;
+      }
+      const withRows = rnd() < 0.7;
+      const mask: BlockMask = {
+        heads: H,
+        numBlocks: Nb,
+        blockSize: 64,
+        vs: vsListsFromArrays(vertical, slash),
+        rows: withRows ? { rowPtr, cols: Int32Array.from(cols) } : undefined,
+      };
+      const expected = Array.from(blocksPerHead(expandToRows(mask), H, Nb));
+      expect(Array.from(selectedBlockCounts(mask)), `seed ${seed} trial ${trial}`).toEqual(expected);
+    }
   });
 });

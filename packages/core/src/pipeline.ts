@@ -182,8 +182,12 @@ export async function planPrefill(
     });
     rows = spreadRows(pe, peHeads, H, Nb);
   }
-  const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(vertical, slash), rows };
-  validateMask(mask, { heads: H, numBlocks: Nb, blockSize: B });
+  // Selectors may be user code: check what they returned. The PE rows come from the
+  // backend, which validates masks itself when it runs them, so they are not scanned here
+  // (at 512k they can hold tens of millions of entries).
+  const vs = vsListsFromArrays(vertical, slash);
+  validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs }, { heads: H, numBlocks: Nb, blockSize: B });
+  const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs, rows };
   const { perHead, overall } = maskDensity(mask);
   return {
     policy: policy.name,
