@@ -2,7 +2,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { planPrefill, runPlan } from '@crisp/core';
-import { writeSafetensors } from '@crisp/io';
+import { writeNpy, writeSafetensors } from '@crisp/io';
+import { mkdirSync } from 'node:fs';
 import { crisp } from '@crisp/presets';
 import { createReferenceBackend, massRecall, relativeError, sampleRows } from '@crisp/reference';
 import { calibrateScenario, scenario, uploadScenario } from '@crisp/synth';
@@ -88,6 +89,29 @@ describe('crisp run', () => {
       expect(a.heads[h].massRecall).toBeCloseTo(b.heads[h].massRecall, 12);
     }
     expect(a.needleRecall).toBeUndefined();
+
+    // The same tensors as a directory of .npy files, head-major on disk ([H, n, d]).
+    const npyDir = join(dir, 'npy');
+    mkdirSync(npyDir);
+    await writeNpy(join(npyDir, 'q.npy'), q, { layout: 'hnd' });
+    await writeNpy(join(npyDir, 'k.npy'), k, { layout: 'hnd' });
+    await writeNpy(join(npyDir, 'v.npy'), v, { layout: 'hnd' });
+    const r2 = await runCli(['run', '--backend', 'reference', '--qkv', npyDir, '--layout', 'hnd', '--sample-rows', '16', '--json']);
+    expect(r2.code, r2.stderr).toBe(0);
+    const fromNpy: RunSummary = JSON.parse(r2.stdout);
+    expect(fromNpy.policies[0].heads.map((h) => h.density)).toEqual(b.heads.map((h) => h.density));
+    expect(fromNpy.policies[0].outputError).toBeCloseTo(b.outputError, 9);
+  });
+
+  it('refuses a dump whose q and k lengths differ (exit 1, says why)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-cli-'));
+    const file = join(dir, 'chunk.safetensors');
+    const big = scenario('llama-like', { n: 1536, heads: 4, kvHeads: 1, headDim: 32, seed: SEED }).rows(0, 1536);
+    const small = scenario('llama-like', { n: 1024, heads: 4, kvHeads: 1, headDim: 32, seed: SEED }).rows(0, 1024);
+    await writeSafetensors(file, { q: small.q, k: big.k, v: big.v });
+    const r = await runCli(['run', '--backend', 'reference', '--qkv', file]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^crisp: error UNSUPPORTED: .*q has 1024 rows and k 1536; crisp run needs full prefill/);
   });
 });
 

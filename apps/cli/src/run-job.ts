@@ -23,7 +23,8 @@ import {
   sparsePrefill,
   headSlice,
 } from '@crisp/core';
-import { readQkv } from '@crisp/io';
+import { dimsFromFileShape, openTensorFile, parseLayout, readQkv, readTensor, resolveQkvNames, uploadTensor } from '@crisp/io';
+import { stat } from 'node:fs/promises';
 import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
 import { type GroundTruth, type HeadKind, needleRecall, type Scenario, scenario, uploadScenario } from '@crisp/synth';
 import { type BackendChoice, selectBackend } from './backends.js';
@@ -123,6 +124,8 @@ interface Inputs {
   qRow(i: number): Promise<Float32Array>;
   readonly scenario?: Scenario;
   readonly source: string;
+  /** releases host resources (an open file) */
+  close(): Promise<void>;
 }
 
 function decodeInto(dtype: DType, src: HostData, out: Float32Array): void {
@@ -155,28 +158,13 @@ function sampleRowsOf(n: number, count: number): number[] {
 
 async function loadInputs(backend: Backend, o: RunOptions, dtype: DType, io: CliIo, defaults: Required<Pick<RunOptions, 'n' | 'heads' | 'kvHeads' | 'headDim'>>): Promise<Inputs> {
   if (o.qkv) {
-    const qkv = await readQkv(o.qkv, { layout: o.layout ?? 'nhd', dtype: o.dtype });
-    const [m, H, d] = qkv.q.shape;
-    const [n, Hkv] = qkv.k.shape;
-    if (m !== n) {
-      throw new CrispError('UNSUPPORTED', `${o.qkv}: q has ${m} rows and k ${n}; crisp run needs full prefill (q and k of equal length)`);
+    let isDir = false;
+    try {
+      isDir = (await stat(o.qkv)).isDirectory();
+    } catch {
+      // a missing path: openTensorFile / readQkv below report it with the path
     }
-    const q = backend.upload(qkv.q);
-    const k = backend.upload(qkv.k);
-    const v = backend.upload(qkv.v);
-    const qf = toF32(qkv.q);
-    return {
-      q,
-      k,
-      v,
-      n,
-      H,
-      Hkv,
-      d,
-      dtype: qkv.q.dtype,
-      qRow: async (i) => qf.subarray(i * H * d, (i + 1) * H * d),
-      source: o.qkv,
-    };
+    return isDir ? loadQkvDirectory(backend, o, io) : streamQkvFile(backend, o, io);
   }
   const sc = scenario(o.profile, {
     n: o.n ?? defaults.n,
@@ -203,7 +191,97 @@ async function loadInputs(backend: Backend, o: RunOptions, dtype: DType, io: Cli
     qRow: async (i) => toF32(sc.rows(i, i + 1).q),
     scenario: sc,
     source: `scenario ${sc.profile} (seed ${sc.seed})`,
+    close: async () => {},
   };
+}
+
+/** A directory of q/k/v .npy files: read on the host (each up to 1 GiB), then uploaded. */
+async function loadQkvDirectory(backend: Backend, o: RunOptions, _io: CliIo): Promise<Inputs> {
+  const qkv = await readQkv(o.qkv!, { layout: o.layout ?? 'nhd', dtype: o.dtype });
+  const [m, H, d] = qkv.q.shape;
+  const [n, Hkv] = qkv.k.shape;
+  if (m !== n) {
+    throw new CrispError('UNSUPPORTED', `${o.qkv}: q has ${m} rows and k ${n}; crisp run needs full prefill (q and k of equal length)`);
+  }
+  const q = backend.upload(qkv.q);
+  const k = backend.upload(qkv.k);
+  const v = backend.upload(qkv.v);
+  const qf = toF32(qkv.q);
+  return {
+    q,
+    k,
+    v,
+    n,
+    H,
+    Hkv,
+    d,
+    dtype: qkv.q.dtype,
+    qRow: async (i) => qf.subarray(i * H * d, (i + 1) * H * d),
+    source: o.qkv!,
+    close: async () => {},
+  };
+}
+
+/**
+ * One safetensors (or .npy-in-one) file: q, k, v stream onto the backend in row chunks
+ * (@crisp/io's uploadTensor), so a multi-gigabyte dump never sits in one JS array; the
+ * sampled q rows for mass recall are read back from the file one row at a time.
+ */
+async function streamQkvFile(backend: Backend, o: RunOptions, io: CliIo): Promise<Inputs> {
+  const path = o.qkv!;
+  const layout = parseLayout(o.layout ?? 'nhd');
+  const file = await openTensorFile(path);
+  const made: DeviceTensor[] = [];
+  try {
+    const names = resolveQkvNames(
+      file.tensors.map((t) => t.name),
+      path,
+    );
+    const dims = (name: string) => dimsFromFileShape(file.tensor(name).shape, layout, `${path}: tensor '${name}'`);
+    const qd = dims(names.q);
+    const kd = dims(names.k);
+    const vd = dims(names.v);
+    if (qd.n !== kd.n) {
+      throw new CrispError('UNSUPPORTED', `${path}: q has ${qd.n} rows and k ${kd.n}; crisp run needs full prefill (q and k of equal length)`);
+    }
+    if (kd.n !== vd.n || kd.H !== vd.H || kd.d !== vd.d || qd.d !== kd.d) {
+      throw new CrispError('SHAPE_MISMATCH', `${path}: q [${qd.n}, ${qd.H}, ${qd.d}], k [${kd.n}, ${kd.H}, ${kd.d}] and v [${vd.n}, ${vd.H}, ${vd.d}] do not fit together (k and v equal, same head dim)`);
+    }
+    if (qd.H % kd.H !== 0) {
+      throw new CrispError('SHAPE_MISMATCH', `${path}: q's ${qd.H} heads are not a multiple of k's ${kd.H} (GQA needs H % Hkv == 0)`);
+    }
+    const dtypes = [names.q, names.k, names.v].map((x) => file.tensor(x).dtype);
+    const dtype = o.dtype ?? dtypes[0];
+    if (!dtype) throw new CrispError('UNSUPPORTED', `${path}: q's dtype is not f32, f16 or bf16`);
+    if (!o.dtype && (dtypes[1] !== dtype || dtypes[2] !== dtype)) {
+      throw new CrispError('DTYPE_MISMATCH', `${path}: q, k, v dtypes differ (${dtypes.join(', ')}); pass --dtype to convert them`);
+    }
+    for (const role of ['q', 'k', 'v'] as const) {
+      const bar = progressBar(io.stderr, `upload ${role}`, qd.n);
+      try {
+        made.push(await uploadTensor(backend, file, names[role], { layout, dtype, onProgress: (r) => bar.update(r) }));
+      } finally {
+        bar.stop();
+      }
+    }
+    return {
+      q: made[0],
+      k: made[1],
+      v: made[2],
+      n: qd.n,
+      H: qd.H,
+      Hkv: kd.H,
+      d: qd.d,
+      dtype,
+      qRow: async (i) => toF32(await readTensor(file, names.q, { layout, dtype, rows: [i, i + 1] })),
+      source: path,
+      close: () => file.close(),
+    };
+  } catch (e) {
+    for (const t of made) t.dispose();
+    await file.close().catch(() => undefined);
+    throw e;
+  }
 }
 
 /**
@@ -326,7 +404,13 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
   for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
   const gpu = sel.name !== 'reference';
   const repeats = o.repeats ?? (gpu ? 3 : 1);
-  const inp = await loadInputs(backend, o, o.dtype ?? sel.dtype, io, sel.defaults);
+  let inp: Inputs;
+  try {
+    inp = await loadInputs(backend, o, o.dtype ?? sel.dtype, io, sel.defaults);
+  } catch (e) {
+    backend.dispose();
+    throw e;
+  }
   const disposeAll: DeviceTensor[] = [inp.q, inp.k, inp.v];
   try {
     const { n, H, d } = inp;
@@ -424,6 +508,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
     };
   } finally {
     for (const t of disposeAll) t.dispose();
+    await inp.close();
     backend.dispose();
   }
 }
