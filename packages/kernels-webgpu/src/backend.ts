@@ -22,6 +22,7 @@ import {
   type HostTensor,
   InvalidArgumentError,
   LimitError,
+  NonFiniteError,
   type PeRowsOptions,
   type ProxyStats,
   type ProxyStatsOptions,
@@ -457,6 +458,14 @@ export class WebGpuBackend implements Backend {
         opts.tokenScores ? g.read(as, 0, H * n * 4) : undefined,
       ]);
       const rowStats = new Float32Array(rowsAb);
+      for (let r = 0; r < H * b; r++) {
+        if (rowStats[r * 4 + 3] !== 0) {
+          throw new NonFiniteError(
+            `q or k holds NaN or Inf (seen by proxy row ${r % b} of head ${Math.floor(r / b)}); clean the inputs first`,
+            { head: Math.floor(r / b) },
+          );
+        }
+      }
       const blockSums = new Float32Array(sumsAb);
       const lg = new Float32Array(logitsAb);
       const cStruct = new Float64Array(H);

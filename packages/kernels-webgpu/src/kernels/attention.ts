@@ -61,7 +61,7 @@ export function attentionProgram(dtype: StorageDType, headDim: number): ProgramD
       let L = lsum.${comps[i]};
       if (pos >= rowOff && pos < P.n) {
         let row = pos - rowOff;
-        let inv = select(0.0, 1.0 / L, L > 0.0);
+        let inv = select(select(0.0, 1.0 / L, L > 0.0), poison, bad);
         let obase = ((row * P.H + h) * D) / 4u;
         ${st.join('\n        ')}
         if (P.returnLse == 1u && tc == 0u) {
@@ -122,6 +122,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let I = q0 / P.B;
   let tpb = P.B / 64u;
   if (lid == 0u) {
+    atomicStore(&badInput, 0u);
     if (P.dense == 1u) { seg = vec2<u32>(0u, 1u); }
     else { seg = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
   }
@@ -175,6 +176,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
           let kpos = k0 + vc + x / ${HD4}u;
           var vv = vec4<f32>(0.0);
           if (kpos < P.n) { vv = ${widen(dtype, `V[((kpos * P.Hkv + g) * D) / 4u + x % ${HD4}u]`)}; }
+          if (nonFinite(vv)) { atomicStore(&badInput, 1u); }
           QK[x] = vv;
         }
         workgroupBarrier();
@@ -193,6 +195,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   red[(tr * 4u + 2u) * 16u + tc] = lsum.z;
   red[(tr * 4u + 3u) * 16u + tc] = lsum.w;
   workgroupBarrier();
+  // NaN/Inf in the inputs must not come out as a finite answer: poison this tile's rows.
+  let bad = atomicLoad(&badInput) != 0u;
+  let poison = bitcast<f32>(select(0u, 0x7fc00000u, bad));
   lsum = vec4<f32>(0.0);
   for (var c = 0u; c < 16u; c++) {
     lsum += vec4<f32>(red[(tr * 4u) * 16u + c], red[(tr * 4u + 1u) * 16u + c],

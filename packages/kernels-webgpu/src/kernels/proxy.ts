@@ -83,6 +83,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let h = P.headBase + wid.z;
   let g = h / (P.H / P.Hkv);
   let iL = rt * 64u + lr;
+  if (lid == 0u) { atomicStore(&badInput, 0u); }
+  workgroupBarrier();
   var mrow = vec4<f32>(-1.0e30);
   var zrow = vec4<f32>(0.0);
   var erow = vec4<f32>(0.0);
@@ -110,7 +112,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       Z += a * r.y;
       E += a * (r.z + (r.x - M) * r.y);
     }
-    if (i < P.b) { part[(h * P.b + i) * P.numSplits + split] = vec4<f32>(M, Z, E, 0.0); }
+    let bad = f32(atomicLoad(&badInput));
+    if (i < P.b) { part[(h * P.b + i) * P.numSplits + split] = vec4<f32>(M, Z, E, bad); }
   }
 }
 `;
@@ -132,13 +135,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   for (var s = 0u; s < P.numSplits; s++) { M = max(M, part[r * P.numSplits + s].x); }
   var Z = 0.0;
   var E = 0.0;
+  var bad = 0.0;
   for (var s = 0u; s < P.numSplits; s++) {
     let x = part[r * P.numSplits + s];
     let a = exp2(x.x - M);
     Z += a * x.y;
     E += a * (x.z + (x.x - M) * x.y);
+    bad = max(bad, x.w);
   }
-  rows[r] = vec4<f32>(M, Z, log(Z) - LN2 * E / Z, 0.0);
+  // w: 1 when q or k held NaN/Inf (the host raises NON_FINITE)
+  rows[r] = vec4<f32>(M, Z, log(Z) - LN2 * E / Z, bad);
 }
 `;
   return { name: 'rowCombine', cacheKey: 'rowCombine', wgsl, entryPoint: 'main' };

@@ -9,7 +9,12 @@
 import { type StorageDType, widen } from './common.js';
 
 /** Workgroup scratch the tile uses: QK holds the Q chunk [16][16] then the K chunk [16][16]. */
-export const TILE_SHARED = 'var<workgroup> QK: array<vec4<f32>, 512>;';
+export const TILE_SHARED = `var<workgroup> QK: array<vec4<f32>, 512>;
+// set when a loaded q, k or v value is NaN or Inf: the kernel then poisons what it writes
+var<workgroup> badInput: atomic<u32>;
+fn nonFinite(x: vec4<f32>) -> bool {
+  return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
+}`;
 
 /**
  * WGSL statements computing s0..s3 (vec4<f32>, rows tr*4+i, keys tc*4..+3) for one key tile.
@@ -40,6 +45,7 @@ export function scoreTileWgsl(o: {
       let kposL = k0 + lr;
       var kv = vec4<f32>(0.0);
       if (kposL < P.n) { kv = ${lk}; }
+      if (nonFinite(qv) || nonFinite(kv)) { atomicStore(&badInput, 1u); }
       let qa = ld * 16u + lr / 4u;
       let qc = lr % 4u;
       QK[qa][qc] = qv.x; QK[qa + 16u][qc] = qv.y; QK[qa + 32u][qc] = qv.z; QK[qa + 48u][qc] = qv.w;
