@@ -127,9 +127,12 @@ export function buildReportHtml(s: RunSummary, o: { alpha: number; gamma: number
         yaxis: { title: { text: 'query block I' }, autorange: 'reversed', scaleanchor: 'x' },
         updatemenus: [
           {
+            // below the plot, so the picker never hides the title
             x: 0,
-            y: 1.25,
+            y: -0.16,
             xanchor: 'left',
+            yanchor: 'top',
+            direction: 'up',
             buttons: Array.from({ length: H }, (_, h) => ({
               label: `head ${h} ${p.heads[h].route.toUpperCase()} ${pct(p.heads[h].density)}`,
               method: 'restyle',
@@ -137,8 +140,8 @@ export function buildReportHtml(s: RunSummary, o: { alpha: number; gamma: number
             })),
           },
         ],
-        margin: { l: 60, r: 10, t: 100, b: 50 },
-        height: 460,
+        margin: { l: 60, r: 10, t: 50, b: 110 },
+        height: 480,
         width: 440,
       },
     });

@@ -66,7 +66,7 @@ const llama: Profile = {
   needlesPerGroup: 2,
   needleMass: [0.06, 0.18],
   hiddenNeedleShare: 0.34,
-  salienceVs: [2.3, 2.9],
+  salienceVs: [2.4, 3.0],
   salienceDiffuse: [0.8, 1.2],
   localAmp: [3.5, 5.5],
   slashAmp: [4, 5.5],

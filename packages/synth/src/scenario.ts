@@ -134,9 +134,10 @@ const TOPIC_K = 2; // key topic vectors are scaled by this
 const SALIENCE_COARSE = 256; // tokens per coarse salience segment
 const SALIENCE_FINE = 64; // tokens per fine salience span
 const TOPIC_SEGMENT = 384; // tokens per content segment (a "document")
-const QUERY_TOPIC_SPAN = 64; // query rows sharing one query topic
+const QUERY_TOPIC_SPAN = 128; // query rows sharing one query topic (one block at B = 128)
 const NOISE_LOGIT_STD = 0.35; // token-level logit jitter (nats)
 const NEEDLE_VALUE = 3; // needle tokens carry a distinct, larger value vector
+const DIFFUSE_LOCAL_CAP = 0.08; // most a diffuse head puts on the last 128 keys at the proxy rows
 const SINK_BLOCK = 128; // the sink block whose mass is targeted (p_v[0] at B = 128)
 const SINK_SAMPLE_ROWS = 4; // rows (every 32nd of the last 128, the proxy rows) where the non-sink mass is summed
 
@@ -202,7 +203,9 @@ function salience(seed: number, g: number, j: number): number {
   const coarse = gaussFromBits(hash4(seed, S_SAL_COARSE, g, c)) * Math.exp(0.6 * gaussFromBits(hash4(seed, S_SAL_TAIL, g, c)));
   const fine = gaussFromBits(hash4(seed, S_SAL_FINE, g, f)) * Math.exp(0.6 * gaussFromBits(hash4(seed, S_SAL_TAIL, g, f + 0x40000000)));
   const z = 0.9 * coarse + 0.6 * fine;
-  return Math.min(5, Math.max(-5, z));
+  // The sink block's own background is never salient: its mass is the sink's, solved per
+  // head, and a salient span there would put it out of the solver's reach.
+  return Math.min(j < SINK_BLOCK ? 0 : 5, Math.max(-5, z));
 }
 
 function fillTopic(seed: number, stream: number, a: number, b: number, out: Float64Array, scale: number): void {
@@ -235,7 +238,7 @@ interface HeadPlan {
   readonly sinkTarget: number;
   sink: number;
   readonly salience: number;
-  readonly local: number;
+  local: number;
   readonly slash: { offset: number; amp: number }[];
   stripe: number;
   readonly stripeTarget: number;
@@ -404,7 +407,9 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
     let t = topicKeys.get(key);
     if (!t) {
       t = new Float64Array(L.topicDims);
-      fillTopic(seed, S_TOPIC, g, seg, t, 1 / Math.sqrt(L.topicDims));
+      // Segment 0 (the prompt's start, holding the sink block) has no topic: content heads
+      // do not pile mass there by chance, so their sink block stays small.
+      if (seg > 0) fillTopic(seed, S_TOPIC, g, seg, t, 1 / Math.sqrt(L.topicDims));
       topicKeys.set(key, t);
     }
     return t;
@@ -448,11 +453,45 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
     return out;
   };
 
+  /**
+   * A diffuse (PE) head's content topics can happen to favour the segment the last queries
+   * sit in, piling mass on the local window and making C_struct look like a VS head's. Lower
+   * (down to negative: a recency penalty) its rotary local amplitude until the last-block mass
+   * at the proxy rows is at most DIFFUSE_LOCAL_CAP.
+   */
+  const capLocalMass = (p: HeadPlan, h: number) => {
+    const rows = [n - 1, Math.max(0, n - 128)];
+    const share = (A: number) => {
+      let worst = 0;
+      for (const row of rows) {
+        const b = baseLogits(h, row);
+        let all = 0;
+        let local = 0;
+        for (let j = 0; j <= row; j++) {
+          const e = Math.exp(b[j] + (j >= sinkCount ? (A - p.local) * K[row - j] : 0));
+          all += e;
+          if (j >= n - 128) local += e;
+        }
+        worst = Math.max(worst, local / all);
+      }
+      return worst;
+    };
+    if (share(p.local) <= DIFFUSE_LOCAL_CAP) return;
+    let lo = -8;
+    let hi = p.local;
+    for (let it = 0; it < 30; it++) {
+      const mid = (lo + hi) / 2;
+      if (share(mid) > DIFFUSE_LOCAL_CAP) hi = mid;
+      else lo = mid;
+    }
+    p.local = lo;
+  };
   const asks = (nd: Needle, i: number) => nd.askers.some(([a, b]) => i >= a && i < b);
   for (let h = 0; h < H; h++) {
     const p = plans[h];
     const gr = groups[p.g];
     const i = n - 1;
+    if (p.kind === 'diffuse') capLocalMass(p, h);
     const base = baseLogits(h, i);
     const inSet = new Uint8Array(i + 1);
     for (let j = 0; j < sinkW.length; j++) inSet[j] = 1;
@@ -694,7 +733,7 @@ class RowGenerator {
     if (!t) {
       if (this.#topicCache.size > 4096) this.#topicCache.clear();
       t = new Float64Array(this.L.topicDims);
-      fillTopic(this.seed, S_TOPIC, g, seg, t, 1 / Math.sqrt(this.L.topicDims));
+      if (seg > 0) fillTopic(this.seed, S_TOPIC, g, seg, t, 1 / Math.sqrt(this.L.topicDims));
       this.#topicCache.set(key, t);
     }
     return t;
