@@ -1,0 +1,55 @@
+/**
+ * Open the backends a run asks for (or every one this machine has). A backend that is not
+ * here is a result ("unavailable: why"), never a crash.
+ */
+import { join } from 'node:path';
+import type { Backend } from '@crisp/core';
+import { cudaAvailability, createCudaBackend } from '@crisp/kernels-cuda';
+import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
+import { createReferenceBackend } from '@crisp/reference';
+import type { BackendName } from './config.js';
+
+export interface OpenBackend {
+  readonly name: BackendName;
+  readonly backend?: Backend;
+  readonly reason?: string;
+  /** adapter / device description, when there is one */
+  readonly device?: string;
+  /** the length gate the backend ships with (its `sparseCrossover`) */
+  readonly shippedCrossover?: number;
+}
+
+export async function openBackend(name: BackendName, repoRoot: string | undefined): Promise<OpenBackend> {
+  try {
+    if (name === 'reference') {
+      const backend = createReferenceBackend();
+      return { name, backend, device: 'float64 TypeScript (host CPU)', shippedCrossover: backend.sparseCrossover };
+    }
+    if (name === 'webgpu') {
+      const a = await webgpuAvailability();
+      if (!a.available) return { name, reason: a.reason ?? 'no WebGPU adapter' };
+      const backend = await createNodeWebGpuBackend();
+      const d = a.adapter;
+      return {
+        name,
+        backend,
+        device: d ? `${d.vendor} ${d.architecture} ${d.description}`.trim() : undefined,
+        shippedCrossover: backend.sparseCrossover,
+      };
+    }
+    const a = cudaAvailability();
+    if (!a.available) return { name, reason: a.reason ?? 'no CUDA driver' };
+    // In a bundle the package's own kernels/ folder is not next to the code: point at the
+    // repository's copy (resolved from the repo root, i.e. from where the command runs).
+    const backend = await createCudaBackend(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {});
+    const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
+    return {
+      name,
+      backend,
+      device: info ? `${info.name ?? ''} (driver API ${info.driverVersion ?? '?'})` : undefined,
+      shippedCrossover: backend.sparseCrossover,
+    };
+  } catch (e) {
+    return { name, reason: e instanceof Error ? e.message : String(e) };
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * What a bench run measures and at which sizes. `--smoke` is the CI setting (tiny, every
+ * suite, under ~2 minutes on a CPU machine); the full setting is the GPU machine's
+ * (Llama-3.1-8B attention shape, n 8k..512k, each backend stopping where its memory or a
+ * time budget stops it). Every size list can be overridden from the command line.
+ */
+import type { DType } from '@crisp/core';
+import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
+
+export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
+export type BackendName = (typeof BACKEND_NAMES)[number];
+export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors'] as const;
+export type SuiteName = (typeof SUITE_NAMES)[number];
+
+export interface Shape {
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+}
+
+export interface BenchConfig {
+  readonly mode: 'smoke' | 'full';
+  readonly seed: number;
+  readonly suites: readonly SuiteName[];
+  readonly latency: {
+    readonly sizes: readonly number[];
+    /** the reference is float64 JS: it gets its own (smaller) shape and sizes */
+    readonly referenceSizes: readonly number[];
+    readonly shape: Shape;
+    readonly referenceShape: Shape;
+    readonly reps: number;
+    readonly warmup: number;
+    /** per backend: stop growing n once the projected time of the next size exceeds what is left */
+    readonly budgetMs: number;
+    readonly profile: ProfileName;
+    /** presets timed on the reference, and on the other backends (names from @crisp/presets) */
+    readonly presets: readonly string[];
+    readonly gpuPresets: readonly string[];
+    /** host generation of a scenario above this many q/k/v values is skipped (no device fill) */
+    readonly maxHostValues: number;
+  };
+  readonly accuracy: {
+    readonly sizes: readonly number[];
+    readonly shape: Shape;
+    readonly profiles: readonly ProfileName[];
+    /** profiles on backends other than the reference (smoke: one, to stay fast on SwiftShader) */
+    readonly gpuProfiles: readonly ProfileName[];
+    /** query rows sampled for mass recall and output error (float64, host) */
+    readonly rows: number;
+  };
+  readonly onCurve: {
+    /** score-vector sizes (pure TS, no backend) */
+    readonly syntheticSizes: readonly number[];
+    /** sizes for real proxy statistics through each backend */
+    readonly proxySizes: readonly number[];
+    readonly shape: Shape;
+  };
+  readonly floors: {
+    readonly n: number;
+    readonly shape: Shape;
+    readonly profiles: readonly ProfileName[];
+    readonly rows: number;
+  };
+}
+
+const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'flexPrefill'];
+
+const pow2 = (from: number, to: number): number[] => {
+  const out: number[] = [];
+  for (let n = from; n <= to; n *= 2) out.push(n);
+  return out;
+};
+
+export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
+  if (mode === 'smoke') {
+    return {
+      mode,
+      seed: 7,
+      suites: SUITE_NAMES,
+      latency: {
+        sizes: [1152],
+        referenceSizes: [1152, 1536],
+        shape: { heads: 1, kvHeads: 1, headDim: 64 },
+        referenceShape: { heads: 1, kvHeads: 1, headDim: 64 },
+        reps: 3,
+        warmup: 1,
+        budgetMs: 60_000,
+        profile: 'llama-like',
+        presets: ALL_PRESETS,
+        // SwiftShader compiles and runs WGSL slowly: the smoke times the two ends only.
+        gpuPresets: ['dense', 'crisp'],
+        maxHostValues: 64e6,
+      },
+      accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8 },
+      onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
+      floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
+    };
+  }
+  return {
+    mode,
+    seed: 7,
+    suites: SUITE_NAMES,
+    latency: {
+      sizes: pow2(8192, 524288),
+      referenceSizes: [2048, 4096, 8192, 16384],
+      shape: { heads: 32, kvHeads: 8, headDim: 128 },
+      referenceShape: { heads: 2, kvHeads: 1, headDim: 64 },
+      reps: 3,
+      warmup: 1,
+      budgetMs: 240_000,
+      profile: 'llama-like',
+      presets: ALL_PRESETS,
+      gpuPresets: ALL_PRESETS,
+      maxHostValues: 100e6,
+    },
+    accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: PROFILE_NAMES, rows: 32 },
+    onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },
+    floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
+  };
+}
+
+/** The element type each backend is timed in (bf16 on CUDA as in the paper; f16 on WebGPU; f32 on the reference). */
+export function latencyDtype(backend: string): DType {
+  return backend === 'cuda' ? 'bf16' : backend === 'webgpu' ? 'f16' : 'f32';
+}
+
+/** "8192,16384" or "8k..512k" (powers of two) or "2048..16384". */
+export function parseSizes(text: string): number[] {
+  const num = (s: string): number => {
+    const m = /^(\d+(?:\.\d+)?)([kK])?$/.exec(s.trim());
+    if (!m) throw new Error(`not a size: '${s}' (use 8192, 8k or 8k..512k)`);
+    return Math.round(Number(m[1]) * (m[2] ? 1024 : 1));
+  };
+  const range = /^(.+)\.\.(.+)$/.exec(text.trim());
+  if (range) {
+    const a = num(range[1]);
+    const b = num(range[2]);
+    if (!(a >= 1 && b >= a)) throw new Error(`bad size range '${text}'`);
+    return pow2(a, b);
+  }
+  const out = text.split(',').filter((s) => s.trim() !== '').map(num);
+  if (out.length === 0 || out.some((n) => !(n >= 1))) throw new Error(`bad size list '${text}'`);
+  return out;
+}

@@ -1,0 +1,225 @@
+/**
+ * crisp-bench: every suite on every backend this machine has, into
+ * apps/bench/results/<machine>/ (bench.json, bench.md, SVG figures).
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, relative, resolve } from 'node:path';
+import { Command, Option } from 'commander';
+import { type OpenBackend, openBackend } from './backends.js';
+import { BACKEND_NAMES, type BackendName, type BenchConfig, defaultConfig, parseSizes, SUITE_NAMES, type SuiteName, type Shape } from './config.js';
+import { type SuiteContext, message } from './context.js';
+import { figures } from './figures.js';
+import { findRepoRoot, machineInfo } from './machine.js';
+import { densePeers, resolvePeerScript } from './peers.js';
+import { mergeResults } from './merge.js';
+import { markdown } from './report.js';
+import type { BenchResult } from './result.js';
+import { accuracySuite } from './suites/accuracy.js';
+import { crossoverSuite } from './suites/crossover.js';
+import { floorsSuite } from './suites/floors.js';
+import { latencySuite } from './suites/latency.js';
+import { onCurveSuite } from './suites/on-curve.js';
+
+function list<T extends string>(text: string, allowed: readonly T[], what: string): T[] {
+  const items = text.split(',').map((s) => s.trim()).filter(Boolean);
+  for (const x of items) if (!allowed.includes(x as T)) throw new Error(`unknown ${what} '${x}'; use ${allowed.join(', ')}`);
+  return items as T[];
+}
+
+function shape(text: string): Shape {
+  const [heads, kvHeads, headDim] = text.split(',').map(Number);
+  if (![heads, kvHeads, headDim].every((x) => Number.isInteger(x) && x > 0) || heads % kvHeads !== 0) {
+    throw new Error(`bad shape '${text}': use H,Hkv,d with H % Hkv == 0 (e.g. 32,8,128)`);
+  }
+  return { heads, kvHeads, headDim };
+}
+
+function program(): Command {
+  return new Command('crisp-bench')
+    .description('CRISP benchmarks: latency, accuracy, the O(n) curve, crossover, floors; JSON + markdown + SVG per machine')
+    .option('--smoke', 'tiny sizes, every suite (CI; under ~2 minutes on a CPU)')
+    .option('--backends <list>', `comma-separated subset of ${BACKEND_NAMES.join(',')} (default: every one available)`)
+    .option('--suites <list>', `comma-separated subset of ${SUITE_NAMES.join(',')}`)
+    .option('--out <dir>', 'output folder (default: apps/bench/results/<machine>/ under the repository root)')
+    .option('--sizes <sizes>', 'latency sizes for GPU backends: 8192,16384 or 8k..512k')
+    .option('--reference-sizes <sizes>', 'latency sizes for the float64 reference')
+    .option('--shape <H,Hkv,d>', 'latency shape for GPU backends (default 32,8,128: Llama-3.1-8B)')
+    .option('--reference-shape <H,Hkv,d>', 'latency shape for the reference')
+    .option('--acc-sizes <sizes>', 'accuracy sizes')
+    .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
+    .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
+    .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
+    .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
+    .option('--floors-n <n>', 'n for the floors comparison')
+    .option('--presets <list>', 'latency presets (default dense,crisp,crispFast,flexPrefill)')
+    .option('--reps <count>', 'timed runs per measurement (>= 3)')
+    .option('--warmup <count>', 'untimed runs first')
+    .option('--budget-s <seconds>', 'latency time budget per backend; larger sizes are skipped once the projection exceeds it')
+    .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
+    .option('--seed <seed>', 'scenario seed')
+    .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
+    .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it")
+    .addOption(new Option('--quiet', 'no progress lines'))
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) });
+}
+
+export interface MainOptions {
+  /** where progress goes (default stderr) */
+  readonly log?: (line: string) => void;
+}
+
+/** Resolve the command line into a config (exported for tests). */
+export function resolveConfig(o: Record<string, string | boolean | undefined>): BenchConfig {
+  const base = defaultConfig(o.smoke ? 'smoke' : 'full');
+  const num = (x: string | boolean | undefined, what: string, min: number): number | undefined => {
+    if (x === undefined) return undefined;
+    const v = Number(x);
+    if (!Number.isFinite(v) || v < min) throw new Error(`--${what} must be a number >= ${min}; got ${String(x)}`);
+    return v;
+  };
+  const sizes = (x: string | boolean | undefined) => (typeof x === 'string' ? parseSizes(x) : undefined);
+  const shp = (x: string | boolean | undefined) => (typeof x === 'string' ? shape(x) : undefined);
+  const budget = num(o.budgetS, 'budget-s', 1);
+  const accShape = shp(o.accShape);
+  const presetList = typeof o.presets === 'string' ? list(o.presets, ['dense', 'crisp', 'crispFast', 'flexPrefill'], 'preset') : undefined;
+  return {
+    ...base,
+    seed: num(o.seed, 'seed', 0) ?? base.seed,
+    suites: typeof o.suites === 'string' ? list(o.suites, SUITE_NAMES, 'suite') : base.suites,
+    latency: {
+      ...base.latency,
+      sizes: sizes(o.sizes) ?? base.latency.sizes,
+      referenceSizes: sizes(o.referenceSizes) ?? base.latency.referenceSizes,
+      shape: shp(o.shape) ?? base.latency.shape,
+      referenceShape: shp(o.referenceShape) ?? base.latency.referenceShape,
+      presets: presetList ?? base.latency.presets,
+      gpuPresets: presetList ?? base.latency.gpuPresets,
+      reps: num(o.reps, 'reps', 3) ?? base.latency.reps,
+      warmup: num(o.warmup, 'warmup', 1) ?? base.latency.warmup,
+      budgetMs: budget !== undefined ? budget * 1000 : base.latency.budgetMs,
+      maxHostValues: num(o.maxHostValues, 'max-host-values', 1) ?? base.latency.maxHostValues,
+    },
+    accuracy: {
+      ...base.accuracy,
+      sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
+      shape: accShape ?? base.accuracy.shape,
+      rows: num(o.accRows, 'acc-rows', 1) ?? base.accuracy.rows,
+    },
+    onCurve: {
+      ...base.onCurve,
+      syntheticSizes: sizes(o.curveSizes) ?? base.onCurve.syntheticSizes,
+      proxySizes: sizes(o.proxySizes) ?? base.onCurve.proxySizes,
+    },
+    floors: {
+      ...base.floors,
+      n: num(o.floorsN, 'floors-n', 1) ?? base.floors.n,
+      shape: accShape ?? base.floors.shape,
+      rows: num(o.accRows, 'acc-rows', 1) ?? base.floors.rows,
+    },
+  };
+}
+
+const want = (c: BenchConfig, s: SuiteName) => c.suites.includes(s);
+
+/** Run the bench; returns the process exit code. */
+export async function main(argv: readonly string[], opts: MainOptions = {}): Promise<number> {
+  const cmd = program();
+  try {
+    cmd.parse(argv as string[]);
+  } catch (e) {
+    const code = (e as { exitCode?: number }).exitCode;
+    return code ?? 2;
+  }
+  const o = cmd.opts<Record<string, string | boolean | undefined>>();
+  let config: BenchConfig;
+  try {
+    config = resolveConfig(o);
+  } catch (e) {
+    process.stderr.write(`crisp-bench: ${message(e)}\n`);
+    return 2;
+  }
+  const log = o.quiet ? () => {} : (opts.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
+  const repoRoot = findRepoRoot();
+  const command = `node apps/bench/dist/crisp-bench.mjs ${argv.slice(2).join(' ')}`.trim();
+  const ctx: SuiteContext = { config, repoRoot, command, log };
+  const machine = machineInfo(repoRoot, {});
+  const outDir = resolve(typeof o.out === 'string' ? o.out : join(repoRoot ?? process.cwd(), repoRoot ? 'apps/bench/results' : 'bench-results', machine.slug));
+  // A lost GPU promise must not let Node exit early with half a report: keep the loop alive.
+  const keepAlive = setInterval(() => {}, 1 << 30);
+  const started = performance.now();
+  const names: BackendName[] = typeof o.backends === 'string' ? list(o.backends, BACKEND_NAMES, 'backend') : [...BACKEND_NAMES];
+  const opened: OpenBackend[] = [];
+  try {
+    for (const name of names) {
+      const ob = await openBackend(name, repoRoot);
+      log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
+      opened.push(ob);
+    }
+    let result: BenchResult = {
+      schema: 'crisp-bench/1',
+      command,
+      cwd: process.cwd(),
+      startedAt: new Date().toISOString(),
+      machine,
+      config,
+      backends: opened.map((b) => ({ name: b.name, available: Boolean(b.backend), reason: b.reason, device: b.device, shippedCrossover: b.shippedCrossover })),
+      suites: {},
+    };
+    if (opened.every((b) => !b.backend)) {
+      process.stderr.write('crisp-bench: no backend is available here\n');
+      return 1;
+    }
+    if (want(config, 'latency') || want(config, 'crossover')) {
+      log('suite latency');
+      const lat = await latencySuite(ctx, opened);
+      const measured = new Map<string, number[]>();
+      for (const r of lat.rows) if (r.preset === 'dense') measured.set(r.backend, [...(measured.get(r.backend) ?? []), r.n]);
+      const peers = await densePeers(ctx, opened, measured, resolvePeerScript(repoRoot, typeof o.peerScript === 'string' ? o.peerScript : undefined));
+      result.suites.latency = { ...lat, peers };
+      if (want(config, 'crossover')) {
+        result.suites.crossover = crossoverSuite(lat.rows, new Map(opened.map((b) => [b.name, b.shippedCrossover])));
+        for (const g of result.suites.crossover.gates) {
+          log(`crossover ${g.backend}: ${g.gate === null ? `none measured (${g.note})` : `length gate ${g.gate} keys`}${g.shipped !== undefined ? ` (ships ${g.shipped})` : ''}`);
+        }
+      }
+    }
+    if (want(config, 'accuracy')) {
+      log('suite accuracy');
+      result.suites.accuracy = await accuracySuite(ctx, opened);
+    }
+    if (want(config, 'onCurve')) {
+      log('suite onCurve');
+      result.suites.onCurve = await onCurveSuite(ctx, opened);
+    }
+    if (want(config, 'floors')) {
+      log('suite floors');
+      result.suites.floors = await floorsSuite(ctx, opened);
+    }
+    result.finishedAt = new Date().toISOString();
+    result.durationS = Math.round((performance.now() - started) / 100) / 10;
+    mkdirSync(outDir, { recursive: true });
+    const previous = join(outDir, 'bench.json');
+    if (o.merge && existsSync(previous)) {
+      const ran = opened.filter((b) => b.backend).map((b) => b.name);
+      result = mergeResults(JSON.parse(readFileSync(previous, 'utf8')) as BenchResult, result, ran);
+      log(`merged into ${previous} (this run's backends: ${ran.join(', ')})`);
+    }
+    const figs = await figures(result);
+    for (const fig of figs) writeFileSync(join(outDir, fig.file), fig.svg);
+    result.figures = figs.map((x) => x.file);
+    writeFileSync(join(outDir, 'bench.json'), `${JSON.stringify(result, null, 1)}\n`);
+    writeFileSync(join(outDir, 'bench.md'), markdown(result));
+    log(`wrote ${relative(process.cwd(), outDir) || '.'}/bench.json, bench.md and ${figs.length} figures in ${result.durationS} s`);
+    return 0;
+  } finally {
+    clearInterval(keepAlive);
+    for (const b of opened) {
+      try {
+        b.backend?.dispose();
+      } catch {
+        // disposing a lost device can throw; the results are already written
+      }
+    }
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * `--merge`: fold this run into an existing bench.json, so a machine's results can be built
+ * from several commands (one per backend or suite, e.g. under a per-command time limit).
+ * Row-based suites are merged by backend (this run's backends replace their old rows);
+ * whole suites this run did not run are kept; the crossover is recomputed from the merged
+ * latency. Every contributing command is listed.
+ */
+import type { BenchResult } from './result.js';
+import { crossoverSuite } from './suites/crossover.js';
+
+export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly string[]): BenchResult {
+  const keep = <T extends { backend: string }>(old: readonly T[] | undefined, now: readonly T[] | undefined): T[] => [
+    ...(old ?? []).filter((r) => !ran.includes(r.backend)),
+    ...(now ?? []),
+  ];
+  const p = prev.suites;
+  const c = cur.suites;
+  const latency =
+    c.latency && p.latency
+      ? {
+          rows: keep(p.latency.rows, c.latency.rows),
+          skipped: keep(p.latency.skipped, c.latency.skipped),
+          peers: { rows: keep(p.latency.peers.rows, c.latency.peers.rows), notes: keep(p.latency.peers.notes, c.latency.peers.notes) },
+        }
+      : (c.latency ?? p.latency);
+  const accuracy =
+    c.accuracy && p.accuracy
+      ? { ...c.accuracy, rows: keep(p.accuracy.rows, c.accuracy.rows), routing: keep(p.accuracy.routing, c.accuracy.routing), skipped: keep(p.accuracy.skipped, c.accuracy.skipped) }
+      : (c.accuracy ?? p.accuracy);
+  const onCurve =
+    c.onCurve && p.onCurve
+      ? { synthetic: c.onCurve.synthetic, proxy: keep(p.onCurve.proxy, c.onCurve.proxy), skipped: keep(p.onCurve.skipped, c.onCurve.skipped) }
+      : (c.onCurve ?? p.onCurve);
+  const backends = [...prev.backends.filter((b) => !ran.includes(b.name)), ...cur.backends.filter((b) => ran.includes(b.name))];
+  const crossover =
+    latency && (c.crossover || p.crossover) ? crossoverSuite(latency.rows, new Map(backends.map((b) => [b.name, b.shippedCrossover]))) : undefined;
+  return {
+    ...cur,
+    backends,
+    earlierRuns: [
+      ...(prev.earlierRuns ?? []),
+      { command: prev.command, startedAt: prev.startedAt, durationS: prev.durationS, backends: prev.backends.filter((b) => b.available).map((b) => b.name) },
+    ],
+    suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors },
+  };
+}

@@ -1,0 +1,200 @@
+/**
+ * Dense peers timed in the same run as CRISP's presets.
+ *
+ * CUDA: PyTorch scaled_dot_product_attention with the flash and cuDNN backends, through the
+ * Python peer script (apps/bench/peers/sdpa_peer.py, owned by @crisp/kernels-cuda). The
+ * script regenerates its inputs from a hash formula both sides share (bench.cu's
+ * crisp_hash), so this module fills q/k/v with that formula on the device, runs CRISP's
+ * dense kernel, saves sampled output rows for the script's cross-check, writes its
+ * manifest and spawns it. Timing dense attention does not depend on the values.
+ *
+ * WebGPU: TensorFlow.js on WebGPU, when @crisp/kernels-webgpu exports a peer.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { Backend, DeviceTensor, HostTensor } from '@crisp/core';
+import * as webgpuNode from '@crisp/kernels-webgpu/node';
+import type { OpenBackend } from './backends.js';
+import type { Shape } from './config.js';
+import type { SuiteContext } from './context.js';
+import { type Spread, spread } from './stats.js';
+
+export interface PeerRow {
+  readonly backend: string;
+  readonly peer: string;
+  readonly n: number;
+  readonly ms: Spread;
+  readonly tflops?: number;
+  /** relative error of CRISP's dense output against the peer's on sampled rows */
+  readonly relErrVsCrispDense?: number;
+}
+
+export interface PeerNote {
+  readonly backend: string;
+  readonly peer: string;
+  readonly status: 'ran' | 'absent' | 'failed';
+  readonly detail: string;
+  readonly command?: string;
+}
+
+export interface PeerResult {
+  readonly rows: PeerRow[];
+  readonly notes: PeerNote[];
+}
+
+interface CudaPeerHooks {
+  fillHash(t: DeviceTensor, seed: number, amplitude: number): void;
+  readRows(t: DeviceTensor, rows: Int32Array): HostTensor;
+}
+
+export const SDPA_PEER_SCRIPT = 'apps/bench/peers/sdpa_peer.py';
+
+/** The peer script: --peer-script, else the repository's copy (found from the working directory). */
+export function resolvePeerScript(repoRoot: string | undefined, explicit?: string): string | undefined {
+  if (explicit) return resolve(explicit);
+  const p = repoRoot ? join(repoRoot, SDPA_PEER_SCRIPT) : resolve(SDPA_PEER_SCRIPT);
+  return existsSync(p) ? p : undefined;
+}
+
+async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly number[], shape: Shape, script: string, reps: number, budgetS: number): Promise<PeerResult> {
+  const hooks = b as Backend & Partial<CudaPeerHooks>;
+  const peerNames = ['torch-sdpa-flash', 'torch-sdpa-cudnn'];
+  const note = (status: PeerNote['status'], detail: string, command?: string): PeerResult => ({
+    rows: [],
+    notes: peerNames.map((peer) => ({ backend: 'cuda', peer, status, detail, command })),
+  });
+  if (typeof hooks.fillHash !== 'function' || typeof hooks.readRows !== 'function') {
+    return note('failed', 'the CUDA backend has no fillHash/readRows (needed to share inputs with the PyTorch peer)');
+  }
+  const probe = spawnSync('python3', ['-c', 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)'], { encoding: 'utf8', timeout: 120_000 });
+  if (probe.status !== 0) {
+    return note('absent', probe.status === 3 ? 'PyTorch is installed but sees no CUDA device' : `python3 with torch is not available (${(probe.stderr || probe.error?.message || '').trim().split('\n').pop()})`);
+  }
+  const dir = join(tmpdir(), `crisp-bench-peer-${process.pid}`);
+  mkdirSync(dir, { recursive: true });
+  const { heads: H, kvHeads: Hkv, headDim: D } = shape;
+  const manifest = { H, Hkv, D, seeds: [1, 2, 3], amps: [2, 2, 1], ns: [] as number[], rows: {} as Record<string, string>, files: {} as Record<string, string[]>, probe: {} as Record<string, string> };
+  try {
+    for (const n of sizes) {
+      let q: DeviceTensor | undefined;
+      let k: DeviceTensor | undefined;
+      let v: DeviceTensor | undefined;
+      try {
+        q = b.allocate('bf16', [n, H, D]);
+        k = b.allocate('bf16', [n, Hkv, D]);
+        v = b.allocate('bf16', [n, Hkv, D]);
+        hooks.fillHash(q, 1, 2);
+        hooks.fillHash(k, 2, 2);
+        hooks.fillHash(v, 3, 1);
+        const o = await b.denseAttention(q, k, v);
+        const sample: number[] = [];
+        for (let i = 0; i < n; i += 61) sample.push(i);
+        for (let i = n - 128; i < n; i++) if (i % 61 !== 0) sample.push(i);
+        const idx = Int32Array.from(sample);
+        const rowsFile = join(dir, `rows_${n}.i32`);
+        writeFileSync(rowsFile, idx);
+        const denseFile = join(dir, `dense_${n}.bf16`);
+        writeFileSync(denseFile, hooks.readRows(o.output, idx).data as Uint16Array);
+        o.output.dispose();
+        const probeFile = join(dir, `qprobe_${n}.bf16`);
+        writeFileSync(probeFile, hooks.readRows(q, Int32Array.from([0, 1, n - 1])).data as Uint16Array);
+        manifest.ns.push(n);
+        manifest.rows[n] = rowsFile;
+        // The script compares two saved outputs; both are CRISP's dense rows here.
+        manifest.files[n] = [denseFile, denseFile];
+        manifest.probe[n] = probeFile;
+      } catch (e) {
+        ctx.log(`  peer inputs n=${n}: ${e instanceof Error ? e.message : String(e)}`);
+        break;
+      } finally {
+        for (const t of [q, k, v]) t?.dispose();
+      }
+    }
+    const manifestFile = join(dir, 'manifest.json');
+    writeFileSync(manifestFile, JSON.stringify(manifest));
+    const outFile = join(dir, 'sdpa.json');
+    const args = [script, '--manifest', manifestFile, '--out', outFile, '--reps', String(reps), '--budget', String(budgetS)];
+    const command = `python3 ${args.join(' ')}`;
+    ctx.log(`  peer: ${command}`);
+    const r = spawnSync('python3', args, { encoding: 'utf8', timeout: (budgetS + 300) * 1000, maxBuffer: 64 * 1024 * 1024 });
+    if (!existsSync(outFile)) return note('failed', `the peer script wrote no results (exit ${r.status}): ${(r.stderr || '').trim().slice(-600)}`, command);
+    const res = JSON.parse(readFileSync(outFile, 'utf8')) as {
+      torch?: string;
+      cudnn?: number;
+      runs: { n: number; skipped?: string; [k: string]: unknown }[];
+    };
+    const rows: PeerRow[] = [];
+    const notes: PeerNote[] = [];
+    for (const [key, peer] of [
+      ['flash', 'torch-sdpa-flash'],
+      ['cudnn', 'torch-sdpa-cudnn'],
+    ] as const) {
+      const errors: string[] = [];
+      for (const run of res.runs) {
+        const m = run[key] as { ms?: number[]; tflops?: number; relErr_dense?: number; error?: string } | undefined;
+        if (m?.ms?.length) rows.push({ backend: 'cuda', peer, n: run.n, ms: spread(m.ms), tflops: m.tflops, relErrVsCrispDense: m.relErr_dense });
+        else if (m?.error) errors.push(`n=${run.n}: ${m.error.slice(0, 160)}`);
+        else if (run.skipped) errors.push(`n=${run.n}: ${run.skipped}`);
+      }
+      notes.push({
+        backend: 'cuda',
+        peer,
+        status: rows.some((x) => x.peer === peer) ? 'ran' : 'failed',
+        detail: `torch ${res.torch ?? '?'}, cuDNN ${res.cudnn ?? '?'}${errors.length ? `; ${errors.join('; ')}` : ''}`,
+        command,
+      });
+    }
+    return { rows, notes };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** A TF.js dense-attention peer, if @crisp/kernels-webgpu exports one (name contains "tfjs"). */
+function findTfjsPeer(): string | undefined {
+  return Object.keys(webgpuNode).find((k) => /tfjs/i.test(k) && typeof (webgpuNode as Record<string, unknown>)[k] === 'function');
+}
+
+export async function densePeers(
+  ctx: SuiteContext,
+  backends: readonly OpenBackend[],
+  measured: ReadonlyMap<string, readonly number[]>,
+  peerScript: string | undefined,
+): Promise<PeerResult> {
+  const rows: PeerRow[] = [];
+  const notes: PeerNote[] = [];
+  const c = ctx.config.latency;
+  for (const ob of backends) {
+    if (!ob.backend) continue;
+    if (ob.name === 'cuda') {
+      if (!peerScript) {
+        notes.push(
+          ...['torch-sdpa-flash', 'torch-sdpa-cudnn'].map((peer) => ({
+            backend: 'cuda',
+            peer,
+            status: 'absent' as const,
+            detail: `peer script ${SDPA_PEER_SCRIPT} not found (pass --peer-script)`,
+          })),
+        );
+        continue;
+      }
+      const sizes = measured.get('cuda') ?? [];
+      const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, c.reps, Math.round(c.budgetMs / 1000));
+      rows.push(...r.rows);
+      notes.push(...r.notes);
+    } else if (ob.name === 'webgpu') {
+      const name = findTfjsPeer();
+      notes.push({
+        backend: 'webgpu',
+        peer: 'tfjs-webgpu',
+        status: 'absent',
+        detail: name
+          ? `@crisp/kernels-webgpu exports ${name}, but with no interface this bench knows; not run`
+          : '@crisp/kernels-webgpu exports no TF.js peer yet; no TF.js WebGPU timings in this run',
+      });
+    }
+  }
+  return { rows, notes };
+}

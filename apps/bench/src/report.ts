@@ -1,0 +1,185 @@
+/** bench.md: the headline table first, then one section per suite, each with the command that reproduces it. */
+import type { BenchResult } from './result.js';
+
+const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
+const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
+
+function table(head: string[], rows: string[][]): string {
+  return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+}
+
+export function markdown(r: BenchResult): string {
+  const m = r.machine;
+  const out: string[] = [];
+  out.push(`# CRISP bench: ${m.slug}`);
+  out.push('');
+  out.push(
+    `${m.gpus.length ? `GPU: ${m.gpus.map((g) => `${g.name} (driver ${g.driver}, ${g.memory})`).join(', ')}; ` : ''}CPU: ${m.cpu.model} (${m.cpu.cores} cores), ${m.memoryGiB} GiB; ${m.os}; Node ${m.node}; ${r.startedAt}${m.git ? `; commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}.`,
+  );
+  out.push('');
+  out.push(`Reproduce: \`${r.command}\` (run from the repository root; ${r.config.mode} mode; ${f(r.durationS ?? 0, 0)} s).`);
+  for (const e of r.earlierRuns ?? []) out.push(`Merged with the results of \`${e.command}\` (${e.startedAt}, backends ${e.backends.join(', ')}).`);
+  out.push('');
+  out.push(
+    `Backends: ${r.backends.map((b) => (b.available ? `**${b.name}** (${b.device ?? 'available'})` : `${b.name}: unavailable (${b.reason})`)).join('; ')}.`,
+  );
+  const lat = r.suites.latency;
+  if (lat) {
+    out.push('');
+    out.push('## Latency (headline)');
+    out.push('');
+    out.push(
+      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up, [min, max] in brackets; ms. Speed-up = dense / preset.`,
+    );
+    const backends = [...new Set(lat.rows.map((x) => x.backend))];
+    for (const b of backends) {
+      const rs = lat.rows.filter((x) => x.backend === b);
+      const sizes = [...new Set(rs.map((x) => x.n))].sort((a, c) => a - c);
+      const presets = [...new Set(rs.map((x) => x.preset))];
+      const peers = [...new Set(lat.peers.rows.filter((x) => x.backend === b).map((x) => x.peer))];
+      const s0 = rs[0];
+      out.push('');
+      out.push(`**${b}** (H=${s0.shape.heads}, Hkv=${s0.shape.kvHeads}, d=${s0.shape.headDim}, ${s0.dtype}; inputs: ${s0.input})`);
+      out.push('');
+      const head = ['n', ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density'];
+      const body = sizes.map((n) => {
+        const cell = (p: string) => {
+          const x = rs.find((y) => y.n === n && y.preset === p);
+          return x ? `${ms(x.ms.median)} [${ms(x.ms.min)}, ${ms(x.ms.max)}]` : '–';
+        };
+        const peerCell = (p: string) => {
+          const x = lat.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p);
+          return x ? `${ms(x.ms.median)} [${ms(x.ms.min)}, ${ms(x.ms.max)}]` : '–';
+        };
+        const dense = rs.find((y) => y.n === n && y.preset === 'dense');
+        const speed = (p: string) => {
+          const x = rs.find((y) => y.n === n && y.preset === p);
+          return dense && x ? `${(dense.ms.median / x.ms.median).toFixed(2)}x` : '–';
+        };
+        const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
+        return [kn(n), ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density)];
+      });
+      out.push(table(head, body));
+    }
+    if (lat.peers.notes.length) {
+      out.push('');
+      out.push('Dense peers:');
+      for (const p of lat.peers.notes) out.push(`- ${p.backend} ${p.peer}: ${p.status}: ${p.detail}${p.command ? ` (\`${p.command}\`)` : ''}`);
+    }
+    if (lat.skipped.length) {
+      out.push('');
+      out.push('Skipped sizes:');
+      for (const s of lat.skipped) out.push(`- ${s.backend} n=${kn(s.n)}${s.preset ? ` ${s.preset}` : ''}: ${s.reason}`);
+    }
+  }
+  const cross = r.suites.crossover;
+  if (cross) {
+    out.push('');
+    out.push('## Crossover: where sparse starts to beat dense');
+    out.push('');
+    out.push(
+      table(
+        ['backend', 'preset', 'first winning n', 'estimated crossover', 'sparse/dense per n', 'note'],
+        cross.rows.map((c) => [c.backend, c.preset, c.crossoverN === null ? '–' : kn(c.crossoverN), c.estimatedN === null ? '–' : String(c.estimatedN), c.ratios.map((q) => `${kn(q.n)}: ${q.ratio.toFixed(2)}`).join(', '), c.note]),
+      ),
+    );
+    out.push('');
+    out.push('Length gate per backend (the crisp preset; the value `Backend.sparseCrossover` should default to):');
+    for (const g of cross.gates) {
+      out.push(`- ${g.backend}: ${g.gate === null ? `no crossover measured (${g.note})` : `**${g.gate}** keys`}${g.shipped !== undefined ? `; the backend ships ${g.shipped}` : ''}`);
+    }
+  }
+  const acc = r.suites.accuracy;
+  if (acc) {
+    out.push('');
+    out.push('## Accuracy per preset and scenario profile');
+    out.push('');
+    out.push(
+      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖) and at every needle's asking rows (needle recall: key blocks selected; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2).`,
+    );
+    out.push('');
+    out.push(
+      table(
+        ['backend', 'profile', 'n', 'preset', 'mass recall', 'output error', 'needle recall', 'needles in output', 'density', 'VS heads'],
+        acc.rows.map((x) => [x.backend, x.profile, kn(x.n), x.policy, f(x.massRecall), f(x.outputError, 4), `${f(x.needleRecall, 2)} (${x.needles})`, f(x.needleOutputRecall, 2), f(x.density), String(x.vsHeads)]),
+      ),
+    );
+    out.push('');
+    out.push('Routing agreement (C_struct τ_proxy=0.2 vs JSD τ=0.1 on the same heads, and each against the route the scenario intends):');
+    out.push('');
+    out.push(
+      table(
+        ['backend', 'profile', 'n', 'heads', 'C_struct vs JSD', 'C_struct vs intended', 'JSD vs intended'],
+        acc.routing.map((x) => [x.backend, x.profile, kn(x.n), String(x.heads), f(x.cStructVsJsd, 2), f(x.cStructVsTruth, 2), f(x.jsdVsTruth, 2)]),
+      ),
+    );
+    for (const s of acc.skipped) out.push(`- skipped ${s.backend} ${s.profile} n=${kn(s.n)}: ${s.reason}`);
+  }
+  const curve = r.suites.onCurve;
+  if (curve) {
+    out.push('');
+    out.push('## The O(n) curve: background blocks selected against n');
+    out.push('');
+    out.push(
+      'Constructed head: sink 0.85, local 0.03, 8 signal blocks of 0.005, background 0.08 (flat: token jitter only; salient: log-normal block masses, σ=0.5). Background = kept blocks that are neither anchors nor signal.',
+    );
+    const sizes = [...new Set(curve.synthetic.map((x) => x.n))];
+    for (const bg of ['flat', 'salient'] as const) {
+      const sels = [...new Set(curve.synthetic.map((x) => x.selector))];
+      out.push('');
+      out.push(`${bg} background (background blocks kept / signal recall):`);
+      out.push('');
+      out.push(
+        table(
+          ['selector', ...sizes.map(kn)],
+          sels.map((s) => [s, ...sizes.map((n) => {
+            const x = curve.synthetic.find((y) => y.n === n && y.selector === s && y.background === bg);
+            return x ? `${x.backgroundBlocks} / ${x.signalRecall.toFixed(2)}` : '–';
+          })]),
+        ),
+      );
+    }
+    if (curve.proxy.length) {
+      const ps = [...new Set(curve.proxy.map((x) => `${x.backend}|${x.n}`))];
+      const sels = [...new Set(curve.proxy.map((x) => x.selector))];
+      out.push('');
+      out.push('Real proxy statistics (llama-like scenario through the backend; mean blocks kept per VS head and direction, of Nb):');
+      out.push('');
+      out.push(
+        table(
+          ['backend', 'n', 'Nb', ...sels],
+          ps.map((key) => {
+            const [b, n] = key.split('|');
+            const rs = curve.proxy.filter((x) => x.backend === b && x.n === Number(n));
+            return [b, kn(Number(n)), String(rs[0].numBlocks), ...sels.map((s) => f(rs.find((x) => x.selector === s)?.meanBlocks, 1))];
+          }),
+        ),
+      );
+    }
+    for (const s of curve.skipped) out.push(`- skipped ${s.backend} n=${kn(s.n)}: ${s.reason}`);
+  }
+  const fl = r.suites.floors;
+  if (fl) {
+    out.push('');
+    out.push(`## Floors compared (${fl.backend ?? 'no backend'}, n=${kn(fl.n)}, mean over profiles)`);
+    out.push('');
+    out.push('CRISP\'s policy with only the VS selector swapped. Mean floor = the paper\'s noise floor μ; median/quantile floors; robust = median + c·1.4826·MAD; coverage = FlexPrefill\'s γ on tokens.');
+    out.push('');
+    out.push(
+      table(
+        ['floor', 'parameter', 'mass recall', 'output error', 'needle recall', 'density'],
+        fl.summary.map((x) => [x.family, x.param, f(x.massRecall), f(x.outputError, 4), f(x.needleRecall, 2), f(x.density)]),
+      ),
+    );
+    for (const s of fl.skipped) out.push(`- skipped ${s.profile}: ${s.reason}`);
+  }
+  if (r.figures?.length) {
+    out.push('');
+    out.push('## Figures');
+    out.push('');
+    for (const fig of r.figures) out.push(`- [${fig}](${fig})`);
+  }
+  out.push('');
+  return out.join('\n');
+}

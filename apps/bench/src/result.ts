@@ -1,0 +1,31 @@
+/** The shape of bench.json. */
+import type { BenchConfig } from './config.js';
+import type { MachineInfo } from './machine.js';
+import type { PeerResult } from './peers.js';
+import type { AccuracyResult } from './suites/accuracy.js';
+import type { CrossoverResult } from './suites/crossover.js';
+import type { FloorsResult } from './suites/floors.js';
+import type { LatencyResult } from './suites/latency.js';
+import type { OnCurveResult } from './suites/on-curve.js';
+
+export interface BenchResult {
+  readonly schema: 'crisp-bench/1';
+  readonly command: string;
+  readonly cwd: string;
+  readonly startedAt: string;
+  finishedAt?: string;
+  durationS?: number;
+  readonly machine: MachineInfo;
+  readonly config: BenchConfig;
+  readonly backends: { name: string; available: boolean; reason?: string; device?: string; shippedCrossover?: number }[];
+  readonly suites: {
+    latency?: LatencyResult & { peers: PeerResult };
+    accuracy?: AccuracyResult;
+    onCurve?: OnCurveResult;
+    crossover?: CrossoverResult;
+    floors?: FloorsResult;
+  };
+  figures?: string[];
+  /** with --merge: the commands whose results this file also holds */
+  readonly earlierRuns?: { command: string; startedAt: string; durationS?: number; backends: string[] }[];
+}

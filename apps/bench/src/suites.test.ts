@@ -1,0 +1,95 @@
+import { describe, expect, it } from 'vitest';
+import { parseSizes, resolveConfig } from './index.js';
+import { crossoverSuite } from './suites/crossover.js';
+import type { LatencyRow } from './suites/latency.js';
+import { constructedHead, syntheticCurve } from './suites/on-curve.js';
+
+const row = (backend: string, preset: string, n: number, median: number): LatencyRow => ({
+  backend,
+  preset,
+  n,
+  dtype: 'f32',
+  shape: { heads: 1, kvHeads: 1, headDim: 64 },
+  ms: { median, min: median, max: median, runs: 3 },
+  planMs: 0,
+  density: 1,
+  input: 'test',
+});
+
+describe('parseSizes', () => {
+  it('reads lists, k suffixes and power-of-two ranges', () => {
+    expect(parseSizes('8k..64k')).toEqual([8192, 16384, 32768, 65536]);
+    expect(parseSizes('1536,2k')).toEqual([1536, 2048]);
+    expect(() => parseSizes('8k..4k')).toThrow(/bad size range/);
+    expect(() => parseSizes('lots')).toThrow(/not a size/);
+  });
+  it('keeps at least 3 timed runs', () => {
+    expect(() => resolveConfig({ reps: '2' })).toThrow(/reps/);
+    expect(resolveConfig({ smoke: true, reps: '5' }).latency.reps).toBe(5);
+  });
+});
+
+describe('crossoverSuite', () => {
+  it('interpolates where sparse / dense crosses 1 in log n', () => {
+    // ratio 2 at 8k, 0.5 at 32k: log-linear crossing at 16k
+    const rows = [row('gpu', 'dense', 8192, 10), row('gpu', 'crisp', 8192, 20), row('gpu', 'dense', 32768, 100), row('gpu', 'crisp', 32768, 50)];
+    const r = crossoverSuite(rows, new Map([['gpu', 4096]]));
+    expect(r.rows[0].crossoverN).toBe(32768);
+    expect(r.rows[0].estimatedN).toBe(16384);
+    expect(r.gates).toEqual([{ backend: 'gpu', gate: 16384, shipped: 4096, note: expect.stringContaining('dense wins at 8192') }]);
+  });
+  it('needs sparse to win from the crossover on, not once', () => {
+    const rows = [row('b', 'dense', 1, 10), row('b', 'crisp', 1, 5), row('b', 'dense', 2, 10), row('b', 'crisp', 2, 20)];
+    const r = crossoverSuite(rows, new Map());
+    expect(r.rows[0].crossoverN).toBeNull();
+    expect(r.gates[0].gate).toBeNull();
+  });
+});
+
+describe('the constructed O(n) head', () => {
+  it('holds the stated masses', () => {
+    const h = constructedHead(16384, 'salient', 3);
+    const Nb = h.blocks.length;
+    expect(h.blocks[0]).toBeCloseTo(0.85, 6);
+    expect(h.blocks[Nb - 1]).toBeCloseTo(0.03, 6);
+    let sig = 0;
+    for (const J of h.signal) sig += h.blocks[J];
+    expect(sig).toBeCloseTo(0.04, 6);
+    expect(h.blocks.reduce((a, b) => a + b, 0)).toBeCloseTo(1, 5);
+  });
+  it('γ coverage keeps O(n) background blocks; the noise floor keeps every signal block and no flat background', () => {
+    const rows = syntheticCurve([8192, 32768, 131072], 5);
+    const cov = rows.filter((r) => r.selector === 'γ-coverage 0.95' && r.background === 'flat').map((r) => r.backgroundBlocks);
+    expect(cov[1] / cov[0]).toBeGreaterThan(3);
+    expect(cov[2] / cov[1]).toBeGreaterThan(3);
+    for (const r of rows.filter((x) => x.selector === 'noise floor α=1')) expect(r.signalRecall).toBe(1);
+    for (const r of rows.filter((x) => x.selector === 'noise floor α=1' && x.background === 'flat')) expect(r.backgroundBlocks).toBe(0);
+  });
+});
+
+describe('mergeResults', () => {
+  it('replaces the rows of the backends that ran, keeps the others, and recomputes the crossover', async () => {
+    const { mergeResults } = await import('./merge.js');
+    const mk = (command: string, rows: LatencyRow[], backends: string[]) =>
+      ({
+        command,
+        startedAt: command,
+        backends: backends.map((name) => ({ name, available: true })),
+        suites: { latency: { rows, skipped: [], peers: { rows: [], notes: [] } }, crossover: { rows: [], gates: [] } },
+      }) as unknown as import('./result.js').BenchResult;
+    const prev = mk('first', [row('cuda', 'dense', 8, 10), row('cuda', 'crisp', 8, 5), row('webgpu', 'dense', 8, 1), row('webgpu', 'crisp', 8, 2)], ['cuda', 'webgpu']);
+    const cur = mk('second', [row('webgpu', 'dense', 8, 4), row('webgpu', 'crisp', 8, 1)], ['webgpu']);
+    const m = mergeResults(prev, cur, ['webgpu']);
+    expect(m.suites.latency!.rows.map((r) => `${r.backend} ${r.preset} ${r.ms.median}`)).toEqual([
+      'cuda dense 10',
+      'cuda crisp 5',
+      'webgpu dense 4',
+      'webgpu crisp 1',
+    ]);
+    expect(m.suites.crossover!.gates.map((g) => [g.backend, g.gate])).toEqual([
+      ['cuda', 8],
+      ['webgpu', 8],
+    ]);
+    expect(m.earlierRuns!.map((e) => e.command)).toEqual(['first']);
+  });
+});

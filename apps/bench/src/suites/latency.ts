@@ -1,0 +1,141 @@
+/**
+ * Latency against n: one layer's attention per preset (dense, crisp, crispFast,
+ * flexPrefill) from Q/K/V on the device to the output on the device, routing and selection
+ * included (sparsePrefill, synchronised). The length gate is switched off
+ * (minSparseLength 0) so the sparse presets always take the sparse path: this suite is
+ * what measures where that path starts to pay. Median of `reps` runs after `warmup`.
+ */
+import { type Backend, type Policy, numBlocks, sparsePrefill } from '@crisp/core';
+import { crisp, crispFast, dense, flexPrefill } from '@crisp/presets';
+import type { OpenBackend } from '../backends.js';
+import { latencyDtype, type Shape } from '../config.js';
+import { type SuiteContext, message, withTimeout } from '../context.js';
+import { latencyInputs, SkipError } from '../inputs.js';
+import { type Spread, spread } from '../stats.js';
+
+export const LATENCY_PRESETS: readonly Policy[] = [dense, crisp, crispFast, flexPrefill];
+
+export interface LatencyRow {
+  readonly backend: string;
+  readonly preset: string;
+  readonly n: number;
+  readonly dtype: string;
+  readonly shape: Shape;
+  /** total ms (plan + attention): median, min, max over the timed runs */
+  readonly ms: Spread;
+  /** proxy statistics + routing + selection (median) */
+  readonly planMs: number;
+  readonly density: number;
+  readonly denseReason?: string;
+  readonly input: string;
+}
+
+export interface LatencySkip {
+  readonly backend: string;
+  readonly n: number;
+  readonly preset?: string;
+  readonly reason: string;
+}
+
+export interface LatencyResult {
+  readonly rows: LatencyRow[];
+  readonly skipped: LatencySkip[];
+}
+
+async function timePreset(
+  b: Backend,
+  inputs: { q: import('@crisp/core').DeviceTensor; k: import('@crisp/core').DeviceTensor; v: import('@crisp/core').DeviceTensor },
+  out: import('@crisp/core').DeviceTensor,
+  policy: Policy,
+  reps: number,
+  warmup: number,
+  timeoutMs: number,
+): Promise<{ ms: Spread; planMs: number; density: number; denseReason?: string }> {
+  const once = () => withTimeout(sparsePrefill(b, inputs, policy, { minSparseLength: 0, out }), timeoutMs, `${b.name} ${policy.name}`);
+  for (let i = 0; i < warmup; i++) await once();
+  const total: number[] = [];
+  const plan: number[] = [];
+  let density = 1;
+  let denseReason: string | undefined;
+  for (let i = 0; i < reps; i++) {
+    const t0 = performance.now();
+    const r = await once();
+    total.push(performance.now() - t0);
+    plan.push(r.timings.planMs);
+    density = r.plan.overallDensity;
+    denseReason = r.plan.denseReason;
+  }
+  return { ms: spread(total), planMs: spread(plan).median, density, denseReason };
+}
+
+export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBackend[]): Promise<LatencyResult> {
+  const c = ctx.config.latency;
+  const rows: LatencyRow[] = [];
+  const skipped: LatencySkip[] = [];
+  for (const ob of backends) {
+    const b = ob.backend;
+    if (!b) continue;
+    const isRef = ob.name === 'reference';
+    const sizes = isRef ? c.referenceSizes : c.sizes;
+    const shape = isRef ? c.referenceShape : c.shape;
+    const dtype = latencyDtype(ob.name);
+    const started = performance.now();
+    let last: { n: number; ms: number } | undefined;
+    let broken = false;
+    for (const n of sizes) {
+      const skip = (reason: string, preset?: string) => {
+        skipped.push({ backend: ob.name, n, preset, reason });
+        ctx.log(`  latency ${ob.name} n=${n}${preset ? ` ${preset}` : ''}: skipped (${reason})`);
+      };
+      if (broken) {
+        skip('an earlier size failed on this backend');
+        continue;
+      }
+      if (n > b.capabilities.maxSequence) {
+        skip(`n exceeds the backend's maxSequence ${b.capabilities.maxSequence}`);
+        continue;
+      }
+      const left = c.budgetMs - (performance.now() - started);
+      // Attention is O(n^2): project this size from the last one.
+      const projected = last ? last.ms * (n / last.n) ** 2 : 0;
+      if (projected > left) {
+        skip(`time budget: projected ${(projected / 1000).toFixed(0)} s, ${(Math.max(left, 0) / 1000).toFixed(0)} s left of --budget-s ${c.budgetMs / 1000}`);
+        continue;
+      }
+      const t0 = performance.now();
+      let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
+      let out: import('@crisp/core').DeviceTensor | undefined;
+      try {
+        inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues);
+        out = b.allocate(dtype, [n, shape.heads, shape.headDim]);
+      } catch (e) {
+        skip(e instanceof SkipError ? e.message : `inputs: ${message(e)}`);
+        inputs?.dispose();
+        continue;
+      }
+      const tGen = performance.now();
+      try {
+        const names = isRef ? c.presets : c.gpuPresets;
+        for (const policy of LATENCY_PRESETS.filter((p) => names.includes(p.name))) {
+          try {
+            const r = await timePreset(b, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000));
+            rows.push({ backend: ob.name, preset: policy.name, n, dtype, shape, ...r, input: inputs.source });
+            ctx.log(
+              `  latency ${ob.name} n=${n} ${policy.name}: ${r.ms.median.toFixed(1)} ms [${r.ms.min.toFixed(1)}, ${r.ms.max.toFixed(1)}] plan ${r.planMs.toFixed(1)} ms density ${r.density.toFixed(3)}`,
+            );
+          } catch (e) {
+            skip(message(e), policy.name);
+            if (/did not finish|lost|DEVICE_LOST/i.test(message(e))) broken = true;
+          }
+          if (broken) break;
+        }
+      } finally {
+        out.dispose();
+        inputs.dispose();
+      }
+      last = { n, ms: performance.now() - tGen };
+      ctx.log(`  latency ${ob.name} n=${n}: inputs ${((tGen - t0) / 1000).toFixed(1)} s, timing ${(last.ms / 1000).toFixed(1)} s (Nb=${numBlocks(n, 128)})`);
+    }
+  }
+  return { rows, skipped };
+}
