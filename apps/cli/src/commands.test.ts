@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { planPrefill, runPlan } from '@crisp/core';
 import { writeNpy, writeSafetensors } from '@crisp/io';
 import { mkdirSync } from 'node:fs';
+import { cudaAvailability } from '@crisp/kernels-cuda';
 import { crisp } from '@crisp/presets';
 import { createReferenceBackend, massRecall, relativeError, sampleRows } from '@crisp/reference';
 import { calibrateScenario, scenario, uploadScenario } from '@crisp/synth';
@@ -154,6 +155,18 @@ describe('exit codes and messages', () => {
     const r = await runCli(['run', '--backend', 'reference', '--qkv', file]);
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/^crisp: error FORMAT_ERROR: /);
+  });
+
+  it('exits 1 at once when the report cannot be written', async () => {
+    const r = await runCli(['report', '--backend', 'reference', '--out', '/nonexistent-dir/report.html']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot write the report to \/nonexistent-dir\/report.html: \/nonexistent-dir is not a directory/);
+  });
+
+  it.skipIf(cudaAvailability().available)('exits 1 naming what is missing when --backend cuda has no driver', async () => {
+    const r = await runCli(['run', '--backend', 'cuda']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/crisp: error BACKEND_UNAVAILABLE: CUDA: .+; use --backend auto or reference/);
   });
 
   for (const cmd of [[], ['run'], ['report'], ['calibrate']]) {

@@ -8,9 +8,9 @@
  *   4. density and output error per head and policy.
  */
 import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { CrispError } from '@crisp/core';
 import type { CliIo } from './cli-io.js';
 import { fmt, pct } from './format.js';
@@ -262,11 +262,18 @@ window.__crispPlots = Promise.all(FIGS.map((f) => Plotly.newPlot(f.id, f.data, f
 }
 
 export async function reportCommand(o: RunOptions, out: string, io: CliIo): Promise<void> {
+  const path = resolve(out);
+  // Fail before a long run, not after it.
+  const dir = dirname(path);
+  const isDir = await stat(dir).then(
+    (st) => st.isDirectory(),
+    () => false,
+  );
+  if (!isDir) throw new CrispError('IO_ERROR', `cannot write the report to ${path}: ${dir} is not a directory; create it or pick another --out`);
   const s = await runJob(o, io);
   const main = s.policies[0];
   const alpha = o.overrides.alpha ?? (o.preset === 'crispFast' ? 1.25 : 1.0);
   const html = buildReportHtml(s, { alpha, gamma: o.overrides.gamma ?? 0.95, tauProxy: o.overrides.tauProxy ?? 0.2 });
-  const path = resolve(out);
   try {
     await writeFile(path, html);
   } catch (e) {
