@@ -115,7 +115,8 @@ async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly numbe
     const manifestFile = join(dir, 'manifest.json');
     writeFileSync(manifestFile, JSON.stringify(manifest));
     const outFile = join(dir, 'sdpa.json');
-    const args = [script, '--manifest', manifestFile, '--out', outFile, '--reps', String(reps), '--budget', String(budgetS)];
+    // The script drops one run at n >= 256k; ask for one more so every size keeps >= `reps`.
+    const args = [script, '--manifest', manifestFile, '--out', outFile, '--reps', String(reps + 1), '--budget', String(budgetS)];
     const command = `python3 ${args.join(' ')}`;
     ctx.log(`  peer: ${command}`);
     const r = spawnSync('python3', args, { encoding: 'utf8', timeout: (budgetS + 300) * 1000, maxBuffer: 64 * 1024 * 1024 });

@@ -40,9 +40,11 @@ export function markdown(r: BenchResult): string {
       const peers = [...new Set(lat.peers.rows.filter((x) => x.backend === b).map((x) => x.peer))];
       const s0 = rs[0];
       out.push('');
-      out.push(`**${b}** (H=${s0.shape.heads}, Hkv=${s0.shape.kvHeads}, d=${s0.shape.headDim}, ${s0.dtype}; inputs: ${s0.input})`);
+      const inputs = [...new Set(rs.map((x) => x.input))];
+      out.push(`**${b}** (H=${s0.shape.heads}, Hkv=${s0.shape.kvHeads}, d=${s0.shape.headDim}, ${s0.dtype}; inputs: ${inputs.length === 1 ? inputs[0] : inputs.map((x, i) => `(${i + 1}) ${x}`).join('; ')})`);
       out.push('');
-      const head = ['n', ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density'];
+      const inputCol = inputs.length > 1 ? ['inputs'] : [];
+      const head = ['n', ...inputCol, ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density'];
       const body = sizes.map((n) => {
         const cell = (p: string) => {
           const x = rs.find((y) => y.n === n && y.preset === p);
@@ -58,7 +60,9 @@ export function markdown(r: BenchResult): string {
           return dense && x ? `${(dense.ms.median / x.ms.median).toFixed(2)}x` : '–';
         };
         const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
-        return [kn(n), ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density)];
+        const which = rs.find((y) => y.n === n)?.input;
+        const inputCell = inputs.length > 1 ? [`(${inputs.indexOf(which ?? '') + 1})`] : [];
+        return [kn(n), ...inputCell, ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density)];
       });
       out.push(table(head, body));
     }
