@@ -36,8 +36,14 @@ export interface BenchConfig {
     /** presets timed on the reference, and on the other backends (names from @crisp/presets) */
     readonly presets: readonly string[];
     readonly gpuPresets: readonly string[];
-    /** host generation of a scenario above this many q/k/v values is skipped (no device fill) */
+    /** above this many q/k/v values the synth scenario is replaced by the fast llama fill */
     readonly maxHostValues: number;
+    /**
+     * auto: a backend's device fill if it has one, else the synth scenario up to
+     * maxHostValues, else the host port of the fill; fill: always the llama fill (device or
+     * host port: the same layer on every GPU backend and size); synth: always the scenario.
+     */
+    readonly inputs: 'auto' | 'fill' | 'synth';
   };
   readonly accuracy: {
     readonly sizes: readonly number[];
@@ -90,6 +96,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         // SwiftShader compiles and runs WGSL slowly: the smoke times the two ends only.
         gpuPresets: ['dense', 'crisp'],
         maxHostValues: 64e6,
+        inputs: 'auto',
       },
       accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8 },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
@@ -112,6 +119,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       presets: ALL_PRESETS,
       gpuPresets: ALL_PRESETS,
       maxHostValues: 100e6,
+      inputs: 'auto',
     },
     accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: PROFILE_NAMES, rows: 32 },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },

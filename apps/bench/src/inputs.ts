@@ -48,8 +48,9 @@ export async function latencyInputs(
   dtype: DType,
   seed: number,
   maxHostValues: number,
+  kind: 'auto' | 'fill' | 'synth' = 'auto',
 ): Promise<DeviceInputs> {
-  if (profile === 'llama-like' && hasDeviceFill(b)) {
+  if (profile === 'llama-like' && kind !== 'synth' && hasDeviceFill(b)) {
     const q = b.allocate(dtype, [n, s.heads, s.headDim]);
     const k = b.allocate(dtype, [n, s.kvHeads, s.headDim]);
     const v = b.allocate(dtype, [n, s.kvHeads, s.headDim]);
@@ -60,7 +61,10 @@ export async function latencyInputs(
     }) };
   }
   const values = inputValues(n, s);
-  if (values > maxHostValues) {
+  if (kind === 'synth' && values > maxHostValues) {
+    throw new SkipError(`host generation of ${(values / 1e6).toFixed(0)}M values is over --max-host-values ${maxHostValues}`);
+  }
+  if (kind === 'fill' || (kind === 'auto' && values > maxHostValues)) {
     if (s.headDim < 48) {
       throw new SkipError(
         `host generation of ${(values / 1e6).toFixed(0)}M values is over --max-host-values ${maxHostValues}, and the fast llama fill needs d >= 48`,
@@ -70,7 +74,7 @@ export async function latencyInputs(
     const t = await uploadLlamaFill(b, n, s.heads, s.kvHeads, s.headDim, dtype, seed);
     return {
       ...t,
-      source: `llama fill (TypeScript port of kernels-cuda's fillLlamaLike, seed ${seed}; the synth scenario is over --max-host-values)`,
+      source: `llama fill (TypeScript port of kernels-cuda's fillLlamaLike, seed ${seed})`,
       dispose: () => {
         for (const x of [t.q, t.k, t.v]) x.dispose();
       },

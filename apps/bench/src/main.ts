@@ -55,6 +55,7 @@ function program(): Command {
     .option('--reps <count>', 'timed runs per measurement (>= 3)')
     .option('--warmup <count>', 'untimed runs first')
     .option('--budget-s <seconds>', 'latency time budget per backend; larger sizes are skipped once the projection exceeds it')
+    .option('--latency-inputs <kind>', 'auto (default), fill (the llama fill on every backend and size: comparable across GPUs) or synth')
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
     .option('--seed <seed>', 'scenario seed')
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
@@ -99,6 +100,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       warmup: num(o.warmup, 'warmup', 1) ?? base.latency.warmup,
       budgetMs: budget !== undefined ? budget * 1000 : base.latency.budgetMs,
       maxHostValues: num(o.maxHostValues, 'max-host-values', 1) ?? base.latency.maxHostValues,
+      inputs: typeof o.latencyInputs === 'string' ? list(o.latencyInputs, ['auto', 'fill', 'synth'] as const, 'input kind')[0] : base.latency.inputs,
     },
     accuracy: {
       ...base.accuracy,

@@ -1,7 +1,8 @@
 /**
  * `--merge`: fold this run into an existing bench.json, so a machine's results can be built
  * from several commands (one per backend or suite, e.g. under a per-command time limit).
- * Row-based suites are merged by backend (this run's backends replace their old rows);
+ * Row-based suites are merged by (backend, n, profile): this run's rows replace the old rows
+ * with the same key, so a backend's sizes can be split across commands;
  * whole suites this run did not run are kept; the crossover is recomputed from the merged
  * latency. Every contributing command is listed.
  */
@@ -9,27 +10,35 @@ import type { BenchResult } from './result.js';
 import { crossoverSuite } from './suites/crossover.js';
 
 export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly string[]): BenchResult {
-  const keep = <T extends { backend: string }>(old: readonly T[] | undefined, now: readonly T[] | undefined): T[] => [
-    ...(old ?? []).filter((r) => !ran.includes(r.backend)),
-    ...(now ?? []),
-  ];
+  // A row is replaced when this run produced a row with the same key (backend, and n /
+  // profile where rows have them), so one backend's sizes can also be split across commands.
+  const key = (r: { backend: string; n?: number; profile?: string; peer?: string; preset?: string }) =>
+    `${r.backend}|${r.n ?? ''}|${r.profile ?? ''}`;
+  const keep = <T extends { backend: string }>(old: readonly T[] | undefined, now: readonly T[] | undefined, cover?: readonly { backend: string }[]): T[] => {
+    const covered = new Set((cover ?? now ?? []).map((r) => key(r)));
+    const hasN = (cover ?? now ?? []).some((r) => (r as { n?: number }).n !== undefined);
+    return [...(old ?? []).filter((r) => (hasN ? !covered.has(key(r)) : !ran.includes(r.backend))), ...(now ?? [])];
+  };
   const p = prev.suites;
   const c = cur.suites;
   const latency =
     c.latency && p.latency
       ? {
-          rows: keep(p.latency.rows, c.latency.rows),
-          skipped: keep(p.latency.skipped, c.latency.skipped),
-          peers: { rows: keep(p.latency.peers.rows, c.latency.peers.rows), notes: keep(p.latency.peers.notes, c.latency.peers.notes) },
+          rows: keep(p.latency.rows, c.latency.rows, [...c.latency.rows, ...c.latency.skipped]),
+          skipped: keep(p.latency.skipped, c.latency.skipped, [...c.latency.rows, ...c.latency.skipped]),
+          peers: {
+            rows: keep(p.latency.peers.rows, c.latency.peers.rows),
+            notes: [...p.latency.peers.notes.filter((x) => !c.latency!.peers.notes.some((y) => y.backend === x.backend && y.peer === x.peer)), ...c.latency.peers.notes],
+          },
         }
       : (c.latency ?? p.latency);
   const accuracy =
     c.accuracy && p.accuracy
-      ? { ...c.accuracy, rows: keep(p.accuracy.rows, c.accuracy.rows), routing: keep(p.accuracy.routing, c.accuracy.routing), skipped: keep(p.accuracy.skipped, c.accuracy.skipped) }
+      ? { ...c.accuracy, rows: keep(p.accuracy.rows, c.accuracy.rows, [...c.accuracy.rows, ...c.accuracy.skipped]), routing: keep(p.accuracy.routing, c.accuracy.routing, [...c.accuracy.rows, ...c.accuracy.skipped]), skipped: keep(p.accuracy.skipped, c.accuracy.skipped, [...c.accuracy.rows, ...c.accuracy.skipped]) }
       : (c.accuracy ?? p.accuracy);
   const onCurve =
     c.onCurve && p.onCurve
-      ? { synthetic: c.onCurve.synthetic, proxy: keep(p.onCurve.proxy, c.onCurve.proxy), skipped: keep(p.onCurve.skipped, c.onCurve.skipped) }
+      ? { synthetic: c.onCurve.synthetic, proxy: keep(p.onCurve.proxy, c.onCurve.proxy, [...c.onCurve.proxy, ...c.onCurve.skipped]), skipped: keep(p.onCurve.skipped, c.onCurve.skipped, [...c.onCurve.proxy, ...c.onCurve.skipped]) }
       : (c.onCurve ?? p.onCurve);
   const backends = [...prev.backends.filter((b) => !ran.includes(b.name)), ...cur.backends.filter((b) => ran.includes(b.name))];
   const crossover =

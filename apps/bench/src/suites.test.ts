@@ -91,5 +91,10 @@ describe('mergeResults', () => {
       ['webgpu', 8],
     ]);
     expect(m.earlierRuns!.map((e) => e.command)).toEqual(['first']);
+    // a later command with larger sizes of the same backend adds rows instead of replacing them
+    const more = mk('third', [row('webgpu', 'dense', 16, 20), row('webgpu', 'crisp', 16, 8)], ['webgpu']);
+    const m2 = mergeResults(m, more, ['webgpu']);
+    expect(m2.suites.latency!.rows.filter((r) => r.backend === 'webgpu').map((r) => `${r.n} ${r.preset}`)).toEqual(['8 dense', '8 crisp', '16 dense', '16 crisp']);
+    expect(m2.earlierRuns!.map((e) => e.command)).toEqual(['first', 'second']);
   });
 });

@@ -106,7 +106,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
       let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
       let out: import('@crisp/core').DeviceTensor | undefined;
       try {
-        inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues);
+        inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs);
         out = b.allocate(dtype, [n, shape.heads, shape.headDim]);
       } catch (e) {
         skip(e instanceof SkipError ? e.message : `inputs: ${message(e)}`);
