@@ -30,7 +30,7 @@ export function lineChart(rows: Row[], o: LineOptions): TopLevelSpec {
   const y = { field: o.y, type: 'quantitative' as const, title: o.yTitle, scale: o.logY ? { type: 'log' as const } : {} };
   const base = {
     mark: { type: 'line' as const, point: true },
-    encoding: { x, y, color: { field: o.series, type: 'nominal' as const, title: o.series } },
+    encoding: { x, y, color: { field: o.series, type: 'nominal' as const, title: o.series, legend: { labelLimit: 320 } } },
   };
   const spec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
@@ -46,7 +46,7 @@ export function lineChart(rows: Row[], o: LineOptions): TopLevelSpec {
               mark: { type: 'errorbar' as const },
               encoding: {
                 x,
-                y: { field: o.yMin, type: 'quantitative' as const },
+                y: { field: o.yMin, type: 'quantitative' as const, title: o.yTitle },
                 y2: { field: o.yMax },
                 color: { field: o.series, type: 'nominal' as const },
               },
@@ -82,7 +82,7 @@ export function scatterChart(rows: Row[], o: ScatterOptions): TopLevelSpec {
         encoding: {
           x: { field: o.x, type: 'quantitative', title: o.xTitle, scale: o.logX ? { type: 'log' } : { zero: false } },
           y: { field: o.y, type: 'quantitative', title: o.yTitle, scale: { zero: false } },
-          color: { field: o.series, type: 'nominal', title: o.series },
+          color: { field: o.series, type: 'nominal', title: o.series, legend: { labelLimit: 320 } },
           tooltip: [{ field: o.series }, { field: o.x }, { field: o.y }],
         },
       },
