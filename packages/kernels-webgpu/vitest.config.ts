@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { mergeConfig } from 'vitest/config';
 import { crispVitest } from '../../tooling/vitest.preset';
 
 // WebGPU on a CPU machine: Dawn over SwiftShader's Vulkan from Debian's chromium package.
@@ -15,4 +16,6 @@ if (!hasSystemVulkan && existsSync(`${chromium}/libvulkan.so.1`)) {
   if (!cur?.split(':').includes(chromium)) process.env.LD_LIBRARY_PATH = cur ? `${chromium}:${cur}` : chromium;
 }
 
-export default crispVitest;
+// One worker, modules shared across files: every file then uses the same Dawn device, and
+// each WGSL pipeline is compiled once (on SwiftShader a compile takes seconds).
+export default mergeConfig(crispVitest, { test: { isolate: false, fileParallelism: false } });

@@ -41,6 +41,7 @@ import {
   wrapHost,
 } from '@crisp/core';
 import { GpuContext, Usage } from './gpu.js';
+import { attentionSmmProgram } from './kernels/attention-smm.js';
 import { attentionProgram } from './kernels/attention.js';
 import { expandCountProgram, expandFillProgram, peMapProgram, scanProgram } from './kernels/blocks.js';
 import { LOG2E, type StorageDType } from './kernels/common.js';
@@ -82,6 +83,20 @@ export interface WebGpuBackendOptions {
    * loses the device.
    */
   readonly maxDispatchWork?: number;
+  /**
+   * Attention kernel. 'fma' (default): the portable kernel every measured number comes
+   * from. 'subgroup-matrix': EXPERIMENTAL, unverified: the tensor-core kernel for f16 when
+   * the adapter offers chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide
+   * subgroups); on the H200 run of 2026-11-30 it did not build and the backend fell back to
+   * 'fma' (see NOTES.md). Ineligible adapters always get 'fma'.
+   */
+  readonly attentionKernel?: 'fma' | 'subgroup-matrix';
+  /**
+   * Rolled-loop WGSL (same arithmetic, far less code). Default: on for CPU adapters
+   * (SwiftShader, fallback adapters), where pipeline compilation dominates; off on GPUs, where
+   * the unrolled kernels were measured.
+   */
+  readonly compactKernels?: boolean;
 }
 
 export interface WebGpuInfo {
@@ -155,6 +170,7 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     }
   }
   const ctx = new GpuContext(device);
+  ctx.ownsDevice = opts.device === undefined;
   // Hold what created the device: some implementations (dawn.node) free the instance
   // when only the device refers to it.
   ctx.keepAlive.push(opts.gpu, adapter);
@@ -171,6 +187,22 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     );
   }
   const info = adapter?.info;
+  const ai = info as unknown as
+    | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
+    | undefined;
+  const smm =
+    device.features.has('shader-f16') &&
+    device.features.has('chromium-experimental-subgroup-matrix') &&
+    ai?.subgroupMinSize === 32 &&
+    ai?.subgroupMaxSize === 32 &&
+    [...(ai?.subgroupMatrixConfigs ?? [])].some(
+      (c) => c.componentType === 'f16' && c.resultComponentType === 'f32' && c.M === 16 && c.N === 16 && c.K === 16,
+    );
+  ctx.subgroupMatrix = smm && opts.attentionKernel === 'subgroup-matrix';
+  const cpu =
+    /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
+    Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);
+  ctx.compact = opts.compactKernels ?? cpu;
   return new WebGpuBackend(ctx, {
     vendor: info?.vendor ?? '',
     architecture: info?.architecture ?? '',
@@ -387,9 +419,9 @@ export class WebGpuBackend implements Backend {
     const numSplits = Math.ceil(T / tilesPerSplit);
     const g = this.gpu;
     const [pRow, pComb, pScores, pSlash, pBlock, pMean, pLogits] = await Promise.all([
-      g.pipeline(rowStatsProgram(dtype, D)),
+      g.pipeline(rowStatsProgram(dtype, D, g.compact)),
       g.pipeline(rowCombineProgram()),
-      g.pipeline(scoresProgram(dtype, D)),
+      g.pipeline(scoresProgram(dtype, D, g.compact)),
       g.pipeline(slashCombineProgram()),
       g.pipeline(blockSumsProgram()),
       g.pipeline(blockMeanProgram(dtype, D)),
@@ -749,7 +781,7 @@ export class WebGpuBackend implements Backend {
     }
     const lse = opts.returnLse ? this.#newTensor('f32', [H, m]) : undefined;
     const g = this.gpu;
-    const pipe = await g.pipeline(attentionProgram(shape.dtype as StorageDType, D));
+    const pipe = await this.#attentionPipeline(shape.dtype as StorageDType, D);
     const temps: GPUBuffer[] = [];
     const dummy = sparse ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
     const lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
@@ -826,6 +858,28 @@ export class WebGpuBackend implements Backend {
     g.check();
     return lse ? { output: out, lse } : { output: out };
   }
+
+  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores) or 'fma'. */
+  get attentionKernel(): 'subgroup-matrix' | 'fma' {
+    return this.gpu.subgroupMatrix ? 'subgroup-matrix' : 'fma';
+  }
+
+  async #attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline> {
+    if (dtype === 'f16' && this.gpu.subgroupMatrix) {
+      try {
+        return await this.gpu.pipeline(attentionSmmProgram(D));
+      } catch (e) {
+        // An experimental feature: if the driver rejects the program, keep the portable
+        // kernel for the rest of this backend's life and say why in kernelNote.
+        this.gpu.subgroupMatrix = false;
+        this.kernelNote = `subgroup-matrix attention unavailable, using FMA: ${e instanceof Error ? e.message : String(e)}`;
+      }
+    }
+    return this.gpu.pipeline(attentionProgram(dtype, D, this.gpu.compact));
+  }
+
+  /** Why the tensor-core kernel is not in use, when it was eligible but failed to build. */
+  kernelNote: string | undefined;
 
   async synchronize(): Promise<void> {
     this.#alive();

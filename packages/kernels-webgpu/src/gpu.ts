@@ -36,20 +36,35 @@ export class DeviceLostError extends CrispError {
   }
 }
 
+/** Pipelines per device, shared by every backend on that device (compiles are costly). */
+const pipelineCache = new WeakMap<GPUDevice, Map<string, Promise<GPUComputePipeline>>>();
+
 export class GpuContext {
   readonly device: GPUDevice;
   readonly limits: DeviceLimits;
-  #pipelines = new Map<string, Promise<GPUComputePipeline>>();
+  /** false when the device was handed in: dispose() then leaves it alive */
+  ownsDevice = true;
+  #pipelines: Map<string, Promise<GPUComputePipeline>>;
   #lost: DeviceLostError | undefined;
   #lostPromise: Promise<never>;
   #firstError: CrispError | undefined;
   #destroyed = false;
   /** objects that must outlive the device (the GPU instance, the adapter) */
   readonly keepAlive: unknown[] = [];
+  /** f16 attention runs on the subgroup-matrix (tensor-core) kernel */
+  subgroupMatrix = false;
+  /** generate rolled-loop WGSL (CPU adapters) */
+  compact = false;
   #retired: GPUBuffer[] = [];
 
   constructor(device: GPUDevice) {
     this.device = device;
+    let cache = pipelineCache.get(device);
+    if (!cache) {
+      cache = new Map();
+      pipelineCache.set(device, cache);
+    }
+    this.#pipelines = cache;
     const l = device.limits;
     this.limits = {
       maxStorageBufferBindingSize: Number(l.maxStorageBufferBindingSize),
@@ -238,6 +253,6 @@ export class GpuContext {
   destroy(): void {
     if (this.#destroyed) return;
     this.#destroyed = true;
-    this.device.destroy();
+    if (this.ownsDevice) this.device.destroy();
   }
 }

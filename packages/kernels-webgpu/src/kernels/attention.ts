@@ -30,7 +30,8 @@ export const ATTENTION_PARAMS = [
   'scaleLog2',
 ] as const;
 
-export function attentionProgram(dtype: StorageDType, headDim: number): ProgramDescriptor {
+/** `compact`: rolled loops for CPU adapters (same arithmetic, much faster to compile there). */
+export function attentionProgram(dtype: StorageDType, headDim: number, compact = false): ProgramDescriptor {
   const D = headDim;
   const NV = D / 64; // output vec4 groups per row per thread: columns u*64 + tc*4 .. +3
   const HD4 = D / 4;
@@ -76,7 +77,27 @@ export function attentionProgram(dtype: StorageDType, headDim: number): ProgramD
     qIndex4: (dc) => `((qRowL * P.H + h) * D + ${dc} + ld) / 4u`,
     qValid: 'qValidL',
     qScale: 'P.scaleLog2',
+    compact,
   });
+  const maskCode = compact
+    ? `for (var j = 0u; j < 4u; j++) {
+          let kp = k0 + tc * 4u + j;
+          let qp = q0 + tr * 4u;
+          if (kp > qp || kp >= P.n) { s0[j] = MASKED; }
+          if (kp > qp + 1u || kp >= P.n) { s1[j] = MASKED; }
+          if (kp > qp + 2u || kp >= P.n) { s2[j] = MASKED; }
+          if (kp > qp + 3u || kp >= P.n) { s3[j] = MASKED; }
+        }`
+    : rows
+        .map((i) =>
+          [0, 1, 2, 3]
+            .map(
+              (j) =>
+                `if (k0 + tc * 4u + ${j}u > q0 + tr * 4u + ${i}u || k0 + tc * 4u + ${j}u >= P.n) { s${i}.${comps[j]} = MASKED; }`,
+            )
+            .join('\n        '),
+        )
+        .join('\n        ');
   const wgsl = /* wgsl */ `
 struct Params {
   m: u32, n: u32, H: u32, Hkv: u32,
@@ -137,16 +158,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       let k0 = kt * 64u;
       ${scoreTile}
       if (kt == t || k0 + 64u > P.n) {
-        ${rows
-          .map((i) =>
-            [0, 1, 2, 3]
-              .map(
-                (j) =>
-                  `if (k0 + tc * 4u + ${j}u > q0 + tr * 4u + ${i}u || k0 + tc * 4u + ${j}u >= P.n) { s${i}.${comps[j]} = MASKED; }`,
-              )
-              .join('\n        '),
-          )
-          .join('\n        ')}
+        ${maskCode}
       }
       red[(tr * 4u) * 16u + tc] = max(max(s0.x, s0.y), max(s0.z, s0.w));
       red[(tr * 4u + 1u) * 16u + tc] = max(max(s1.x, s1.y), max(s1.z, s1.w));
@@ -206,5 +218,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   ${oStore.join('\n  ')}
 }
 `;
-  return { name: 'attention', cacheKey: `attention:${dtype}:d${D}`, wgsl, entryPoint: 'main' };
+  return { name: 'attention', cacheKey: `attention:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
 }

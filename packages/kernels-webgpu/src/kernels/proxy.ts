@@ -28,7 +28,7 @@ export { LOG2E };
 /** Slash partials per (head, key tile): b + 63 <= 191 diagonals, padded. */
 export const SLASH_STRIDE = 192;
 
-export function rowStatsProgram(dtype: StorageDType, headDim: number): ProgramDescriptor {
+export function rowStatsProgram(dtype: StorageDType, headDim: number, compact = false): ProgramDescriptor {
   const D = headDim;
   const comps = ['x', 'y', 'z', 'w'];
   const tile = scoreTileWgsl({
@@ -37,8 +37,27 @@ export function rowStatsProgram(dtype: StorageDType, headDim: number): ProgramDe
     qIndex4: (dc) => `(((P.m - P.b + iL) * P.H + h) * D + ${dc} + ld) / 4u`,
     qValid: 'iL < P.b',
     qScale: 'P.scaleLog2',
+    compact,
   });
-  const upd = [0, 1, 2, 3]
+  const updCompact = `{
+      var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
+      for (var i = 0u; i < 4u; i++) {
+        var s = sa[i];
+        let pos = P.n - P.b + rt * 64u + tr * 4u + i;
+        for (var j = 0u; j < 4u; j++) {
+          let kp = k0 + tc * 4u + j;
+          if (kp > pos || kp >= P.n) { s[j] = MASKED; }
+        }
+        let mx = max(mrow[i], max(max(s.x, s.y), max(s.z, s.w)));
+        let a = exp2(mrow[i] - mx);
+        let p = exp2(s - mx);
+        let sm = select(s - mx, vec4<f32>(0.0), p == vec4<f32>(0.0));
+        erow[i] = a * (erow[i] + (mrow[i] - mx) * zrow[i]) + dot(p, sm);
+        zrow[i] = a * zrow[i] + dot(p, vec4<f32>(1.0));
+        mrow[i] = mx;
+      }
+    }`;
+  const upd = compact ? updCompact : [0, 1, 2, 3]
     .map((i) => {
       const c = comps[i];
       return `{
@@ -117,7 +136,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
 }
 `;
-  return { name: 'rowStats', cacheKey: `rowStats:${dtype}:d${D}`, wgsl, entryPoint: 'main' };
+  return { name: 'rowStats', cacheKey: `rowStats:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
 }
 
 export function rowCombineProgram(): ProgramDescriptor {
@@ -150,7 +169,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   return { name: 'rowCombine', cacheKey: 'rowCombine', wgsl, entryPoint: 'main' };
 }
 
-export function scoresProgram(dtype: StorageDType, headDim: number): ProgramDescriptor {
+export function scoresProgram(dtype: StorageDType, headDim: number, compact = false): ProgramDescriptor {
   const D = headDim;
   const comps = ['x', 'y', 'z', 'w'];
   const tile = scoreTileWgsl({
@@ -159,8 +178,27 @@ export function scoresProgram(dtype: StorageDType, headDim: number): ProgramDesc
     qIndex4: (dc) => `(((P.m - P.b + iL) * P.H + h) * D + ${dc} + ld) / 4u`,
     qValid: 'iL < P.b',
     qScale: 'P.scaleLog2',
+    compact,
   });
-  const norm = [0, 1, 2, 3]
+  const normCompact = `{
+      var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
+      for (var i = 0u; i < 4u; i++) {
+        let r = tr * 4u + i;
+        let ii = rt * 64u + r;
+        var pv = vec4<f32>(0.0);
+        if (ii < P.b) {
+          let st = rows[h * P.b + ii];
+          let pos = P.n - P.b + ii;
+          pv = exp2(sa[i] - st.x) / st.y;
+          for (var j = 0u; j < 4u; j++) {
+            let kp = k0 + tc * 4u + j;
+            if (kp > pos || kp >= P.n) { pv[j] = 0.0; }
+          }
+        }
+        for (var j = 0u; j < 4u; j++) { Pt[r * 65u + tc * 4u + j] = pv[j]; }
+      }
+    }`;
+  const norm = compact ? normCompact : [0, 1, 2, 3]
     .map((i) => {
       return `{
         let r = tr * 4u + ${i}u;
@@ -227,7 +265,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (lid < ${SLASH_STRIDE}u) { slashPart[(h * P.numKeyTiles + kt) * ${SLASH_STRIDE}u + lid] = sacc; }
 }
 `;
-  return { name: 'scores', cacheKey: `scores:${dtype}:d${D}`, wgsl, entryPoint: 'main' };
+  return { name: 'scores', cacheKey: `scores:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
 }
 
 export function slashCombineProgram(): ProgramDescriptor {

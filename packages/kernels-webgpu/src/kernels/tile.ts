@@ -28,14 +28,21 @@ export function scoreTileWgsl(o: {
   qIndex4: (dc: string) => string;
   qValid: string;
   qScale: string;
+  /** rolled loops: far smaller code for CPU adapters (SwiftShader compiles with LLVM) */
+  compact?: boolean;
 }): string {
   const D = o.headDim;
   const lq = widen(o.dtype, `Q[${o.qIndex4('dc')}]`);
   const lk = widen(o.dtype, 'K[((kposL * P.Hkv + g) * D + dc + ld) / 4u]');
   const fma: string[] = [];
-  for (let kk = 0; kk < 16; kk++) {
-    fma.push(`{ let a = QK[${kk * 16}u + tr]; let b = QK[${256 + kk * 16}u + tc];`);
+  if (o.compact) {
+    fma.push('for (var kk = 0u; kk < 16u; kk++) { let a = QK[kk * 16u + tr]; let b = QK[256u + kk * 16u + tc];');
     fma.push('  s0 += a.x * b; s1 += a.y * b; s2 += a.z * b; s3 += a.w * b; }');
+  } else {
+    for (let kk = 0; kk < 16; kk++) {
+      fma.push(`{ let a = QK[${kk * 16}u + tr]; let b = QK[${256 + kk * 16}u + tc];`);
+      fma.push('  s0 += a.x * b; s1 += a.y * b; s2 += a.z * b; s3 += a.w * b; }');
+    }
   }
   return `
     var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);

@@ -1,0 +1,184 @@
+/**
+ * Tensor-core attention through `chromium-experimental-subgroup-matrix` (f16 in, f32
+ * accumulate), for adapters that offer the 16 x 16 x 16 f16 -> f32 configuration with
+ * 32-wide subgroups (NVIDIA through Dawn's Vulkan backend).
+ *
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], out [m, H, d] f16, lse [H, m];
+ * B block size, Nb = ceil(n / B). Query row r sits at absolute position n - m + r.
+ *
+ * A subgroup-matrix result is opaque (no per-element access), so the usual online-softmax
+ * rescale of the O accumulator cannot be done in registers. This kernel takes two passes
+ * over the same key tiles instead: pass 1 computes S = Q Kᵀ with matrix ops and reduces each
+ * row's max M and normaliser L (threads, through workgroup memory); pass 2 recomputes S,
+ * writes P = 2^(s - M) / L as f16 and accumulates O += P V in f32 result matrices that are
+ * never rescaled. Cost: Q Kᵀ twice (1.5x the matrix work of one pass), paid for by the
+ * tensor cores. Workgroup: 4 subgroups of 32, each owning 16 of the tile's 64 query rows;
+ * key tiles of 64; block iteration (dense or block-sparse rows) exactly as attention.ts.
+ */
+import type { ProgramDescriptor } from './common.js';
+
+export function attentionSmmProgram(headDim: number): ProgramDescriptor {
+  const D = headDim;
+  const KF = D / 16; // k-steps over the head dim for Q Kᵀ, and output fragments for P V
+  const qLoads: string[] = [];
+  const sSteps: string[] = [];
+  const oDecl: string[] = [];
+  const pvSteps: string[] = [];
+  for (let kk = 0; kk < KF; kk++) {
+    qLoads.push(
+      `let qf${kk} = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Q, qBase + ${kk * 16}u, false, P.H * D);`,
+    );
+    oDecl.push(`var o${kk} = subgroup_matrix_result<f32, 16, 16>();`);
+    pvSteps.push(
+      `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&V, vBase + ${kk * 16}u, false, P.Hkv * D), o${kk});`,
+    );
+  }
+  for (let nf = 0; nf < 4; nf++) {
+    const steps: string[] = [];
+    for (let kk = 0; kk < KF; kk++) {
+      steps.push(
+        `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&K, kBase + ${nf * 16}u * P.Hkv * D + ${kk * 16}u, true, P.Hkv * D), acc);`,
+      );
+    }
+    sSteps.push(`{
+        var acc = subgroup_matrix_result<f32, 16, 16>();
+        ${steps.join('\n        ')}
+        subgroupMatrixStore(&Ssh, sg * 1024u + ${nf * 16}u, acc, false, 64u);
+      }`);
+  }
+  const scoreTile = sSteps.join('\n      ');
+  const oStore: string[] = [];
+  for (let hf = 0; hf * 4 < KF; hf++) {
+    const nfr = Math.min(4, KF - hf * 4);
+    const st: string[] = [];
+    for (let f = 0; f < nfr; f++) {
+      st.push(`subgroupMatrixStore(&Ssh, sg * 1024u + ${f * 16}u, o${hf * 4 + f}, false, 64u);`);
+    }
+    oStore.push(`${st.join('\n  ')}
+  workgroupBarrier();
+  if (rowOk) {
+    let obase = (qRow * P.H + h) * D + ${hf * 64}u;
+    for (var c = hc * ${nfr * 8}u; c < hc * ${nfr * 8}u + ${nfr * 8}u; c++) {
+      O[obase + c] = f16(Ssh[sg * 1024u + r * 64u + c] * poisonScale);
+    }
+  }
+  workgroupBarrier();`);
+  }
+  const iterate = (body: string) => `
+  for (var si = sg2.x; si < sg2.y; si++) {
+    if (lid == 0u) {
+      if (P.dense == 1u) { tiles = vec2<u32>(0u, t + 1u); }
+      else { let J = cols[si]; tiles = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
+    }
+    let kr = workgroupUniformLoad(&tiles);
+    for (var kt = kr.x; kt < kr.y; kt++) {
+      let k0 = kt * 64u;
+      let kBase = (k0 * P.Hkv + g) * D;
+      ${body}
+    }
+    workgroupBarrier();
+  }`;
+  const wgsl = /* wgsl */ `
+enable f16;
+enable chromium_experimental_subgroup_matrix;
+struct Params {
+  m: u32, n: u32, H: u32, Hkv: u32,
+  B: u32, Nb: u32, dense: u32, headBase: u32,
+  firstTile: u32, numTiles: u32, returnLse: u32, scaleLog2: f32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> Q: array<f16>;
+@group(0) @binding(2) var<storage, read> K: array<f16>;
+@group(0) @binding(3) var<storage, read> V: array<f16>;
+@group(0) @binding(4) var<storage, read_write> O: array<f16>;
+@group(0) @binding(5) var<storage, read_write> LSE: array<u32>;
+@group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
+@group(0) @binding(7) var<storage, read> cols: array<u32>;
+
+const D: u32 = ${D}u;
+const LN2: f32 = 0.6931471805599453;
+var<workgroup> Ssh: array<f32, 4096>;  // per subgroup [16 rows][64 keys] scores, then O staging
+var<workgroup> Psh: array<f16, 4096>;  // per subgroup [16 rows][64 keys] probabilities
+var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
+var<workgroup> seg: vec2<u32>;
+var<workgroup> tiles: vec2<u32>;
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let sg = lid / 32u;
+  let lane = lid % 32u;
+  let r = lane / 2u;          // this thread's row within the subgroup's 16
+  let hc = lane % 2u;         // which 32 of the tile's 64 keys it reduces
+  let h = P.headBase + wid.y;
+  let g = h / (P.H / P.Hkv);
+  let t = P.firstTile + P.numTiles - 1u - wid.x;
+  let q0 = t * 64u;
+  let rowOff = P.n - P.m;
+  // Fragment rows: 16 consecutive q rows, clamped into the tensor (chunked prefill and
+  // short m); only rows inside this subgroup's slice of the tile are written.
+  let qb = u32(clamp(i32(q0 + sg * 16u) - i32(rowOff), 0, max(i32(P.m) - 16, 0)));
+  let qBase = (qb * P.H + h) * D;
+  let pos = rowOff + qb + r;
+  let qRow = qb + r;
+  let rowOk = pos >= q0 + sg * 16u && pos < q0 + sg * 16u + 16u && pos < P.n;
+  ${qLoads.join('\n  ')}
+  let I = q0 / P.B;
+  let tpb = P.B / 64u;
+  if (lid == 0u) {
+    if (P.dense == 1u) { seg = vec2<u32>(0u, 1u); }
+    else { seg = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
+  }
+  let sg2 = workgroupUniformLoad(&seg);
+
+  // Pass 1: row max M and normaliser L (base 2, scale folded in).
+  var m = -1.0e30;
+  var l = 0.0;
+  ${iterate(`${scoreTile}
+      workgroupBarrier();
+      var tmx = m;
+      for (var c = 0u; c < 32u; c++) {
+        let kp = k0 + hc * 32u + c;
+        if (kp <= pos && kp < P.n) { tmx = max(tmx, Ssh[sg * 1024u + r * 64u + hc * 32u + c] * P.scaleLog2); }
+      }
+      var acc = 0.0;
+      for (var c = 0u; c < 32u; c++) {
+        let kp = k0 + hc * 32u + c;
+        if (kp <= pos && kp < P.n) { acc += exp2(Ssh[sg * 1024u + r * 64u + hc * 32u + c] * P.scaleLog2 - tmx); }
+      }
+      l = l * exp2(m - tmx) + acc;
+      m = tmx;
+      workgroupBarrier();`)}
+  parts[sg * 32u + lane] = vec2<f32>(m, l);
+  workgroupBarrier();
+  let other = parts[sg * 32u + (lane ^ 1u)];
+  let M = max(m, other.x);
+  let L = l * exp2(m - M) + other.y * exp2(other.x - M);
+  let invL = select(0.0, 1.0 / L, L > 0.0);
+  workgroupBarrier();
+
+  // Pass 2: O = Σ P V with P already normalised, so the accumulators never need rescaling.
+  ${oDecl.join('\n  ')}
+  ${iterate(`${scoreTile}
+      workgroupBarrier();
+      for (var c = 0u; c < 32u; c++) {
+        let kp = k0 + hc * 32u + c;
+        let at = sg * 1024u + r * 64u + hc * 32u + c;
+        var p = 0.0;
+        if (kp <= pos && kp < P.n) { p = exp2(Ssh[at] * P.scaleLog2 - M) * invL; }
+        Psh[at] = f16(p);
+      }
+      workgroupBarrier();
+      for (var kc = 0u; kc < 4u; kc++) {
+        let pf = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Psh, sg * 1024u + kc * 16u, false, 64u);
+        let vBase = ((k0 + kc * 16u) * P.Hkv + g) * D;
+        ${pvSteps.join('\n        ')}
+      }`)}
+  let poisonScale = 1.0;
+  ${oStore.join('\n  ')}
+  if (P.returnLse == 1u && rowOk && hc == 0u) {
+    LSE[h * P.m + qRow] = select(0xff800000u, bitcast<u32>((M + log2(L)) * LN2), L > 0.0);
+  }
+}
+`;
+  return { name: 'attentionSmm', cacheKey: `attentionSmm:f16:d${D}`, wgsl, entryPoint: 'main' };
+}
