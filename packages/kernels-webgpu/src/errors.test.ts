@@ -6,6 +6,7 @@ import { hostTensor, isCrispError, toFloat32 } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
 import { coverageCut } from './coverage.js';
 import { createWebGpuBackend } from './backend.js';
+import { createNodeWebGpuBackend } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
@@ -127,6 +128,20 @@ describe.skipIf(!backend)(`WebGPU typed errors${reason ? ` (skipped: ${reason})`
     const good = t('f32', [n, 1, 64], s + 3);
     const out = toFloat32(await b.download((await b.denseAttention(q, good, v)).output));
     expect(out.every(Number.isFinite), `seed ${s}`).toBe(false);
+  });
+
+  it('device loss: pending and later calls fail with DEVICE_LOST instead of hanging', async () => {
+    const lost = await createNodeWebGpuBackend();
+    const s = freshSeed();
+    const x = lost.upload(hostTensor('f32', [256, 4], seededValues(s, 1024)));
+    const pending = lost.download(x);
+    lost.gpu.device.destroy();
+    const codes = await Promise.all([code(pending), code(lost.synchronize())]);
+    expect(codes.every((c) => c === 'DEVICE_LOST' || c === undefined), String(codes)).toBe(true);
+    // once the loss is seen, every call is DEVICE_LOST
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await code(lost.download(x))).toBe('DEVICE_LOST');
+    expect(await code(() => lost.upload(hostTensor('f32', [4], [1, 2, 3, 4])))).toBe('DEVICE_LOST');
   });
 
   it('unaligned f16 writes keep the neighbouring halves', async () => {
