@@ -23,6 +23,7 @@ import {
 import { LARGE_SIZES, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
 import type { WebGpuBackend } from '../src/backend.js';
+import { attentionSmmProgram } from '../src/kernels/attention-smm.js';
 import { createNodeWebGpuBackend } from '../src/node.js';
 
 const args = new Map<string, string>();
@@ -300,6 +301,17 @@ async function main(): Promise<void> {
     : undefined;
   log('adapter', b.info.vendor, b.info.architecture, b.info.description, b.info.features.join(' '), JSON.stringify(result.adapterInfo), JSON.stringify(b.info.limits));
   save();
+  if (args.has('smm-attention')) {
+    // Build the experimental tensor-core attention kernel first and keep the error, if any.
+    try {
+      await b.gpu.pipeline(attentionSmmProgram(D));
+      result.smmAttentionBuild = 'ok';
+    } catch (e) {
+      result.smmAttentionBuild = String(e);
+    }
+    log('smm attention build', result.smmAttentionBuild);
+    save();
+  }
   if (args.has('smm')) {
     try {
       result.subgroupMatrixProbe = await subgroupMatrixProbe(g, Number(args.get('smm') || 8192));
