@@ -69,7 +69,7 @@ const llama: Profile = {
   salienceVs: [2.4, 3.0],
   salienceDiffuse: [0.8, 1.2],
   localAmp: [3.5, 5.5],
-  slashAmp: [4, 5.5],
+  slashAmp: [4.5, 6],
   slashLines: [1, 2],
   stripeMass: [0.06, 0.14],
   topicDiffuse: [1.8, 2.4],
@@ -80,7 +80,8 @@ const qwen: Profile = {
   name: 'qwen-like',
   description: 'Qwen2.5-like: sink mass spread over the first 32 tokens and more varied across heads',
   mix: { 'sink-local': 0.38, slash: 0.25, vertical: 0.15, retrieval: 0.17, diffuse: 0.05 },
-  sinkMass: [0.62, 0.94],
+  sinkMass: [0.66, 0.93],
+  salienceVs: [2.6, 3.1],
   sinkTokens: 32,
   // A slowly falling weight spreads the sink over ~32 tokens instead of one.
   sinkWeight: (j) => 1 - (0.1 * j) / 32,

@@ -110,6 +110,40 @@ describe('ground truth holds in the exact attention', () => {
     expect(checked).toBeGreaterThan(1);
   });
 
+  it('slash lines sit at the chosen offsets and stripes on the listed keys', () => {
+    const sc = scenario('llama-like', { n: 3072, heads: 16, kvHeads: 4, headDim: 64, seed: SEED, slashOffsets: [700] });
+    const { q, k } = sc.rows(0, sc.n);
+    const slashHeads = sc.truth.heads.filter((t) => t.kind === 'slash');
+    const vertical = sc.truth.heads.filter((t) => t.kind === 'vertical');
+    expect(slashHeads.length).toBeGreaterThan(0);
+    expect(vertical.length).toBeGreaterThan(0);
+    const i = sc.n - 1;
+    for (const t of slashHeads) {
+      expect(t.slashOffsets.every((o) => o === 700)).toBe(true);
+      // Over 24 rows: mass per token on the line (j = i - 700 ± 2) against its neighbours
+      // 24-56 tokens to either side; averaging over rows evens out the salience of the spans.
+      let line = 0;
+      let near = 0;
+      for (let r = 0; r < 24; r++) {
+        const row = i - 37 * r;
+        const p = attentionProbs(q, k, t.head, row, sc.scale);
+        for (let e = -2; e <= 2; e++) line += p[row - 700 + e] / 5;
+        for (let d = 24; d < 56; d++) near += (p[row - 700 - d] + p[row - 700 + d]) / 64;
+      }
+      expect(line, `slash head ${t.head}`).toBeGreaterThan(4 * near);
+    }
+    for (const t of vertical) {
+      const stripes = sc.truth.stripes[t.kvHead];
+      expect(stripes.length).toBeGreaterThan(0);
+      const p = attentionProbs(q, k, t.head, i, sc.scale);
+      let onStripes = 0;
+      for (const j of stripes) onStripes += p[j];
+      // the vertical heads' stripe mass target is 0.06-0.14 at the last row
+      expect(onStripes, `vertical head ${t.head}`).toBeGreaterThan(0.03);
+      expect(onStripes).toBeLessThan(0.3);
+    }
+  });
+
   it('qwen-like spreads the sink over more tokens than llama-like', () => {
     const topShare = (profile: string) => {
       const sc = scenario(profile, { n: 2048, heads: 8, kvHeads: 2, headDim: 64, seed: SEED });

@@ -230,6 +230,8 @@ interface Group {
   readonly stripes: number[];
   readonly stripeSet: Set<number>;
   readonly needles: Needle[];
+  /** stripe and needle tokens: keys without rotary phase */
+  readonly positionFree: Set<number>;
 }
 
 interface HeadPlan {
@@ -256,6 +258,11 @@ function checkInt(name: string, x: unknown, lo: number, hi: number): number {
     throw new InvalidArgumentError(`${name} must be an integer in [${lo}, ${hi}]; got ${String(x)}`);
   }
   return x;
+}
+
+/** Rotary pairs slash lines use: the high-frequency half. */
+function slashFreqs(L: Layout): number {
+  return Math.ceil(L.freqs.length / 2);
 }
 
 /** K(δ) = mean_f cos(ω_f δ) for δ in [0, n): the rotary kernel, shared by all heads. */
@@ -358,7 +365,9 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
         groupNeedles.push(nd);
       }
     }
-    groups.push({ perm, sign, stripes, stripeSet: new Set(stripes), needles: groupNeedles });
+    const positionFree = new Set(stripes);
+    for (const nd of groupNeedles) for (let t = 0; t < nd.length; t++) positionFree.add(nd.position + t);
+    groups.push({ perm, sign, stripes, stripeSet: new Set(stripes), needles: groupNeedles, positionFree });
   }
 
   // --- heads: kinds and parameters -----------------------------------------------------
@@ -399,6 +408,9 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
 
   // --- solve strengths so masses hit their targets at the calibration rows --------------
   const K = rotaryKernel(L.freqs, n);
+  // Slash lines use only the high-frequency half of the rotary pairs: a thin diagonal (a few
+  // tokens wide) instead of the local window's broad, slowly decaying band.
+  const Ks = rotaryKernel(L.freqs.subarray(0, slashFreqs(L)), n);
   const sinkW = Float64Array.from({ length: Math.min(prof.sinkTokens, n) }, (_, j) => prof.sinkWeight(j));
   const sinkCount = sinkW.length;
   const topicKeys = new Map<string, Float64Array>();
@@ -429,6 +441,7 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
   const baseLogits = (h: number, i: number, upto = i): Float64Array => {
     const p = plans[h];
     const z = salienceOf(p.g);
+    const positionFree = groups[p.g].positionFree;
     const out = new Float64Array(upto + 1);
     const tq = queryTopic(h, i);
     let seg = -1;
@@ -442,11 +455,12 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
         for (let t = 0; t < tq.length; t++) topicDot += tq[t] * tk[t];
       }
       let x = p.salience * z[j] + p.topic * topicDot;
-      // Sink keys carry no rotary phase (position-free, like real models' massive sink
-      // activations), so the sink does not swing with the rotary long-range terms.
-      if (j >= sinkCount) {
+      // Sink, stripe and needle keys carry no rotary phase (position-free, like real models'
+      // massive sink activations, always-attended delimiters and content-matched facts), so
+      // their mass does not swing from row to row with the rotary terms.
+      if (j >= sinkCount && !positionFree.has(j)) {
         x += p.local * K[i - j];
-        for (const sl of p.slash) x += sl.amp * K[Math.abs(i - j - sl.offset)];
+        for (const sl of p.slash) x += sl.amp * Ks[Math.abs(i - j - sl.offset)];
       }
       out[j] = x;
     }
@@ -557,6 +571,31 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
     }
     if (sample.length === 0) sample.push({ sinkBase: base.subarray(0, sinkW.length), blockRest: 0, other: others[0].other });
     p.sink = solveMeanSink(sample, sinkW, p.sinkTarget);
+    // The stripe and needle strengths were solved against the sink's target at the last row;
+    // the sink now has its final strength, so solve them once more against the real rest.
+    if (p.stripeTarget > 0 || active.length > 0) {
+      const full = (j: number) => {
+        let x = base[j];
+        if (j < sinkW.length) x += p.sink * sinkW[j];
+        if (p.stripe !== 0 && gr.stripeSet.has(j)) x += p.stripe;
+        for (const nd of active) if (j >= nd.position && j < nd.position + nd.length) x += p.needleStrength.get(nd.id)!;
+        return x;
+      };
+      const resolve = (tokens: number[], current: number, target: number) => {
+        let inside = 0;
+        let total = 0;
+        for (let j = 0; j <= i; j++) total += Math.exp(full(j));
+        for (const j of tokens) inside += Math.exp(full(j));
+        const rest = total - inside;
+        // e^{S'} · inside · e^{-S} = target / (1 - target) · rest
+        return current + Math.log(((target / (1 - target)) * rest) / inside);
+      };
+      if (p.stripeTarget > 0) p.stripe = resolve(stripeTokens, p.stripe, p.stripeTarget);
+      for (const nd of active) {
+        const toks = Array.from({ length: nd.length }, (_, t) => nd.position + t);
+        p.needleStrength.set(nd.id, resolve(toks, p.needleStrength.get(nd.id)!, p.needleTargets.get(nd.id)!));
+      }
+    }
     // Needles only mid-sequence rows ask for: solve at their last asker row.
     for (const nd of gr.needles) {
       if (!p.needleTargets.has(nd.id) || p.needleStrength.has(nd.id)) continue;
@@ -705,6 +744,7 @@ class RowGenerator {
     readonly dtype: DType,
   ) {
     const F = L.freqs.length;
+    const Fs = slashFreqs(L);
     this.#row = new Float64Array(L.d);
     this.#cos = new Float64Array(F);
     this.#sin = new Float64Array(F);
@@ -713,13 +753,13 @@ class RowGenerator {
       const P = new Float64Array(F);
       for (let f = 0; f < F; f++) {
         P[f] = (p.local / F) * sd;
-        for (const s of p.slash) P[f] += (s.amp / F) * sd * Math.cos(L.freqs[f] * s.offset);
+        if (f < Fs) for (const s of p.slash) P[f] += (s.amp / Fs) * sd * Math.cos(L.freqs[f] * s.offset);
       }
       return P;
     });
     this.#rotQ = plans.map((p) => {
       const Q = new Float64Array(F);
-      for (let f = 0; f < F; f++) for (const s of p.slash) Q[f] += (s.amp / F) * sd * Math.sin(L.freqs[f] * s.offset);
+      for (let f = 0; f < Fs; f++) for (const s of p.slash) Q[f] += (s.amp / Fs) * sd * Math.sin(L.freqs[f] * s.offset);
       return Q;
     });
     this.#qTopic = plans.map(() => new Float64Array(L.topicDims));
@@ -780,7 +820,7 @@ class RowGenerator {
             needleHere = nd;
           }
         }
-        if (i >= this.sinkW.length) {
+        if (i >= this.sinkW.length && !gr.positionFree.has(i)) {
           for (let f = 0; f < F; f++) {
             row[L.rot0 + 2 * f] = this.#cos[f];
             row[L.rot0 + 2 * f + 1] = this.#sin[f];
@@ -788,7 +828,10 @@ class RowGenerator {
         }
         const tk = this.#keyTopic(g, Math.floor(i / TOPIC_SEGMENT));
         for (let t = 0; t < L.topicDims; t++) row[L.topic0 + t] = TOPIC_K * tk[t];
-        rng.reset(hash4(this.seed, S_KNOISE, i, g)).fillGauss(row, L.noise0, d);
+        // Sink keys carry no noise: one token holds most of a VS head's mass, so its logit
+        // must be the one the strengths were solved for (a 0.35-nat jitter there would move
+        // every other mass by up to a factor of two).
+        if (i >= this.sinkW.length) rng.reset(hash4(this.seed, S_KNOISE, i, g)).fillGauss(row, L.noise0, d);
         put(k, (r * Hkv + g) * d, gr.perm, gr.sign);
         // Values: Gaussian, except needle tokens carry their needle's own vector.
         if (needleHere) row.set(needleHere.value);
