@@ -99,10 +99,18 @@ describe('ground truth holds in the exact attention', () => {
         const asker = inNeedle(attentionProbs(q, k, h, b - 1, sc.scale));
         // The planted mass target is 0.04-0.16 at the calibration row.
         expect(asker, `needle ${nd.id} head ${h}`).toBeGreaterThan(0.02);
-        // A row after the needle that does not ask for it gives it background mass only.
-        const other = a - 40 > nd.position + nd.length ? a - 40 : -1;
-        if (other >= 0 && !nd.askers.some(([x, y]) => other >= x && other < y)) {
-          expect(inNeedle(attentionProbs(q, k, h, other, sc.scale))).toBeLessThan(asker / 10);
+        // Rows after the needle that do not ask for it give it background mass only. The
+        // background is heavy-tailed by design, so judge the median over nine non-asker rows.
+        const others: number[] = [];
+        for (let t = 0; t < 9; t++) {
+          const row = a - 40 - 7 * t;
+          if (row <= nd.position + nd.length) break;
+          if (nd.askers.some(([x, y]) => row >= x && row < y)) continue;
+          others.push(inNeedle(attentionProbs(q, k, h, row, sc.scale)));
+        }
+        if (others.length >= 3) {
+          others.sort((x, y) => x - y);
+          expect(others[others.length >> 1], `needle ${nd.id} head ${h}: non-asker rows`).toBeLessThan(asker / 10);
         }
         checked++;
       }

@@ -208,6 +208,17 @@ function salience(seed: number, g: number, j: number): number {
   return Math.min(j < SINK_BLOCK ? 0 : 5, Math.max(-5, z));
 }
 
+/**
+ * Salience of a needle key. A planted fact is not salient by itself: only its asker rows find
+ * it, through the needle channel (N_hm). Inheriting the span's z(j) (up to 5, times σ_h ≈ 2.5-3
+ * nats) would give a needle in a salient span percent-level mass on every row, and N_hm,
+ * solved to hit the asker target, would shrink to almost nothing. So a needle key keeps the
+ * span's z only where it is at most the background median (0).
+ */
+function needleSalience(z: number): number {
+  return Math.min(z, 0);
+}
+
 function fillTopic(seed: number, stream: number, a: number, b: number, out: Float64Array, scale: number): void {
   const r = rngFor(seed, stream, a, b);
   for (let t = 0; t < out.length; t++) out[t] = r.gauss() * scale;
@@ -433,7 +444,13 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
   };
   const salienceCache: Float64Array[] = [];
   const salienceOf = (g: number): Float64Array => {
-    if (!salienceCache[g]) salienceCache[g] = Float64Array.from({ length: n }, (_, j) => salience(seed, g, j));
+    if (!salienceCache[g]) {
+      const z = Float64Array.from({ length: n }, (_, j) => salience(seed, g, j));
+      for (const nd of groups[g].needles) {
+        for (let j = nd.position; j < nd.position + nd.length; j++) z[j] = needleSalience(z[j]);
+      }
+      salienceCache[g] = z;
+    }
     return salienceCache[g];
   };
 
@@ -811,7 +828,6 @@ class RowGenerator {
         const gr = this.groups[g];
         row.fill(0);
         if (i < this.sinkW.length) row[L.sink] = SINK_K * this.sinkW[i];
-        row[L.salience] = salience(this.seed, g, i);
         if (gr.stripeSet.has(i)) row[L.stripe] = FLAG_K;
         let needleHere: Needle | undefined;
         for (const nd of gr.needles) {
@@ -820,6 +836,8 @@ class RowGenerator {
             needleHere = nd;
           }
         }
+        const z = salience(this.seed, g, i);
+        row[L.salience] = needleHere ? needleSalience(z) : z;
         if (i >= this.sinkW.length && !gr.positionFree.has(i)) {
           for (let f = 0; f < F; f++) {
             row[L.rot0 + 2 * f] = this.#cos[f];
