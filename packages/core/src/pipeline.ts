@@ -67,6 +67,12 @@ function validatePolicy(policy: Policy): void {
   if (!policy.pe || !(policy.pe.gamma > 0 && policy.pe.gamma < 1)) {
     throw new InvalidArgumentError(`policy ${policy.name} needs a PE selector with 0 < gamma < 1`);
   }
+  if (!Number.isInteger(policy.pe.kMin) || policy.pe.kMin < 1) {
+    throw new InvalidArgumentError(`policy ${policy.name}: pe.kMin must be a positive integer (tokens); got ${policy.pe.kMin}`);
+  }
+  if (policy.kMin !== undefined && !(Number.isInteger(policy.kMin) && policy.kMin >= 1)) {
+    throw new InvalidArgumentError(`policy ${policy.name}: kMin must be a positive integer (tokens); got ${policy.kMin}`);
+  }
 }
 
 /**
@@ -123,6 +129,9 @@ export async function planPrefill(
   // FlexPrefill's rule: too short to have anything to skip.
   if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return dense('min-length');
   const gate = opts.minSparseLength ?? backend.sparseCrossover;
+  if (!(Number.isFinite(gate) && gate >= 0)) {
+    throw new InvalidArgumentError(`minSparseLength must be a finite number >= 0 (keys); got ${gate}`);
+  }
   if (n < gate) return dense('length-gate');
 
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);

@@ -1,0 +1,62 @@
+import { isCrispError, planPrefill, vsHead } from '@crisp/core';
+import { createReferenceBackend } from '@crisp/reference';
+import { fixed } from '@crisp/router';
+import { describe, expect, it } from 'vitest';
+import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
+import { crisp } from './index.js';
+
+// The pipeline's gates and the PE heads' FlexPrefill minimum, through the reference backend.
+describe('pipeline gates and PE minimum blocks', () => {
+  const seed = freshSeed();
+
+  it('goes dense at n <= max(2B, kMin rounded up to B) and sparse one token later', async () => {
+    const be = createReferenceBackend();
+    const policy = { ...crisp, blockSize: 64, kMin: 256 };
+    for (const [n, reason] of [
+      [256, 'min-length'],
+      [257, undefined],
+    ] as const) {
+      const x = mixedHeads({ n, heads: [{ kind: 'sink', strength: 10 }], seed });
+      const q = be.upload(x.q);
+      const k = be.upload(x.k);
+      const plan = await planPrefill(be, { q, k }, policy, { minSparseLength: 0 });
+      expect(plan.denseReason, `n=${n} seed ${seed}`).toBe(reason);
+      expect(plan.mask === undefined).toBe(reason !== undefined);
+    }
+  });
+
+  it('gives PE heads the kMin/B best vertical and slash blocks, so every query block keeps its diagonal', async () => {
+    const be = createReferenceBackend();
+    const n = 1024;
+    const B = 64;
+    const x = mixedHeads({ n, heads: [{ kind: 'diffuse' }, { kind: 'sink', strength: 10 }], seed });
+    const q = be.upload(x.q);
+    const k = be.upload(x.k);
+    const policy = { ...crisp, blockSize: B, kMin: 256, router: fixed('pe'), pe: { ...crisp.pe!, kMin: 256 } };
+    const plan = await planPrefill(be, { q, k }, policy, { minSparseLength: 0 });
+    const Nb = n / B;
+    for (let h = 0; h < 2; h++) {
+      const { vertical, slash } = vsHead(plan.mask!.vs!, h);
+      expect(vertical.length, `head ${h} seed ${seed}`).toBe(256 / B);
+      expect(slash.length).toBeGreaterThanOrEqual(256 / B);
+      expect(Array.from(slash)).toContain(0);
+      expect(Math.max(...vertical, ...slash)).toBeLessThan(Nb);
+    }
+  });
+
+  it('rejects a PE selector without kMin and a non-finite length gate', async () => {
+    const be = createReferenceBackend();
+    const x = mixedHeads({ n: 512, heads: [{ kind: 'sink', strength: 10 }], seed });
+    const q = be.upload(x.q);
+    const k = be.upload(x.k);
+    const code = async (p: Promise<unknown>) => p.then(
+      () => 'resolved',
+      (e) => (isCrispError(e) ? e.code : String(e)),
+    );
+    const noKMin = { ...crisp, blockSize: 64, kMin: 128, pe: { name: 'pe', gamma: 0.9 } as never };
+    expect(await code(planPrefill(be, { q, k }, noKMin, { minSparseLength: 0 }))).toBe('INVALID_ARGUMENT');
+    expect(await code(planPrefill(be, { q, k }, { ...crisp, blockSize: 64, kMin: 128 }, { minSparseLength: Number.NaN }))).toBe(
+      'INVALID_ARGUMENT',
+    );
+  });
+});
