@@ -8,14 +8,14 @@
  * dense kernel, saves sampled output rows for the script's cross-check, writes its
  * manifest and spawns it. Timing dense attention does not depend on the values.
  *
- * WebGPU: TensorFlow.js on WebGPU, when @crisp/kernels-webgpu exports a peer.
+ * WebGPU: TensorFlow.js on WebGPU (@crisp/kernels-webgpu/tfjs-peer), dense attention as a
+ * TF.js user writes it, on its own Dawn device in the same process.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Backend, DeviceTensor, HostTensor } from '@crisp/core';
-import * as webgpuNode from '@crisp/kernels-webgpu/node';
 import type { OpenBackend } from './backends.js';
 import type { Shape } from './config.js';
 import type { SuiteContext } from './context.js';
@@ -153,9 +153,50 @@ async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly numbe
   }
 }
 
-/** A TF.js dense-attention peer, if @crisp/kernels-webgpu exports one (name contains "tfjs"). */
-function findTfjsPeer(): string | undefined {
-  return Object.keys(webgpuNode).find((k) => /tfjs/i.test(k) && typeof (webgpuNode as Record<string, unknown>)[k] === 'function');
+/**
+ * TF.js on WebGPU (@crisp/kernels-webgpu/tfjs-peer, loaded only here so the rest of the bench
+ * never pulls TF.js in) at the sizes CRISP's dense kernel was timed, same heads and head dim,
+ * f32. Sizes past the device's buffer limit, a failed float64 check or the time budget are
+ * recorded in the note, never timed.
+ */
+async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape: Shape, reps: number, warmup: number, budgetMs: number): Promise<PeerResult> {
+  const peer = 'tfjs-webgpu';
+  let mod: typeof import('@crisp/kernels-webgpu/tfjs-peer');
+  try {
+    mod = await import('@crisp/kernels-webgpu/tfjs-peer');
+  } catch (e) {
+    return { rows: [], notes: [{ backend: 'webgpu', peer, status: 'absent', detail: `@crisp/kernels-webgpu/tfjs-peer did not load: ${e instanceof Error ? e.message : String(e)}` }] };
+  }
+  const rows: PeerRow[] = [];
+  const skipped: string[] = [];
+  let failed = false;
+  let version: string | undefined;
+  const started = performance.now();
+  for (const n of sizes) {
+    if (performance.now() - started > budgetMs) {
+      skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s) spent`);
+      continue;
+    }
+    let r: Awaited<ReturnType<typeof mod.timeTfjsDenseAttention>>;
+    try {
+      r = await mod.timeTfjsDenseAttention({ n, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim, reps, warmup });
+    } catch (e) {
+      r = { failed: `n=${n}: ${e instanceof Error ? e.message : String(e)}` };
+    }
+    if ('medianMs' in r) {
+      version = r.tfjsVersion;
+      rows.push({ backend: 'webgpu', peer, n, ms: spread(r.runs), tflops: r.tflops });
+      ctx.log(`  peer ${peer} n=${n}: ${r.medianMs.toFixed(2)} ms (check: max rel err ${r.check.maxRelError.toExponential(1)})`);
+    } else {
+      const why = 'absent' in r ? r.absent : r.failed;
+      if ('failed' in r) failed = true;
+      skipped.push(why.startsWith('n=') ? why : `n=${n}: ${why}`);
+      ctx.log(`  peer ${peer} n=${n}: ${why}`);
+    }
+  }
+  const status: PeerNote['status'] = rows.length ? 'ran' : failed ? 'failed' : 'absent';
+  const head = `TensorFlow.js ${version ?? '4.22.0'} tfjs-backend-webgpu, f32, per head matMul/scale/mask/softmax/matMul, rows checked against float64`;
+  return { rows, notes: [{ backend: 'webgpu', peer, status, detail: `${head}${skipped.length ? `; ${skipped.join('; ')}` : ''}` }] };
 }
 
 export async function densePeers(
@@ -186,15 +227,9 @@ export async function densePeers(
       rows.push(...r.rows);
       notes.push(...r.notes);
     } else if (ob.name === 'webgpu') {
-      const name = findTfjsPeer();
-      notes.push({
-        backend: 'webgpu',
-        peer: 'tfjs-webgpu',
-        status: 'absent',
-        detail: name
-          ? `@crisp/kernels-webgpu exports ${name}, but with no interface this bench knows; not run`
-          : '@crisp/kernels-webgpu exports no TF.js peer yet; no TF.js WebGPU timings in this run',
-      });
+      const r = await tfjsWebgpuPeer(ctx, measured.get('webgpu') ?? [], c.shape, c.reps, c.warmup, c.budgetMs);
+      rows.push(...r.rows);
+      notes.push(...r.notes);
     }
   }
   return { rows, notes };

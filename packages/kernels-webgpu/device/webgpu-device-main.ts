@@ -25,6 +25,7 @@ import { crisp } from '@crisp/presets';
 import type { WebGpuBackend } from '../src/backend.js';
 import { attentionSmmProgram } from '../src/kernels/attention-smm.js';
 import { createNodeWebGpuBackend } from '../src/node.js';
+import { timeTfjsDenseAttention } from '../src/tfjs-peer.js';
 
 const args = new Map<string, string>();
 for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i].replace(/^--/, ''), process.argv[i + 1] ?? '');
@@ -462,73 +463,30 @@ async function main(): Promise<void> {
 
 /**
  * The peer: dense causal attention as a TensorFlow.js user writes it on the WebGPU backend
- * (per head: matMul, scale, causal mask, softmax, matMul; f32 because tfjs-webgpu has no
- * f16 tensors). Random inputs of the same shape; timing covers all heads, synchronised by
- * reading the last head's output.
+ * (./src/tfjs-peer.ts, entry @crisp/kernels-webgpu/tfjs-peer), at H/HKV heads of D, 1
+ * warm-up and 3 timed runs per size as before; its float64 row check now comes with it.
  */
 async function tfjsPeer(sizes: number[]): Promise<unknown> {
   const rows: unknown[] = [];
-  try {
-    const { create, globals } = await import('webgpu');
-    Object.assign(globalThis, globals);
-    const gpu = create(['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia']);
-    (globalThis as Record<string, unknown>).__tfjsGpu = gpu;
-    if (!(globalThis as { navigator?: unknown }).navigator) {
-      Object.defineProperty(globalThis, 'navigator', { value: { gpu }, configurable: true });
-    } else {
-      Object.defineProperty((globalThis as unknown as { navigator: object }).navigator, 'gpu', { value: gpu, configurable: true });
+  for (const n of sizes) {
+    if (elapsed() > budgetMs) {
+      rows.push({ n, skipped: 'time budget' });
+      continue;
     }
-    const tf = await import('@tensorflow/tfjs-core');
-    await import('@tensorflow/tfjs-backend-webgpu');
-    const ok = await tf.setBackend('webgpu');
-    await tf.ready();
-    log('tfjs backend', ok, tf.getBackend());
-    for (const n of sizes) {
-      if (elapsed() > budgetMs) {
-        rows.push({ n, skipped: 'time budget' });
-        continue;
+    try {
+      const r = await timeTfjsDenseAttention({ n, heads: H, kvHeads: HKV, headDim: D, reps: 3, warmup: 1 });
+      if ('medianMs' in r) {
+        rows.push({ n, ms: r.medianMs, runsMs: r.runs, tflops: causalFlops(n) / r.medianMs / 1e9, dtype: r.dtype, check: r.check });
+        log('tfjs', n, r.medianMs);
+      } else {
+        rows.push({ n, error: 'absent' in r ? r.absent : r.failed });
+        log('tfjs error', n, JSON.stringify(r));
       }
-      try {
-        const scale = 1 / Math.sqrt(D);
-        const mk = (r: number, c: number, seed: number) =>
-          tf.tidy(() => tf.randomUniform([r, c], -1, 1, 'float32', seed));
-        const qs = Array.from({ length: H }, (_, h) => mk(n, D, h));
-        const ks = Array.from({ length: HKV }, (_, h) => mk(n, D, 100 + h));
-        const vs = Array.from({ length: HKV }, (_, h) => mk(n, D, 200 + h));
-        const mask = tf.tidy(() => tf.mul(tf.sub(tf.linalg.bandPart(tf.ones([n, n]), -1, 0), 1), 1e9));
-        const run = async () => {
-          let last: import('@tensorflow/tfjs-core').Tensor | undefined;
-          for (let h = 0; h < H; h++) {
-            const g = Math.floor(h / (H / HKV));
-            const o = tf.tidy(() => {
-              const s = tf.add(tf.mul(tf.matMul(qs[h], ks[g], false, true), scale), mask);
-              return tf.matMul(tf.softmax(s), vs[g]);
-            });
-            if (last) last.dispose();
-            last = o;
-          }
-          await last!.data();
-          last!.dispose();
-        };
-        await run();
-        const ts: number[] = [];
-        for (let r = 0; r < 3; r++) {
-          const t0 = performance.now();
-          await run();
-          ts.push(performance.now() - t0);
-        }
-        const ms = median(ts);
-        rows.push({ n, ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, dtype: 'f32' });
-        log('tfjs', n, ms);
-        for (const t of [...qs, ...ks, ...vs, mask]) t.dispose();
-      } catch (e) {
-        rows.push({ n, error: String(e) });
-        log('tfjs error', n, String(e));
-      }
-      save();
+    } catch (e) {
+      rows.push({ n, error: String(e) });
+      log('tfjs error', n, String(e));
     }
-  } catch (e) {
-    rows.push({ error: `tfjs-backend-webgpu could not start under Dawn in Node: ${String(e)}` });
+    save();
   }
   return rows;
 }
