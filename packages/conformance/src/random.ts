@@ -2,21 +2,12 @@
  * Seeded inputs. Every case derives its own seed from the run's seed and its name, so a
  * failing case reruns alone with the seed printed in its detail.
  */
-import { type DType, type HostTensor, hostTensor } from '@crisp/core';
+import { type DType, type HostTensor, hostTensor, mulberry32 } from '@crisp/core';
 
 export type Rng = () => number;
 
-/** mulberry32: small, fast, good enough for test inputs. */
-export function rng(seed: number): Rng {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32, from @crisp/core (one generator for every seeded input). */
+export const rng: (seed: number) => () => number = mulberry32;
 
 /** A case's seed: the run seed mixed with the case name (FNV-1a). */
 export function caseSeed(runSeed: number, name: string): number {

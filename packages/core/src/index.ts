@@ -8,3 +8,4 @@ export * from './backend.js';
 export * from './policy.js';
 export * from './ranking.js';
 export * from './pipeline.js';
+export * from './random.js';

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { DType, HostData, HostTensor } from '@crisp/core';
 import { afterAll, beforeEach } from 'vitest';
+import { mulberry32 } from '@crisp/core';
 
 export const SEED = Number(process.env.CRISP_SEED ?? Math.floor(Math.random() * 2 ** 31));
 
@@ -18,17 +19,8 @@ export function reportSeedOnFailure(file: string): void {
   });
 }
 
-/** mulberry32: small, fast, deterministic for a seed. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32, from @crisp/core (one generator for every seeded input). */
+export const rng: (seed: number) => () => number = mulberry32;
 
 /** Random bit patterns for a dtype; never all zero. */
 export function randomBits(dtype: DType, count: number, rand: () => number): HostData {

@@ -3,7 +3,7 @@
  * print why; the availability probe and the typed BACKEND_UNAVAILABLE error are checked
  * on every machine.
  */
-import { CrispError, type HostTensor, hostTensor, toFloat32 } from '@crisp/core';
+import { CrispError, type HostTensor, hostTensor, toFloat32, mulberry32 as seeded } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
 import { cudaAvailability, createCudaBackend } from './index.js';
@@ -36,16 +36,6 @@ describe('memory pool size classes', () => {
   });
 });
 
-function seeded(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 function randomTensor(r: () => number, shape: number[], amp: number): HostTensor {
   const n = shape.reduce((a, b) => a * b, 1);
   return hostTensor('bf16', shape, Float32Array.from({ length: n }, () => (r() * 2 - 1) * amp));

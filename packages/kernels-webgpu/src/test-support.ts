@@ -3,6 +3,7 @@
  * file, or the reason it is unavailable.
  */
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
+import { mulberry32 } from '@crisp/core';
 import type { WebGpuBackend } from './backend.js';
 
 let cached: Promise<{ backend?: WebGpuBackend; reason?: string }> | undefined;
@@ -21,15 +22,9 @@ export function sharedBackend(): Promise<{ backend?: WebGpuBackend; reason?: str
 
 /** Seeded uniform values in [-1, 1) (mulberry32). */
 export function seededValues(seed: number, count: number, amp = 1): Float32Array {
-  let s = seed >>> 0;
+  const r = mulberry32(seed);
   const out = new Float32Array(count);
-  for (let i = 0; i < count; i++) {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = ((((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1) * amp;
-  }
+  for (let i = 0; i < count; i++) out[i] = (r() * 2 - 1) * amp;
   return out;
 }
 

@@ -9,6 +9,7 @@ import {
   isCrispError,
   roundTo,
   toFloat32,
+  mulberry32 as rng,
   vsListsFromArrays,
 } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
@@ -16,16 +17,6 @@ import { attentionRows, createReferenceBackend, massRecall, pooledBlockMap, rela
 
 // --- seeded inputs (mulberry32); the seed is printed in every failing assertion message ---
 const SEED = Number(process.env.CRISP_SEED ?? Math.floor(Math.random() * 2 ** 31));
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const rand = rng(SEED);
 const msg = (what: string) => `${what} (seed ${SEED}; rerun with CRISP_SEED=${SEED})`;
 function randn(): number {

@@ -1,18 +1,7 @@
-import { isCrispError, type ProxyStats } from '@crisp/core';
+import { isCrispError, type ProxyStats, mulberry32 as rng } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
 import { cStruct, entropy, fixed, jsd, jsDistance, routingAgreement } from './index.js';
 
-/** mulberry32 */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function normalised(r: () => number, len: number, sharp: number): Float64Array {
   const a = Float64Array.from({ length: len }, () => Math.exp(sharp * (r() - 0.5)));

@@ -12,7 +12,7 @@
  * Real proxy statistics: the llama-like scenario through each backend's proxyStats at the
  * sizes the backend allows; mean blocks kept per (VS head, direction).
  */
-import { type DirectionScores, type VsSelector, numBlocks } from '@crisp/core';
+import { type DirectionScores, type VsSelector, numBlocks, mulberry32 as rng } from '@crisp/core';
 import { cumulativeCoverage, medianFloor, noiseFloor, robustFloor } from '@crisp/select';
 import type { OpenBackend } from '../backends.js';
 import { type SuiteContext, message, withTimeout } from '../context.js';
@@ -31,17 +31,6 @@ export function curveSelectors(): { name: string; selector: VsSelector }[] {
   ];
 }
 
-/** mulberry32: a small seeded generator for the score vectors. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export interface ScoreHead {
   readonly tokens: Float32Array;

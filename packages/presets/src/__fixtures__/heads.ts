@@ -12,18 +12,10 @@
  * p_v[0], p_v[Nb−1] and Σ p_v[signal] hit the requested targets.
  */
 import type { HostTensor } from '@crisp/core';
+import { mulberry32 } from '@crisp/core';
 
-/** mulberry32 */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32, from @crisp/core (one generator for every seeded input). */
+export const rng: (seed: number) => () => number = mulberry32;
 
 export function gaussian(r: () => number): () => number {
   return () => Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r());

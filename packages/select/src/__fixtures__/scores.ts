@@ -4,18 +4,10 @@
  * blocks, a background of near-equal tokens).
  */
 import type { DirectionScores } from '@crisp/core';
+import { mulberry32 } from '@crisp/core';
 
-/** mulberry32: a small seeded PRNG (uniform in [0, 1)). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32, from @crisp/core (one generator for every seeded input). */
+export const rng: (seed: number) => () => number = mulberry32;
 
 /** A fresh seed per run, printed by the caller on failure. */
 export function freshSeed(): number {
