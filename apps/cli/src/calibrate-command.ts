@@ -1,20 +1,12 @@
 /** `crisp calibrate`: how realistic a scenario's attention looks (see @crisp/synth calibrate). */
-import type { DType } from '@crisp/core';
 import { calibrateScenario, scenario } from '@crisp/synth';
-import { type BackendChoice, selectBackend } from './backends.js';
+import { selectBackend } from './backends.js';
 import type { CliIo } from './cli-io.js';
 import { formatCalibration } from './format.js';
 import { toJson } from './main.js';
+import type { ScenarioChoice } from './run-job.js';
 
-export interface CalibrateCommandOptions {
-  readonly backend: BackendChoice;
-  readonly profile: string;
-  readonly n?: number;
-  readonly heads?: number;
-  readonly kvHeads?: number;
-  readonly headDim?: number;
-  readonly dtype?: DType;
-  readonly seed: number;
+export interface CalibrateCommandOptions extends ScenarioChoice {
   readonly blockSize: number;
   readonly tauProxy?: number;
   readonly json: boolean;

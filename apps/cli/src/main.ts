@@ -12,7 +12,7 @@ import { formatRun } from './format.js';
 import { choiceFlag, dtypeFlag, intFlag, numFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
-import { type RunOptions, runJob } from './run-job.js';
+import { type RunOptions, type ScenarioChoice, runJob } from './run-job.js';
 
 export { runJob, type RunOptions, type RunSummary } from './run-job.js';
 
@@ -74,6 +74,19 @@ function addPolicyFlags(cmd: Command): Command {
     .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)");
 }
 
+function scenarioChoice(f: CommonFlags): ScenarioChoice {
+  return {
+    backend: f.backend,
+    profile: f.profile,
+    n: f.n,
+    heads: f.heads,
+    kvHeads: f.kvHeads,
+    headDim: f.headDim,
+    dtype: f.dtype,
+    seed: f.seed,
+  };
+}
+
 function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
   if (f.layout !== undefined && f.layout !== 'nhd' && !f.qkv) throw new UsageError('--layout only applies with --qkv FILE');
   if (f.heads !== undefined && f.kvHeads !== undefined && f.heads % f.kvHeads !== 0) {
@@ -83,17 +96,10 @@ function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
     throw new UsageError(`--heads ${f.heads} has no default kv-head count (H / 4); pass --kv-heads`);
   }
   return {
-    backend: f.backend,
+    ...scenarioChoice(f),
     preset: f.preset,
     overrides: { alpha: f.alpha, gamma: f.gamma, tauProxy: f.tauProxy, blockSize: Number(f.block ?? 128) },
     compare,
-    profile: f.profile,
-    n: f.n,
-    heads: f.heads,
-    kvHeads: f.kvHeads,
-    headDim: f.headDim,
-    dtype: f.dtype,
-    seed: f.seed,
     qkv: f.qkv,
     layout: f.layout,
     sampleRows: f.sampleRows,
@@ -166,14 +172,7 @@ function program(io: CliIo): Command {
     runOptions({ ...f, gate: true, preset: 'crisp' });
     await calibrateCommand(
       {
-        backend: f.backend,
-        profile: f.profile,
-        n: f.n,
-        heads: f.heads,
-        kvHeads: f.kvHeads,
-        headDim: f.headDim,
-        dtype: f.dtype,
-        seed: f.seed,
+        ...scenarioChoice(f),
         blockSize: Number(f.block),
         tauProxy: f.tauProxy,
         json: Boolean(f.json),

@@ -32,12 +32,9 @@ import type { CliIo } from './cli-io.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
 import { progressBar } from './progress.js';
 
-export interface RunOptions {
+/** The backend and scenario a command runs on (shared by run, report and calibrate). */
+export interface ScenarioChoice {
   readonly backend: BackendChoice;
-  readonly preset: string;
-  readonly overrides: PolicyOverrides;
-  /** extra presets run on the same inputs (the report compares them) */
-  readonly compare?: readonly string[];
   readonly profile: string;
   readonly n?: number;
   readonly heads?: number;
@@ -45,6 +42,13 @@ export interface RunOptions {
   readonly headDim?: number;
   readonly dtype?: DType;
   readonly seed: number;
+}
+
+export interface RunOptions extends ScenarioChoice {
+  readonly preset: string;
+  readonly overrides: PolicyOverrides;
+  /** extra presets run on the same inputs (the report compares them) */
+  readonly compare?: readonly string[];
   readonly qkv?: string;
   readonly layout?: string;
   /** query rows sampled for mass recall (default 64 on the reference, 16 on GPUs) */
