@@ -49,6 +49,19 @@ export interface PrefillPlan {
   readonly overallDensity: number;
   /** milliseconds spent on proxy statistics, routing and selection (host wall clock) */
   readonly planMs: number;
+  /**
+   * Where planMs went (host wall clock, each backend call awaited): proxy statistics,
+   * routing plus VS selection on the host, the backend's PE rows, and mask assembly
+   * (placing PE rows, validating the VS lists, counting density). Absent for dense plans.
+   */
+  readonly phases?: PlanPhases;
+}
+
+export interface PlanPhases {
+  readonly statsMs: number;
+  readonly selectMs: number;
+  readonly peRowsMs: number;
+  readonly maskMs: number;
 }
 
 export const DEFAULTS = Object.freeze({ blockSize: 128, wSink: 128, wLocal: 128, kMin: 1024 });
@@ -143,6 +156,7 @@ export async function planPrefill(
     tokenScores: needsTokens,
   });
   assertFiniteStats(stats);
+  const tStats = performance.now();
   const routing = policy.router!.route(stats);
   if (routing.routes.length !== H) {
     throw new InvalidArgumentError(`router ${policy.router!.name} returned ${routing.routes.length} routes for ${H} heads`);
@@ -181,7 +195,9 @@ export async function planPrefill(
       }),
     );
   }
+  const tSelect = performance.now();
   let rows: BlockRows | undefined;
+  let tPe = tSelect;
   if (peHeads.length > 0) {
     const pe = await backend.peBlockRows(inputs.q, inputs.k, {
       blockSize: B,
@@ -189,6 +205,7 @@ export async function planPrefill(
       heads: peHeads,
       scale: opts.scale,
     });
+    tPe = performance.now();
     rows = spreadRows(pe, peHeads, H, Nb);
   }
   // Selectors may be user code: check what they returned. The PE rows come from the
@@ -198,6 +215,7 @@ export async function planPrefill(
   validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs }, { heads: H, numBlocks: Nb, blockSize: B });
   const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs, rows };
   const { perHead, overall } = maskDensity(mask);
+  const tEnd = performance.now();
   return {
     policy: policy.name,
     shape,
@@ -208,7 +226,8 @@ export async function planPrefill(
     mask,
     density: perHead,
     overallDensity: overall,
-    planMs: performance.now() - t0,
+    planMs: tEnd - t0,
+    phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },
   };
 }
 

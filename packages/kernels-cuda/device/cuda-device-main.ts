@@ -11,7 +11,8 @@ import { join } from 'node:path';
 import { type BlockMask, type DeviceTensor, numBlocks, sparsePrefill, vsListsFromArrays } from '@crisp/core';
 import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
-import { type CudaBackend, createCudaBackend } from '../src/index.js';
+import { scenario, uploadScenario } from '@crisp/synth';
+import { ATTENTION_VARIANTS, type AttentionVariant, type CudaBackend, createCudaBackend } from '../src/index.js';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, dflt: string) => {
@@ -25,6 +26,13 @@ const ns = arg('ns', '65536,131072,262144,524288').split(',').map(Number);
 const crossNs = arg('cross', '8192,16384,32768').split(',').map(Number);
 const peerDir = arg('peer', '/tmp/crisp-cuda');
 const reps = Number(arg('reps', '3'));
+/** e2e inputs: the device llama fill, or the @crisp/synth llama-like scenario from the host */
+const inputsKind = arg('inputs', 'fill');
+const e2eNs = arg('e2e', '').split(',').filter(Boolean).map(Number);
+/** attention kernel layout for conformance and the e2e/bench phases */
+const variant = arg('variant', 'w32') as AttentionVariant;
+/** sizes for the kernel-layout sweep (phase kernels) */
+const sweepNs = arg('sweep', '16384,65536,131072,524288').split(',').map(Number);
 const t0 = performance.now();
 const elapsed = () => performance.now() - t0;
 mkdirSync(outDir, { recursive: true });
@@ -63,7 +71,9 @@ const causalFlops = (n: number, H: number, d: number) => 2 * n * n * H * d; // 4
 const be: CudaBackend = await createCudaBackend({
   kernelDir: 'packages/kernels-cuda/kernels',
   cacheDir: '/tmp/crisp-cubin',
+  attentionVariant: variant,
 });
+results.variant = variant;
 results.device = be.info;
 log(`device ${be.info.name} cc ${be.info.computeCapability.join('.')} driver ${be.info.driverVersion}`);
 
@@ -79,7 +89,7 @@ if (phase === 'all' || phase === 'conformance') {
     const maxN = Number(arg('confMaxN', '16384'));
     const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
     // runConformance disposes the backend it is given: give it its own
-    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' }), {
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant }), {
       sizes,
       dtypes: ['bf16', 'f16'],
       onResult: (r) => {
@@ -101,6 +111,61 @@ const H = 32;
 const Hkv = 8;
 const D = 128;
 const B = 128;
+
+if (phase === 'kernels') {
+  // Every attention layout on the same inputs: dense time, TFLOP/s, output vs the v1 layout
+  // (same math, f32 sums in another order), and a regular sparse mask's per-block cost.
+  for (const n of sweepNs) {
+    await step(`layouts_${n}`, async () => {
+      const Nb = numBlocks(n, B);
+      const q = be.allocate('bf16', [n, H, D]);
+      const k = be.allocate('bf16', [n, Hkv, D]);
+      const v = be.allocate('bf16', [n, Hkv, D]);
+      const ref = be.allocate('bf16', [n, H, D]);
+      const o = be.allocate('bf16', [n, H, D]);
+      const out: Record<string, unknown> = { n };
+      try {
+        be.fillHash(q, 1, 2);
+        be.fillHash(k, 2, 2);
+        be.fillHash(v, 3, 1);
+        be.attentionVariant = 'v1';
+        be.poison(ref);
+        await be.denseAttention(q, k, v, { out: ref });
+        const pm = patternMask(Nb, 16, 64);
+        const rows = await be.expandMask(pm);
+        const blocks = rows.rowPtr[rows.rowPtr.length - 1];
+        const causal = H * ((Nb * (Nb + 1)) / 2);
+        const big = n >= 262144;
+        for (const name of Object.keys(ATTENTION_VARIANTS) as AttentionVariant[]) {
+          if (elapsed() > budget) break;
+          be.attentionVariant = name;
+          be.poison(o);
+          const dense = await timeIt(() => be.denseAttention(q, k, v, { out: o }), big ? 2 : reps, 1);
+          const err = be.relError(o, ref);
+          be.poison(o);
+          const sp = await timeIt(() => be.sparseAttention(q, k, v, pm, { out: o }), big ? 2 : reps, 1);
+          const dMs = median(dense);
+          const sMs = median(sp);
+          out[name] = {
+            denseMs: dense,
+            denseTflops: causalFlops(n, H, D) / (dMs * 1e-3) / 1e12,
+            vsV1: err,
+            sparsePatternMs: sp,
+            patternDensity: blocks / causal,
+            perBlockSparseOverDense: (sMs / blocks) / (dMs / causal),
+          };
+          log(
+            `layout ${name} n=${n}: dense ${dMs.toFixed(2)} ms (${(causalFlops(n, H, D) / (dMs * 1e-3) / 1e12).toFixed(0)} TFLOP/s) vs v1 relErr ${err.relErr.toExponential(2)} nonfinite ${err.nonFinite}; pattern ${sMs.toFixed(2)} ms per-block ${((sMs / blocks) / (dMs / causal)).toFixed(3)}x dense`,
+          );
+        }
+        be.attentionVariant = variant;
+        return out;
+      } finally {
+        for (const t of [q, k, v, ref, o]) t.dispose();
+      }
+    });
+  }
+}
 
 function fullVsMask(Nb: number): BlockMask {
   const all = Int32Array.from({ length: Nb }, (_, i) => i);
@@ -198,15 +263,33 @@ if (phase === 'all' || phase === 'bench') {
     });
   }
 
+  const makeInputs = async (n: number): Promise<{ q: DeviceTensor; k: DeviceTensor; v: DeviceTensor }> => {
+    if (inputsKind !== 'synth') {
+      const t = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+      be.fillLlamaLike(t.q, t.k, t.v, 7);
+      return t;
+    }
+    const sc = scenario('llama-like', { n, heads: H, kvHeads: Hkv, headDim: D, dtype: 'bf16', seed: 1 });
+    const tg = performance.now();
+    let lastLog = tg;
+    const up = await uploadScenario(be, sc, {
+      onProgress: (done, total) => {
+        if (performance.now() - lastLog > 15000) {
+          lastLog = performance.now();
+          log(`  synth ${done}/${total} rows`);
+        }
+      },
+    });
+    log(`  synth llama-like n=${n} generated and uploaded in ${((performance.now() - tg) / 1000).toFixed(1)} s`);
+    return up;
+  };
+
   const e2e = async (n: number, r: number, withDense: boolean) => {
-    const q = be.allocate('bf16', [n, H, D]);
-    const k = be.allocate('bf16', [n, Hkv, D]);
-    const v = be.allocate('bf16', [n, Hkv, D]);
+    const { q, k, v } = await makeInputs(n);
     const os = be.allocate('bf16', [n, H, D]);
     const od = be.allocate('bf16', [n, H, D]);
     const inputs = { q, k, v } as { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor };
     try {
-      be.fillLlamaLike(q, k, v, 7);
       be.poison(os);
       await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os }); // warm-up
       await be.synchronize();
@@ -237,7 +320,9 @@ if (phase === 'all' || phase === 'bench') {
       }
       return {
         n,
+        inputs: inputsKind,
         policy: crisp.name,
+        phases: last?.plan.phases,
         totalMs: runs.map((x) => x.totalMs),
         planMs: runs.map((x) => x.planMs),
         attentionMs: runs.map((x) => x.attentionMs),
@@ -258,11 +343,11 @@ if (phase === 'all' || phase === 'bench') {
     }
   };
 
-  for (const n of ns.filter((x) => x >= 131072).sort((x, y) => y - x)) {
+  for (const n of e2eNs.length ? e2eNs : ns.filter((x) => x >= 131072).sort((x, y) => y - x)) {
     await step(`crisp_e2e_${n}`, async () => {
-      const r = await e2e(n, n >= 262144 ? 1 : 3, true);
+      const r = await e2e(n, inputsKind === 'synth' || n < 262144 ? 3 : 1, true);
       log(
-        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
+        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} phases ${JSON.stringify(r.phases)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
       );
       return r;
     });

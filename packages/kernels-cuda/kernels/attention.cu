@@ -11,18 +11,23 @@
 // reaches past a warp's first row (the diagonal block).
 #include "crisp-common.cuh"
 
-template <int D, int NW, bool BF16>
+template <int D, int NW, int MT, int BN, bool BF16>
 __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const u16* __restrict__ k,
                                                const u16* __restrict__ v, u16* __restrict__ o,
                                                float* __restrict__ lse, const int* __restrict__ rowPtr,
                                                const int* __restrict__ cols, int n, int H, int Hkv,
                                                float scaleLog2) {
-  constexpr int BM = NW * 16;  // = B
-  constexpr int BN = 64;
+  constexpr int WR = MT * 16;   // query rows per warp
+  constexpr int BM = NW * WR;   // = B
   constexpr int ROWB = D * 2;
   constexpr int CH = D / 8;  // 16-byte chunks per row
   constexpr int NT = NW * 32;
   constexpr int TPB = BM / BN;  // key tiles per block
+  // One m-tile per warp: Q fragments live in registers for the whole row. Two m-tiles:
+  // they would take 64 more registers, so Q is re-read from shared memory each k-step
+  // (each K/V fragment then feeds two MMAs instead of one: half the shared-memory
+  // traffic per FLOP, which is what limits the one-m-tile version).
+  constexpr bool QREG = MT == 1;
   extern __shared__ __align__(128) unsigned char smem[];
   const u32 sQ = smem_addr(smem);
   const u32 sK = sQ + BM * ROWB;
@@ -64,134 +69,183 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
   if (nTiles > 0) loadKV(0, 0);
   cp_async_commit();
 
-  float acc[D / 8][4];
+  float acc[MT][D / 8][4];
+  float mA[MT], mB[MT], lA[MT], lB[MT];
 #pragma unroll
-  for (int j = 0; j < D / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
-  const int rowA = q0 + warp * 16 + (lane >> 2), rowB = rowA + 8;
-  u32 qf[D / 16][4];
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+    mA[mt] = mB[mt] = CRISP_NEG_INF;
+    lA[mt] = lB[mt] = 0.f;
+  }
+  u32 qf[QREG ? D / 16 : 1][4];
 
   for (int t = 0; t < nTiles; t++) {
     cp_async_wait<0>();
     __syncthreads();
-    if (t == 0) {
+    if (QREG && t == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        ldsm_x4(qf[kk], sQ + swz(warp * 16 + (lane & 15), kk * 2 + (lane >> 4), ROWB));
+      for (int kk = 0; kk < (QREG ? D / 16 : 0); kk++)
+        ldsm_x4(qf[kk], sQ + swz(warp * WR + (lane & 15), kk * 2 + (lane >> 4), ROWB));
     }
     if (t + 1 < nTiles) loadKV(t + 1, (t + 1) & 1);
     cp_async_commit();
     const u32 kBase = sK + (t & 1) * BN * ROWB, vBase = sV + (t & 1) * BN * ROWB;
     const int ks = tileStart(t);
 
-    float s[8][4];
+    float s[MT][BN / 8][4];
 #pragma unroll
-    for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
+      u32 qa[MT][4];
+      if (!QREG) {
 #pragma unroll
-      for (int np = 0; np < 4; np++) {
+        for (int mt = 0; mt < MT; mt++)
+          ldsm_x4(qa[mt], sQ + swz(warp * WR + mt * 16 + (lane & 15), kk * 2 + (lane >> 4), ROWB));
+      }
+#pragma unroll
+      for (int np = 0; np < BN / 16; np++) {
         u32 b[4];
         ldsm_x4(b, kBase + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7), kk * 2 + ((lane >> 3) & 1), ROWB));
-        mma16816<BF16>(s[2 * np], qf[kk], b[0], b[1]);
-        mma16816<BF16>(s[2 * np + 1], qf[kk], b[2], b[3]);
-      }
-    }
-    const bool needMask = ks + BN - 1 > q0 + warp * 16;
-    float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int col = ks + j * 8 + (lane & 3) * 2 + e;
-        float a = s[j][e] * scaleLog2, b = s[j][2 + e] * scaleLog2;
-        if (needMask) {
-          if (col > rowA) a = CRISP_NEG_INF;
-          if (col > rowB) b = CRISP_NEG_INF;
+        for (int mt = 0; mt < MT; mt++) {
+          const u32(&a)[4] = QREG ? qf[QREG ? kk : 0] : qa[mt];
+          mma16816<BF16>(s[mt][2 * np], a, b[0], b[1]);
+          mma16816<BF16>(s[mt][2 * np + 1], a, b[2], b[3]);
         }
-        s[j][e] = a;
-        s[j][2 + e] = b;
-        mxA = fmaxf(mxA, a);
-        mxB = fmaxf(mxB, b);
       }
     }
-    mxA = quad_max(mxA);
-    mxB = quad_max(mxB);
-    const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
-    // A row with no visible key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
-    const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
-    const float cA = exp2f(mA - uA), cB = exp2f(mB - uB);
-    mA = nA;
-    mB = nB;
-    float sumA = 0.f, sumB = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-      s[j][0] = exp2f(s[j][0] - uA);
-      s[j][1] = exp2f(s[j][1] - uA);
-      s[j][2] = exp2f(s[j][2] - uB);
-      s[j][3] = exp2f(s[j][3] - uB);
-      sumA += s[j][0] + s[j][1];
-      sumB += s[j][2] + s[j][3];
+    for (int mt = 0; mt < MT; mt++) {
+      const bool needMask = ks + BN - 1 > q0 + warp * WR + mt * 16;
+      const int rA = q0 + warp * WR + mt * 16 + (lane >> 2), rB = rA + 8;
+      float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int col = ks + j * 8 + (lane & 3) * 2 + e;
+          float a = s[mt][j][e] * scaleLog2, b = s[mt][j][2 + e] * scaleLog2;
+          if (needMask) {
+            if (col > rA) a = CRISP_NEG_INF;
+            if (col > rB) b = CRISP_NEG_INF;
+          }
+          s[mt][j][e] = a;
+          s[mt][j][2 + e] = b;
+          mxA = fmaxf(mxA, a);
+          mxB = fmaxf(mxB, b);
+        }
+      }
+      mxA = quad_max(mxA);
+      mxB = quad_max(mxB);
+      const float nA = fmaxf(mA[mt], mxA), nB = fmaxf(mB[mt], mxB);
+      // A row with no visible key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
+      const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
+      const float cA = exp2f(mA[mt] - uA), cB = exp2f(mB[mt] - uB);
+      mA[mt] = nA;
+      mB[mt] = nB;
+      float sumA = 0.f, sumB = 0.f;
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+        s[mt][j][0] = exp2f(s[mt][j][0] - uA);
+        s[mt][j][1] = exp2f(s[mt][j][1] - uA);
+        s[mt][j][2] = exp2f(s[mt][j][2] - uB);
+        s[mt][j][3] = exp2f(s[mt][j][3] - uB);
+        sumA += s[mt][j][0] + s[mt][j][1];
+        sumB += s[mt][j][2] + s[mt][j][3];
+      }
+      lA[mt] = lA[mt] * cA + sumA;
+      lB[mt] = lB[mt] * cB + sumB;
+#pragma unroll
+      for (int j = 0; j < D / 8; j++) {
+        acc[mt][j][0] *= cA;
+        acc[mt][j][1] *= cA;
+        acc[mt][j][2] *= cB;
+        acc[mt][j][3] *= cB;
+      }
     }
-    lA = lA * cA + sumA;
-    lB = lB * cB + sumB;
 #pragma unroll
-    for (int j = 0; j < D / 8; j++) {
-      acc[j][0] *= cA;
-      acc[j][1] *= cA;
-      acc[j][2] *= cB;
-      acc[j][3] *= cB;
-    }
+    for (int kk = 0; kk < BN / 16; kk++) {
+      u32 a[MT][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      u32 a[4];
-      a[0] = pack2<BF16>(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = pack2<BF16>(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = pack2<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = pack2<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int mt = 0; mt < MT; mt++) {
+        a[mt][0] = pack2<BF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack2<BF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack2<BF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<BF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; dp++) {
         u32 b[4];
         ldsm_x4_t(b, vBase + swz(kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7), dp * 2 + (lane >> 4), ROWB));
-        mma16816<BF16>(acc[2 * dp], a, b[0], b[1]);
-        mma16816<BF16>(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma16816<BF16>(acc[mt][2 * dp], a[mt], b[0], b[1]);
+          mma16816<BF16>(acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
       }
     }
   }
   cp_async_wait<0>();
 
-  lA = quad_sum(lA);
-  lB = quad_sum(lB);
-  const float iA = lA > 0.f ? 1.f / lA : 0.f, iB = lB > 0.f ? 1.f / lB : 0.f;
 #pragma unroll
-  for (int j = 0; j < D / 8; j++) {
-    const int col = j * 8 + (lane & 3) * 2;
-    if (rowA < n)
-      *reinterpret_cast<u32*>(o + (size_t)rowA * qStride + (size_t)h * D + col) =
-          pack2<BF16>(acc[j][0] * iA, acc[j][1] * iA);
-    if (rowB < n)
-      *reinterpret_cast<u32*>(o + (size_t)rowB * qStride + (size_t)h * D + col) =
-          pack2<BF16>(acc[j][2] * iB, acc[j][3] * iB);
-  }
-  if (lse != nullptr && (lane & 3) == 0) {
-    const float ln2 = 0.6931471805599453f;
-    if (rowA < n) lse[(size_t)h * n + rowA] = lA > 0.f ? (mA + log2f(lA)) * ln2 : CRISP_NEG_INF;
-    if (rowB < n) lse[(size_t)h * n + rowB] = lB > 0.f ? (mB + log2f(lB)) * ln2 : CRISP_NEG_INF;
+  for (int mt = 0; mt < MT; mt++) {
+    const float la = quad_sum(lA[mt]), lb = quad_sum(lB[mt]);
+    const int rA = q0 + warp * WR + mt * 16 + (lane >> 2), rB = rA + 8;
+    const float iA = la > 0.f ? 1.f / la : 0.f, iB = lb > 0.f ? 1.f / lb : 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) {
+      const int col = j * 8 + (lane & 3) * 2;
+      if (rA < n)
+        *reinterpret_cast<u32*>(o + (size_t)rA * qStride + (size_t)h * D + col) =
+            pack2<BF16>(acc[mt][j][0] * iA, acc[mt][j][1] * iA);
+      if (rB < n)
+        *reinterpret_cast<u32*>(o + (size_t)rB * qStride + (size_t)h * D + col) =
+            pack2<BF16>(acc[mt][j][2] * iB, acc[mt][j][3] * iB);
+    }
+    if (lse != nullptr && (lane & 3) == 0) {
+      const float ln2 = 0.6931471805599453f;
+      if (rA < n) lse[(size_t)h * n + rA] = la > 0.f ? (mA[mt] + log2f(la)) * ln2 : CRISP_NEG_INF;
+      if (rB < n) lse[(size_t)h * n + rB] = lb > 0.f ? (mB[mt] + log2f(lb)) * ln2 : CRISP_NEG_INF;
+    }
   }
 }
 
-#define CRISP_ATTN(NAME, D, NW, BF16)                                                                     \
-  extern "C" __global__ void __launch_bounds__(NW * 32, 1)                                                \
+// v1: B / 16 warps of 16 rows, 64-key tiles, 1 CTA per SM. w32: B / 32 warps of 32 rows (two
+// m-tiles), 2 CTAs per SM (255 registers a thread by the launch bound); w32n32: the same with
+// 32-key tiles (fewer live score registers, twice the tiles). Shared memory: Q (B rows) plus
+// two stages of K and V tiles.
+#define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB)                                                           \
+  extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                             \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
            int n, int H, int Hkv, float scaleLog2) {                                                        \
-    attention_body<D, NW, BF16>(q, k, v, o, lse, rowPtr, cols, n, H, Hkv, scaleLog2);                   \
+    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, H, Hkv, scaleLog2);               \
   }
 
-CRISP_ATTN(attn_bf16_d64_b64, 64, 4, true)
-CRISP_ATTN(attn_bf16_d64_b128, 64, 8, true)
-CRISP_ATTN(attn_bf16_d128_b64, 128, 4, true)
-CRISP_ATTN(attn_bf16_d128_b128, 128, 8, true)
-CRISP_ATTN(attn_f16_d64_b64, 64, 4, false)
-CRISP_ATTN(attn_f16_d64_b128, 64, 8, false)
-CRISP_ATTN(attn_f16_d128_b64, 128, 4, false)
-CRISP_ATTN(attn_f16_d128_b128, 128, 8, false)
+CRISP_ATTN(attn_bf16_d64_b64, 64, 4, 1, 64, true, 1)
+CRISP_ATTN(attn_bf16_d64_b128, 64, 8, 1, 64, true, 1)
+CRISP_ATTN(attn_bf16_d128_b64, 128, 4, 1, 64, true, 1)
+CRISP_ATTN(attn_bf16_d128_b128, 128, 8, 1, 64, true, 1)
+CRISP_ATTN(attn_f16_d64_b64, 64, 4, 1, 64, false, 1)
+CRISP_ATTN(attn_f16_d64_b128, 64, 8, 1, 64, false, 1)
+CRISP_ATTN(attn_f16_d128_b64, 128, 4, 1, 64, false, 1)
+CRISP_ATTN(attn_f16_d128_b128, 128, 8, 1, 64, false, 1)
+CRISP_ATTN(attn_w32_bf16_d64_b64, 64, 2, 2, 64, true, 2)
+CRISP_ATTN(attn_w32n32_bf16_d64_b64, 64, 2, 2, 32, true, 2)
+CRISP_ATTN(attn_w32_bf16_d64_b128, 64, 4, 2, 64, true, 2)
+CRISP_ATTN(attn_w32n32_bf16_d64_b128, 64, 4, 2, 32, true, 2)
+CRISP_ATTN(attn_w32_bf16_d128_b64, 128, 2, 2, 64, true, 2)
+CRISP_ATTN(attn_w32n32_bf16_d128_b64, 128, 2, 2, 32, true, 2)
+CRISP_ATTN(attn_w32_bf16_d128_b128, 128, 4, 2, 64, true, 2)
+CRISP_ATTN(attn_w32n32_bf16_d128_b128, 128, 4, 2, 32, true, 2)
+CRISP_ATTN(attn_w32_f16_d64_b64, 64, 2, 2, 64, false, 2)
+CRISP_ATTN(attn_w32n32_f16_d64_b64, 64, 2, 2, 32, false, 2)
+CRISP_ATTN(attn_w32_f16_d64_b128, 64, 4, 2, 64, false, 2)
+CRISP_ATTN(attn_w32n32_f16_d64_b128, 64, 4, 2, 32, false, 2)
+CRISP_ATTN(attn_w32_f16_d128_b64, 128, 2, 2, 64, false, 2)
+CRISP_ATTN(attn_w32n32_f16_d128_b64, 128, 2, 2, 32, false, 2)
+CRISP_ATTN(attn_w32_f16_d128_b128, 128, 4, 2, 64, false, 2)
+CRISP_ATTN(attn_w32n32_f16_d128_b128, 128, 4, 2, 32, false, 2)

@@ -50,7 +50,23 @@ export interface CudaBackendOptions {
   readonly sparseCrossover?: number;
   /** check q, k, v for NaN/Inf before each primitive (default true; one extra read of each) */
   readonly checkFinite?: boolean;
+  /** which attention kernel layout to launch (default: DEFAULT_ATTENTION_VARIANT); see ATTENTION_VARIANTS */
+  readonly attentionVariant?: AttentionVariant;
 }
+
+/**
+ * Attention kernel layouts in kernels/attention.cu (same math, same results up to f32
+ * summation order): `v1` B/16 warps of 16 query rows, 64-key tiles, one CTA per SM;
+ * `w32` B/32 warps of 32 rows (each K/V fragment feeds two MMAs), two CTAs per SM;
+ * `w32n32` the same with 32-key tiles. Timings per layout: NOTES.md.
+ */
+export const ATTENTION_VARIANTS = {
+  v1: { prefix: 'attn_', rowsPerWarp: 16, keyTile: 64 },
+  w32: { prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64 },
+  w32n32: { prefix: 'attn_w32n32_', rowsPerWarp: 32, keyTile: 32 },
+} as const;
+export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
+export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
 
 /**
  * The length gate, measured on one H200 (2026-11-30, apps/bench/results/cuda-h200.md):
@@ -136,6 +152,23 @@ export class CudaBackend implements Backend {
   readonly #argBase: bigint;
   #disposed = false;
   readonly #checkFinite: boolean;
+  /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
+  #variant: AttentionVariant;
+
+  static #checkVariant(v: string): AttentionVariant {
+    if (!Object.hasOwn(ATTENTION_VARIANTS, v)) {
+      throw new InvalidArgumentError(`attentionVariant must be one of ${Object.keys(ATTENTION_VARIANTS).join(', ')}; got ${v}`);
+    }
+    return v as AttentionVariant;
+  }
+
+  get attentionVariant(): AttentionVariant {
+    return this.#variant;
+  }
+  /** Switch the attention kernel layout (benchmarks compare them on one context). */
+  set attentionVariant(v: AttentionVariant) {
+    this.#variant = CudaBackend.#checkVariant(v);
+  }
   /** milliseconds spent compiling or loading modules, by file */
   readonly compileMs: Record<string, { ms: number; cached: boolean }> = {};
 
@@ -198,6 +231,7 @@ export class CudaBackend implements Backend {
     this.#pool = new DevicePool(libs);
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
     this.#checkFinite = opts.checkFinite ?? true;
+    this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? DEFAULT_ATTENTION_VARIANT);
     this.#argMem = libs.koffi.alloc('uint8_t', 4096);
     this.#argView = new DataView(libs.koffi.view(this.#argMem, 4096));
     this.#argBase = BigInt(libs.koffi.address(this.#argMem));
@@ -792,8 +826,9 @@ export class CudaBackend implements Backend {
     const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
-    const smem = B * D * 2 + 4 * 64 * D * 2;
-    this.#launch('attention.cu', `attn_${dtype}_d${D}_b${B}`, [H, Nb], B * 2, smem, [
+    const lay = ATTENTION_VARIANTS[this.#variant];
+    const smem = B * D * 2 + 4 * lay.keyTile * D * 2;
+    this.#launch('attention.cu', `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb], (B / lay.rowsPerWarp) * 32, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),

@@ -1,4 +1,11 @@
-export { CudaBackend, CudaTensor, CUDA_SPARSE_CROSSOVER, createCudaBackend } from './cuda-backend.js';
-export type { CudaBackendOptions, CudaDeviceInfo } from './cuda-backend.js';
+export {
+  ATTENTION_VARIANTS,
+  CudaBackend,
+  CudaTensor,
+  CUDA_SPARSE_CROSSOVER,
+  createCudaBackend,
+  DEFAULT_ATTENTION_VARIANT,
+} from './cuda-backend.js';
+export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo } from './cuda-backend.js';
 export { cudaAvailability } from './availability.js';
 export { defaultCacheDir, defaultKernelDir } from './compile.js';
