@@ -9,9 +9,11 @@ import {
   denseRows,
   expandToRows,
   isCrispError,
+  MaskError,
   blocksPerHead,
   maskDensity,
   selectedBlockCounts,
+  mulberry32,
   topKIndices,
   unionSorted,
   validateMask,
@@ -32,6 +34,16 @@ const rowsOf = (r: { rowPtr: Int32Array; cols: Int32Array }, count: number) =>
   Array.from({ length: count }, (_, i) => Array.from(r.cols.subarray(r.rowPtr[i], r.rowPtr[i + 1])));
 
 describe('validateMask', () => {
+  it('with rowEntries: false still checks rowPtr but leaves the entries to the backend', () => {
+    // head 0 of 1, Nb 2: row 0 holds block 1 (not causal), row 1 holds 0, 1
+    const rows = { rowPtr: Int32Array.of(0, 1, 3), cols: Int32Array.of(1, 0, 1) };
+    const mask: BlockMask = { heads: 1, numBlocks: 2, blockSize: 64, rows };
+    expect(() => validateMask(mask)).toThrow(MaskError);
+    expect(() => validateMask(mask, undefined, { rowEntries: false })).not.toThrow();
+    const badPtr: BlockMask = { ...mask, rows: { rowPtr: Int32Array.of(0, 1, 4), cols: rows.cols } };
+    expect(() => validateMask(badPtr, undefined, { rowEntries: false })).toThrow(/end at 3/);
+  });
+
   const good: BlockMask = {
     heads: 2,
     numBlocks: 3,
@@ -197,6 +209,30 @@ describe('selectedBlockCounts', () => {
         vs: vsListsFromArrays(vertical, slash),
         rows: withRows ? { rowPtr, cols: Int32Array.from(cols) } : undefined,
       };
+      const expected = Array.from(blocksPerHead(expandToRows(mask), H, Nb));
+      expect(Array.from(selectedBlockCounts(mask)), `seed ${seed} trial ${trial}`).toEqual(expected);
+    }
+  });
+  it('takes the per-row binary-search path for PE-like heads (few VS lines, near-dense rows) and still counts exactly', () => {
+    const seed = (Date.now() ^ 0x2545f491) >>> 0;
+    const rnd = mulberry32(seed);
+    for (let trial = 0; trial < 12; trial++) {
+      const H = 1 + Math.floor(rnd() * 3);
+      const Nb = 300 + Math.floor(rnd() * 100);
+      // 1-2 verticals and slashes each, some chosen to hit the same blocks
+      const lines = () => Array.from(new Set(Array.from({ length: 1 + Math.floor(rnd() * 2) }, () => Math.floor(rnd() * 8)))).sort((a, b) => a - b);
+      const vertical = Array.from({ length: H }, lines);
+      const slash = Array.from({ length: H }, () => [0, ...lines()]);
+      const rowPtr = new Int32Array(H * Nb + 1);
+      const cols: number[] = [];
+      for (let r = 0; r < H * Nb; r++) {
+        const I = r % Nb;
+        for (let J = 0; J <= I; J++) if (rnd() < 0.9) cols.push(J);
+        rowPtr[r + 1] = cols.length;
+      }
+      const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: 64, vs: vsListsFromArrays(vertical, slash), rows: { rowPtr, cols: Int32Array.from(cols) } };
+      // the fast path's condition: |V| + |S| well under the mean row length
+      expect((mask.vs!.verticalPtr[1] + mask.vs!.slashPtr[1]) * 16).toBeLessThan((rowPtr[Nb] - rowPtr[0]) / Nb);
       const expected = Array.from(blocksPerHead(expandToRows(mask), H, Nb));
       expect(Array.from(selectedBlockCounts(mask)), `seed ${seed} trial ${trial}`).toEqual(expected);
     }

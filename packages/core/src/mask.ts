@@ -15,6 +15,7 @@
  * Shape legend: H heads, Nb = ceil(n / B) blocks.
  */
 import { MaskError } from './errors.js';
+import { sortedUnique } from './ranking.js';
 
 export interface VsLists {
   /** [H + 1] start of each head's vertical list in `vertical` */
@@ -68,8 +69,21 @@ function checkPtr(ptr: Int32Array, count: number, total: number, what: string): 
   }
 }
 
+export interface ValidateMaskOptions {
+  /**
+   * Check every BSR entry (sorted, in range, causal). Default true. A backend that checks
+   * the entries on the device while expanding the mask passes false: rowPtr is still
+   * checked here, so the device never reads outside `cols`.
+   */
+  readonly rowEntries?: boolean;
+}
+
 /** Validate a mask: ranges, sorting, causality (cols <= row's query block). */
-export function validateMask(mask: BlockMask, expect?: { heads?: number; numBlocks?: number; blockSize?: number }): void {
+export function validateMask(
+  mask: BlockMask,
+  expect?: { heads?: number; numBlocks?: number; blockSize?: number },
+  opts: ValidateMaskOptions = {},
+): void {
   if (!mask || typeof mask !== 'object') throw new MaskError('mask must be an object');
   const { heads: H, numBlocks: Nb } = mask;
   if (!Number.isInteger(H) || H < 1 || !Number.isInteger(Nb) || Nb < 1) {
@@ -97,6 +111,8 @@ export function validateMask(mask: BlockMask, expect?: { heads?: number; numBloc
   if (mask.rows) {
     const { rowPtr, cols } = mask.rows;
     checkPtr(rowPtr, H * Nb, cols.length, 'rows.rowPtr');
+    if (!(cols instanceof Int32Array)) throw new MaskError('rows.cols must be an Int32Array');
+    if (opts.rowEntries === false) return;
     for (let r = 0; r < H * Nb; r++) {
       const I = r % Nb;
       checkSortedRange(cols, rowPtr[r], rowPtr[r + 1], 0, I, `head ${Math.floor(r / Nb)} row ${I} (causal: cols <= ${I})`);
@@ -108,7 +124,7 @@ export function validateMask(mask: BlockMask, expect?: { heads?: number; numBloc
 export function vsListsFromArrays(vertical: ArrayLike<number>[], slash: ArrayLike<number>[]): VsLists {
   const pack = (lists: ArrayLike<number>[]) => {
     const ptr = new Int32Array(lists.length + 1);
-    const sorted = lists.map((l) => Int32Array.from(new Set(Array.from(l))).sort());
+    const sorted = lists.map((l) => sortedUnique(l));
     for (let h = 0; h < lists.length; h++) ptr[h + 1] = ptr[h] + sorted[h].length;
     const flat = new Int32Array(ptr[lists.length]);
     for (let h = 0; h < sorted.length; h++) flat.set(sorted[h], ptr[h]);
@@ -214,22 +230,65 @@ export function selectedBlockCounts(mask: BlockMask): Float64Array {
       c -= p;
     }
     if (mask.rows) {
-      for (const J of vertical) vBit[J] = 1;
-      for (const O of slash) sBit[O] = 1;
       const { rowPtr, cols } = mask.rows;
-      for (let I = 0; I < Nb; I++) {
-        const r = h * Nb + I;
-        for (let q = rowPtr[r]; q < rowPtr[r + 1]; q++) {
-          const J = cols[q];
-          if (vBit[J] === 0 && sBit[I - J] === 0) c++;
+      const entries = rowPtr[(h + 1) * Nb] - rowPtr[h * Nb];
+      const vsLen = vertical.length + slash.length;
+      if (vsLen === 0) {
+        c += entries;
+      } else if (vsLen * 16 < entries / Nb) {
+        // Few VS blocks against long rows (PE heads: kMin best lines + rows near dense):
+        // count each row's entries, minus those a VS block already covers, found by
+        // binary search in the sorted row: O(Nb · |V ∪ S| · log row) instead of O(entries).
+        c += entries;
+        for (let I = 0; I < Nb; I++) {
+          const r = h * Nb + I;
+          const a = rowPtr[r];
+          const b = rowPtr[r + 1];
+          if (a === b) continue;
+          for (const J of vertical) {
+            if (J > I) break;
+            if (sortedHas(cols, a, b, J)) c--;
+          }
+          for (const O of slash) {
+            if (O > I) break;
+            const J = I - O;
+            // a block both vertical and slash was subtracted once above
+            if (!sortedHasValue(vertical, J) && sortedHas(cols, a, b, J)) c--;
+          }
         }
+      } else {
+        for (const J of vertical) vBit[J] = 1;
+        for (const O of slash) sBit[O] = 1;
+        for (let I = 0; I < Nb; I++) {
+          const r = h * Nb + I;
+          for (let q = rowPtr[r]; q < rowPtr[r + 1]; q++) {
+            const J = cols[q];
+            if (vBit[J] === 0 && sBit[I - J] === 0) c++;
+          }
+        }
+        for (const J of vertical) vBit[J] = 0;
+        for (const O of slash) sBit[O] = 0;
       }
-      for (const J of vertical) vBit[J] = 0;
-      for (const O of slash) sBit[O] = 0;
     }
     counts[h] = c;
   }
   return counts;
+}
+
+/** Whether sorted arr[from, to) holds x (binary search). */
+function sortedHas(arr: Int32Array, from: number, to: number, x: number): boolean {
+  let lo = from;
+  let hi = to;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (arr[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < to && arr[lo] === x;
+}
+
+function sortedHasValue(arr: Int32Array, x: number): boolean {
+  return sortedHas(arr, 0, arr.length, x);
 }
 
 /**

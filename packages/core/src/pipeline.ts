@@ -231,28 +231,26 @@ export async function planPrefill(
   };
 }
 
-/** Place rows built for a subset of heads into an all-heads row set (other heads empty). */
+/**
+ * Place rows built for a subset of heads into an all-heads row set (other heads empty).
+ * The listed heads are ascending and the others contribute nothing, so the all-heads cols
+ * are the backend's cols unchanged: only rowPtr is rebuilt (no copy of tens of millions of
+ * entries at 512k).
+ */
 function spreadRows(sub: BlockRows, heads: readonly number[], H: number, Nb: number): BlockRows {
   const rowPtr = new Int32Array(H * Nb + 1);
-  const slot = new Int32Array(H).fill(-1);
-  heads.forEach((h, i) => {
-    slot[h] = i;
-  });
+  let s = 0;
   for (let h = 0; h < H; h++) {
-    for (let I = 0; I < Nb; I++) {
-      const r = h * Nb + I;
-      const s = slot[h];
-      const len = s < 0 ? 0 : sub.rowPtr[s * Nb + I + 1] - sub.rowPtr[s * Nb + I];
-      rowPtr[r + 1] = rowPtr[r] + len;
+    const base = h * Nb;
+    if (s < heads.length && heads[s] === h) {
+      const off = rowPtr[base] - sub.rowPtr[s * Nb];
+      for (let I = 1; I <= Nb; I++) rowPtr[base + I] = sub.rowPtr[s * Nb + I] + off;
+      s++;
+    } else {
+      rowPtr.fill(rowPtr[base], base + 1, base + Nb + 1);
     }
   }
-  const cols = new Int32Array(rowPtr[H * Nb]);
-  for (let h = 0; h < H; h++) {
-    const s = slot[h];
-    if (s < 0) continue;
-    cols.set(sub.cols.subarray(sub.rowPtr[s * Nb], sub.rowPtr[(s + 1) * Nb]), rowPtr[h * Nb]);
-  }
-  return { rowPtr, cols };
+  return { rowPtr, cols: sub.cols };
 }
 
 /** Run a plan: dense or block-sparse attention. Allocates only the output. */

@@ -24,9 +24,24 @@ export function topKIndices(scores: ArrayLike<number>, k: number): Int32Array {
   return argsortDescending(scores).slice(0, kk).sort();
 }
 
+/**
+ * Sorted, deduplicated copy of integer indices (numeric typed-array sort, then one pass):
+ * the masks' canonical list form. At 512k a plan builds ~64 such lists of up to Nb entries;
+ * a Set-based union cost tens of milliseconds there, this costs well under one.
+ */
+export function sortedUnique(values: ArrayLike<number>): Int32Array {
+  const a = Int32Array.from(values as ArrayLike<number>).sort();
+  let w = 0;
+  for (let i = 0; i < a.length; i++) if (i === 0 || a[i] !== a[w - 1]) a[w++] = a[i];
+  return w === a.length ? a : a.slice(0, w);
+}
+
 /** Sorted union of index lists. */
 export function unionSorted(...lists: ArrayLike<number>[]): Int32Array {
-  const s = new Set<number>();
-  for (const l of lists) for (let i = 0; i < l.length; i++) s.add(l[i]);
-  return Int32Array.from(s).sort();
+  let total = 0;
+  for (const l of lists) total += l.length;
+  const all = new Int32Array(total);
+  let o = 0;
+  for (const l of lists) for (let i = 0; i < l.length; i++) all[o++] = l[i];
+  return sortedUnique(all);
 }

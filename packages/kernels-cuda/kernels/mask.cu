@@ -55,11 +55,27 @@ __device__ __forceinline__ int merge_row(int h, int I, int Nb, const int* vPtr, 
   return count;
 }
 
+// Also validates the BSR entries (the host checked rowPtr, not the entries: at 512k there
+// are tens of millions): each row's cols strictly increasing and inside [0, I]. The first
+// offending row (lowest index) lands in *bad, which the host initialises to INT_MAX.
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
-                                       const int* rPtr, const int* rCols, int* counts, int H, int Nb) {
+                                       const int* rPtr, const int* rCols, int* counts, int H, int Nb, int* bad) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= H * Nb) return;
-  counts[row] = merge_row(row / Nb, row % Nb, Nb, vPtr, vert, sPtr, slash, rPtr, rCols, nullptr);
+  const int I = row % Nb;
+  if (rPtr != nullptr) {
+    int prev = -1;
+    for (int p = rPtr[row]; p < rPtr[row + 1]; p++) {
+      const int c = rCols[p];
+      if (c <= prev || c > I) {
+        atomicMin(bad, row);
+        counts[row] = 0;
+        return;
+      }
+      prev = c;
+    }
+  }
+  counts[row] = merge_row(row / Nb, I, Nb, vPtr, vert, sPtr, slash, rPtr, rCols, nullptr);
 }
 
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,

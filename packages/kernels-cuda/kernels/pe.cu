@@ -119,15 +119,30 @@ extern "C" __global__ void __launch_bounds__(256) pe_radix_hist(const float* P, 
   const u32 pre = prefix[hi];
   const int shift = 24 - 8 * pass;
   const int I0 = blockIdx.x * PE_ROWS_PER_CTA;
+  const int lane = threadIdx.x & 31;
   for (int I = I0; I < I0 + PE_ROWS_PER_CTA && I < Nb; I++) {
     const float* row = P + ((size_t)hi * Nb + I) * Nb;
-    for (int J = threadIdx.x; J <= I; J += 256) {
-      const float v = row[J];
+    // Whole warps iterate together so the warp intrinsics see every lane.
+    for (int J0 = 0; J0 <= I; J0 += 256) {
+      const int J = J0 + threadIdx.x;
+      const float v = J <= I ? row[J] : 0.f;
       const u32 bits = __float_as_uint(v);
-      if (pass > 0 && (bits >> (shift + 8)) != pre) continue;
+      const bool valid = J <= I && (pass == 0 || (bits >> (shift + 8)) == pre);
+      const u32 act = __ballot_sync(0xffffffffu, valid);
+      if (!valid) continue;
+      // Most entries of a pass share a few digits (pass 0: the exponent byte), so lanes
+      // would queue on the same shared-memory counters: one atomic per distinct digit per
+      // warp instead. The 2^-48 fixed-point value (< 2^48) is summed as two 24-bit halves,
+      // exactly, in 32-bit warp reductions.
       const u32 dgt = (bits >> shift) & 255u;
-      atomicAdd(&hc[dgt], 1u);
-      atomicAdd(&hs[dgt], to_fix(v));
+      const u32 grp = __match_any_sync(act, dgt);
+      const u64 fx = to_fix(v);
+      const u32 sHi = __reduce_add_sync(grp, (u32)(fx >> 24));
+      const u32 sLo = __reduce_add_sync(grp, (u32)(fx & 0xffffffu));
+      if (lane == __ffs(grp) - 1) {
+        atomicAdd(&hc[dgt], (u32)__popc(grp));
+        atomicAdd(&hs[dgt], ((u64)sHi << 24) + (u64)sLo);
+      }
     }
   }
   __syncthreads();

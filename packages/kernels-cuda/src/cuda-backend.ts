@@ -18,6 +18,7 @@ import {
   type HostData,
   type HostTensor,
   InvalidArgumentError,
+  MaskError,
   NonFiniteError,
   type PeRowsOptions,
   type ProxyStats,
@@ -741,6 +742,8 @@ export class CudaBackend implements Backend {
     const rCols = mask.rows ? up(mask.rows.cols) : 0;
     const counts = this.#scratch(rows * 4);
     temp.push(counts);
+    const bad = this.#uploadInts(Int32Array.of(0x7fffffff));
+    temp.push(bad);
     const rowPtr = this.#scratch((rows + 1) * 4);
     const g = Math.ceil(rows / 128);
     this.#launch('mask.cu', 'expand_count', [g], 128, 0, [
@@ -753,7 +756,18 @@ export class CudaBackend implements Backend {
       P(counts.ptr),
       I(H),
       I(Nb),
+      P(bad.ptr),
     ]);
+    const badRow = this.#read(bad.ptr, new Int32Array(1))[0];
+    if (badRow !== 0x7fffffff) {
+      this.#pool.release(rowPtr);
+      for (const x of temp) this.#pool.release(x);
+      const h = Math.floor(badRow / Nb);
+      const r = badRow % Nb;
+      throw new MaskError(
+        `head ${h} row ${r}: block rows must be strictly increasing key blocks in [0, ${r}] (causal); this row is not (checked on the device)`,
+      );
+    }
     this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(counts.ptr), P(rowPtr.ptr), I(rows)]);
     const tot = this.#read(rowPtr.ptr + rows * 4, new Int32Array(1))[0];
     const cols = this.#scratch(tot * 4);
@@ -774,7 +788,8 @@ export class CudaBackend implements Backend {
 
   async expandMask(mask: BlockMask): Promise<BlockRows> {
     this.#alive();
-    validateMask(mask);
+    // Row entries are checked on the device while expanding (expand_count).
+    validateMask(mask, undefined, { rowEntries: false });
     assertBlockSize(mask.blockSize, this.capabilities.blockSizes);
     const e = this.#expandOnDevice(mask);
     try {
@@ -855,25 +870,15 @@ export class CudaBackend implements Backend {
     const B = mask?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
     const shape = attentionShape(q, k, v);
-    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B });
+    // Pointers and VS lists on the host; the BSR entries (tens of millions at 512k) on the
+    // device while expanding (expand_count), which raises the same MaskError.
+    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B }, { rowEntries: false });
     const p = this.#prepareAttention(q, k, v, opts, B);
     const temp: DeviceBlock[] = [];
     try {
-      let rowPtr: number;
-      let cols: number;
-      if (!mask.vs && mask.rows) {
-        const a = this.#uploadInts(mask.rows.rowPtr);
-        const c = this.#uploadInts(mask.rows.cols);
-        temp.push(a, c);
-        rowPtr = a.ptr;
-        cols = c.ptr;
-      } else {
-        const e = this.#expandOnDevice(mask);
-        temp.push(...e.temp, e.rowPtr, e.cols);
-        rowPtr = e.rowPtr.ptr;
-        cols = e.cols.ptr;
-      }
-      return this.#runAttention(p, B, rowPtr, cols);
+      const e = this.#expandOnDevice(mask);
+      temp.push(...e.temp, e.rowPtr, e.cols);
+      return this.#runAttention(p, B, e.rowPtr.ptr, e.cols.ptr);
     } catch (e) {
       if (!opts.out) p.out.dispose();
       p.lse?.dispose();

@@ -11,10 +11,16 @@ import { topKIndices, unionSorted } from '@crisp/core';
  */
 export function keepAboveWithAnchors(p: ArrayLike<number>, threshold: number, kBlocks: number): Int32Array {
   const Nb = p.length;
-  const pass: number[] = [];
-  for (let J = 0; J < Nb; J++) if (p[J] > threshold) pass.push(J);
-  const kept = pass.length < kBlocks ? topKIndices(p, kBlocks) : pass;
-  return unionSorted(kept, [0, Nb - 1]);
+  let count = 0;
+  for (let J = 0; J < Nb; J++) if (p[J] > threshold) count++;
+  if (count < kBlocks) return unionSorted(topKIndices(p, kBlocks), [0, Nb - 1]);
+  // Already ascending: add the anchors in place of a general union.
+  const out = new Int32Array(count + 2);
+  let w = 0;
+  out[w++] = 0;
+  for (let J = 1; J < Nb - 1; J++) if (p[J] > threshold) out[w++] = J;
+  if (Nb > 1) out[w++] = Nb - 1;
+  return out.slice(0, w);
 }
 
 /** The background: every block but the two anchors (J = 1 .. Nb − 2), as a new array. */
