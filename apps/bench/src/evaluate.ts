@@ -76,6 +76,30 @@ export function routingMetrics(stats: ProxyStats, sc: Scenario): RoutingMetrics 
   };
 }
 
+/** The dense float64 rows every mask is scored against: sampled rows plus each needle's asking row. */
+export interface DenseReference {
+  readonly base: number[];
+  readonly all: number[];
+  readonly pos: ReadonlyMap<number, number>;
+  readonly baseIdx: number[];
+  readonly output: Float64Array;
+}
+
+/**
+ * Dense attention at the scored rows, on the host in float64. It depends only on the
+ * scenario, so one computation serves every backend and policy scored on it.
+ */
+export function denseReference(sc: Scenario, host: HostQkv, sampleCount: number): DenseReference {
+  const base = sampleRows(sc.n, sampleCount);
+  // One asking row per (needle, asker range): the last row of the range.
+  const needleRows = new Set<number>();
+  for (const nd of sc.truth.needles) for (const [, end] of nd.askers) needleRows.add(end - 1);
+  const all = [...new Set([...base, ...needleRows])].sort((x, y) => x - y);
+  const pos = new Map(all.map((r, i) => [r, i]));
+  const baseIdx = base.map((r) => pos.get(r)!);
+  return { base, all, pos, baseIdx, output: attentionRows(host.q, host.k, host.v, all).output };
+}
+
 /**
  * Plan every policy on the same device inputs (one proxy-statistics pass shared by all)
  * and score each mask. Returns the metrics per policy and the shared statistics.
@@ -87,16 +111,11 @@ export async function evaluatePolicies(
   policies: readonly Policy[],
   sampleCount: number,
   dtype: DType,
+  ref: DenseReference = denseReference(sc, host, sampleCount),
 ): Promise<{ metrics: MaskMetrics[]; routing: RoutingMetrics }> {
-  const { n, heads: H, headDim: d } = sc;
-  const base = sampleRows(n, sampleCount);
-  // One asking row per (needle, asker range): the last row of the range.
-  const needleRows = new Set<number>();
-  for (const nd of sc.truth.needles) for (const [, end] of nd.askers) needleRows.add(end - 1);
-  const all = [...new Set([...base, ...needleRows])].sort((x, y) => x - y);
-  const pos = new Map(all.map((r, i) => [r, i]));
-  const baseIdx = base.map((r) => pos.get(r)!);
-  const dense = attentionRows(host.q, host.k, host.v, all);
+  const { heads: H, headDim: d } = sc;
+  const { base, all, pos, baseIdx } = ref;
+  const dense = { output: ref.output };
   const inputs = uploadHost(b, host, dtype);
   const cached = cachingBackend(b);
   try {

@@ -2,8 +2,8 @@
  * crisp-bench: every suite on every backend this machine has, into
  * apps/bench/results/<machine>/ (bench.json, bench.md, SVG figures).
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, relative, resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
 import { type OpenBackend, openBackend } from './backends.js';
 import { BACKEND_NAMES, type BackendName, type BenchConfig, defaultConfig, parseSizes, SUITE_NAMES, type SuiteName, type Shape } from './config.js';
@@ -11,8 +11,8 @@ import { type SuiteContext, message } from './context.js';
 import { figures } from './figures.js';
 import { findRepoRoot, machineInfo } from './machine.js';
 import { densePeers, resolvePeerScript } from './peers.js';
-import { mergeResults } from './merge.js';
-import { markdown } from './report.js';
+import { mergeResults, stampRuns } from './merge.js';
+import { headline, markdown } from './report.js';
 import type { BenchResult } from './result.js';
 import { accuracySuite } from './suites/accuracy.js';
 import { crossoverSuite } from './suites/crossover.js';
@@ -59,7 +59,10 @@ function program(): Command {
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
     .option('--seed <seed>', 'scenario seed')
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
-    .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it")
+    .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
+    .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')
+    .option('--deadline-s <seconds>', 'wall-clock limit for the whole run: no size, profile or peer starts whose projected time exceeds what is left (reported as skipped)')
+    .option('--link-base <path>', "where headline.md's links point (default: the output folder relative to the repository root, or apps/bench/results/<folder name> when it is outside)")
     .addOption(new Option('--quiet', 'no progress lines'))
     .exitOverride()
     .configureOutput({ writeErr: (s) => process.stderr.write(s) });
@@ -144,12 +147,24 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   const log = o.quiet ? () => {} : (opts.log ?? ((line: string) => process.stderr.write(`${line}\n`)));
   const repoRoot = findRepoRoot();
   const command = `node apps/bench/dist/crisp-bench.mjs ${argv.slice(2).join(' ')}`.trim();
-  const ctx: SuiteContext = { config, repoRoot, command, log };
+  const deadlineS = o.deadlineS === undefined ? undefined : Number(o.deadlineS);
+  if (deadlineS !== undefined && !(deadlineS > 0)) {
+    process.stderr.write(`crisp-bench: --deadline-s must be a number > 0; got ${String(o.deadlineS)}\n`);
+    return 2;
+  }
+  const t0 = performance.now();
+  const ctx: SuiteContext = {
+    config,
+    repoRoot,
+    command,
+    log,
+    timeLeftMs: deadlineS === undefined ? undefined : () => deadlineS * 1000 - (performance.now() - t0),
+  };
   const machine = machineInfo(repoRoot, {});
   const outDir = resolve(typeof o.out === 'string' ? o.out : join(repoRoot ?? process.cwd(), repoRoot ? 'apps/bench/results' : 'bench-results', machine.slug));
   // A lost GPU promise must not let Node exit early with half a report: keep the loop alive.
   const keepAlive = setInterval(() => {}, 1 << 30);
-  const started = performance.now();
+  const started = t0;
   const names: BackendName[] = typeof o.backends === 'string' ? list(o.backends, BACKEND_NAMES, 'backend') : [...BACKEND_NAMES];
   const opened: OpenBackend[] = [];
   try {
@@ -158,7 +173,26 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
       log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
       opened.push(ob);
     }
-    let result: BenchResult = {
+    mkdirSync(outDir, { recursive: true });
+    const previousFile = join(outDir, 'bench.json');
+    // Read once, before the first checkpoint overwrites it: every write merges into this.
+    let previous = o.merge && existsSync(previousFile) ? (JSON.parse(readFileSync(previousFile, 'utf8')) as BenchResult) : undefined;
+    if (o.merge) log(previous ? `merging into ${previousFile}` : `--merge: no ${previousFile} yet; starting it`);
+    for (const file of typeof o.fold === 'string' ? o.fold.split(',').filter((x) => x.trim() !== '') : []) {
+      let other: BenchResult;
+      try {
+        other = JSON.parse(readFileSync(resolve(file.trim()), 'utf8')) as BenchResult;
+        if (other.schema !== 'crisp-bench/1') throw new Error(`schema '${String(other.schema)}' is not crisp-bench/1`);
+      } catch (e) {
+        process.stderr.write(`crisp-bench: --fold ${file}: ${message(e)}\n`);
+        return 2;
+      }
+      const itsBackends = other.backends.filter((b) => b.available).map((b) => b.name);
+      previous = previous ? mergeResults(previous, other, itsBackends) : other;
+      log(`folded ${file} (${other.command})`);
+    }
+    const ran = opened.filter((b) => b.backend).map((b) => b.name);
+    const result: BenchResult = {
       schema: 'crisp-bench/1',
       command,
       cwd: process.cwd(),
@@ -172,9 +206,43 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
       process.stderr.write('crisp-bench: no backend is available here\n');
       return 1;
     }
+    const linkBase = typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir);
+    /** Write what this run has so far (merged into the earlier file with --merge); figures only when asked. */
+    const checkpoint = async (withFigures: boolean): Promise<BenchResult> => {
+      result.durationS = Math.round((performance.now() - started) / 100) / 10;
+      const merged = previous ? mergeResults(previous, result, ran) : stampRuns(result);
+      if (withFigures) {
+        const figs = await figures(merged);
+        for (const fig of figs) writeAtomic(join(outDir, fig.file), fig.svg);
+        merged.figures = figs.map((x) => x.file);
+      } else if (previous?.figures || result.figures) {
+        merged.figures = result.figures ?? previous?.figures;
+      }
+      result.figures = merged.figures;
+      writeAtomic(join(outDir, 'bench.json'), `${JSON.stringify(merged, null, 1)}\n`);
+      writeAtomic(join(outDir, 'bench.md'), markdown(merged));
+      writeAtomic(join(outDir, 'headline.md'), headline(merged, linkBase));
+      return merged;
+    };
+    ctx.progress = (suite, partial) => {
+      if (suite === 'latency') {
+        const lat = partial as Omit<NonNullable<BenchResult['suites']['latency']>, 'peers'>;
+        result.suites.latency = { ...lat, peers: result.suites.latency?.peers ?? { rows: [], notes: [] } };
+        if (want(config, 'crossover')) result.suites.crossover = crossoverSuite(lat.rows, new Map(opened.map((b) => [b.name, b.shippedCrossover])));
+      } else {
+        (result.suites as Record<string, unknown>)[suite] = partial;
+      }
+      void checkpoint(false).catch((e) => log(`checkpoint failed: ${message(e)}`));
+    };
+    const phase = async (suite: string) => {
+      result.inProgress = suite;
+      log(`suite ${suite}`);
+      await checkpoint(false);
+    };
     if (want(config, 'latency') || want(config, 'crossover')) {
-      log('suite latency');
+      await phase('latency');
       const lat = await latencySuite(ctx, opened);
+      ctx.progress('latency', lat);
       const measured = new Map<string, number[]>();
       for (const r of lat.rows) if (r.preset === 'dense') measured.set(r.backend, [...(measured.get(r.backend) ?? []), r.n]);
       const peers = await densePeers(ctx, opened, measured, resolvePeerScript(repoRoot, typeof o.peerScript === 'string' ? o.peerScript : undefined));
@@ -185,34 +253,27 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
           log(`crossover ${g.backend}: ${g.gate === null ? `none measured (${g.note})` : `length gate ${g.gate} keys`}${g.shipped !== undefined ? ` (ships ${g.shipped})` : ''}`);
         }
       }
+      await checkpoint(true);
     }
     if (want(config, 'accuracy')) {
-      log('suite accuracy');
+      await phase('accuracy');
       result.suites.accuracy = await accuracySuite(ctx, opened);
+      await checkpoint(true);
     }
     if (want(config, 'onCurve')) {
-      log('suite onCurve');
+      await phase('onCurve');
       result.suites.onCurve = await onCurveSuite(ctx, opened);
+      await checkpoint(true);
     }
     if (want(config, 'floors')) {
-      log('suite floors');
+      await phase('floors');
       result.suites.floors = await floorsSuite(ctx, opened);
     }
+    result.inProgress = undefined;
     result.finishedAt = new Date().toISOString();
-    result.durationS = Math.round((performance.now() - started) / 100) / 10;
-    mkdirSync(outDir, { recursive: true });
-    const previous = join(outDir, 'bench.json');
-    if (o.merge && existsSync(previous)) {
-      const ran = opened.filter((b) => b.backend).map((b) => b.name);
-      result = mergeResults(JSON.parse(readFileSync(previous, 'utf8')) as BenchResult, result, ran);
-      log(`merged into ${previous} (this run's backends: ${ran.join(', ')})`);
-    }
-    const figs = await figures(result);
-    for (const fig of figs) writeFileSync(join(outDir, fig.file), fig.svg);
-    result.figures = figs.map((x) => x.file);
-    writeFileSync(join(outDir, 'bench.json'), `${JSON.stringify(result, null, 1)}\n`);
-    writeFileSync(join(outDir, 'bench.md'), markdown(result));
-    log(`wrote ${relative(process.cwd(), outDir) || '.'}/bench.json, bench.md and ${figs.length} figures in ${result.durationS} s`);
+    const final = await checkpoint(true);
+    if (previous) log(`merged into ${previousFile} (this run's backends: ${ran.join(', ')})`);
+    log(`wrote ${relative(process.cwd(), outDir) || '.'}/bench.json, bench.md, headline.md and ${final.figures?.length ?? 0} figures in ${result.durationS} s`);
     return 0;
   } finally {
     clearInterval(keepAlive);
@@ -224,4 +285,24 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
       }
     }
   }
+}
+
+/** Write through a temporary file and rename: a run killed mid-write never leaves half a file. */
+function writeAtomic(file: string, text: string): void {
+  const tmp = `${file}.${process.pid}.tmp`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, file);
+}
+
+/**
+ * Where headline.md links to, from the repository root: the output folder itself when it
+ * is inside the repository, else apps/bench/results/<its name> (results made on a machine
+ * without the repository are copied there under the same folder name).
+ */
+export function resultsLink(repoRoot: string | undefined, outDir: string): string {
+  if (repoRoot) {
+    const rel = relative(repoRoot, outDir);
+    if (rel && !rel.startsWith('..') && !isAbsolute(rel)) return rel.split(sep).join('/');
+  }
+  return `apps/bench/results/${basename(outDir)}`;
 }

@@ -9,7 +9,29 @@
 import type { BenchResult } from './result.js';
 import { crossoverSuite } from './suites/crossover.js';
 
+/** Every row of a suite, for stamping and provenance. */
+export function rowsOf(r: BenchResult): { suite: string; rows: readonly { run?: string }[] }[] {
+  const s = r.suites;
+  return [
+    { suite: 'latency', rows: [...(s.latency?.rows ?? []), ...(s.latency?.peers.rows ?? [])] },
+    { suite: 'accuracy', rows: [...(s.accuracy?.rows ?? []), ...(s.accuracy?.routing ?? [])] },
+    { suite: 'onCurve', rows: [...(s.onCurve?.synthetic ?? []), ...(s.onCurve?.proxy ?? [])] },
+    { suite: 'floors', rows: s.floors?.rows ?? [] },
+  ];
+}
+
+/**
+ * Mark every row that has no run yet as this result's (its startedAt), so after merging
+ * each row still names the command that measured it. Returns `r` itself.
+ */
+export function stampRuns(r: BenchResult): BenchResult {
+  for (const { rows } of rowsOf(r)) for (const row of rows) (row as { run?: string }).run ??= r.startedAt;
+  return r;
+}
+
 export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly string[]): BenchResult {
+  stampRuns(prev);
+  stampRuns(cur);
   // A row is replaced when this run produced a row with the same key (backend, and n /
   // profile where rows have them), so one backend's sizes can also be split across commands.
   const key = (r: { backend: string; n?: number; profile?: string; peer?: string; preset?: string }) =>
@@ -48,7 +70,13 @@ export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly 
     backends,
     earlierRuns: [
       ...(prev.earlierRuns ?? []),
-      { command: prev.command, startedAt: prev.startedAt, durationS: prev.durationS, backends: prev.backends.filter((b) => b.available).map((b) => b.name) },
+      {
+        command: prev.command,
+        startedAt: prev.startedAt,
+        durationS: prev.durationS,
+        backends: prev.backends.filter((b) => b.available).map((b) => b.name),
+        ...(prev.inProgress ? { inProgress: prev.inProgress } : {}),
+      },
     ],
     suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors },
   };

@@ -18,7 +18,7 @@ import { join, resolve } from 'node:path';
 import type { Backend, DeviceTensor, HostTensor } from '@crisp/core';
 import type { OpenBackend } from './backends.js';
 import type { Shape } from './config.js';
-import type { SuiteContext } from './context.js';
+import { type SuiteContext, timeLeft } from './context.js';
 import { type Spread, spread } from './stats.js';
 
 export interface PeerRow {
@@ -29,6 +29,8 @@ export interface PeerRow {
   readonly tflops?: number;
   /** relative error of CRISP's dense output against the peer's on sampled rows */
   readonly relErrVsCrispDense?: number;
+  /** the run (its startedAt) that measured this row; set when results are merged */
+  readonly run?: string;
 }
 
 export interface PeerNote {
@@ -172,17 +174,23 @@ async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape
   let failed = false;
   let version: string | undefined;
   const started = performance.now();
+  let last: { n: number; ms: number } | undefined;
   for (const n of sizes) {
-    if (performance.now() - started > budgetMs) {
-      skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s) spent`);
+    // Dense attention is O(n^2): project this size from the last one timed.
+    const projected = last ? last.ms * (n / last.n) ** 2 : 0;
+    const left = budgetMs - (performance.now() - started);
+    if (projected > left || left <= 0) {
+      skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`);
       continue;
     }
     let r: Awaited<ReturnType<typeof mod.timeTfjsDenseAttention>>;
+    const t0 = performance.now();
     try {
       r = await mod.timeTfjsDenseAttention({ n, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim, reps, warmup });
     } catch (e) {
       r = { failed: `n=${n}: ${e instanceof Error ? e.message : String(e)}` };
     }
+    if ('medianMs' in r) last = { n, ms: performance.now() - t0 };
     if ('medianMs' in r) {
       version = r.tfjsVersion;
       rows.push({ backend: 'webgpu', peer, n, ms: spread(r.runs), tflops: r.tflops });
@@ -210,6 +218,13 @@ export async function densePeers(
   const c = ctx.config.latency;
   for (const ob of backends) {
     if (!ob.backend) continue;
+    // The peers share the latency budget's length, cut to what the run's deadline leaves.
+    const budgetMs = Math.min(c.budgetMs, timeLeft(ctx));
+    if ((ob.name === 'cuda' || ob.name === 'webgpu') && budgetMs < 5_000) {
+      const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['tfjs-webgpu'];
+      notes.push(...names.map((peer) => ({ backend: ob.name, peer, status: 'absent' as const, detail: `not run: ${Math.round(Math.max(budgetMs, 0) / 1000)} s left before --deadline-s` })));
+      continue;
+    }
     if (ob.name === 'cuda') {
       if (!peerScript) {
         notes.push(
@@ -223,11 +238,11 @@ export async function densePeers(
         continue;
       }
       const sizes = measured.get('cuda') ?? [];
-      const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, c.reps, Math.round(c.budgetMs / 1000));
+      const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, c.reps, Math.round(budgetMs / 1000));
       rows.push(...r.rows);
       notes.push(...r.notes);
     } else if (ob.name === 'webgpu') {
-      const r = await tfjsWebgpuPeer(ctx, measured.get('webgpu') ?? [], c.shape, c.reps, c.warmup, c.budgetMs);
+      const r = await tfjsWebgpuPeer(ctx, measured.get('webgpu') ?? [], c.shape, c.reps, c.warmup, budgetMs);
       rows.push(...r.rows);
       notes.push(...r.notes);
     }

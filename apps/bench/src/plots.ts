@@ -11,8 +11,28 @@ export async function renderSvg(spec: TopLevelSpec): Promise<string> {
 
 type Row = Record<string, string | number | null>;
 
+/** A title with subtitle lines (how the values were measured, the command that reproduces them). */
+function titled(title: string, subtitle?: readonly string[]) {
+  return subtitle?.length ? { text: title, subtitle: [...subtitle], subtitleFontSize: 9, anchor: 'start' as const } : title;
+}
+
+/** Split a long line at spaces so a subtitle stays about as wide as the plot. */
+export function wrap(text: string, width = 100): string[] {
+  const out: string[] = [];
+  let line = '';
+  for (const word of text.split(' ')) {
+    if (line && line.length + 1 + word.length > width) {
+      out.push(line);
+      line = `    ${word}`;
+    } else line = line ? `${line} ${word}` : word;
+  }
+  if (line) out.push(line);
+  return out;
+}
+
 export interface LineOptions {
   title: string;
+  subtitle?: readonly string[];
   x: string;
   y: string;
   series: string;
@@ -34,7 +54,7 @@ export function lineChart(rows: Row[], o: LineOptions): TopLevelSpec {
   };
   const spec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
-    title: o.title,
+    title: titled(o.title, o.subtitle),
     width: 520,
     height: 320,
     data: { values: rows },
@@ -60,6 +80,7 @@ export function lineChart(rows: Row[], o: LineOptions): TopLevelSpec {
 
 export interface ScatterOptions {
   title: string;
+  subtitle?: readonly string[];
   x: string;
   y: string;
   series: string;
@@ -72,7 +93,7 @@ export interface ScatterOptions {
 export function scatterChart(rows: Row[], o: ScatterOptions): TopLevelSpec {
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
-    title: o.title,
+    title: titled(o.title, o.subtitle),
     width: 520,
     height: 320,
     data: { values: rows },

@@ -1,9 +1,29 @@
-/** bench.md: the headline table first, then one section per suite, each with the command that reproduces it. */
+/** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
+import { rowsOf } from './merge.js';
 import type { BenchResult } from './result.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? `${((100 * x.planMs) / x.ms.median).toFixed(0)}%` : '–');
 const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
+
+/** Every run whose rows this result holds: the earlier merged ones, then this one. */
+export function runsOf(r: BenchResult): { command: string; startedAt: string; inProgress?: string }[] {
+  return [...(r.earlierRuns ?? []), { command: r.command, startedAt: r.startedAt, inProgress: r.inProgress }];
+}
+
+/** The commands that produced a suite's rows (rows without a run belong to this result's own command). */
+export function suiteCommands(r: BenchResult, suite: string): string[] {
+  const rows = rowsOf(r).find((x) => x.suite === suite)?.rows ?? [];
+  const ids = new Set(rows.map((x) => x.run ?? r.startedAt));
+  const runs = runsOf(r).filter((x) => ids.has(x.startedAt));
+  return runs.length ? runs.map((x) => x.command) : [r.command];
+}
+
+function producedBy(r: BenchResult, suite: string): string {
+  const cmds = suiteCommands(r, suite);
+  return `Reproduce: ${cmds.map((c) => `\`${c}\``).join(', then ')} (from the repository root${cmds.length > 1 ? '; each with --merge into the same --out' : ''}).`;
+}
 
 function table(head: string[], rows: string[][]): string {
   return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
@@ -19,7 +39,13 @@ export function markdown(r: BenchResult): string {
   );
   out.push('');
   out.push(`Reproduce: \`${r.command}\` (run from the repository root; ${r.config.mode} mode; ${f(r.durationS ?? 0, 0)} s).`);
-  for (const e of r.earlierRuns ?? []) out.push(`Merged with the results of \`${e.command}\` (${e.startedAt}, backends ${e.backends.join(', ')}).`);
+  for (const e of r.earlierRuns ?? []) {
+    out.push(`Merged with the results of \`${e.command}\` (${e.startedAt}, backends ${e.backends.join(', ')}${e.inProgress ? `; that run stopped early, in suite ${e.inProgress}` : ''}).`);
+  }
+  if (r.inProgress) {
+    out.push('');
+    out.push(`**Partial results**: this file was written while the run was in suite \`${r.inProgress}\` and the run did not finish it (stopped or still going); every row present is complete, the rest is missing.`);
+  }
   out.push('');
   out.push(
     `Backends: ${r.backends.map((b) => (b.available ? `**${b.name}** (${b.device ?? 'available'})` : `${b.name}: unavailable (${b.reason})`)).join('; ')}.`,
@@ -30,8 +56,10 @@ export function markdown(r: BenchResult): string {
     out.push('## Latency (headline)');
     out.push('');
     out.push(
-      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up, [min, max] in brackets; ms. Speed-up = dense / preset.`,
+      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up, [min, max] in brackets; ms. Speed-up = dense / preset. Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows; median) / its total time.`,
     );
+    out.push('');
+    out.push(producedBy(r, 'latency'));
     const backends = [...new Set(lat.rows.map((x) => x.backend))];
     for (const b of backends) {
       const rs = lat.rows.filter((x) => x.backend === b);
@@ -44,7 +72,7 @@ export function markdown(r: BenchResult): string {
       out.push(`**${b}** (H=${s0.shape.heads}, Hkv=${s0.shape.kvHeads}, d=${s0.shape.headDim}, ${s0.dtype}; inputs: ${inputs.length === 1 ? inputs[0] : inputs.map((x, i) => `(${i + 1}) ${x}`).join('; ')})`);
       out.push('');
       const inputCol = inputs.length > 1 ? ['inputs'] : [];
-      const head = ['n', ...inputCol, ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density'];
+      const head = ['n', ...inputCol, ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density', 'crisp plan ms', 'crisp plan share'];
       const body = sizes.map((n) => {
         const cell = (p: string) => {
           const x = rs.find((y) => y.n === n && y.preset === p);
@@ -62,7 +90,7 @@ export function markdown(r: BenchResult): string {
         const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
         const which = rs.find((y) => y.n === n)?.input;
         const inputCell = inputs.length > 1 ? [`(${inputs.indexOf(which ?? '') + 1})`] : [];
-        return [kn(n), ...inputCell, ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density)];
+        return [kn(n), ...inputCell, ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density), cr ? ms(cr.planMs) : '–', planShare(cr)];
       });
       out.push(table(head, body));
     }
@@ -82,6 +110,8 @@ export function markdown(r: BenchResult): string {
     out.push('');
     out.push('## Crossover: where sparse starts to beat dense');
     out.push('');
+    out.push(`From the latency rows above (ratio of medians). ${producedBy(r, 'latency')}`);
+    out.push('');
     out.push(
       table(
         ['backend', 'preset', 'first winning n', 'estimated crossover', 'sparse/dense per n', 'note'],
@@ -100,8 +130,10 @@ export function markdown(r: BenchResult): string {
     out.push('## Accuracy per preset and scenario profile');
     out.push('');
     out.push(
-      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖) and at every needle's asking rows (needle recall: key blocks selected; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2).`,
+      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖) and at every needle's asking rows (needle recall: key blocks selected; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2). Deterministic for a seed (${r.config.seed}): one evaluation, no timing, so no spread.`,
     );
+    out.push('');
+    out.push(producedBy(r, 'accuracy'));
     out.push('');
     out.push(
       table(
@@ -126,8 +158,10 @@ export function markdown(r: BenchResult): string {
     out.push('## The O(n) curve: background blocks selected against n');
     out.push('');
     out.push(
-      'Constructed head: sink 0.85, local 0.03, 8 signal blocks of 0.005, background 0.08 (flat: token jitter only; salient: log-normal block masses, σ=0.5). Background = kept blocks that are neither anchors nor signal.',
+      'Constructed head: sink 0.85, local 0.03, 8 signal blocks of 0.005, background 0.08 (flat: token jitter only; salient: log-normal block masses, σ=0.5). Background = kept blocks that are neither anchors nor signal. Counts, deterministic for a seed: no spread.',
     );
+    out.push('');
+    out.push(producedBy(r, 'onCurve'));
     const sizes = [...new Set(curve.synthetic.map((x) => x.n))];
     for (const bg of ['flat', 'salient'] as const) {
       const sels = [...new Set(curve.synthetic.map((x) => x.selector))];
@@ -168,12 +202,16 @@ export function markdown(r: BenchResult): string {
     out.push('');
     out.push(`## Floors compared (${fl.backend ?? 'no backend'}, n=${kn(fl.n)}, mean over profiles)`);
     out.push('');
-    out.push('CRISP\'s policy with only the VS selector swapped. Mean floor = the paper\'s noise floor μ; median/quantile floors; robust = median + c·1.4826·MAD; coverage = FlexPrefill\'s γ on tokens.');
+    out.push(
+      `CRISP's policy with only the VS selector swapped. Mean floor = the paper's noise floor μ; median/quantile floors; robust = median + c·1.4826·MAD; coverage = FlexPrefill's γ on tokens. Profiles: ${[...new Set(fl.rows.map((x) => x.profile))].join(', ') || 'none'}. Pareto: no other variant has mass recall >= and density <= (one strictly). Deterministic for a seed: no spread.`,
+    );
+    out.push('');
+    out.push(producedBy(r, 'floors'));
     out.push('');
     out.push(
       table(
-        ['floor', 'parameter', 'mass recall', 'output error', 'needle recall', 'density'],
-        fl.summary.map((x) => [x.family, x.param, f(x.massRecall), f(x.outputError, 4), f(x.needleRecall, 2), f(x.density)]),
+        ['floor', 'parameter', 'mass recall', 'output error', 'needle recall', 'density', 'Pareto'],
+        fl.summary.map((x) => [x.family, x.param, f(x.massRecall), f(x.outputError, 4), f(x.needleRecall, 2), f(x.density), x.pareto ? 'yes' : '']),
       ),
     );
     for (const s of fl.skipped) out.push(`- skipped ${s.profile}: ${s.reason}`);
@@ -184,6 +222,54 @@ export function markdown(r: BenchResult): string {
     out.push('');
     for (const fig of r.figures) out.push(`- [${fig}](${fig})`);
   }
+  out.push('');
+  return out.join('\n');
+}
+
+/**
+ * headline.md: the latency headline alone, to paste unedited into the repository README
+ * (links are relative to the repository root, through `linkBase`) or to link to. Per
+ * backend and n: dense, crisp and the dense peers (median ms and [min, max]), crisp's
+ * speed-up over each, its density and plan share.
+ */
+export function headline(r: BenchResult, linkBase: string): string {
+  const base = linkBase.replace(/\/+$/, '');
+  const out: string[] = [];
+  const m = r.machine;
+  const lat = r.suites.latency;
+  out.push(`<!-- written by crisp-bench from ${base}/bench.json; regenerate, do not edit -->`);
+  out.push(`**CRISP latency, ${m.gpus.length ? m.gpus.map((g) => g.name).join(', ') : m.cpu.model}** (one layer, causal, Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up, [min, max]; ms)`);
+  if (!lat || lat.rows.length === 0) {
+    out.push('');
+    out.push('No latency measured in this run.');
+  }
+  for (const b of [...new Set((lat?.rows ?? []).map((x) => x.backend))]) {
+    const rs = lat!.rows.filter((x) => x.backend === b);
+    const sizes = [...new Set(rs.map((x) => x.n))].sort((a, c) => a - c);
+    const peers = [...new Set(lat!.peers.rows.filter((x) => x.backend === b).map((x) => x.peer))];
+    const s0 = rs[0];
+    const cell = (x: { ms: { median: number; min: number; max: number } } | undefined) => (x ? `${ms(x.ms.median)} [${ms(x.ms.min)}, ${ms(x.ms.max)}]` : '–');
+    const ratio = (a: { ms: { median: number } } | undefined, c: { ms: { median: number } } | undefined) => (a && c ? `${(a.ms.median / c.ms.median).toFixed(2)}x` : '–');
+    out.push('');
+    out.push(`*${b}*, H=${s0.shape.heads}, Hkv=${s0.shape.kvHeads}, d=${s0.shape.headDim}, ${s0.dtype}:`);
+    out.push('');
+    out.push(
+      table(
+        ['n', 'dense', 'crisp', ...peers, 'crisp vs dense', ...peers.map((p) => `crisp vs ${p}`), 'crisp density', 'crisp plan share'],
+        sizes.map((n) => {
+          const dense = rs.find((y) => y.n === n && y.preset === 'dense');
+          const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
+          const pr = peers.map((p) => lat!.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p));
+          return [kn(n), cell(dense), cell(cr), ...pr.map(cell), ratio(dense, cr), ...pr.map((p) => ratio(p, cr)), f(cr?.density), planShare(cr)];
+        }),
+      ),
+    );
+  }
+  out.push('');
+  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (statistics, routing, selection, PE rows) / its total. ${producedBy(r, 'latency')}`);
+  if (r.inProgress) out.push(`Partial: the run stopped in suite \`${r.inProgress}\`.`);
+  const links = [`[all results](${base}/bench.md)`, ...(r.figures ?? []).map((x) => `[${x}](${base}/${x})`)];
+  out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);
   out.push('');
   return out.join('\n');
 }

@@ -15,6 +15,12 @@ export interface BenchResult {
   readonly startedAt: string;
   finishedAt?: string;
   durationS?: number;
+  /**
+   * Set while the run is going: the suite it was in when this file was written. A file
+   * that still has it is from a run stopped early (e.g. killed at a wall-clock limit); its
+   * finished sizes are valid, the rest is missing.
+   */
+  inProgress?: string;
   readonly machine: MachineInfo;
   readonly config: BenchConfig;
   readonly backends: { name: string; available: boolean; reason?: string; device?: string; shippedCrossover?: number }[];
@@ -27,5 +33,5 @@ export interface BenchResult {
   };
   figures?: string[];
   /** with --merge: the commands whose results this file also holds */
-  readonly earlierRuns?: { command: string; startedAt: string; durationS?: number; backends: string[] }[];
+  readonly earlierRuns?: { command: string; startedAt: string; durationS?: number; backends: string[]; inProgress?: string }[];
 }

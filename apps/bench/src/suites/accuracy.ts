@@ -7,20 +7,23 @@
 import type { DType } from '@crisp/core';
 import { crisp, crispFast, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
-import { type SuiteContext, message, withTimeout } from '../context.js';
-import { evaluatePolicies, type MaskMetrics, type RoutingMetrics } from '../evaluate.js';
+import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
+import { denseReference, evaluatePolicies, type MaskMetrics, type RoutingMetrics } from '../evaluate.js';
 import { hostInputs, makeScenario } from '../inputs.js';
 
 export interface AccuracyRow extends MaskMetrics {
   readonly backend: string;
   readonly profile: string;
   readonly n: number;
+  /** the run (its startedAt) that measured this row; set when results are merged */
+  readonly run?: string;
 }
 
 export interface RoutingRow extends RoutingMetrics {
   readonly backend: string;
   readonly profile: string;
   readonly n: number;
+  readonly run?: string;
 }
 
 export interface AccuracyResult {
@@ -39,21 +42,41 @@ export function accuracyDtype(ob: OpenBackend): DType {
 export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBackend[]): Promise<AccuracyResult> {
   const c = ctx.config.accuracy;
   const result: AccuracyResult = { shape: c.shape, sampledRows: c.rows, rows: [], routing: [], skipped: [] };
+  // Host time per (n, profile): the scenario, the dense rows and every backend's scoring.
+  // Scoring is O(rows · n): the next item is projected linearly in n from the last one.
+  let last: { n: number; ms: number } | undefined;
   for (const n of c.sizes) {
     for (const profile of c.profiles) {
+      const on = backends.filter((ob) => ob.backend && (ob.name === 'reference' || c.gpuProfiles.includes(profile)));
+      if (on.length === 0) continue;
+      const projected = last ? (last.ms * n) / last.n : 0;
+      const left = timeLeft(ctx);
+      if (projected > left || left <= 0) {
+        const reason = deadlineReason(projected, left);
+        for (const ob of on) result.skipped.push({ backend: ob.name, profile, n, reason });
+        ctx.log(`  accuracy ${profile} n=${n}: skipped (${reason})`);
+        continue;
+      }
+      const t0 = performance.now();
       const sc = makeScenario(profile, n, c.shape, ctx.config.seed);
       const host = hostInputs(sc);
-      for (const ob of backends) {
-        const b = ob.backend;
-        if (!b) continue;
-        if (ob.name !== 'reference' && !c.gpuProfiles.includes(profile)) continue;
+      const tScenario = performance.now() - t0;
+      let ref: ReturnType<typeof denseReference> | undefined;
+      let tDense = 0;
+      for (const ob of on) {
+        const b = ob.backend!;
         if (n > b.capabilities.maxSequence) {
           result.skipped.push({ backend: ob.name, profile, n, reason: `n exceeds maxSequence ${b.capabilities.maxSequence}` });
           continue;
         }
         try {
+          if (!ref) {
+            const t1 = performance.now();
+            ref = denseReference(sc, host, c.rows);
+            tDense = performance.now() - t1;
+          }
           const r = await withTimeout(
-            evaluatePolicies(b, sc, host, [crisp, crispFast, flexPrefill], c.rows, accuracyDtype(ob)),
+            evaluatePolicies(b, sc, host, [crisp, crispFast, flexPrefill], c.rows, accuracyDtype(ob), ref),
             600_000,
             `accuracy ${ob.name} ${profile} n=${n}`,
           );
@@ -67,6 +90,9 @@ export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBa
           ctx.log(`  accuracy ${ob.name} ${profile} n=${n}: failed (${message(e)})`);
         }
       }
+      last = { n, ms: performance.now() - t0 };
+      ctx.log(`  accuracy ${profile} n=${n}: ${(last.ms / 1000).toFixed(1)} s (scenario ${(tScenario / 1000).toFixed(1)} s, dense rows ${(tDense / 1000).toFixed(1)} s)`);
+      ctx.progress?.('accuracy', result);
     }
   }
   return result;

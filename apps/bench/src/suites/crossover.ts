@@ -14,8 +14,8 @@ export interface CrossoverRow {
   readonly crossoverN: number | null;
   /** log-n interpolation of where sparse/dense crosses 1 (null when it cannot be bracketed) */
   readonly estimatedN: number | null;
-  /** sparse / dense time at each measured n */
-  readonly ratios: { n: number; ratio: number }[];
+  /** sparse / dense time at each measured n (ratio of medians; lo/hi: the extremes the runs' min and max allow) */
+  readonly ratios: { n: number; ratio: number; lo?: number; hi?: number }[];
   readonly note: string;
 }
 
@@ -29,12 +29,15 @@ export function crossoverSuite(latency: readonly LatencyRow[], shipped: Readonly
   const rows: CrossoverRow[] = [];
   const backends = [...new Set(latency.map((r) => r.backend))];
   for (const backend of backends) {
-    const dense = new Map(latency.filter((r) => r.backend === backend && r.preset === 'dense').map((r) => [r.n, r.ms.median]));
+    const dense = new Map(latency.filter((r) => r.backend === backend && r.preset === 'dense').map((r) => [r.n, r.ms]));
     const presets = [...new Set(latency.filter((r) => r.backend === backend && r.preset !== 'dense').map((r) => r.preset))];
     for (const preset of presets) {
       const ratios = latency
         .filter((r) => r.backend === backend && r.preset === preset && dense.has(r.n))
-        .map((r) => ({ n: r.n, ratio: r.ms.median / dense.get(r.n)! }))
+        .map((r) => {
+          const d = dense.get(r.n)!;
+          return { n: r.n, ratio: r.ms.median / d.median, lo: r.ms.min / d.max, hi: r.ms.max / d.min };
+        })
         .sort((a, b) => a.n - b.n);
       let first = -1;
       for (let i = ratios.length - 1; i >= 0 && ratios[i].ratio < 1; i--) first = i;

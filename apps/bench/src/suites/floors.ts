@@ -9,8 +9,8 @@ import type { Policy, VsSelector } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { cumulativeCoverage, medianFloor, noiseFloor, quantileFloor, robustFloor } from '@crisp/select';
 import type { OpenBackend } from '../backends.js';
-import { type SuiteContext, message, withTimeout } from '../context.js';
-import { evaluatePolicies, type MaskMetrics } from '../evaluate.js';
+import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
+import { denseReference, evaluatePolicies, type MaskMetrics } from '../evaluate.js';
 import { hostInputs, makeScenario } from '../inputs.js';
 import { accuracyDtype } from './accuracy.js';
 
@@ -36,14 +36,27 @@ export interface FloorRow extends MaskMetrics {
   readonly n: number;
   readonly family: FloorVariant['family'];
   readonly param: string;
+  /** the run (its startedAt) that measured this row; set when results are merged */
+  readonly run?: string;
+}
+
+export interface FloorSummary {
+  readonly family: string;
+  readonly param: string;
+  readonly massRecall: number;
+  readonly outputError: number;
+  readonly density: number;
+  readonly needleRecall: number;
+  /** on the accuracy-density Pareto front: no other variant has mass recall >= and density <=, one of them strictly */
+  readonly pareto: boolean;
 }
 
 export interface FloorsResult {
   readonly backend?: string;
   readonly n: number;
   readonly rows: FloorRow[];
-  /** per variant, the mean over profiles */
-  readonly summary: { family: string; param: string; massRecall: number; outputError: number; density: number; needleRecall: number }[];
+  /** per variant, the mean over the profiles measured */
+  readonly summary: FloorSummary[];
   readonly skipped: { profile: string; reason: string }[];
 }
 
@@ -61,11 +74,20 @@ export async function floorsSuite(ctx: SuiteContext, backends: readonly OpenBack
   }
   const variants = floorVariants();
   const policies: Policy[] = variants.map((v) => ({ ...crisp, name: `${v.family} ${v.param}`, vs: v.selector }));
+  let lastMs: number | undefined;
   for (const profile of c.profiles) {
+    const left = timeLeft(ctx);
+    if ((lastMs ?? 0) > left || left <= 0) {
+      result.skipped.push({ profile, reason: deadlineReason(lastMs ?? 0, left) });
+      ctx.log(`  floors ${profile}: skipped (${deadlineReason(lastMs ?? 0, left)})`);
+      continue;
+    }
+    const t0 = performance.now();
     try {
       const sc = makeScenario(profile, c.n, c.shape, ctx.config.seed + 1);
+      const host = hostInputs(sc);
       const r = await withTimeout(
-        evaluatePolicies(ob.backend, sc, hostInputs(sc), policies, c.rows, accuracyDtype(ob)),
+        evaluatePolicies(ob.backend, sc, host, policies, c.rows, accuracyDtype(ob), denseReference(sc, host, c.rows)),
         900_000,
         `floors ${profile}`,
       );
@@ -77,12 +99,21 @@ export async function floorsSuite(ctx: SuiteContext, backends: readonly OpenBack
       result.skipped.push({ profile, reason: message(e) });
       ctx.log(`  floors ${profile}: failed (${message(e)})`);
     }
+    lastMs = performance.now() - t0;
+    result.summary.splice(0, result.summary.length, ...floorSummary(variants, result.rows));
+    ctx.progress?.('floors', result);
   }
+  return result;
+}
+
+/** Per variant, the mean over the profiles measured, and whether it is on the accuracy-density Pareto front. */
+export function floorSummary(variants: readonly { family: string; param: string }[], rows: readonly FloorRow[]): FloorSummary[] {
+  const means: Omit<FloorSummary, 'pareto'>[] = [];
   for (const v of variants) {
-    const rs = result.rows.filter((r) => r.family === v.family && r.param === v.param);
+    const rs = rows.filter((r) => r.family === v.family && r.param === v.param);
     if (rs.length === 0) continue;
     const mean = (f: (r: FloorRow) => number) => rs.reduce((s, r) => s + f(r), 0) / rs.length;
-    result.summary.push({
+    means.push({
       family: v.family,
       param: v.param,
       massRecall: mean((r) => r.massRecall),
@@ -91,5 +122,7 @@ export async function floorsSuite(ctx: SuiteContext, backends: readonly OpenBack
       needleRecall: mean((r) => r.needleRecall),
     });
   }
-  return result;
+  const dominated = (a: (typeof means)[number]) =>
+    means.some((b) => b !== a && b.massRecall >= a.massRecall && b.density <= a.density && (b.massRecall > a.massRecall || b.density < a.density));
+  return means.map((m) => ({ ...m, pareto: !dominated(m) }));
 }

@@ -9,9 +9,12 @@ import { type Backend, type Policy, numBlocks, sparsePrefill } from '@crisp/core
 import { crisp, crispFast, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
-import { type SuiteContext, message, withTimeout } from '../context.js';
+import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
 import { latencyInputs, SkipError } from '../inputs.js';
 import { type Spread, spread } from '../stats.js';
+
+/** Time a run with --deadline-s keeps for the dense peers (TF.js, PyTorch SDPA) after the GPU latency sizes. */
+export const PEER_RESERVE_MS = 20_000;
 
 export const LATENCY_PRESETS: readonly Policy[] = [dense, crisp, crispFast, flexPrefill];
 
@@ -25,9 +28,13 @@ export interface LatencyRow {
   readonly ms: Spread;
   /** proxy statistics + routing + selection (median) */
   readonly planMs: number;
+  /** planMs split by phase (median ms each), when @crisp/core reports the split */
+  readonly planPhases?: Record<string, number>;
   readonly density: number;
   readonly denseReason?: string;
   readonly input: string;
+  /** the run (its startedAt) that measured this row; set when results are merged */
+  readonly run?: string;
 }
 
 export interface LatencySkip {
@@ -50,13 +57,14 @@ async function timePreset(
   reps: number,
   warmup: number,
   timeoutMs: number,
-): Promise<{ ms: Spread; planMs: number; density: number; denseReason?: string }> {
+): Promise<{ ms: Spread; planMs: number; planPhases?: Record<string, number>; density: number; denseReason?: string }> {
   const once = () => withTimeout(sparsePrefill(b, inputs, policy, { minSparseLength: 0, out }), timeoutMs, `${b.name} ${policy.name}`);
   for (let i = 0; i < warmup; i++) await once();
   const total: number[] = [];
   const plan: number[] = [];
   let density = 1;
   let denseReason: string | undefined;
+  const phases = new Map<string, number[]>();
   for (let i = 0; i < reps; i++) {
     const t0 = performance.now();
     const r = await once();
@@ -64,8 +72,12 @@ async function timePreset(
     plan.push(r.timings.planMs);
     density = r.plan.overallDensity;
     denseReason = r.plan.denseReason;
+    // Where the plan time went, when @crisp/core reports it (statistics, selection, PE rows, mask).
+    const ph = (r.plan as { phases?: Record<string, number> }).phases;
+    if (ph) for (const [k, v] of Object.entries(ph)) if (typeof v === 'number') phases.set(k, [...(phases.get(k) ?? []), v]);
   }
-  return { ms: spread(total), planMs: spread(plan).median, density, denseReason };
+  const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
+  return { ms: spread(total), planMs: spread(plan).median, planPhases, density, denseReason };
 }
 
 export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBackend[]): Promise<LatencyResult> {
@@ -80,7 +92,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
     const shape = isRef ? c.referenceShape : c.shape;
     const dtype = latencyDtype(ob.name);
     const started = performance.now();
-    let last: { n: number; ms: number } | undefined;
+    let last: { n: number; ms: number; inputsMs: number } | undefined;
     let broken = false;
     for (const n of sizes) {
       const skip = (reason: string, preset?: string) => {
@@ -102,6 +114,15 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
         skip(`time budget: projected ${(projected / 1000).toFixed(0)} s, ${(Math.max(left, 0) / 1000).toFixed(0)} s left of --budget-s ${c.budgetMs / 1000}`);
         continue;
       }
+      // Against the run's deadline the input generation counts too (O(n) on the host for
+      // backends without a device fill: tens of seconds at 64k x 32 heads).
+      const projectedAll = last ? projected + last.inputsMs * (n / last.n) : 0;
+      // The dense peers run after the suite: leave them PEER_RESERVE_MS of the deadline.
+      const runLeft = timeLeft(ctx) - (isRef ? 0 : PEER_RESERVE_MS);
+      if (projectedAll > runLeft || runLeft <= 0) {
+        skip(deadlineReason(projectedAll, runLeft));
+        continue;
+      }
       const t0 = performance.now();
       let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
       let out: import('@crisp/core').DeviceTensor | undefined;
@@ -120,6 +141,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
           try {
             const r = await timePreset(b, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000));
             rows.push({ backend: ob.name, preset: policy.name, n, dtype, shape, ...r, input: inputs.source });
+            ctx.progress?.('latency', { rows, skipped });
             ctx.log(
               `  latency ${ob.name} n=${n} ${policy.name}: ${r.ms.median.toFixed(1)} ms [${r.ms.min.toFixed(1)}, ${r.ms.max.toFixed(1)}] plan ${r.planMs.toFixed(1)} ms density ${r.density.toFixed(3)}`,
             );
@@ -133,7 +155,8 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
         out.dispose();
         inputs.dispose();
       }
-      last = { n, ms: performance.now() - tGen };
+      last = { n, ms: performance.now() - tGen, inputsMs: tGen - t0 };
+      ctx.progress?.('latency', { rows, skipped });
       ctx.log(`  latency ${ob.name} n=${n}: inputs ${((tGen - t0) / 1000).toFixed(1)} s, timing ${(last.ms / 1000).toFixed(1)} s (Nb=${numBlocks(n, 128)})`);
     }
   }

@@ -15,7 +15,7 @@
 import { type DirectionScores, type VsSelector, numBlocks, mulberry32 as rng } from '@crisp/core';
 import { cumulativeCoverage, medianFloor, noiseFloor, robustFloor } from '@crisp/select';
 import type { OpenBackend } from '../backends.js';
-import { type SuiteContext, message, withTimeout } from '../context.js';
+import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
 import { latencyInputs } from '../inputs.js';
 import { makeScenario } from '../inputs.js';
 
@@ -77,6 +77,8 @@ export interface CurveRow {
   readonly selected: number;
   readonly backgroundBlocks: number;
   readonly signalRecall: number;
+  /** the run (its startedAt) that computed this row; set when results are merged */
+  readonly run?: string;
 }
 
 export interface ProxyCurveRow {
@@ -87,6 +89,7 @@ export interface ProxyCurveRow {
   readonly meanBlocks: number;
   readonly numBlocks: number;
   readonly vsHeads: number;
+  readonly run?: string;
 }
 
 export interface OnCurveResult {
@@ -123,14 +126,25 @@ export async function onCurveSuite(ctx: SuiteContext, backends: readonly OpenBac
   for (const r of result.synthetic.filter((x) => x.n === c.syntheticSizes[c.syntheticSizes.length - 1])) {
     ctx.log(`  O(n) n=${r.n} ${r.background} ${r.selector}: ${r.backgroundBlocks} background blocks, signal recall ${r.signalRecall}`);
   }
+  ctx.progress?.('onCurve', result);
   for (const ob of backends) {
     const b = ob.backend;
     if (!b) continue;
+    let last: { n: number; ms: number } | undefined;
     for (const n of c.proxySizes) {
       if (n > b.capabilities.maxSequence) {
         result.skipped.push({ backend: ob.name, n, reason: `n exceeds maxSequence ${b.capabilities.maxSequence}` });
         continue;
       }
+      // Input generation and selection are O(n) on the host: project linearly.
+      const projected = last ? (last.ms * n) / last.n : 0;
+      const left = timeLeft(ctx);
+      if (projected > left || left <= 0) {
+        result.skipped.push({ backend: ob.name, n, reason: deadlineReason(projected, left) });
+        ctx.log(`  O(n) ${ob.name} proxy n=${n}: skipped (${deadlineReason(projected, left)})`);
+        continue;
+      }
+      const t0 = performance.now();
       try {
         const dtype = b.capabilities.dtypes.includes('f32') ? 'f32' : 'bf16';
         const inputs = await latencyInputs(b, 'llama-like', n, c.shape, dtype, ctx.config.seed, Number.POSITIVE_INFINITY);
@@ -163,6 +177,8 @@ export async function onCurveSuite(ctx: SuiteContext, backends: readonly OpenBac
         result.skipped.push({ backend: ob.name, n, reason: message(e) });
         ctx.log(`  O(n) ${ob.name} proxy n=${n}: skipped (${message(e)})`);
       }
+      last = { n, ms: performance.now() - t0 };
+      ctx.progress?.('onCurve', result);
     }
   }
   return result;

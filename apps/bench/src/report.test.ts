@@ -1,0 +1,132 @@
+import { describe, expect, it } from 'vitest';
+import { defaultConfig } from './config.js';
+import { mergeResults } from './merge.js';
+import { headline, markdown, suiteCommands } from './report.js';
+import type { BenchResult } from './result.js';
+import { floorSummary } from './suites/floors.js';
+import type { LatencyRow } from './suites/latency.js';
+
+const lat = (backend: string, preset: string, n: number, median: number, planMs: number, density: number): LatencyRow => ({
+  backend,
+  preset,
+  n,
+  dtype: 'bf16',
+  shape: { heads: 32, kvHeads: 8, headDim: 128 },
+  ms: { median, min: median * 0.9, max: median * 1.2, runs: 3 },
+  planMs,
+  density,
+  input: 'test fill',
+});
+
+function result(command: string, startedAt: string, rows: LatencyRow[], peers: { n: number; peer: string; median: number }[] = []): BenchResult {
+  return {
+    schema: 'crisp-bench/1',
+    command,
+    cwd: '/repo',
+    startedAt,
+    machine: {
+      hostname: 'h',
+      slug: 'h200',
+      os: 'Linux',
+      cpu: { model: 'Xeon', cores: 16 },
+      memoryGiB: 128,
+      gpus: [{ name: 'NVIDIA H200', driver: '580', memory: '143771 MiB' }],
+      node: 'v20',
+      versions: {},
+    },
+    config: defaultConfig('full'),
+    backends: [...new Set(rows.map((r) => r.backend))].map((name) => ({ name, available: true })),
+    suites: {
+      latency: {
+        rows,
+        skipped: [],
+        peers: { rows: peers.map((p) => ({ backend: 'cuda', peer: p.peer, n: p.n, ms: { median: p.median, min: p.median, max: p.median, runs: 3 } })), notes: [] },
+      },
+    },
+  };
+}
+
+describe('headline.md', () => {
+  it('puts dense, crisp and the peers per n with crisp speed-ups, density and plan share', () => {
+    const r = result(
+      'node apps/bench/dist/crisp-bench.mjs --backends cuda --sizes 32k,128k',
+      '2026-11-30T05:00:00.000Z',
+      [lat('cuda', 'dense', 32768, 40, 0.1, 1), lat('cuda', 'crisp', 32768, 20, 5, 0.43), lat('cuda', 'crispFast', 32768, 18, 4, 0.43), lat('cuda', 'dense', 131072, 600, 0.1, 1), lat('cuda', 'crisp', 131072, 300, 30, 0.45)],
+      [
+        { n: 32768, peer: 'torch-sdpa-flash', median: 30 },
+        { n: 131072, peer: 'torch-sdpa-flash', median: 450 },
+      ],
+    );
+    const md = headline(r, 'apps/bench/results/nvidia-h200/');
+    const lines = md.split('\n');
+    const head = lines.find((l) => l.startsWith('| n |'))!;
+    expect(head).toBe('| n | dense | crisp | torch-sdpa-flash | crisp vs dense | crisp vs torch-sdpa-flash | crisp density | crisp plan share |');
+    // crispFast is in bench.md, not in the headline
+    expect(md).not.toContain('crispFast');
+    expect(lines.find((l) => l.startsWith('| 32k |'))).toBe('| 32k | 40.0 [36.0, 48.0] | 20.0 [18.0, 24.0] | 30.0 [30.0, 30.0] | 2.00x | 1.50x | 0.430 | 25% |');
+    expect(lines.find((l) => l.startsWith('| 128k |'))).toBe('| 128k | 600 [540, 720] | 300 [270, 360] | 450 [450, 450] | 2.00x | 1.50x | 0.450 | 10% |');
+    expect(md).toContain('[all results](apps/bench/results/nvidia-h200/bench.md)');
+    expect(md).toContain('`node apps/bench/dist/crisp-bench.mjs --backends cuda --sizes 32k,128k`');
+    expect(md).toContain('NVIDIA H200');
+  });
+
+  it('says so when the run stopped early', () => {
+    const r = result('cmd', 't0', [lat('cuda', 'dense', 8192, 1, 0, 1)]);
+    r.inProgress = 'accuracy';
+    expect(headline(r, 'x')).toContain('Partial: the run stopped in suite `accuracy`');
+    expect(markdown(r)).toContain('**Partial results**');
+  });
+});
+
+describe('provenance after --merge', () => {
+  it('names, per suite, exactly the commands whose rows it holds', () => {
+    const first = result('first', 't1', [lat('cuda', 'dense', 8192, 10, 0, 1), lat('cuda', 'crisp', 8192, 5, 1, 0.5)]);
+    const second = result('second', 't2', [lat('webgpu', 'dense', 8192, 20, 0, 1), lat('webgpu', 'crisp', 8192, 10, 1, 0.5)]);
+    const m = mergeResults(first, second, ['webgpu']);
+    expect(suiteCommands(m, 'latency')).toEqual(['first', 'second']);
+    // a third command that re-measures the cuda rows replaces the first one entirely
+    const third = result('third', 't3', [lat('cuda', 'dense', 8192, 11, 0, 1), lat('cuda', 'crisp', 8192, 6, 1, 0.5)]);
+    const m2 = mergeResults(m, third, ['cuda']);
+    expect(suiteCommands(m2, 'latency')).toEqual(['second', 'third']);
+    expect(m2.earlierRuns!.map((e) => e.command)).toEqual(['first', 'second']);
+    expect(markdown(m2)).toContain('Reproduce: `second`, then `third`');
+  });
+});
+
+describe('floorSummary', () => {
+  it('averages over profiles and marks the accuracy-density Pareto front', () => {
+    const row = (param: string, profile: string, massRecall: number, density: number) => ({
+      backend: 'reference',
+      profile,
+      n: 8192,
+      family: 'mean' as const,
+      param,
+      policy: param,
+      massRecall,
+      outputError: 1 - massRecall,
+      needleRecall: 1,
+      needleOutputRecall: 1,
+      needles: 2,
+      density,
+      vsHeads: 4,
+      planMs: 1,
+    });
+    const variants = ['a', 'b', 'c', 'd'].map((param) => ({ family: 'mean', param }));
+    const s = floorSummary(variants, [
+      row('a', 'p', 0.9, 0.3),
+      row('a', 'q', 0.8, 0.1), // a: 0.85 @ 0.2
+      row('b', 'p', 0.95, 0.4),
+      row('b', 'q', 0.95, 0.4), // b: 0.95 @ 0.4
+      row('c', 'p', 0.84, 0.3),
+      row('c', 'q', 0.84, 0.3), // c: 0.84 @ 0.3, dominated by a
+      row('d', 'p', 0.95, 0.5),
+      row('d', 'q', 0.95, 0.5), // d: equal recall to b at higher density: dominated
+    ]);
+    expect(s.map((x) => [x.param, Number(x.massRecall.toFixed(3)), Number(x.density.toFixed(3)), x.pareto])).toEqual([
+      ['a', 0.85, 0.2, true],
+      ['b', 0.95, 0.4, true],
+      ['c', 0.84, 0.3, false],
+      ['d', 0.95, 0.5, false],
+    ]);
+  });
+});

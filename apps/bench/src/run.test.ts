@@ -1,0 +1,72 @@
+/**
+ * The run itself, in process, on the float64 reference at tiny sizes: a fresh nested
+ * --out folder, --merge with no bench.json yet, bench.json rewritten after every finished
+ * size (so a run killed at a wall-clock limit leaves its data), and --deadline-s.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { main } from './main.js';
+import type { BenchResult } from './result.js';
+
+const root = mkdtempSync(join(tmpdir(), 'crisp-bench-run-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const read = (dir: string): BenchResult => JSON.parse(readFileSync(join(dir, 'bench.json'), 'utf8'));
+const tiny = ['--backends', 'reference', '--curve-sizes', '8k,16k', '--acc-sizes', '1024', '--acc-shape', '2,1,64', '--acc-rows', '4', '--floors-n', '1024', '--quiet'];
+
+describe('crisp-bench run', () => {
+  it('writes into a fresh nested --out, --merge with no bench.json starts one, and every size is on disk before the next starts', async () => {
+    const out = join(root, 'fresh', 'nested');
+    const seen: BenchResult[] = [];
+    const log = (line: string) => {
+      // When the second proxy size is logged, the first must already be in bench.json.
+      if (/O\(n\) reference proxy n=2048/.test(line)) seen.push(read(out));
+    };
+    const args = ['node', 'crisp-bench', ...tiny.filter((x) => x !== '--quiet'), '--suites', 'onCurve', '--proxy-sizes', '1024,2048', '--merge', '--out', out];
+    expect(await main(args, { log })).toBe(0);
+    expect(seen).toHaveLength(1);
+    expect(seen[0].inProgress).toBe('onCurve');
+    expect(seen[0].suites.onCurve!.proxy.map((r) => r.n)).toEqual(expect.arrayContaining([1024]));
+    expect(seen[0].suites.onCurve!.proxy.some((r) => r.n === 2048)).toBe(false);
+    const done = read(out);
+    expect(done.inProgress).toBeUndefined();
+    expect(done.earlierRuns).toBeUndefined();
+    expect([...new Set(done.suites.onCurve!.proxy.map((r) => r.n))]).toEqual([1024, 2048]);
+    for (const f of ['bench.md', 'headline.md', 'on-curve.svg', 'on-curve-proxy.svg']) expect(existsSync(join(out, f)), f).toBe(true);
+    // A second --merge run adds a suite and keeps the first run's rows and command.
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy', '--merge', '--out', out])).toBe(0);
+    const merged = read(out);
+    expect(merged.suites.onCurve!.proxy).toHaveLength(done.suites.onCurve!.proxy.length);
+    expect(merged.suites.accuracy!.rows.length).toBeGreaterThan(0);
+    expect(merged.earlierRuns!.map((e) => e.command)).toEqual([done.command]);
+    expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain(`Reproduce: \`${done.command}\``);
+  });
+
+  it('--fold merges another bench.json into a fresh output before the run', async () => {
+    const a = join(root, 'fold-a');
+    const b = join(root, 'fold-b');
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'onCurve', '--proxy-sizes', '1024', '--out', a])).toBe(0);
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy', '--fold', join(a, 'bench.json'), '--out', b])).toBe(0);
+    const r = read(b);
+    expect(r.suites.onCurve!.proxy.length).toBeGreaterThan(0);
+    expect(r.suites.accuracy!.rows.length).toBeGreaterThan(0);
+    expect(r.earlierRuns!.map((e) => e.command)).toEqual([read(a).command]);
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'onCurve', '--fold', join(root, 'nowhere.json'), '--out', b])).toBe(2);
+  });
+
+  it('with --deadline-s spent, starts nothing more, reports why, and still writes the files', async () => {
+    const out = join(root, 'deadline');
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy,onCurve,floors', '--proxy-sizes', '1024', '--deadline-s', '0.001', '--out', out])).toBe(0);
+    const r = read(out);
+    expect(r.suites.accuracy!.rows).toHaveLength(0);
+    expect(r.suites.accuracy!.skipped.length).toBe(4);
+    for (const s of [...r.suites.accuracy!.skipped, ...r.suites.onCurve!.skipped, ...r.suites.floors!.skipped]) expect(s.reason).toMatch(/--deadline-s/);
+    expect(r.suites.floors!.skipped.map((s) => s.profile)).toEqual(r.config.floors.profiles);
+    expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('--deadline-s');
+  });
+
+  it('rejects a bad --deadline-s', async () => {
+    expect(await main(['node', 'crisp-bench', ...tiny, '--deadline-s', '0', '--out', join(root, 'bad')])).toBe(2);
+  });
+});
