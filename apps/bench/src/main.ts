@@ -118,11 +118,18 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
     },
     floors: {
       ...base.floors,
-      n: num(o.floorsN, 'floors-n', 1) ?? base.floors.n,
+      n: typeof o.floorsN === 'string' ? oneSize(o.floorsN, 'floors-n') : base.floors.n,
       shape: accShape ?? base.floors.shape,
       rows: num(o.accRows, 'acc-rows', 1) ?? base.floors.rows,
     },
   };
+}
+
+/** One size: 8192 or 8k. */
+function oneSize(text: string, what: string): number {
+  const sizes = parseSizes(text);
+  if (sizes.length !== 1) throw new Error(`--${what} takes one size (8192 or 8k); got '${text}'`);
+  return sizes[0];
 }
 
 const want = (c: BenchConfig, s: SuiteName) => c.suites.includes(s);

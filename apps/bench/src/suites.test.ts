@@ -23,6 +23,11 @@ describe('parseSizes', () => {
     expect(() => parseSizes('8k..4k')).toThrow(/bad size range/);
     expect(() => parseSizes('lots')).toThrow(/not a size/);
   });
+  it('takes k suffixes for the floors size too', () => {
+    expect(resolveConfig({ floorsN: '16k' }).floors.n).toBe(16384);
+    expect(resolveConfig({ floorsN: '3000' }).floors.n).toBe(3000);
+    expect(() => resolveConfig({ floorsN: '8k..16k' })).toThrow(/one size/);
+  });
   it('keeps at least 3 timed runs', () => {
     expect(() => resolveConfig({ reps: '2' })).toThrow(/reps/);
     expect(resolveConfig({ smoke: true, reps: '5' }).latency.reps).toBe(5);
