@@ -16,7 +16,7 @@ import { headline, markdown } from './report.js';
 import type { BenchResult } from './result.js';
 import { accuracySuite } from './suites/accuracy.js';
 import { crossoverSuite } from './suites/crossover.js';
-import { floorsSuite } from './suites/floors.js';
+import { floorSummary, floorsSuite } from './suites/floors.js';
 import { latencySuite } from './suites/latency.js';
 import { onCurveSuite } from './suites/on-curve.js';
 
@@ -61,6 +61,7 @@ function program(): Command {
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
     .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')
+    .option('--render-only', "rewrite bench.md, headline.md and the figures of --out's bench.json with this version's report; runs nothing, changes no measurement")
     .option('--deadline-s <seconds>', 'wall-clock limit for the whole run: no size, profile or peer starts whose projected time exceeds what is left (reported as skipped)')
     .option('--link-base <path>', "where headline.md's links point (default: the output folder relative to the repository root, or apps/bench/results/<folder name> when it is outside)")
     .addOption(new Option('--quiet', 'no progress lines'))
@@ -169,6 +170,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   };
   const machine = machineInfo(repoRoot, {});
   const outDir = resolve(typeof o.out === 'string' ? o.out : join(repoRoot ?? process.cwd(), repoRoot ? 'apps/bench/results' : 'bench-results', machine.slug));
+  if (o.renderOnly) return renderOnly(outDir, typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir), log);
   // A lost GPU promise must not let Node exit early with half a report: keep the loop alive.
   const keepAlive = setInterval(() => {}, 1 << 30);
   const started = t0;
@@ -312,4 +314,30 @@ export function resultsLink(repoRoot: string | undefined, outDir: string): strin
     if (rel && !rel.startsWith('..') && !isAbsolute(rel)) return rel.split(sep).join('/');
   }
   return `apps/bench/results/${basename(outDir)}`;
+}
+
+/** --render-only: the report of an existing bench.json, re-rendered; its measurements are untouched. */
+async function renderOnly(outDir: string, linkBase: string, log: (line: string) => void): Promise<number> {
+  const file = join(outDir, 'bench.json');
+  if (!existsSync(file)) {
+    process.stderr.write(`crisp-bench: --render-only: no ${file}\n`);
+    return 2;
+  }
+  const r = JSON.parse(readFileSync(file, 'utf8')) as BenchResult;
+  if (r.schema !== 'crisp-bench/1') {
+    process.stderr.write(`crisp-bench: --render-only: ${file} is not a crisp-bench/1 result\n`);
+    return 2;
+  }
+  // Results written before the Pareto flag existed: derive it from the same summary (in memory only).
+  const fl = r.suites.floors;
+  if (fl && fl.summary.some((x) => x.pareto === undefined)) {
+    r.suites.floors = { ...fl, summary: floorSummary(fl.summary, fl.rows) };
+  }
+  const figs = await figures(r);
+  for (const fig of figs) writeAtomic(join(outDir, fig.file), fig.svg);
+  r.figures = figs.map((x) => x.file);
+  writeAtomic(join(outDir, 'bench.md'), markdown(r));
+  writeAtomic(join(outDir, 'headline.md'), headline(r, linkBase));
+  log(`rendered ${file}: bench.md, headline.md and ${figs.length} figures`);
+  return 0;
 }

@@ -66,6 +66,19 @@ describe('crisp-bench run', () => {
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('--deadline-s');
   });
 
+  it('--render-only rewrites the report of an existing bench.json and leaves its measurements alone', async () => {
+    const out = join(root, 'render');
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'onCurve', '--proxy-sizes', '1024', '--out', out])).toBe(0);
+    const before = readFileSync(join(out, 'bench.json'), 'utf8');
+    rmSync(join(out, 'bench.md'));
+    rmSync(join(out, 'on-curve.svg'));
+    expect(await main(['node', 'crisp-bench', '--render-only', '--quiet', '--out', out])).toBe(0);
+    expect(readFileSync(join(out, 'bench.json'), 'utf8')).toBe(before);
+    expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('## The O(n) curve');
+    expect(existsSync(join(out, 'on-curve.svg'))).toBe(true);
+    expect(await main(['node', 'crisp-bench', '--render-only', '--quiet', '--out', join(root, 'empty')])).toBe(2);
+  });
+
   it('rejects a bad --deadline-s', async () => {
     expect(await main(['node', 'crisp-bench', ...tiny, '--deadline-s', '0', '--out', join(root, 'bad')])).toBe(2);
   });
