@@ -1,17 +1,41 @@
 /**
- * The H200 run (Dawn over Vulkan): checks and timings in one process, JSON to --out.
+ * The H200 run of @crisp/kernels-webgpu (Dawn over Vulkan): build report, checks and timings
+ * of every attention kernel variant in one process, written to --out after every item so a
+ * killed run still leaves its data.
  *
- *   node webgpu-device-main.mjs --out $OUT/webgpu.json [--dense 8192,16384] [--sparse 32768]
- *        [--conformance 4000,16384] [--tfjs 8192] [--budget 400]
+ *   node webgpu-device-main.mjs --out $OUT [flags]
+ *
+ * Flags (all optional; LIST = comma-separated numbers):
+ *   --out DIR|FILE.json  results (default ./webgpu-device-out). A directory gets
+ *                        webgpu-device.json, webgpu-device.log, build-report.json and
+ *                        wgsl/<kernel>.wgsl; a FILE.json path puts the log and the rest next to it.
+ *   --budget S           seconds for the whole run (default 420); each phase stops early (and
+ *                        says so in the JSON) when its projected time would overrun.
+ *   --variants V,...     attention kernels (default fma-v3,fma-v1,subgroup-matrix)
+ *   --check N            float64 correctness size per variant, dense and sparse (default 4096)
+ *   --dense LIST         dense sweep (default 8192,16384,32768,65536)
+ *   --sparse LIST        crisp-preset sparse vs own dense, best variant (default 32768,65536,131072)
+ *   --tfjs LIST          TF.js peer sizes (default 8192,16384; empty = skip)
+ *   --smm-probe N        subgroup-matrix GEMM probe size (default 8192; 0 = skip)
+ *   --conformance LIST   @crisp/conformance (f16, best variant) at these n, last, if 40 s remain
+ *                        (default 4000; empty = skip)
+ *   --heads H --kvheads HKV   (default 32, 8); d is 128
+ *   --smoke              tiny sizes for an end-to-end check on a CPU adapter (SwiftShader)
+ *
+ * Order: (a) WGSL compilation messages (getCompilationInfo) and pipeline errors of every
+ * variant, before anything is timed; (b) correctness of each variant at --check n against
+ * float64 on sampled (row, head) pairs; (c) dense TFLOP/s per variant; (d) the sparse pipeline
+ * with the best correct variant vs its own dense (density, plan ms, attention ms, ratio to
+ * density × dense + plan); (e) the TF.js peer; then @crisp/conformance with the best variant.
  *
  * Inputs for timing are generated on the GPU (a WGSL kernel: seeded noise plus sink keys,
  * a few vertical-line keys and a positional component that makes a local window), so
- * 128k-token tensors never pass through JavaScript. Correctness at those sizes is checked on
- * sampled (row, head) pairs against a float64 evaluation of the same rows.
+ * 128k-token tensors never pass through JavaScript.
  *
  * Shape legend: q [n, H, d], k and v [n, Hkv, d].
  */
-import { writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import {
   type BlockMask,
   type DeviceTensor,
@@ -22,29 +46,58 @@ import {
 } from '@crisp/core';
 import { LARGE_SIZES, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
-import type { WebGpuBackend } from '../src/backend.js';
-import { attentionSmmProgram } from '../src/kernels/attention-smm.js';
+import { ATTENTION_KERNELS, type AttentionKernel, type WebGpuBackend } from '../src/backend.js';
 import { createNodeWebGpuBackend } from '../src/node.js';
 import { timeTfjsDenseAttention } from '../src/tfjs-peer.js';
 
+// ------------------------------------------------------------------- flags
 const args = new Map<string, string>();
-for (let i = 2; i < process.argv.length; i += 2) args.set(process.argv[i].replace(/^--/, ''), process.argv[i + 1] ?? '');
+for (let i = 2; i < process.argv.length; i++) {
+  const a = process.argv[i];
+  if (!a.startsWith('--')) continue;
+  const next = process.argv[i + 1];
+  if (next === undefined || next.startsWith('--')) args.set(a.slice(2), '');
+  else {
+    args.set(a.slice(2), next);
+    i++;
+  }
+}
+const smoke = args.has('smoke');
 const list = (k: string, dflt: string) =>
   (args.get(k) ?? dflt)
     .split(',')
     .filter(Boolean)
     .map(Number);
-const outPath = args.get('out') ?? 'webgpu-device.json';
+const outArg = args.get('out') || 'webgpu-device-out';
+const outDir = outArg.endsWith('.json') ? dirname(outArg) : outArg;
+mkdirSync(join(outDir, 'wgsl'), { recursive: true });
+const jsonPath = outArg.endsWith('.json') ? outArg : join(outDir, 'webgpu-device.json');
+const logPath = join(outDir, 'webgpu-device.log');
 const started = performance.now();
-const budgetMs = Number(args.get('budget') ?? 420) * 1000;
+const budgetMs = Number(args.get('budget') || 420) * 1000;
 const elapsed = () => performance.now() - started;
-const result: Record<string, unknown> = { started: new Date().toISOString(), args: Object.fromEntries(args) };
-const save = () => writeFileSync(outPath, JSON.stringify(result, null, 1));
-const log = (...a: unknown[]) => console.log(`[${(elapsed() / 1000).toFixed(1)}s]`, ...a);
+const left = (frac: number) => budgetMs * frac - elapsed();
+const result: Record<string, unknown> = { started: new Date().toISOString(), args: Object.fromEntries(args), node: process.version };
+const save = () => writeFileSync(jsonPath, JSON.stringify(result, null, 1));
+writeFileSync(logPath, '');
+const log = (...a: unknown[]) => {
+  const line = `[${(elapsed() / 1000).toFixed(1)}s] ${a.map((x) => (typeof x === 'string' ? x : JSON.stringify(x))).join(' ')}`;
+  console.log(line);
+  appendFileSync(logPath, `${line}\n`);
+};
 
-const H = Number(args.get('heads') ?? 32);
-const HKV = Number(args.get('kvheads') ?? 8);
+const H = Number(args.get('heads') || (smoke ? 4 : 32));
+const HKV = Number(args.get('kvheads') || (smoke ? 2 : 8));
 const D = 128;
+const VARIANTS = (args.get('variants') || 'fma-v3,fma-v1,subgroup-matrix').split(',').filter(Boolean) as AttentionKernel[];
+for (const v of VARIANTS) if (!ATTENTION_KERNELS.includes(v)) throw new Error(`unknown variant ${v}; known: ${ATTENTION_KERNELS.join(', ')}`);
+const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));
+const DENSE = list('dense', smoke ? '256,512' : '8192,16384,32768,65536');
+const SPARSE = list('sparse', smoke ? '512,1024' : '32768,65536,131072');
+const TFJS = list('tfjs', smoke ? '256' : '8192,16384');
+const PROBE = Number(args.get('smm-probe') ?? (smoke ? 256 : 8192));
+/** a variant whose max relative error on sampled rows exceeds this is not timed as "best" */
+const ERR_OK = 2e-2;
 
 function synthWgsl(): string {
   return /* wgsl */ `
@@ -105,13 +158,24 @@ async function synth(g: Gpu, rows: number, heads: number, kind: number, seed: nu
   return t;
 }
 
-/** Read whole rows [r0, r0 + count) of a [rows, heads, d] f16 tensor as f32. */
-async function readRows(g: Gpu, t: DeviceTensor, r0: number, count: number): Promise<Float32Array> {
+/** f16 bit pattern -> value, for reading device tensors without a per-element call. */
+const F16 = (() => {
+  const t = new Float32Array(65536);
+  for (let i = 0; i < 65536; i++) t[i] = f16BitsToF32(i);
+  return t;
+})();
+
+/** Raw f16 bits of whole rows [r0, r0 + count) of a [rows, heads, d] f16 tensor. */
+async function readRaw(g: Gpu, t: DeviceTensor, r0: number, count: number): Promise<Uint16Array> {
   const per = t.shape[1] * t.shape[2];
-  const ab = await g.b.gpu.read((t as unknown as { buffer: GPUBuffer }).buffer, r0 * per * 2, count * per * 2);
-  const u16 = new Uint16Array(ab);
+  return new Uint16Array(await g.b.gpu.read((t as unknown as { buffer: GPUBuffer }).buffer, r0 * per * 2, count * per * 2));
+}
+
+/** Rows [r0, r0 + count) of a [rows, heads, d] f16 tensor as f32. */
+async function readRows(g: Gpu, t: DeviceTensor, r0: number, count: number): Promise<Float32Array> {
+  const u16 = await readRaw(g, t, r0, count);
   const out = new Float32Array(u16.length);
-  for (let i = 0; i < u16.length; i++) out[i] = f16BitsToF32(u16[i]);
+  for (let i = 0; i < u16.length; i++) out[i] = F16[u16[i]];
   return out;
 }
 
@@ -129,8 +193,8 @@ async function checkRows(
   samples: number,
 ): Promise<{ maxError: number; rows: number }> {
   const n = k.shape[0];
-  const kf = await readRows(g, k, 0, n);
-  const vf = await readRows(g, v, 0, n);
+  const kf = await readRaw(g, k, 0, n);
+  const vf = await readRaw(g, v, 0, n);
   const rows = mask ? expandToRows(mask) : undefined;
   const B = mask?.blockSize ?? 128;
   const Nb = Math.ceil(n / B);
@@ -154,7 +218,7 @@ async function checkRows(
     let mx = Number.NEGATIVE_INFINITY;
     keys.forEach((j, t) => {
       let dot = 0;
-      for (let c = 0; c < D; c++) dot += qr[h * D + c] * kf[(j * HKV + gk) * D + c];
+      for (let c = 0; c < D; c++) dot += qr[h * D + c] * F16[kf[(j * HKV + gk) * D + c]];
       logits[t] = dot * scale;
       mx = Math.max(mx, logits[t]);
     });
@@ -163,7 +227,7 @@ async function checkRows(
     keys.forEach((j, t) => {
       const p = Math.exp(logits[t] - mx);
       z += p;
-      for (let c = 0; c < D; c++) acc[c] += p * vf[(j * HKV + gk) * D + c];
+      for (let c = 0; c < D; c++) acc[c] += p * F16[vf[(j * HKV + gk) * D + c]];
     });
     let amax = 0;
     let err = 0;
@@ -270,6 +334,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
   const ms = median(ts);
   const af = await readRows(g, a, 0, 4);
   const bf = await readRows(g, bt, 0, n);
+  // (synth rows are [rows, 1, 128]: row-major [n][K])
   const cRow = new Float32Array(await ctx.read(c, 0, 4 * n * 4));
   let err = 0;
   for (let i = 0; i < 4; i++) {
@@ -282,11 +347,81 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
   return { config: cfg, configs, n, K, ms, runsMs: ts, tflops: (2 * n * n * K) / ms / 1e9, maxRelError: err };
 }
 
+interface Variant {
+  name: AttentionKernel;
+  b: WebGpuBackend;
+  /** the kernel the backend actually runs (a failed or ineligible tensor-core kernel runs fma-v3) */
+  active: string;
+  buildOk: boolean;
+  correct?: boolean;
+  /** ms of one dense call at the last measured n, for projecting the next size */
+  lastN?: number;
+  lastMs?: number;
+  stopped?: string;
+}
+
+/** Compile one program on the device: every WGSL message and the pipeline error, if any. */
+async function buildReport(device: GPUDevice, name: string, wgsl: string): Promise<Record<string, unknown>> {
+  writeFileSync(join(outDir, 'wgsl', `${name}.wgsl`), wgsl);
+  const t0 = performance.now();
+  const rep: Record<string, unknown> = { program: name };
+  try {
+    device.pushErrorScope('internal');
+    device.pushErrorScope('validation');
+    const module = device.createShaderModule({ code: wgsl, label: name });
+    const info = await module.getCompilationInfo();
+    const msgs = info.messages.map((m) => ({ type: m.type, line: m.lineNum, col: m.linePos, message: m.message }));
+    // Deprecation warnings repeat once per call site: keep errors whole, count the rest.
+    rep.errors = msgs.filter((m) => m.type === 'error');
+    const others = new Map<string, { count: number; first: unknown }>();
+    for (const m of msgs.filter((x) => x.type !== 'error')) {
+      const k = `${m.type}: ${m.message}`;
+      const e = others.get(k);
+      if (e) e.count++;
+      else others.set(k, { count: 1, first: m });
+    }
+    rep.otherMessages = [...others.entries()].map(([k, v]) => ({ message: k, count: v.count, first: v.first }));
+    device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: 'main' }, label: name });
+    const ve = await device.popErrorScope();
+    const ie = await device.popErrorScope();
+    rep.validationError = ve ? ve.message : null;
+    rep.internalError = ie ? ie.message : null;
+    rep.ok = !ve && !ie && (rep.errors as unknown[]).length === 0;
+  } catch (e) {
+    rep.exception = String(e instanceof Error ? (e.stack ?? e.message) : e);
+    rep.ok = false;
+  }
+  rep.ms = performance.now() - t0;
+  return rep;
+}
+
+/** Block rows for the sparse check: block 0, the diagonal and a seeded half of the rest. */
+function checkMask(n: number): BlockMask {
+  const B = 128;
+  const Nb = Math.ceil(n / B);
+  const rowPtr = new Int32Array(H * Nb + 1);
+  const cols: number[] = [];
+  for (let h = 0; h < H; h++) {
+    for (let I = 0; I < Nb; I++) {
+      for (let J = 0; J <= I; J++) {
+        const keep = J === 0 || J === I || (((h * 7919 + I * 104729 + J * 1299709) >>> 0) % 5) < 2;
+        if (keep) cols.push(J);
+      }
+      rowPtr[h * Nb + I + 1] = cols.length;
+    }
+  }
+  return { heads: H, numBlocks: Nb, blockSize: B, rows: { rowPtr, cols: Int32Array.from(cols) } };
+}
+
+function reps(n: number): number {
+  return n >= 65536 ? 3 : n >= 32768 ? 3 : 5;
+}
+
 async function main(): Promise<void> {
-  const b = await createNodeWebGpuBackend(args.has('smm-attention') ? { attentionKernel: 'subgroup-matrix' } : {});
-  const g: Gpu = { b };
-  result.device = b.info;
-  const ai = (b.gpu.keepAlive[1] as GPUAdapter | undefined)?.info as unknown as Record<string, unknown> | undefined;
+  const base = await createNodeWebGpuBackend({ attentionKernel: 'fma-v3' });
+  const adapter = base.gpu.keepAlive[1] as GPUAdapter | undefined;
+  result.device = base.info;
+  const ai = adapter?.info as unknown as Record<string, unknown> | undefined;
   result.adapterInfo = ai
     ? {
         subgroupMinSize: ai.subgroupMinSize,
@@ -300,138 +435,199 @@ async function main(): Promise<void> {
         })),
       }
     : undefined;
-  log('adapter', b.info.vendor, b.info.architecture, b.info.description, b.info.features.join(' '), JSON.stringify(result.adapterInfo), JSON.stringify(b.info.limits));
+  log('adapter', base.info.vendor, base.info.architecture, base.info.description, base.info.features.join(' '), result.adapterInfo, base.info.limits);
+  log('shape', { H, HKV, D, budgetS: budgetMs / 1000, variants: VARIANTS, smoke });
   save();
-  if (args.has('smm-attention')) {
-    // Build the experimental tensor-core attention kernel first and keep the error, if any.
-    try {
-      await b.gpu.pipeline(attentionSmmProgram(D));
-      result.smmAttentionBuild = 'ok';
-    } catch (e) {
-      result.smmAttentionBuild = String(e);
+
+  // --------------------------------------------- (a) build report, every variant
+  const variants: Variant[] = [];
+  const builds: Record<string, unknown>[] = [];
+  result.build = builds;
+  for (const name of VARIANTS) {
+    // Each variant gets its own Dawn instance and device: a driver fault or device loss in
+    // an experimental kernel then takes down that variant only.
+    const b = await createNodeWebGpuBackend({ attentionKernel: name });
+    const programs: [string, string][] = [];
+    if (name === 'subgroup-matrix') programs.push([name, b.attentionProgramFor('subgroup-matrix', 'f16', D).wgsl]);
+    else {
+      const k = name === 'fma' ? 'fma-v3' : name;
+      programs.push([`${name}-f16`, b.attentionProgramFor(k, 'f16', D).wgsl], [`${name}-f32`, b.attentionProgramFor(k, 'f32', D).wgsl]);
     }
-    log('smm attention build', result.smmAttentionBuild);
-    save();
+    let ok = true;
+    for (const [pname, wgsl] of programs) {
+      const rep = await buildReport(b.gpu.device, pname, wgsl);
+      rep.variant = name;
+      rep.eligible = b.attentionKernel === (name === 'fma' ? 'fma-v3' : name);
+      ok &&= rep.ok === true;
+      builds.push(rep);
+      log('build', pname, rep.ok ? 'OK' : 'FAILED', { eligible: rep.eligible, errors: rep.errors, validationError: rep.validationError, internalError: rep.internalError, exception: rep.exception, otherMessages: (rep.otherMessages as unknown[]).length, ms: Math.round(rep.ms as number) });
+      writeFileSync(join(outDir, 'build-report.json'), JSON.stringify(builds, null, 1));
+      save();
+    }
+    const vr: Variant = { name, b, active: b.attentionKernel, buildOk: ok };
+    if (!ok) vr.stopped = 'did not build (see build report)';
+    variants.push(vr);
   }
-  if (args.has('smm')) {
+  if (PROBE > 0) {
     try {
-      result.subgroupMatrixProbe = await subgroupMatrixProbe(g, Number(args.get('smm') || 8192));
+      result.subgroupMatrixProbe = await subgroupMatrixProbe({ b: base }, PROBE);
     } catch (e) {
       result.subgroupMatrixProbe = { error: String(e) };
     }
-    log('smm', JSON.stringify(result.subgroupMatrixProbe));
+    log('smm-probe', result.subgroupMatrixProbe);
     save();
   }
 
-  // ------------------------------------------------------------ conformance
-  const confSizes = list('conformance', '');
-  if (confSizes.length) {
-    const reports: unknown[] = [];
-    for (const n of confSizes) {
-      if (elapsed() > budgetMs * 0.35) {
-        reports.push({ n, skipped: 'time budget' });
+  // ------------------------------------------ (b) correctness of every variant
+  const checks: unknown[] = [];
+  result.correctness = checks;
+  for (const vr of variants) {
+    const g = { b: vr.b };
+    const n = CHECK_N;
+    const row: Record<string, unknown> = { variant: vr.name, n };
+    if (vr.stopped) {
+      row.skipped = vr.stopped;
+      vr.correct = false;
+      checks.push(row);
+      log('check', row);
+      save();
+      continue;
+    }
+    try {
+      const q = await synth(g, n, H, 0, 31);
+      const k = await synth(g, n, HKV, 1, 32);
+      const v = await synth(g, n, HKV, 2, 33);
+      const out = vr.b.allocate('f16', [n, H, D]);
+      await vr.b.denseAttention(q, k, v, { out });
+      await vr.b.synchronize();
+      vr.active = vr.b.attentionKernel;
+      row.active = vr.active;
+      row.note = vr.b.kernelNote;
+      const t0 = performance.now();
+      await vr.b.denseAttention(q, k, v, { out });
+      await vr.b.synchronize();
+      vr.lastMs = performance.now() - t0;
+      vr.lastN = n;
+      row.denseMs = vr.lastMs;
+      row.dense = await checkRows(g, q, k, v, out, undefined, 8);
+      // Block-sparse path of the same kernel: a fixed mask with sink, diagonal and about
+      // half of the other blocks (the crisp plan at this n may route every head to dense).
+      const mask = checkMask(n);
+      await vr.b.sparseAttention(q, k, v, mask, { out });
+      row.sparse = await checkRows(g, q, k, v, out, mask, 8);
+      const worst = Math.max((row.dense as { maxError: number }).maxError, (row.sparse as { maxError?: number }).maxError ?? 0);
+      vr.correct = worst < ERR_OK && vr.active === (vr.name === 'fma' ? 'fma-v3' : vr.name);
+      row.correct = vr.correct;
+      for (const t of [q, k, v, out]) t.dispose();
+    } catch (e) {
+      row.error = String(e instanceof Error ? (e.stack ?? e.message) : e);
+      vr.correct = false;
+    }
+    if (!vr.stopped && vr.active !== (vr.name === 'fma' ? 'fma-v3' : vr.name)) vr.stopped = `runs ${vr.active}, not ${vr.name}: ${vr.b.kernelNote ?? 'not eligible on this adapter'}`;
+    log('check', row);
+    checks.push(row);
+    save();
+  }
+
+  // ------------------------------------------------- (c) dense sweep per variant
+  const dense: Record<string, unknown>[] = [];
+  result.dense = dense;
+  for (const n of DENSE) {
+    for (const vr of variants) {
+      if (vr.stopped) {
+        dense.push({ n, variant: vr.name, skipped: vr.stopped });
         continue;
       }
-      const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
-      const big = n > 4096;
-      const rep = await runConformance(() => createNodeWebGpuBackend(), {
-        sizes,
-        // long shapes: the attention and proxy primitives in f16 (the tensor-core kernel)
-        dtypes: ['f16'],
-        filter: big ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
-        onResult: (r) => log(r.passed ? 'pass' : r.skipped ? 'skip' : 'FAIL', r.name, r.skipped ?? r.detail.slice(0, 200)),
-      });
-      reports.push({
-        n,
-        seed: rep.seed,
-        passed: rep.passed,
-        counts: rep.counts,
-        failures: rep.results.filter((r) => !r.passed && !r.skipped).map((r) => ({ name: r.name, detail: r.detail })),
-      });
-      result.conformance = reports;
+      const r = reps(n);
+      const callMs = (vr.lastMs ?? 1000) * ((n / (vr.lastN ?? n)) ** 2);
+      const projected = callMs * (r + 1) + 1500 + n / 20;
+      if (projected > left(0.55)) {
+        vr.stopped = `time budget: projected ${(projected / 1000).toFixed(1)} s, ${(left(0.55) / 1000).toFixed(1)} s left for the dense phase`;
+        dense.push({ n, variant: vr.name, skipped: vr.stopped });
+        log('dense skip', n, vr.name, vr.stopped);
+        save();
+        continue;
+      }
+      const g = { b: vr.b };
+      try {
+        const q = await synth(g, n, H, 0, 1);
+        const k = await synth(g, n, HKV, 1, 2);
+        const v = await synth(g, n, HKV, 2, 3);
+        const out = vr.b.allocate('f16', [n, H, D]);
+        const ts = await timeIt(g, () => vr.b.denseAttention(q, k, v, { out }), r);
+        const ms = median(ts);
+        vr.lastMs = ms;
+        vr.lastN = n;
+        const check = await checkRows(g, q, k, v, out, undefined, 4);
+        const row = { n, variant: vr.name, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, check };
+        log('dense', row);
+        dense.push(row);
+        for (const t of [q, k, v, out]) t.dispose();
+      } catch (e) {
+        vr.stopped = `error at n=${n}`;
+        dense.push({ n, variant: vr.name, error: String(e instanceof Error ? (e.stack ?? e.message) : e) });
+        log('dense error', n, vr.name, String(e));
+      }
       save();
     }
   }
 
-  // ------------------------------------------------------------------ dense
-  const dense: unknown[] = [];
-  result.dense = dense;
-  result.attentionKernel = b.attentionKernel;
-  const bFma = await createNodeWebGpuBackend({ attentionKernel: 'fma' });
-  // (run 2 used 'auto' for b; the tensor-core kernel is now opt-in: --smm-attention)
-  const kernels: [string, WebGpuBackend][] = b.attentionKernel === 'fma' ? [['fma', b]] : [[b.attentionKernel, b], ['fma', bFma]];
-  for (const n of list('dense', '8192,16384,32768,65536'))
-  for (const [kernel, kb] of kernels) {
-    if (elapsed() > budgetMs * 0.6) {
-      dense.push({ n, kernel, skipped: 'time budget' });
-      continue;
-    }
-    const g = { b: kb };
-    try {
-      const q = await synth(g, n, H, 0, 1);
-      const k = await synth(g, n, HKV, 1, 2);
-      const v = await synth(g, n, HKV, 2, 3);
-      const out = b.allocate('f16', [n, H, D]);
-      const reps = n >= 65536 ? 3 : 5;
-      const ts = await timeIt(g, () => kb.denseAttention(q, k, v, { out }), reps);
-      const ms = median(ts);
-      const check = await checkRows(g, q, k, v, out, undefined, 6);
-      const row = { n, kernel, note: kb.kernelNote, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, check };
-      log('dense', JSON.stringify(row));
-      dense.push(row);
-      for (const t of [q, k, v, out]) t.dispose();
-    } catch (e) {
-      dense.push({ n, kernel, error: String(e) });
-      log('dense error', n, String(e));
-    }
-    save();
-  }
-
-  // ----------------------------------------------------------------- sparse
+  // ------------------------------------------ (d) sparse vs own dense, best variant
+  const best = bestVariant(variants, dense);
+  result.bestVariant = best?.name ?? null;
   const sparse: unknown[] = [];
   result.sparse = sparse;
-  bFma.dispose();
-  result.attentionKernelAfterDense = b.attentionKernel;
-  result.kernelNote = b.kernelNote;
-  for (const n of list('sparse', '32768,65536,131072')) {
-    if (elapsed() > budgetMs * 0.85) {
-      sparse.push({ n, skipped: 'time budget' });
+  log('best variant for sparse', best?.name ?? 'none');
+  let lastDense: { n: number; ms: number } | undefined = best?.lastN ? { n: best.lastN, ms: best.lastMs! } : undefined;
+  for (const n of SPARSE) {
+    if (!best) break;
+    const r = n >= 131072 ? 2 : 3;
+    const denseGuess = lastDense ? lastDense.ms * (n / lastDense.n) ** 2 : 1000;
+    // dense (warm-up + reps), sparse pipeline (warm-up + reps) and attention alone, at ~0.7 density
+    const projected = denseGuess * (r + 1) * (1 + 2 * 0.75) + 4000 + n / 10;
+    if (projected > left(0.88)) {
+      sparse.push({ n, skipped: `time budget: projected ${(projected / 1000).toFixed(1)} s, ${(left(0.88) / 1000).toFixed(1)} s left for the sparse phase` });
+      log('sparse skip', n, sparse[sparse.length - 1]);
+      save();
       continue;
     }
+    const b = best.b;
+    const g = { b };
     try {
       const q = await synth(g, n, H, 0, 11);
       const k = await synth(g, n, HKV, 1, 12);
       const v = await synth(g, n, HKV, 2, 13);
       const out = b.allocate('f16', [n, H, D]);
       attentionShape(q, k, v);
-      const reps = 3;
-      const denseTs = await timeIt(g, () => b.denseAttention(q, k, v, { out }), reps);
+      const denseTs = await timeIt(g, () => b.denseAttention(q, k, v, { out }), r);
       const runs: { planMs: number; attentionMs: number; totalMs: number }[] = [];
       let last: Awaited<ReturnType<typeof sparsePrefill>> | undefined;
-      for (let r = 0; r <= reps; r++) {
+      for (let i = 0; i <= r; i++) {
         const t0 = performance.now();
         const res = await sparsePrefill(b, { q, k, v }, crisp, { minSparseLength: 0, out });
         const total = performance.now() - t0;
-        if (r > 0) runs.push({ ...res.timings, totalMs: total });
+        if (i > 0) runs.push({ ...res.timings, totalMs: total });
         last = res;
       }
       const plan = last!.plan;
-      // Attention alone over the same plan (the mask), for the density x dense comparison.
-      const attTs = await timeIt(g, () => b.sparseAttention(q, k, v, plan.mask!, { out }), reps);
-      const check = await checkRows(g, q, k, v, out, plan.mask, 6);
+      const attTs = plan.mask ? await timeIt(g, () => b.sparseAttention(q, k, v, plan.mask!, { out }), r) : [];
+      const check = await checkRows(g, q, k, v, out, plan.mask, 4);
       const denseMs = median(denseTs);
-      const attMs = median(attTs);
-      const totalMs = median(runs.map((r) => r.totalMs));
-      const planMs = median(runs.map((r) => r.planMs));
+      lastDense = { n, ms: denseMs };
+      const attMs = attTs.length ? median(attTs) : Number.NaN;
+      const totalMs = median(runs.map((x) => x.totalMs));
+      const planMs = median(runs.map((x) => x.planMs));
       const routes = plan.routing?.routes ?? [];
       const row = {
         n,
-        kernel: b.attentionKernel,
+        variant: best.name,
+        active: b.attentionKernel,
         policy: plan.policy,
         density: plan.overallDensity,
         vsHeads: routes.filter((x) => x === 'vs').length,
         peHeads: routes.filter((x) => x === 'pe').length,
         denseMs,
+        denseTflops: causalFlops(n) / denseMs / 1e9,
         denseRunsMs: denseTs,
         sparseTotalMs: totalMs,
         sparsePlanMs: planMs,
@@ -442,50 +638,115 @@ async function main(): Promise<void> {
         totalVsBound: totalMs / (plan.overallDensity * denseMs + planMs),
         check,
       };
-      log('sparse', JSON.stringify(row));
+      log('sparse', row);
       sparse.push(row);
       for (const t of [q, k, v, out]) t.dispose();
     } catch (e) {
-      sparse.push({ n, error: String(e) });
+      sparse.push({ n, error: String(e instanceof Error ? (e.stack ?? e.message) : e) });
       log('sparse error', n, String(e));
     }
     save();
   }
 
   // ------------------------------------------------------------------- tfjs
-  const tfSizes = list('tfjs', '');
-  if (tfSizes.length) result.tfjs = await tfjsPeer(tfSizes);
-  result.kernelNoteAtEnd = b.kernelNote;
+  if (TFJS.length) result.tfjs = await tfjsPeer(TFJS, best);
+
+  // ------------------------------------------------------------ conformance
+  const confSizes = list('conformance', smoke ? '' : '4000');
+  if (confSizes.length) {
+    const reports: unknown[] = [];
+    result.conformance = reports;
+    for (const n of confSizes) {
+      if (left(1) < 40000) {
+        reports.push({ n, skipped: 'time budget' });
+        continue;
+      }
+      const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
+      const rep = await runConformance(() => createNodeWebGpuBackend({ attentionKernel: best?.name ?? 'fma-v3' }), {
+        sizes,
+        dtypes: ['f16'],
+        filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
+        onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
+      });
+      reports.push({
+        n,
+        seed: rep.seed,
+        passed: rep.passed,
+        counts: rep.counts,
+        failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
+      });
+      save();
+    }
+  }
+
   result.finishedSeconds = elapsed() / 1000;
+  log('done', result.finishedSeconds);
   save();
-  b.dispose();
+  for (const vr of variants) vr.b.dispose();
+  base.dispose();
+}
+
+/** The correct variant with the highest dense TFLOP/s at the largest n every timed variant reached. */
+function bestVariant(variants: Variant[], dense: Record<string, unknown>[]): Variant | undefined {
+  const ok = variants.filter((v) => v.correct);
+  if (!ok.length) return undefined;
+  const timed = dense.filter((r) => typeof r.tflops === 'number');
+  let best: Variant | undefined;
+  let bestScore = -1;
+  for (const v of ok) {
+    const rows = timed.filter((r) => r.variant === v.name);
+    if (!rows.length) continue;
+    const nmax = Math.max(...rows.map((r) => r.n as number));
+    // score at the largest n this variant reached, penalised when others reached larger n
+    const atMax = rows.find((r) => r.n === nmax)!.tflops as number;
+    const score = atMax * (nmax / Math.max(...timed.map((r) => r.n as number)));
+    if (score > bestScore) {
+      bestScore = score;
+      best = v;
+    }
+  }
+  return best ?? ok[0];
 }
 
 /**
  * The peer: dense causal attention as a TensorFlow.js user writes it on the WebGPU backend
- * (./src/tfjs-peer.ts, entry @crisp/kernels-webgpu/tfjs-peer), at H/HKV heads of D, 1
- * warm-up and 3 timed runs per size as before; its float64 row check now comes with it.
+ * (../src/tfjs-peer.ts), H/HKV heads of D, 1 warm-up and 3 timed runs per size, checked
+ * against float64 rows before it is timed; the ratio is to the best variant's dense time.
  */
-async function tfjsPeer(sizes: number[]): Promise<unknown> {
+async function tfjsPeer(sizes: number[], best: Variant | undefined): Promise<unknown> {
   const rows: unknown[] = [];
+  const dense = (result.dense as Record<string, unknown>[]) ?? [];
   for (const n of sizes) {
-    if (elapsed() > budgetMs) {
+    if (left(1) < 15000) {
       rows.push({ n, skipped: 'time budget' });
       continue;
     }
     try {
       const r = await timeTfjsDenseAttention({ n, heads: H, kvHeads: HKV, headDim: D, reps: 3, warmup: 1 });
       if ('medianMs' in r) {
-        rows.push({ n, ms: r.medianMs, runsMs: r.runs, tflops: causalFlops(n) / r.medianMs / 1e9, dtype: r.dtype, check: r.check });
-        log('tfjs', n, r.medianMs);
+        const ours = dense.find((x) => x.n === n && x.variant === best?.name && typeof x.ms === 'number');
+        const row = {
+          n,
+          ms: r.medianMs,
+          runsMs: r.runs,
+          tflops: causalFlops(n) / r.medianMs / 1e9,
+          dtype: r.dtype,
+          check: r.check,
+          oursVariant: best?.name,
+          oursMs: ours?.ms,
+          tfjsOverOurs: ours ? r.medianMs / (ours.ms as number) : undefined,
+        };
+        rows.push(row);
+        log('tfjs', row);
       } else {
         rows.push({ n, error: 'absent' in r ? r.absent : r.failed });
-        log('tfjs error', n, JSON.stringify(r));
+        log('tfjs error', n, r);
       }
     } catch (e) {
       rows.push({ n, error: String(e) });
       log('tfjs error', n, String(e));
     }
+    result.tfjs = rows;
     save();
   }
   return rows;
@@ -494,6 +755,6 @@ async function tfjsPeer(sizes: number[]): Promise<unknown> {
 main().catch((e) => {
   result.fatal = String(e instanceof Error ? e.stack : e);
   save();
-  console.error(e);
+  log('FATAL', result.fatal);
   process.exitCode = 1;
 });

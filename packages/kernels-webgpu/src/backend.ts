@@ -42,9 +42,10 @@ import {
 } from '@crisp/core';
 import { GpuContext, Usage } from './gpu.js';
 import { attentionSmmProgram } from './kernels/attention-smm.js';
+import { ATTENTION_V3_WORKGROUP_BYTES, attentionV3Program } from './kernels/attention-v3.js';
 import { attentionProgram } from './kernels/attention.js';
 import { expandCountProgram, expandFillProgram, peMapProgram, scanProgram } from './kernels/blocks.js';
-import { LOG2E, type StorageDType } from './kernels/common.js';
+import { LOG2E, type ProgramDescriptor, type StorageDType } from './kernels/common.js';
 import {
   SLASH_STRIDE,
   blockMeanProgram,
@@ -68,6 +69,10 @@ export const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'chromium-experimen
  */
 export const H200_SPARSE_CROSSOVER = 32768;
 
+/** The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. */
+export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'subgroup-matrix';
+export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'subgroup-matrix'];
+
 export interface WebGpuBackendOptions {
   /** Use this device (its features and limits as they are). */
   readonly device?: GPUDevice;
@@ -84,13 +89,18 @@ export interface WebGpuBackendOptions {
    */
   readonly maxDispatchWork?: number;
   /**
-   * Attention kernel. 'fma' (default): the portable kernel every measured number comes
-   * from. 'subgroup-matrix': EXPERIMENTAL, unverified: the tensor-core kernel for f16 when
-   * the adapter offers chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide
-   * subgroups); on the H200 run of 2026-11-30 it did not build and the backend fell back to
-   * 'fma' (see NOTES.md). Ineligible adapters always get 'fma'.
+   * Attention kernel (dense and block-sparse use the same one).
+   * - 'fma-v3' (default; 'fma' is an alias): 128 threads per 64-row tile, 8 x 4 register
+   *   blocks of S, double-buffered chunks, 32 KiB of workgroup memory (NOTES.md, v3).
+   * - 'fma-v1': the first FMA kernel (256 threads, 4 x 4 blocks), every H200 number of
+   *   2026-11-30 05:19-05:30 comes from it; kept for comparison.
+   * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 when the adapter offers
+   *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups) and
+   *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v3'
+   *   (`kernelNote` says why).
+   * A device with less than 32 KiB of workgroup memory gets 'fma-v1' in place of 'fma-v3'.
    */
-  readonly attentionKernel?: 'fma' | 'subgroup-matrix';
+  readonly attentionKernel?: AttentionKernel;
   /**
    * Rolled-loop WGSL (same arithmetic, far less code). Default: on for CPU adapters
    * (SwiftShader, fallback adapters), where pipeline compilation dominates; off on GPUs, where
@@ -190,15 +200,22 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
   const ai = info as unknown as
     | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
     | undefined;
+  const kernel = opts.attentionKernel ?? 'fma-v3';
+  if (!ATTENTION_KERNELS.includes(kernel)) {
+    throw new InvalidArgumentError(`attentionKernel must be one of ${ATTENTION_KERNELS.join(', ')}; got ${String(kernel)}`);
+  }
   const smm =
     device.features.has('shader-f16') &&
+    device.features.has('subgroups') &&
     device.features.has('chromium-experimental-subgroup-matrix') &&
     ai?.subgroupMinSize === 32 &&
     ai?.subgroupMaxSize === 32 &&
     [...(ai?.subgroupMatrixConfigs ?? [])].some(
       (c) => c.componentType === 'f16' && c.resultComponentType === 'f32' && c.M === 16 && c.N === 16 && c.K === 16,
     );
-  ctx.subgroupMatrix = smm && opts.attentionKernel === 'subgroup-matrix';
+  ctx.subgroupMatrix = smm && kernel === 'subgroup-matrix';
+  ctx.fmaKernel =
+    kernel === 'fma-v1' || ctx.limits.maxComputeWorkgroupStorageSize < ATTENTION_V3_WORKGROUP_BYTES ? 'fma-v1' : 'fma-v3';
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
     Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);
@@ -859,9 +876,16 @@ export class WebGpuBackend implements Backend {
     return lse ? { output: out, lse } : { output: out };
   }
 
-  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores) or 'fma'. */
-  get attentionKernel(): 'subgroup-matrix' | 'fma' {
-    return this.gpu.subgroupMatrix ? 'subgroup-matrix' : 'fma';
+  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores), 'fma-v3' or 'fma-v1'. */
+  get attentionKernel(): 'subgroup-matrix' | 'fma-v3' | 'fma-v1' {
+    return this.gpu.subgroupMatrix ? 'subgroup-matrix' : this.gpu.fmaKernel;
+  }
+
+  /** The program the given attention kernel runs for this dtype and head dim (for build reports). */
+  attentionProgramFor(kernel: 'subgroup-matrix' | 'fma-v3' | 'fma-v1', dtype: StorageDType, D: number): ProgramDescriptor {
+    if (kernel === 'subgroup-matrix') return attentionSmmProgram(D);
+    if (kernel === 'fma-v1') return attentionProgram(dtype, D, this.gpu.compact);
+    return attentionV3Program(dtype, D, this.gpu.compact);
   }
 
   async #attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline> {
@@ -872,10 +896,10 @@ export class WebGpuBackend implements Backend {
         // An experimental feature: if the driver rejects the program, keep the portable
         // kernel for the rest of this backend's life and say why in kernelNote.
         this.gpu.subgroupMatrix = false;
-        this.kernelNote = `subgroup-matrix attention unavailable, using FMA: ${e instanceof Error ? e.message : String(e)}`;
+        this.kernelNote = `subgroup-matrix attention unavailable, using ${this.gpu.fmaKernel}: ${e instanceof Error ? e.message : String(e)}`;
       }
     }
-    return this.gpu.pipeline(attentionProgram(dtype, D, this.gpu.compact));
+    return this.gpu.pipeline(this.attentionProgramFor(this.gpu.fmaKernel, dtype, D));
   }
 
   /** Why the tensor-core kernel is not in use, when it was eligible but failed to build. */

@@ -3,6 +3,8 @@
  * adapter is injected; `@crisp/kernels-webgpu/node` adds Dawn for Node.
  */
 export {
+  ATTENTION_KERNELS,
+  type AttentionKernel,
   createWebGpuBackend,
   H200_SPARSE_CROSSOVER,
   OPTIONAL_FEATURES,
@@ -14,3 +16,5 @@ export { DeviceLostError, GpuContext, type DeviceLimits } from './gpu.js';
 export { coverageCut } from './coverage.js';
 export type { ProgramDescriptor } from './kernels/common.js';
 export { attentionProgram } from './kernels/attention.js';
+export { attentionV3Program } from './kernels/attention-v3.js';
+export { attentionSmmProgram } from './kernels/attention-smm.js';

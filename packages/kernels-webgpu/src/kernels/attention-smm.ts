@@ -80,6 +80,7 @@ export function attentionSmmProgram(headDim: number): ProgramDescriptor {
   }`;
   const wgsl = /* wgsl */ `
 enable f16;
+enable subgroups;
 enable chromium_experimental_subgroup_matrix;
 struct Params {
   m: u32, n: u32, H: u32, Hkv: u32,
@@ -104,9 +105,15 @@ var<workgroup> seg: vec2<u32>;
 var<workgroup> tiles: vec2<u32>;
 
 @compute @workgroup_size(128)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-  let sg = lid / 32u;
-  let lane = lid % 32u;
+fn main(
+  @builtin(workgroup_id) wid: vec3<u32>,
+  @builtin(local_invocation_index) lid: u32,
+  @builtin(subgroup_id) sgid: u32,
+  @builtin(subgroup_invocation_id) lane: u32,
+) {
+  // Fragment offsets must be uniform for the matrix builtins: subgroup_id is (per
+  // subgroup), lid / 32 is not, and Tint rejected the kernel built on it.
+  let sg = sgid;
   let r = lane / 2u;          // this thread's row within the subgroup's 16
   let hc = lane % 2u;         // which 32 of the tile's 64 keys it reduces
   let h = P.headBase + wid.y;
