@@ -330,7 +330,7 @@ async function renderOnly(outDir: string, linkBase: string, log: (line: string) 
   }
   // Results written before the Pareto flag existed: derive it from the same summary (in memory only).
   const fl = r.suites.floors;
-  if (fl && fl.summary.some((x) => x.pareto === undefined)) {
+  if (fl?.summary.some((x) => x.pareto === undefined)) {
     r.suites.floors = { ...fl, summary: floorSummary(fl.summary, fl.rows) };
   }
   const figs = await figures(r);
