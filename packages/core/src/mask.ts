@@ -240,20 +240,29 @@ export function selectedBlockCounts(mask: BlockMask): Float64Array {
         // count each row's entries, minus those a VS block already covers, found by
         // binary search in the sorted row: O(Nb · |V ∪ S| · log row) instead of O(entries).
         c += entries;
+        const nv = vertical.length;
+        const ns = slash.length;
         for (let I = 0; I < Nb; I++) {
           const r = h * Nb + I;
           const a = rowPtr[r];
           const b = rowPtr[r + 1];
           if (a === b) continue;
-          for (const J of vertical) {
-            if (J > I) break;
+          for (let x = 0; x < nv + ns; x++) {
+            let J: number;
+            if (x < nv) {
+              J = vertical[x];
+              if (J > I) {
+                x = nv - 1; // on to the slash part
+                continue;
+              }
+            } else {
+              const O = slash[x - nv];
+              if (O > I) break;
+              J = I - O;
+              // a block both vertical and slash was subtracted once in the vertical part
+              if (sortedHas(vertical, 0, nv, J)) continue;
+            }
             if (sortedHas(cols, a, b, J)) c--;
-          }
-          for (const O of slash) {
-            if (O > I) break;
-            const J = I - O;
-            // a block both vertical and slash was subtracted once above
-            if (!sortedHasValue(vertical, J) && sortedHas(cols, a, b, J)) c--;
           }
         }
       } else {
@@ -285,10 +294,6 @@ function sortedHas(arr: Int32Array, from: number, to: number, x: number): boolea
     else hi = mid;
   }
   return lo < to && arr[lo] === x;
-}
-
-function sortedHasValue(arr: Int32Array, x: number): boolean {
-  return sortedHas(arr, 0, arr.length, x);
 }
 
 /**

@@ -33,6 +33,7 @@ const e2eNs = arg('e2e', '').split(',').filter(Boolean).map(Number);
 const variant = arg('variant', 'w32') as AttentionVariant;
 /** sizes for the kernel-layout sweep (phase kernels) */
 const sweepNs = arg('sweep', '16384,65536,131072,524288').split(',').map(Number);
+const layouts = arg('layouts', Object.keys(ATTENTION_VARIANTS).join(',')).split(',') as AttentionVariant[];
 const t0 = performance.now();
 const elapsed = () => performance.now() - t0;
 mkdirSync(outDir, { recursive: true });
@@ -136,7 +137,7 @@ if (phase === 'kernels') {
         const blocks = rows.rowPtr[rows.rowPtr.length - 1];
         const causal = H * ((Nb * (Nb + 1)) / 2);
         const big = n >= 262144;
-        for (const name of Object.keys(ATTENTION_VARIANTS) as AttentionVariant[]) {
+        for (const name of layouts) {
           if (elapsed() > budget) break;
           be.attentionVariant = name;
           be.poison(o);
@@ -342,6 +343,29 @@ if (phase === 'all' || phase === 'bench') {
       for (const t of [q, k, v, os, od]) t.dispose();
     }
   };
+
+  if (arg('profile', '') === '1') {
+    // One profiled CRISP prefill per size: every kernel's device time (launches serialised).
+    for (const n of e2eNs) {
+      await step(`profile_${n}`, async () => {
+        const { q, k, v } = await makeInputs(n);
+        const os = be.allocate('bf16', [n, H, D]);
+        try {
+          const inputs = { q, k, v };
+          await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os });
+          await be.synchronize();
+          be.startProfile();
+          const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os });
+          const kernels = be.stopProfile();
+          for (const x of kernels.slice(0, 14)) log(`  ${n} ${x.kernel}: ${x.ms.toFixed(2)} ms (${x.calls} calls)`);
+          log(`  ${n} plan phases (profiled, serialised) ${JSON.stringify(r.plan.phases)} density ${r.plan.overallDensity.toFixed(4)}`);
+          return { n, inputs: inputsKind, kernels, phases: r.plan.phases, density: r.plan.overallDensity };
+        } finally {
+          for (const t of [q, k, v, os]) t.dispose();
+        }
+      });
+    }
+  }
 
   for (const n of e2eNs.length ? e2eNs : ns.filter((x) => x >= 131072).sort((x, y) => y - x)) {
     await step(`crisp_e2e_${n}`, async () => {

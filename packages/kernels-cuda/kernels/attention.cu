@@ -123,24 +123,23 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
       const bool needMask = ks + BN - 1 > q0 + warp * WR + mt * 16;
       const int rA = q0 + warp * WR + mt * 16 + (lane >> 2), rB = rA + 8;
       float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+      // Max over raw scores (scale > 0 commutes with max); the scale is applied inside one
+      // FFMA per score below (s · scale − m), not a separate multiply and subtract.
 #pragma unroll
       for (int j = 0; j < BN / 8; j++) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const int col = ks + j * 8 + (lane & 3) * 2 + e;
-          float a = s[mt][j][e] * scaleLog2, b = s[mt][j][2 + e] * scaleLog2;
           if (needMask) {
-            if (col > rA) a = CRISP_NEG_INF;
-            if (col > rB) b = CRISP_NEG_INF;
+            if (col > rA) s[mt][j][e] = CRISP_NEG_INF;
+            if (col > rB) s[mt][j][2 + e] = CRISP_NEG_INF;
           }
-          s[mt][j][e] = a;
-          s[mt][j][2 + e] = b;
-          mxA = fmaxf(mxA, a);
-          mxB = fmaxf(mxB, b);
+          mxA = fmaxf(mxA, s[mt][j][e]);
+          mxB = fmaxf(mxB, s[mt][j][2 + e]);
         }
       }
-      mxA = quad_max(mxA);
-      mxB = quad_max(mxB);
+      mxA = quad_max(mxA) * scaleLog2;
+      mxB = quad_max(mxB) * scaleLog2;
       const float nA = fmaxf(mA[mt], mxA), nB = fmaxf(mB[mt], mxB);
       // A row with no visible key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
       const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
@@ -150,21 +149,25 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
       float sumA = 0.f, sumB = 0.f;
 #pragma unroll
       for (int j = 0; j < BN / 8; j++) {
-        s[mt][j][0] = exp2f(s[mt][j][0] - uA);
-        s[mt][j][1] = exp2f(s[mt][j][1] - uA);
-        s[mt][j][2] = exp2f(s[mt][j][2] - uB);
-        s[mt][j][3] = exp2f(s[mt][j][3] - uB);
+        s[mt][j][0] = exp2f(fmaf(s[mt][j][0], scaleLog2, -uA));
+        s[mt][j][1] = exp2f(fmaf(s[mt][j][1], scaleLog2, -uA));
+        s[mt][j][2] = exp2f(fmaf(s[mt][j][2], scaleLog2, -uB));
+        s[mt][j][3] = exp2f(fmaf(s[mt][j][3], scaleLog2, -uB));
         sumA += s[mt][j][0] + s[mt][j][1];
         sumB += s[mt][j][2] + s[mt][j][3];
       }
       lA[mt] = lA[mt] * cA + sumA;
       lB[mt] = lB[mt] * cB + sumB;
+      // Once a row's running max settles (most tiles of a long row) the correction factors
+      // are exactly 1: skip the D/2 multiplies when the whole warp has nothing to rescale.
+      if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) {
 #pragma unroll
-      for (int j = 0; j < D / 8; j++) {
-        acc[mt][j][0] *= cA;
-        acc[mt][j][1] *= cA;
-        acc[mt][j][2] *= cB;
-        acc[mt][j][3] *= cB;
+        for (int j = 0; j < D / 8; j++) {
+          acc[mt][j][0] *= cA;
+          acc[mt][j][1] *= cA;
+          acc[mt][j][2] *= cB;
+          acc[mt][j][3] *= cB;
+        }
       }
     }
 #pragma unroll

@@ -107,6 +107,26 @@ export class CudaTensor extends DeviceTensorBase {
   protected release(): void {
     this.#owner.releaseBlock(this.#block);
   }
+  /** bumped by every write through the backend; the NaN/Inf check is cached per version */
+  #version = 0;
+  /** the version last found finite, or -1 */
+  #finiteAt = -1;
+  /**
+   * Call after writing this tensor's memory yourself (through `ptr`, outside this backend):
+   * the backend checks inputs for NaN/Inf once per version and would otherwise trust the
+   * previous check.
+   */
+  markWritten(): void {
+    this.#version++;
+  }
+  /** @internal */
+  get checkedFinite(): boolean {
+    return this.#finiteAt === this.#version;
+  }
+  /** @internal */
+  setCheckedFinite(): void {
+    this.#finiteAt = this.#version;
+  }
 }
 
 interface Prepared {
@@ -155,6 +175,7 @@ export class CudaBackend implements Backend {
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
+  #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
   static #checkVariant(v: string): AttentionVariant {
     if (!Object.hasOwn(ATTENTION_VARIANTS, v)) {
@@ -297,11 +318,48 @@ export class CudaBackend implements Backend {
     if (gx < 1 || gy < 1 || gz < 1 || gy > 65535 || gz > 65535) {
       throw new CrispError('LIMIT_EXCEEDED', `launch grid [${gx}, ${gy}, ${gz}] for ${name} is out of range`);
     }
+    const prof = this.#profile;
+    if (prof) check(this.#libs, this.#libs.cu.cuEventRecord(prof.a, this.#stream), 'cuEventRecord');
     check(
       this.#libs,
       this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#stream, this.#argMem, null),
       `cuLaunchKernel(${name})`,
     );
+    if (prof) {
+      const cu = this.#libs.cu;
+      check(this.#libs, cu.cuEventRecord(prof.b, this.#stream), 'cuEventRecord');
+      check(this.#libs, cu.cuEventSynchronize(prof.b), 'cuEventSynchronize');
+      const ms = [0];
+      check(this.#libs, cu.cuEventElapsedTime(ms, prof.a, prof.b), 'cuEventElapsedTime');
+      const e = prof.totals.get(name) ?? { calls: 0, ms: 0 };
+      e.calls++;
+      e.ms += ms[0];
+      prof.totals.set(name, e);
+    }
+  }
+
+  /**
+   * Kernel profiling: while on, every launch is bracketed by events and waited for, and its
+   * device time is added to a per-kernel total (this serialises the stream: use it to see
+   * where time goes, never while timing). `stopProfile` returns the totals, largest first.
+   */
+  startProfile(): void {
+    this.#alive();
+    if (this.#profile) return;
+    const a = [null];
+    const b = [null];
+    check(this.#libs, this.#libs.cu.cuEventCreate(a, 0), 'cuEventCreate');
+    check(this.#libs, this.#libs.cu.cuEventCreate(b, 0), 'cuEventCreate');
+    this.#profile = { a: a[0] as unknown as Handle, b: b[0] as unknown as Handle, totals: new Map() };
+  }
+
+  stopProfile(): { kernel: string; calls: number; ms: number }[] {
+    const prof = this.#profile;
+    if (!prof) return [];
+    this.#profile = undefined;
+    this.#libs.cu.cuEventDestroy(prof.a);
+    this.#libs.cu.cuEventDestroy(prof.b);
+    return [...prof.totals].map(([kernel, e]) => ({ kernel, ...e })).sort((x, y) => y.ms - x.ms);
   }
 
   #scratch(bytes: number): DeviceBlock {
@@ -325,7 +383,9 @@ export class CudaBackend implements Backend {
    * 4-byte readback. Off with `checkFinite: false`.
    */
   #assertFinite(t: CudaTensor, what: string): void {
-    if (!this.#checkFinite || t.dtype === 'f32') return;
+    // Once per tensor version: a plan and its run read q and k up to three times, and at
+    // 512k each check is a 1-4 GB read (about 13 ms a prefill when repeated).
+    if (!this.#checkFinite || t.dtype === 'f32' || t.checkedFinite) return;
     const flag = this.#scratch(4);
     try {
       check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, 0, 1, this.#stream), 'cuMemsetD32Async');
@@ -343,6 +403,7 @@ export class CudaBackend implements Backend {
           count: c >>> 0,
         });
       }
+      t.setCheckedFinite();
     } finally {
       this.#pool.release(flag);
     }
@@ -391,6 +452,7 @@ export class CudaBackend implements Backend {
       );
     }
     if (data.length === 0) return;
+    ct.markWritten();
     check(
       this.#libs,
       this.#libs.cu.cuMemcpyHtoD(ct.ptr + elementOffset * bpe, data, data.length * bpe),
@@ -604,6 +666,9 @@ export class CudaBackend implements Backend {
         rowPtrParts.push(r.rowPtr);
         colParts.push(r.cols);
       }
+      // One chunk (every head's map fits in 4 GiB: all Llama shapes to 512k): hand its
+      // arrays back as they are, no second copy of the cols (hundreds of MB at 512k).
+      if (rowPtrParts.length === 1) return { rowPtr: rowPtrParts[0], cols: colParts[0] };
       const rowPtr = new Int32Array(nh * Nb + 1);
       let total = 0;
       let ri = 0;
@@ -820,6 +885,7 @@ export class CudaBackend implements Backend {
     let out: CudaTensor;
     if (opts.out) {
       out = this.#tensor(opts.out, 'opts.out');
+      out.markWritten();
       if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== n || out.shape[1] !== H || out.shape[2] !== D) {
         throw new ShapeError(
           `opts.out must be ${shape.dtype} [${n}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`,
@@ -925,6 +991,7 @@ export class CudaBackend implements Backend {
   /** Fill a bf16/f16 tensor with crisp_hash values (the formula the PyTorch peer shares). */
   fillHash(t: DeviceTensor, seed: number, amplitude: number): void {
     const ct = this.#tensor(t, 'fill target');
+    ct.markWritten();
     if (ct.dtype === 'f32') throw new UnsupportedError('fillHash fills bf16 or f16 tensors');
     this.#launch('bench.cu', `fill_hash_${ct.dtype}`, [4096], 256, 0, [
       P(ct.ptr),
@@ -940,6 +1007,7 @@ export class CudaBackend implements Backend {
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const tensors = [this.#tensor(q, 'q'), this.#tensor(k, 'k'), this.#tensor(v, 'v')];
     tensors.forEach((t, which) => {
+      t.markWritten();
       this.#launch('bench.cu', `fill_llama_${dtype}`, [4096], 256, 0, [
         P(t.ptr),
         I(which),
@@ -957,6 +1025,7 @@ export class CudaBackend implements Backend {
   /** Overwrite a tensor with NaN so unwritten outputs show. */
   poison(t: DeviceTensor): void {
     const ct = this.#tensor(t, 'poison target');
+    ct.markWritten();
     const cu = this.#libs.cu;
     const n = numel(ct.shape);
     if (ct.dtype === 'f32') check(this.#libs, cu.cuMemsetD32Async(ct.ptr, 0x7fc00000, n, this.#stream), 'cuMemsetD32Async');
