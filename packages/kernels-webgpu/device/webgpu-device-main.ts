@@ -11,7 +11,8 @@
  *                        wgsl/<kernel>.wgsl; a FILE.json path puts the log and the rest next to it.
  *   --budget S           seconds for the whole run (default 420); each phase stops early (and
  *                        says so in the JSON) when its projected time would overrun.
- *   --variants V,...     attention kernels (default fma-v3,fma-v1,subgroup-matrix)
+ *   --variants V,...     attention kernels (default fma-v3,fma-v1,subgroup-matrix,
+ *                        subgroup-matrix-staged)
  *   --check N            float64 correctness size per variant, dense and sparse (default 4096)
  *   --dense LIST         dense sweep (default 8192,16384,32768,65536)
  *   --sparse LIST        crisp-preset sparse vs own dense, best variant (default 32768,65536,131072)
@@ -89,7 +90,7 @@ const log = (...a: unknown[]) => {
 const H = Number(args.get('heads') || (smoke ? 4 : 32));
 const HKV = Number(args.get('kvheads') || (smoke ? 2 : 8));
 const D = 128;
-const VARIANTS = (args.get('variants') || 'fma-v3,fma-v1,subgroup-matrix').split(',').filter(Boolean) as AttentionKernel[];
+const VARIANTS = (args.get('variants') || 'fma-v3,fma-v1,subgroup-matrix,subgroup-matrix-staged').split(',').filter(Boolean) as AttentionKernel[];
 for (const v of VARIANTS) if (!ATTENTION_KERNELS.includes(v)) throw new Error(`unknown variant ${v}; known: ${ATTENTION_KERNELS.join(', ')}`);
 const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));
 const DENSE = list('dense', smoke ? '256,512' : '8192,16384,32768,65536');
@@ -413,6 +414,22 @@ function checkMask(n: number): BlockMask {
   return { heads: H, numBlocks: Nb, blockSize: B, rows: { rowPtr, cols: Int32Array.from(cols) } };
 }
 
+/**
+ * A hung kernel never resolves its promise: give up after `ms`, mark the variant, and let
+ * the run go on (each variant has its own device, so the others keep working).
+ */
+async function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no result after ${(ms / 1000).toFixed(0)} s (hung or far too slow)`)), ms);
+  });
+  try {
+    return await Promise.race([p, t]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 function reps(n: number): number {
   return n >= 65536 ? 3 : n >= 32768 ? 3 : 5;
 }
@@ -448,7 +465,7 @@ async function main(): Promise<void> {
     // an experimental kernel then takes down that variant only.
     const b = await createNodeWebGpuBackend({ attentionKernel: name });
     const programs: [string, string][] = [];
-    if (name === 'subgroup-matrix') programs.push([name, b.attentionProgramFor('subgroup-matrix', 'f16', D).wgsl]);
+    if (name.startsWith('subgroup-matrix')) programs.push([name, b.attentionProgramFor(name as 'subgroup-matrix', 'f16', D).wgsl]);
     else {
       const k = name === 'fma' ? 'fma-v3' : name;
       programs.push([`${name}-f16`, b.attentionProgramFor(k, 'f16', D).wgsl], [`${name}-f32`, b.attentionProgramFor(k, 'f32', D).wgsl]);
@@ -494,34 +511,41 @@ async function main(): Promise<void> {
       continue;
     }
     try {
-      const q = await synth(g, n, H, 0, 31);
-      const k = await synth(g, n, HKV, 1, 32);
-      const v = await synth(g, n, HKV, 2, 33);
-      const out = vr.b.allocate('f16', [n, H, D]);
-      await vr.b.denseAttention(q, k, v, { out });
-      await vr.b.synchronize();
-      vr.active = vr.b.attentionKernel;
-      row.active = vr.active;
-      row.note = vr.b.kernelNote;
-      const t0 = performance.now();
-      await vr.b.denseAttention(q, k, v, { out });
-      await vr.b.synchronize();
-      vr.lastMs = performance.now() - t0;
-      vr.lastN = n;
-      row.denseMs = vr.lastMs;
-      row.dense = await checkRows(g, q, k, v, out, undefined, 8);
-      // Block-sparse path of the same kernel: a fixed mask with sink, diagonal and about
-      // half of the other blocks (the crisp plan at this n may route every head to dense).
-      const mask = checkMask(n);
-      await vr.b.sparseAttention(q, k, v, mask, { out });
-      row.sparse = await checkRows(g, q, k, v, out, mask, 8);
-      const worst = Math.max((row.dense as { maxError: number }).maxError, (row.sparse as { maxError?: number }).maxError ?? 0);
-      vr.correct = worst < ERR_OK && vr.active === (vr.name === 'fma' ? 'fma-v3' : vr.name);
-      row.correct = vr.correct;
-      for (const t of [q, k, v, out]) t.dispose();
+      await withTimeout(
+        (async () => {
+          const q = await synth(g, n, H, 0, 31);
+          const k = await synth(g, n, HKV, 1, 32);
+          const v = await synth(g, n, HKV, 2, 33);
+          const out = vr.b.allocate('f16', [n, H, D]);
+          await vr.b.denseAttention(q, k, v, { out });
+          await vr.b.synchronize();
+          vr.active = vr.b.attentionKernel;
+          row.active = vr.active;
+          row.note = vr.b.kernelNote;
+          const t0 = performance.now();
+          await vr.b.denseAttention(q, k, v, { out });
+          await vr.b.synchronize();
+          vr.lastMs = performance.now() - t0;
+          vr.lastN = n;
+          row.denseMs = vr.lastMs;
+          row.dense = await checkRows(g, q, k, v, out, undefined, 8);
+          // Block-sparse path of the same kernel: a fixed mask with sink, diagonal and about
+          // half of the other blocks (the crisp plan at this n may route every head to dense).
+          const mask = checkMask(n);
+          await vr.b.sparseAttention(q, k, v, mask, { out });
+          row.sparse = await checkRows(g, q, k, v, out, mask, 8);
+          const worst = Math.max((row.dense as { maxError: number }).maxError, (row.sparse as { maxError?: number }).maxError ?? 0);
+          vr.correct = worst < ERR_OK && vr.active === (vr.name === 'fma' ? 'fma-v3' : vr.name);
+          row.correct = vr.correct;
+          for (const t of [q, k, v, out]) t.dispose();
+        })(),
+        smoke ? 300000 : 60000,
+        `check ${vr.name}`,
+      );
     } catch (e) {
       row.error = String(e instanceof Error ? (e.stack ?? e.message) : e);
       vr.correct = false;
+      vr.stopped = 'the correctness run failed (see correctness)';
     }
     if (!vr.stopped && vr.active !== (vr.name === 'fma' ? 'fma-v3' : vr.name)) vr.stopped = `runs ${vr.active}, not ${vr.name}: ${vr.b.kernelNote ?? 'not eligible on this adapter'}`;
     log('check', row);
@@ -554,7 +578,7 @@ async function main(): Promise<void> {
         const k = await synth(g, n, HKV, 1, 2);
         const v = await synth(g, n, HKV, 2, 3);
         const out = vr.b.allocate('f16', [n, H, D]);
-        const ts = await timeIt(g, () => vr.b.denseAttention(q, k, v, { out }), r);
+        const ts = await withTimeout(timeIt(g, () => vr.b.denseAttention(q, k, v, { out }), r), Math.max(60000, 4 * projected), `dense ${vr.name} n=${n}`);
         const ms = median(ts);
         vr.lastMs = ms;
         vr.lastN = n;

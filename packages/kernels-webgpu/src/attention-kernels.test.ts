@@ -75,6 +75,8 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
   it('the subgroup-matrix attention kernel validates (fragment offsets subgroup-uniform)', async () => {
     expect(await errorsOf(attentionSmmProgram(128).wgsl)).toEqual([]);
     expect(await errorsOf(attentionSmmProgram(64).wgsl)).toEqual([]);
+    expect(await errorsOf(attentionSmmProgram(128, true).wgsl), 'staged').toEqual([]);
+    expect(await errorsOf(attentionSmmProgram(64, true).wgsl), 'staged d64').toEqual([]);
   });
 
   it('the Tint check can fail: offsets from local_invocation_index are rejected', async () => {

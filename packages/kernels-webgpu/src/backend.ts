@@ -41,7 +41,7 @@ import {
   wrapHost,
 } from '@crisp/core';
 import { GpuContext, Usage } from './gpu.js';
-import { attentionSmmProgram } from './kernels/attention-smm.js';
+import { SMM_STAGED_WORKGROUP_BYTES, attentionSmmProgram } from './kernels/attention-smm.js';
 import { ATTENTION_V3_WORKGROUP_BYTES, attentionV3Program } from './kernels/attention-v3.js';
 import { attentionProgram } from './kernels/attention.js';
 import { expandCountProgram, expandFillProgram, peMapProgram, scanProgram } from './kernels/blocks.js';
@@ -70,8 +70,10 @@ export const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'chromium-experimen
 export const H200_SPARSE_CROSSOVER = 32768;
 
 /** The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. */
-export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'subgroup-matrix';
-export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'subgroup-matrix'];
+export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'subgroup-matrix' | 'subgroup-matrix-staged';
+export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'subgroup-matrix', 'subgroup-matrix-staged'];
+/** A kernel a backend actually runs ('fma' resolves to 'fma-v3'). */
+export type ActiveAttentionKernel = Exclude<AttentionKernel, 'fma'>;
 
 export interface WebGpuBackendOptions {
   /** Use this device (its features and limits as they are). */
@@ -98,6 +100,8 @@ export interface WebGpuBackendOptions {
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups) and
    *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v3'
    *   (`kernelNote` says why).
+   * - 'subgroup-matrix-staged': EXPERIMENTAL, the same with K/V tiles staged once per
+   *   workgroup in workgroup memory (41 KiB at d = 128); same fallback.
    * A device with less than 32 KiB of workgroup memory gets 'fma-v1' in place of 'fma-v3'.
    */
   readonly attentionKernel?: AttentionKernel;
@@ -213,7 +217,11 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     [...(ai?.subgroupMatrixConfigs ?? [])].some(
       (c) => c.componentType === 'f16' && c.resultComponentType === 'f32' && c.M === 16 && c.N === 16 && c.K === 16,
     );
-  ctx.subgroupMatrix = smm && kernel === 'subgroup-matrix';
+  const smmStaged = kernel === 'subgroup-matrix-staged';
+  ctx.subgroupMatrix =
+    smm &&
+    (kernel === 'subgroup-matrix' || (smmStaged && ctx.limits.maxComputeWorkgroupStorageSize >= SMM_STAGED_WORKGROUP_BYTES));
+  ctx.smmStaged = smmStaged;
   ctx.fmaKernel =
     kernel === 'fma-v1' || ctx.limits.maxComputeWorkgroupStorageSize < ATTENTION_V3_WORKGROUP_BYTES ? 'fma-v1' : 'fma-v3';
   const cpu =
@@ -877,13 +885,15 @@ export class WebGpuBackend implements Backend {
   }
 
   /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores), 'fma-v3' or 'fma-v1'. */
-  get attentionKernel(): 'subgroup-matrix' | 'fma-v3' | 'fma-v1' {
-    return this.gpu.subgroupMatrix ? 'subgroup-matrix' : this.gpu.fmaKernel;
+  get attentionKernel(): ActiveAttentionKernel {
+    if (this.gpu.subgroupMatrix) return this.gpu.smmStaged ? 'subgroup-matrix-staged' : 'subgroup-matrix';
+    return this.gpu.fmaKernel;
   }
 
   /** The program the given attention kernel runs for this dtype and head dim (for build reports). */
-  attentionProgramFor(kernel: 'subgroup-matrix' | 'fma-v3' | 'fma-v1', dtype: StorageDType, D: number): ProgramDescriptor {
+  attentionProgramFor(kernel: ActiveAttentionKernel, dtype: StorageDType, D: number): ProgramDescriptor {
     if (kernel === 'subgroup-matrix') return attentionSmmProgram(D);
+    if (kernel === 'subgroup-matrix-staged') return attentionSmmProgram(D, true);
     if (kernel === 'fma-v1') return attentionProgram(dtype, D, this.gpu.compact);
     return attentionV3Program(dtype, D, this.gpu.compact);
   }
@@ -891,7 +901,7 @@ export class WebGpuBackend implements Backend {
   async #attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline> {
     if (dtype === 'f16' && this.gpu.subgroupMatrix) {
       try {
-        return await this.gpu.pipeline(attentionSmmProgram(D));
+        return await this.gpu.pipeline(attentionSmmProgram(D, this.gpu.smmStaged));
       } catch (e) {
         // An experimental feature: if the driver rejects the program, keep the portable
         // kernel for the rest of this backend's life and say why in kernelNote.

@@ -53,6 +53,8 @@ export class GpuContext {
   readonly keepAlive: unknown[] = [];
   /** f16 attention runs on the subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
+  /** ... with K/V tiles staged in workgroup memory */
+  smmStaged = false;
   /** the FMA attention kernel (f32, and f16 without the tensor-core kernel) */
   fmaKernel: 'fma-v1' | 'fma-v3' = 'fma-v3';
   /** generate rolled-loop WGSL (CPU adapters) */

@@ -4,6 +4,7 @@
  */
 export {
   ATTENTION_KERNELS,
+  type ActiveAttentionKernel,
   type AttentionKernel,
   createWebGpuBackend,
   H200_SPARSE_CROSSOVER,

@@ -17,8 +17,26 @@
  */
 import type { ProgramDescriptor } from './common.js';
 
-export function attentionSmmProgram(headDim: number): ProgramDescriptor {
+/** Workgroup memory of the staged variant at d = 128 (S 16 KiB, P 8 KiB, K/V tile 16 KiB, partials). */
+export const SMM_STAGED_WORKGROUP_BYTES = 16384 + 8192 + 16384 + 1024 + 16;
+
+/**
+ * `staged`: K and V tiles go through workgroup memory once per workgroup (the four
+ * subgroups then load their fragments from there) instead of every subgroup loading its
+ * fragments from storage; 41 KiB of workgroup memory at d = 128.
+ */
+export function attentionSmmProgram(headDim: number, staged = false): ProgramDescriptor {
   const D = headDim;
+  // K or V tile [64 keys][d] into KVs as f16, two halves per u32 word of storage.
+  const stage = (src: string) => `
+      for (var x = lid; x < ${32 * D}u; x += 128u) {
+        let kp = k0 + x / ${D / 2}u;
+        var w = 0u;
+        if (kp < P.n) { w = ${src}[((kp * P.Hkv + g) * D) / 2u + x % ${D / 2}u]; }
+        let hv = bitcast<vec2<f16>>(w);
+        KVs[2u * x] = hv.x;
+        KVs[2u * x + 1u] = hv.y;
+      }`;
   const KF = D / 16; // k-steps over the head dim for Q Kᵀ, and output fragments for P V
   const qLoads: string[] = [];
   const sSteps: string[] = [];
@@ -30,14 +48,18 @@ export function attentionSmmProgram(headDim: number): ProgramDescriptor {
     );
     oDecl.push(`var o${kk} = subgroup_matrix_result<f32, 16, 16>();`);
     pvSteps.push(
-      `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&V, vBase + ${kk * 16}u, false, P.Hkv * D), o${kk});`,
+      staged
+        ? `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, kc * 16u * D + ${kk * 16}u, false, D), o${kk});`
+        : `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&V, vBase + ${kk * 16}u, false, P.Hkv * D), o${kk});`,
     );
   }
   for (let nf = 0; nf < 4; nf++) {
     const steps: string[] = [];
     for (let kk = 0; kk < KF; kk++) {
       steps.push(
-        `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&K, kBase + ${nf * 16}u * P.Hkv * D + ${kk * 16}u, true, P.Hkv * D), acc);`,
+        staged
+          ? `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, ${nf * 16 * D + kk * 16}u, true, D), acc);`
+          : `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&K, kBase + ${nf * 16}u * P.Hkv * D + ${kk * 16}u, true, P.Hkv * D), acc);`,
       );
     }
     sSteps.push(`{
@@ -46,7 +68,11 @@ export function attentionSmmProgram(headDim: number): ProgramDescriptor {
         subgroupMatrixStore(&Ssh, sg * 1024u + ${nf * 16}u, acc, false, 64u);
       }`);
   }
-  const scoreTile = sSteps.join('\n      ');
+  const scoreTile = staged
+    ? `${stage('K')}
+      workgroupBarrier();
+      ${sSteps.join('\n      ')}`
+    : sSteps.join('\n      ');
   const oStore: string[] = [];
   for (let hf = 0; hf * 4 < KF; hf++) {
     const nfr = Math.min(4, KF - hf * 4);
@@ -89,8 +115,8 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> Q: array<f16>;
-@group(0) @binding(2) var<storage, read> K: array<f16>;
-@group(0) @binding(3) var<storage, read> V: array<f16>;
+@group(0) @binding(2) var<storage, read> K: array<${staged ? 'u32' : 'f16'}>;
+@group(0) @binding(3) var<storage, read> V: array<${staged ? 'u32' : 'f16'}>;
 @group(0) @binding(4) var<storage, read_write> O: array<f16>;
 @group(0) @binding(5) var<storage, read_write> LSE: array<u32>;
 @group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
@@ -100,7 +126,8 @@ const D: u32 = ${D}u;
 const LN2: f32 = 0.6931471805599453;
 var<workgroup> Ssh: array<f32, 4096>;  // per subgroup [16 rows][64 keys] scores, then O staging
 var<workgroup> Psh: array<f16, 4096>;  // per subgroup [16 rows][64 keys] probabilities
-var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
+${staged ? `var<workgroup> KVs: array<f16, ${64 * D}>; // the K or V tile [64 keys][d]
+` : ''}var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
 var<workgroup> seg: vec2<u32>;
 var<workgroup> tiles: vec2<u32>;
 
@@ -173,12 +200,20 @@ fn main(
         var p = 0.0;
         if (kp <= pos && kp < P.n) { p = exp2(Ssh[at] * P.scaleLog2 - M) * invL; }
         Psh[at] = f16(p);
-      }
+      }${staged ? `
+      // every subgroup is past its K fragment loads (barrier above): V may replace K
+      ${stage('V')}` : ''}
       workgroupBarrier();
       for (var kc = 0u; kc < 4u; kc++) {
         let pf = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Psh, sg * 1024u + kc * 16u, false, 64u);
         let vBase = ((k0 + kc * 16u) * P.Hkv + g) * D;
         ${pvSteps.join('\n        ')}
+      }${
+        staged
+          ? `
+      // K of the next tile replaces V only after every subgroup has read it
+      workgroupBarrier();`
+          : ''
       }`)}
   let poisonScale = 1.0;
   ${oStore.join('\n  ')}
@@ -187,5 +222,10 @@ fn main(
   }
 }
 `;
-  return { name: 'attentionSmm', cacheKey: `attentionSmm:f16:d${D}`, wgsl, entryPoint: 'main' };
+  return {
+    name: staged ? 'attentionSmmStaged' : 'attentionSmm',
+    cacheKey: `attentionSmm${staged ? 'Staged' : ''}:f16:d${D}`,
+    wgsl,
+    entryPoint: 'main',
+  };
 }

@@ -122,6 +122,11 @@ fn nonFinite(x: vec4<f32>) -> bool {
   return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
 }
 
+// Two u32 (< 2^30) through an f32 slot: bit 30 set keeps the pattern a normal float, so no
+// flush-to-zero of denormals can touch it on the way.
+fn packU2(v: vec2<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(vec4<u32>(v | vec2<u32>(0x40000000u), 0x40000000u, 0x40000000u)); }
+fn unpackU2(f: vec4<f32>) -> vec2<u32> { return bitcast<vec4<u32>>(f).xy & vec2<u32>(0x3fffffffu); }
+
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let tr = lid / 16u;
@@ -141,18 +146,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (lid == 0u) {
     var sgr = vec2<u32>(0u, 1u);
     if (P.dense == 0u) { sgr = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
-    W[1023] = bitcast<vec4<f32>>(vec4<u32>(sgr, 0u, 0u));
+    W[1023] = packU2(sgr);
   }
-  let sg = bitcast<vec4<u32>>(workgroupUniformLoad(&W[1023])).xy;
+  let sg = unpackU2(workgroupUniformLoad(&W[1023]));
   for (var si = sg.x; si < sg.y; si++) {
     // every thread has finished the previous segment (and read W[1023]) before it is reused
     workgroupBarrier();
     if (lid == 0u) {
       var kr0 = vec2<u32>(0u, t + 1u);
       if (P.dense == 0u) { let J = cols[si]; kr0 = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
-      W[1023] = bitcast<vec4<f32>>(vec4<u32>(kr0, 0u, 0u));
+      W[1023] = packU2(kr0);
     }
-    let kr = bitcast<vec4<u32>>(workgroupUniformLoad(&W[1023])).xy;
+    let kr = unpackU2(workgroupUniformLoad(&W[1023]));
     for (var kt = kr.x; kt < kr.y; kt++) {
       let k0 = kt * 64u;
       ${rep(8, (i) => `var s${i} = vec4<f32>(0.0);`, ' ')}
