@@ -95,6 +95,12 @@ if (phase === 'all' || phase === 'conformance') {
       dtypes: ['bf16', 'f16'],
       onResult: (r) => {
         log(`${r.skipped ? 'skip' : r.passed ? 'pass' : 'FAIL'} ${r.name}${r.passed ? '' : `: ${r.detail.slice(0, 300)}`}`);
+        // progressive: a run cut short by its time limit still reports what it checked
+        const c = (results.conformanceSoFar ??= { passed: 0, failed: [], skipped: 0 });
+        if (r.skipped) c.skipped++;
+        else if (r.passed) c.passed++;
+        else c.failed.push(`${r.name}: ${r.detail.slice(0, 300)}`);
+        save();
       },
     });
     log(formatReport(rep).split('\n').slice(-3).join(' | '));

@@ -1,6 +1,7 @@
 // Block-sparse and dense causal flash attention (FlashAttention-2 structure).
 //
-// Shape legend: q [n, H, D], k and v [n, Hkv, D], o [n, H, D] (bf16 or f16), lse [H, n] f32.
+// Shape legend: q [m, H, D] (the last m of n positions; m = n outside chunked prefill),
+// k and v [n, Hkv, D], o [m, H, D] (bf16 or f16), lse [H, m] f32.
 // B block size (64 or 128) = the query rows of one CTA (B / 16 warps, 16 rows each);
 // keys stream through shared memory in 64-row tiles (a 128 block is two tiles), double
 // buffered with cp.async. S = Q K^T and O += P V run on tensor cores (mma.sync m16n8k16,
@@ -15,8 +16,8 @@ template <int D, int NW, int MT, int BN, bool BF16>
 __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const u16* __restrict__ k,
                                                const u16* __restrict__ v, u16* __restrict__ o,
                                                float* __restrict__ lse, const int* __restrict__ rowPtr,
-                                               const int* __restrict__ cols, int n, int H, int Hkv,
-                                               float scaleLog2) {
+                                               const int* __restrict__ cols, int n, int m, int Nb, int H,
+                                               int Hkv, float scaleLog2) {
   constexpr int WR = MT * 16;   // query rows per warp
   constexpr int BM = NW * WR;   // = B
   constexpr int ROWB = D * 2;
@@ -34,7 +35,10 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
   const u32 sV = sK + 2 * BN * ROWB;
 
   const int h = blockIdx.x;
-  const int Nb = gridDim.y;
+  // Chunked prefill: the m queries are the last m of the n positions (off = n − m); the
+  // grid covers query blocks from the one holding position off up to Nb − 1. Rows and
+  // columns below are positions; q, o and lse are indexed by position − off.
+  const int off = n - m;
   const int I = Nb - 1 - (int)blockIdx.y;  // longest rows first: better tail balance
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -43,8 +47,9 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
 
   for (int c = tid; c < BM * CH; c += NT) {
     const int r = c / CH, ch = c % CH, row = q0 + r;
-    const u16* src = q + (size_t)(row < n ? row : n - 1) * qStride + (size_t)h * D + ch * 8;
-    cp_async16(sQ + swz(r, ch, ROWB), src, row < n ? 16 : 0);
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(sQ + swz(r, ch, ROWB), src, ok ? 16 : 0);
   }
   int first = 0, nBlocks = I + 1;
   if (rowPtr != nullptr) {
@@ -202,17 +207,17 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
 #pragma unroll
     for (int j = 0; j < D / 8; j++) {
       const int col = j * 8 + (lane & 3) * 2;
-      if (rA < n)
-        *reinterpret_cast<u32*>(o + (size_t)rA * qStride + (size_t)h * D + col) =
+      if (rA < n && rA >= off)
+        *reinterpret_cast<u32*>(o + (size_t)(rA - off) * qStride + (size_t)h * D + col) =
             pack2<BF16>(acc[mt][j][0] * iA, acc[mt][j][1] * iA);
-      if (rB < n)
-        *reinterpret_cast<u32*>(o + (size_t)rB * qStride + (size_t)h * D + col) =
+      if (rB < n && rB >= off)
+        *reinterpret_cast<u32*>(o + (size_t)(rB - off) * qStride + (size_t)h * D + col) =
             pack2<BF16>(acc[mt][j][2] * iB, acc[mt][j][3] * iB);
     }
     if (lse != nullptr && (lane & 3) == 0) {
       const float ln2 = 0.6931471805599453f;
-      if (rA < n) lse[(size_t)h * n + rA] = la > 0.f ? (mA[mt] + log2f(la)) * ln2 : CRISP_NEG_INF;
-      if (rB < n) lse[(size_t)h * n + rB] = lb > 0.f ? (mB[mt] + log2f(lb)) * ln2 : CRISP_NEG_INF;
+      if (rA < n && rA >= off) lse[(size_t)h * m + (rA - off)] = la > 0.f ? (mA[mt] + log2f(la)) * ln2 : CRISP_NEG_INF;
+      if (rB < n && rB >= off) lse[(size_t)h * m + (rB - off)] = lb > 0.f ? (mB[mt] + log2f(lb)) * ln2 : CRISP_NEG_INF;
     }
   }
 }
@@ -224,8 +229,8 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
 #define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB)                                                           \
   extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                             \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
-           int n, int H, int Hkv, float scaleLog2) {                                                        \
-    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, H, Hkv, scaleLog2);               \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
+    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);        \
   }
 
 CRISP_ATTN(attn_bf16_d64_b64, 64, 4, 1, 64, true, 1)

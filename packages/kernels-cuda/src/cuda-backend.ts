@@ -154,7 +154,7 @@ export class CudaBackend implements Backend {
     headDims: [64, 128] as const,
     blockSizes: [64, 128] as const,
     maxSequence: 1 << 20,
-    chunkedPrefill: false,
+    chunkedPrefill: true,
     logSumExp: true,
   });
   readonly sparseCrossover: number;
@@ -475,6 +475,12 @@ export class CudaBackend implements Backend {
     this.#alive();
     const shape = attentionShape(q, k, k);
     assertSupported(this.capabilities, shape, this.name);
+    if (shape.queries !== shape.keys) {
+      throw new UnsupportedError(
+        `proxy statistics and PE rows need q and k of equal length (got ${shape.queries} and ${shape.keys}); chunked prefill runs dense or with a mask you pass`,
+        { limit: 'chunkedPrefill' },
+      );
+    }
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
     for (const [nm, w] of [
@@ -623,6 +629,12 @@ export class CudaBackend implements Backend {
     this.#alive();
     const shape = attentionShape(q, k, k);
     assertSupported(this.capabilities, shape, this.name);
+    if (shape.queries !== shape.keys) {
+      throw new UnsupportedError(
+        `proxy statistics and PE rows need q and k of equal length (got ${shape.queries} and ${shape.keys}); chunked prefill runs dense or with a mask you pass`,
+        { limit: 'chunkedPrefill' },
+      );
+    }
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
     const gamma = opts.gamma;
@@ -879,23 +891,23 @@ export class CudaBackend implements Backend {
     this.#assertFinite(qt, 'q');
     this.#assertFinite(kt, 'k');
     this.#assertFinite(vt, 'v');
-    const { keys: n, heads: H, headDim: D } = shape;
+    const { queries: m, heads: H, headDim: D } = shape;
     const scale = opts.scale ?? defaultScale(D);
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
     let out: CudaTensor;
     if (opts.out) {
       out = this.#tensor(opts.out, 'opts.out');
       out.markWritten();
-      if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== n || out.shape[1] !== H || out.shape[2] !== D) {
+      if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== D) {
         throw new ShapeError(
-          `opts.out must be ${shape.dtype} [${n}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`,
+          `opts.out must be ${shape.dtype} [${m}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`,
         );
       }
     } else {
-      out = this.allocate(shape.dtype, [n, H, D]) as CudaTensor;
+      out = this.allocate(shape.dtype, [m, H, D]) as CudaTensor;
     }
-    const lse = opts.returnLse ? (this.allocate('f32', [H, n]) as CudaTensor) : undefined;
-    return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(n, B) };
+    const lse = opts.returnLse ? (this.allocate('f32', [H, m]) as CudaTensor) : undefined;
+    return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
   }
 
   #runAttention(
@@ -905,11 +917,13 @@ export class CudaBackend implements Backend {
     cols: number,
   ): AttentionResult {
     const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
-    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const { keys: n, queries: m, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
+    // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
+    const firstBlock = Math.floor((n - m) / B);
     const lay = ATTENTION_VARIANTS[this.#variant];
     const smem = B * D * 2 + 4 * lay.keyTile * D * 2;
-    this.#launch('attention.cu', `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb], (B / lay.rowsPerWarp) * 32, smem, [
+    this.#launch('attention.cu', `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb - firstBlock], (B / lay.rowsPerWarp) * 32, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),
@@ -918,6 +932,8 @@ export class CudaBackend implements Backend {
       P(rowPtr),
       P(cols),
       I(n),
+      I(m),
+      I(Nb),
       I(H),
       I(Hkv),
       F(scale * LOG2E),
