@@ -116,10 +116,17 @@ describe('crisp-bench --smoke', () => {
     expect(md.startsWith('# CRISP bench')).toBe(true);
     expect(md.indexOf('## Latency (headline)')).toBeLessThan(md.indexOf('## Accuracy'));
     expect(result.figures).toEqual(expect.arrayContaining(['latency.svg', 'crossover.svg', 'accuracy.svg', 'on-curve.svg', 'floors-pareto.svg']));
+    expect(md).toContain('crisp plan share');
     for (const f of result.figures!) {
       const svg = readFileSync(join(out, f), 'utf8');
       expect(svg.startsWith('<svg')).toBe(true);
       expect(svg.length).toBeGreaterThan(2000);
+      // every figure carries the command that reproduces it
+      expect(svg, f).toContain('Reproduce: node apps/bench/dist/crisp-bench.mjs --smoke');
     }
+    const head = readFileSync(join(out, 'headline.md'), 'utf8');
+    expect(head).toContain('| n | dense | crisp |');
+    expect(head).toContain('[all results](');
+    expect(result.inProgress).toBeUndefined();
   });
 });
