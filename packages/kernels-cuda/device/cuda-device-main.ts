@@ -22,13 +22,17 @@ const arg = (name: string, dflt: string) => {
 const phase = arg('phase', 'all');
 const outDir = arg('out', '/tmp/crisp-out');
 const budget = Number(arg('budget', '400')) * 1000;
-const ns = arg('ns', '65536,131072,262144,524288').split(',').map(Number);
-const crossNs = arg('cross', '8192,16384,32768').split(',').map(Number);
+const ns = arg('ns', '65536,131072,262144,524288').split(',').filter((x) => x !== 'none').map(Number);
+/** 'none' (or an empty list) skips a step list */
+const list = (name: string, dflt: string) => (arg(name, dflt) === 'none' ? [] : arg(name, dflt).split(',').filter(Boolean).map(Number));
+const crossNs = list('cross', '8192,16384,32768');
 const peerDir = arg('peer', '/tmp/crisp-cuda');
 const reps = Number(arg('reps', '3'));
 /** e2e inputs: the device llama fill, or the @crisp/synth llama-like scenario from the host */
 const inputsKind = arg('inputs', 'fill');
 const e2eNs = arg('e2e', '').split(',').filter(Boolean).map(Number);
+/** conformance dtypes (run bf16 and f16 as two processes to halve the wall time) */
+const confDtypes = arg('dtypes', 'bf16,f16').split(',') as ('bf16' | 'f16')[];
 /** attention kernel layout for conformance and the e2e/bench phases */
 const variant = arg('variant', 'w32') as AttentionVariant;
 /** sizes for the kernel-layout sweep (phase kernels) */
@@ -92,7 +96,7 @@ if (phase === 'all' || phase === 'conformance') {
     // runConformance disposes the backend it is given: give it its own
     const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant }), {
       sizes,
-      dtypes: ['bf16', 'f16'],
+      dtypes: confDtypes,
       onResult: (r) => {
         log(`${r.skipped ? 'skip' : r.passed ? 'pass' : 'FAIL'} ${r.name}${r.passed ? '' : `: ${r.detail.slice(0, 300)}`}`);
         // progressive: a run cut short by its time limit still reports what it checked
@@ -373,7 +377,8 @@ if (phase === 'all' || phase === 'bench') {
     }
   }
 
-  for (const n of e2eNs.length ? e2eNs : ns.filter((x) => x >= 131072).sort((x, y) => y - x)) {
+  const e2eList = arg('e2e', '') === 'none' ? [] : e2eNs.length ? e2eNs : ns.filter((x) => x >= 131072).sort((x, y) => y - x);
+  for (const n of e2eList) {
     await step(`crisp_e2e_${n}`, async () => {
       const r = await e2e(n, inputsKind === 'synth' || n < 262144 ? 3 : 1, true);
       log(
@@ -382,7 +387,7 @@ if (phase === 'all' || phase === 'bench') {
       return r;
     });
   }
-  await step('crossover', async () => {
+  if (crossNs.length) await step('crossover', async () => {
     const pts = [];
     for (const n of crossNs) {
       if (elapsed() > budget) break;

@@ -58,13 +58,12 @@ export interface CudaBackendOptions {
 /**
  * Attention kernel layouts in kernels/attention.cu (same math, same results up to f32
  * summation order): `v1` B/16 warps of 16 query rows, 64-key tiles, one CTA per SM;
- * `w32` B/32 warps of 32 rows (each K/V fragment feeds two MMAs), two CTAs per SM;
- * `w32n32` the same with 32-key tiles. Timings per layout: NOTES.md.
+ * `w32` B/32 warps of 32 rows (each K/V fragment feeds two MMAs), two CTAs per SM.
+ * Timings per layout: NOTES.md.
  */
 export const ATTENTION_VARIANTS = {
   v1: { prefix: 'attn_', rowsPerWarp: 16, keyTile: 64 },
   w32: { prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64 },
-  w32n32: { prefix: 'attn_w32n32_', rowsPerWarp: 32, keyTile: 32 },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';

@@ -30,6 +30,8 @@ export interface LatencyRow {
   readonly planMs: number;
   /** planMs split by phase (median ms each), when @crisp/core reports the split */
   readonly planPhases?: Record<string, number>;
+  /** the attention call alone (median; sparse kernel + mask expansion, or dense) */
+  readonly attentionMs?: number;
   readonly density: number;
   readonly denseReason?: string;
   readonly input: string;
@@ -57,11 +59,12 @@ async function timePreset(
   reps: number,
   warmup: number,
   timeoutMs: number,
-): Promise<{ ms: Spread; planMs: number; planPhases?: Record<string, number>; density: number; denseReason?: string }> {
+): Promise<{ ms: Spread; planMs: number; planPhases?: Record<string, number>; attentionMs: number; density: number; denseReason?: string }> {
   const once = () => withTimeout(sparsePrefill(b, inputs, policy, { minSparseLength: 0, out }), timeoutMs, `${b.name} ${policy.name}`);
   for (let i = 0; i < warmup; i++) await once();
   const total: number[] = [];
   const plan: number[] = [];
+  const attention: number[] = [];
   let density = 1;
   let denseReason: string | undefined;
   const phases = new Map<string, number[]>();
@@ -70,6 +73,7 @@ async function timePreset(
     const r = await once();
     total.push(performance.now() - t0);
     plan.push(r.timings.planMs);
+    attention.push(r.timings.attentionMs);
     density = r.plan.overallDensity;
     denseReason = r.plan.denseReason;
     // Where the plan time went, when @crisp/core reports it (statistics, selection, PE rows, mask).
@@ -77,7 +81,7 @@ async function timePreset(
     if (ph) for (const [k, v] of Object.entries(ph)) if (typeof v === 'number') phases.set(k, [...(phases.get(k) ?? []), v]);
   }
   const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
-  return { ms: spread(total), planMs: spread(plan).median, planPhases, density, denseReason };
+  return { ms: spread(total), planMs: spread(plan).median, planPhases, attentionMs: spread(attention).median, density, denseReason };
 }
 
 export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBackend[]): Promise<LatencyResult> {
@@ -143,7 +147,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
             rows.push({ backend: ob.name, preset: policy.name, n, dtype, shape, ...r, input: inputs.source });
             ctx.progress?.('latency', { rows, skipped });
             ctx.log(
-              `  latency ${ob.name} n=${n} ${policy.name}: ${r.ms.median.toFixed(1)} ms [${r.ms.min.toFixed(1)}, ${r.ms.max.toFixed(1)}] plan ${r.planMs.toFixed(1)} ms density ${r.density.toFixed(3)}`,
+              `  latency ${ob.name} n=${n} ${policy.name}: ${r.ms.median.toFixed(1)} ms [${r.ms.min.toFixed(1)}, ${r.ms.max.toFixed(1)}] plan ${r.planMs.toFixed(1)} ms${r.planPhases ? ` (${Object.entries(r.planPhases).map(([k, v]) => `${k.replace(/Ms$/, '')} ${v.toFixed(1)}`).join(', ')})` : ''} attention ${r.attentionMs.toFixed(1)} ms density ${r.density.toFixed(3)}`,
             );
           } catch (e) {
             skip(message(e), policy.name);
