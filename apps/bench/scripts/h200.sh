@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The H200 runs behind the committed results, one device call per phase (the GPU machine has
+# no Node: everything comes bundled in .device/, see ../README.md "Reproduce the H200 results").
+#
+# Here (a machine with pnpm):
+#   pnpm install --frozen-lockfile && pnpm -r build
+#   bash ../shared/device/pack.sh packages/kernels-cuda/device/cuda-device-main.ts \
+#     packages/kernels-webgpu/device/webgpu-device-main.ts
+#   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs
+# There (device tool, carry .device, from the repository root):
+#   bash apps/bench/scripts/h200.sh cuda "$OUT"     # ~450 s
+#   bash apps/bench/scripts/h200.sh webgpu "$OUT"   # ~300 s (after cuda: its nvidia-h200/ folder is merged into)
+# Then copy $OUT's folders over apps/bench/results/ unedited.
+#
+# Phases are separated with ';' so a step killed at its limit never stops the next one;
+# every step writes its results progressively.
+set -u
+phase=${1:?phase: cuda or webgpu}
+out=${2:?output folder}
+mkdir -p "$out"
+# shellcheck disable=SC1091
+source .device/setup.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
+CUDA="node .device/app/cuda-device-main.mjs"
+BENCH="node .device/app/crisp-bench.mjs"
+
+case "$phase" in
+  cuda)
+    # 1. In parallel (correctness only, nothing timed): conformance against the float64
+    #    reference up to n = 16k, bf16 and f16 as two processes (the host-side reference is
+    #    the slow part; the cubin cache is written atomically), and crisp-bench's accuracy,
+    #    O(n) and floors suites on both GPU backends (host float64 scoring).
+    D="$out/nvidia-h200"
+    mkdir -p "$D"
+    timeout -s KILL 200 $BENCH --backends cuda,webgpu --suites accuracy,onCurve,floors --acc-sizes 8k,16k \
+      --proxy-sizes 4k..128k --floors-n 8k --deadline-s 190 --merge --out "$D" > "$out/suites.log" 2>&1 &
+    timeout -s KILL 200 $CUDA --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 \
+      --out "$out/cuda-conformance-bf16" > "$out/cuda-conformance-bf16.log" 2>&1 &
+    sleep 15
+    timeout -s KILL 185 $CUDA --phase conformance --dtypes f16 --confMaxN 16384 --budget 175 \
+      --out "$out/cuda-conformance-f16" > "$out/cuda-conformance-f16.log" 2>&1
+    wait
+    tail -n 3 "$out"/cuda-conformance-*.log "$out/suites.log"
+    # 2. Exactness at 64k and 128k: sparse (full mask) vs dense, and rows of both against
+    #    PyTorch SDPA (flash, cuDNN) and float64 on identical (hash-formula) inputs.
+    timeout -s KILL 60 $CUDA --phase bench --ns 65536,131072 --e2e none --cross none --budget 50 \
+      --out "$out/cuda-exactness" 2>&1 | grep -v '^\[.*done' | tail -n 3
+    timeout -s KILL 60 python3 apps/bench/peers/sdpa_peer.py --manifest /tmp/crisp-cuda/manifest.json \
+      --out "$out/cuda-exactness/sdpa-peer.json" --reps 2 --budget 50 2>&1 | tail -n 3
+    # 3. Latency on the @crisp/synth llama-like scenario (host-generated, seed 1), every
+    #    preset, PyTorch SDPA flash/cuDNN timed in the same run; crossover from the same rows.
+    timeout -s KILL 300 $BENCH --backends cuda --suites latency,crossover --latency-inputs synth \
+      --max-host-values 1e12 --sizes 32k,64k,128k,512k --deadline-s 290 \
+      --out "$out/nvidia-h200-synth" 2>&1 | grep -E 'latency|crossover|skip|peer|error' | tail -n 40
+    ;;
+  webgpu)
+    # 1. The WebGPU backend's own run: every kernel variant's build report, correctness,
+    #    dense TFLOP/s, sparse vs own dense, TF.js peer (packages/kernels-webgpu/device).
+    timeout -s KILL 160 node .device/app/webgpu-device-main.mjs --budget 150 --out "$out/webgpu-device" \
+      2>&1 | tail -n 30
+    # 2. crisp-bench's WebGPU latency (TF.js peer in the same run), merged into the folder
+    #    the cuda phase wrote (committed to apps/bench/results/nvidia-h200 before this call).
+    D="$out/nvidia-h200"
+    mkdir -p "$D" && cp apps/bench/results/nvidia-h200/bench.json "$D/"
+    timeout -s KILL 130 $BENCH --backends webgpu --suites latency,crossover --latency-inputs fill \
+      --sizes 8k..32k --deadline-s 120 --merge --out "$D" 2>&1 | grep -E 'latency|skip|peer|error' | tail -n 20
+    ;;
+  *)
+    echo "unknown phase $phase (cuda, webgpu)" >&2
+    exit 2
+    ;;
+esac
