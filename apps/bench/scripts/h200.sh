@@ -56,7 +56,8 @@ case "$phase" in
   webgpu)
     # 1. The WebGPU backend's own run: every kernel variant's build report, correctness,
     #    dense TFLOP/s, sparse vs own dense, TF.js peer (packages/kernels-webgpu/device).
-    timeout -s KILL 160 node .device/app/webgpu-device-main.mjs --budget 150 --out "$out/webgpu-device" \
+    timeout -s KILL 170 node .device/app/webgpu-device-main.mjs --budget 160 --variants fma-v3,fma-v1,subgroup-matrix-staged \
+      --dense 8192,32768,65536 --sparse 32768,65536 --tfjs 8192 --conformance "" --out "$out/webgpu-device" \
       2>&1 | tail -n 30
     # 2. crisp-bench's WebGPU latency (TF.js peer in the same run), merged into the folder
     #    the cuda phase wrote (committed to apps/bench/results/nvidia-h200 before this call).
