@@ -85,8 +85,11 @@ export function machineInfo(repoRoot: string | undefined, packageVersions: Recor
       }
     }
   }
-  const commit = repoRoot ? run('git', ['rev-parse', 'HEAD'], repoRoot) : undefined;
-  const status = repoRoot ? run('git', ['status', '--porcelain'], repoRoot) : undefined;
+  // CRISP_GIT_COMMIT: where the checkout's git metadata is not the code's (the GPU machine
+  // gets a copy of the working tree whose .git can be stale), the caller says the commit.
+  const given = process.env.CRISP_GIT_COMMIT?.trim();
+  const commit = given || (repoRoot ? run('git', ['rev-parse', 'HEAD'], repoRoot) : undefined);
+  const status = given ? '' : repoRoot ? run('git', ['status', '--porcelain'], repoRoot) : undefined;
   return {
     hostname: os.hostname(),
     slug: machineSlug(gpus, model, cpus.length),
