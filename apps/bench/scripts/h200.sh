@@ -10,6 +10,8 @@
 # There (device tool, carry .device, from the repository root):
 #   bash apps/bench/scripts/h200.sh cuda "$OUT"     # ~450 s
 #   bash apps/bench/scripts/h200.sh webgpu "$OUT"   # ~300 s (after cuda: its nvidia-h200/ folder is merged into)
+#   bash apps/bench/scripts/h200.sh extra "$OUT"    # ~250 s (WebGPU conformance + 128k, CUDA 8k/16k)
+# Set CRISP_GIT_COMMIT to the commit being run (the GPU machine's git metadata can be stale).
 # Then copy $OUT's folders over apps/bench/results/ unedited.
 #
 # Phases are separated with ';' so a step killed at its limit never stops the next one;
@@ -66,8 +68,19 @@ case "$phase" in
     timeout -s KILL 130 $BENCH --backends webgpu --suites latency,crossover --latency-inputs fill \
       --sizes 8k..32k --deadline-s 120 --merge --out "$D" 2>&1 | grep -E 'latency|skip|peer|error' | tail -n 20
     ;;
+  extra)
+    # What the first two calls left out: WebGPU conformance at n = 4000 and 65536 and the
+    # sparse pipeline at 128k with the default kernel; CUDA latency at 8k and 16k merged into
+    # nvidia-h200-synth (the crossover needs sizes below 32k).
+    timeout -s KILL 175 node .device/app/webgpu-device-main.mjs --budget 165 --variants fma-v1 --dense "" \
+      --sparse 131072 --tfjs "" --smm-probe 0 --conformance 4000,65536 --out "$out/webgpu-device-extra" 2>&1 | tail -n 12
+    D="$out/nvidia-h200-synth"
+    mkdir -p "$D" && cp apps/bench/results/nvidia-h200-synth/bench.json "$D/"
+    timeout -s KILL 75 $BENCH --backends cuda --suites latency,crossover --latency-inputs synth \
+      --max-host-values 1e12 --sizes 8k,16k --deadline-s 65 --merge --out "$D" 2>&1 | grep -E 'latency|crossover|skip|peer|error' | tail -n 14
+    ;;
   *)
-    echo "unknown phase $phase (cuda, webgpu)" >&2
+    echo "unknown phase $phase (cuda, webgpu, extra)" >&2
     exit 2
     ;;
 esac

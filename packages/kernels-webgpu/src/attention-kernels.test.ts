@@ -1,6 +1,6 @@
 /**
- * The selectable attention kernels: fma-v1 against float64 (v3, the default, runs through
- * primitives.test.ts and the conformance suite), the option's validation, and the WGSL of
+ * The selectable attention kernels: fma-v1 (the default, also run by primitives.test.ts and
+ * the conformance suite) and fma-v3 against float64, the option's validation, and the WGSL of
  * the GPU forms (unrolled v3, the subgroup-matrix kernel) through Tint on Dawn's null
  * adapter, which offers chromium-experimental-subgroup-matrix: the checks the H200 build
  * applies before any driver sees the code (uniformity of fragment offsets, enables, types).
@@ -25,9 +25,9 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${reason})` : ''}`, () => {
-  it('fma-v1: dense (chunked prefill) and block-sparse f16 match float64', async () => {
-    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v1' });
-    expect(b1.attentionKernel).toBe('fma-v1');
+  it.each(['fma-v1', 'fma-v3'] as const)('%s: dense (chunked prefill) and block-sparse f16 match float64', async (kernel) => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: kernel });
+    expect(b1.attentionKernel).toBe(kernel);
     const seed = freshSeed();
     const [n, m, H, Hkv, d] = [200, 137, 2, 1, 128];
     const q = hostTensor('f16', [m, H, d], seededValues(seed, m * H * d, 1.5));

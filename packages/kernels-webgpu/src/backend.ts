@@ -72,7 +72,7 @@ export const H200_SPARSE_CROSSOVER = 32768;
 /** The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. */
 export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'subgroup-matrix' | 'subgroup-matrix-staged';
 export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'subgroup-matrix', 'subgroup-matrix-staged'];
-/** A kernel a backend actually runs ('fma' resolves to 'fma-v3'). */
+/** A kernel a backend actually runs ('fma' resolves to 'fma-v1'). */
 export type ActiveAttentionKernel = Exclude<AttentionKernel, 'fma'>;
 
 export interface WebGpuBackendOptions {
@@ -92,17 +92,20 @@ export interface WebGpuBackendOptions {
   readonly maxDispatchWork?: number;
   /**
    * Attention kernel (dense and block-sparse use the same one).
-   * - 'fma-v3' (default; 'fma' is an alias): 128 threads per 64-row tile, 8 x 4 register
-   *   blocks of S, double-buffered chunks, 32 KiB of workgroup memory (NOTES.md, v3).
-   * - 'fma-v1': the first FMA kernel (256 threads, 4 x 4 blocks), every H200 number of
-   *   2026-11-30 05:19-05:30 comes from it; kept for comparison.
+   * - 'fma-v1' (default; 'fma' is an alias): 256 threads per 64-row tile, 4 x 4 blocks of S.
+   *   On the H200 it measured 17.1-17.7 TFLOP/s at 8k-64k, level with or ahead of v3
+   *   (NOTES.md), so it stays the default.
+   * - 'fma-v3': 128 threads per 64-row tile, 8 x 4 register blocks of S, double-buffered
+   *   chunks, 32 KiB of workgroup memory (16.5-17.7 TFLOP/s on the H200).
    * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 when the adapter offers
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups) and
-   *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v3'
+   *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v1'
    *   (`kernelNote` says why).
    * - 'subgroup-matrix-staged': EXPERIMENTAL, the same with K/V tiles staged once per
    *   workgroup in workgroup memory (41 KiB at d = 128); same fallback.
    * A device with less than 32 KiB of workgroup memory gets 'fma-v1' in place of 'fma-v3'.
+   * 'subgroup-matrix-staged' built and matched float64 on the H200 but ran at 6.7-7.3
+   * TFLOP/s: it stays experimental.
    */
   readonly attentionKernel?: AttentionKernel;
   /**
@@ -204,7 +207,7 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
   const ai = info as unknown as
     | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
     | undefined;
-  const kernel = opts.attentionKernel ?? 'fma-v3';
+  const kernel = opts.attentionKernel ?? 'fma-v1';
   if (!ATTENTION_KERNELS.includes(kernel)) {
     throw new InvalidArgumentError(`attentionKernel must be one of ${ATTENTION_KERNELS.join(', ')}; got ${String(kernel)}`);
   }
@@ -223,7 +226,7 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     (kernel === 'subgroup-matrix' || (smmStaged && ctx.limits.maxComputeWorkgroupStorageSize >= SMM_STAGED_WORKGROUP_BYTES));
   ctx.smmStaged = smmStaged;
   ctx.fmaKernel =
-    kernel === 'fma-v1' || ctx.limits.maxComputeWorkgroupStorageSize < ATTENTION_V3_WORKGROUP_BYTES ? 'fma-v1' : 'fma-v3';
+    kernel === 'fma-v3' && ctx.limits.maxComputeWorkgroupStorageSize >= ATTENTION_V3_WORKGROUP_BYTES ? 'fma-v3' : 'fma-v1';
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
     Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);
