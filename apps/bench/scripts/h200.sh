@@ -72,12 +72,12 @@ case "$phase" in
     # What the first two calls left out: WebGPU conformance at n = 4000 and 65536 and the
     # sparse pipeline at 128k with the default kernel; CUDA latency at 8k and 16k merged into
     # nvidia-h200-synth (the crossover needs sizes below 32k).
-    timeout -s KILL 175 node .device/app/webgpu-device-main.mjs --budget 165 --variants fma-v1 --dense "" \
+    timeout -s KILL 140 node .device/app/webgpu-device-main.mjs --budget 132 --variants fma-v1 --dense "" \
       --sparse 131072 --tfjs "" --smm-probe 0 --conformance 4000,65536 --out "$out/webgpu-device-extra" 2>&1 | tail -n 12
     D="$out/nvidia-h200-synth"
     mkdir -p "$D" && cp apps/bench/results/nvidia-h200-synth/bench.json "$D/"
-    timeout -s KILL 75 $BENCH --backends cuda --suites latency,crossover --latency-inputs synth \
-      --max-host-values 1e12 --sizes 8k,16k --deadline-s 65 --merge --out "$D" 2>&1 | grep -E 'latency|crossover|skip|peer|error' | tail -n 14
+    timeout -s KILL 50 $BENCH --backends cuda --suites latency,crossover --latency-inputs synth \
+      --max-host-values 1e12 --sizes 8k,16k --deadline-s 45 --merge --out "$D" 2>&1 | grep -E 'latency|crossover|skip|peer|error' | tail -n 14
     ;;
   *)
     echo "unknown phase $phase (cuda, webgpu, extra)" >&2
