@@ -49,7 +49,7 @@ case "$phase" in
       --out "$out/cuda-exactness" 2>&1 | grep -v '^\[.*done' | tail -n 3
     timeout -s KILL 60 python3 apps/bench/peers/sdpa_peer.py --manifest /tmp/crisp-cuda/manifest.json \
       --out "$out/cuda-exactness/sdpa-peer.json" --reps 2 --budget 50 2>&1 | tail -n 3
-    # 3. Latency on the @crisp/synth llama-like scenario (host-generated, seed 1), every
+    # 3. Latency on the @crisp/synth llama-like scenario (host-generated, seed 7), every
     #    preset, PyTorch SDPA flash/cuDNN timed in the same run; crossover from the same rows.
     timeout -s KILL 300 $BENCH --backends cuda --suites latency,crossover --latency-inputs synth \
       --max-host-values 1e12 --sizes 32k,64k,128k,512k --deadline-s 290 \

@@ -69,14 +69,14 @@ export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
 
 /**
- * The length gate, measured on one H200 (2026-11-30, apps/bench/results/cuda-h200.md):
- * CRISP end to end (statistics, routing, selection, mask, sparse kernel) against the dense
- * kernel on the llama-like layer (H = 32, Hkv = 8, d = 128, bf16, density about 0.44):
- * 3.94 vs 2.19 ms at 8k, 10.5 vs 8.5 ms at 16k, 33.8 vs 33.6 ms at 32k (a tie). Below
- * 32768 keys dense always won, so that is the default. (On that input CRISP also stayed
- * slower at 128k and 512k: its density was high and host-side mask handling dominated.)
+ * The length gate, measured by crisp-bench on one H200 (2026-11-30,
+ * apps/bench/results/nvidia-h200-synth/bench.md): CRISP end to end (statistics, routing,
+ * selection, mask, sparse kernel) against the dense kernel on the @crisp/synth llama-like
+ * layer (H = 32, Hkv = 8, d = 128, bf16): 3.42 vs 1.94 ms at 8k (dense wins), 8.82 vs
+ * 27.4 ms at 32k (CRISP 3.1x); the log-n interpolation of the ratio crosses 1 at 13,018
+ * keys. (On last session's denser device fill, density 0.44, the tie was at 32k.)
  */
-export const CUDA_SPARSE_CROSSOVER = 32768;
+export const CUDA_SPARSE_CROSSOVER = 13018;
 
 const LOG2E = Math.LOG2E;
 const PART_KEYS = 512;
