@@ -59,6 +59,44 @@ describe('cumulativeCoverage', () => {
     }
   });
 
+  it('the bucketed count equals the full-sort definition bit for bit (n >= 4096: sink, heavy tail, ties, zeros)', () => {
+    const byDefinition = (t: ArrayLike<number>, gamma: number) => {
+      const sorted = Float64Array.from(t).sort().reverse();
+      let sum = 0;
+      let count = 0;
+      for (const x of sorted) {
+        sum += x;
+        if (sum > gamma) break;
+        count++;
+      }
+      return count + 1;
+    };
+    const seed = freshSeed();
+    const r = rng(seed);
+    for (let trial = 0; trial < 24; trial++) {
+      const n = 4096 + Math.floor(r() * 30000);
+      const t = new Float32Array(n);
+      const kind = trial % 4;
+      for (let i = 0; i < n; i++) {
+        const u = r();
+        // heavy tail over many decades; kind 1 quantised (ties); kind 2 many exact zeros
+        let x = Math.exp(-30 * u * u) * 1e-3;
+        if (kind === 1) x = Math.round(x * 1e5) / 1e5;
+        if (kind === 2 && u < 0.5) x = 0;
+        t[i] = x;
+      }
+      let total = 0;
+      for (const x of t) total += x;
+      const sink = kind === 3 ? 0.2 : 0.8; // kind 3: the prefix is most of the array
+      t[0] = (sink * total) / (1 - sink);
+      total += t[0];
+      for (let i = 0; i < n; i++) t[i] /= total;
+      for (const gamma of [0.5, 0.8, 0.9, 0.95, 0.99]) {
+        expect(coverageTokenCount(t, gamma), `seed ${seed} trial ${trial} kind ${kind} gamma ${gamma}`).toBe(byDefinition(t, gamma));
+      }
+    }
+  });
+
   it('hand example: the count, the +1, block 0 forced in', () => {
     // n = 8, B = 2: sorted tokens 0.4, 0.3, 0.1, 0.1, 0.05, 0.05, 0, 0.
     const tokens = Float32Array.from([0.05, 0, 0.4, 0.3, 0.1, 0.1, 0.05, 0]);

@@ -31,17 +31,67 @@ export interface CumulativeCoverageSelector extends VsSelector {
 /**
  * FlexPrefill's token count: tokens in the descending-sorted prefix whose cumulative sum
  * stays <= γ, plus one. Sums in float64 so the count does not depend on float32 rounding.
+ *
+ * The prefix is usually a small top slice (the sink alone holds most of the mass), so the
+ * full O(n log n) sort is avoided: one pass buckets the values by the top 16 bits of their
+ * float32 pattern (monotone in the value), accumulating each bucket's mass; the walk from the
+ * top bucket finds where the sum crosses γ; only the values in the buckets down to one past
+ * that one are sorted and summed in descending order, exactly as the full sort would. If that
+ * slice does not reach γ after all (bucket sums in another order can differ in the last
+ * bits), it falls back to the full sort. Same count, bit for bit, as sorting everything.
  */
 export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): number {
-  const sorted = Float64Array.from(tokens).sort().reverse();
+  const n = tokens.length;
+  if (n < 4096) return coverageCountSorted(Float64Array.from(tokens), gamma);
+  const f = new Float32Array(1);
+  const u = new Uint32Array(f.buffer);
+  const bucket = new Uint16Array(n);
+  const mass = new Float64Array(65536);
+  const count = new Uint32Array(65536);
+  for (let i = 0; i < n; i++) {
+    const v = tokens[i];
+    if (!(v >= 0)) return coverageCountSorted(Float64Array.from(tokens), gamma); // negatives: not a softmax
+    f[0] = v;
+    const b = u[0] >>> 16;
+    bucket[i] = b;
+    mass[b] += v;
+    count[b]++;
+  }
+  let sum = 0;
+  let b = 65535;
+  for (; b >= 0; b--) {
+    sum += mass[b];
+    if (sum > gamma) break;
+  }
+  // one more non-empty bucket below the crossing one, as a margin for summation order
+  let lo = Math.max(0, b);
+  for (let c = lo - 1; c >= 0; c--) {
+    if (count[c] > 0) {
+      lo = c;
+      break;
+    }
+  }
+  let m = 0;
+  for (let c = lo; c < 65536; c++) m += count[c];
+  if (b < 0 || m === n) return coverageCountSorted(Float64Array.from(tokens), gamma);
+  const top = new Float64Array(m);
+  let w = 0;
+  for (let i = 0; i < n; i++) if (bucket[i] >= lo) top[w++] = tokens[i];
+  const r = coverageCountSorted(top, gamma, true);
+  return r >= 0 ? r : coverageCountSorted(Float64Array.from(tokens), gamma);
+}
+
+/** The definition: sort descending, count the prefix with sum <= γ, plus one. Sorts `values` in place. */
+function coverageCountSorted(values: Float64Array, gamma: number, mustCross = false): number {
+  const sorted = values.sort().reverse();
   let sum = 0;
   let count = 0;
   for (let i = 0; i < sorted.length; i++) {
     sum += sorted[i];
-    if (sum > gamma) break;
+    if (sum > gamma) return count + 1;
     count++;
   }
-  return count + 1;
+  return mustCross ? -1 : count + 1;
 }
 
 /** γ cumulative coverage on token scores (needs `tokenScores`). */
