@@ -15,7 +15,7 @@
  * tensor cores. Workgroup: 4 subgroups of 32, each owning 16 of the tile's 64 query rows;
  * key tiles of 64; block iteration (dense or block-sparse rows) exactly as attention.ts.
  */
-import type { ProgramDescriptor } from './common.js';
+import { attentionInterface, type ProgramDescriptor } from './common.js';
 
 /** Workgroup memory of the staged variant at d = 128 (S 16 KiB, P 8 KiB, K/V tile 16 KiB, partials). */
 export const SMM_STAGED_WORKGROUP_BYTES = 16384 + 8192 + 16384 + 1024 + 16;
@@ -108,19 +108,7 @@ export function attentionSmmProgram(headDim: number, staged = false): ProgramDes
 enable f16;
 enable subgroups;
 enable chromium_experimental_subgroup_matrix;
-struct Params {
-  m: u32, n: u32, H: u32, Hkv: u32,
-  B: u32, Nb: u32, dense: u32, headBase: u32,
-  firstTile: u32, numTiles: u32, returnLse: u32, scaleLog2: f32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> Q: array<f16>;
-@group(0) @binding(2) var<storage, read> K: array<${staged ? 'u32' : 'f16'}>;
-@group(0) @binding(3) var<storage, read> V: array<${staged ? 'u32' : 'f16'}>;
-@group(0) @binding(4) var<storage, read_write> O: array<f16>;
-@group(0) @binding(5) var<storage, read_write> LSE: array<u32>;
-@group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
-@group(0) @binding(7) var<storage, read> cols: array<u32>;
+${attentionInterface({ q: 'array<f16>', k: `array<${staged ? 'u32' : 'f16'}>`, v: `array<${staged ? 'u32' : 'f16'}>`, o: 'array<f16>' })}
 
 const D: u32 = ${D}u;
 const LN2: f32 = 0.6931471805599453;

@@ -22,7 +22,7 @@
  * only on the diagonal tile and the ragged last tile. GQA: head h reads kv head
  * floor(h / (H / Hkv)).
  */
-import { type ProgramDescriptor, type StorageDType, narrow, vec4ArrayType, widen } from './common.js';
+import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow, vec4ArrayType, widen } from './common.js';
 
 /** Workgroup memory the v3 kernel declares (bytes); the backend falls back to v1 below it. */
 export const ATTENTION_V3_WORKGROUP_BYTES = 32768;
@@ -92,19 +92,7 @@ export function attentionV3Program(dtype: StorageDType, headDim: number, compact
           let outside = kv4 >= vec4<u32>(P.n);
           ${rep(8, (i) => `s${i} = select(s${i}, vec4<f32>(MASKED), (kv4 > vec4<u32>(q0 + tr * 8u + ${i}u)) | outside);`, '\n          ')}`;
   const wgsl = /* wgsl */ `
-struct Params {
-  m: u32, n: u32, H: u32, Hkv: u32,
-  B: u32, Nb: u32, dense: u32, headBase: u32,
-  firstTile: u32, numTiles: u32, returnLse: u32, scaleLog2: f32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> Q: ${vec4ArrayType(dtype)};
-@group(0) @binding(2) var<storage, read> K: ${vec4ArrayType(dtype)};
-@group(0) @binding(3) var<storage, read> V: ${vec4ArrayType(dtype)};
-@group(0) @binding(4) var<storage, read_write> O: ${vec4ArrayType(dtype)};
-@group(0) @binding(5) var<storage, read_write> LSE: array<u32>; // f32 bits; -inf for empty rows
-@group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
-@group(0) @binding(7) var<storage, read> cols: array<u32>;
+${attentionInterface({ q: vec4ArrayType(dtype), k: vec4ArrayType(dtype), v: vec4ArrayType(dtype), o: vec4ArrayType(dtype) })}
 
 const D: u32 = ${D}u;
 const D4: u32 = ${D4}u;

@@ -11,7 +11,7 @@
  * folded into q), f32 accumulation, the causal mask only on the diagonal tile and the
  * ragged last tile. GQA: head h reads kv head floor(h / (H / Hkv)), no copies.
  */
-import { type ProgramDescriptor, type StorageDType, narrow, vec4ArrayType, widen } from './common.js';
+import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow, vec4ArrayType, widen } from './common.js';
 import { TILE_SHARED, scoreTileWgsl } from './tile.js';
 
 /** Uniform layout (12 x 4 bytes) shared with the host. */
@@ -99,19 +99,7 @@ export function attentionProgram(dtype: StorageDType, headDim: number, compact =
         )
         .join('\n        ');
   const wgsl = /* wgsl */ `
-struct Params {
-  m: u32, n: u32, H: u32, Hkv: u32,
-  B: u32, Nb: u32, dense: u32, headBase: u32,
-  firstTile: u32, numTiles: u32, returnLse: u32, scaleLog2: f32,
-}
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> Q: ${vec4ArrayType(dtype)};
-@group(0) @binding(2) var<storage, read> K: ${vec4ArrayType(dtype)};
-@group(0) @binding(3) var<storage, read> V: ${vec4ArrayType(dtype)};
-@group(0) @binding(4) var<storage, read_write> O: ${vec4ArrayType(dtype)};
-@group(0) @binding(5) var<storage, read_write> LSE: array<u32>; // f32 bits; -inf for empty rows
-@group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
-@group(0) @binding(7) var<storage, read> cols: array<u32>;
+${attentionInterface({ q: vec4ArrayType(dtype), k: vec4ArrayType(dtype), v: vec4ArrayType(dtype), o: vec4ArrayType(dtype) })}
 
 const D: u32 = ${D}u;
 const MASKED: f32 = -3.0e38;

@@ -36,3 +36,25 @@ export function narrow(dtype: StorageDType, expr: string): string {
 
 /** log2(e): kernels work in base 2 with the softmax scale folded into q. */
 export const LOG2E = Math.LOG2E;
+
+/**
+ * The binding interface every attention kernel shares (the host binds one uniform layout
+ * and the same seven buffers whichever kernel runs): Params, then q, k, v, o, lse (f32 bits,
+ * -inf for empty rows), rowPtr, cols. Array types per kernel: vec4 storage for the FMA
+ * kernels, scalar f16 or packed u32 for the subgroup-matrix ones.
+ */
+export function attentionInterface(t: { readonly q: string; readonly k: string; readonly v: string; readonly o: string }): string {
+  return `struct Params {
+  m: u32, n: u32, H: u32, Hkv: u32,
+  B: u32, Nb: u32, dense: u32, headBase: u32,
+  firstTile: u32, numTiles: u32, returnLse: u32, scaleLog2: f32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> Q: ${t.q};
+@group(0) @binding(2) var<storage, read> K: ${t.k};
+@group(0) @binding(3) var<storage, read> V: ${t.v};
+@group(0) @binding(4) var<storage, read_write> O: ${t.o};
+@group(0) @binding(5) var<storage, read_write> LSE: array<u32>; // f32 bits; -inf for empty rows
+@group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
+@group(0) @binding(7) var<storage, read> cols: array<u32>;`;
+}
