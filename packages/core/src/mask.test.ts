@@ -174,6 +174,20 @@ describe('ranking', () => {
     expect(Array.from(argsortDescending([0.5, 0.9, 0.5, Number.NaN, 0.9, 0.1]))).toEqual([1, 4, 0, 2, 5, 3]);
     expect(Array.from(topKIndices([0.5, 0.9, 0.5, 0.2, 0.9], 3))).toEqual([0, 1, 4]);
     expect(Array.from(topKIndices([1, 2], 5))).toEqual([0, 1]);
+    // one-pass path: a tie at the top, then a better score: the later tied index goes
+    expect(Array.from(topKIndices([5, 5, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 2))).toEqual([0, 2]);
+    // the one-pass path (k <= 64, n >= 8k) against the sort definition: ties, -Infinity, NaN
+    const seed = (Date.now() ^ 0x9e3779b9) >>> 0;
+    const r = mulberry32(seed);
+    for (let trial = 0; trial < 60; trial++) {
+      const n = 8 + Math.floor(r() * 3000);
+      const x = Float64Array.from({ length: n }, () => Math.floor(r() * (trial % 3 === 0 ? 5 : 1e6)) / 7);
+      if (trial % 5 === 0) x[Math.floor(r() * n)] = Number.NEGATIVE_INFINITY;
+      if (trial % 7 === 0) x[Math.floor(r() * n)] = Number.NaN;
+      const k = 1 + Math.floor(r() * 64);
+      const expected = Array.from(argsortDescending(x).slice(0, Math.min(k, n))).sort((a, b) => a - b);
+      expect(Array.from(topKIndices(x, k)), `seed ${seed} trial ${trial} k ${k}`).toEqual(expected);
+    }
     expect(Array.from(unionSorted([5, 1], [3, 1], []))).toEqual([1, 3, 5]);
   });
 });

@@ -20,7 +20,31 @@ export function argsortDescending(scores: ArrayLike<number>): Int32Array {
 
 /** The k best indices (ties toward the lower index), returned ascending. */
 export function topKIndices(scores: ArrayLike<number>, k: number): Int32Array {
-  const kk = Math.max(0, Math.min(k, scores.length));
+  const n = scores.length;
+  const kk = Math.max(0, Math.min(k, n));
+  // Small k over long score lists (the PE heads' kMin lines: 8 of 4096 at 512k): one pass
+  // keeping the best kk in a sorted buffer instead of sorting all n. Scanning in index order,
+  // a newcomer only displaces strictly lower scores, which is the tie rule above.
+  if (kk > 0 && kk <= 64 && n >= 8 * kk) {
+    const bestIdx = new Int32Array(kk);
+    const bestVal = new Float64Array(kk);
+    let size = 0;
+    for (let i = 0; i < n; i++) {
+      const v = scores[i];
+      if (Number.isNaN(v)) return argsortDescending(scores).slice(0, kk).sort();
+      if (size === kk && !(v > bestVal[kk - 1])) continue;
+      let p = size < kk ? size : kk - 1;
+      while (p > 0 && v > bestVal[p - 1]) {
+        bestVal[p] = bestVal[p - 1];
+        bestIdx[p] = bestIdx[p - 1];
+        p--;
+      }
+      bestVal[p] = v;
+      bestIdx[p] = i;
+      if (size < kk) size++;
+    }
+    return bestIdx.sort();
+  }
   return argsortDescending(scores).slice(0, kk).sort();
 }
 
