@@ -22,6 +22,13 @@ describe('pipeline gates and PE minimum blocks', () => {
       const plan = await planPrefill(be, { q, k }, policy, { minSparseLength: 0 });
       expect(plan.denseReason, `n=${n} seed ${seed}`).toBe(reason);
       expect(plan.mask === undefined).toBe(reason !== undefined);
+      // phases split planMs for sparse plans only: four non-negative parts, within the total
+      expect(plan.phases === undefined).toBe(reason !== undefined);
+      if (plan.phases) {
+        const parts = [plan.phases.statsMs, plan.phases.selectMs, plan.phases.peRowsMs, plan.phases.maskMs];
+        for (const x of parts) expect(x).toBeGreaterThanOrEqual(0);
+        expect(parts.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(plan.planMs + 1e-9);
+      }
     }
   });
 
