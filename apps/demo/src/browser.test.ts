@@ -15,7 +15,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DemoFailure } from './main.js';
 import type { DemoResult, DemoSamples } from './run-demo.js';
-import { CHROMIUM, relErr, serveStatic, testSeed, WEBGPU_CHROMIUM_ARGS } from './test-support.js';
+import { CHROMIUM, checkCliffData, relErr, serveStatic, testSeed, WEBGPU_CHROMIUM_ARGS } from './test-support.js';
 
 const SEED = testSeed();
 const APP = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -135,6 +135,10 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     expect(r.overallDensity).toBeGreaterThan(0);
     expect(r.overallDensity).toBeLessThanOrEqual(1);
 
+    expect(checkCliffData(r.heads, m), ctx).toBeNull();
+    // VS heads carry their selector's lists, PE heads none.
+    for (const h of r.heads) expect(h.verticalSelected.length > 0, `head ${h.head} ${h.route}`).toBe(h.route === 'vs');
+
     const nr = needleRecall({ mask, blockSize: m.blockSize, numBlocks: Nb }, sc.truth);
     expect(r.needleRecall.recall, ctx).toBe(nr.recall);
     expect(r.needleRecall.total).toBe(nr.total);
@@ -174,6 +178,10 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     // The page shows it: one table row per head, and the progress line says done.
     expect(await run.page.locator('#heads tr').count()).toBe(1 + r.config.heads);
     expect(await run.page.locator('#progress').textContent()).toMatch(/^done in /);
+    // One mass-cliff plot per head, with a dot per selected VS block.
+    expect(await run.page.locator('#cliff svg.cliff-head').count()).toBe(r.config.heads);
+    const dots = r.heads.reduce((a, h) => a + h.verticalSelected.length + h.slashSelected.length, 0);
+    expect(await run.page.locator('#cliff circle').count()).toBe(dots);
     expect(await run.page.locator('#summary').textContent()).toContain(`${(100 * r.overallDensity).toFixed(1)}%`);
     expect(run.errors).toEqual([]);
     console.log(

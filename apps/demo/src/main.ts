@@ -8,7 +8,7 @@
 import { CrispError, type DType } from '@crisp/core';
 import { createWebGpuBackend, type WebGpuBackend } from '@crisp/kernels-webgpu';
 import { PROFILE_NAMES } from '@crisp/synth';
-import { type DemoConfig, type DemoResult, type DemoSamples, PRESET_NAMES, parseConfig, resolveDType, runDemo } from './run-demo.js';
+import { type DemoConfig, type DemoResult, type DemoSamples, type HeadResult, PRESET_NAMES, parseConfig, resolveDType, runDemo } from './run-demo.js';
 
 export interface DemoFailure {
   readonly ok: false;
@@ -137,8 +137,54 @@ function renderResult(r: DemoResult): void {
     })
     .join('');
   $('heads').innerHTML = head + body;
+  renderCliff(r);
   $('result').textContent = JSON.stringify(r, null, 2);
   $('output').hidden = false;
+}
+
+const SVG_W = 250;
+const SVG_H = 150;
+const PAD = { left: 34, right: 8, top: 26, bottom: 20 };
+
+/** One small log-axis plot per head: sorted p_v and p_s, dots on the selected blocks. */
+function cliffSvg(h: HeadResult): string {
+  const title = `head ${h.head} · ${h.route.toUpperCase()} · ${h.kind} · C_struct ${fmt(h.cStruct, 2)}`;
+  if (!h.verticalMass || !h.slashMass) return '';
+  const curves = [
+    { mass: h.verticalMass, kept: new Set(h.verticalSelected), color: '#2457c5' },
+    { mass: h.slashMass, kept: new Set(h.slashSelected), color: '#d97706' },
+  ];
+  const positive = curves.flatMap((c) => c.mass.filter((x) => x > 0));
+  const lo = Math.max(-9, Math.floor(Math.log10(Math.min(...positive, 1))));
+  const Nb = h.verticalMass.length;
+  const x = (rank: number) => PAD.left + ((SVG_W - PAD.left - PAD.right) * rank) / Math.max(1, Nb - 1);
+  const y = (m: number) => {
+    const l = m > 0 ? Math.max(lo, Math.log10(m)) : lo;
+    return PAD.top + ((SVG_H - PAD.top - PAD.bottom) * -l) / -lo;
+  };
+  const parts: string[] = [`<text x="4" y="12" font-weight="600">${escapeHtml(title)}</text>`];
+  const step = Math.max(1, Math.ceil(-lo / 4));
+  for (let e = 0; e >= lo; e -= step) {
+    const yy = y(10 ** e).toFixed(1);
+    parts.push(`<line x1="${PAD.left}" x2="${SVG_W - PAD.right}" y1="${yy}" y2="${yy}" stroke="#e3e6eb"/>`);
+    parts.push(`<text x="${PAD.left - 3}" y="${yy}" text-anchor="end" dominant-baseline="middle" fill="#6b7585">1e${e}</text>`);
+  }
+  parts.push(`<text x="${SVG_W - PAD.right}" y="${SVG_H - 6}" text-anchor="end" fill="#6b7585">rank (of ${Nb} blocks)</text>`);
+  for (const c of curves) {
+    const order = c.mass.map((m, i) => [m, i] as const).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+    const pts = order.map(([m], r) => `${x(r).toFixed(1)},${y(m).toFixed(1)}`).join(' ');
+    parts.push(`<polyline points="${pts}" fill="none" stroke="${c.color}" stroke-width="1.5" opacity="${h.route === 'pe' ? 0.45 : 1}"/>`);
+    order.forEach(([m, i], r) => {
+      if (c.kept.has(i)) parts.push(`<circle cx="${x(r).toFixed(1)}" cy="${y(m).toFixed(1)}" r="2.3" fill="${c.color}"/>`);
+    });
+  }
+  return `<svg class="cliff-head" width="${SVG_W}" height="${SVG_H}" viewBox="0 0 ${SVG_W} ${SVG_H}" role="img" aria-label="${escapeHtml(title)}">${parts.join('')}</svg>`;
+}
+
+function renderCliff(r: DemoResult): void {
+  $('cliff').innerHTML = r.denseReason
+    ? `<p class="note">dense plan (${escapeHtml(r.denseReason)}): no proxy statistics</p>`
+    : r.heads.map(cliffSvg).join('');
 }
 
 // ---------------------------------------------------------------- wiring

@@ -8,7 +8,7 @@ import { attentionRows, createReferenceBackend } from '@crisp/reference';
 import { scenario } from '@crisp/synth';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_CONFIG, type DemoConfig, parseConfig, resolveDType, runDemo } from './run-demo.js';
-import { relErr, testSeed } from './test-support.js';
+import { checkCliffData, relErr, testSeed } from './test-support.js';
 
 const SEED = testSeed();
 
@@ -97,6 +97,7 @@ describe('runDemo on the reference backend', () => {
       expect(h.massRecall).toBeGreaterThan(0);
       expect(h.massRecall).toBeLessThanOrEqual(1 + 1e-12);
     }
+    expect(checkCliffData(r.heads, s.mask!)).toBeNull();
     expect(r.needleRecall.recall).toBeGreaterThanOrEqual(0);
     expect(r.needleRecall.recall).toBeLessThanOrEqual(1);
     expect(r.needleRecall.total).toBe(sc.truth.needles.reduce((a, nd) => a + nd.readers.length, 0));

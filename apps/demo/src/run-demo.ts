@@ -142,6 +142,16 @@ export interface HeadResult {
   /** relative error against float64 dense (CRISP.md's output error) */
   readonly outputError: number;
   readonly massRecall: number;
+  /**
+   * The proxy's block masses (each sums to 1; null for dense plans): p_v by key block J and
+   * p_s by offset block O (0 = the diagonal). Sorted, they show the mass cliff of the paper's
+   * Figure 1: a few anchor blocks, then decades of noise.
+   */
+  readonly verticalMass: number[] | null;
+  readonly slashMass: number[] | null;
+  /** the VS selector's key blocks J and offset blocks O for this head (empty for PE heads) */
+  readonly verticalSelected: number[];
+  readonly slashSelected: number[];
 }
 
 export interface DemoResult {
@@ -360,6 +370,10 @@ export async function runDemo(backend: Backend, cfg: DemoConfig, dtype: DType, p
     const referenceMs = now() - tRef;
     const needles = needleRecall(plan, sc.truth);
 
+    const Nb = plan.numBlocks;
+    const slice = (a: Float64Array | undefined, h: number) => (a ? Array.from(a.subarray(h * Nb, (h + 1) * Nb)) : null);
+    const vsList = (ptr: Int32Array | undefined, flat: Int32Array | undefined, h: number) =>
+      ptr && flat ? Array.from(flat.subarray(ptr[h], ptr[h + 1])) : [];
     const heads: HeadResult[] = sc.truth.heads.map((t, h) => ({
       head: h,
       kind: t.kind,
@@ -371,6 +385,10 @@ export async function runDemo(backend: Backend, cfg: DemoConfig, dtype: DType, p
       kernelError: kernel.perHead[h],
       outputError: output.perHead[h],
       massRecall: recall ? recall.perHead[h] : 1,
+      verticalMass: slice(plan.stats?.verticalBlocks, h),
+      slashMass: slice(plan.stats?.slashBlocks, h),
+      verticalSelected: vsList(mask?.vs?.verticalPtr, mask?.vs?.vertical, h),
+      slashSelected: vsList(mask?.vs?.slashPtr, mask?.vs?.slash, h),
     }));
     const sparseMs = median(sparseTimes);
     const denseMs = median(denseTimes);

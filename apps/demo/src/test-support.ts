@@ -71,3 +71,33 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   }
   return Math.sqrt(num / den);
 }
+
+/**
+ * The plot data agrees with the mask: block masses sum to 1, and every selected vertical key
+ * block J (slash offset O) is in the mask's rows for every query block I >= J (I >= O).
+ * Returns a description of the first disagreement, or null.
+ */
+export function checkCliffData(
+  heads: readonly { head: number; verticalMass: number[] | null; slashMass: number[] | null; verticalSelected: number[]; slashSelected: number[] }[],
+  mask: { numBlocks: number; rowPtr: number[]; cols: number[] },
+): string | null {
+  const Nb = mask.numBlocks;
+  const has = (h: number, I: number, J: number) => mask.cols.slice(mask.rowPtr[h * Nb + I], mask.rowPtr[h * Nb + I + 1]).includes(J);
+  for (const h of heads) {
+    for (const [name, m] of [
+      ['p_v', h.verticalMass],
+      ['p_s', h.slashMass],
+    ] as const) {
+      if (!m || m.length !== Nb) return `head ${h.head}: ${name} has ${m?.length} blocks, not ${Nb}`;
+      const sum = m.reduce((a, b) => a + b, 0);
+      if (Math.abs(sum - 1) > 1e-3 || m.some((x) => !(x >= 0))) return `head ${h.head}: ${name} sums to ${sum}`;
+    }
+    for (const J of h.verticalSelected) {
+      for (let I = J; I < Nb; I++) if (!has(h.head, I, J)) return `head ${h.head}: vertical block ${J} missing in query block ${I}`;
+    }
+    for (const O of h.slashSelected) {
+      for (let I = O; I < Nb; I++) if (!has(h.head, I, I - O)) return `head ${h.head}: slash offset ${O} missing in query block ${I}`;
+    }
+  }
+  return null;
+}
