@@ -204,10 +204,12 @@ async function init(): Promise<WebGpuBackend | undefined> {
   // The adapter is injected: the same backend code runs in Node with Dawn's adapter.
   const backend = await createWebGpuBackend({ adapter });
   const features = Array.from(adapter.features).sort();
+  // adapter.info arrived in Chrome 127; older WebGPU browsers lack it.
+  const info: Partial<GPUAdapterInfo> = (adapter as { info?: GPUAdapterInfo }).info ?? {};
   const a: AdapterReport = {
-    vendor: adapter.info.vendor,
-    architecture: adapter.info.architecture,
-    description: adapter.info.description,
+    vendor: info.vendor ?? '',
+    architecture: info.architecture ?? '',
+    description: info.description ?? '',
     features,
     shaderF16: features.includes('shader-f16'),
     subgroups: features.includes('subgroups'),
