@@ -229,7 +229,7 @@ interface Uploaded {
 
 /**
  * Generate and upload in row chunks, keeping a host copy for the float64 checks.
- * (Not @crisp/synth's uploadScenario: it yields with setImmediate, which browsers lack.)
+ * (Not @crisp/synth's uploadScenario, which keeps no host copy.)
  */
 async function upload(backend: Backend, sc: Scenario, progress: Progress): Promise<Uploaded> {
   const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;

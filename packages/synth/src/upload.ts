@@ -51,11 +51,17 @@ export async function uploadScenario(backend: Backend, sc: Scenario, opts: Uploa
       backend.write(k, start * Hkv * d, c.k.data);
       backend.write(v, start * Hkv * d, c.v.data);
       opts.onProgress?.(end, n);
-      if (end < n) await new Promise<void>((resolve) => setImmediate(resolve));
+      if (end < n) await yieldToEventLoop();
     }
     return { q, k, v };
   } catch (e) {
     for (const t of made) t.dispose();
     throw e;
   }
+}
+
+/** Let timers, I/O and progress output run between chunks: setImmediate in Node, a zero timeout in browsers. */
+function yieldToEventLoop(): Promise<void> {
+  const g = globalThis as { setImmediate?: (cb: () => void) => unknown };
+  return new Promise<void>((resolve) => (g.setImmediate ? g.setImmediate(resolve) : setTimeout(resolve, 0)));
 }
