@@ -136,8 +136,12 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     expect(r.overallDensity).toBeLessThanOrEqual(1);
 
     expect(checkCliffData(r.heads, m), ctx).toBeNull();
-    // VS heads carry their selector's lists, PE heads none.
-    for (const h of r.heads) expect(h.verticalSelected.length > 0, `head ${h.head} ${h.route}`).toBe(h.route === 'vs');
+    // VS heads carry their selector's lists; PE heads the pipeline's kMin / B best vertical
+    // blocks (FlexPrefill's rule: every preset here has pe.kMin = 1024), next to their rows.
+    for (const h of r.heads) {
+      expect(h.verticalSelected.length, `head ${h.head} ${h.route} (${ctx})`).toBeGreaterThan(0);
+      if (h.route === 'pe') expect(h.verticalSelected.length, `head ${h.head} (${ctx})`).toBe(Math.min(Nb, Math.ceil(1024 / m.blockSize)));
+    }
 
     const nr = needleRecall({ mask, blockSize: m.blockSize, numBlocks: Nb }, sc.truth);
     expect(r.needleRecall.recall, ctx).toBe(nr.recall);
