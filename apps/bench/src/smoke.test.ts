@@ -28,7 +28,7 @@ describe('crisp-bench --smoke', () => {
     out = mkdtempSync(join(tmpdir(), 'crisp-bench-smoke-'));
     const b = spawnSync(process.execPath, [join(pkg, 'scripts', 'bundle.mjs')], { encoding: 'utf8' });
     expect(b.status, b.stderr).toBe(0);
-    const r = spawnSync(process.execPath, [bundle, '--smoke', '--out', out], { cwd: repoRoot, encoding: 'utf8', timeout: 170_000 });
+    const r = spawnSync(process.execPath, [bundle, '--smoke', '--out', out], { cwd: repoRoot, encoding: 'utf8', timeout: 280_000 });
     status = r.status;
     stderr = r.stderr;
     if (existsSync(join(out, 'bench.json'))) result = JSON.parse(readFileSync(join(out, 'bench.json'), 'utf8'));

@@ -21,7 +21,7 @@ import {
 } from '@crisp/core';
 import { type PresetName, presets } from '@crisp/presets';
 import { attentionRows, massRecall, relativeError, sampleRows } from '@crisp/reference';
-import { needleRecall, PROFILE_NAMES, type ProfileName, type Scenario, scenario } from '@crisp/synth';
+import { needleRecall, PROFILE_NAMES, type ProfileName, type Scenario, scenario, uploadScenario } from '@crisp/synth';
 
 export const PRESET_NAMES: readonly PresetName[] = ['crisp', 'crispFast', 'flexPrefill', 'dense'];
 
@@ -229,7 +229,7 @@ interface Uploaded {
 
 /**
  * Generate and upload in row chunks, keeping a host copy for the float64 checks.
- * (Not @crisp/synth's uploadScenario, which keeps no host copy.)
+ * (uploadScenario with a host copy of every chunk.)
  */
 async function upload(backend: Backend, sc: Scenario, progress: Progress): Promise<Uploaded> {
   const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;
@@ -237,39 +237,23 @@ async function upload(backend: Backend, sc: Scenario, progress: Progress): Promi
   const hq = make(n * H * d);
   const hk = make(n * Hkv * d);
   const hv = make(n * Hkv * d);
-  const made: DeviceTensor[] = [];
-  try {
-    const q = backend.allocate(dtype, [n, H, d]);
-    made.push(q);
-    const k = backend.allocate(dtype, [n, Hkv, d]);
-    made.push(k);
-    const v = backend.allocate(dtype, [n, Hkv, d]);
-    made.push(v);
-    const chunk = Math.max(64, Math.floor((1 << 19) / (H * d)));
-    for (let start = 0; start < n; start += chunk) {
-      const end = Math.min(n, start + chunk);
-      const c = sc.rows(start, end);
+  const { q, k, v } = await uploadScenario(backend, sc, {
+    chunkRows: Math.max(64, Math.floor((1 << 19) / (H * d))),
+    onChunk: (start, c) => {
       hq.set(c.q.data, start * H * d);
       hk.set(c.k.data, start * Hkv * d);
       hv.set(c.v.data, start * Hkv * d);
-      backend.write(q, start * H * d, c.q.data);
-      backend.write(k, start * Hkv * d, c.k.data);
-      backend.write(v, start * Hkv * d, c.v.data);
-      progress(`generating and uploading rows: ${end} / ${n}`);
-      await yieldToUi();
-    }
-    return {
-      q,
-      k,
-      v,
-      hq: wrapHost(dtype, [n, H, d], hq),
-      hk: wrapHost(dtype, [n, Hkv, d], hk),
-      hv: wrapHost(dtype, [n, Hkv, d], hv),
-    };
-  } catch (e) {
-    for (const t of made) t.dispose();
-    throw e;
-  }
+    },
+    onProgress: (done) => progress(`generating and uploading rows: ${done} / ${n}`),
+  });
+  return {
+    q,
+    k,
+    v,
+    hq: wrapHost(dtype, [n, H, d], hq),
+    hk: wrapHost(dtype, [n, Hkv, d], hk),
+    hv: wrapHost(dtype, [n, Hkv, d], hv),
+  };
 }
 
 /** The sampled rows of a [n, H, d] output as an f32 host tensor [rows, H, d]. */

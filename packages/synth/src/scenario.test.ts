@@ -220,8 +220,19 @@ describe('uploadScenario', () => {
     const be = createReferenceBackend();
     const sc = scenario('llama-like', { n: 1000, heads: 4, kvHeads: 2, headDim: 32, dtype: 'bf16', seed: SEED });
     const seen: number[] = [];
-    const t = await uploadScenario(be, sc, { chunkRows: 333, onProgress: (r) => seen.push(r) });
+    const starts: number[] = [];
+    const hostQ = new Uint16Array(sc.n * 4 * 32);
+    const t = await uploadScenario(be, sc, {
+      chunkRows: 333,
+      onProgress: (r) => seen.push(r),
+      onChunk: (start, c) => {
+        starts.push(start);
+        hostQ.set(c.q.data as Uint16Array, start * 4 * 32);
+      },
+    });
     expect(seen).toEqual([333, 666, 999, 1000]);
+    expect(starts).toEqual([0, 333, 666, 999]);
+    expect(Buffer.from(hostQ.buffer).equals(Buffer.from((sc.rows(0, sc.n).q.data as Uint16Array).buffer))).toBe(true);
     const whole = sc.rows(0, sc.n);
     for (const key of ['q', 'k', 'v'] as const) {
       const got = await be.download(t[key]);

@@ -6,13 +6,15 @@
  * Shape legend: q [n, H, d], k and v [n, Hkv, d].
  */
 import { type Backend, type DeviceTensor, InvalidArgumentError } from '@crisp/core';
-import type { Scenario } from './scenario.js';
+import type { Scenario, ScenarioChunk } from './scenario.js';
 
 export interface UploadOptions {
   /** rows per chunk (default: about 4M q values per chunk, at least 1) */
   readonly chunkRows?: number;
   /** called after each chunk with the rows written so far */
   readonly onProgress?: (rowsDone: number, n: number) => void;
+  /** called with each generated chunk (rows [start, start + chunk rows)), e.g. to keep a host copy */
+  readonly onChunk?: (start: number, chunk: ScenarioChunk) => void;
 }
 
 export interface ScenarioTensors {
@@ -50,6 +52,7 @@ export async function uploadScenario(backend: Backend, sc: Scenario, opts: Uploa
       backend.write(q, start * H * d, c.q.data);
       backend.write(k, start * Hkv * d, c.k.data);
       backend.write(v, start * Hkv * d, c.v.data);
+      opts.onChunk?.(start, c);
       opts.onProgress?.(end, n);
       if (end < n) await yieldToEventLoop();
     }
