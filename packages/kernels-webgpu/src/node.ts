@@ -6,7 +6,7 @@
  * DEFAULT_DAWN_FLAGS turns them on (`allow_unsafe_apis` is what exposes the experimental
  * `chromium-experimental-subgroup-matrix` feature). Pass `flags: []` for Dawn's defaults.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { create } from 'webgpu';
 import { CrispError } from '@crisp/core';
 import { type WebGpuBackend, type WebGpuBackendOptions, createWebGpuBackend } from './backend.js';
@@ -51,7 +51,62 @@ function explainMissingAdapter(): string {
  */
 const instances: GPU[] = [];
 
+const LOADER = 'libvulkan.so.1';
+const STANDARD_LIB_DIRS = [
+  '/lib',
+  '/usr/lib',
+  '/lib64',
+  '/usr/lib64',
+  '/lib/x86_64-linux-gnu',
+  '/usr/lib/x86_64-linux-gnu',
+  '/lib/aarch64-linux-gnu',
+  '/usr/lib/aarch64-linux-gnu',
+];
+
+/**
+ * Where the dynamic loader would find libvulkan.so.1 (Linux): LD_LIBRARY_PATH, the
+ * ld.so.conf directories, the standard ones. Undefined when nowhere: Dawn would then print
+ * its own "Couldn't load Vulkan" warning to stderr and find no adapter, so the Node entry
+ * says why instead and does not start Dawn. Other platforms: not checked ('').
+ */
+export function findVulkanLoader(
+  env: Record<string, string | undefined> = process.env,
+  exists: (path: string) => boolean = existsSync,
+  confDirs: () => string[] = ldSoConfDirs,
+): string | undefined {
+  if (process.platform !== 'linux') return '';
+  const dirs = [...(env.LD_LIBRARY_PATH ?? '').split(':').filter(Boolean), ...confDirs(), ...STANDARD_LIB_DIRS];
+  return dirs.map((d) => `${d.replace(/\/+$/, '')}/${LOADER}`).find((p) => exists(p));
+}
+
+function ldSoConfDirs(): string[] {
+  const out: string[] = [];
+  const readConf = (file: string) => {
+    try {
+      for (const line of readFileSync(file, 'utf8').split('\n')) {
+        const t = line.replace(/#.*/, '').trim();
+        if (t.startsWith('/')) out.push(t);
+      }
+    } catch {
+      // unreadable or absent: nothing from it
+    }
+  };
+  readConf('/etc/ld.so.conf');
+  try {
+    for (const f of readdirSync('/etc/ld.so.conf.d')) if (f.endsWith('.conf')) readConf(`/etc/ld.so.conf.d/${f}`);
+  } catch {
+    // no ld.so.conf.d
+  }
+  return out;
+}
+
 async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
+  if (findVulkanLoader() === undefined && !process.env.CRISP_WEBGPU_SKIP_LOADER_CHECK) {
+    throw new CrispError(
+      'BACKEND_UNAVAILABLE',
+      `Dawn needs the Vulkan loader ${LOADER} and it is on no library path here (install libvulkan1, or set LD_LIBRARY_PATH=/usr/lib/chromium where Debian's chromium is installed; CRISP_WEBGPU_SKIP_LOADER_CHECK=1 tries Dawn anyway)`,
+    );
+  }
   let gpu: GPU;
   try {
     gpu = create([...flags]);
