@@ -22,9 +22,9 @@ const arg = (name: string, dflt: string) => {
 const phase = arg('phase', 'all');
 const outDir = arg('out', '/tmp/crisp-out');
 const budget = Number(arg('budget', '400')) * 1000;
-const ns = arg('ns', '65536,131072,262144,524288').split(',').filter((x) => x !== 'none').map(Number);
 /** 'none' (or an empty list) skips a step list */
 const list = (name: string, dflt: string) => (arg(name, dflt) === 'none' ? [] : arg(name, dflt).split(',').filter(Boolean).map(Number));
+const ns = list('ns', '65536,131072,262144,524288');
 const crossNs = list('cross', '8192,16384,32768');
 const peerDir = arg('peer', '/tmp/crisp-cuda');
 const reps = Number(arg('reps', '3'));

@@ -29,6 +29,7 @@ import {
   assertDType,
   assertShape,
   assertSupported,
+  type AttentionShape,
   attentionShape,
   bytesPerElement,
   defaultScale,
@@ -470,8 +471,8 @@ export class CudaBackend implements Backend {
 
   // ---- proxy statistics -------------------------------------------------------------
 
-  async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
-    this.#alive();
+  /** The shape proxy statistics and PE rows work on: supported, and q as long as k (no chunks). */
+  #selectionShape(q: DeviceTensor, k: DeviceTensor): AttentionShape {
     const shape = attentionShape(q, k, k);
     assertSupported(this.capabilities, shape, this.name);
     if (shape.queries !== shape.keys) {
@@ -480,6 +481,12 @@ export class CudaBackend implements Backend {
         { limit: 'chunkedPrefill' },
       );
     }
+    return shape;
+  }
+
+  async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
+    this.#alive();
+    const shape = this.#selectionShape(q, k);
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
     for (const [nm, w] of [
@@ -626,14 +633,7 @@ export class CudaBackend implements Backend {
 
   async peBlockRows(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows> {
     this.#alive();
-    const shape = attentionShape(q, k, k);
-    assertSupported(this.capabilities, shape, this.name);
-    if (shape.queries !== shape.keys) {
-      throw new UnsupportedError(
-        `proxy statistics and PE rows need q and k of equal length (got ${shape.queries} and ${shape.keys}); chunked prefill runs dense or with a mask you pass`,
-        { limit: 'chunkedPrefill' },
-      );
-    }
+    const shape = this.#selectionShape(q, k);
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
     const gamma = opts.gamma;
