@@ -42,7 +42,8 @@ export interface CumulativeCoverageSelector extends VsSelector {
  */
 export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): number {
   const n = tokens.length;
-  if (n < 4096) return coverageCountSorted(Float64Array.from(tokens), gamma);
+  const fullSort = () => coverageCountSorted(Float64Array.from(tokens), gamma);
+  if (n < 4096) return fullSort();
   const f = new Float32Array(1);
   const u = new Uint32Array(f.buffer);
   const bucket = new Uint16Array(n);
@@ -50,7 +51,7 @@ export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): nu
   const count = new Uint32Array(65536);
   for (let i = 0; i < n; i++) {
     const v = tokens[i];
-    if (!(v >= 0)) return coverageCountSorted(Float64Array.from(tokens), gamma); // negatives: not a softmax
+    if (!(v >= 0)) return fullSort(); // negatives or NaN: not a softmax row
     f[0] = v;
     const b = u[0] >>> 16;
     bucket[i] = b;
@@ -73,12 +74,12 @@ export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): nu
   }
   let m = 0;
   for (let c = lo; c < 65536; c++) m += count[c];
-  if (b < 0 || m === n) return coverageCountSorted(Float64Array.from(tokens), gamma);
+  if (b < 0 || m === n) return fullSort();
   const top = new Float64Array(m);
   let w = 0;
   for (let i = 0; i < n; i++) if (bucket[i] >= lo) top[w++] = tokens[i];
   const r = coverageCountSorted(top, gamma, true);
-  return r >= 0 ? r : coverageCountSorted(Float64Array.from(tokens), gamma);
+  return r >= 0 ? r : fullSort();
 }
 
 /** The definition: sort descending, count the prefix with sum <= γ, plus one. Sorts `values` in place. */

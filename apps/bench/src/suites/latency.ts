@@ -76,9 +76,8 @@ async function timePreset(
     attention.push(r.timings.attentionMs);
     density = r.plan.overallDensity;
     denseReason = r.plan.denseReason;
-    // Where the plan time went, when @crisp/core reports it (statistics, selection, PE rows, mask).
-    const ph = (r.plan as { phases?: Record<string, number> }).phases;
-    if (ph) for (const [k, v] of Object.entries(ph)) if (typeof v === 'number') phases.set(k, [...(phases.get(k) ?? []), v]);
+    // Where the plan time went (statistics, selection, PE rows, mask); dense plans have none.
+    if (r.plan.phases) for (const [k, v] of Object.entries(r.plan.phases)) phases.set(k, [...(phases.get(k) ?? []), v]);
   }
   const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
   return { ms: spread(total), planMs: spread(plan).median, planPhases, attentionMs: spread(attention).median, density, denseReason };
