@@ -38,7 +38,10 @@ function explainMissingAdapter(): string {
           : 'no Vulkan driver chosen: install a Vulkan driver, or Debian chromium for SwiftShader and set VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json',
       );
     }
-    hints.push('Dawn needs libvulkan.so.1 on the library path (package libvulkan1, or LD_LIBRARY_PATH=/usr/lib/chromium)');
+    // Reached without a loader only under CRISP_WEBGPU_SKIP_LOADER_CHECK (nodeAdapter checks first).
+    if (findVulkanLoader() === undefined) {
+      hints.push('Dawn needs libvulkan.so.1 on the library path (package libvulkan1, or LD_LIBRARY_PATH=/usr/lib/chromium)');
+    }
   }
   return `Dawn found no WebGPU adapter${hints.length ? `: ${hints.join('; ')}` : ''}`;
 }
