@@ -243,8 +243,8 @@ function spreadRows(sub: BlockRows, heads: readonly number[], H: number, Nb: num
   for (let h = 0; h < H; h++) {
     const base = h * Nb;
     if (s < heads.length && heads[s] === h) {
-      const off = rowPtr[base] - sub.rowPtr[s * Nb];
-      for (let I = 1; I <= Nb; I++) rowPtr[base + I] = sub.rowPtr[s * Nb + I] + off;
+      // every head before this one is either listed before s or empty: same offsets
+      for (let I = 1; I <= Nb; I++) rowPtr[base + I] = sub.rowPtr[s * Nb + I];
       s++;
     } else {
       rowPtr.fill(rowPtr[base], base + 1, base + Nb + 1);

@@ -54,7 +54,7 @@ export function topKIndices(scores: ArrayLike<number>, k: number): Int32Array {
  * a Set-based union cost tens of milliseconds there, this costs well under one.
  */
 export function sortedUnique(values: ArrayLike<number>): Int32Array {
-  const a = Int32Array.from(values as ArrayLike<number>).sort();
+  const a = Int32Array.from(values).sort();
   let w = 0;
   for (let i = 0; i < a.length; i++) if (i === 0 || a[i] !== a[w - 1]) a[w++] = a[i];
   return w === a.length ? a : a.slice(0, w);
