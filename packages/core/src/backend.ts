@@ -5,7 +5,7 @@
  * Shape legend: q [m, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import type { BackendCapabilities } from './attention.js';
-import type { BlockMask, BlockRows } from './mask.js';
+import type { BlockMask, BlockRows, VsLists } from './mask.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
 import type { DType } from './dtype.js';
 import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
@@ -20,6 +20,12 @@ export interface AttentionOptions {
    * Lets a plan run allocate nothing, and lets tests poison the output before a run.
    */
   readonly out?: DeviceTensor;
+  /**
+   * The mask as this backend prepared it (`prepareMask`): run that instead of expanding
+   * `mask` again. It must come from this backend and describe `mask` (same heads, blocks,
+   * block size); the pipeline passes it for plans it built.
+   */
+  readonly prepared?: PreparedMask;
 }
 
 export interface AttentionResult {
@@ -36,6 +42,41 @@ export interface PeRowsOptions {
   /** the (query) heads to build rows for, ascending */
   readonly heads: readonly number[];
   readonly scale?: number;
+}
+
+/**
+ * A mask expanded and kept on the backend, ready for sparseAttention: what a plan compiles
+ * to. Holds device memory until released (the pipeline releases the ones it made).
+ */
+export interface PreparedMask {
+  /** the name of the backend that holds it */
+  readonly backend: string;
+  readonly heads: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /** [H] selected causal blocks per head: the union of the VS part and the rows, counted on the device */
+  readonly blockCounts: Float64Array;
+  readonly released: boolean;
+  release(): void;
+}
+
+export interface PrepareMaskRequest {
+  readonly heads: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  readonly vs: VsLists;
+  /** PE rows to build on the backend (as peBlockRows would) and merge with the VS part */
+  readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
+}
+
+export interface PreparedMaskResult {
+  readonly prepared: PreparedMask;
+  /**
+   * The PE rows for the requested heads, as peBlockRows returns them, copied to the host
+   * when called (the copy can overlap attention). Present when the request had `pe`; call
+   * it at most once and before `prepared.release()`.
+   */
+  readonly peRows?: () => Promise<BlockRows>;
 }
 
 export interface Backend {
@@ -64,6 +105,12 @@ export interface Backend {
    * rowPtr has heads.length * Nb + 1 entries.
    */
   peBlockRows(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows>;
+  /**
+   * Optional: build the PE rows, merge them with the VS lists and expand the union to rows,
+   * all on the device, and count each head's blocks there (the plan's mask building without
+   * host round trips). Backends without it get the host path: peBlockRows + maskDensity.
+   */
+  prepareMask?(req: PrepareMaskRequest): Promise<PreparedMaskResult>;
   /** Expand a mask (VS lists and/or rows) to sorted block rows: the VS-to-rows primitive. */
   expandMask(mask: BlockMask): Promise<BlockRows>;
   /** Exact attention over the mask's blocks; causal inside diagonal blocks; fp32 accumulation. */

@@ -13,6 +13,7 @@ import {
   blocksPerHead,
   maskDensity,
   selectedBlockCounts,
+  spreadRowPtr,
   mulberry32,
   topKIndices,
   unionSorted,
@@ -250,5 +251,20 @@ describe('selectedBlockCounts', () => {
       const expected = Array.from(blocksPerHead(expandToRows(mask), H, Nb));
       expect(Array.from(selectedBlockCounts(mask)), `seed ${seed} trial ${trial}`).toEqual(expected);
     }
+  });
+});
+
+describe('spreadRowPtr', () => {
+  it('places the listed heads’ rows and leaves the others empty, cols unchanged', () => {
+    // rows for heads 1 and 3 of 4, Nb = 2: head 1 rows [0], [0, 1]; head 3 rows [], [1]
+    const sub = Int32Array.of(0, 1, 3, 3, 4);
+    const rowPtr = spreadRowPtr(sub, [1, 3], 4, 2);
+    expect(Array.from(rowPtr)).toEqual([0, 0, 0, 1, 3, 3, 3, 3, 4]);
+    const cols = Int32Array.of(0, 0, 1, 1);
+    expect(Array.from(blocksPerHead({ rowPtr, cols }, 4, 2))).toEqual([0, 3, 0, 1]);
+  });
+  it('rejects a rowPtr of the wrong length and unordered heads', () => {
+    expect(() => spreadRowPtr(Int32Array.of(0, 1, 2), [0, 1], 3, 2)).toThrow(MaskError);
+    expect(() => spreadRowPtr(Int32Array.of(0, 1, 2, 2, 3), [2, 1], 3, 2)).toThrow(MaskError);
   });
 });

@@ -40,6 +40,30 @@ export interface BlockMask {
   readonly rows?: BlockRows;
 }
 
+/**
+ * All-heads rowPtr [H·Nb + 1] for rows built for a subset of heads (ascending; the other
+ * heads empty). The cols stay as they are: the listed heads keep their order and the
+ * others add nothing, so a backend's cols array serves the all-heads rows unchanged.
+ */
+export function spreadRowPtr(sub: Int32Array, heads: readonly number[], H: number, Nb: number): Int32Array {
+  if (sub.length !== heads.length * Nb + 1) {
+    throw new MaskError(`rowPtr for ${heads.length} heads must have ${heads.length * Nb + 1} entries; got ${sub.length}`);
+  }
+  const rowPtr = new Int32Array(H * Nb + 1);
+  let s = 0;
+  for (let h = 0; h < H; h++) {
+    const base = h * Nb;
+    if (s < heads.length && heads[s] === h) {
+      rowPtr.set(sub.subarray(s * Nb + 1, (s + 1) * Nb + 1), base + 1);
+      s++;
+    } else {
+      rowPtr.fill(rowPtr[base], base + 1, base + Nb + 1);
+    }
+  }
+  if (s !== heads.length) throw new MaskError(`heads must be ascending indices in [0, ${H}); got ${heads.join(',')}`);
+  return rowPtr;
+}
+
 /** Number of causal blocks of one head: Nb (Nb + 1) / 2. */
 export function causalBlockCount(Nb: number): number {
   return (Nb * (Nb + 1)) / 2;

@@ -8,9 +8,17 @@
  * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import { assertBlockSize, assertSupported, attentionShape, type AttentionShape, numBlocks } from './attention.js';
-import type { AttentionOptions, AttentionResult, Backend } from './backend.js';
+import type { AttentionOptions, AttentionResult, Backend, PreparedMask } from './backend.js';
 import { InvalidArgumentError } from './errors.js';
-import { type BlockMask, type BlockRows, maskDensity, validateMask, vsListsFromArrays } from './mask.js';
+import {
+  type BlockMask,
+  type BlockRows,
+  causalBlockCount,
+  maskDensity,
+  spreadRowPtr,
+  validateMask,
+  vsListsFromArrays,
+} from './mask.js';
 import type { Policy, RoutingDecision } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from './stats.js';
@@ -42,17 +50,27 @@ export interface PrefillPlan {
   readonly denseReason?: 'policy' | 'min-length' | 'length-gate';
   readonly stats?: ProxyStats;
   readonly routing?: RoutingDecision;
-  /** undefined for dense plans */
+  /**
+   * undefined for dense plans. Host data: the VS lists and the PE heads' rows (inside
+   * sparsePrefill the rows arrive after the attention is launched; the returned plan has them).
+   */
   readonly mask?: BlockMask;
+  /**
+   * The mask as the backend prepared it (backends with `prepareMask`): runPlan runs this;
+   * absent once released (sparsePrefill releases it after its run; see releasePlan).
+   */
+  readonly prepared?: PreparedMask;
   /** [H] selected causal blocks / (Nb (Nb + 1) / 2); all ones for dense plans */
   readonly density: Float64Array;
   readonly overallDensity: number;
   /** milliseconds spent on proxy statistics, routing and selection (host wall clock) */
   readonly planMs: number;
   /**
-   * Where planMs went (host wall clock, each backend call awaited): proxy statistics,
-   * routing plus VS selection on the host, the backend's PE rows, and mask assembly
-   * (placing PE rows, validating the VS lists, counting density). Absent for dense plans.
+   * Where planMs went (host wall clock, each backend call awaited): proxy statistics;
+   * routing plus VS selection and validation on the host; the backend's PE rows (on a
+   * backend with prepareMask: PE rows built, merged with the VS lists, expanded and counted
+   * on the device); the rest of the mask assembly (placing PE rows and counting density on
+   * the host, or reading the device's counts). Absent for dense plans.
    */
   readonly phases?: PlanPhases;
 }
@@ -108,13 +126,33 @@ function statsWindow(policy: Policy, key: 'wSink' | 'wLocal'): number {
   return w;
 }
 
-/** Build a plan: statistics, routing, selection. Does not run attention. */
+/**
+ * Build a plan: statistics, routing, selection. Does not run attention. On a backend with
+ * `prepareMask` the plan also holds the mask prepared on the device (`plan.prepared`):
+ * runPlan uses it; `releasePlan` frees it (sparsePrefill does both).
+ */
 export async function planPrefill(
   backend: Backend,
   inputs: Pick<PrefillInputs, 'q' | 'k'> & { v?: DeviceTensor },
   policy: Policy,
   opts: PlanOptions = {},
 ): Promise<PrefillPlan> {
+  return (await buildPlan(backend, inputs, policy, opts, false)).plan;
+}
+
+interface BuiltPlan {
+  /** with deferred PE rows, the plan's mask lacks them until complete() */
+  readonly plan: PrefillPlan;
+  readonly complete: () => Promise<PrefillPlan>;
+}
+
+async function buildPlan(
+  backend: Backend,
+  inputs: Pick<PrefillInputs, 'q' | 'k'> & { v?: DeviceTensor },
+  policy: Policy,
+  opts: PlanOptions,
+  deferRows: boolean,
+): Promise<BuiltPlan> {
   const t0 = performance.now();
   validatePolicy(policy);
   const shape = attentionShape(inputs.q, inputs.k, inputs.v ?? inputs.k);
@@ -125,16 +163,19 @@ export async function planPrefill(
   const H = shape.heads;
   const Nb = numBlocks(n, B);
   const kMin = policy.kMin ?? DEFAULTS.kMin;
-  const dense = (reason: PrefillPlan['denseReason']): PrefillPlan => ({
-    policy: policy.name,
-    shape,
-    blockSize: B,
-    numBlocks: Nb,
-    denseReason: reason,
-    density: new Float64Array(H).fill(1),
-    overallDensity: 1,
-    planMs: performance.now() - t0,
-  });
+  const dense = (reason: PrefillPlan['denseReason']): BuiltPlan => {
+    const plan: PrefillPlan = {
+      policy: policy.name,
+      shape,
+      blockSize: B,
+      numBlocks: Nb,
+      denseReason: reason,
+      density: new Float64Array(H).fill(1),
+      overallDensity: 1,
+      planMs: performance.now() - t0,
+    };
+    return { plan, complete: async () => plan };
+  };
   if (policy.dense) return dense('policy');
   if (shape.queries !== shape.keys) {
     throw new InvalidArgumentError('sparse plans need q and k of equal length for now; use the dense policy for chunks');
@@ -195,62 +236,78 @@ export async function planPrefill(
       }),
     );
   }
-  const tSelect = performance.now();
-  let rows: BlockRows | undefined;
-  let tPe = tSelect;
-  if (peHeads.length > 0) {
-    const pe = await backend.peBlockRows(inputs.q, inputs.k, {
-      blockSize: B,
-      gamma: policy.pe!.gamma,
-      heads: peHeads,
-      scale: opts.scale,
-    });
-    tPe = performance.now();
-    rows = spreadRows(pe, peHeads, H, Nb);
-  }
   // Selectors may be user code: check what they returned. The PE rows come from the
   // backend, which validates masks itself when it runs them, so they are not scanned here
   // (at 512k they can hold tens of millions of entries).
   const vs = vsListsFromArrays(vertical, slash);
   validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs }, { heads: H, numBlocks: Nb, blockSize: B });
+  const tSelect = performance.now();
+  const peOpts = { blockSize: B, gamma: policy.pe!.gamma, heads: peHeads, scale: opts.scale };
+  const base = { policy: policy.name, shape, blockSize: B, numBlocks: Nb, stats, routing };
+  if (backend.prepareMask) {
+    // The backend builds the PE rows, merges and expands the mask and counts it on the
+    // device; the PE rows come to the host afterwards (overlapping attention in sparsePrefill).
+    const r = await backend.prepareMask({
+      heads: H,
+      numBlocks: Nb,
+      blockSize: B,
+      vs,
+      pe: peHeads.length > 0 ? { q: inputs.q, k: inputs.k, opts: peOpts } : undefined,
+    });
+    const tPe = performance.now();
+    const density = r.prepared.blockCounts.map((c) => c / causalBlockCount(Nb));
+    const overallDensity = density.reduce((a, x) => a + x, 0) / H;
+    const tEnd = performance.now();
+    const phases = { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe };
+    const plan = (rows?: BlockRows): PrefillPlan => ({
+      ...base,
+      mask: { heads: H, numBlocks: Nb, blockSize: B, vs, rows },
+      prepared: r.prepared,
+      density,
+      overallDensity,
+      planMs: tEnd - t0,
+      phases,
+    });
+    const peRows = r.peRows;
+    if (!peRows) return { plan: plan(), complete: async () => plan() };
+    if (!deferRows) {
+      const p = plan(spreadRows(await peRows(), peHeads, H, Nb));
+      return { plan: p, complete: async () => p };
+    }
+    return { plan: plan(), complete: async () => plan(spreadRows(await peRows(), peHeads, H, Nb)) };
+  }
+  let rows: BlockRows | undefined;
+  let tPe = tSelect;
+  if (peHeads.length > 0) {
+    const pe = await backend.peBlockRows(inputs.q, inputs.k, peOpts);
+    tPe = performance.now();
+    rows = spreadRows(pe, peHeads, H, Nb);
+  }
   const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs, rows };
   const { perHead, overall } = maskDensity(mask);
   const tEnd = performance.now();
-  return {
-    policy: policy.name,
-    shape,
-    blockSize: B,
-    numBlocks: Nb,
-    stats,
-    routing,
+  const p: PrefillPlan = {
+    ...base,
     mask,
     density: perHead,
     overallDensity: overall,
     planMs: tEnd - t0,
     phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },
   };
+  return { plan: p, complete: async () => p };
 }
 
 /**
- * Place rows built for a subset of heads into an all-heads row set (other heads empty).
- * The listed heads are ascending and the others contribute nothing, so the all-heads cols
- * are the backend's cols unchanged: only rowPtr is rebuilt (no copy of tens of millions of
- * entries at 512k).
+ * Release the device memory a plan's prepared mask holds (plans from planPrefill on a
+ * backend with prepareMask). The plan stays usable: runPlan then expands plan.mask again.
  */
+export function releasePlan(plan: PrefillPlan): void {
+  plan.prepared?.release();
+}
+
+/** Place rows built for a subset of heads into an all-heads row set (other heads empty). */
 function spreadRows(sub: BlockRows, heads: readonly number[], H: number, Nb: number): BlockRows {
-  const rowPtr = new Int32Array(H * Nb + 1);
-  let s = 0;
-  for (let h = 0; h < H; h++) {
-    const base = h * Nb;
-    if (s < heads.length && heads[s] === h) {
-      // every head before this one is either listed before s or empty: same offsets
-      for (let I = 1; I <= Nb; I++) rowPtr[base + I] = sub.rowPtr[s * Nb + I];
-      s++;
-    } else {
-      rowPtr.fill(rowPtr[base], base + 1, base + Nb + 1);
-    }
-  }
-  return { rowPtr, cols: sub.cols };
+  return { rowPtr: spreadRowPtr(sub.rowPtr, heads, H, Nb), cols: sub.cols };
 }
 
 /** Run a plan: dense or block-sparse attention. Allocates only the output. */
@@ -267,7 +324,8 @@ export function runPlan(
     );
   }
   if (!plan.mask) return backend.denseAttention(inputs.q, inputs.k, inputs.v, opts);
-  return backend.sparseAttention(inputs.q, inputs.k, inputs.v, plan.mask, opts);
+  const prepared = plan.prepared && !plan.prepared.released ? plan.prepared : undefined;
+  return backend.sparseAttention(inputs.q, inputs.k, inputs.v, plan.mask, prepared ? { ...opts, prepared } : opts);
 }
 
 export interface PrefillResult extends AttentionResult {
@@ -276,7 +334,11 @@ export interface PrefillResult extends AttentionResult {
   readonly timings: { readonly planMs: number; readonly attentionMs: number; readonly totalMs: number };
 }
 
-/** Plan and run one layer. The output stays on the backend. */
+/**
+ * Plan and run one layer. The output stays on the backend. The PE rows reach the host
+ * (result.plan.mask) while the attention runs, and the prepared device mask is released
+ * after the run.
+ */
 export async function sparsePrefill(
   backend: Backend,
   inputs: PrefillInputs,
@@ -284,10 +346,16 @@ export async function sparsePrefill(
   opts: PlanOptions & AttentionOptions = {},
 ): Promise<PrefillResult> {
   const t0 = performance.now();
-  const plan = await planPrefill(backend, inputs, policy, opts);
+  const built = await buildPlan(backend, inputs, policy, opts, true);
   const t1 = performance.now();
-  const result = await runPlan(backend, plan, inputs, opts);
-  await backend.synchronize();
-  const t2 = performance.now();
-  return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+  try {
+    const result = await runPlan(backend, built.plan, inputs, opts);
+    const full = await built.complete();
+    await backend.synchronize();
+    const t2 = performance.now();
+    const { prepared: _released, ...plan } = full;
+    return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+  } finally {
+    built.plan.prepared?.release();
+  }
 }

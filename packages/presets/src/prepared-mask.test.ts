@@ -1,0 +1,149 @@
+/**
+ * The pipeline's prepared-mask path (backends with `prepareMask`, e.g. CUDA): the plan's
+ * density comes from the backend's counts, the PE rows reach result.plan.mask after the
+ * attention is launched, runPlan hands the prepared mask to sparseAttention, and
+ * sparsePrefill releases it. Checked against the host path on the same reference backend:
+ * same density, same mask, bit-identical output.
+ */
+import {
+  type AttentionOptions,
+  type Route,
+  type Router,
+  type Backend,
+  type BlockMask,
+  expandToRows,
+  planPrefill,
+  type PreparedMask,
+  type PrepareMaskRequest,
+  releasePlan,
+  runPlan,
+  sparsePrefill,
+  spreadRowPtr,
+  toFloat32,
+} from '@crisp/core';
+import { createReferenceBackend } from '@crisp/reference';
+import { globalCoverage } from '@crisp/select';
+import { describe, expect, it } from 'vitest';
+import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
+import { crisp } from './index.js';
+
+/** The reference backend plus a host prepareMask, recording what sparseAttention got. */
+function withPrepare(base: Backend) {
+  const log = { prepared: 0, ranWithPrepared: 0, peRowsCalls: 0 };
+  const live: PreparedMask[] = [];
+  const be: Backend = {
+    name: base.name,
+    capabilities: base.capabilities,
+    sparseCrossover: base.sparseCrossover,
+    upload: (t) => base.upload(t),
+    allocate: (d, s) => base.allocate(d, s),
+    write: (t, o, d) => base.write(t, o, d),
+    download: (t) => base.download(t),
+    proxyStats: (q, k, o) => base.proxyStats(q, k, o),
+    peBlockRows: (q, k, o) => base.peBlockRows(q, k, o),
+    expandMask: (m) => base.expandMask(m),
+    sparseAttention: (q, k, v, m, o) => base.sparseAttention(q, k, v, m, o),
+    denseAttention: (q, k, v, o) => base.denseAttention(q, k, v, o),
+    synchronize: () => base.synchronize(),
+    dispose: () => base.dispose(),
+  };
+  (be as { prepareMask: Backend['prepareMask'] }).prepareMask = async (req: PrepareMaskRequest) => {
+    log.prepared++;
+    const pe = req.pe ? await base.peBlockRows(req.pe.q, req.pe.k, req.pe.opts) : undefined;
+    // expand the union exactly as the device would: VS lists plus the PE heads' rows
+    const H = req.heads;
+    const Nb = req.numBlocks;
+    let rows: BlockMask['rows'];
+    if (pe && req.pe) rows = { rowPtr: spreadRowPtr(pe.rowPtr, req.pe.opts.heads, H, Nb), cols: pe.cols };
+    const full = expandToRows({ heads: H, numBlocks: Nb, blockSize: req.blockSize, vs: req.vs, rows });
+    const counts = Float64Array.from({ length: H }, (_, h) => full.rowPtr[(h + 1) * Nb] - full.rowPtr[h * Nb]);
+    const prepared = {
+      backend: base.name,
+      heads: H,
+      numBlocks: Nb,
+      blockSize: req.blockSize,
+      blockCounts: counts,
+      rows: full,
+      released: false,
+      release() {
+        (this as { released: boolean }).released = true;
+      },
+    };
+    live.push(prepared);
+    const peRows = pe
+      ? async () => {
+          log.peRowsCalls++;
+          expect(prepared.released, 'peRows called after release').toBe(false);
+          return pe;
+        }
+      : undefined;
+    return { prepared, peRows };
+  };
+  (be as { sparseAttention: Backend['sparseAttention'] }).sparseAttention = (q, k, v, mask, opts: AttentionOptions = {}) => {
+    const p = opts.prepared as (PreparedMask & { rows: BlockMask['rows'] }) | undefined;
+    if (!p) return base.sparseAttention(q, k, v, mask, opts);
+    // like a device backend: run what was prepared (the mask may still lack its PE rows)
+    expect(p.released).toBe(false);
+    log.ranWithPrepared++;
+    const { prepared: _p, ...rest } = opts;
+    return base.sparseAttention(q, k, v, { heads: p.heads, numBlocks: p.numBlocks, blockSize: p.blockSize, rows: p.rows }, rest);
+  };
+  return { be, log, live };
+}
+
+describe('prepared masks through the pipeline', () => {
+  it('gives the host path’s density, mask and output, releases what sparsePrefill prepared', async () => {
+    const seed = freshSeed();
+    const n = 1536;
+    const B = 64;
+    const x = mixedHeads({
+      n,
+      heads: [{ kind: 'sink', strength: 12 }, { kind: 'sink', strength: 10 }, { kind: 'sink', strength: 9 }, { kind: 'diffuse' }],
+      seed,
+    });
+    const msg = `seed ${seed}`;
+    // heads 1 and 3 to PE, so both parts of the union are exercised
+    const routes: Route[] = ['vs', 'pe', 'vs', 'pe'];
+    const router: Router = {
+      name: 'alternate',
+      route: () => ({ routes, scores: Float64Array.from(routes, (r) => (r === 'vs' ? 1 : 0)), scoreName: 'fixed' }),
+    };
+    // γ 0.5 so the PE rows leave blocks out on these small inputs
+    const policy = { ...crisp, blockSize: B, kMin: 256, router, pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+    const host = createReferenceBackend();
+    const inputs = { q: host.upload(x.q), k: host.upload(x.k), v: host.upload(x.v) };
+    const ref = await sparsePrefill(host, inputs, policy, { minSparseLength: 0 });
+
+    const { be, log, live } = withPrepare(host);
+    const res = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(log.prepared, msg).toBe(1);
+    expect(log.ranWithPrepared, msg).toBe(1);
+    expect(log.peRowsCalls, msg).toBe(1);
+    expect(live.every((p) => p.released), msg).toBe(true);
+    expect(res.plan.prepared, msg).toBeUndefined();
+    expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
+    expect(res.plan.overallDensity, msg).toBeCloseTo(ref.plan.overallDensity, 12);
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    console.log(`${msg}: density per head ${Array.from(ref.plan.density, (x) => x.toFixed(3))}`);
+    // a real selection in both parts: a VS head and a PE head each left blocks out
+    expect(Math.max(ref.plan.density[0], ref.plan.density[2]), msg).toBeLessThan(0.97);
+    expect(Math.max(ref.plan.density[1], ref.plan.density[3]), msg).toBeLessThan(0.8);
+    const a = toFloat32(await host.download(res.output));
+    const b = toFloat32(await host.download(ref.output));
+    expect(a.some(Number.isNaN), msg).toBe(false);
+    expect(Array.from(a), msg).toEqual(Array.from(b));
+
+    // planPrefill: rows on the host at once, prepared kept until releasePlan; runPlan uses it
+    const plan = await planPrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(plan.mask, msg).toEqual(ref.plan.mask);
+    expect(plan.prepared?.released, msg).toBe(false);
+    await runPlan(be, plan, inputs);
+    expect(log.ranWithPrepared, msg).toBe(2);
+    releasePlan(plan);
+    expect(plan.prepared?.released, msg).toBe(true);
+    // a released plan still runs, from plan.mask
+    const again = await runPlan(be, plan, inputs);
+    expect(log.ranWithPrepared, msg).toBe(2);
+    expect(Array.from(toFloat32(await host.download(again.output))), msg).toEqual(Array.from(b));
+  });
+});
