@@ -8,7 +8,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type BlockMask, type DeviceTensor, numBlocks, sparsePrefill, vsListsFromArrays } from '@crisp/core';
+import { type BlockMask, type DeviceTensor, numBlocks, sparsePrefill, toFloat32, vsListsFromArrays } from '@crisp/core';
 import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
 import { scenario, uploadScenario } from '@crisp/synth';
@@ -38,6 +38,8 @@ const variant = arg('variant', 'w32') as AttentionVariant;
 /** sizes for the kernel-layout sweep (phase kernels) */
 const sweepNs = arg('sweep', '16384,65536,131072,524288').split(',').map(Number);
 const layouts = arg('layouts', Object.keys(ATTENTION_VARIANTS).join(',')).split(',') as AttentionVariant[];
+/** phase kernels: the self-check size run before any timing ('none' skips it) */
+const checkN = arg('check', '4096') === 'none' ? 0 : Number(arg('check', '4096'));
 const t0 = performance.now();
 const elapsed = () => performance.now() - t0;
 mkdirSync(outDir, { recursive: true });
@@ -123,6 +125,100 @@ const Hkv = 8;
 const D = 128;
 const B = 128;
 
+/** why a layout failed its self-check (build error, launch error, wrong output); absent when it passed */
+const layoutFailed = new Map<string, string>();
+
+/** Max |a − b| over max |b| (host, float64 sums), plus the device's norm-relative error and NaN/Inf count. */
+async function compareOutputs(a: DeviceTensor, ref: DeviceTensor) {
+  const x = toFloat32(await be.download(a));
+  const y = toFloat32(await be.download(ref));
+  let maxDiff = 0;
+  let maxRef = 0;
+  let worst = -1;
+  for (let i = 0; i < x.length; i++) {
+    const d = Math.abs(x[i] - y[i]);
+    if (!(d <= maxDiff)) {
+      maxDiff = Number.isNaN(d) ? Number.POSITIVE_INFINITY : d;
+      worst = i;
+    }
+    maxRef = Math.max(maxRef, Math.abs(y[i]));
+  }
+  return { maxRelErr: maxDiff / maxRef, worstIndex: worst, ...be.relError(a, ref) };
+}
+
+if (phase === 'kernels' && checkN > 0) {
+  // Self-check before any timing: every layout against v1 at a small size, dense (full
+  // and chunked prefill with a partial last block), sparse at block sizes 128 and 64. A
+  // layout that does not build, fails to launch or differs is reported and not timed.
+  await step(`check_${checkN}`, async () => {
+    const n = checkN;
+    const out: Record<string, unknown> = { n };
+    const mc = 1000;
+    const nc = n + 37;
+    const t = {
+      q: be.allocate('bf16', [n, H, D]),
+      k: be.allocate('bf16', [n, Hkv, D]),
+      v: be.allocate('bf16', [n, Hkv, D]),
+      qc: be.allocate('bf16', [mc, H, D]),
+      kc: be.allocate('bf16', [nc, Hkv, D]),
+      vc: be.allocate('bf16', [nc, Hkv, D]),
+    };
+    const outs = Object.fromEntries(['dense', 'chunk', 'sp128', 'sp64'].map((c) => [c, [be.allocate('bf16', c === 'chunk' ? [mc, H, D] : [n, H, D]), be.allocate('bf16', c === 'chunk' ? [mc, H, D] : [n, H, D])]]));
+    try {
+      be.fillHash(t.q, 11, 2);
+      be.fillHash(t.k, 12, 2);
+      be.fillHash(t.v, 13, 1);
+      be.fillHash(t.qc, 14, 2);
+      be.fillHash(t.kc, 15, 2);
+      be.fillHash(t.vc, 16, 1);
+      const m128 = patternMask(numBlocks(n, 128), 7, 5, 128);
+      const m64 = patternMask(numBlocks(n, 64), 7, 5, 64);
+      const cases: Record<string, (o: DeviceTensor) => Promise<unknown>> = {
+        dense: (o) => be.denseAttention(t.q, t.k, t.v, { out: o }),
+        chunk: (o) => be.denseAttention(t.qc, t.kc, t.vc, { out: o }),
+        sp128: (o) => be.sparseAttention(t.q, t.k, t.v, m128, { out: o }),
+        sp64: (o) => be.sparseAttention(t.q, t.k, t.v, m64, { out: o }),
+      };
+      be.attentionVariant = 'v1';
+      for (const [c, run] of Object.entries(cases)) {
+        be.poison(outs[c][0]);
+        await run(outs[c][0]);
+      }
+      await be.synchronize();
+      for (const name of layouts) {
+        const r: Record<string, unknown> = {};
+        out[name] = r;
+        try {
+          be.attentionVariant = name;
+          r.fallback = be.attentionVariantFallback;
+          for (const [c, run] of Object.entries(cases)) {
+            be.poison(outs[c][1]);
+            await run(outs[c][1]);
+            await be.synchronize();
+            const e = await compareOutputs(outs[c][1], outs[c][0]);
+            r[c] = e;
+            // bf16 rounding of another f32 summation order differs by ~1e-3 (NOTES.md)
+            if (!(e.maxRelErr < 2e-2 && e.relErr < 5e-3 && e.nonFinite === 0)) {
+              layoutFailed.set(name, `${c}: maxRelErr ${e.maxRelErr} relErr ${e.relErr} nonFinite ${e.nonFinite} (worst index ${e.worstIndex})`);
+            }
+          }
+        } catch (e) {
+          const err = e as Error & { details?: { log?: string } };
+          r.error = String(err?.stack ?? e);
+          if (err?.details?.log) r.buildLog = err.details.log;
+          layoutFailed.set(name, `error: ${err?.message ?? e}`.slice(0, 2000));
+        }
+        log(`check ${name} n=${n}: ${layoutFailed.get(name) ?? 'ok'} ${JSON.stringify(Object.fromEntries(Object.keys(cases).map((c) => [c, (r[c] as { maxRelErr?: number })?.maxRelErr])))}`);
+      }
+      be.attentionVariant = variant;
+      out.failed = Object.fromEntries(layoutFailed);
+      return out;
+    } finally {
+      for (const x of [...Object.values(t), ...Object.values(outs).flat()]) x.dispose();
+    }
+  });
+}
+
 if (phase === 'kernels') {
   // Every attention layout on the same inputs: dense time, TFLOP/s, output vs the v1 layout
   // (same math, f32 sums in another order), and a regular sparse mask's per-block cost.
@@ -147,27 +243,47 @@ if (phase === 'kernels') {
         const blocks = rows.rowPtr[rows.rowPtr.length - 1];
         const causal = H * ((Nb * (Nb + 1)) / 2);
         const big = n >= 262144;
-        for (const name of layouts) {
-          if (elapsed() > budget) break;
-          be.attentionVariant = name;
-          be.poison(o);
-          const dense = await timeIt(() => be.denseAttention(q, k, v, { out: o }), big ? 2 : reps, 1);
-          const err = be.relError(o, ref);
-          be.poison(o);
-          const sp = await timeIt(() => be.sparseAttention(q, k, v, pm, { out: o }), big ? 2 : reps, 1);
-          const dMs = median(dense);
-          const sMs = median(sp);
-          out[name] = {
-            denseMs: dense,
-            denseTflops: causalFlops(n, H, D) / (dMs * 1e-3) / 1e12,
-            vsV1: err,
-            sparsePatternMs: sp,
-            patternDensity: blocks / causal,
-            perBlockSparseOverDense: (sMs / blocks) / (dMs / causal),
-          };
-          log(
-            `layout ${name} n=${n}: dense ${dMs.toFixed(2)} ms (${(causalFlops(n, H, D) / (dMs * 1e-3) / 1e12).toFixed(0)} TFLOP/s) vs v1 relErr ${err.relErr.toExponential(2)} nonfinite ${err.nonFinite}; pattern ${sMs.toFixed(2)} ms per-block ${((sMs / blocks) / (dMs / causal)).toFixed(3)}x dense`,
-          );
+        // the sparse reference: v1 on the same pattern mask
+        const refSp = be.allocate('bf16', [n, H, D]);
+        be.poison(refSp);
+        await be.sparseAttention(q, k, v, pm, { out: refSp });
+        try {
+          for (const name of layouts) {
+            if (elapsed() > budget) break;
+            if (layoutFailed.has(name)) {
+              out[name] = { skipped: `failed its self-check: ${layoutFailed.get(name)}` };
+              continue;
+            }
+            try {
+              be.attentionVariant = name;
+              be.poison(o);
+              const dense = await timeIt(() => be.denseAttention(q, k, v, { out: o }), big ? 2 : reps, 1);
+              const err = be.relError(o, ref);
+              be.poison(o);
+              const sp = await timeIt(() => be.sparseAttention(q, k, v, pm, { out: o }), big ? 2 : reps, 1);
+              const spErr = be.relError(o, refSp);
+              const dMs = median(dense);
+              const sMs = median(sp);
+              out[name] = {
+                fallback: be.attentionVariantFallback,
+                denseMs: dense,
+                denseTflops: causalFlops(n, H, D) / (dMs * 1e-3) / 1e12,
+                vsV1: err,
+                sparseVsV1: spErr,
+                sparsePatternMs: sp,
+                patternDensity: blocks / causal,
+                perBlockSparseOverDense: sMs / blocks / (dMs / causal),
+              };
+              log(
+                `layout ${name} n=${n}: dense ${dMs.toFixed(2)} ms (${(causalFlops(n, H, D) / (dMs * 1e-3) / 1e12).toFixed(0)} TFLOP/s) vs v1 relErr ${err.relErr.toExponential(2)} nonfinite ${err.nonFinite}; pattern ${sMs.toFixed(2)} ms per-block ${(sMs / blocks / (dMs / causal)).toFixed(3)}x dense, vs v1 relErr ${spErr.relErr.toExponential(2)} nonfinite ${spErr.nonFinite}`,
+              );
+            } catch (e) {
+              out[name] = { error: String((e as Error)?.stack ?? e) };
+              log(`layout ${name} n=${n}: ERROR ${(e as Error)?.message ?? e}`);
+            }
+          }
+        } finally {
+          refSp.dispose();
         }
         be.attentionVariant = variant;
         return out;
@@ -182,14 +298,14 @@ function fullVsMask(Nb: number): BlockMask {
   const all = Int32Array.from({ length: Nb }, (_, i) => i);
   return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(Array(H).fill([]), Array(H).fill(all)) };
 }
-function patternMask(Nb: number, every: number, band: number): BlockMask {
+function patternMask(Nb: number, every: number, band: number, blockSize = B): BlockMask {
   const v: number[][] = [];
   const s: number[][] = [];
   for (let h = 0; h < H; h++) {
     v.push(Array.from({ length: Math.ceil(Nb / every) }, (_, i) => (i * every + h) % Nb));
     s.push(Array.from({ length: band }, (_, i) => i));
   }
-  return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(v, s) };
+  return { heads: H, numBlocks: Nb, blockSize, vs: vsListsFromArrays(v, s) };
 }
 
 const peerManifest: {

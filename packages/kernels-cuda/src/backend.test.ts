@@ -6,7 +6,7 @@
 import { CrispError, type HostTensor, hostTensor, toFloat32, mulberry32 as seeded } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
-import { cudaAvailability, createCudaBackend } from './index.js';
+import { ATTENTION_VARIANTS, type AttentionVariant, cudaAvailability, createCudaBackend } from './index.js';
 import { sizeClass } from './pool.js';
 
 const avail = cudaAvailability();
@@ -66,6 +66,44 @@ describe.skipIf(!avail.available)('cuda backend on a GPU', () => {
         w += want[i] ** 2;
       }
       expect(Math.sqrt(e / w), `seed ${seed}`).toBeLessThan(1e-2);
+    } finally {
+      be.dispose();
+      ref.dispose();
+    }
+  });
+});
+
+describe.skipIf(!avail.available)('every attention variant on a GPU', () => {
+  it('matches the float64 reference, dense and chunked (or falls back off Hopper with a reason)', async () => {
+    const seed = (Date.now() ^ 0xa77e) >>> 0;
+    const r = seeded(seed);
+    const be = await createCudaBackend();
+    const ref = createReferenceBackend();
+    try {
+      const [n, m, H, Hkv, d] = [333, 200, 4, 2, 128];
+      const q = randomTensor(r, [m, H, d], 2);
+      const k = randomTensor(r, [n, Hkv, d], 2);
+      const v = randomTensor(r, [n, Hkv, d], 1);
+      const want = toFloat32(
+        await ref.download((await ref.denseAttention(ref.upload(q), ref.upload(k), ref.upload(v))).output),
+      );
+      const hopper = be.info.computeCapability[0] === 9 && be.info.computeCapability[1] === 0;
+      for (const name of Object.keys(ATTENTION_VARIANTS) as AttentionVariant[]) {
+        be.attentionVariant = name;
+        if (ATTENTION_VARIANTS[name].sm90a && !hopper) expect(be.attentionVariantFallback).toMatch(/needs a Hopper GPU/);
+        else expect(be.attentionVariantFallback).toBeUndefined();
+        const out = be.allocate('bf16', [m, H, d]);
+        be.poison(out);
+        await be.denseAttention(be.upload(q), be.upload(k), be.upload(v), { out });
+        const got = toFloat32(await be.download(out));
+        let e = 0;
+        let w = 0;
+        for (let i = 0; i < got.length; i++) {
+          e += (got[i] - want[i]) ** 2;
+          w += want[i] ** 2;
+        }
+        expect(Math.sqrt(e / w), `${name}, seed ${seed}`).toBeLessThan(1e-2);
+      }
     } finally {
       be.dispose();
       ref.dispose();

@@ -43,12 +43,16 @@ export interface CompileResult {
   readonly ms: number;
 }
 
-/** Compile (or load from the cache) one source for sm_<arch>. */
+/**
+ * Compile (or load from the cache) one source for sm_<arch>. `arch` is the compute
+ * capability as a number (90) or a string with a feature suffix ('90a': Hopper-only
+ * instructions such as wgmma, which a plain sm_90 build rejects).
+ */
 export function compileCubin(
   libs: CudaLibs,
   source: string,
   name: string,
-  arch: number,
+  arch: number | string,
   cacheDir: string | null,
   extraOptions: readonly string[] = [],
 ): CompileResult {

@@ -57,17 +57,30 @@ export interface CudaBackendOptions {
 }
 
 /**
- * Attention kernel layouts in kernels/attention.cu (same math, same results up to f32
- * summation order): `v1` B/16 warps of 16 query rows, 64-key tiles, one CTA per SM;
- * `w32` B/32 warps of 32 rows (each K/V fragment feeds two MMAs), two CTAs per SM.
- * Timings per layout: NOTES.md.
+ * Attention kernel layouts (same math, same results up to f32 summation order). In
+ * kernels/attention.cu (mma.sync, any sm_80+ GPU): `v1` B/16 warps of 16 query rows,
+ * 64-key tiles, one CTA per SM; `w32` B/32 warps of 32 rows (each K/V fragment feeds two
+ * MMAs), two CTAs per SM; `w32k` w32 with the kv-head-major CTA order (one kv head's K/V
+ * in flight at a time, for L2 reuse). In kernels/attention-wgmma.cu (Hopper only, built
+ * for sm_90a): `wg` B/64 warpgroups of 64 rows on wgmma.mma_async with Q/K/V read from
+ * shared memory through descriptors, key tiles of B rows; `wgk` the same with the
+ * kv-head-major order; `wgo` wg with each tile's softmax overlapped with the previous
+ * tile's P·V product (FA3's intra-warpgroup pipelining). On a GPU other than compute capability 9.0 the Hopper variants
+ * launch `w32` instead and `attentionVariantFallback` says why. Timings: NOTES.md.
+ * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
-  v1: { prefix: 'attn_', rowsPerWarp: 16, keyTile: 64 },
-  w32: { prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64 },
+  v1: { file: 'attention.cu', prefix: 'attn_', rowsPerWarp: 16, keyTile: 64, sm90a: false },
+  w32: { file: 'attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, sm90a: false },
+  w32k: { file: 'attention.cu', prefix: 'attn_w32k_', rowsPerWarp: 32, keyTile: 64, sm90a: false },
+  wg: { file: 'attention-wgmma.cu', prefix: 'attn_wg_', rowsPerWarp: 16, keyTile: null, sm90a: true },
+  wgk: { file: 'attention-wgmma.cu', prefix: 'attn_wgk_', rowsPerWarp: 16, keyTile: null, sm90a: true },
+  wgo: { file: 'attention-wgmma.cu', prefix: 'attn_wgo_', rowsPerWarp: 16, keyTile: null, sm90a: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
+/** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
+const FILE_ARCH: Readonly<Record<string, string>> = { 'attention-wgmma.cu': '90a' };
 
 /**
  * The length gate, measured by crisp-bench on one H200 (2026-11-30,
@@ -187,6 +200,16 @@ export class CudaBackend implements Backend {
   get attentionVariant(): AttentionVariant {
     return this.#variant;
   }
+  /**
+   * Why the selected variant is not the one launched (undefined when it is): the Hopper
+   * variants need compute capability 9.0 (wgmma is an sm_90a feature, absent from
+   * Ampere/Ada and not carried forward to later architectures); elsewhere `w32` runs.
+   */
+  get attentionVariantFallback(): string | undefined {
+    const lay = ATTENTION_VARIANTS[this.#variant];
+    if (!lay.sm90a || this.#arch === 90) return undefined;
+    return `attention variant ${this.#variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${this.info.name} is ${this.info.computeCapability.join('.')}, so ${DEFAULT_ATTENTION_VARIANT} runs instead`;
+  }
   /** Switch the attention kernel layout (benchmarks compare them on one context). */
   set attentionVariant(v: AttentionVariant) {
     this.#variant = CudaBackend.#checkVariant(v);
@@ -276,7 +299,7 @@ export class CudaBackend implements Backend {
     let mod = this.#modules.get(file);
     if (!mod) {
       const src = kernelSource(this.#kernelDir, file);
-      const res = compileCubin(this.#libs, src, file.replace(/\.cu$/, ''), this.#arch, this.#cacheDir);
+      const res = compileCubin(this.#libs, src, file.replace(/\.cu$/, ''), FILE_ARCH[file] ?? this.#arch, this.#cacheDir);
       this.compileMs[file] = { ms: res.ms, cached: res.cached };
       const out = [null];
       check(this.#libs, this.#libs.cu.cuModuleLoadData(out, res.cubin), `cuModuleLoadData(${file})`);
@@ -920,9 +943,12 @@ export class CudaBackend implements Backend {
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
     // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
     const firstBlock = Math.floor((n - m) / B);
-    const lay = ATTENTION_VARIANTS[this.#variant];
-    const smem = B * D * 2 + 4 * lay.keyTile * D * 2;
-    this.#launch('attention.cu', `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb - firstBlock], (B / lay.rowsPerWarp) * 32, smem, [
+    const lay = ATTENTION_VARIANTS[this.attentionVariantFallback ? DEFAULT_ATTENTION_VARIANT : this.#variant];
+    // Q (B rows) plus two stages of K and V tiles; the wgmma layout aligns its tiles to
+    // 1024 bytes (the 128-byte swizzle's repeat) itself, from up to 1 KB of slack.
+    const keyTile = lay.keyTile ?? B;
+    const smem = B * D * 2 + 4 * keyTile * D * 2 + (lay.sm90a ? 1024 : 0);
+    this.#launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb - firstBlock], (B / lay.rowsPerWarp) * 32, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),

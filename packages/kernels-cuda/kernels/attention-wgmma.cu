@@ -1,0 +1,516 @@
+// Dense and block-sparse causal flash attention on Hopper's warpgroup MMA (sm_90a only).
+//
+// Same contract as attention.cu (shapes, BSR rows, chunked prefill, lse; see there), other
+// machinery: one CTA per (head, query block I) of B = 64 · NWG rows, NWG warpgroups of 128
+// threads, each owning 64 query rows. S = Q Kᵀ and O += P V run as wgmma.mma_async
+// m64nNk16 (f32 accumulators): Q and K are read by the tensor cores straight from shared
+// memory through matrix descriptors; P (the softmax numerators, bf16/f16) goes from
+// registers, V from shared memory as an N-major ("transposed") operand. Keys stream in tiles
+// of BN = B rows (one mask block per tile), double buffered with cp.async issued by all
+// threads. Softmax is FA2-style online in fp32 registers: the accumulator fragment of
+// m64nNk16 is, per warp, the mma.sync m16n8 fragment repeated along N, so the masking,
+// row max, exp2 (scale folded into one FFMA) and the rescale skip are those of attention.cu.
+//
+// Shared memory layout (what the 128-byte swizzle mode of the descriptors expects): every
+// tile is stored as panels of 64 head-dim columns (128 bytes a row); in a panel, row r sits
+// at r · 128 bytes and its 16-byte chunk c at chunk c ^ (r & 7); panels are 1024-byte aligned.
+//   K-major operands (Q as A, K as B): SBO = 1024 (the next 8 rows), LBO unused; a 16-column
+//   k-step inside a panel is +32 bytes on the start address, the next panel +rows · 128.
+//   N-major operand (V as B, N = head dim): SBO = 1024 (the next 8 keys), LBO = the panel
+//   stride (the next 64 head-dim columns); a 16-key k-step is +16 · 128 bytes.
+// Reading from shared memory through the async proxy: cp.async writes are made visible with
+// fence.proxy.async.shared::cta before the barrier that precedes the MMAs.
+//
+// Built only for sm_90a (NVRTC --gpu-architecture=sm_90a): elsewhere (the sm_80/sm_90 compile
+// checks) the kernels are empty stubs, which the backend never launches (it falls back to
+// w32 off Hopper); an empty stub leaves the poisoned output visible to a self-check instead
+// of trapping, which would kill the whole CUDA context.
+#include "crisp-common.cuh"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CRISP_WGMMA 1
+#endif
+
+#ifdef CRISP_WGMMA
+// ---- wgmma wrappers (generated: m64n64k16 / m64n128k16, f32 accumulators) -------------
+// ss: A and B from shared memory, both K-major. rs: A from registers, B N-major.
+__device__ __forceinline__ void wgmma_ss_n64_bf16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_n64_bf16(float* d, const u32 (&a)[4], u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_ss_n64_f16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_n64_f16(float* d, const u32 (&a)[4], u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_ss_n128_bf16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_n128_bf16(float* d, const u32 (&a)[4], u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_ss_n128_f16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+__device__ __forceinline__ void wgmma_rs_n128_f16(float* d, const u32 (&a)[4], u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+
+
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int acc) {
+  if (N == 64 && BF16) wgmma_ss_n64_bf16(d, da, db, acc);
+  if (N == 64 && !BF16) wgmma_ss_n64_f16(d, da, db, acc);
+  if (N == 128 && BF16) wgmma_ss_n128_bf16(d, da, db, acc);
+  if (N == 128 && !BF16) wgmma_ss_n128_f16(d, da, db, acc);
+}
+template <int N, bool BF16>
+__device__ __forceinline__ void wgmma_rs(float* d, const u32 (&a)[4], u64 db, int acc) {
+  if (N == 64 && BF16) wgmma_rs_n64_bf16(d, a, db, acc);
+  if (N == 64 && !BF16) wgmma_rs_n64_f16(d, a, db, acc);
+  if (N == 128 && BF16) wgmma_rs_n128_bf16(d, a, db, acc);
+  if (N == 128 && !BF16) wgmma_rs_n128_f16(d, a, db, acc);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator reads/writes across the asynchronous MMAs.
+template <int K>
+__device__ __forceinline__ void reg_fence(float* x) {
+#pragma unroll
+  for (int i = 0; i < K; i++) asm volatile("" : "+f"(x[i])::"memory");
+}
+
+template <int K>
+__device__ __forceinline__ void reg_fence_u(u32 (*x)[4]) {
+#pragma unroll
+  for (int i = 0; i < K; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) asm volatile("" : "+r"(x[i][e])::"memory");
+}
+
+// Matrix descriptor: start address, leading and stride byte offsets (all >> 4), 128-byte
+// swizzle (layout type 1 in bits 62-63); base offset 0 because every panel is 1024-aligned.
+__device__ __forceinline__ u64 gmma_desc(u32 addr, u32 lbo, u32 sbo) {
+  return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) | ((u64)((sbo & 0x3FFFFu) >> 4) << 32) |
+         (1ull << 62);
+}
+
+// Byte offset of the 16-byte chunk ch (of D / 8) of row r in a panelled, swizzled tile of
+// `rows` rows.
+__device__ __forceinline__ u32 pswz(int rows, int r, int ch) {
+  return (u32)((ch >> 3) * rows * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+// One key tile's online-softmax step on the S fragment (FA2; the paper's m, ℓ): causal
+// mask where the tile reaches past the warp's first row, new running max (raw scores; the
+// scale is applied inside one FFMA per score), s ← exp2(s · scale − m), ℓ ← ℓ · c + Σ s.
+// Returns the correction factors c = exp2(m_old − m_new) for the O rows A and B.
+template <int BN>
+__device__ __forceinline__ void online_softmax(float* s, int ks, bool needMask, int rA, int rB, int lane,
+                                               float scaleLog2, float& mA, float& mB, float& lA, float& lB,
+                                               float& cA, float& cB) {
+  float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int col = ks + j * 8 + (lane & 3) * 2 + e;
+      if (needMask) {
+        if (col > rA) s[j * 4 + e] = CRISP_NEG_INF;
+        if (col > rB) s[j * 4 + 2 + e] = CRISP_NEG_INF;
+      }
+      mxA = fmaxf(mxA, s[j * 4 + e]);
+      mxB = fmaxf(mxB, s[j * 4 + 2 + e]);
+    }
+  }
+  mxA = quad_max(mxA) * scaleLog2;
+  mxB = quad_max(mxB) * scaleLog2;
+  const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
+  // A row with no visible key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
+  const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
+  cA = exp2f(mA - uA);
+  cB = exp2f(mB - uB);
+  mA = nA;
+  mB = nB;
+  float sumA = 0.f, sumB = 0.f;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+    s[j * 4 + 0] = exp2f(fmaf(s[j * 4 + 0], scaleLog2, -uA));
+    s[j * 4 + 1] = exp2f(fmaf(s[j * 4 + 1], scaleLog2, -uA));
+    s[j * 4 + 2] = exp2f(fmaf(s[j * 4 + 2], scaleLog2, -uB));
+    s[j * 4 + 3] = exp2f(fmaf(s[j * 4 + 3], scaleLog2, -uB));
+    sumA += s[j * 4 + 0] + s[j * 4 + 1];
+    sumB += s[j * 4 + 2] + s[j * 4 + 3];
+  }
+  lA = lA * cA + sumA;
+  lB = lB * cB + sumB;
+}
+// O rows A and B times their correction factors (skipped by the caller when the whole warp
+// has c = 1: most tiles of a long row, once its max has settled).
+template <int D>
+__device__ __forceinline__ void rescale(float* acc, float cA, float cB) {
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) {
+    acc[j * 4 + 0] *= cA;
+    acc[j * 4 + 1] *= cA;
+    acc[j * 4 + 2] *= cB;
+    acc[j * 4 + 3] *= cB;
+  }
+}
+// P (the exp2 numerators, fp32 S fragment) as wgmma A fragments: per 16 keys the mma.sync
+// m16n8k16 A layout (rows A/B, keys 0-7 and 8-15 of the step).
+template <int BN, bool BF16>
+__device__ __forceinline__ void pack_p(u32 (&p)[BN / 16][4], const float* s) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++) {
+    p[kk][0] = pack2<BF16>(s[(2 * kk) * 4 + 0], s[(2 * kk) * 4 + 1]);
+    p[kk][1] = pack2<BF16>(s[(2 * kk) * 4 + 2], s[(2 * kk) * 4 + 3]);
+    p[kk][2] = pack2<BF16>(s[(2 * kk + 1) * 4 + 0], s[(2 * kk + 1) * 4 + 1]);
+    p[kk][3] = pack2<BF16>(s[(2 * kk + 1) * 4 + 2], s[(2 * kk + 1) * 4 + 3]);
+  }
+}
+template <int D, int BN, int BM, bool BF16>
+__device__ __forceinline__ void issue_s(float* s, u32 qBase, u32 kBase) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u32 pOff = (kk & 3) * 32;  // 16 columns = 32 bytes inside a panel
+    const u64 da = gmma_desc(qBase + (kk >> 2) * BM * 128 + pOff, 16, 1024);
+    const u64 db = gmma_desc(kBase + (kk >> 2) * BN * 128 + pOff, 16, 1024);
+    wgmma_ss<BN, BF16>(s, da, db, kk > 0 ? 1 : 0);
+  }
+}
+template <int D, int BN, bool BF16>
+__device__ __forceinline__ void issue_pv(float* acc, const u32 (&p)[BN / 16][4], u32 vBase) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<D, BF16>(acc, p[kk], gmma_desc(vBase + kk * 16 * 128, BN * 128, 1024), 1);
+}
+
+// O / ℓ to bf16/f16 rows A and B (positions; rows outside [off, n) are not written) and
+// lse = (m + log2 ℓ) · ln 2 when asked.
+template <int D, bool BF16>
+__device__ __forceinline__ void store_rows(u16* __restrict__ o, float* __restrict__ lse, const float* acc, float mA,
+                                           float mB, float lA, float lB, int rA, int rB, int lane, int n, int m,
+                                           int off, int h, size_t qStride) {
+  const float la = quad_sum(lA), lb = quad_sum(lB);
+  const float iA = la > 0.f ? 1.f / la : 0.f, iB = lb > 0.f ? 1.f / lb : 0.f;
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) {
+    const int col = j * 8 + (lane & 3) * 2;
+    if (rA < n && rA >= off)
+      *reinterpret_cast<u32*>(o + (size_t)(rA - off) * qStride + (size_t)h * D + col) =
+          pack2<BF16>(acc[j * 4 + 0] * iA, acc[j * 4 + 1] * iA);
+    if (rB < n && rB >= off)
+      *reinterpret_cast<u32*>(o + (size_t)(rB - off) * qStride + (size_t)h * D + col) =
+          pack2<BF16>(acc[j * 4 + 2] * iB, acc[j * 4 + 3] * iB);
+  }
+  if (lse != nullptr && (lane & 3) == 0) {
+    const float ln2 = 0.6931471805599453f;
+    if (rA < n && rA >= off) lse[(size_t)h * m + (rA - off)] = la > 0.f ? (mA + log2f(la)) * ln2 : CRISP_NEG_INF;
+    if (rB < n && rB >= off) lse[(size_t)h * m + (rB - off)] = lb > 0.f ? (mB + log2f(lb)) * ln2 : CRISP_NEG_INF;
+  }
+}
+
+template <int D, int NWG, bool BF16, bool KVMAJOR>
+__device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
+                                        u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
+                                        const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
+                                        float scaleLog2) {
+  constexpr int BM = 64 * NWG;  // = B
+  constexpr int BN = BM;        // one mask block per key tile
+  constexpr int NT = NWG * 128;
+  constexpr int CH = D / 8;
+  constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 sQ = (smem_addr(smem) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
+  const u32 sK = sQ + QBYTES;
+  const u32 sV = sK + 2 * TBYTES;
+
+  const int off = n - m;
+  int h, I;
+  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (16 rows each)
+  const int q0 = I * BM;
+  const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
+
+  for (int c = tid; c < BM * CH; c += NT) {
+    const int r = c / CH, ch = c % CH, row = q0 + r;
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
+  }
+  int first = 0, nTiles = I + 1;
+  if (rowPtr != nullptr) {
+    first = rowPtr[h * Nb + I];
+    nTiles = rowPtr[h * Nb + I + 1] - first;
+  }
+  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
+  auto loadKV = [&](int t, int stage) {
+    const int ks = tileStart(t);
+    for (int c = tid; c < BN * CH; c += NT) {
+      const int r = c / CH, ch = c % CH, key = ks + r;
+      const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
+      const int bytes = key < n ? 16 : 0;
+      cp_async16(sK + stage * TBYTES + pswz(BN, r, ch), k + go, bytes);
+      cp_async16(sV + stage * TBYTES + pswz(BN, r, ch), v + go, bytes);
+    }
+  };
+  if (nTiles > 0) loadKV(0, 0);
+  cp_async_commit();
+
+  // Accumulator fragments (per warp the m16n8 layout repeated along N): s[j·4 + e] is the
+  // score of row rA (e < 2) or rB (e >= 2), column j·8 + (lane & 3)·2 + (e & 1).
+  float acc[D / 2];
+  float s[BN / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
+  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
+  const u32 qBase = sQ + wg * 64 * 128;
+
+  for (int t = 0; t < nTiles; t++) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (t + 1 < nTiles) loadKV(t + 1, (t + 1) & 1);
+    cp_async_commit();
+    const u32 kBase = sK + (t & 1) * TBYTES, vBase = sV + (t & 1) * TBYTES;
+    const int ks = tileStart(t);
+
+    // S = Q Kᵀ: D / 16 k-steps of m64 n(BN) k16, the first one overwriting s.
+    reg_fence<BN / 2>(s);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, kBase);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<BN / 2>(s);
+
+    float cA, cB;
+    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
+
+    // O += P V: BN / 16 k-steps of m64 n(D) k16, P from registers (the mma.sync A layout).
+    u32 p[BN / 16][4];
+    pack_p<BN, BF16>(p, s);
+    reg_fence<D / 2>(acc);
+    wgmma_fence();
+    issue_pv<D, BN, BF16>(acc, p, vBase);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+  }
+  cp_async_wait<0>();
+  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
+}
+
+template <int D, int NWG, bool BF16, bool KVMAJOR>
+__device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
+                                        u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
+                                        const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
+                                        float scaleLog2) {
+  constexpr int BM = 64 * NWG;  // = B
+  constexpr int BN = BM;        // one mask block per key tile
+  constexpr int NT = NWG * 128;
+  constexpr int CH = D / 8;
+  constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 sQ = (smem_addr(smem) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
+  const u32 sK = sQ + QBYTES;
+  const u32 sV = sK + 2 * TBYTES;
+
+  const int off = n - m;
+  int h, I;
+  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (16 rows each)
+  const int q0 = I * BM;
+  const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
+
+  for (int c = tid; c < BM * CH; c += NT) {
+    const int r = c / CH, ch = c % CH, row = q0 + r;
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
+  }
+  int first = 0, nTiles = I + 1;
+  if (rowPtr != nullptr) {
+    first = rowPtr[h * Nb + I];
+    nTiles = rowPtr[h * Nb + I + 1] - first;
+  }
+  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
+  // K and V tiles load separately: iteration t multiplies with K_t and V_{t-1}.
+  auto loadTile = [&](const u16* src, u32 dst, int t) {
+    const int ks = tileStart(t);
+    for (int c = tid; c < BN * CH; c += NT) {
+      const int r = c / CH, ch = c % CH, key = ks + r;
+      const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
+      cp_async16(dst + pswz(BN, r, ch), src + go, key < n ? 16 : 0);
+    }
+  };
+  if (nTiles > 0) loadTile(k, sK, 0);
+  cp_async_commit();
+
+  float acc[D / 2];
+  float s[BN / 2];
+  u32 p[BN / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 16; i++) p[i][0] = p[i][1] = p[i][2] = p[i][3] = 0u;
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
+  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
+  const u32 qBase = sQ + wg * 64 * 128;
+
+  // Iteration t issues S_t = Q K_tᵀ and then O += P_{t-1} V_{t-1}, both asynchronous; the
+  // softmax of S_t runs while the tensor cores still work on P_{t-1} V_{t-1} (FA3's
+  // intra-warpgroup overlap). O is rescaled by S_t's correction only after that product
+  // has landed. Shared memory: K_t and V_{t-1} are in use while K_{t+1} and V_t load, so
+  // two stages of each suffice and one barrier per iteration orders the reuse.
+  // The first and last iterations are peeled off so the steady-state loop issues the same
+  // two MMA groups every time (ptxas serialises wgmma when a branch hides which groups are
+  // in flight at a wait).
+  auto top = [&](int t) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (t + 1 < nTiles) loadTile(k, sK + ((t + 1) & 1) * TBYTES, t + 1);
+    if (t < nTiles) loadTile(v, sV + (t & 1) * TBYTES, t);
+    cp_async_commit();
+  };
+  auto softmaxS = [&](int t, float& cA, float& cB) {
+    const int ks = tileStart(t);
+    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+  };
+  if (nTiles > 0) {
+    top(0);
+    reg_fence<BN / 2>(s);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<BN / 2>(s);
+    float cA, cB;
+    softmaxS(0, cA, cB);  // O is still 0: no rescale
+    pack_p<BN, BF16>(p, s);
+  }
+  for (int t = 1; t < nTiles; t++) {
+    top(t);
+    reg_fence<BN / 2>(s);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK + (t & 1) * TBYTES);
+    wgmma_commit();
+    issue_pv<D, BN, BF16>(acc, p, sV + ((t - 1) & 1) * TBYTES);
+    wgmma_commit();
+    wgmma_wait1();
+    reg_fence<BN / 2>(s);
+    float cA, cB;
+    softmaxS(t, cA, cB);
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
+    pack_p<BN, BF16>(p, s);
+  }
+  if (nTiles > 0) {
+    top(nTiles);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    wgmma_fence();
+    issue_pv<D, BN, BF16>(acc, p, sV + ((nTiles - 1) & 1) * TBYTES);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+  }
+  cp_async_wait<0>();
+  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
+}
+
+#endif  // CRISP_WGMMA
+
+// wg: B = 64 (one warpgroup) or 128 (two), 1 CTA per SM at B 128, d 128 (161 KB of shared
+// memory). wgk: the same with the kv-head-major CTA order (cta_order in crisp-common.cuh).
+// wgo: the softmax overlapped with the previous tile's P V (wgo_body).
+#ifdef CRISP_WGMMA
+#define CRISP_WG_BODY(BODY, D, NWG, BF16, KVM) \
+  BODY<D, NWG, BF16, KVM>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
+#else
+#define CRISP_WG_BODY(BODY, D, NWG, BF16, KVM)
+#endif
+#define CRISP_ATTN_WG(NAME, BODY, D, NWG, BF16, KVM)                                                        \
+  extern "C" __global__ void __launch_bounds__(NWG * 128, 1)                                              \
+      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
+    CRISP_WG_BODY(BODY, D, NWG, BF16, KVM)                                                                   \
+  }
+
+CRISP_ATTN_WG(attn_wg_bf16_d64_b64, wg_body, 64, 1, true, false)
+CRISP_ATTN_WG(attn_wg_bf16_d64_b128, wg_body, 64, 2, true, false)
+CRISP_ATTN_WG(attn_wg_bf16_d128_b64, wg_body, 128, 1, true, false)
+CRISP_ATTN_WG(attn_wg_bf16_d128_b128, wg_body, 128, 2, true, false)
+CRISP_ATTN_WG(attn_wg_f16_d64_b64, wg_body, 64, 1, false, false)
+CRISP_ATTN_WG(attn_wg_f16_d64_b128, wg_body, 64, 2, false, false)
+CRISP_ATTN_WG(attn_wg_f16_d128_b64, wg_body, 128, 1, false, false)
+CRISP_ATTN_WG(attn_wg_f16_d128_b128, wg_body, 128, 2, false, false)
+CRISP_ATTN_WG(attn_wgk_bf16_d64_b64, wg_body, 64, 1, true, true)
+CRISP_ATTN_WG(attn_wgk_bf16_d64_b128, wg_body, 64, 2, true, true)
+CRISP_ATTN_WG(attn_wgk_bf16_d128_b64, wg_body, 128, 1, true, true)
+CRISP_ATTN_WG(attn_wgk_bf16_d128_b128, wg_body, 128, 2, true, true)
+CRISP_ATTN_WG(attn_wgk_f16_d64_b64, wg_body, 64, 1, false, true)
+CRISP_ATTN_WG(attn_wgk_f16_d64_b128, wg_body, 64, 2, false, true)
+CRISP_ATTN_WG(attn_wgk_f16_d128_b64, wg_body, 128, 1, false, true)
+CRISP_ATTN_WG(attn_wgk_f16_d128_b128, wg_body, 128, 2, false, true)
+CRISP_ATTN_WG(attn_wgo_bf16_d64_b64, wgo_body, 64, 1, true, false)
+CRISP_ATTN_WG(attn_wgo_bf16_d64_b128, wgo_body, 64, 2, true, false)
+CRISP_ATTN_WG(attn_wgo_bf16_d128_b64, wgo_body, 128, 1, true, false)
+CRISP_ATTN_WG(attn_wgo_bf16_d128_b128, wgo_body, 128, 2, true, false)
+CRISP_ATTN_WG(attn_wgo_f16_d64_b64, wgo_body, 64, 1, false, false)
+CRISP_ATTN_WG(attn_wgo_f16_d64_b128, wgo_body, 64, 2, false, false)
+CRISP_ATTN_WG(attn_wgo_f16_d128_b64, wgo_body, 128, 1, false, false)
+CRISP_ATTN_WG(attn_wgo_f16_d128_b128, wgo_body, 128, 2, false, false)
