@@ -3,275 +3,511 @@
 // max, normaliser and Σ p·s (for the entropy), pass 2 recomputes the scores, normalises
 // them and reduces them to the vertical token scores a_v[j] (column means) and slash
 // token scores a_s[o] (means along diagonals, o = query position − key position).
+// proxy_blocks and proxy_heads then reduce those to the per-block and per-head statistics
+// in f64, straight into the one buffer the host downloads.
 //
-// Shape legend: q [n, H, D], k [n, Hkv, D]; b <= B = NW * 16 proxy rows; one CTA per
-// (part of PART = 512 keys, head); keys stream in 64-key tiles. Scores come from the
-// tensor cores (mma.sync), everything after them is fp32. All reductions run in a fixed
-// order (no float atomics), so the statistics are bit-for-bit reproducible.
+// Shape legend: q [n, H, D], k [n, Hkv, D]; b <= B = BM proxy rows; one CTA per
+// (head, part of PART = 512 keys), heads fastest (the H / Hkv heads reading one kv head
+// run side by side, so their K tiles come from L2); keys stream in 64-key tiles, double
+// buffered with cp.async. Scores come from the tensor cores (mma.sync), everything after
+// them is fp32 (f64 in the last two kernels). All reductions run in a fixed order (no
+// float atomics), so the statistics are bit-for-bit reproducible.
 #include "crisp-common.cuh"
 
 #define PART_TILES 8
 #define PART_KEYS (PART_TILES * 64)
+// Pass 2's probability tile: row stride in floats. 72 ≡ 8 (mod 32) makes the float2
+// stores from the MMA layout (8 rows x 4 column pairs per half-warp) conflict-free, and
+// keeps the column and skewed-diagonal reads (32 consecutive columns mod 64) conflict-free.
+#define P_STRIDE 72
+// Diagonal partial slots per 32-row group: d = c − r spans 95 values over 32 rows x 64 cols.
+#define DIAG_SLOTS 96
 
-template <int D, int NW, bool BF16>
-__device__ __forceinline__ void proxy_scores(const u16* __restrict__ q, const u16* __restrict__ k,
-                                             int n, int H, int Hkv, int b, int h, u32 sQ, u32 sK,
-                                             int ks, float (&s)[8][4], u32 (&qf)[D / 16][4], bool loadQ) {
-  constexpr int ROWB = D * 2, CH = D / 8, NT = NW * 32, BM = NW * 16;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int kvh = h / (H / Hkv);
-  if (loadQ) {
-    for (int c = tid; c < BM * CH; c += NT) {
-      const int r = c / CH, ch = c % CH, row = n - b + r;
-      const bool ok = r < b;
-      cp_async16(sQ + swz(r, ch, ROWB), q + (size_t)(ok ? row : n - 1) * H * D + (size_t)h * D + ch * 8, ok ? 16 : 0);
-    }
+template <int D, int BM, int NT>
+__device__ __forceinline__ void proxy_load_q(const u16* __restrict__ q, int n, int H, int b, int h, u32 sQ) {
+  constexpr int ROWB = D * 2, CH = D / 8;
+  for (int c = threadIdx.x; c < BM * CH; c += NT) {
+    const int r = c / CH, ch = c % CH, row = n - b + r;
+    const bool ok = r < b;
+    cp_async16(sQ + swz(r, ch, ROWB), q + (size_t)(ok ? row : n - 1) * H * D + (size_t)h * D + ch * 8, ok ? 16 : 0);
   }
-  for (int c = tid; c < 64 * CH; c += NT) {
+}
+
+// One 64-key tile of kv head kvh from key ks; keys past n are zero-filled.
+template <int D, int NT>
+__device__ __forceinline__ void proxy_load_k(const u16* __restrict__ k, int n, int Hkv, int kvh, int ks, u32 sK) {
+  constexpr int ROWB = D * 2, CH = D / 8;
+  for (int c = threadIdx.x; c < 64 * CH; c += NT) {
     const int r = c / CH, ch = c % CH, key = ks + r;
     cp_async16(sK + swz(r, ch, ROWB), k + (size_t)(key < n ? key : n - 1) * Hkv * D + (size_t)kvh * D + ch * 8,
                key < n ? 16 : 0);
   }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  if (loadQ) {
+}
+
+// The warp's MT x 16 proxy rows against the 64-key tile in sK: s[mt][j] holds columns
+// j*8 .. j*8+7 of m-tile mt (mma accumulator layout: rows lane/4 and lane/4 + 8, columns
+// 2*(lane%4) + {0, 1}). Each K fragment feeds MT MMAs: with MT = 2 a warp reads half the
+// shared memory per FLOP.
+template <int D, int MT, bool BF16>
+__device__ __forceinline__ void proxy_tile_scores(u32 sK, const u32 (&qf)[MT][D / 16][4], float (&s)[MT][8][4]) {
+  constexpr int ROWB = D * 2;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qf[kk], sQ + swz(warp * 16 + (lane & 15), kk * 2 + (lane >> 4), ROWB));
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
   }
-#pragma unroll
-  for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
 #pragma unroll
     for (int np = 0; np < 4; np++) {
       u32 bb[4];
       ldsm_x4(bb, sK + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7), kk * 2 + ((lane >> 3) & 1), ROWB));
-      mma16816<BF16>(s[2 * np], qf[kk], bb[0], bb[1]);
-      mma16816<BF16>(s[2 * np + 1], qf[kk], bb[2], bb[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma16816<BF16>(s[mt][2 * np], qf[mt][kk], bb[0], bb[1]);
+        mma16816<BF16>(s[mt][2 * np + 1], qf[mt][kk], bb[2], bb[3]);
+      }
     }
   }
-  __syncthreads();  // the K tile may be overwritten by the next call
+}
+
+template <int D, int MT>
+__device__ __forceinline__ void proxy_q_frags(u32 sQ, u32 (&qf)[MT][D / 16][4]) {
+  constexpr int ROWB = D * 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      ldsm_x4(qf[mt][kk], sQ + swz(warp * 16 * MT + mt * 16 + (lane & 15), kk * 2 + (lane >> 4), ROWB));
+    }
+  }
+}
+
+// Pass 1's online update for one tile. EDGE: some score is masked (causal limit, keys past
+// n, or rows past b when n < B); only the last tiles of a row are, so the common tiles skip
+// the compares. Max on raw scores (scale > 0 keeps the order, and rounding is monotone, so
+// fl(max · c) = max(fl(s · c))); p = 2^(s·c − m) in one FFMA; t accumulates p·s raw and is
+// scaled once at the end.
+template <bool EDGE>
+__device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
+                                                float scaleLog2, float& mA, float& mB, float& lA, float& lB,
+                                                float& tA, float& tB) {
+  const int lane = threadIdx.x & 31;
+  float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      if (EDGE) {
+        const int col = ks + j * 8 + (lane & 3) * 2 + e;
+        if (col > posA || rA >= b) s[j][e] = CRISP_NEG_INF;
+        if (col > posB || rB >= b) s[j][2 + e] = CRISP_NEG_INF;
+      }
+      mxA = fmaxf(mxA, s[j][e]);
+      mxB = fmaxf(mxB, s[j][2 + e]);
+    }
+  }
+  mxA = quad_max(mxA) * scaleLog2;
+  mxB = quad_max(mxB) * scaleLog2;
+  const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
+  // A row with nothing visible yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
+  const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
+  const float cA = exp2f(mA - uA), cB = exp2f(mB - uB);
+  lA *= cA;
+  tA *= cA;
+  lB *= cB;
+  tB *= cB;
+  mA = nA;
+  mB = nB;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const float x = s[j][e], y = s[j][2 + e];
+      const float pa = exp2f(fmaf(x, scaleLog2, -uA)), pb = exp2f(fmaf(y, scaleLog2, -uB));
+      lA += pa;
+      lB += pb;
+      // a masked score is -inf with p = 0: count 0, not 0 · -inf
+      tA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, tA);
+      tB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, tB);
+    }
+  }
 }
 
 // Pass 1: per (head, proxy row, part): m (max of scaled log2 scores), l = Σ 2^(s−m),
-// t = Σ 2^(s−m)·s. Written to part-major arrays [H][b][nParts].
-template <int D, int NW, bool BF16>
-__device__ __forceinline__ void proxy_pass1_body(const u16* q, const u16* k, float* pm, float* pl, float* pt, int n,
-                                                 int H, int Hkv, int b, float scaleLog2) {
-  constexpr int ROWB = D * 2, BM = NW * 16;
+// t = Σ 2^(s−m)·s. Written to part-major arrays [H][b][nParts]. Also, from the tiles
+// already in shared memory, FlexPrefill's pooled-estimate inputs: the key block means
+// K̄_J [Hkv][Nb][D] (by the first query head of each kv group) and the proxy-row mean
+// mean(Q̂) [H][D] (by part 0). BM = B proxy-row slots, warps of MT x 16 rows.
+template <int D, int BM, int MT, bool BF16>
+__device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
+                                                 float* pl, float* pt, float* qMean, float* kMean, int n, int H,
+                                                 int Hkv, int b, float scaleLog2) {
+  constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
+  static_assert(NT >= D, "the block means give each thread one column");
+  // Block means: each column of a tile in two 32-row chunks, one accumulator per chunk
+  // (summed over the block's tiles, then chunk 0 + chunk 1), whatever the thread count, so
+  // both layouts give the same bits. TPC threads per column, CPT chunks per thread.
+  constexpr int KCH = 2, TPC = NT / D >= KCH ? KCH : NT / D, CPT = KCH / TPC, TPB = BM / 64;
   extern __shared__ __align__(128) unsigned char smem[];
   const u32 sQ = smem_addr(smem), sK = sQ + BM * ROWB;
-  const int part = blockIdx.x, h = blockIdx.y, nParts = gridDim.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
-  const int posA = n - b + rA, posB = n - b + rB;
-  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f, tA = 0.f, tB = 0.f;
-  u32 qf[D / 16][4];
-  for (int tt = 0; tt < PART_TILES; tt++) {
-    const int ks = part * PART_KEYS + tt * 64;
-    if (ks >= n) break;
-    float s[8][4];
-    proxy_scores<D, NW, BF16>(q, k, n, H, Hkv, b, h, sQ, sK, ks, s, qf, tt == 0);
-    float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+  float* kred = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);
+  const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int rA[MT], rB[MT], posA[MT], posB[MT];
+  float mA[MT], mB[MT], lA[MT], lB[MT], tA[MT], tB[MT];
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+  for (int mt = 0; mt < MT; mt++) {
+    rA[mt] = warp * 16 * MT + mt * 16 + (lane >> 2);
+    rB[mt] = rA[mt] + 8;
+    posA[mt] = n - b + rA[mt];
+    posB[mt] = n - b + rB[mt];
+    mA[mt] = mB[mt] = CRISP_NEG_INF;
+    lA[mt] = lB[mt] = tA[mt] = tB[mt] = 0.f;
+  }
+  const int ps = part * PART_KEYS;
+  int nT = (n - ps + 63) / 64;
+  if (nT > PART_TILES) nT = PART_TILES;
+  const bool doMeans = h % (H / Hkv) == 0;
+  const int kd = tid % D, khalf = tid / D;
+  const int Nb = (n + BM - 1) / BM;
+  float ksum[CPT];
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int col = ks + j * 8 + (lane & 3) * 2 + e;
-        float x = s[j][e] * scaleLog2, y = s[j][2 + e] * scaleLog2;
-        if (col > posA || rA >= b) x = CRISP_NEG_INF;
-        if (col > posB || rB >= b) y = CRISP_NEG_INF;
-        s[j][e] = x;
-        s[j][2 + e] = y;
-        mxA = fmaxf(mxA, x);
-        mxB = fmaxf(mxB, y);
+  for (int c = 0; c < CPT; c++) ksum[c] = 0.f;
+  u32 qf[MT][D / 16][4];
+  proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
+  proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
+  cp_async_commit();
+  for (int tt = 0; tt < nT; tt++) {
+    const int ks = ps + tt * 64;
+    const int buf = tt & 1;
+    if (tt + 1 < nT) proxy_load_k<D, NT>(k, n, Hkv, kvh, ks + 64, sK + (buf ^ 1) * 64 * ROWB);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // tile tt (and, first time, Q) in shared memory
+    if (tt == 0) {
+      proxy_q_frags<D, MT>(sQ, qf);
+      if (part == 0 && tid < D) {
+        float s = 0.f;
+        for (int r = 0; r < b; r++) {
+          s += to_f32<BF16>(*reinterpret_cast<const u16*>(smem + swz(r, tid >> 3, ROWB) + (tid & 7) * 2));
+        }
+        qMean[(size_t)h * D + tid] = s / (float)b;
       }
     }
-    mxA = quad_max(mxA);
-    mxB = quad_max(mxB);
-    const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
-    const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
-    const float cA = exp2f(mA - uA), cB = exp2f(mB - uB);
-    lA *= cA;
-    tA *= cA;
-    lB *= cB;
-    tB *= cB;
-    mA = nA;
-    mB = nB;
+    float s[MT][8][4];
+    proxy_tile_scores<D, MT, BF16>(sK + buf * 64 * ROWB, qf, s);
+    const bool blockEnd = tt % TPB == TPB - 1 || tt == nT - 1;
+    if (doMeans && khalf < TPC) {
+      const unsigned char* kt = smem + BM * ROWB + buf * 64 * ROWB;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+      for (int c = 0; c < CPT; c++) {
+        const int chunk = khalf * CPT + c;
+#pragma unroll 8
+        for (int i = 0; i < 32; i++) {
+          const int r = chunk * 32 + i;
+          ksum[c] += to_f32<BF16>(*reinterpret_cast<const u16*>(kt + swz(r, kd >> 3, ROWB) + (kd & 7) * 2));
+        }
+        if (blockEnd) {
+          kred[chunk * D + kd] = ksum[c];
+          ksum[c] = 0.f;
+        }
+      }
+    }
+    __syncthreads();  // every warp is done reading this buffer before it is refilled
+    if (doMeans && blockEnd && khalf == 0) {
+      float tot = 0.f;
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const float x = s[j][e], y = s[j][2 + e];
-        if (x != CRISP_NEG_INF) {
-          const float p = exp2f(x - uA);
-          lA += p;
-          tA += p * x;
-        }
-        if (y != CRISP_NEG_INF) {
-          const float p = exp2f(y - uB);
-          lB += p;
-          tB += p * y;
-        }
+      for (int c = 0; c < KCH; c++) tot += kred[c * D + kd];
+      const int J = ks / BM, r0 = J * BM;
+      const int cnt = (r0 + BM < n ? r0 + BM : n) - r0;
+      kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)cnt;
+    }
+    const bool edge = ks + 63 > n - b || b < BM;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      if (edge) {
+        proxy_p1_update<true>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt], lA[mt],
+                              lB[mt], tA[mt], tB[mt]);
+      } else {
+        proxy_p1_update<false>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt], lA[mt],
+                               lB[mt], tA[mt], tB[mt]);
       }
     }
   }
-  lA = quad_sum(lA);
-  lB = quad_sum(lB);
-  tA = quad_sum(tA);
-  tB = quad_sum(tB);
-  if ((lane & 3) == 0) {
-    if (rA < b) {
-      const size_t i = ((size_t)h * b + rA) * nParts + part;
-      pm[i] = mA;
-      pl[i] = lA;
-      pt[i] = tA;
-    }
-    if (rB < b) {
-      const size_t i = ((size_t)h * b + rB) * nParts + part;
-      pm[i] = mB;
-      pl[i] = lB;
-      pt[i] = tB;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    const float la = quad_sum(lA[mt]), lb = quad_sum(lB[mt]);
+    const float ta = quad_sum(tA[mt]) * scaleLog2, tb = quad_sum(tB[mt]) * scaleLog2;
+    if ((lane & 3) == 0) {
+      if (rA[mt] < b) {
+        const size_t i = ((size_t)h * b + rA[mt]) * nParts + part;
+        pm[i] = mA[mt];
+        pl[i] = la;
+        pt[i] = ta;
+      }
+      if (rB[mt] < b) {
+        const size_t i = ((size_t)h * b + rB[mt]) * nParts + part;
+        pm[i] = mB[mt];
+        pl[i] = lb;
+        pt[i] = tb;
+      }
     }
   }
 }
 
 // Merge the parts of each proxy row: rowLse2 = m + log2 l (log2 units) and the row's
-// Shannon entropy in nats, ln2 · (m + log2 l − t / l). One thread per (head, row).
+// Shannon entropy in nats, ln2 · (m + log2 l − t / l). One warp per (head, row): lanes take
+// parts lane, lane + 32, ... in order, then a butterfly (every lane ends with the same sum).
 extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const float* pt, float* rowLse2,
                                         float* rowEntropy, int H, int b, int nParts) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= H * b) return;
-  const float* m = pm + (size_t)i * nParts;
+  const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
+  if (w >= H * b) return;
+  const float* m = pm + (size_t)w * nParts;
   float M = CRISP_NEG_INF;
-  for (int p = 0; p < nParts; p++) M = fmaxf(M, m[p]);
+  for (int p = lane; p < nParts; p += 32) M = fmaxf(M, m[p]);
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
   float L = 0.f, T = 0.f;
-  for (int p = 0; p < nParts; p++) {
+  for (int p = lane; p < nParts; p += 32) {
     if (m[p] == CRISP_NEG_INF) continue;
     const float c = exp2f(m[p] - M);
-    L += pl[(size_t)i * nParts + p] * c;
-    T += pt[(size_t)i * nParts + p] * c;
+    L += pl[(size_t)w * nParts + p] * c;
+    T += pt[(size_t)w * nParts + p] * c;
   }
-  const float lse2 = M + log2f(L);
-  rowLse2[i] = lse2;
-  rowEntropy[i] = 0.6931471805599453f * (lse2 - T / L);
+  for (int o = 16; o > 0; o >>= 1) {
+    L += __shfl_xor_sync(0xffffffffu, L, o);
+    T += __shfl_xor_sync(0xffffffffu, T, o);
+  }
+  if (lane == 0) {
+    const float lse2 = M + log2f(L);
+    rowLse2[w] = lse2;
+    rowEntropy[w] = 0.6931471805599453f * (lse2 - T / L);
+  }
 }
 
-// Pass 2: normalised probabilities of each 64-key tile go to shared memory; one thread
-// per key sums its column (a_v), one thread per diagonal sums along it into the part's
-// slash accumulator (a_s partials, later gathered by proxy_slash_gather).
-template <int D, int NW, bool BF16>
-__device__ __forceinline__ void proxy_pass2_body(const u16* q, const u16* k, const float* rowLse2, float* av,
-                                                 float* slashPart, int n, int H, int Hkv, int b,
-                                                 float scaleLog2) {
-  constexpr int ROWB = D * 2, BM = NW * 16, NT = NW * 32;
-  constexpr int PS = 65;  // padded stride of the probability tile
+// Pass 2: normalised probabilities of each 64-key tile go to shared memory (P, BM x 64);
+// then each thread takes one column c' and a group of 32 rows (several groups in turn when
+// there are fewer than 2·BM threads): it sums the column (a_v) and the skewed column
+// P[r][(c' + r) mod 64], which walks one diagonal d = c − r until the column index wraps
+// and the next one (d − 64) after, so the diagonal sums need no serial walk either. Group
+// partials are combined in group order: a_v straight to global memory, diagonals into the
+// part's slash accumulator (a_s partials, gathered per offset by proxy_blocks).
+template <int D, int BM, int MT, bool BF16>
+__device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, const u16* __restrict__ k,
+                                                 const float* rowLse2, float* av, float* slashPart, int n, int H,
+                                                 int Hkv, int b, float scaleLog2) {
+  constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
+  constexpr int NRG = BM / 32;        // 32-row groups
+  constexpr int NTG = NT / 64;        // thread groups of 64 (one per column)
   constexpr int SP = PART_KEYS + BM;  // slash partial length per part
+  static_assert(NTG >= 1, "64 threads at least");
   extern __shared__ __align__(128) unsigned char smem[];
   const u32 sQ = smem_addr(smem), sK = sQ + BM * ROWB;
-  float* P = reinterpret_cast<float*>(smem + BM * ROWB + 64 * ROWB);
-  float* acc = P + BM * PS;
-  const int part = blockIdx.x, h = blockIdx.y, nParts = gridDim.x;
+  float* P = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);
+  float* colPart = P + BM * P_STRIDE;
+  float* diagPart = colPart + NRG * 64;
+  float* acc = diagPart + NRG * DIAG_SLOTS;
+  const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
+  const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
-  const int posA = n - b + rA, posB = n - b + rB;
-  const float lseA = rA < b ? rowLse2[h * b + rA] : 0.f, lseB = rB < b ? rowLse2[h * b + rB] : 0.f;
+  int rA[MT], rB[MT], posA[MT], posB[MT];
+  float lseA[MT], lseB[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    rA[mt] = warp * 16 * MT + mt * 16 + (lane >> 2);
+    rB[mt] = rA[mt] + 8;
+    posA[mt] = n - b + rA[mt];
+    posB[mt] = n - b + rB[mt];
+    lseA[mt] = rA[mt] < b ? rowLse2[h * b + rA[mt]] : 0.f;
+    lseB[mt] = rB[mt] < b ? rowLse2[h * b + rB[mt]] : 0.f;
+  }
   const float invB = 1.f / (float)b;
   for (int i = tid; i < SP; i += NT) acc[i] = 0.f;
   const int ps = part * PART_KEYS;
-  const int oMin = n - b - ps - (PART_KEYS - 1);  // offset stored at acc[0]
-  u32 qf[D / 16][4];
-  for (int tt = 0; tt < PART_TILES; tt++) {
+  int nT = (n - ps + 63) / 64;
+  if (nT > PART_TILES) nT = PART_TILES;
+  const int cp = tid & 63, g = tid >> 6;  // this thread's reduction column and first row group
+  u32 qf[MT][D / 16][4];
+  proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
+  proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
+  cp_async_commit();
+  for (int tt = 0; tt < nT; tt++) {
     const int ks = ps + tt * 64;
-    if (ks >= n) break;
-    float s[8][4];
-    proxy_scores<D, NW, BF16>(q, k, n, H, Hkv, b, h, sQ, sK, ks, s, qf, tt == 0);
+    const int buf = tt & 1;
+    if (tt + 1 < nT) proxy_load_k<D, NT>(k, n, Hkv, kvh, ks + 64, sK + (buf ^ 1) * 64 * ROWB);
+    cp_async_commit();
+    cp_async_wait<1>();
+    // tile tt in shared memory; the previous tile's reductions are done with P and the
+    // partials (and its MMAs with the buffer refilled above: two barriers back)
+    __syncthreads();
+    if (tt == 0) proxy_q_frags<D, MT>(sQ, qf);
+    float s[MT][8][4];
+    proxy_tile_scores<D, MT, BF16>(sK + buf * 64 * ROWB, qf, s);
+    const bool edge = ks + 63 > n - b || b < BM;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int c = j * 8 + (lane & 3) * 2 + e, col = ks + c;
-        const float x = (col > posA || rA >= b) ? 0.f : exp2f(s[j][e] * scaleLog2 - lseA);
-        const float y = (col > posB || rB >= b) ? 0.f : exp2f(s[j][2 + e] * scaleLog2 - lseB);
-        P[rA * PS + c] = x;
-        P[rB * PS + c] = y;
+      for (int j = 0; j < 8; j++) {
+        const int c = j * 8 + (lane & 3) * 2;
+        float2 x, y;
+        x.x = exp2f(fmaf(s[mt][j][0], scaleLog2, -lseA[mt]));
+        x.y = exp2f(fmaf(s[mt][j][1], scaleLog2, -lseA[mt]));
+        y.x = exp2f(fmaf(s[mt][j][2], scaleLog2, -lseB[mt]));
+        y.y = exp2f(fmaf(s[mt][j][3], scaleLog2, -lseB[mt]));
+        if (edge) {
+          const int col = ks + c;
+          if (col > posA[mt] || rA[mt] >= b) x.x = 0.f;
+          if (col + 1 > posA[mt] || rA[mt] >= b) x.y = 0.f;
+          if (col > posB[mt] || rB[mt] >= b) y.x = 0.f;
+          if (col + 1 > posB[mt] || rB[mt] >= b) y.y = 0.f;
+        }
+        *reinterpret_cast<float2*>(P + rA[mt] * P_STRIDE + c) = x;
+        *reinterpret_cast<float2*>(P + rB[mt] * P_STRIDE + c) = y;
       }
     }
     __syncthreads();
-    if (tid < 64 && ks + tid < n) {
-      float sum = 0.f;
-      for (int r = 0; r < b; r++) sum += P[r * PS + tid];
-      av[(size_t)h * n + ks + tid] = sum * invB;
-    }
-    // diagonal u = r − c + 63 (0 .. b + 62) holds offset o = n − b − ks − 63 + u
-    for (int u = tid; u < b + 63; u += NT) {
-      float sum = 0.f;
-      const int rLo = u - 63 > 0 ? u - 63 : 0, rHi = u < b - 1 ? u : b - 1;
-      for (int r = rLo; r <= rHi; r++) sum += P[r * PS + (r - u + 63)];
-      const int o = n - b - ks - 63 + u;
-      acc[o - oMin] += sum;
+#pragma unroll
+    for (int gg = g; gg < NRG; gg += NTG) {
+      const int r0 = gg * 32;
+      const int c0 = (cp + r0) & 63;  // column of the skewed walk at row r0
+      const int n1 = 64 - c0;         // rows of the walk before the wrap (>= 32: none wraps)
+      float col = 0.f, d1 = 0.f, d2 = 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; i++) {
+        const int r = r0 + i;
+        col += P[r * P_STRIDE + cp];
+        const float v = P[r * P_STRIDE + ((cp + r) & 63)];
+        if (i < n1) d1 += v;
+        else d2 += v;
+      }
+      colPart[gg * 64 + cp] = col;
+      // slot of diagonal d in group gg: d + 32gg + 31 (d spans [-32gg - 31, 63 - 32gg])
+      diagPart[gg * DIAG_SLOTS + c0 + 31] = d1;               // d = c0 − r0
+      if (c0 >= 33) diagPart[gg * DIAG_SLOTS + c0 - 33] = d2;  // d = c0 − r0 − 64
     }
     __syncthreads();
+    for (int i = tid; i < 64 + BM + 63; i += NT) {
+      if (i < 64) {
+        float sum = 0.f;
+#pragma unroll
+        for (int gg = 0; gg < NRG; gg++) sum += colPart[gg * 64 + i];
+        if (ks + i < n) av[(size_t)h * n + ks + i] = sum * invB;
+      } else {
+        const int d = i - 64 - (BM - 1);  // -(BM − 1) .. 63
+        float sum = 0.f;
+#pragma unroll
+        for (int gg = 0; gg < NRG; gg++) {
+          if (d >= -32 * gg - 31 && d <= 63 - 32 * gg) sum += diagPart[gg * DIAG_SLOTS + d + 32 * gg + 31];
+        }
+        // offset o = n − b − ks − d, stored at o − oMin, oMin = n − b − ps − (PART_KEYS − 1)
+        acc[(PART_KEYS - 1) - tt * 64 - d] += sum;
+      }
+    }
   }
+  __syncthreads();
   for (int i = tid; i < SP; i += NT) slashPart[((size_t)h * nParts + part) * SP + i] = acc[i] * invB;
 }
 
-// a_s[h][o] = Σ over the (at most two) parts whose offset range holds o, in part order.
-extern "C" __global__ void proxy_slash_gather(const float* slashPart, float* as, int n, int H, int b, int BM,
-                                             int nParts) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (size_t)H * n) return;
-  const int h = (int)(i / n), o = (int)(i % n);
-  const int SP = PART_KEYS + BM;
-  // part p covers offsets [n − b − 512p − 511, n − 1 − 512p]
-  int pHi = (n - 1 - o) / PART_KEYS;
-  if (pHi > nParts - 1) pHi = nParts - 1;
-  const int lo = n - b - (PART_KEYS - 1) - o;  // need 512p >= lo
-  int pLo = lo <= 0 ? 0 : (lo + PART_KEYS - 1) / PART_KEYS;
-  float sum = 0.f;
-  for (int p = pLo; p <= pHi; p++) {
-    const int oMin = n - b - p * PART_KEYS - (PART_KEYS - 1);
-    sum += slashPart[((size_t)h * nParts + p) * SP + (o - oMin)];
+// Per (block J, head h), 128 threads: p_v[J] = Σ_{j in J} a_v[j]; a_s[o] for the block's
+// offsets, gathered from the (at most two) parts whose offset range holds o, in part order
+// (written out only when asked for), and p_s[J] = their sum; FlexPrefill's pooled logit
+// mean(Q̂) · K̄_J · scale. f64 tree sums; out is the host's f64 buffer.
+extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart, const float* qMean,
+                                       const float* kMean, float* as, double* out, int n, int H, int Hkv, int b,
+                                       int B, int nParts, int D, float scale) {
+  __shared__ double red[3][128];
+  const int J = blockIdx.x, h = blockIdx.y, Nb = gridDim.x, t = threadIdx.x;
+  const int kvh = h / (H / Hkv);
+  const int SP = PART_KEYS + B;
+  double v = 0.0, sl = 0.0, lg = 0.0;
+  const int o = J * B + t;
+  if (t < B && o < n) {
+    v = av[(size_t)h * n + o];
+    // part p covers offsets [n − b − 512p − 511, n − 1 − 512p]
+    int pHi = (n - 1 - o) / PART_KEYS;
+    if (pHi > nParts - 1) pHi = nParts - 1;
+    const int lo = n - b - (PART_KEYS - 1) - o;  // need 512p >= lo
+    const int pLo = lo <= 0 ? 0 : (lo + PART_KEYS - 1) / PART_KEYS;
+    float sum = 0.f;
+    for (int p = pLo; p <= pHi; p++) {
+      const int oMin = n - b - p * PART_KEYS - (PART_KEYS - 1);
+      sum += slashPart[((size_t)h * nParts + p) * SP + (o - oMin)];
+    }
+    if (as != nullptr) as[(size_t)h * n + o] = sum;
+    sl = sum;
   }
-  as[i] = sum;
-}
-
-// Block sums: out[h][J] = Σ_{t in block J} x[h][t] (fixed tree order). Grid (Nb, H), 128 threads.
-extern "C" __global__ void block_sums(const float* x, float* out, int n, int B) {
-  __shared__ float red[128];
-  const int J = blockIdx.x, h = blockIdx.y, Nb = gridDim.x;
-  float s = 0.f;
-  for (int t = threadIdx.x; t < B; t += 128) {
-    const int j = J * B + t;
-    if (j < n) s += x[(size_t)h * n + j];
-  }
-  red[threadIdx.x] = s;
+  if (t < D) lg = (double)qMean[(size_t)h * D + t] * (double)kMean[((size_t)kvh * Nb + J) * D + t];
+  red[0][t] = v;
+  red[1][t] = sl;
+  red[2][t] = lg;
   __syncthreads();
   for (int w = 64; w > 0; w >>= 1) {
-    if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+    if (t < w) {
+      red[0][t] += red[0][t + w];
+      red[1][t] += red[1][t + w];
+      red[2][t] += red[2][t + w];
+    }
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[(size_t)h * Nb + J] = red[0];
+  if (t == 0) {
+    const size_t HNb = (size_t)H * Nb;
+    out[2 * H + (size_t)h * Nb + J] = red[0][0];
+    out[2 * H + HNb + (size_t)h * Nb + J] = red[1][0];
+    out[2 * H + 2 * HNb + (size_t)h * Nb + J] = red[2][0] * (double)scale;  // logits; proxy_heads normalises
+  }
 }
 
-// C_struct per head: the mass of a_v over the sink (j < wSink) and the local window
-// (j >= n − wLocal), each key counted once where the two overlap (short n), as the
-// reference does: the mean over proxy rows of the anchored mass. Grid H, 256 threads.
-extern "C" __global__ void anchor_mass(const float* av, float* cStruct, int n, int wSink, int wLocal) {
-  __shared__ float red[256];
-  const int h = blockIdx.x;
+// Per head, 256 threads, f64: C_struct = the mass of a_v over the sink (j < wSink) and the
+// local window (j >= n − wLocal), each key counted once where the two overlap (short n), as
+// the reference does; the mean row entropy; the pooled estimate softmax_J of the logits
+// proxy_blocks left in place. out = [C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb].
+extern "C" __global__ void proxy_heads(const float* av, const float* rowEntropy, double* out, int n, int H, int b,
+                                      int Nb, int wSink, int wLocal) {
+  __shared__ double red[2][256];
+  const int h = blockIdx.x, t = threadIdx.x;
   const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
-  float s = 0.f;
-  for (int j = threadIdx.x; j < s0; j += 256) s += av[(size_t)h * n + j];
-  for (int j = (l0 > s0 ? l0 : s0) + threadIdx.x; j < n; j += 256) s += av[(size_t)h * n + j];
-  red[threadIdx.x] = s;
+  double a = 0.0, e = 0.0;
+  for (int j = t; j < s0; j += 256) a += av[(size_t)h * n + j];
+  for (int j = (l0 > s0 ? l0 : s0) + t; j < n; j += 256) a += av[(size_t)h * n + j];
+  for (int r = t; r < b; r += 256) e += rowEntropy[(size_t)h * b + r];
+  red[0][t] = a;
+  red[1][t] = e;
   __syncthreads();
   for (int w = 128; w > 0; w >>= 1) {
-    if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+    if (t < w) {
+      red[0][t] += red[0][t + w];
+      red[1][t] += red[1][t + w];
+    }
     __syncthreads();
   }
-  if (threadIdx.x == 0) cStruct[h] = red[0];
+  if (t == 0) {
+    out[h] = red[0][0];
+    out[H + h] = red[1][0] / (double)b;
+  }
+  __syncthreads();
+  double* lg = out + 2 * H + 2 * (size_t)H * Nb + (size_t)h * Nb;
+  double m = __longlong_as_double(0xfff0000000000000ULL);  // -inf
+  for (int J = t; J < Nb; J += 256) m = fmax(m, lg[J]);
+  red[0][t] = m;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (t < w) red[0][t] = fmax(red[0][t], red[0][t + w]);
+    __syncthreads();
+  }
+  m = red[0][0];
+  double s = 0.0;
+  for (int J = t; J < Nb; J += 256) s += exp(lg[J] - m);
+  red[1][t] = s;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (t < w) red[1][t] += red[1][t + w];
+    __syncthreads();
+  }
+  s = red[1][0];
+  for (int J = t; J < Nb; J += 256) lg[J] = exp(lg[J] - m) / s;
 }
 
 // Mean over rows of each block, per head, in f32: out [heads][Nb][D]. rowsFrom/count
@@ -294,36 +530,32 @@ extern "C" __global__ void block_means_f16(const u16* x, float* out, int rows, i
   block_means_body<false>(x, out, rows, heads, D, B, from);
 }
 
-// FlexPrefill's pooled logits: mean(Q̂) · K̄_J · scale for every J, per head; one warp per
-// (J, h). qMean [H][D], kMean [Hkv][Nb][D], out [H][Nb] (natural-log units).
-extern "C" __global__ void pooled_logits(const float* qMean, const float* kMean, float* out, int H, int Hkv, int Nb,
-                                        int D, float scale) {
-  const int w = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-  if (w >= H * Nb) return;
-  const int h = w / Nb, J = w % Nb, kvh = h / (H / Hkv);
-  float s = 0.f;
-  for (int d = lane; d < D; d += 32) s += qMean[(size_t)h * D + d] * kMean[((size_t)kvh * Nb + J) * D + d];
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (lane == 0) out[w] = s * scale;
-}
-
-#define CRISP_PROXY(SUF, D, NW, BF16)                                                                         \
-  extern "C" __global__ void __launch_bounds__(NW * 32)                                                       \
-      proxy_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, int n, int H, int Hkv, int b, \
-                        float scaleLog2) {                                                                    \
-    proxy_pass1_body<D, NW, BF16>(q, k, pm, pl, pt, n, H, Hkv, b, scaleLog2);                                 \
+// Layouts: `proxy_pass*_<dtype>_d<D>_b<B>` warps of 16 rows (B / 16 warps);
+// `proxy_pass*_w32_...` warps of 32 rows (B / 32 warps; each K fragment feeds two MMAs),
+// built where there are at least D threads (not d128 with B = 64).
+#define CRISP_PROXY(SUF, D, BM, MT, BF16)                                                                     \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
+      proxy_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean, \
+                        int n, int H, int Hkv, int b, float scaleLog2) {                                      \
+    proxy_pass1_body<D, BM, MT, BF16>(q, k, pm, pl, pt, qMean, kMean, n, H, Hkv, b, scaleLog2);               \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(NW * 32)                                                       \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
       proxy_pass2_##SUF(const u16* q, const u16* k, const float* rowLse2, float* av, float* slashPart, int n,   \
                         int H, int Hkv, int b, float scaleLog2) {                                             \
-    proxy_pass2_body<D, NW, BF16>(q, k, rowLse2, av, slashPart, n, H, Hkv, b, scaleLog2);                     \
+    proxy_pass2_body<D, BM, MT, BF16>(q, k, rowLse2, av, slashPart, n, H, Hkv, b, scaleLog2);                 \
   }
 
-CRISP_PROXY(bf16_d64_b64, 64, 4, true)
-CRISP_PROXY(bf16_d64_b128, 64, 8, true)
-CRISP_PROXY(bf16_d128_b64, 128, 4, true)
-CRISP_PROXY(bf16_d128_b128, 128, 8, true)
-CRISP_PROXY(f16_d64_b64, 64, 4, false)
-CRISP_PROXY(f16_d64_b128, 64, 8, false)
-CRISP_PROXY(f16_d128_b64, 128, 4, false)
-CRISP_PROXY(f16_d128_b128, 128, 8, false)
+CRISP_PROXY(bf16_d64_b64, 64, 64, 1, true)
+CRISP_PROXY(bf16_d64_b128, 64, 128, 1, true)
+CRISP_PROXY(bf16_d128_b64, 128, 64, 1, true)
+CRISP_PROXY(bf16_d128_b128, 128, 128, 1, true)
+CRISP_PROXY(f16_d64_b64, 64, 64, 1, false)
+CRISP_PROXY(f16_d64_b128, 64, 128, 1, false)
+CRISP_PROXY(f16_d128_b64, 128, 64, 1, false)
+CRISP_PROXY(f16_d128_b128, 128, 128, 1, false)
+CRISP_PROXY(w32_bf16_d64_b64, 64, 64, 2, true)
+CRISP_PROXY(w32_bf16_d64_b128, 64, 128, 2, true)
+CRISP_PROXY(w32_bf16_d128_b128, 128, 128, 2, true)
+CRISP_PROXY(w32_f16_d64_b64, 64, 64, 2, false)
+CRISP_PROXY(w32_f16_d64_b128, 64, 128, 2, false)
+CRISP_PROXY(w32_f16_d128_b128, 128, 128, 2, false)

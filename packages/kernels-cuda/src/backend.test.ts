@@ -6,7 +6,14 @@
 import { CrispError, type HostTensor, hostTensor, toFloat32, mulberry32 as seeded } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
-import { ATTENTION_VARIANTS, type AttentionVariant, cudaAvailability, createCudaBackend } from './index.js';
+import {
+  ATTENTION_VARIANTS,
+  type AttentionVariant,
+  PROXY_LAYOUTS,
+  type ProxyLayout,
+  cudaAvailability,
+  createCudaBackend,
+} from './index.js';
 import { sizeClass } from './pool.js';
 
 const avail = cudaAvailability();
@@ -103,6 +110,52 @@ describe.skipIf(!avail.available)('every attention variant on a GPU', () => {
           w += want[i] ** 2;
         }
         expect(Math.sqrt(e / w), `${name}, seed ${seed}`).toBeLessThan(1e-2);
+      }
+    } finally {
+      be.dispose();
+      ref.dispose();
+    }
+  });
+});
+
+describe.skipIf(!avail.available)('every proxy statistics layout on a GPU', () => {
+  it('matches the float64 reference and the other layouts bit for bit (n < B, partial parts, B 64 and 128)', async () => {
+    const seed = (Date.now() ^ 0x9e0c) >>> 0;
+    const r = seeded(seed);
+    const be = await createCudaBackend();
+    const ref = createReferenceBackend();
+    const fields = ['cStruct', 'rowEntropy', 'verticalBlocks', 'slashBlocks', 'pooledEstimate', 'verticalTokens', 'slashTokens'] as const;
+    try {
+      for (const [n, H, Hkv, d, B] of [
+        [100, 4, 2, 128, 128],
+        [1333, 4, 2, 64, 64],
+        [1333, 4, 1, 128, 128],
+      ]) {
+        const q = randomTensor(r, [n, H, d], 3);
+        const k = randomTensor(r, [n, Hkv, d], 3);
+        const opts = { blockSize: B, wSink: B - 7, wLocal: B + 5, tokenScores: true };
+        const want = await ref.proxyStats(ref.upload(q), ref.upload(k), opts);
+        const dq = be.upload(q);
+        const dk = be.upload(k);
+        const got: Partial<Record<ProxyLayout, Awaited<ReturnType<typeof be.proxyStats>>>> = {};
+        for (const layout of Object.keys(PROXY_LAYOUTS) as ProxyLayout[]) {
+          be.proxyLayout = layout;
+          const s = await be.proxyStats(dq, dk, opts);
+          got[layout] = s;
+          for (const f of fields) {
+            const a = s[f] as ArrayLike<number>;
+            const e = want[f] as ArrayLike<number>;
+            expect(a.length, `${f} length, ${layout} n ${n}`).toBe(e.length);
+            let worst = 0;
+            for (let i = 0; i < e.length; i++) worst = Math.max(worst, Math.abs(a[i] - e[i]) / Math.max(1, Math.abs(e[i])));
+            expect(worst, `${f}, ${layout}, n ${n} B ${B} d ${d}, seed ${seed}`).toBeLessThan(2e-5);
+          }
+        }
+        for (const f of fields) {
+          expect(Array.from(got.w32?.[f] as ArrayLike<number>), `${f} w32 vs w16, n ${n}`).toEqual(Array.from(got.w16?.[f] as ArrayLike<number>));
+        }
+        dq.dispose();
+        dk.dispose();
       }
     } finally {
       be.dispose();

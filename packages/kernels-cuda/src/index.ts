@@ -5,7 +5,9 @@ export {
   CUDA_SPARSE_CROSSOVER,
   createCudaBackend,
   DEFAULT_ATTENTION_VARIANT,
+  DEFAULT_PROXY_LAYOUT,
+  PROXY_LAYOUTS,
 } from './cuda-backend.js';
-export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo } from './cuda-backend.js';
+export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, ProxyLayout } from './cuda-backend.js';
 export { cudaAvailability } from './availability.js';
 export { defaultCacheDir, defaultKernelDir } from './compile.js';
