@@ -514,3 +514,83 @@ CRISP_ATTN_WG(attn_wgo_f16_d64_b64, wgo_body, 64, 1, false, false)
 CRISP_ATTN_WG(attn_wgo_f16_d64_b128, wgo_body, 64, 2, false, false)
 CRISP_ATTN_WG(attn_wgo_f16_d128_b64, wgo_body, 128, 1, false, false)
 CRISP_ATTN_WG(attn_wgo_f16_d128_b128, wgo_body, 128, 2, false, false)
+
+// ---- diagnostics -------------------------------------------------------------------------
+// One warpgroup, one tile, no softmax: S = A Bᵀ (A 64x128 and B 128x128 both K-major from
+// shared memory, as Q and K above) and O = A V (A from registers as P above, V 128 keys x
+// 128 columns N-major), written as f32 [64, 128] through the accumulator fragment layout.
+// The three MODEs take V's descriptor three ways: 0 as the kernels do (LBO = the 64-column
+// panel stride, SBO = the next 8 keys), 1 with LBO and SBO swapped, 2 as two N = 64
+// products (one per panel, where LBO is not used). CudaBackend.probeWgmma compares them with
+// float64 products: if a kernel above fails its check, this says which operand is wrong.
+template <int MODE>
+__device__ __forceinline__ void wg_probe_body(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
+#ifdef CRISP_WGMMA
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 sA = (smem_addr(smem) + 1023u) & ~1023u;
+  const u32 sB = sA + 64 * 256;
+  const u32 sV = sB + 128 * 256;
+  const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
+  for (int c = tid; c < 64 * 16; c += 128) cp_async16(sA + pswz(64, c / 16, c % 16), a + (c / 16) * 128 + (c % 16) * 8, 16);
+  for (int c = tid; c < 128 * 16; c += 128) {
+    cp_async16(sB + pswz(128, c / 16, c % 16), bk + (c / 16) * 128 + (c % 16) * 8, 16);
+    cp_async16(sV + pswz(128, c / 16, c % 16), v + (c / 16) * 128 + (c % 16) * 8, 16);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();
+  float s[64], o[64];
+#pragma unroll
+  for (int i = 0; i < 64; i++) s[i] = o[i] = 0.f;
+  wgmma_fence();
+  issue_s<128, 128, 64, true>(s, sA, sB);
+  wgmma_commit();
+  wgmma_wait0();
+  reg_fence<64>(s);
+  const int row = wq * 16 + (lane >> 2);
+  u32 p[8][4];
+#pragma unroll
+  for (int kk = 0; kk < 8; kk++) {
+    const int col = kk * 16 + (lane & 3) * 2;
+    p[kk][0] = *reinterpret_cast<const u32*>(a + row * 128 + col);
+    p[kk][1] = *reinterpret_cast<const u32*>(a + (row + 8) * 128 + col);
+    p[kk][2] = *reinterpret_cast<const u32*>(a + row * 128 + col + 8);
+    p[kk][3] = *reinterpret_cast<const u32*>(a + (row + 8) * 128 + col + 8);
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; kk++) {
+    if (MODE == 0) wgmma_rs<128, true>(o, p[kk], gmma_desc(sV + kk * 2048, 128 * 128, 1024), 1);
+    if (MODE == 1) wgmma_rs<128, true>(o, p[kk], gmma_desc(sV + kk * 2048, 1024, 128 * 128), 1);
+    if (MODE == 2) {
+      wgmma_rs<64, true>(o, p[kk], gmma_desc(sV + kk * 2048, 1024, 1024), 1);
+      wgmma_rs<64, true>(o + 32, p[kk], gmma_desc(sV + 128 * 128 + kk * 2048, 1024, 1024), 1);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait0();
+  reg_fence<64>(o);
+#pragma unroll
+  for (int j = 0; j < 16; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int r = row + (e >> 1) * 8, c = j * 8 + (lane & 3) * 2 + (e & 1);
+      sOut[r * 128 + c] = s[j * 4 + e];
+      oOut[r * 128 + c] = o[j * 4 + e];
+    }
+  }
+#endif
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    wg_probe0(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
+  wg_probe_body<0>(a, bk, v, sOut, oOut);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    wg_probe1(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
+  wg_probe_body<1>(a, bk, v, sOut, oOut);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    wg_probe2(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
+  wg_probe_body<2>(a, bk, v, sOut, oOut);
+}
