@@ -11,8 +11,17 @@
  *                        wgsl/<kernel>.wgsl; a FILE.json path puts the log and the rest next to it.
  *   --budget S           seconds for the whole run (default 420); each phase stops early (and
  *                        says so in the JSON) when its projected time would overrun.
- *   --variants V,...     attention kernels (default fma-v3,fma-v1,subgroup-matrix,
- *                        subgroup-matrix-staged)
+ *   --variants V,...     attention kernels (default fma-v4,fma-v3,fma-v1,subgroup-matrix,
+ *                        subgroup-matrix-staged). A variant is KERNEL[:FORM][+TOGGLES]:
+ *                        FORM (fma-v4 only) muladd | noprefetch (attention-v4.ts options);
+ *                        TOGGLES fast (Dawn device toggles disable_robustness,
+ *                        disable_workgroup_init, skip_validation) | norobust
+ *                        (disable_robustness only). Each variant has its own Dawn device.
+ *   --probes LIST        fma,lds,robust (default all; empty = none): FMA peak (a*b+c and
+ *                        fma()), workgroup-memory GEMM ceilings of the v1 and v4 tilings,
+ *                        and whether the toggles reached the device (out-of-bounds read)
+ *   --best-dense LIST    extra dense sizes for the best plain variant after the sweep
+ *                        (default empty)
  *   --check N            float64 correctness size per variant, dense and sparse (default 4096)
  *   --dense LIST         dense sweep (default 8192,16384,32768,65536)
  *   --sparse LIST        crisp-preset sparse vs own dense, best variant (default 32768,65536,131072)
@@ -48,7 +57,8 @@ import {
 import { LARGE_SIZES, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
 import { ATTENTION_KERNELS, type AttentionKernel, type WebGpuBackend } from '../src/backend.js';
-import { createNodeWebGpuBackend } from '../src/node.js';
+import { type AttentionV4Options, attentionV4Program } from '../src/kernels/attention-v4.js';
+import { DEFAULT_DAWN_FLAGS, createNodeWebGpuBackend } from '../src/node.js';
 import { timeTfjsDenseAttention } from '../src/tfjs-peer.js';
 
 // ------------------------------------------------------------------- flags
@@ -90,8 +100,35 @@ const log = (...a: unknown[]) => {
 const H = Number(args.get('heads') || (smoke ? 4 : 32));
 const HKV = Number(args.get('kvheads') || (smoke ? 2 : 8));
 const D = 128;
-const VARIANTS = (args.get('variants') || 'fma-v3,fma-v1,subgroup-matrix,subgroup-matrix-staged').split(',').filter(Boolean) as AttentionKernel[];
-for (const v of VARIANTS) if (!ATTENTION_KERNELS.includes(v)) throw new Error(`unknown variant ${v}; known: ${ATTENTION_KERNELS.join(', ')}`);
+/** Dawn device toggles per variant suffix (passed through create()'s enable-dawn-features). */
+const TOGGLES: Record<string, string[]> = {
+  fast: ['disable_robustness', 'disable_workgroup_init', 'skip_validation'],
+  norobust: ['disable_robustness'],
+};
+const FORMS: Record<string, AttentionV4Options> = { muladd: { muladd: true }, noprefetch: { noPrefetch: true } };
+interface VariantSpec {
+  label: string;
+  kernel: AttentionKernel;
+  form?: string;
+  toggles?: string;
+}
+function parseVariant(label: string): VariantSpec {
+  const [main, toggles] = label.split('+');
+  const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
+  if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
+  if (form !== undefined && (kernel !== 'fma-v4' || !(form in FORMS))) throw new Error(`variant ${label}: forms ${Object.keys(FORMS)} apply to fma-v4 only`);
+  if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
+  return { label, kernel, form, toggles };
+}
+function flagsFor(toggles: string | undefined): string[] {
+  if (!toggles) return [...DEFAULT_DAWN_FLAGS];
+  return DEFAULT_DAWN_FLAGS.map((f) => (f.startsWith('enable-dawn-features=') ? `${f},${TOGGLES[toggles].join(',')}` : f));
+}
+/** The kernel a backend runs for this option ('fma' is v1's alias). */
+const resolved = (k: AttentionKernel) => (k === 'fma' ? 'fma-v1' : k);
+const VARIANTS = (args.get('variants') || 'fma-v4,fma-v3,fma-v1,subgroup-matrix,subgroup-matrix-staged').split(',').filter(Boolean).map(parseVariant);
+const PROBES = (args.get('probes') ?? 'fma,lds,robust').split(',').filter(Boolean);
+const BEST_DENSE = list('best-dense', '');
 const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));
 const DENSE = list('dense', smoke ? '256,512' : '8192,16384,32768,65536');
 const SPARSE = list('sparse', smoke ? '512,1024' : '32768,65536,131072');
@@ -348,8 +385,171 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
   return { config: cfg, configs, n, K, ms, runsMs: ts, tflops: (2 * n * n * K) / ms / 1e9, maxRelError: err };
 }
 
-interface Variant {
-  name: AttentionKernel;
+/**
+ * Did the device toggles reach the device? With Tint's robustness transform an index past
+ * a storage binding is clamped into it; without it the read goes to the memory behind the
+ * binding. The binding covers 4 of the 64 words written (word i = i), the shader reads word
+ * 40: 40 means no clamp (robustness off), 3 or 0 means clamped. Also: workgroup memory read
+ * before any write after a dispatch that filled it (zero-init on: all zero).
+ */
+async function robustnessProbe(b: WebGpuBackend): Promise<unknown> {
+  const ctx = b.gpu;
+  const wgsl = /* wgsl */ `
+@group(0) @binding(0) var<storage, read_write> buf: array<u32>;
+@group(0) @binding(1) var<storage, read_write> res: array<u32>;
+@group(0) @binding(2) var<uniform> U: vec4<u32>;
+var<workgroup> wg: array<u32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32) {
+  if (U.y == 1u) {
+    wg[lid] = 0xABCD0000u + lid;
+    workgroupBarrier();
+    res[512u + lid] = wg[255u - lid];
+    return;
+  }
+  let z = wg[lid];
+  workgroupBarrier();
+  if (lid == 0u) { res[0] = buf[U.x]; res[1] = arrayLength(&buf); }
+  res[256u + lid] = z;
+}`;
+  const pipe = await ctx.pipeline({ name: 'robustProbe', cacheKey: 'robustProbe', wgsl, entryPoint: 'main' });
+  const buf = ctx.u32Buffer(Array.from({ length: 64 }, (_, i) => i), 'probe-buf');
+  const res = ctx.createBuffer(4 * 1024, 0x80 | 0x4 | 0x8, 'probe-res');
+  const fill = ctx.uniform([40, 1, 0, 0]);
+  const read = ctx.uniform([40, 0, 0, 0]);
+  const bind = (u: GPUBuffer) =>
+    ctx.device.createBindGroup({
+      layout: pipe.getBindGroupLayout(0),
+      entries: [
+        { binding: 0, resource: { buffer: buf, offset: 0, size: 16 } },
+        { binding: 1, resource: { buffer: res } },
+        { binding: 2, resource: { buffer: u } },
+      ],
+    });
+  const enc = ctx.device.createCommandEncoder();
+  for (const [u, groups] of [[fill, 264], [read, 264]] as const) {
+    const pass = enc.beginComputePass();
+    pass.setPipeline(pipe);
+    pass.setBindGroup(0, bind(u));
+    pass.dispatchWorkgroups(groups);
+    pass.end();
+  }
+  ctx.submit(enc, [fill, read]);
+  await ctx.idle();
+  const out = new Uint32Array(await ctx.read(res, 0, 4 * 1024));
+  const wgWords = out.subarray(256, 512);
+  const nonzero = wgWords.filter((x) => x !== 0).length;
+  ctx.retire(buf, res);
+  return {
+    outOfBoundsRead: out[0],
+    arrayLength: out[1],
+    robustnessClamped: out[0] !== 40,
+    workgroupWordsNonzeroBeforeWrite: nonzero,
+    workgroupSample: [...wgWords.subarray(0, 4)].map((x) => x.toString(16)),
+  };
+}
+
+/**
+ * Register-only FMA throughput: 8 independent vec4 chains per thread, `a * x + y` written
+ * as multiply-add (muladd) or with fma(). Equal numbers: the driver fuses a * b + c;
+ * muladd at about half: it does not, and every FMA kernel here pays twice.
+ */
+async function fmaPeakProbe(b: WebGpuBackend, muladd: boolean): Promise<unknown> {
+  const ctx = b.gpu;
+  const step = (a: string) => (muladd ? `${a} = ${a} * x + y;` : `${a} = fma(${a}, x, y);`);
+  const chains = [0, 1, 2, 3, 4, 5, 6, 7];
+  const wgsl = /* wgsl */ `
+struct U { iters: u32, p: u32, a: f32, b: f32 }
+@group(0) @binding(0) var<uniform> P: U;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+  let x = vec4<f32>(P.a);
+  let y = vec4<f32>(P.b);
+  let base = vec4<f32>(f32(gid.x) * 1e-7) + vec4<f32>(0.0, 0.01, 0.02, 0.03);
+  ${chains.map((i) => `var a${i} = base + vec4<f32>(${i}.0 * 0.1);`).join(' ')}
+  for (var i = 0u; i < P.iters; i++) {
+    ${chains.map((i) => step(`a${i}`)).join(' ')}
+    ${chains.map((i) => step(`a${i}`)).join(' ')}
+  }
+  out[gid.x] = dot(${chains.map((i) => `a${i}`).join(' + ')}, vec4<f32>(1.0));
+}`;
+  const pipe = await ctx.pipeline({ name: 'fmaPeak', cacheKey: `fmaPeak:${muladd}`, wgsl, entryPoint: 'main' });
+  const groups = smoke ? 16 : 4096;
+  const iters = smoke ? 16 : 2048;
+  const out = ctx.createBuffer(groups * 256 * 4, 0x80 | 0x4, 'fma-out');
+  const u = ctx.uniform([iters, 0, { f32: 0.999 }, { f32: 1e-4 }]);
+  const run = async () => {
+    const enc = ctx.device.createCommandEncoder();
+    ctx.dispatch(enc, pipe, [u, out], [groups]);
+    ctx.submit(enc);
+    await ctx.idle();
+  };
+  const ts = await timeIt({ b }, run, 5);
+  const ms = median(ts);
+  const sample = new Float32Array(await ctx.read(out, 0, 16));
+  ctx.retire(out, u);
+  const flop = 2 * 64 * iters * groups * 256;
+  return { form: muladd ? 'a * x + y' : 'fma()', ms, runsMs: ts, tflops: flop / ms / 1e9, finite: sample.every(Number.isFinite) };
+}
+
+/**
+ * The S = Q Kᵀ inner loop of an attention kernel with its operands already in workgroup
+ * memory (no global loads, no softmax), one barrier per 16-dim chunk as in the kernels:
+ * the ceiling of that tiling on this device. v1: 256 threads, 4 x 4 per thread, 2 vec4
+ * loads per 16 FMAs; v4: 128 threads, 8 x 4 per thread, 3 vec4 loads per 32 FMAs.
+ */
+async function ldsGemmProbe(b: WebGpuBackend, tiling: 'v1' | 'v4'): Promise<unknown> {
+  const ctx = b.gpu;
+  const v1 = tiling === 'v1';
+  const T = v1 ? 256 : 128;
+  const R = v1 ? 4 : 8;
+  const kk = Array.from({ length: 16 }, (_, i) => i);
+  const body = (k: number) =>
+    v1
+      ? `{ let a = W[qb + ${k * 16}u + tr]; let bb = W[qb + ${256 + k * 16}u + tc];
+      s0 = fma(vec4<f32>(a.x), bb, s0); s1 = fma(vec4<f32>(a.y), bb, s1); s2 = fma(vec4<f32>(a.z), bb, s2); s3 = fma(vec4<f32>(a.w), bb, s3); }`
+      : `{ let a0 = W[qb + ${k * 16}u + tr * 2u]; let a1 = W[qb + ${k * 16}u + tr * 2u + 1u]; let bb = W[qb + ${256 + k * 16}u + tc];
+      s0 = fma(vec4<f32>(a0.x), bb, s0); s1 = fma(vec4<f32>(a0.y), bb, s1); s2 = fma(vec4<f32>(a0.z), bb, s2); s3 = fma(vec4<f32>(a0.w), bb, s3);
+      s4 = fma(vec4<f32>(a1.x), bb, s4); s5 = fma(vec4<f32>(a1.y), bb, s5); s6 = fma(vec4<f32>(a1.z), bb, s6); s7 = fma(vec4<f32>(a1.w), bb, s7); }`;
+  const wgsl = /* wgsl */ `
+struct U { iters: u32, p0: u32, p1: u32, p2: u32 }
+@group(0) @binding(0) var<uniform> P: U;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+var<workgroup> W: array<vec4<f32>, 1024>;
+@compute @workgroup_size(${T})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+  let tr = lid / 16u;
+  let tc = lid % 16u;
+  for (var x = lid; x < 1024u; x += ${T}u) { W[x] = vec4<f32>(f32(x) * 1e-4, f32(wid.x) * 1e-6, 0.5, -0.25); }
+  workgroupBarrier();
+  ${Array.from({ length: R }, (_, i) => `var s${i} = vec4<f32>(0.0);`).join(' ')}
+  for (var it = 0u; it < P.iters; it++) {
+    let qb = (it % 2u) * 512u;
+    ${kk.map(body).join('\n    ')}
+    workgroupBarrier();
+  }
+  out[wid.x * ${T}u + lid] = dot(${Array.from({ length: R }, (_, i) => `s${i}`).join(' + ')}, vec4<f32>(1.0));
+}`;
+  const pipe = await ctx.pipeline({ name: 'ldsGemm', cacheKey: `ldsGemm:${tiling}`, wgsl, entryPoint: 'main' });
+  const groups = smoke ? 8 : 2048;
+  const iters = smoke ? 8 : v1 ? 1024 : 512;
+  const out = ctx.createBuffer(groups * T * 4, 0x80 | 0x4, 'lds-out');
+  const u = ctx.uniform([iters, 0, 0, 0]);
+  const run = async () => {
+    const enc = ctx.device.createCommandEncoder();
+    ctx.dispatch(enc, pipe, [u, out], [groups]);
+    ctx.submit(enc);
+    await ctx.idle();
+  };
+  const ts = await timeIt({ b }, run, 5);
+  const ms = median(ts);
+  ctx.retire(out, u);
+  const flop = 2 * 16 * R * 4 * iters * groups * T;
+  return { tiling, threads: T, rowsPerThread: R, ms, runsMs: ts, tflops: flop / ms / 1e9 };
+}
+
+interface Variant extends VariantSpec {
   b: WebGpuBackend;
   /** the kernel the backend actually runs (a failed or ineligible tensor-core kernel runs fma-v3) */
   active: string;
@@ -460,28 +660,33 @@ async function main(): Promise<void> {
   const variants: Variant[] = [];
   const builds: Record<string, unknown>[] = [];
   result.build = builds;
-  for (const name of VARIANTS) {
+  for (const spec of VARIANTS) {
     // Each variant gets its own Dawn instance and device: a driver fault or device loss in
-    // an experimental kernel then takes down that variant only.
-    const b = await createNodeWebGpuBackend({ attentionKernel: name });
-    const programs: [string, string][] = [];
-    if (name.startsWith('subgroup-matrix')) programs.push([name, b.attentionProgramFor(name as 'subgroup-matrix', 'f16', D).wgsl]);
-    else {
-      const k = name === 'fma' ? 'fma-v3' : name;
-      programs.push([`${name}-f16`, b.attentionProgramFor(k, 'f16', D).wgsl], [`${name}-f32`, b.attentionProgramFor(k, 'f32', D).wgsl]);
+    // an experimental kernel then takes down that variant only; toggles are per device.
+    const name = spec.label;
+    const b = await createNodeWebGpuBackend({ attentionKernel: spec.kernel, flags: flagsFor(spec.toggles) });
+    if (spec.form) {
+      // experiment forms of v4: the backend builds whatever attentionProgramFor returns
+      const o = { ...FORMS[spec.form], compact: b.gpu.compact };
+      b.attentionProgramFor = (_k, dt, d) => attentionV4Program(dt, d, o);
     }
+    const programs: [string, string][] = [];
+    const k = resolved(spec.kernel);
+    if (k.startsWith('subgroup-matrix')) programs.push([name, b.attentionProgramFor(k, 'f16', D).wgsl]);
+    else programs.push([`${name}-f16`, b.attentionProgramFor(k, 'f16', D).wgsl], [`${name}-f32`, b.attentionProgramFor(k, 'f32', D).wgsl]);
     let ok = true;
     for (const [pname, wgsl] of programs) {
       const rep = await buildReport(b.gpu.device, pname, wgsl);
       rep.variant = name;
-      rep.eligible = b.attentionKernel === (name === 'fma' ? 'fma-v3' : name);
+      rep.flags = flagsFor(spec.toggles);
+      rep.eligible = b.attentionKernel === k;
       ok &&= rep.ok === true;
       builds.push(rep);
       log('build', pname, rep.ok ? 'OK' : 'FAILED', { eligible: rep.eligible, errors: rep.errors, validationError: rep.validationError, internalError: rep.internalError, exception: rep.exception, otherMessages: (rep.otherMessages as unknown[]).length, ms: Math.round(rep.ms as number) });
       writeFileSync(join(outDir, 'build-report.json'), JSON.stringify(builds, null, 1));
       save();
     }
-    const vr: Variant = { name, b, active: b.attentionKernel, buildOk: ok };
+    const vr: Variant = { ...spec, b, active: b.attentionKernel, buildOk: ok };
     if (!ok) vr.stopped = 'did not build (see build report)';
     variants.push(vr);
   }
@@ -501,7 +706,7 @@ async function main(): Promise<void> {
   for (const vr of variants) {
     const g = { b: vr.b };
     const n = CHECK_N;
-    const row: Record<string, unknown> = { variant: vr.name, n };
+    const row: Record<string, unknown> = { variant: vr.label, n };
     if (vr.stopped) {
       row.skipped = vr.stopped;
       vr.correct = false;
@@ -535,87 +740,154 @@ async function main(): Promise<void> {
           await vr.b.sparseAttention(q, k, v, mask, { out });
           row.sparse = await checkRows(g, q, k, v, out, mask, 8);
           const worst = Math.max((row.dense as { maxError: number }).maxError, (row.sparse as { maxError?: number }).maxError ?? 0);
-          vr.correct = worst < ERR_OK && vr.active === (vr.name === 'fma' ? 'fma-v3' : vr.name);
+          vr.correct = worst < ERR_OK && vr.active === resolved(vr.kernel);
           row.correct = vr.correct;
           for (const t of [q, k, v, out]) t.dispose();
         })(),
         smoke ? 300000 : 60000,
-        `check ${vr.name}`,
+        `check ${vr.label}`,
       );
     } catch (e) {
       row.error = String(e instanceof Error ? (e.stack ?? e.message) : e);
       vr.correct = false;
       vr.stopped = 'the correctness run failed (see correctness)';
     }
-    if (!vr.stopped && vr.active !== (vr.name === 'fma' ? 'fma-v3' : vr.name)) vr.stopped = `runs ${vr.active}, not ${vr.name}: ${vr.b.kernelNote ?? 'not eligible on this adapter'}`;
+    if (!vr.stopped && vr.active !== resolved(vr.kernel)) vr.stopped = `runs ${vr.active}, not ${vr.kernel}: ${vr.b.kernelNote ?? 'not eligible on this adapter'}`;
     log('check', row);
     checks.push(row);
     save();
   }
 
+  // ----------------------------------------- probes: FMA ceiling, toggles reached?
+  if (PROBES.length) {
+    const probes: Record<string, unknown> = {};
+    result.probes = probes;
+    const fast = variants.find((v) => v.toggles === 'fast')?.b;
+    const norobust = variants.find((v) => v.toggles === 'norobust')?.b;
+    const on: [string, WebGpuBackend | undefined][] = [['default', base], ['fast', fast], ['norobust', norobust]];
+    for (const [tag, b] of on) {
+      if (!b) continue;
+      const run = async (key: string, f: () => Promise<unknown>) => {
+        try {
+          probes[`${key}@${tag}`] = await withTimeout(f(), 60000, `probe ${key}@${tag}`);
+        } catch (e) {
+          probes[`${key}@${tag}`] = { error: String(e instanceof Error ? (e.stack ?? e.message) : e) };
+        }
+        log('probe', `${key}@${tag}`, probes[`${key}@${tag}`]);
+        save();
+      };
+      if (PROBES.includes('robust')) await run('robust', () => robustnessProbe(b));
+      if (PROBES.includes('fma') && tag === 'default') {
+        await run('fma-peak-muladd', () => fmaPeakProbe(b, true));
+        await run('fma-peak-fma', () => fmaPeakProbe(b, false));
+      }
+      if (PROBES.includes('lds') && tag !== 'norobust') {
+        await run('lds-gemm-v1-tiling', () => ldsGemmProbe(b, 'v1'));
+        await run('lds-gemm-v4-tiling', () => ldsGemmProbe(b, 'v4'));
+      }
+    }
+  }
+
   // ------------------------------------------------- (c) dense sweep per variant
   const dense: Record<string, unknown>[] = [];
   result.dense = dense;
-  for (const n of DENSE) {
-    for (const vr of variants) {
-      if (vr.stopped) {
-        dense.push({ n, variant: vr.name, skipped: vr.stopped });
-        continue;
-      }
-      const r = reps(n);
-      const callMs = (vr.lastMs ?? 1000) * ((n / (vr.lastN ?? n)) ** 2);
-      const projected = callMs * (r + 1) + 1500 + n / 20;
-      if (projected > left(0.55)) {
-        vr.stopped = `time budget: projected ${(projected / 1000).toFixed(1)} s, ${(left(0.55) / 1000).toFixed(1)} s left for the dense phase`;
-        dense.push({ n, variant: vr.name, skipped: vr.stopped });
-        log('dense skip', n, vr.name, vr.stopped);
+  const denseOne = async (vr: Variant, n: number, frac: number) => {
+    if (vr.stopped) {
+      dense.push({ n, variant: vr.label, skipped: vr.stopped });
+      return;
+    }
+    const r = reps(n);
+    const callMs = (vr.lastMs ?? 1000) * ((n / (vr.lastN ?? n)) ** 2);
+    const projected = callMs * (r + 1) + 1500 + n / 20;
+    if (projected > left(frac)) {
+      dense.push({ n, variant: vr.label, skipped: `time budget: projected ${(projected / 1000).toFixed(1)} s, ${(left(frac) / 1000).toFixed(1)} s left for the dense phase` });
+      log('dense skip', n, vr.label, dense[dense.length - 1].skipped);
+      save();
+      return;
+    }
+    const g = { b: vr.b };
+    try {
+      const q = await synth(g, n, H, 0, 1);
+      const k = await synth(g, n, HKV, 1, 2);
+      const v = await synth(g, n, HKV, 2, 3);
+      const out = vr.b.allocate('f16', [n, H, D]);
+      const ts = await withTimeout(timeIt(g, () => vr.b.denseAttention(q, k, v, { out }), r), Math.max(60000, 4 * projected), `dense ${vr.label} n=${n}`);
+      const ms = median(ts);
+      vr.lastMs = ms;
+      vr.lastN = n;
+      const check = await checkRows(g, q, k, v, out, undefined, 4);
+      const row = { n, variant: vr.label, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, check };
+      log('dense', row);
+      dense.push(row);
+      for (const t of [q, k, v, out]) t.dispose();
+    } catch (e) {
+      vr.stopped = `error at n=${n}`;
+      dense.push({ n, variant: vr.label, error: String(e instanceof Error ? (e.stack ?? e.message) : e) });
+      log('dense error', n, vr.label, String(e));
+    }
+    save();
+  };
+  for (const n of DENSE) for (const vr of variants) await denseOne(vr, n, 0.5);
+  const best = bestVariant(variants, dense);
+  // The product configuration: no experiment form, Dawn's default toggles.
+  const bestPlain = bestVariant(variants.filter((v) => !v.form && !v.toggles), dense);
+  result.bestVariant = best?.label ?? null;
+  result.bestPlainVariant = bestPlain?.label ?? null;
+  log('best variant', best?.label ?? 'none', 'best plain variant', bestPlain?.label ?? 'none');
+  if (bestPlain) for (const n of BEST_DENSE) await denseOne(bestPlain, n, 0.6);
+
+  // ------------------------------------------------------------ conformance
+  const confSizes = list('conformance', smoke ? '' : '4000');
+  if (confSizes.length) {
+    const reports: unknown[] = [];
+    result.conformance = reports;
+    const kernel = bestPlain?.kernel ?? 'fma-v1';
+    for (const n of confSizes) {
+      if (left(1) < (n > 16384 ? 60000 : 30000)) {
+        reports.push({ n, kernel, skipped: 'time budget' });
+        log('conformance skip', n, 'time budget');
         save();
         continue;
       }
-      const g = { b: vr.b };
-      try {
-        const q = await synth(g, n, H, 0, 1);
-        const k = await synth(g, n, HKV, 1, 2);
-        const v = await synth(g, n, HKV, 2, 3);
-        const out = vr.b.allocate('f16', [n, H, D]);
-        const ts = await withTimeout(timeIt(g, () => vr.b.denseAttention(q, k, v, { out }), r), Math.max(60000, 4 * projected), `dense ${vr.name} n=${n}`);
-        const ms = median(ts);
-        vr.lastMs = ms;
-        vr.lastN = n;
-        const check = await checkRows(g, q, k, v, out, undefined, 4);
-        const row = { n, variant: vr.name, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, check };
-        log('dense', row);
-        dense.push(row);
-        for (const t of [q, k, v, out]) t.dispose();
-      } catch (e) {
-        vr.stopped = `error at n=${n}`;
-        dense.push({ n, variant: vr.name, error: String(e instanceof Error ? (e.stack ?? e.message) : e) });
-        log('dense error', n, vr.name, String(e));
-      }
+      const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
+      const t0 = performance.now();
+      const rep = await runConformance(() => createNodeWebGpuBackend({ attentionKernel: kernel }), {
+        sizes,
+        dtypes: ['f16'],
+        filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
+        onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
+      });
+      reports.push({
+        n,
+        kernel,
+        seconds: (performance.now() - t0) / 1000,
+        seed: rep.seed,
+        passed: rep.passed,
+        counts: rep.counts,
+        failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
+      });
+      log('conformance', n, kernel, rep.passed ? 'PASSED' : 'FAILED', rep.counts);
       save();
     }
   }
 
-  // ------------------------------------------ (d) sparse vs own dense, best variant
-  const best = bestVariant(variants, dense);
-  result.bestVariant = best?.name ?? null;
+  // ------------------------------------ (d) sparse vs own dense, best plain variant
   const sparse: unknown[] = [];
   result.sparse = sparse;
-  log('best variant for sparse', best?.name ?? 'none');
-  let lastDense: { n: number; ms: number } | undefined = best?.lastN ? { n: best.lastN, ms: best.lastMs! } : undefined;
+  let lastDense: { n: number; ms: number } | undefined = bestPlain?.lastN ? { n: bestPlain.lastN, ms: bestPlain.lastMs! } : undefined;
   for (const n of SPARSE) {
-    if (!best) break;
+    if (!bestPlain) break;
     const r = n >= 131072 ? 2 : 3;
     const denseGuess = lastDense ? lastDense.ms * (n / lastDense.n) ** 2 : 1000;
     // dense (warm-up + reps), sparse pipeline (warm-up + reps) and attention alone, at ~0.7 density
     const projected = denseGuess * (r + 1) * (1 + 2 * 0.75) + 4000 + n / 10;
-    if (projected > left(0.88)) {
-      sparse.push({ n, skipped: `time budget: projected ${(projected / 1000).toFixed(1)} s, ${(left(0.88) / 1000).toFixed(1)} s left for the sparse phase` });
+    if (projected > left(0.95)) {
+      sparse.push({ n, skipped: `time budget: projected ${(projected / 1000).toFixed(1)} s, ${(left(0.95) / 1000).toFixed(1)} s left for the sparse phase` });
       log('sparse skip', n, sparse[sparse.length - 1]);
       save();
       continue;
     }
-    const b = best.b;
+    const b = bestPlain.b;
     const g = { b };
     try {
       const q = await synth(g, n, H, 0, 11);
@@ -644,7 +916,7 @@ async function main(): Promise<void> {
       const routes = plan.routing?.routes ?? [];
       const row = {
         n,
-        variant: best.name,
+        variant: bestPlain.label,
         active: b.attentionKernel,
         policy: plan.policy,
         density: plan.overallDensity,
@@ -673,35 +945,7 @@ async function main(): Promise<void> {
   }
 
   // ------------------------------------------------------------------- tfjs
-  if (TFJS.length) result.tfjs = await tfjsPeer(TFJS, best);
-
-  // ------------------------------------------------------------ conformance
-  const confSizes = list('conformance', smoke ? '' : '4000');
-  if (confSizes.length) {
-    const reports: unknown[] = [];
-    result.conformance = reports;
-    for (const n of confSizes) {
-      if (left(1) < 40000) {
-        reports.push({ n, skipped: 'time budget' });
-        continue;
-      }
-      const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
-      const rep = await runConformance(() => createNodeWebGpuBackend({ attentionKernel: best?.name ?? 'fma-v3' }), {
-        sizes,
-        dtypes: ['f16'],
-        filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
-        onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
-      });
-      reports.push({
-        n,
-        seed: rep.seed,
-        passed: rep.passed,
-        counts: rep.counts,
-        failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
-      });
-      save();
-    }
-  }
+  if (TFJS.length) result.tfjs = await tfjsPeer(TFJS, bestPlain);
 
   result.finishedSeconds = elapsed() / 1000;
   log('done', result.finishedSeconds);
@@ -718,7 +962,7 @@ function bestVariant(variants: Variant[], dense: Record<string, unknown>[]): Var
   let best: Variant | undefined;
   let bestScore = -1;
   for (const v of ok) {
-    const rows = timed.filter((r) => r.variant === v.name);
+    const rows = timed.filter((r) => r.variant === v.label);
     if (!rows.length) continue;
     const nmax = Math.max(...rows.map((r) => r.n as number));
     // score at the largest n this variant reached, penalised when others reached larger n
@@ -748,7 +992,7 @@ async function tfjsPeer(sizes: number[], best: Variant | undefined): Promise<unk
     try {
       const r = await timeTfjsDenseAttention({ n, heads: H, kvHeads: HKV, headDim: D, reps: 3, warmup: 1 });
       if ('medianMs' in r) {
-        const ours = dense.find((x) => x.n === n && x.variant === best?.name && typeof x.ms === 'number');
+        const ours = dense.find((x) => x.n === n && x.variant === best?.label && typeof x.ms === 'number');
         const row = {
           n,
           ms: r.medianMs,
@@ -756,7 +1000,7 @@ async function tfjsPeer(sizes: number[], best: Variant | undefined): Promise<unk
           tflops: causalFlops(n) / r.medianMs / 1e9,
           dtype: r.dtype,
           check: r.check,
-          oursVariant: best?.name,
+          oursVariant: best?.label,
           oursMs: ours?.ms,
           tfjsOverOurs: ours ? r.medianMs / (ours.ms as number) : undefined,
         };

@@ -1,6 +1,6 @@
 /**
  * The selectable attention kernels: fma-v1 (the default, also run by primitives.test.ts and
- * the conformance suite) and fma-v3 against float64, the option's validation, and the WGSL of
+ * the conformance suite), fma-v3 and fma-v4 (f16 and f32) against float64, the option's validation, and the WGSL of
  * the GPU forms (unrolled v3, the subgroup-matrix kernel) through Tint on Dawn's null
  * adapter, which offers chromium-experimental-subgroup-matrix: the checks the H200 build
  * applies before any driver sees the code (uniformity of fragment offsets, enables, types).
@@ -12,6 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { attentionSmmProgram } from './kernels/attention-smm.js';
 import { attentionV3Program } from './kernels/attention-v3.js';
+import { attentionV4Program } from './kernels/attention-v4.js';
 import { DEFAULT_DAWN_FLAGS } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
 
@@ -25,7 +26,7 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${reason})` : ''}`, () => {
-  it.each(['fma-v1', 'fma-v3'] as const)('%s: dense (chunked prefill) and block-sparse f16 match float64', async (kernel) => {
+  it.each(['fma-v1', 'fma-v3', 'fma-v4'] as const)('%s: dense (chunked prefill) and block-sparse f16 match float64', async (kernel) => {
     const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: kernel });
     expect(b1.attentionKernel).toBe(kernel);
     const seed = freshSeed();
@@ -45,6 +46,21 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     await b1.sparseAttention(gq, gk, gv, mask, { out });
     const rs = await ref.sparseAttention(ref.upload(q), ref.upload(k), ref.upload(v), mask);
     expect(maxAbsDiff(toFloat32(await b1.download(out)), toFloat32(await ref.download(rs.output))), `seed ${seed}`).toBeLessThan(2e-3);
+    b1.dispose();
+  });
+
+  it('fma-v4: f32 storage (its own loaders: four vec4<f32> per row chunk) matches float64', async () => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4' });
+    const seed = freshSeed();
+    const [n, m, H, Hkv, d] = [150, 150, 2, 2, 128];
+    const q = hostTensor('f32', [m, H, d], seededValues(seed, m * H * d, 1.5));
+    const k = hostTensor('f32', [n, Hkv, d], seededValues(seed + 1, n * Hkv * d, 1.5));
+    const v = hostTensor('f32', [n, Hkv, d], seededValues(seed + 2, n * Hkv * d));
+    const out = b1.allocate('f32', [m, H, d]);
+    b1.write(out, 0, new Float32Array(m * H * d).fill(Number.NaN));
+    await b1.denseAttention(b1.upload(q), b1.upload(k), b1.upload(v), { out });
+    const rd = await ref.denseAttention(ref.upload(q), ref.upload(k), ref.upload(v));
+    expect(maxAbsDiff(toFloat32(await b1.download(out)), toFloat32(await ref.download(rd.output))), `seed ${seed}`).toBeLessThan(1e-4);
     b1.dispose();
   });
 
@@ -89,6 +105,16 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
   it('the unrolled (GPU) v3 kernels validate, f16 and f32, d = 64 and 128', async () => {
     for (const dt of ['f16', 'f32'] as const) {
       for (const d of [64, 128]) expect(await errorsOf(attentionV3Program(dt, d, false).wgsl), `${dt} d${d}`).toEqual([]);
+    }
+  });
+
+  it('the unrolled (GPU) v4 kernels and their experiment forms validate, f16 and f32, d = 64 and 128', async () => {
+    for (const dt of ['f16', 'f32'] as const) {
+      for (const d of [64, 128]) {
+        for (const o of [{}, { muladd: true }, { noPrefetch: true }]) {
+          expect(await errorsOf(attentionV4Program(dt, d, o).wgsl), `${dt} d${d} ${JSON.stringify(o)}`).toEqual([]);
+        }
+      }
     }
   });
 });

@@ -43,6 +43,7 @@ import {
 import { GpuContext, Usage } from './gpu.js';
 import { SMM_STAGED_WORKGROUP_BYTES, attentionSmmProgram } from './kernels/attention-smm.js';
 import { ATTENTION_V3_WORKGROUP_BYTES, attentionV3Program } from './kernels/attention-v3.js';
+import { ATTENTION_V4_WORKGROUP_BYTES, attentionV4Program } from './kernels/attention-v4.js';
 import { attentionProgram } from './kernels/attention.js';
 import { expandCountProgram, expandFillProgram, peMapProgram, scanProgram } from './kernels/blocks.js';
 import { LOG2E, type ProgramDescriptor, type StorageDType } from './kernels/common.js';
@@ -71,8 +72,8 @@ export const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'chromium-experimen
 export const H200_SPARSE_CROSSOVER = 8192;
 
 /** The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. */
-export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'subgroup-matrix' | 'subgroup-matrix-staged';
-export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'subgroup-matrix', 'subgroup-matrix-staged'];
+export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'fma-v4' | 'subgroup-matrix' | 'subgroup-matrix-staged';
+export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'fma-v4', 'subgroup-matrix', 'subgroup-matrix-staged'];
 /** A kernel a backend actually runs ('fma' resolves to 'fma-v1'). */
 export type ActiveAttentionKernel = Exclude<AttentionKernel, 'fma'>;
 
@@ -98,13 +99,16 @@ export interface WebGpuBackendOptions {
    *   (NOTES.md), so it stays the default.
    * - 'fma-v3': 128 threads per 64-row tile, 8 x 4 register blocks of S, double-buffered
    *   chunks, 32 KiB of workgroup memory (16.5-17.7 TFLOP/s on the H200).
+   * - 'fma-v4': v3's blocks with software-pipelined staging (the next chunk's global loads
+   *   in flight during the current chunk's FMAs), conflict-free transposed stores and the
+   *   fma() builtin; 32 KiB of workgroup memory. Not yet measured on the H200 (NOTES.md).
    * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 when the adapter offers
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups) and
    *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v1'
    *   (`kernelNote` says why).
    * - 'subgroup-matrix-staged': EXPERIMENTAL, the same with K/V tiles staged once per
    *   workgroup in workgroup memory (41 KiB at d = 128); same fallback.
-   * A device with less than 32 KiB of workgroup memory gets 'fma-v1' in place of 'fma-v3'.
+   * A device with less than 32 KiB of workgroup memory gets 'fma-v1' in place of 'fma-v3' or 'fma-v4'.
    * 'subgroup-matrix-staged' built and matched float64 on the H200 but ran at 6.7-7.3
    * TFLOP/s: it stays experimental.
    */
@@ -226,8 +230,13 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     smm &&
     (kernel === 'subgroup-matrix' || (smmStaged && ctx.limits.maxComputeWorkgroupStorageSize >= SMM_STAGED_WORKGROUP_BYTES));
   ctx.smmStaged = smmStaged;
+  const wgBytes = ctx.limits.maxComputeWorkgroupStorageSize;
   ctx.fmaKernel =
-    kernel === 'fma-v3' && ctx.limits.maxComputeWorkgroupStorageSize >= ATTENTION_V3_WORKGROUP_BYTES ? 'fma-v3' : 'fma-v1';
+    kernel === 'fma-v3' && wgBytes >= ATTENTION_V3_WORKGROUP_BYTES
+      ? 'fma-v3'
+      : kernel === 'fma-v4' && wgBytes >= ATTENTION_V4_WORKGROUP_BYTES
+        ? 'fma-v4'
+        : 'fma-v1';
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
     Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);
@@ -888,7 +897,7 @@ export class WebGpuBackend implements Backend {
     return lse ? { output: out, lse } : { output: out };
   }
 
-  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores), 'fma-v3' or 'fma-v1'. */
+  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores), 'fma-v4', 'fma-v3' or 'fma-v1'. */
   get attentionKernel(): ActiveAttentionKernel {
     if (this.gpu.subgroupMatrix) return this.gpu.smmStaged ? 'subgroup-matrix-staged' : 'subgroup-matrix';
     return this.gpu.fmaKernel;
@@ -899,6 +908,7 @@ export class WebGpuBackend implements Backend {
     if (kernel === 'subgroup-matrix') return attentionSmmProgram(D);
     if (kernel === 'subgroup-matrix-staged') return attentionSmmProgram(D, true);
     if (kernel === 'fma-v1') return attentionProgram(dtype, D, this.gpu.compact);
+    if (kernel === 'fma-v4') return attentionV4Program(dtype, D, { compact: this.gpu.compact });
     return attentionV3Program(dtype, D, this.gpu.compact);
   }
 

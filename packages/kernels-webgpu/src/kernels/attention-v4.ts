@@ -1,0 +1,317 @@
+/**
+ * FMA flash attention, version 4: the contract, uniforms, bindings (same buffers; f16 bound
+ * as array<vec4<u32>>, eight halves per element) and register blocks of v3, with the
+ * staging rebuilt so that no global-memory latency sits between a barrier and the next
+ * multiply-adds.
+ *
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], out [m, H, d], lse [H, m] f32;
+ * B block size, Nb = ceil(n / B). Query row r sits at absolute position n - m + r.
+ *
+ * v1 and v3 measured the same on the H200 (17.7 TFLOP/s) although v3 halved the barriers
+ * and the workgroup loads per FMA. What both do is load a chunk from global memory, store
+ * it, wait at a barrier and only then compute: every chunk (12 per key tile) exposes a full
+ * L2 round trip that only other resident workgroups can hide. v4 changes, against v3:
+ * - software pipelining: the global loads of chunk c+1 are issued before the FMAs of chunk
+ *   c and kept raw in registers (2 x vec4<u32> for f16), widened and stored after them;
+ *   only the first Q/K chunk of each key tile is loaded before a barrier;
+ * - conflict-free transposed stores: one thread stages one row (16 head dims) of Q or K, so
+ *   the 32 lanes of a warp write 32 consecutive words (v3: 4-way bank conflicts);
+ * - 16-byte global loads (eight halves) instead of 8-byte ones;
+ * - multiply-adds written with the fma() builtin (`muladd` keeps `a * b + c`, whose
+ *   contraction into one instruction is up to the driver; the device script compares both).
+ * Workgroup memory as v3: P 16 KiB + staging 16 KiB (two buffers of 512 vec4).
+ * Online softmax in base 2 (scale·log2 e folded into q), f32 accumulation, causal mask only
+ * on the diagonal tile and the ragged last tile. GQA: head h reads kv head floor(h / (H / Hkv)).
+ */
+import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow } from './common.js';
+
+/** Workgroup memory the v4 kernel declares (bytes); the backend falls back to v1 below it. */
+export const ATTENTION_V4_WORKGROUP_BYTES = 32768;
+
+export interface AttentionV4Options {
+  /** rolled inner loops for CPU adapters (same arithmetic, far less code to compile) */
+  readonly compact?: boolean;
+  /** `a * b + c` instead of fma(a, b, c) in the inner loops (a device experiment) */
+  readonly muladd?: boolean;
+  /** load each chunk right before its barrier, as v3 did (a device experiment) */
+  readonly noPrefetch?: boolean;
+}
+
+const rep = (n: number, f: (i: number) => string, sep = '\n') => Array.from({ length: n }, (_, i) => f(i)).join(sep);
+const C = ['x', 'y', 'z', 'w'];
+
+export function attentionV4Program(dtype: StorageDType, headDim: number, o: AttentionV4Options = {}): ProgramDescriptor {
+  const D = headDim;
+  const NV = D / 64; // O column groups per thread: columns u*64 + tc*4 .. +3
+  const D4 = D / 4;
+  const CHUNKS = D / 16; // Q/K chunks per key tile; even, so the last one sits in buffer 1
+  const f16 = dtype === 'f16';
+  // raw registers holding one prefetched chunk: f16 two vec4<u32> (16 halves), f32 four vec4<f32>
+  const RN = f16 ? 2 : 4;
+  const rawT = f16 ? 'vec4<u32>' : 'vec4<f32>';
+  const mad = (acc: string, a: string, b: string) => (o.muladd ? `${acc} += ${a} * ${b};` : `${acc} = fma(vec4<f32>(${a}), ${b}, ${acc});`);
+
+  const sBody = (kk: string) => `{
+        let a0 = W[qb + ${kk} * 16u + tr * 2u]; let a1 = W[qb + ${kk} * 16u + tr * 2u + 1u]; let bb = W[qb + 256u + ${kk} * 16u + tc];
+        ${rep(8, (i) => mad(`s${i}`, `a${i >> 2}.${C[i & 3]}`, 'bb'), ' ')}
+      }`;
+  const sFma = o.compact ? `for (var kk = 0u; kk < 16u; kk++) ${sBody('kk')}` : rep(16, (kk) => sBody(`${kk}u`), '\n      ');
+  const pvBody = (c: string) => `{
+          let p0 = Ps[(vc + ${c}) * 16u + tr * 2u]; let p1 = Ps[(vc + ${c}) * 16u + tr * 2u + 1u];
+          ${rep(
+            NV,
+            (u) => `{ let vv = W[vb + ${c} * ${D4}u + ${u * 16}u + tc];
+            ${rep(8, (i) => mad(`o${i}_${u}`, `p${i >> 2}.${C[i & 3]}`, 'vv'), ' ')} }`,
+            '\n          ',
+          )}
+        }`;
+  const pvFma = o.compact ? `for (var c = 0u; c < 16u; c++) ${pvBody('c')}` : rep(16, (c) => pvBody(`${c}u`), '\n        ');
+
+  // Load Q/K chunk at head dim `dc` into the raw registers: threads 0-63 one Q row each,
+  // 64-127 one K row each (warp-uniform branch); rows outside the sequence read as zero.
+  const rowLoad = (arr: string, idx: string) =>
+    rep(RN, (j) => `ra${j} = ${arr}[(${idx}) / ${f16 ? 8 : 4}u + ${j}u];`, ' ');
+  const loadQK = (dc: string) => `{
+        ${rep(RN, (j) => `ra${j} = ${rawT}();`, ' ')}
+        if (isK) {
+          let kp = k0 + srow;
+          if (kp < P.n) { ${rowLoad('K', `(kp * P.Hkv + g) * D + ${dc}`)} }
+        } else if (qOk) {
+          ${rowLoad('Q', `(qRow * P.H + h) * D + ${dc}`)}
+        }
+      }`;
+  // Widen the raw registers to 16 f32 values (Q scaled), flag NaN/Inf, store transposed
+  // into buffer `b`: value of head dim e of row srow at W[b + (K ? 256 : 0) + e*16 + srow/4][srow%4].
+  const widenRaw = f16
+    ? rep(RN, (j) => `let w${2 * j} = vec4<f32>(unpack2x16float(ra${j}.x), unpack2x16float(ra${j}.y)); let w${2 * j + 1} = vec4<f32>(unpack2x16float(ra${j}.z), unpack2x16float(ra${j}.w));`, '\n        ')
+    : rep(RN, (j) => `let w${j} = ra${j};`, ' ');
+  const storeQK = (b: string) => `{
+        ${widenRaw}
+        let sc = select(P.scaleLog2, 1.0, isK);
+        let at = ${b} + select(0u, 256u, isK) + srow / 4u;
+        let cc = srow % 4u;
+        ${rep(4, (j) => `{ let x = w${j} * sc; bad = bad | nonFinite(x); ${rep(4, (e) => `W[at + ${(j * 4 + e) * 16}u][cc] = x.${C[e]};`, ' ')} }`, '\n        ')}
+      }`;
+  // V chunk `vc0` (16 keys, all d dims, row-major [key][d/4]): f16 two loads of eight halves
+  // per thread, f32 four loads of four floats.
+  const vPer = f16 ? 8 : 4; // values per raw load
+  const vLoads = f16 ? (16 * D) / 8 / 128 : (16 * D) / 4 / 128; // raw loads per thread (2 or 4 at d = 128)
+  const vGroups = D / vPer; // raw groups per key
+  const loadV = (vc0: string) => `{
+        ${rep(
+          vLoads,
+          (e) => `{ let x = lid + ${e * 128}u; let kp = k0 + ${vc0} + x / ${vGroups}u;
+          ra${e} = ${rawT}(); if (kp < P.n) { ra${e} = V[((kp * P.Hkv + g) * D) / ${vPer}u + x % ${vGroups}u]; } }`,
+          '\n        ',
+        )}
+      }`;
+  const storeV = (b: string) =>
+    f16
+      ? `{
+        ${rep(
+          vLoads,
+          (e) => `{ let x = lid + ${e * 128}u; let lo = vec4<f32>(unpack2x16float(ra${e}.x), unpack2x16float(ra${e}.y));
+          let hi = vec4<f32>(unpack2x16float(ra${e}.z), unpack2x16float(ra${e}.w));
+          bad = bad | nonFinite(lo) | nonFinite(hi);
+          let at = ${b} + (x / ${vGroups}u) * D4 + (x % ${vGroups}u) * 2u; W[at] = lo; W[at + 1u] = hi; }`,
+          '\n        ',
+        )}
+      }`
+      : `{
+        ${rep(vLoads, (e) => `{ let x = lid + ${e * 128}u; bad = bad | nonFinite(ra${e}); W[${b} + x] = ra${e}; }`, '\n        ')}
+      }`;
+  if (vLoads > 4 || RN > 4) throw new Error('attention-v4: head dim too large for the raw registers');
+  const RAW = Math.max(RN, vLoads);
+  const mask = `let kv4 = vec4<u32>(k0 + tc * 4u) + vec4<u32>(0u, 1u, 2u, 3u);
+          let outside = kv4 >= vec4<u32>(P.n);
+          ${rep(8, (i) => `s${i} = select(s${i}, vec4<f32>(MASKED), (kv4 > vec4<u32>(q0 + tr * 8u + ${i}u)) | outside);`, '\n          ')}`;
+  // Chunk loop: compute chunk ci from buffer ci % 2 while chunk ci + 1 (or V chunk 0) loads.
+  const qkLoop = o.noPrefetch
+    ? `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
+        if (ci > 0u) {
+          ${loadQK('ci * 16u')}
+          ${storeQK('(ci % 2u) * 512u')}
+          workgroupBarrier();
+        }
+        let qb = (ci % 2u) * 512u;
+        ${sFma}
+      }
+      ${loadV('0u')}`
+    : `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
+        if (ci + 1u < ${CHUNKS}u) { ${loadQK('(ci + 1u) * 16u')} } else { ${loadV('0u')} }
+        let qb = (ci % 2u) * 512u;
+        ${sFma}
+        if (ci + 1u < ${CHUNKS}u) {
+          ${storeQK('((ci + 1u) % 2u) * 512u')}
+          workgroupBarrier();
+        }
+      }`;
+  // V loop: V chunk j sits in buffer (j + 1) % 2; chunk j + 1 loads during chunk j's FMAs.
+  const vLoop = o.noPrefetch
+    ? `for (var j = 0u; j < 4u; j++) {
+        let vc = j * 16u;
+        let vb = ((j + 1u) % 2u) * 512u;
+        if (j > 0u) {
+          ${loadV('vc')}
+          ${storeV('vb')}
+          workgroupBarrier();
+        }
+        ${pvFma}
+        workgroupBarrier();
+      }`
+    : `for (var j = 0u; j < 4u; j++) {
+        let vc = j * 16u;
+        let vb = ((j + 1u) % 2u) * 512u;
+        if (j < 3u) { ${loadV('vc + 16u')} }
+        ${pvFma}
+        if (j < 3u) {
+          ${storeV('(j % 2u) * 512u')}
+          workgroupBarrier();
+        }
+      }`;
+  const wgsl = /* wgsl */ `
+${attentionInterface(f16 ? { q: 'array<vec4<u32>>', k: 'array<vec4<u32>>', v: 'array<vec4<u32>>', o: 'array<vec2<u32>>' } : { q: 'array<vec4<f32>>', k: 'array<vec4<f32>>', v: 'array<vec4<f32>>', o: 'array<vec4<f32>>' })}
+
+const D: u32 = ${D}u;
+const D4: u32 = ${D4}u;
+const MASKED: f32 = -3.0e38;
+const LN2: f32 = 0.6931471805599453;
+// P of the current key tile, transposed: [key][row group of 4].
+var<workgroup> Ps: array<vec4<f32>, 1024>;
+// Staging, two buffers of 512 vec4: a Q chunk [16 dims][64 rows] at +0 and a K chunk at
+// +256, or a V chunk [16 keys][d]. Buffer 0's first 256 also hold the row partials (max
+// per tile; at the end sums and the NaN flag); W[1023] passes the key-tile range.
+var<workgroup> W: array<vec4<f32>, 1024>;
+
+fn nonFinite(x: vec4<f32>) -> bool {
+  return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
+}
+
+// Two u32 (< 2^30) through an f32 slot: bit 30 set keeps the pattern a normal float, so no
+// flush-to-zero of denormals can touch it on the way.
+fn packU2(v: vec2<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(vec4<u32>(v | vec2<u32>(0x40000000u), 0x40000000u, 0x40000000u)); }
+fn unpackU2(f: vec4<f32>) -> vec2<u32> { return bitcast<vec4<u32>>(f).xy & vec2<u32>(0x3fffffffu); }
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+  let tr = lid / 16u;
+  let tc = lid % 16u;
+  let h = P.headBase + wid.y;
+  let g = h / (P.H / P.Hkv);
+  // Heaviest tiles (most keys) first: better tail balance on causal work.
+  let t = P.firstTile + P.numTiles - 1u - wid.x;
+  let q0 = t * 64u;
+  let rowOff = P.n - P.m;
+  // the row this thread stages: Q row q0 + srow (threads 0-63) or K row k0 + srow (64-127)
+  let isK = lid >= 64u;
+  let srow = lid % 64u;
+  let qpos = q0 + srow;
+  let qOk = qpos >= rowOff && qpos < P.n;
+  let qRow = select(0u, qpos - rowOff, qOk);
+  ${rep(RAW, (j) => `var ra${j} = ${rawT}();`, ' ')}
+  ${rep(8, (i) => rep(NV, (u) => `var o${i}_${u} = vec4<f32>(0.0);`, ' '), '\n  ')}
+  var mlo = vec4<f32>(-1.0e30); var mhi = vec4<f32>(-1.0e30); // running max, rows tr*8 + 0..3 / 4..7
+  var llo = vec4<f32>(0.0); var lhi = vec4<f32>(0.0);          // this thread's partial row sums
+  var bad = false;
+  let I = q0 / P.B;
+  let tpb = P.B / 64u;
+  if (lid == 0u) {
+    var sgr = vec2<u32>(0u, 1u);
+    if (P.dense == 0u) { sgr = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
+    W[1023] = packU2(sgr);
+  }
+  let sg = unpackU2(workgroupUniformLoad(&W[1023]));
+  for (var si = sg.x; si < sg.y; si++) {
+    // every thread has finished the previous segment (and read W[1023]) before it is reused
+    workgroupBarrier();
+    if (lid == 0u) {
+      var kr0 = vec2<u32>(0u, t + 1u);
+      if (P.dense == 0u) { let J = cols[si]; kr0 = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
+      W[1023] = packU2(kr0);
+    }
+    let kr = unpackU2(workgroupUniformLoad(&W[1023]));
+    for (var kt = kr.x; kt < kr.y; kt++) {
+      let k0 = kt * 64u;
+      // Chunk 0 of this key tile: buffer 0 may still hold the last V chunk being read.
+      ${loadQK('0u')}
+      workgroupBarrier();
+      ${storeQK('0u')}
+      workgroupBarrier();
+      ${rep(8, (i) => `var s${i} = vec4<f32>(0.0);`, ' ')}
+      ${qkLoop}
+      if (kt == t || k0 + 64u > P.n) {
+          ${mask}
+      }
+      // Row maxima: 16 partials per row into buffer 0 (its last chunk was read before the
+      // barrier that published the last chunk).
+      ${rep(8, (i) => `W[(tr * 8u + ${i}u) * 4u + tc / 4u][tc % 4u] = max(max(s${i}.x, s${i}.y), max(s${i}.z, s${i}.w));`, '\n      ')}
+      workgroupBarrier();
+      var tlo = mlo;
+      var thi = mhi;
+      for (var c = 0u; c < 4u; c++) {
+        ${rep(
+          8,
+          (i) => `{ let r = W[(tr * 8u + ${i}u) * 4u + c]; ${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]} = max(${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]}, max(max(r.x, r.y), max(r.z, r.w))); }`,
+          '\n        ',
+        )}
+      }
+      let alo = exp2(mlo - tlo);
+      let ahi = exp2(mhi - thi);
+      mlo = tlo;
+      mhi = thi;
+      ${rep(8, (i) => `let p${i} = exp2(s${i} - ${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]});`, ' ')}
+      let one = vec4<f32>(1.0);
+      llo = llo * alo + vec4<f32>(dot(p0, one), dot(p1, one), dot(p2, one), dot(p3, one));
+      lhi = lhi * ahi + vec4<f32>(dot(p4, one), dot(p5, one), dot(p6, one), dot(p7, one));
+      ${rep(
+        4,
+        (j) =>
+          `Ps[(tc * 4u + ${j}u) * 16u + tr * 2u] = vec4<f32>(p0.${C[j]}, p1.${C[j]}, p2.${C[j]}, p3.${C[j]});
+      Ps[(tc * 4u + ${j}u) * 16u + tr * 2u + 1u] = vec4<f32>(p4.${C[j]}, p5.${C[j]}, p6.${C[j]}, p7.${C[j]});`,
+        '\n      ',
+      )}
+      ${rep(8, (i) => rep(NV, (u) => `o${i}_${u} *= ${i < 4 ? 'alo' : 'ahi'}.${C[i & 3]};`, ' '), '\n      ')}
+      // V chunk 0 into buffer 1 (the last Q/K chunk there was read before the barrier above).
+      ${storeV('512u')}
+      // P and V chunk 0 complete; everyone is past reading the partials in buffer 0.
+      workgroupBarrier();
+      ${vLoop}
+    }
+  }
+  // Row sums and the NaN/Inf flag through buffer 0.
+  workgroupBarrier();
+  ${rep(8, (i) => `W[(tr * 8u + ${i}u) * 4u + tc / 4u][tc % 4u] = ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]};`, '\n  ')}
+  W[256u + lid / 4u][lid % 4u] = select(0.0, 1.0, bad);
+  workgroupBarrier();
+  var anyBad = 0.0;
+  for (var c = 0u; c < 32u; c++) { anyBad = max(anyBad, dot(W[256u + c], vec4<f32>(1.0))); }
+  // NaN/Inf in the inputs must not come out as a finite answer: poison this tile's rows.
+  let poisoned = anyBad > 0.0;
+  let poison = bitcast<f32>(select(0u, 0x7fc00000u, poisoned));
+  llo = vec4<f32>(0.0);
+  lhi = vec4<f32>(0.0);
+  for (var c = 0u; c < 4u; c++) {
+    ${rep(8, (i) => `{ let r = W[(tr * 8u + ${i}u) * 4u + c]; ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]} += dot(r, vec4<f32>(1.0)); }`, '\n    ')}
+  }
+  ${rep(
+    8,
+    (i) => `{
+    let pos = q0 + tr * 8u + ${i}u;
+    let L = ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]};
+    if (pos >= rowOff && pos < P.n) {
+      let row = pos - rowOff;
+      let inv = select(select(0.0, 1.0 / L, L > 0.0), poison, poisoned);
+      let obase = ((row * P.H + h) * D) / 4u;
+      ${rep(NV, (u) => `O[obase + ${u * 16}u + tc] = ${narrow(dtype, `o${i}_${u} * inv`)};`, ' ')}
+      if (P.returnLse == 1u && tc == 0u) {
+        LSE[h * P.m + row] = select(0xff800000u, bitcast<u32>((${i < 4 ? 'mlo' : 'mhi'}.${C[i & 3]} + log2(L)) * LN2), L > 0.0);
+      }
+    }
+  }`,
+    '\n  ',
+  )}
+}
+`;
+  const tag = `${o.compact ? ':compact' : ''}${o.muladd ? ':muladd' : ''}${o.noPrefetch ? ':noprefetch' : ''}`;
+  return { name: 'attentionV4', cacheKey: `attentionV4:${dtype}:d${D}${tag}`, wgsl, entryPoint: 'main' };
+}
