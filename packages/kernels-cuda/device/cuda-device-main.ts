@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import {
   type BlockMask,
   type DeviceTensor,
+  decode,
   hostTensor,
   mulberry32,
   numBlocks,
@@ -21,7 +22,14 @@ import {
 import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
 import { scenario, uploadScenario } from '@crisp/synth';
-import { ATTENTION_VARIANTS, type AttentionVariant, type CudaBackend, createCudaBackend } from '../src/index.js';
+import {
+  ATTENTION_VARIANTS,
+  type AttentionVariant,
+  type CudaBackend,
+  DEFAULT_PROXY_LAYOUT,
+  type ProxyLayout,
+  createCudaBackend,
+} from '../src/index.js';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, dflt: string) => {
@@ -84,12 +92,16 @@ const median = (a: number[]) => {
 };
 const causalFlops = (n: number, H: number, d: number) => 2 * n * n * H * d; // 4·n²/2·H·d
 
+/** proxy statistics kernel layout for every phase (the proxy phase times both) */
+const proxyLayout = arg('proxyLayout', DEFAULT_PROXY_LAYOUT) as ProxyLayout;
 const be: CudaBackend = await createCudaBackend({
   kernelDir: 'packages/kernels-cuda/kernels',
   cacheDir: '/tmp/crisp-cubin',
   attentionVariant: variant,
+  proxyLayout,
 });
 results.variant = variant;
+results.proxyLayout = proxyLayout;
 results.device = be.info;
 log(`device ${be.info.name} cc ${be.info.computeCapability.join('.')} driver ${be.info.driverVersion}`);
 
@@ -105,9 +117,11 @@ if (phase === 'all' || phase === 'conformance') {
     const maxN = Number(arg('confMaxN', '16384'));
     const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
     // runConformance disposes the backend it is given: give it its own
-    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant }), {
+    const confFilter = arg('confFilter', '');
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout }), {
       sizes,
       dtypes: confDtypes,
+      ...(confFilter ? { filter: new RegExp(confFilter) } : {}),
       onResult: (r) => {
         log(`${r.skipped ? 'skip' : r.passed ? 'pass' : 'FAIL'} ${r.name}${r.passed ? '' : `: ${r.detail.slice(0, 300)}`}`);
         // progressive: a run cut short by its time limit still reports what it checked
@@ -284,6 +298,234 @@ if (phase === 'kernels' && checkN > 0) {
       for (const x of [...Object.values(t), ...Object.values(outs).flat()]) x.dispose();
     }
   });
+}
+
+/** ProxyStats fields the proxy phase compares (before the phase: top-level code runs in order) */
+const PROXY_FIELDS = ['cStruct', 'rowEntropy', 'verticalBlocks', 'slashBlocks', 'pooledEstimate', 'verticalTokens', 'slashTokens'] as const;
+
+if (phase === 'proxy') {
+  // Proxy statistics, both kernel layouts (PROXY_LAYOUTS). Small and odd shapes (n < B,
+  // partial parts and blocks, B 64, d 64, f16): both layouts bit-for-bit equal and every
+  // statistic of two heads within 2e-5 of a float64 recomputation here on the host. Llama
+  // shape at 128k / 512k on the device llama fill: wall time of proxyStats after a
+  // synchronize (what a plan's statsMs holds), device-profiled kernels, two runs and the
+  // two layouts bit-for-bit equal, head 0 against float64.
+  const small: ProxyShape[] = [
+    { n: 100, H: 4, Hkv: 1, D: 128, B: 128, dtype: 'bf16' },
+    { n: 300, H: 8, Hkv: 2, D: 64, B: 128, dtype: 'f16' },
+    { n: 1000, H: 4, Hkv: 2, D: 64, B: 64, dtype: 'bf16' },
+    { n: 4000, H: 8, Hkv: 2, D: 128, B: 64, dtype: 'bf16' },
+    { n: 16461, H: 8, Hkv: 1, D: 128, B: 128, dtype: 'f16' },
+  ];
+  await step('proxy_small', async () => {
+    const out = [];
+    for (const sh of small) {
+      const q = be.allocate(sh.dtype, [sh.n, sh.H, sh.D]);
+      const k = be.allocate(sh.dtype, [sh.n, sh.Hkv, sh.D]);
+      try {
+        be.fillHash(q, 11, 3);
+        be.fillHash(k, 12, 3);
+        const opts = { blockSize: sh.B, wSink: Math.floor(sh.B * 0.75), wLocal: sh.B + 5, tokenScores: true };
+        be.proxyLayout = 'w16';
+        const a = await be.proxyStats(q, k, opts);
+        be.proxyLayout = 'w32';
+        const c = await be.proxyStats(q, k, opts);
+        const vsF64 = [];
+        for (const h of [0, sh.H - 1]) vsF64.push(await proxyReference(sh, h, a, q, k, opts.wSink, opts.wLocal));
+        const worst = Math.max(...vsF64.flatMap((r) => PROXY_FIELDS.map((f) => r[f])));
+        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), worstVsF64: worst, pass: worst <= 2e-5, vsF64 };
+        log(`proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; worst vs f64 ${worst.toExponential(2)} ${r.pass ? 'PASS' : 'FAIL'}`);
+        out.push(r);
+      } finally {
+        q.dispose();
+        k.dispose();
+        be.proxyLayout = proxyLayout;
+      }
+    }
+    return { shapes: out };
+  });
+  for (const n of list('proxyNs', '131072,524288')) {
+    await step(`proxy_${n}`, async () => {
+      const q = be.allocate('bf16', [n, H, D]);
+      const k = be.allocate('bf16', [n, Hkv, D]);
+      const v = be.allocate('bf16', [n, Hkv, D]);
+      try {
+        be.fillLlamaLike(q, k, v, 7);
+        const opts = { blockSize: B, wSink: 128, wLocal: 128 };
+        const res: Record<string, unknown> = { n };
+        const got: Record<string, Awaited<ReturnType<CudaBackend['proxyStats']>>> = {};
+        for (const layout of ['w16', 'w32'] as const) {
+          be.proxyLayout = layout;
+          await be.proxyStats(q, k, opts); // warm-up: compile, pool, the one NaN/Inf check
+          const wall: number[] = [];
+          for (let i = 0; i < 7; i++) {
+            await be.synchronize();
+            const t = performance.now();
+            await be.proxyStats(q, k, opts);
+            wall.push(performance.now() - t);
+          }
+          const device = await timeIt(() => be.proxyStats(q, k, opts), 5, 0);
+          be.startProfile();
+          await be.proxyStats(q, k, opts);
+          const kernels = be.stopProfile();
+          const a = await be.proxyStats(q, k, { ...opts, tokenScores: true });
+          const a2 = await be.proxyStats(q, k, { ...opts, tokenScores: true });
+          got[layout] = a;
+          res[layout] = { wallMs: wall, medianWallMs: median(wall), deviceMs: device, kernels, runToRunBitDiffs: bitDiffs(a, a2) };
+          log(
+            `proxy n=${n} ${layout}: wall median ${median(wall).toFixed(2)} ms (${wall.map((x) => x.toFixed(2)).join(' ')}), device ${median(device).toFixed(2)} ms; kernels ${kernels.map((x) => `${x.kernel} ${x.ms.toFixed(3)}`).join(', ')}; run-to-run bit diffs ${JSON.stringify(bitDiffs(a, a2))}`,
+          );
+        }
+        be.proxyLayout = proxyLayout;
+        res.layoutBitDiffs = bitDiffs(got.w16, got.w32);
+        const sh: ProxyShape = { n, H, Hkv, D, B, dtype: 'bf16' };
+        const check = [await proxyReference(sh, 0, got.w16, q, k, opts.wSink, opts.wLocal)];
+        if (n <= 131072) check.push(await proxyReference(sh, H - 1, got.w16, q, k, opts.wSink, opts.wLocal));
+        res.vsF64 = check;
+        log(`proxy n=${n}: w16 vs w32 bit diffs ${JSON.stringify(res.layoutBitDiffs)}; vs f64 ${JSON.stringify(check)}`);
+        return res;
+      } finally {
+        for (const t of [q, k, v]) t.dispose();
+      }
+    });
+  }
+}
+
+interface ProxyShape {
+  n: number;
+  H: number;
+  Hkv: number;
+  D: number;
+  B: number;
+  dtype: 'bf16' | 'f16';
+}
+type Stats = Awaited<ReturnType<CudaBackend['proxyStats']>>;
+
+/** per field, how many values differ in their bits */
+function bitDiffs(x: Stats, y: Stats): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const f of PROXY_FIELDS) {
+    const a = x[f] as ArrayLike<number> | undefined;
+    const b = y[f] as ArrayLike<number> | undefined;
+    if (!a || !b) continue;
+    let c = Math.abs(a.length - b.length);
+    for (let i = 0; i < Math.min(a.length, b.length); i++) if (!Object.is(a[i], b[i])) c++;
+    out[f] = c;
+  }
+  return out;
+}
+
+/**
+ * One head's proxy statistics in float64 from the device tensors (downloaded here), and the
+ * largest |got − ref| / max(1, |ref|) per field (the conformance suite's error measure).
+ */
+async function proxyReference(
+  sh: ProxyShape,
+  h: number,
+  got: Stats,
+  q: DeviceTensor,
+  k: DeviceTensor,
+  wSink: number,
+  wLocal: number,
+): Promise<Record<string, number>> {
+  const t0 = performance.now();
+  const { n, H: nH, Hkv: nKv, D: d, B: bs, dtype } = sh;
+  const b = Math.min(bs, n);
+  const Nb = numBlocks(n, bs);
+  const kvh = Math.floor(h / (nH / nKv));
+  const scale = 1 / Math.sqrt(d);
+  const qRows = decode(dtype, be.readRows(q, Int32Array.from({ length: b }, (_, i) => n - b + i)).data as Uint16Array);
+  const kAll = (await be.download(k)).data as Uint16Array;
+  const kh = new Float64Array(n * d);
+  // decode one kv head's slice (a whole decode of k at 512k would be a 2 GB Float32Array)
+  const rowU = new Uint16Array(d);
+  for (let j = 0; j < n; j++) {
+    rowU.set(kAll.subarray((j * nKv + kvh) * d, (j * nKv + kvh + 1) * d));
+    const f = decode(dtype, rowU);
+    for (let x = 0; x < d; x++) kh[j * d + x] = f[x];
+  }
+  const av = new Float64Array(n);
+  const as = new Float64Array(n);
+  const s = new Float64Array(n);
+  const qv = new Float64Array(d);
+  const qMean = new Float64Array(d);
+  let ent = 0;
+  for (let r = 0; r < b; r++) {
+    const pos = n - b + r;
+    for (let x = 0; x < d; x++) {
+      qv[x] = qRows[(r * nH + h) * d + x];
+      qMean[x] += qv[x] / b;
+    }
+    let m = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j <= pos; j++) {
+      let x = 0;
+      const o = j * d;
+      for (let e = 0; e < d; e++) x += qv[e] * kh[o + e];
+      x *= scale;
+      s[j] = x;
+      if (x > m) m = x;
+    }
+    let l = 0;
+    for (let j = 0; j <= pos; j++) l += Math.exp(s[j] - m);
+    const lse = m + Math.log(l);
+    let hrow = 0;
+    for (let j = 0; j <= pos; j++) {
+      const p = Math.exp(s[j] - lse);
+      av[j] += p / b;
+      as[pos - j] += p / b;
+      hrow -= p * (s[j] - lse);
+    }
+    ent += hrow / b;
+  }
+  const pv = new Float64Array(Nb);
+  const ps = new Float64Array(Nb);
+  for (let j = 0; j < n; j++) {
+    pv[Math.floor(j / bs)] += av[j];
+    ps[Math.floor(j / bs)] += as[j];
+  }
+  let cs = 0;
+  const s0 = Math.min(wSink, n);
+  for (let j = 0; j < s0; j++) cs += av[j];
+  for (let j = Math.max(n - wLocal, s0); j < n; j++) cs += av[j];
+  const lg = new Float64Array(Nb);
+  for (let J = 0; J < Nb; J++) {
+    const r1 = Math.min(n, (J + 1) * bs);
+    let dot = 0;
+    for (let x = 0; x < d; x++) {
+      let km = 0;
+      for (let j = J * bs; j < r1; j++) km += kh[j * d + x];
+      dot += qMean[x] * (km / (r1 - J * bs));
+    }
+    lg[J] = dot * scale;
+  }
+  let lm = Number.NEGATIVE_INFINITY;
+  for (const x of lg) lm = Math.max(lm, x);
+  let ls = 0;
+  for (const x of lg) ls += Math.exp(x - lm);
+  const pooled = lg.map((x) => Math.exp(x - lm) / ls);
+  const err = (a: ArrayLike<number> | undefined, off: number, e: ArrayLike<number>) => {
+    if (!a) return Number.POSITIVE_INFINITY;
+    let w = 0;
+    for (let i = 0; i < e.length; i++) {
+      const x = a[off + i];
+      const r = Number.isFinite(x) ? Math.abs(x - e[i]) / Math.max(1, Math.abs(e[i])) : Number.POSITIVE_INFINITY;
+      if (r > w) w = r;
+    }
+    return w;
+  };
+  return {
+    head: h,
+    cStruct: err(got.cStruct, h, [cs]),
+    rowEntropy: err(got.rowEntropy, h, [ent]),
+    verticalBlocks: err(got.verticalBlocks, h * Nb, pv),
+    slashBlocks: err(got.slashBlocks, h * Nb, ps),
+    pooledEstimate: err(got.pooledEstimate, h * Nb, pooled),
+    verticalTokens: err(got.verticalTokens, h * n, av),
+    slashTokens: err(got.slashTokens, h * n, as),
+    refCStruct: cs,
+    refEntropy: ent,
+    ms: performance.now() - t0,
+  };
 }
 
 if (phase === 'kernels') {

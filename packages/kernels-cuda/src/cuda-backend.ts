@@ -54,6 +54,8 @@ export interface CudaBackendOptions {
   readonly checkFinite?: boolean;
   /** which attention kernel layout to launch (default: DEFAULT_ATTENTION_VARIANT); see ATTENTION_VARIANTS */
   readonly attentionVariant?: AttentionVariant;
+  /** proxy statistics kernel layout (default DEFAULT_PROXY_LAYOUT); see PROXY_LAYOUTS */
+  readonly proxyLayout?: ProxyLayout;
 }
 
 /**
@@ -81,6 +83,17 @@ export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
 /** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
 const FILE_ARCH: Readonly<Record<string, string>> = { 'attention-wgmma.cu': '90a' };
+
+/**
+ * Proxy statistics kernel layouts in kernels/proxy.cu (same math, every sum in the same
+ * order, so the statistics are bit-identical): `w16`
+ * B/16 warps of 16 proxy rows; `w32` B/32 warps of 32 rows, each K fragment read from
+ * shared memory feeding two MMAs (half the shared-memory traffic per FLOP). `w32` needs
+ * at least d threads, so d 128 with B 64 runs `w16`. Timings: NOTES.md.
+ */
+export const PROXY_LAYOUTS = { w16: { rowsPerWarp: 16 }, w32: { rowsPerWarp: 32 } } as const;
+export type ProxyLayout = keyof typeof PROXY_LAYOUTS;
+export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w16';
 
 /**
  * The length gate, measured by crisp-bench on one H200 (2026-11-30,
@@ -188,6 +201,8 @@ export class CudaBackend implements Backend {
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
+  /** the proxy statistics kernel layout (a tuning knob, like the attention variant) */
+  proxyLayout: ProxyLayout;
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
   static #checkVariant(v: string): AttentionVariant {
@@ -277,6 +292,11 @@ export class CudaBackend implements Backend {
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
     this.#checkFinite = opts.checkFinite ?? true;
     this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? DEFAULT_ATTENTION_VARIANT);
+    const layout = opts.proxyLayout ?? DEFAULT_PROXY_LAYOUT;
+    if (!Object.hasOwn(PROXY_LAYOUTS, layout)) {
+      throw new InvalidArgumentError(`proxyLayout must be one of ${Object.keys(PROXY_LAYOUTS).join(', ')}; got ${layout}`);
+    }
+    this.proxyLayout = layout;
     this.#argMem = libs.koffi.alloc('uint8_t', 4096);
     this.#argView = new DataView(libs.koffi.view(this.#argMem, 4096));
     this.#argBase = BigInt(libs.koffi.address(this.#argMem));
@@ -531,6 +551,9 @@ export class CudaBackend implements Backend {
     const suf = `${dtype}_d${D}_b${B}`;
     const SP = PART_KEYS + B;
     const f4 = 4;
+    // [C_struct H][row entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb], f64, written by
+    // proxy_blocks and proxy_heads and downloaded in one copy.
+    const outLen = 2 * H + 3 * H * Nb;
     const pm = this.#scratch(H * b * nParts * f4);
     const pl = this.#scratch(H * b * nParts * f4);
     const pt = this.#scratch(H * b * nParts * f4);
@@ -538,30 +561,35 @@ export class CudaBackend implements Backend {
     const ent = this.#scratch(H * b * f4);
     const av = this.#scratch(H * n * f4);
     const sp = this.#scratch(H * nParts * SP * f4);
-    const as = this.#scratch(H * n * f4);
-    const pv = this.#scratch(H * Nb * f4);
-    const ps = this.#scratch(H * Nb * f4);
-    const cs = this.#scratch(H * f4);
+    const as = opts.tokenScores ? this.#scratch(H * n * f4) : undefined;
     const qm = this.#scratch(H * D * f4);
     const km = this.#scratch(Hkv * Nb * D * f4);
-    const lg = this.#scratch(H * Nb * f4);
-    const blocks = [pm, pl, pt, lse2, ent, av, sp, as, pv, ps, cs, qm, km, lg];
+    const out = this.#scratch(outLen * 8);
+    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : [])];
     try {
       const scaleLog2 = scale * LOG2E;
-      const smem1 = B * D * 2 + 64 * D * 2;
-      this.#launch('proxy.cu', `proxy_pass1_${suf}`, [nParts, H], B * 2, smem1, [
+      // w32 gives each thread one column of the block means: it needs d <= B threads
+      const w32 = this.proxyLayout === 'w32' && D <= B;
+      const kname = w32 ? `w32_${suf}` : suf;
+      const threads = w32 ? B : B * 2;
+      const tiles = B * D * 2 + 2 * 64 * D * 2; // Q rows + two K tiles (bf16/f16)
+      const smem1 = tiles + 2 * D * f4; // + the block means' two chunk partials per column
+      // pass 1: grid [H, nParts], heads fastest (a kv group's query heads share K tiles in L2)
+      this.#launch('proxy.cu', `proxy_pass1_${kname}`, [H, nParts], threads, smem1, [
         P(qt.ptr),
         P(kt.ptr),
         P(pm.ptr),
         P(pl.ptr),
         P(pt.ptr),
+        P(qm.ptr),
+        P(km.ptr),
         I(n),
         I(H),
         I(Hkv),
         I(b),
         F(scaleLog2),
       ]);
-      this.#launch('proxy.cu', 'proxy_combine', [Math.ceil((H * b) / 128)], 128, 0, [
+      this.#launch('proxy.cu', 'proxy_combine', [Math.ceil((H * b * 32) / 256)], 256, 0, [
         P(pm.ptr),
         P(pl.ptr),
         P(pt.ptr),
@@ -571,8 +599,10 @@ export class CudaBackend implements Backend {
         I(b),
         I(nParts),
       ]);
-      const smem2 = smem1 + B * 65 * 4 + SP * 4;
-      this.#launch('proxy.cu', `proxy_pass2_${suf}`, [nParts, H], B * 2, smem2, [
+      // + the probability tile (B rows, stride 72 floats), column and diagonal partials of
+      // the B / 32 row groups (64 and 96 floats each), the part's slash accumulator
+      const smem2 = tiles + (B * 72 + (B / 32) * (64 + 96) + SP) * f4;
+      this.#launch('proxy.cu', `proxy_pass2_${kname}`, [H, nParts], threads, smem2, [
         P(qt.ptr),
         P(kt.ptr),
         P(lse2.ptr),
@@ -584,62 +614,47 @@ export class CudaBackend implements Backend {
         I(b),
         F(scaleLog2),
       ]);
-      this.#launch('proxy.cu', 'proxy_slash_gather', [Math.ceil((H * n) / 256)], 256, 0, [
+      this.#launch('proxy.cu', 'proxy_blocks', [Nb, H], 128, 0, [
+        P(av.ptr),
         P(sp.ptr),
-        P(as.ptr),
+        P(qm.ptr),
+        P(km.ptr),
+        P(as ? as.ptr : 0),
+        P(out.ptr),
         I(n),
         I(H),
+        I(Hkv),
         I(b),
         I(B),
         I(nParts),
-      ]);
-      this.#launch('proxy.cu', 'block_sums', [Nb, H], 128, 0, [P(av.ptr), P(pv.ptr), I(n), I(B)]);
-      this.#launch('proxy.cu', 'block_sums', [Nb, H], 128, 0, [P(as.ptr), P(ps.ptr), I(n), I(B)]);
-      this.#launch('proxy.cu', 'anchor_mass', [H], 256, 0, [P(av.ptr), P(cs.ptr), I(n), I(opts.wSink), I(opts.wLocal)]);
-      const bm = `block_means_${dtype}`;
-      this.#launch('proxy.cu', bm, [1, H], D, 0, [P(qt.ptr), P(qm.ptr), I(n), I(H), I(D), I(b), I(n - b)]);
-      this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
-      this.#launch('proxy.cu', 'pooled_logits', [Math.ceil((H * Nb * 32) / 256)], 256, 0, [
-        P(qm.ptr),
-        P(km.ptr),
-        P(lg.ptr),
-        I(H),
-        I(Hkv),
-        I(Nb),
         I(D),
         F(scale),
       ]);
-      const pvH = this.#read(pv.ptr, new Float32Array(H * Nb));
-      const psH = this.#read(ps.ptr, new Float32Array(H * Nb));
-      const csH = this.#read(cs.ptr, new Float32Array(H));
-      const entH = this.#read(ent.ptr, new Float32Array(H * b));
-      const lgH = this.#read(lg.ptr, new Float32Array(H * Nb));
-      const pooled = new Float64Array(H * Nb);
-      for (let h = 0; h < H; h++) {
-        let m = Number.NEGATIVE_INFINITY;
-        for (let J = 0; J < Nb; J++) m = Math.max(m, lgH[h * Nb + J]);
-        let s = 0;
-        for (let J = 0; J < Nb; J++) s += Math.exp(lgH[h * Nb + J] - m);
-        for (let J = 0; J < Nb; J++) pooled[h * Nb + J] = Math.exp(lgH[h * Nb + J] - m) / s;
-      }
-      const rowEntropy = new Float64Array(H);
-      for (let h = 0; h < H; h++) {
-        let s = 0;
-        for (let r = 0; r < b; r++) s += entH[h * b + r];
-        rowEntropy[h] = s / b;
-      }
+      this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
+        P(av.ptr),
+        P(ent.ptr),
+        P(out.ptr),
+        I(n),
+        I(H),
+        I(b),
+        I(Nb),
+        I(opts.wSink),
+        I(opts.wLocal),
+      ]);
+      const all = this.#read(out.ptr, new Float64Array(outLen));
+      const HNb = H * Nb;
       const stats: ProxyStats = {
         n,
         heads: H,
         blockSize: B,
         numBlocks: Nb,
         proxyRows: b,
-        cStruct: Float64Array.from(csH),
-        verticalBlocks: Float64Array.from(pvH),
-        slashBlocks: Float64Array.from(psH),
-        pooledEstimate: pooled,
-        rowEntropy,
-        ...(opts.tokenScores
+        cStruct: all.subarray(0, H),
+        rowEntropy: all.subarray(H, 2 * H),
+        verticalBlocks: all.subarray(2 * H, 2 * H + HNb),
+        slashBlocks: all.subarray(2 * H + HNb, 2 * H + 2 * HNb),
+        pooledEstimate: all.subarray(2 * H + 2 * HNb, 2 * H + 3 * HNb),
+        ...(as
           ? {
               verticalTokens: this.#read(av.ptr, new Float32Array(H * n)),
               slashTokens: this.#read(as.ptr, new Float32Array(H * n)),
