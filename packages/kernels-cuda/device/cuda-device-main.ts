@@ -11,9 +11,10 @@ import { join } from 'node:path';
 import {
   type BlockMask,
   type DeviceTensor,
-  decode,
   hostTensor,
   mulberry32,
+  decode,
+  maskDensity,
   numBlocks,
   sparsePrefill,
   toFloat32,
@@ -724,6 +725,7 @@ if (phase === 'all' || phase === 'bench') {
     const { q, k, v } = await makeInputs(n);
     const os = be.allocate('bf16', [n, H, D]);
     const od = be.allocate('bf16', [n, H, D]);
+    const oh = be.allocate('bf16', [n, H, D]);
     const inputs = { q, k, v } as { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor };
     try {
       be.poison(os);
@@ -747,7 +749,13 @@ if (phase === 'all' || phase === 'bench') {
       const peMs = peHeads.length
         ? await be.timeMs(() => be.peBlockRows(q, k, { blockSize: B, gamma: 0.95, heads: peHeads }))
         : 0;
-      const sparseKernelMs = plan?.mask ? await be.timeMs(() => be.sparseAttention(q, k, v, plan.mask as BlockMask, { out: os })) : 0;
+      // the host path on the plan's (complete) mask: expanded again from the host arrays;
+      // must give the prepared path's output bit for bit, and the host density count the
+      // device's
+      be.poison(oh);
+      const sparseKernelMs = plan?.mask ? await be.timeMs(() => be.sparseAttention(q, k, v, plan.mask as BlockMask, { out: oh })) : 0;
+      const preparedVsHost = plan?.mask ? be.relError(os, oh) : undefined;
+      const hostDensity = plan?.mask ? maskDensity(plan.mask).overall : undefined;
       let dense: number[] = [];
       let err: unknown;
       if (withDense) {
@@ -768,6 +776,8 @@ if (phase === 'all' || phase === 'bench') {
         peRowsMs: peMs,
         sparseKernelMs,
         density: plan?.overallDensity,
+        hostDensity,
+        preparedVsHost,
         denseReason: plan?.denseReason,
         routes: plan?.routing ? { vs: plan.routing.routes.filter((x) => x === 'vs').length, pe: peHeads.length } : undefined,
         denseMs: dense,
@@ -775,7 +785,7 @@ if (phase === 'all' || phase === 'bench') {
         outputVsDense: err,
       };
     } finally {
-      for (const t of [q, k, v, os, od]) t.dispose();
+      for (const t of [q, k, v, os, od, oh]) t.dispose();
     }
   };
 
@@ -807,7 +817,7 @@ if (phase === 'all' || phase === 'bench') {
     await step(`crisp_e2e_${n}`, async () => {
       const r = await e2e(n, inputsKind === 'synth' || n < 262144 ? 3 : 1, true);
       log(
-        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} phases ${JSON.stringify(r.phases)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
+        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} (host count ${r.hostDensity?.toFixed(4)}, prepared vs host ${JSON.stringify(r.preparedVsHost)}) phases ${JSON.stringify(r.phases)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
       );
       return r;
     });

@@ -21,6 +21,9 @@ import {
   MaskError,
   NonFiniteError,
   type PeRowsOptions,
+  type PreparedMask,
+  type PreparedMaskResult,
+  type PrepareMaskRequest,
   type ProxyStats,
   type ProxyStatsOptions,
   ShapeError,
@@ -35,6 +38,7 @@ import {
   defaultScale,
   numBlocks,
   numel,
+  spreadRowPtr,
   validateMask,
 } from '@crisp/core';
 import { compileCubin, defaultCacheDir, defaultKernelDir, kernelSource } from './compile.js';
@@ -166,6 +170,53 @@ interface Prepared {
   readonly Nb: number;
 }
 
+/**
+ * A mask expanded on the device (rowPtr [H·Nb + 1], cols) plus, until the host copy is
+ * taken, the PE rows it was built from. Released to the pool explicitly or, as a safety
+ * net, when garbage-collected.
+ */
+class CudaPreparedMask implements PreparedMask {
+  readonly backend: string;
+  #released = false;
+  constructor(
+    readonly owner: CudaBackend,
+    readonly heads: number,
+    readonly numBlocks: number,
+    readonly blockSize: number,
+    readonly blockCounts: Float64Array,
+    readonly rowPtr: DeviceBlock,
+    readonly cols: DeviceBlock,
+    readonly held: { blocks: DeviceBlock[] },
+  ) {
+    this.backend = owner.name;
+  }
+  get released(): boolean {
+    return this.#released;
+  }
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    PREPARED_FINALIZER.unregister(this);
+    this.owner.releaseBlocks(this.held.blocks);
+    this.held.blocks.length = 0;
+  }
+}
+
+const PREPARED_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; held: { blocks: DeviceBlock[] } }>((h) => {
+  h.owner.releaseBlocks(h.held.blocks);
+});
+
+interface PeRequest {
+  readonly shape: AttentionShape;
+  readonly qt: CudaTensor;
+  readonly kt: CudaTensor;
+  readonly B: number;
+  readonly Nb: number;
+  readonly heads: readonly number[];
+  readonly gamma: number;
+  readonly scale: number;
+}
+
 type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
 const P = (x: number): Arg => ['p', x];
 const I = (x: number): Arg => ['i', x];
@@ -198,6 +249,8 @@ export class CudaBackend implements Backend {
   readonly #argView: DataView;
   readonly #argBase: bigint;
   #disposed = false;
+  /** a second stream for copies that overlap kernels (PE rows to the host during attention) */
+  #copyStream: Handle | undefined;
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
@@ -306,6 +359,12 @@ export class CudaBackend implements Backend {
 
   #alive(): void {
     if (this.#disposed) throw new CrispError('DISPOSED', 'this CUDA backend was disposed; create a new one');
+  }
+
+  /** @internal the prepared masks' blocks go back to the pool (no-op after dispose) */
+  releaseBlocks(blocks: readonly DeviceBlock[]): void {
+    if (this.#disposed) return;
+    for (const b of blocks) this.#pool.release(b);
   }
 
   releaseBlock(b: DeviceBlock): void {
@@ -671,6 +730,21 @@ export class CudaBackend implements Backend {
 
   async peBlockRows(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows> {
     this.#alive();
+    const req = this.#peRequest(q, k, opts);
+    if (req.heads.length === 0) return { rowPtr: new Int32Array(1), cols: new Int32Array(0) };
+    const parts = this.#peOnDevice(req);
+    try {
+      const host = parts.map((r) => ({ rowPtr: r.rowPtr, cols: this.#read(r.cols.ptr, new Int32Array(r.total)) }));
+      // One chunk (every head's map fits in 4 GiB: all Llama shapes to 512k): hand its
+      // arrays back as they are.
+      return host.length === 1 ? host[0] : joinRows(host, req.heads.length * req.Nb);
+    } finally {
+      for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
+    }
+  }
+
+  /** The checks of a PE request, and what the kernels need from it. */
+  #peRequest(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): PeRequest {
     const shape = this.#selectionShape(q, k);
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
@@ -678,7 +752,7 @@ export class CudaBackend implements Backend {
     if (!(typeof gamma === 'number' && gamma > 0 && gamma < 1)) {
       throw new InvalidArgumentError(`gamma must be in (0, 1); got ${gamma}`);
     }
-    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const H = shape.heads;
     const heads = opts.heads;
     if (!Array.isArray(heads) && !(heads && typeof heads.length === 'number')) {
       throw new InvalidArgumentError('heads must be an array of head indices');
@@ -689,17 +763,28 @@ export class CudaBackend implements Backend {
         throw new InvalidArgumentError(`heads must be strictly increasing integers in [0, ${H}); got ${heads.join(',')}`);
       }
     }
-    const scale = opts.scale ?? defaultScale(D);
-    const Nb = numBlocks(n, B);
-    const nh = heads.length;
-    if (nh === 0) return { rowPtr: new Int32Array(1), cols: new Int32Array(0) };
     const qt = this.#tensor(q, 'q');
     const kt = this.#tensor(k, 'k');
-    this.#assertFinite(qt, 'q');
-    this.#assertFinite(kt, 'k');
+    if (heads.length > 0) {
+      this.#assertFinite(qt, 'q');
+      this.#assertFinite(kt, 'k');
+    }
+    const scale = opts.scale ?? defaultScale(shape.headDim);
+    return { shape, qt, kt, B, Nb: numBlocks(shape.keys, B), heads, gamma, scale };
+  }
+
+  /**
+   * PE rows built on the device, one part per chunk of heads whose pooled maps fit ~4 GiB
+   * (one part for every Llama shape to 512k). rowPtr comes to the host (H·Nb ints); the
+   * cols stay on the device. The caller releases rowPtrD and cols.
+   */
+  #peOnDevice(req: PeRequest) {
+    const { shape, qt, kt, B, Nb, heads, gamma, scale } = req;
+    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const nh = heads.length;
     const qm = this.#scratch(H * Nb * D * 4);
     const km = this.#scratch(Hkv * Nb * D * 4);
-    const release: DeviceBlock[] = [qm, km];
+    const parts: { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number }[] = [];
     try {
       const bm = `block_means_${dtype}`;
       this.#launch('proxy.cu', bm, [Nb, H], D, 0, [P(qt.ptr), P(qm.ptr), I(n), I(H), I(D), I(B), I(0)]);
@@ -707,37 +792,16 @@ export class CudaBackend implements Backend {
       // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
       const perHead = Nb * Nb * 4;
       const chunk = Math.max(1, Math.min(nh, Math.floor((4 * 2 ** 30) / perHead)));
-      const rowPtrParts: Int32Array[] = [];
-      const colParts: Int32Array[] = [];
       for (let c0 = 0; c0 < nh; c0 += chunk) {
         const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
-        const r = this.#peChunk(qm.ptr, km.ptr, sub, H, Hkv, Nb, D, scale, gamma);
-        rowPtrParts.push(r.rowPtr);
-        colParts.push(r.cols);
+        parts.push(this.#peChunk(qm.ptr, km.ptr, sub, H, Hkv, Nb, D, scale, gamma));
       }
-      // One chunk (every head's map fits in 4 GiB: all Llama shapes to 512k): hand its
-      // arrays back as they are, no second copy of the cols (hundreds of MB at 512k).
-      if (rowPtrParts.length === 1) return { rowPtr: rowPtrParts[0], cols: colParts[0] };
-      const rowPtr = new Int32Array(nh * Nb + 1);
-      let total = 0;
-      let ri = 0;
-      for (let p = 0; p < rowPtrParts.length; p++) {
-        const rp = rowPtrParts[p];
-        const rows = rp.length - 1;
-        for (let i = 0; i < rows; i++) rowPtr[ri + i] = rp[i] + total;
-        ri += rows;
-        total += rp[rows];
-      }
-      rowPtr[nh * Nb] = total;
-      const cols = new Int32Array(total);
-      let off = 0;
-      for (const c of colParts) {
-        cols.set(c, off);
-        off += c.length;
-      }
-      return { rowPtr, cols };
+      return parts;
+    } catch (e) {
+      for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
+      throw e;
     } finally {
-      for (const x of release) this.#pool.release(x);
+      this.releaseBlocks([qm, km]);
     }
   }
 
@@ -751,7 +815,7 @@ export class CudaBackend implements Backend {
     D: number,
     scale: number,
     gamma: number,
-  ): BlockRows {
+  ): { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number } {
     const nc = heads.length;
     const hd = this.#uploadInts(heads);
     const pm = this.#scratch(nc * Nb * Nb * 4);
@@ -815,20 +879,16 @@ export class CudaBackend implements Backend {
       const rowPtr = this.#read(rowPtrD.ptr, new Int32Array(nc * Nb + 1));
       const total = rowPtr[nc * Nb];
       const colsD = this.#scratch(total * 4);
-      try {
-        this.#launch('pe.cu', 'pe_write', [Nb, nc], 32, 0, [
-          P(pm.ptr),
-          I(Nb),
-          P(state.ptr),
-          P(eqStart.ptr),
-          P(rowPtrD.ptr),
-          P(colsD.ptr),
-        ]);
-        const cols = this.#read(colsD.ptr, new Int32Array(total));
-        return { rowPtr, cols };
-      } finally {
-        this.#pool.release(colsD);
-      }
+      this.#launch('pe.cu', 'pe_write', [Nb, nc], 32, 0, [
+        P(pm.ptr),
+        I(Nb),
+        P(state.ptr),
+        P(eqStart.ptr),
+        P(rowPtrD.ptr),
+        P(colsD.ptr),
+      ]);
+      blocks.splice(blocks.indexOf(rowPtrD), 1);
+      return { rowPtr, rowPtrD, cols: colsD, total };
     } finally {
       for (const x of blocks) this.#pool.release(x);
     }
@@ -838,28 +898,47 @@ export class CudaBackend implements Backend {
 
   /** Expand a validated mask on the device; the caller releases the blocks. */
   #expandOnDevice(mask: BlockMask): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; temp: DeviceBlock[] } {
-    const H = mask.heads;
-    const Nb = mask.numBlocks;
-    const rows = H * Nb;
     const temp: DeviceBlock[] = [];
-    const up = (a: Int32Array) => {
-      const b = this.#uploadInts(a);
-      temp.push(b);
-      return b.ptr;
-    };
-    const vs = mask.vs;
-    const vPtr = vs ? up(vs.verticalPtr) : 0;
-    const vert = vs ? up(vs.vertical) : 0;
-    const sPtr = vs ? up(vs.slashPtr) : 0;
-    const slash = vs ? up(vs.slash) : 0;
-    const rPtr = mask.rows ? up(mask.rows.rowPtr) : 0;
-    const rCols = mask.rows ? up(mask.rows.cols) : 0;
-    const counts = this.#scratch(rows * 4);
+    try {
+      const rows = mask.rows
+        ? { rowPtr: this.#uploadTemp(mask.rows.rowPtr, temp), cols: this.#uploadTemp(mask.rows.cols, temp) }
+        : undefined;
+      return { ...this.#expand(mask.heads, mask.numBlocks, mask.vs, rows, temp), temp };
+    } catch (e) {
+      this.releaseBlocks(temp);
+      throw e;
+    }
+  }
+
+  #uploadTemp(a: Int32Array, temp: DeviceBlock[]): number {
+    const b = this.#uploadInts(a);
+    temp.push(b);
+    return b.ptr;
+  }
+
+  /**
+   * VS lists (host) ∪ block rows (device pointers: rowPtr [H·Nb + 1], cols) -> sorted rows on
+   * the device. Row entries are checked while counting (a MaskError names the first bad
+   * row). Scratch goes to `temp`; the caller releases it and the returned blocks.
+   */
+  #expand(
+    H: number,
+    Nb: number,
+    vs: BlockMask['vs'],
+    rows: { rowPtr: number; cols: number } | undefined,
+    temp: DeviceBlock[],
+  ): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number } {
+    const n = H * Nb;
+    const vPtr = vs ? this.#uploadTemp(vs.verticalPtr, temp) : 0;
+    const vert = vs ? this.#uploadTemp(vs.vertical, temp) : 0;
+    const sPtr = vs ? this.#uploadTemp(vs.slashPtr, temp) : 0;
+    const slash = vs ? this.#uploadTemp(vs.slash, temp) : 0;
+    const rPtr = rows ? rows.rowPtr : 0;
+    const rCols = rows ? rows.cols : 0;
+    const counts = this.#scratch(n * 4);
     temp.push(counts);
-    const bad = this.#uploadInts(Int32Array.of(0x7fffffff));
-    temp.push(bad);
-    const rowPtr = this.#scratch((rows + 1) * 4);
-    const g = Math.ceil(rows / 128);
+    const bad = this.#uploadTemp(Int32Array.of(0x7fffffff), temp);
+    const g = Math.ceil(n / 128);
     this.#launch('mask.cu', 'expand_count', [g], 128, 0, [
       P(vPtr),
       P(vert),
@@ -870,20 +949,19 @@ export class CudaBackend implements Backend {
       P(counts.ptr),
       I(H),
       I(Nb),
-      P(bad.ptr),
+      P(bad),
     ]);
-    const badRow = this.#read(bad.ptr, new Int32Array(1))[0];
+    const badRow = this.#read(bad, new Int32Array(1))[0];
     if (badRow !== 0x7fffffff) {
-      this.#pool.release(rowPtr);
-      for (const x of temp) this.#pool.release(x);
       const h = Math.floor(badRow / Nb);
       const r = badRow % Nb;
       throw new MaskError(
         `head ${h} row ${r}: block rows must be strictly increasing key blocks in [0, ${r}] (causal); this row is not (checked on the device)`,
       );
     }
-    this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(counts.ptr), P(rowPtr.ptr), I(rows)]);
-    const tot = this.#read(rowPtr.ptr + rows * 4, new Int32Array(1))[0];
+    const rowPtr = this.#scratch((n + 1) * 4);
+    this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(counts.ptr), P(rowPtr.ptr), I(n)]);
+    const tot = this.#read(rowPtr.ptr + n * 4, new Int32Array(1))[0];
     const cols = this.#scratch(tot * 4);
     this.#launch('mask.cu', 'expand_write', [g], 128, 0, [
       P(vPtr),
@@ -897,7 +975,100 @@ export class CudaBackend implements Backend {
       I(H),
       I(Nb),
     ]);
-    return { rowPtr, cols, total: tot, temp };
+    return { rowPtr, cols, total: tot };
+  }
+
+  /**
+   * The plan's mask building on the device: PE rows for the requested heads (kept on the
+   * device), merged with the VS lists and expanded to rows, each head's blocks counted from
+   * the expanded rowPtr. The PE rows come to the host only when `peRows()` is called, on a
+   * second stream, so inside sparsePrefill that copy overlaps the attention kernel.
+   */
+  async prepareMask(req: PrepareMaskRequest): Promise<PreparedMaskResult> {
+    this.#alive();
+    const { heads: H, numBlocks: Nb, blockSize: B, vs } = req ?? ({} as PrepareMaskRequest);
+    assertBlockSize(B, this.capabilities.blockSizes);
+    if (!vs) throw new InvalidArgumentError('prepareMask needs the VS lists (empty lists for heads without any)');
+    validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs });
+    const temp: DeviceBlock[] = [];
+    const held: DeviceBlock[] = [];
+    try {
+      let pe: { rowPtr: Int32Array; cols: DeviceBlock; total: number; heads: readonly number[] } | undefined;
+      let peHost: BlockRows | undefined;
+      if (req.pe) {
+        const r = this.#peRequest(req.pe.q, req.pe.k, req.pe.opts);
+        if (r.shape.heads !== H || r.Nb !== Nb || r.B !== B) {
+          throw new InvalidArgumentError(
+            `prepareMask: the PE request is for H=${r.shape.heads}, Nb=${r.Nb}, B=${r.B}; the mask for H=${H}, Nb=${Nb}, B=${B}`,
+          );
+        }
+        if (r.heads.length > 0) {
+          const parts = this.#peOnDevice(r);
+          for (const x of parts) temp.push(x.rowPtrD);
+          if (parts.length === 1) {
+            held.push(parts[0].cols);
+            pe = { ...parts[0], heads: r.heads };
+          } else {
+            // pooled maps over 4 GiB (beyond Llama shapes at 512k): join on the host
+            for (const x of parts) temp.push(x.cols);
+            peHost = joinRows(
+              parts.map((x) => ({ rowPtr: x.rowPtr, cols: this.#read(x.cols.ptr, new Int32Array(x.total)) })),
+              r.heads.length * Nb,
+            );
+            pe = { rowPtr: peHost.rowPtr, cols: this.#uploadInts(peHost.cols), total: peHost.cols.length, heads: r.heads };
+            held.push(pe.cols);
+          }
+        }
+      }
+      let rows: { rowPtr: number; cols: number } | undefined;
+      if (pe) rows = { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
+      const e = this.#expand(H, Nb, vs, rows, temp);
+      held.push(e.rowPtr, e.cols);
+      const rp = this.#read(e.rowPtr.ptr, new Int32Array(H * Nb + 1));
+      const counts = Float64Array.from({ length: H }, (_, h) => rp[(h + 1) * Nb] - rp[h * Nb]);
+      const box = { blocks: held.slice() };
+      const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
+      PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
+      held.length = 0;
+      if (!pe) return { prepared };
+      const peRowsD = pe;
+      let taken = false;
+      const peRows = async (): Promise<BlockRows> => {
+        if (taken) throw new InvalidArgumentError('peRows() was already called for this prepared mask');
+        if (prepared.released) throw new InvalidArgumentError('peRows() after the prepared mask was released');
+        taken = true;
+        const cols = peHost ? peHost.cols : this.#readOnCopyStream(peRowsD.cols.ptr, new Int32Array(peRowsD.total));
+        // the expanded rows are what runs; the PE rows' device copy is no longer needed
+        const i = box.blocks.indexOf(peRowsD.cols);
+        if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
+        return { rowPtr: peRowsD.rowPtr, cols };
+      };
+      return { prepared, peRows };
+    } catch (e) {
+      this.releaseBlocks(held);
+      throw e;
+    } finally {
+      this.releaseBlocks(temp);
+    }
+  }
+
+  /**
+   * Device-to-host copy on the copy stream: it does not wait for kernels queued on the main
+   * stream (callers read data whose producers have finished: every plan step ends in a
+   * synchronous read), so it overlaps them. Returns when the copy is done (pageable memory).
+   */
+  #readOnCopyStream<T extends Int32Array>(ptr: number, out: T): T {
+    if (out.byteLength === 0) return out;
+    const cu = this.#libs.cu;
+    if (!this.#copyStream) {
+      const s = [null];
+      // CU_STREAM_NON_BLOCKING: no implicit ordering with the main stream's kernels
+      check(this.#libs, cu.cuStreamCreate(s, 1), 'cuStreamCreate');
+      this.#copyStream = s[0];
+    }
+    check(this.#libs, cu.cuMemcpyDtoHAsync(out, ptr, out.byteLength, this.#copyStream), 'cuMemcpyDtoHAsync');
+    check(this.#libs, cu.cuStreamSynchronize(this.#copyStream), 'cuStreamSynchronize');
+    return out;
   }
 
   async expandMask(mask: BlockMask): Promise<BlockRows> {
@@ -992,9 +1163,29 @@ export class CudaBackend implements Backend {
     const B = mask?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
     const shape = attentionShape(q, k, v);
+    const expect = { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B };
+    const prepared = opts.prepared;
+    if (prepared) {
+      // A plan's mask, expanded on this device already (its PE rows may still be on their
+      // way to the host, so the mask itself is not re-read here).
+      if (!(prepared instanceof CudaPreparedMask) || prepared.owner !== this) {
+        throw new InvalidArgumentError(`opts.prepared was made by ${prepared.backend}, not by this CUDA backend`);
+      }
+      if (prepared.released) throw new InvalidArgumentError('opts.prepared was released; run plan.mask instead (re-plan or drop opts.prepared)');
+      if (prepared.heads !== expect.heads || prepared.numBlocks !== expect.numBlocks || prepared.blockSize !== B) {
+        throw new MaskError(
+          `opts.prepared covers H=${prepared.heads}, Nb=${prepared.numBlocks}, B=${prepared.blockSize}; the problem has H=${expect.heads}, Nb=${expect.numBlocks}, B=${B}`,
+        );
+      }
+      if (mask.heads !== prepared.heads || mask.numBlocks !== prepared.numBlocks || mask.blockSize !== B) {
+        throw new MaskError('opts.prepared does not describe this mask (heads, blocks or block size differ)');
+      }
+      const p = this.#prepareAttention(q, k, v, opts, B);
+      return this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr);
+    }
     // Pointers and VS lists on the host; the BSR entries (tens of millions at 512k) on the
     // device while expanding (expand_count), which raises the same MaskError.
-    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B }, { rowEntries: false });
+    validateMask(mask, expect, { rowEntries: false });
     const p = this.#prepareAttention(q, k, v, opts, B);
     const temp: DeviceBlock[] = [];
     try {
@@ -1038,6 +1229,7 @@ export class CudaBackend implements Backend {
     this.#modules.clear();
     this.#functions.clear();
     cu.cuStreamDestroy(this.#stream);
+    if (this.#copyStream) cu.cuStreamDestroy(this.#copyStream);
     this.#libs.koffi.free(this.#argMem);
     cu.cuDevicePrimaryCtxRelease(this.info.ordinal);
   }
@@ -1200,4 +1392,25 @@ export class CudaBackend implements Backend {
 export async function createCudaBackend(opts: CudaBackendOptions = {}): Promise<CudaBackend> {
   const libs = loadCuda();
   return new CudaBackend(libs, opts);
+}
+
+/** Concatenate row sets built for consecutive chunks of heads. */
+function joinRows(parts: readonly BlockRows[], rows: number): BlockRows {
+  const rowPtr = new Int32Array(rows + 1);
+  let total = 0;
+  let ri = 0;
+  for (const { rowPtr: rp } of parts) {
+    const r = rp.length - 1;
+    for (let i = 0; i < r; i++) rowPtr[ri + i] = rp[i] + total;
+    ri += r;
+    total += rp[r];
+  }
+  rowPtr[rows] = total;
+  const cols = new Int32Array(total);
+  let off = 0;
+  for (const { cols: c } of parts) {
+    cols.set(c, off);
+    off += c.length;
+  }
+  return { rowPtr, cols };
 }
