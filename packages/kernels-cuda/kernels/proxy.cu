@@ -7,19 +7,15 @@
 // in f64, straight into the one buffer the host downloads.
 //
 // Shape legend: q [n, H, D], k [n, Hkv, D]; b <= B = BM proxy rows; one CTA per
-// (head, part of PART = 512 keys), heads fastest (the H / Hkv heads reading one kv head
+// (head, part of PART_KEYS = 1024 keys), heads fastest (the H / Hkv heads reading one kv head
 // run side by side, so their K tiles come from L2); keys stream in 64-key tiles, double
-// buffered with cp.async. Scores come from the tensor cores (mma.sync), everything after
+// buffered with cp.async, one barrier a tile. Scores come from the tensor cores (mma.sync), everything after
 // them is fp32 (f64 in the last two kernels). All reductions run in a fixed order (no
 // float atomics), so the statistics are bit-for-bit reproducible.
 #include "crisp-common.cuh"
 
-#define PART_TILES 8
+#define PART_TILES 16
 #define PART_KEYS (PART_TILES * 64)
-// Pass 2's probability tile: row stride in floats. 72 ≡ 8 (mod 32) makes the float2
-// stores from the MMA layout (8 rows x 4 column pairs per half-warp) conflict-free, and
-// keeps the column and skewed-diagonal reads (32 consecutive columns mod 64) conflict-free.
-#define P_STRIDE 72
 // Diagonal partial slots per 32-row group: d = c − r spans 95 values over 32 rows x 64 cols.
 #define DIAG_SLOTS 96
 
@@ -153,7 +149,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   constexpr int KCH = 2, TPC = NT / D >= KCH ? KCH : NT / D, CPT = KCH / TPC, TPB = BM / 64;
   extern __shared__ __align__(128) unsigned char smem[];
   const u32 sQ = smem_addr(smem), sK = sQ + BM * ROWB;
-  float* kred = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);
+  float* kred = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);  // [2 parities][KCH][D]
   const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -181,13 +177,17 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
   proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
   cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();  // Q and tile 0 in shared memory
+  // One barrier a tile: at the end of tile tt every warp is done with buffer tt & 1's
+  // previous tile (so tile tt + 1 may land in the other buffer, issued at the top) and
+  // tile tt + 1 has arrived. Between barriers warps drift: one warp's exp/sums overlap
+  // another's MMAs.
   for (int tt = 0; tt < nT; tt++) {
     const int ks = ps + tt * 64;
     const int buf = tt & 1;
     if (tt + 1 < nT) proxy_load_k<D, NT>(k, n, Hkv, kvh, ks + 64, sK + (buf ^ 1) * 64 * ROWB);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();  // tile tt (and, first time, Q) in shared memory
     if (tt == 0) {
       proxy_q_frags<D, MT>(sQ, qf);
       if (part == 0 && tid < D) {
@@ -197,12 +197,23 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
         }
         qMean[(size_t)h * D + tid] = s / (float)b;
       }
+    } else if (doMeans && khalf == 0 && (tt - 1) % TPB == TPB - 1) {
+      // the block that ended at tile tt − 1: its chunk partials were written before the barrier
+      const float* kr = kred + ((((tt - 1) / TPB) & 1) * KCH) * D;
+      float tot = 0.f;
+#pragma unroll
+      for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
+      const int J = (ks - 64) / BM, r0 = J * BM;
+      kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
     }
     float s[MT][8][4];
     proxy_tile_scores<D, MT, BF16>(sK + buf * 64 * ROWB, qf, s);
     const bool blockEnd = tt % TPB == TPB - 1 || tt == nT - 1;
     if (doMeans && khalf < TPC) {
       const unsigned char* kt = smem + BM * ROWB + buf * 64 * ROWB;
+      // two kred slots by block parity: block J's are read after the next barrier, while
+      // block J + 1 may already be writing
+      float* kr = kred + (((tt / TPB) & 1) * KCH) * D;
 #pragma unroll
       for (int c = 0; c < CPT; c++) {
         const int chunk = khalf * CPT + c;
@@ -212,19 +223,10 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
           ksum[c] += to_f32<BF16>(*reinterpret_cast<const u16*>(kt + swz(r, kd >> 3, ROWB) + (kd & 7) * 2));
         }
         if (blockEnd) {
-          kred[chunk * D + kd] = ksum[c];
+          kr[chunk * D + kd] = ksum[c];
           ksum[c] = 0.f;
         }
       }
-    }
-    __syncthreads();  // every warp is done reading this buffer before it is refilled
-    if (doMeans && blockEnd && khalf == 0) {
-      float tot = 0.f;
-#pragma unroll
-      for (int c = 0; c < KCH; c++) tot += kred[c * D + kd];
-      const int J = ks / BM, r0 = J * BM;
-      const int cnt = (r0 + BM < n ? r0 + BM : n) - r0;
-      kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)cnt;
     }
     const bool edge = ks + 63 > n - b || b < BM;
 #pragma unroll
@@ -237,6 +239,18 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
                                lB[mt], tA[mt], tB[mt]);
       }
     }
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  if (doMeans && khalf == 0) {
+    // the last block (it ends at the last tile, full or not)
+    const int tl = nT - 1;
+    const float* kr = kred + (((tl / TPB) & 1) * KCH) * D;
+    float tot = 0.f;
+#pragma unroll
+    for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
+    const int J = (ps + tl * 64) / BM, r0 = J * BM;
+    kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
   }
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -295,21 +309,81 @@ extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const
 // and the next one (d − 64) after, so the diagonal sums need no serial walk either. Group
 // partials are combined in group order: a_v straight to global memory, diagonals into the
 // part's slash accumulator (a_s partials, gathered per offset by proxy_blocks).
+// Software-pipelined, one barrier a tile: between two barriers a CTA computes tile tt's
+// scores and probabilities, reduces tile tt − 1's probabilities and combines tile tt − 2's
+// partials (two probability tiles, the first over Q's shared memory, and two partial sets).
+// P rows are 64 floats with the column XOR-ed by 8·(r mod 4): the float2 stores from the
+// MMA layout (8 rows x 4 column pairs a half-warp) and the column and skewed-diagonal reads
+// (32 consecutive columns mod 64) are all bank-conflict free.
+__device__ __forceinline__ int p_at(int r, int c) { return r * 64 + (c ^ ((r & 3) << 3)); }
+
+template <int BM, int NT>
+__device__ __forceinline__ void proxy_reduce_tile(const float* P, float* colPart, float* diagPart) {
+  constexpr int NRG = BM / 32, NTG = NT / 64;
+  const int tid = threadIdx.x, cp = tid & 63, g = tid >> 6;
+#pragma unroll
+  for (int gg = g; gg < NRG; gg += NTG) {
+    const int r0 = gg * 32;
+    const int c0 = (cp + r0) & 63;  // column of the skewed walk at row r0
+    const int n1 = 64 - c0;         // rows of the walk before the wrap (>= 32: none wraps)
+    float col = 0.f, d1 = 0.f, d2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      const int r = r0 + i;
+      col += P[p_at(r, cp)];
+      const float v = P[p_at(r, (cp + r) & 63)];
+      if (i < n1) d1 += v;
+      else d2 += v;
+    }
+    colPart[gg * 64 + cp] = col;
+    // slot of diagonal d in group gg: d + 32gg + 31 (d spans [-32gg - 31, 63 - 32gg])
+    diagPart[gg * DIAG_SLOTS + c0 + 31] = d1;               // d = c0 − r0
+    if (c0 >= 33) diagPart[gg * DIAG_SLOTS + c0 - 33] = d2;  // d = c0 − r0 − 64
+  }
+}
+
+// Tile tt's group partials: a_v of its 64 keys to global memory, its diagonals into acc.
+template <int BM, int NT>
+__device__ __forceinline__ void proxy_combine_tile(const float* colPart, const float* diagPart, float* acc,
+                                                   float* avRow, int ks, int tt, int n, float invB) {
+  constexpr int NRG = BM / 32;
+  for (int i = threadIdx.x; i < 64 + BM + 63; i += NT) {
+    if (i < 64) {
+      float sum = 0.f;
+#pragma unroll
+      for (int gg = 0; gg < NRG; gg++) sum += colPart[gg * 64 + i];
+      if (ks + i < n) avRow[ks + i] = sum * invB;
+    } else {
+      const int d = i - 64 - (BM - 1);  // -(BM − 1) .. 63
+      float sum = 0.f;
+#pragma unroll
+      for (int gg = 0; gg < NRG; gg++) {
+        if (d >= -32 * gg - 31 && d <= 63 - 32 * gg) sum += diagPart[gg * DIAG_SLOTS + d + 32 * gg + 31];
+      }
+      // offset o = n − b − ks − d, stored at o − oMin, oMin = n − b − ps − (PART_KEYS − 1)
+      acc[(PART_KEYS - 1) - tt * 64 - d] += sum;
+    }
+  }
+}
+
 template <int D, int BM, int MT, bool BF16>
 __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, const u16* __restrict__ k,
                                                  const float* rowLse2, float* av, float* slashPart, int n, int H,
                                                  int Hkv, int b, float scaleLog2) {
   constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
   constexpr int NRG = BM / 32;        // 32-row groups
-  constexpr int NTG = NT / 64;        // thread groups of 64 (one per column)
   constexpr int SP = PART_KEYS + BM;  // slash partial length per part
-  static_assert(NTG >= 1, "64 threads at least");
+  constexpr int PB = BM * 64 * 4;     // one probability tile, bytes
+  constexpr int QB = BM * ROWB > PB ? BM * ROWB : PB;
+  constexpr int RED = NRG * (64 + DIAG_SLOTS);  // one set of group partials, floats
+  static_assert(NT >= 64, "64 threads at least");
   extern __shared__ __align__(128) unsigned char smem[];
-  const u32 sQ = smem_addr(smem), sK = sQ + BM * ROWB;
-  float* P = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);
-  float* colPart = P + BM * P_STRIDE;
-  float* diagPart = colPart + NRG * 64;
-  float* acc = diagPart + NRG * DIAG_SLOTS;
+  // [Q | P0][P1][K0][K1][partials x2][acc]
+  const u32 sQ = smem_addr(smem), sK = sQ + QB + PB;
+  float* P0 = reinterpret_cast<float*>(smem);
+  float* P1 = reinterpret_cast<float*>(smem + QB);
+  float* red = reinterpret_cast<float*>(smem + QB + PB + 2 * 64 * ROWB);
+  float* acc = red + 2 * RED;
   const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -325,89 +399,64 @@ __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, cons
     lseB[mt] = rB[mt] < b ? rowLse2[h * b + rB[mt]] : 0.f;
   }
   const float invB = 1.f / (float)b;
+  float* avRow = av + (size_t)h * n;
   for (int i = tid; i < SP; i += NT) acc[i] = 0.f;
   const int ps = part * PART_KEYS;
   int nT = (n - ps + 63) / 64;
   if (nT > PART_TILES) nT = PART_TILES;
-  const int cp = tid & 63, g = tid >> 6;  // this thread's reduction column and first row group
   u32 qf[MT][D / 16][4];
   proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
   proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
   cp_async_commit();
-  for (int tt = 0; tt < nT; tt++) {
+  cp_async_wait<0>();
+  __syncthreads();  // Q and tile 0 in shared memory
+  proxy_q_frags<D, MT>(sQ, qf);
+  // phase tt (tt = 0 .. nT + 1): scores of tile tt into P[(tt + 1) & 1] (tile 0 goes to P1,
+  // so P0 = Q's memory is first written after a barrier), reduce tile tt − 1, combine tile
+  // tt − 2; one barrier at the end, which also makes tile tt + 1 visible.
+  for (int tt = 0; tt < nT + 2; tt++) {
     const int ks = ps + tt * 64;
     const int buf = tt & 1;
     if (tt + 1 < nT) proxy_load_k<D, NT>(k, n, Hkv, kvh, ks + 64, sK + (buf ^ 1) * 64 * ROWB);
     cp_async_commit();
-    cp_async_wait<1>();
-    // tile tt in shared memory; the previous tile's reductions are done with P and the
-    // partials (and its MMAs with the buffer refilled above: two barriers back)
-    __syncthreads();
-    if (tt == 0) proxy_q_frags<D, MT>(sQ, qf);
-    float s[MT][8][4];
-    proxy_tile_scores<D, MT, BF16>(sK + buf * 64 * ROWB, qf, s);
-    const bool edge = ks + 63 > n - b || b < BM;
+    if (tt < nT) {
+      float s[MT][8][4];
+      proxy_tile_scores<D, MT, BF16>(sK + buf * 64 * ROWB, qf, s);
+      float* P = (tt & 1) ? P0 : P1;
+      const bool edge = ks + 63 > n - b || b < BM;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
+      for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
-        const int c = j * 8 + (lane & 3) * 2;
-        float2 x, y;
-        x.x = exp2f(fmaf(s[mt][j][0], scaleLog2, -lseA[mt]));
-        x.y = exp2f(fmaf(s[mt][j][1], scaleLog2, -lseA[mt]));
-        y.x = exp2f(fmaf(s[mt][j][2], scaleLog2, -lseB[mt]));
-        y.y = exp2f(fmaf(s[mt][j][3], scaleLog2, -lseB[mt]));
-        if (edge) {
-          const int col = ks + c;
-          if (col > posA[mt] || rA[mt] >= b) x.x = 0.f;
-          if (col + 1 > posA[mt] || rA[mt] >= b) x.y = 0.f;
-          if (col > posB[mt] || rB[mt] >= b) y.x = 0.f;
-          if (col + 1 > posB[mt] || rB[mt] >= b) y.y = 0.f;
+        for (int j = 0; j < 8; j++) {
+          const int c = j * 8 + (lane & 3) * 2;
+          float2 x, y;
+          x.x = exp2f(fmaf(s[mt][j][0], scaleLog2, -lseA[mt]));
+          x.y = exp2f(fmaf(s[mt][j][1], scaleLog2, -lseA[mt]));
+          y.x = exp2f(fmaf(s[mt][j][2], scaleLog2, -lseB[mt]));
+          y.y = exp2f(fmaf(s[mt][j][3], scaleLog2, -lseB[mt]));
+          if (edge) {
+            const int col = ks + c;
+            if (col > posA[mt] || rA[mt] >= b) x.x = 0.f;
+            if (col + 1 > posA[mt] || rA[mt] >= b) x.y = 0.f;
+            if (col > posB[mt] || rB[mt] >= b) y.x = 0.f;
+            if (col + 1 > posB[mt] || rB[mt] >= b) y.y = 0.f;
+          }
+          *reinterpret_cast<float2*>(P + p_at(rA[mt], c)) = x;
+          *reinterpret_cast<float2*>(P + p_at(rB[mt], c)) = y;
         }
-        *reinterpret_cast<float2*>(P + rA[mt] * P_STRIDE + c) = x;
-        *reinterpret_cast<float2*>(P + rB[mt] * P_STRIDE + c) = y;
       }
     }
+    if (tt >= 1 && tt - 1 < nT) {
+      float* R = red + ((tt - 1) & 1) * RED;
+      proxy_reduce_tile<BM, NT>((tt - 1) & 1 ? P0 : P1, R, R + NRG * 64);
+    }
+    if (tt >= 2) {
+      const float* R = red + ((tt - 2) & 1) * RED;
+      proxy_combine_tile<BM, NT>(R, R + NRG * 64, acc, avRow, ks - 128, tt - 2, n, invB);
+    }
+    cp_async_wait<0>();
     __syncthreads();
-#pragma unroll
-    for (int gg = g; gg < NRG; gg += NTG) {
-      const int r0 = gg * 32;
-      const int c0 = (cp + r0) & 63;  // column of the skewed walk at row r0
-      const int n1 = 64 - c0;         // rows of the walk before the wrap (>= 32: none wraps)
-      float col = 0.f, d1 = 0.f, d2 = 0.f;
-#pragma unroll
-      for (int i = 0; i < 32; i++) {
-        const int r = r0 + i;
-        col += P[r * P_STRIDE + cp];
-        const float v = P[r * P_STRIDE + ((cp + r) & 63)];
-        if (i < n1) d1 += v;
-        else d2 += v;
-      }
-      colPart[gg * 64 + cp] = col;
-      // slot of diagonal d in group gg: d + 32gg + 31 (d spans [-32gg - 31, 63 - 32gg])
-      diagPart[gg * DIAG_SLOTS + c0 + 31] = d1;               // d = c0 − r0
-      if (c0 >= 33) diagPart[gg * DIAG_SLOTS + c0 - 33] = d2;  // d = c0 − r0 − 64
-    }
-    __syncthreads();
-    for (int i = tid; i < 64 + BM + 63; i += NT) {
-      if (i < 64) {
-        float sum = 0.f;
-#pragma unroll
-        for (int gg = 0; gg < NRG; gg++) sum += colPart[gg * 64 + i];
-        if (ks + i < n) av[(size_t)h * n + ks + i] = sum * invB;
-      } else {
-        const int d = i - 64 - (BM - 1);  // -(BM − 1) .. 63
-        float sum = 0.f;
-#pragma unroll
-        for (int gg = 0; gg < NRG; gg++) {
-          if (d >= -32 * gg - 31 && d <= 63 - 32 * gg) sum += diagPart[gg * DIAG_SLOTS + d + 32 * gg + 31];
-        }
-        // offset o = n − b − ks − d, stored at o − oMin, oMin = n − b − ps − (PART_KEYS − 1)
-        acc[(PART_KEYS - 1) - tt * 64 - d] += sum;
-      }
-    }
   }
-  __syncthreads();
   for (int i = tid; i < SP; i += NT) slashPart[((size_t)h * nParts + part) * SP + i] = acc[i] * invB;
 }
 
@@ -426,10 +475,10 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
   const int o = J * B + t;
   if (t < B && o < n) {
     v = av[(size_t)h * n + o];
-    // part p covers offsets [n − b − 512p − 511, n − 1 − 512p]
+    // part p covers offsets [n − b − PART_KEYS·p − (PART_KEYS − 1), n − 1 − PART_KEYS·p]
     int pHi = (n - 1 - o) / PART_KEYS;
     if (pHi > nParts - 1) pHi = nParts - 1;
-    const int lo = n - b - (PART_KEYS - 1) - o;  // need 512p >= lo
+    const int lo = n - b - (PART_KEYS - 1) - o;  // need PART_KEYS·p >= lo
     const int pLo = lo <= 0 ? 0 : (lo + PART_KEYS - 1) / PART_KEYS;
     float sum = 0.f;
     for (int p = pLo; p <= pHi; p++) {

@@ -110,7 +110,8 @@ export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w16';
 export const CUDA_SPARSE_CROSSOVER = 13018;
 
 const LOG2E = Math.LOG2E;
-const PART_KEYS = 512;
+/** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy.cu) */
+const PART_KEYS = 1024;
 
 export interface CudaDeviceInfo {
   readonly name: string;
@@ -631,8 +632,9 @@ export class CudaBackend implements Backend {
       const w32 = this.proxyLayout === 'w32' && D <= B;
       const kname = w32 ? `w32_${suf}` : suf;
       const threads = w32 ? B : B * 2;
-      const tiles = B * D * 2 + 2 * 64 * D * 2; // Q rows + two K tiles (bf16/f16)
-      const smem1 = tiles + 2 * D * f4; // + the block means' two chunk partials per column
+      const kTiles = 2 * 64 * D * 2; // two 64-key K tiles (bf16/f16)
+      // Q rows, K tiles, the block means' two chunk partials per column for two blocks
+      const smem1 = B * D * 2 + kTiles + 4 * D * f4;
       // pass 1: grid [H, nParts], heads fastest (a kv group's query heads share K tiles in L2)
       this.#launch('proxy.cu', `proxy_pass1_${kname}`, [H, nParts], threads, smem1, [
         P(qt.ptr),
@@ -658,9 +660,11 @@ export class CudaBackend implements Backend {
         I(b),
         I(nParts),
       ]);
-      // + the probability tile (B rows, stride 72 floats), column and diagonal partials of
-      // the B / 32 row groups (64 and 96 floats each), the part's slash accumulator
-      const smem2 = tiles + (B * 72 + (B / 32) * (64 + 96) + SP) * f4;
+      // two probability tiles (B x 64 f32; the first over Q's rows), K tiles, two sets of
+      // column and diagonal partials of the B / 32 row groups (64 and 96 floats each), the
+      // part's slash accumulator
+      const pTile = B * 64 * f4;
+      const smem2 = Math.max(B * D * 2, pTile) + pTile + kTiles + (2 * (B / 32) * (64 + 96) + SP) * f4;
       this.#launch('proxy.cu', `proxy_pass2_${kname}`, [H, nParts], threads, smem2, [
         P(qt.ptr),
         P(kt.ptr),
