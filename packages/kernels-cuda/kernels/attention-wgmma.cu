@@ -27,7 +27,9 @@
 // of trapping, which would kill the whole CUDA context.
 #include "crisp-common.cuh"
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// nvcc defines __CUDA_ARCH_FEAT_SM90_ALL for sm_90a; the backend also passes -DCRISP_SM90A when
+// it compiles this file with NVRTC for sm_90a, so the bodies do not hang on that macro alone.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || (defined(CRISP_SM90A) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900)
 #define CRISP_WGMMA 1
 #endif
 

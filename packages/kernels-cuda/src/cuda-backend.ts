@@ -85,8 +85,12 @@ export const ATTENTION_VARIANTS = {
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
+/** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
+const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
 /** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
 const FILE_ARCH: Readonly<Record<string, string>> = { 'attention-wgmma.cu': '90a' };
+/** and the define that switches their bodies on (see kernels/attention-wgmma.cu) */
+const FILE_OPTIONS: Readonly<Record<string, readonly string[]>> = { 'attention-wgmma.cu': ['-DCRISP_SM90A=1'] };
 
 /**
  * Proxy statistics kernel layouts in kernels/proxy.cu (same math, every sum in the same
@@ -277,7 +281,7 @@ export class CudaBackend implements Backend {
   get attentionVariantFallback(): string | undefined {
     const lay = ATTENTION_VARIANTS[this.#variant];
     if (!lay.sm90a || this.#arch === 90) return undefined;
-    return `attention variant ${this.#variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${this.info.name} is ${this.info.computeCapability.join('.')}, so ${DEFAULT_ATTENTION_VARIANT} runs instead`;
+    return `attention variant ${this.#variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${this.info.name} is ${this.info.computeCapability.join('.')}, so ${PORTABLE_ATTENTION_VARIANT} runs instead`;
   }
   /** Switch the attention kernel layout (benchmarks compare them on one context). */
   set attentionVariant(v: AttentionVariant) {
@@ -379,7 +383,14 @@ export class CudaBackend implements Backend {
     let mod = this.#modules.get(file);
     if (!mod) {
       const src = kernelSource(this.#kernelDir, file);
-      const res = compileCubin(this.#libs, src, file.replace(/\.cu$/, ''), FILE_ARCH[file] ?? this.#arch, this.#cacheDir);
+      const res = compileCubin(
+        this.#libs,
+        src,
+        file.replace(/\.cu$/, ''),
+        FILE_ARCH[file] ?? this.#arch,
+        this.#cacheDir,
+        FILE_OPTIONS[file],
+      );
       this.compileMs[file] = { ms: res.ms, cached: res.cached };
       const out = [null];
       check(this.#libs, this.#libs.cu.cuModuleLoadData(out, res.cubin), `cuModuleLoadData(${file})`);
@@ -1133,7 +1144,7 @@ export class CudaBackend implements Backend {
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
     // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
     const firstBlock = Math.floor((n - m) / B);
-    const lay = ATTENTION_VARIANTS[this.attentionVariantFallback ? DEFAULT_ATTENTION_VARIANT : this.#variant];
+    const lay = ATTENTION_VARIANTS[this.attentionVariantFallback ? PORTABLE_ATTENTION_VARIANT : this.#variant];
     // Q (B rows) plus two stages of K and V tiles; the wgmma layout aligns its tiles to
     // 1024 bytes (the 128-byte swizzle's repeat) itself, from up to 1 KB of slack.
     const keyTile = lay.keyTile ?? B;
