@@ -229,8 +229,8 @@ if (phase === 'kernels' && layouts.some((l) => ATTENTION_VARIANTS[l]?.sm90a) && 
 }
 
 if (phase === 'kernels' && checkN > 0) {
-  // Self-check before any timing: every layout against v1 at a small size, dense (full
-  // and chunked prefill with a partial last block), sparse at block sizes 128 and 64. A
+  // Self-check before any timing: every layout against v1 at a small size, dense (bf16 and
+  // f16, and chunked prefill with a partial last block), sparse at block sizes 128 and 64. A
   // layout that does not build, fails to launch or differs is reported and not timed.
   await step(`check_${checkN}`, async () => {
     const n = checkN;
@@ -241,11 +241,18 @@ if (phase === 'kernels' && checkN > 0) {
       q: be.allocate('bf16', [n, H, D]),
       k: be.allocate('bf16', [n, Hkv, D]),
       v: be.allocate('bf16', [n, Hkv, D]),
+      qh: be.allocate('f16', [n, H, D]),
+      kh: be.allocate('f16', [n, Hkv, D]),
+      vh: be.allocate('f16', [n, Hkv, D]),
       qc: be.allocate('bf16', [mc, H, D]),
       kc: be.allocate('bf16', [nc, Hkv, D]),
       vc: be.allocate('bf16', [nc, Hkv, D]),
     };
-    const outs = Object.fromEntries(['dense', 'chunk', 'sp128', 'sp64'].map((c) => [c, [be.allocate('bf16', c === 'chunk' ? [mc, H, D] : [n, H, D]), be.allocate('bf16', c === 'chunk' ? [mc, H, D] : [n, H, D])]]));
+    const outShape = (c: string) => (c === 'chunk' ? [mc, H, D] : [n, H, D]);
+    const outType = (c: string) => (c === 'f16' ? 'f16' : 'bf16');
+    const outs = Object.fromEntries(
+      ['dense', 'f16', 'chunk', 'sp128', 'sp64'].map((c) => [c, [0, 1].map(() => be.allocate(outType(c), outShape(c)))]),
+    );
     try {
       be.fillHash(t.q, 11, 2);
       be.fillHash(t.k, 12, 2);
@@ -253,10 +260,14 @@ if (phase === 'kernels' && checkN > 0) {
       be.fillHash(t.qc, 14, 2);
       be.fillHash(t.kc, 15, 2);
       be.fillHash(t.vc, 16, 1);
+      be.fillHash(t.qh, 17, 2);
+      be.fillHash(t.kh, 18, 2);
+      be.fillHash(t.vh, 19, 1);
       const m128 = patternMask(numBlocks(n, 128), 7, 5, 128);
       const m64 = patternMask(numBlocks(n, 64), 7, 5, 64);
       const cases: Record<string, (o: DeviceTensor) => Promise<unknown>> = {
         dense: (o) => be.denseAttention(t.q, t.k, t.v, { out: o }),
+        f16: (o) => be.denseAttention(t.qh, t.kh, t.vh, { out: o }),
         chunk: (o) => be.denseAttention(t.qc, t.kc, t.vc, { out: o }),
         sp128: (o) => be.sparseAttention(t.q, t.k, t.v, m128, { out: o }),
         sp64: (o) => be.sparseAttention(t.q, t.k, t.v, m64, { out: o }),
