@@ -416,10 +416,15 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
   // The first and last iterations are peeled off so the steady-state loop issues the same
   // two MMA groups every time (ptxas serialises wgmma when a branch hides which groups are
   // in flight at a wait).
-  auto top = [&](int t) {
+  // top: the tiles of this iteration have landed and every warp is done with the previous
+  // one. prefetch (after the MMAs are issued, so the tensor cores start first): K_{t+1} and
+  // V_t into the stages the previous iteration released.
+  auto top = [&]() {
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();
+  };
+  auto prefetch = [&](int t) {
     if (t + 1 < nTiles) loadTile(k, sK + ((t + 1) & 1) * TBYTES, t + 1);
     if (t < nTiles) loadTile(v, sV + (t & 1) * TBYTES, t);
     cp_async_commit();
@@ -429,11 +434,12 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
     online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
   };
   if (nTiles > 0) {
-    top(0);
+    top();
     reg_fence<BN / 2>(s);
     wgmma_fence();
     issue_s<D, BN, BM, BF16>(s, qBase, sK);
     wgmma_commit();
+    prefetch(0);
     wgmma_wait0();
     reg_fence<BN / 2>(s);
     float cA, cB;
@@ -441,7 +447,7 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
     pack_p<BN, BF16>(p, s);
   }
   for (int t = 1; t < nTiles; t++) {
-    top(t);
+    top();
     reg_fence<BN / 2>(s);
     reg_fence<D / 2>(acc);
     reg_fence_u<BN / 16>(p);
@@ -450,6 +456,7 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
     wgmma_commit();
     issue_pv<D, BN, BF16>(acc, p, sV + ((t - 1) & 1) * TBYTES);
     wgmma_commit();
+    prefetch(t);
     wgmma_wait1();
     reg_fence<BN / 2>(s);
     float cA, cB;
@@ -461,7 +468,7 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
     pack_p<BN, BF16>(p, s);
   }
   if (nTiles > 0) {
-    top(nTiles);
+    top();
     reg_fence<D / 2>(acc);
     reg_fence_u<BN / 16>(p);
     wgmma_fence();
