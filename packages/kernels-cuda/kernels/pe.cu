@@ -1,6 +1,7 @@
 // PE path: pooled block map and the γ coverage cut, on the GPU.
 //
-// Shape legend: Nb blocks; nh listed heads; qMean [H][Nb][D] (Q̄_I), kMean [Hkv][Nb][D]
+// Shape legend: Nb blocks; nh listed heads; qMean [nh][Nb][D] (Q̄_I, the listed heads
+// only: at 512k Q is 4 GiB and a handful of heads go to PE), kMean [Hkv][Nb][D]
 // (K̄_J), both f32 block means. P [nh][Nb][Nb] f32 holds Ā = softmax_J(Q̄_I · K̄_J · scale)
 // over J <= I (entries above the diagonal are never read).
 //
@@ -17,6 +18,26 @@
 
 __device__ __forceinline__ u64 to_fix(float v) { return __double2ull_rn((double)v * FIX_SCALE); }
 
+// Q̄ of the listed heads: out[hi][I][d] = mean of q[r][heads[hi]][d] over the rows r of
+// block I, in f32 and row order (as block_means). Grid (Nb, nh), D threads.
+template <bool BF16>
+__device__ __forceinline__ void pe_q_means_body(const u16* q, const int* heads, float* out, int n, int H, int D,
+                                                int B) {
+  const int I = blockIdx.x, hi = blockIdx.y, Nb = gridDim.x, d = threadIdx.x;
+  const int h = heads[hi];
+  const int r0 = I * B;
+  const int r1 = r0 + B < n ? r0 + B : n;
+  float s = 0.f;
+  for (int r = r0; r < r1; r++) s += to_f32<BF16>(q[((size_t)r * H + h) * D + d]);
+  out[((size_t)hi * Nb + I) * D + d] = s / (float)(r1 - r0);
+}
+extern "C" __global__ void pe_q_means_bf16(const u16* q, const int* heads, float* out, int n, int H, int D, int B) {
+  pe_q_means_body<true>(q, heads, out, n, H, D, B);
+}
+extern "C" __global__ void pe_q_means_f16(const u16* q, const int* heads, float* out, int n, int H, int D, int B) {
+  pe_q_means_body<false>(q, heads, out, n, H, D, B);
+}
+
 // 64x64 tiles of Q̄ K̄ᵀ · scale, lower-triangular tiles only. Grid (tiles, tiles, nh), 256 threads.
 extern "C" __global__ void pe_logits(const float* qMean, const float* kMean, const int* heads,
                                                             float* P, int H, int Hkv, int Nb, int D, float scale) {
@@ -30,7 +51,7 @@ extern "C" __global__ void pe_logits(const float* qMean, const float* kMean, con
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) c[i][j] = 0.f;
-  const float* Qb = qMean + (size_t)h * Nb * D;
+  const float* Qb = qMean + (size_t)hi * Nb * D;
   const float* Kb = kMean + (size_t)kvh * Nb * D;
   for (int d0 = 0; d0 < D; d0 += 16) {
     for (int e = threadIdx.x; e < 64 * 16; e += 256) {

@@ -797,26 +797,29 @@ export class CudaBackend implements Backend {
     const { shape, qt, kt, B, Nb, heads, gamma, scale } = req;
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const nh = heads.length;
-    const qm = this.#scratch(H * Nb * D * 4);
+    // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
+    const qm = this.#scratch(nh * Nb * D * 4);
     const km = this.#scratch(Hkv * Nb * D * 4);
+    const hd = this.#uploadInts(Int32Array.from(heads));
     const parts: { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number }[] = [];
     try {
+      this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, nh], D, 0, [P(qt.ptr), P(hd.ptr), P(qm.ptr), I(n), I(H), I(D), I(B)]);
       const bm = `block_means_${dtype}`;
-      this.#launch('proxy.cu', bm, [Nb, H], D, 0, [P(qt.ptr), P(qm.ptr), I(n), I(H), I(D), I(B), I(0)]);
       this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
       // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
       const perHead = Nb * Nb * 4;
       const chunk = Math.max(1, Math.min(nh, Math.floor((4 * 2 ** 30) / perHead)));
       for (let c0 = 0; c0 < nh; c0 += chunk) {
         const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
-        parts.push(this.#peChunk(qm.ptr, km.ptr, sub, H, Hkv, Nb, D, scale, gamma));
+        // this chunk's Q̄ rows start at its first head's position in the list
+        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, km.ptr, sub, H, Hkv, Nb, D, scale, gamma));
       }
       return parts;
     } catch (e) {
       for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
       throw e;
     } finally {
-      this.releaseBlocks([qm, km]);
+      this.releaseBlocks([qm, km, hd]);
     }
   }
 
