@@ -485,7 +485,8 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
 
 // wg: B = 64 (one warpgroup) or 128 (two), 1 CTA per SM at B 128, d 128 (161 KB of shared
 // memory). wgk: the same with the kv-head-major CTA order (cta_order in crisp-common.cuh).
-// wgo: the softmax overlapped with the previous tile's P V (wgo_body).
+// wgo: the softmax overlapped with the previous tile's P V (wgo_body); wgok: wgo with the
+// kv-head-major order.
 #ifdef CRISP_WGMMA
 #define CRISP_WG_BODY(BODY, D, NWG, BF16, KVM) \
   BODY<D, NWG, BF16, KVM>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
@@ -523,6 +524,15 @@ CRISP_ATTN_WG(attn_wgo_f16_d64_b64, wgo_body, 64, 1, false, false)
 CRISP_ATTN_WG(attn_wgo_f16_d64_b128, wgo_body, 64, 2, false, false)
 CRISP_ATTN_WG(attn_wgo_f16_d128_b64, wgo_body, 128, 1, false, false)
 CRISP_ATTN_WG(attn_wgo_f16_d128_b128, wgo_body, 128, 2, false, false)
+
+CRISP_ATTN_WG(attn_wgok_bf16_d64_b64, wgo_body, 64, 1, true, true)
+CRISP_ATTN_WG(attn_wgok_bf16_d64_b128, wgo_body, 64, 2, true, true)
+CRISP_ATTN_WG(attn_wgok_bf16_d128_b64, wgo_body, 128, 1, true, true)
+CRISP_ATTN_WG(attn_wgok_bf16_d128_b128, wgo_body, 128, 2, true, true)
+CRISP_ATTN_WG(attn_wgok_f16_d64_b64, wgo_body, 64, 1, false, true)
+CRISP_ATTN_WG(attn_wgok_f16_d64_b128, wgo_body, 64, 2, false, true)
+CRISP_ATTN_WG(attn_wgok_f16_d128_b64, wgo_body, 128, 1, false, true)
+CRISP_ATTN_WG(attn_wgok_f16_d128_b128, wgo_body, 128, 2, false, true)
 
 // ---- diagnostics -------------------------------------------------------------------------
 // One warpgroup, one tile, no softmax: S = A Bᵀ (A 64x128 and B 128x128 both K-major from

@@ -71,7 +71,8 @@ export interface CudaBackendOptions {
  * for sm_90a): `wg` B/64 warpgroups of 64 rows on wgmma.mma_async with Q/K/V read from
  * shared memory through descriptors, key tiles of B rows; `wgk` the same with the
  * kv-head-major order; `wgo` wg with each tile's softmax overlapped with the previous
- * tile's P·V product (FA3's intra-warpgroup pipelining). On a GPU other than compute capability 9.0 the Hopper variants
+ * tile's P·V product (FA3's intra-warpgroup pipelining); `wgok` wgo with the kv-head-major
+ * order. On a GPU other than compute capability 9.0 the Hopper variants
  * launch `w32` instead and `attentionVariantFallback` says why. Timings: NOTES.md.
  * `keyTile` null: the key tile is the mask block (B rows).
  */
@@ -82,6 +83,7 @@ export const ATTENTION_VARIANTS = {
   wg: { file: 'attention-wgmma.cu', prefix: 'attn_wg_', rowsPerWarp: 16, keyTile: null, sm90a: true },
   wgk: { file: 'attention-wgmma.cu', prefix: 'attn_wgk_', rowsPerWarp: 16, keyTile: null, sm90a: true },
   wgo: { file: 'attention-wgmma.cu', prefix: 'attn_wgo_', rowsPerWarp: 16, keyTile: null, sm90a: true },
+  wgok: { file: 'attention-wgmma.cu', prefix: 'attn_wgok_', rowsPerWarp: 16, keyTile: null, sm90a: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
