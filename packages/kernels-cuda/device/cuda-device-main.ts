@@ -277,6 +277,17 @@ if (phase === 'kernels' && checkN > 0) {
         be.poison(outs[c][0]);
         await run(outs[c][0]);
       }
+      // lse (natural log, f32 [H, n]) of the dense case, the same math in another order
+      const lseOf = async (o: DeviceTensor) => {
+        const res = await be.denseAttention(t.q, t.k, t.v, { out: o, returnLse: true });
+        const l = res.lse as DeviceTensor;
+        try {
+          return toFloat32(await be.download(l));
+        } finally {
+          l.dispose();
+        }
+      };
+      const lseRef = await lseOf(outs.dense[0]);
       await be.synchronize();
       for (const name of layouts) {
         const r: Record<string, unknown> = {};
@@ -295,6 +306,14 @@ if (phase === 'kernels' && checkN > 0) {
               layoutFailed.set(name, `${c}: maxRelErr ${e.maxRelErr} relErr ${e.relErr} nonFinite ${e.nonFinite} (worst index ${e.worstIndex})`);
             }
           }
+          const l = await lseOf(outs.dense[1]);
+          let lseMaxAbs = 0;
+          for (let i = 0; i < l.length; i++) {
+            const d = Math.abs(l[i] - lseRef[i]);
+            lseMaxAbs = Number.isNaN(d) ? Number.POSITIVE_INFINITY : Math.max(lseMaxAbs, d);
+          }
+          r.lseMaxAbsDiff = lseMaxAbs;
+          if (!(lseMaxAbs < 1e-3)) layoutFailed.set(name, `lse: max |Δ| ${lseMaxAbs}`);
         } catch (e) {
           const err = e as Error & { details?: { log?: string } };
           r.error = String(err?.stack ?? e);
