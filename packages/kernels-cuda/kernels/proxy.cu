@@ -18,6 +18,11 @@
 #define PART_KEYS (PART_TILES * 64)
 // Diagonal partial slots per 32-row group: d = c − r spans 95 values over 32 rows x 64 cols.
 #define DIAG_SLOTS 96
+// CTAs per SM pass 1 is built for: its Q fragments come from shared memory, which leaves the
+// 32-row layout at ~167 registers (3 CTAs of 4 warps: 2.35 -> 2.11 ms at 512k on the H200);
+// the 16-row layout stays at 2 CTAs of 8 warps (3 would cap it at 80 registers and spill,
+// for no gain measured).
+#define P1_CTAS(MT) ((MT) == 2 ? 3 : 2)
 
 template <int D, int BM, int NT>
 __device__ __forceinline__ void proxy_load_q(const u16* __restrict__ q, int n, int H, int b, int h, u32 sQ) {
@@ -77,6 +82,38 @@ __device__ __forceinline__ void proxy_q_frags(u32 sQ, u32 (&qf)[MT][D / 16][4]) 
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
       ldsm_x4(qf[mt][kk], sQ + swz(warp * 16 * MT + mt * 16 + (lane & 15), kk * 2 + (lane >> 4), ROWB));
+    }
+  }
+}
+
+// As proxy_tile_scores, with the Q fragments read from shared memory at each k-step (pass 1
+// keeps two tiles' scores live instead of Q: the same products in the same order, so the
+// same bits).
+template <int D, int MT, bool BF16>
+__device__ __forceinline__ void proxy_tile_scores_sq(u32 sQ, u32 sK, float (&s)[MT][8][4]) {
+  constexpr int ROWB = D * 2;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    u32 a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      ldsm_x4(a[mt], sQ + swz(warp * 16 * MT + mt * 16 + (lane & 15), kk * 2 + (lane >> 4), ROWB));
+    }
+#pragma unroll
+    for (int np = 0; np < 4; np++) {
+      u32 bb[4];
+      ldsm_x4(bb, sK + swz(np * 16 + ((lane >> 4) << 3) + (lane & 7), kk * 2 + ((lane >> 3) & 1), ROWB));
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        mma16816<BF16>(s[mt][2 * np], a[mt], bb[0], bb[1]);
+        mma16816<BF16>(s[mt][2 * np + 1], a[mt], bb[2], bb[3]);
+      }
     }
   }
 }
@@ -173,7 +210,6 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   float ksum[CPT];
 #pragma unroll
   for (int c = 0; c < CPT; c++) ksum[c] = 0.f;
-  u32 qf[MT][D / 16][4];
   proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
   proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
   cp_async_commit();
@@ -189,7 +225,6 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
     if (tt + 1 < nT) proxy_load_k<D, NT>(k, n, Hkv, kvh, ks + 64, sK + (buf ^ 1) * 64 * ROWB);
     cp_async_commit();
     if (tt == 0) {
-      proxy_q_frags<D, MT>(sQ, qf);
       if (part == 0 && tid < D) {
         float s = 0.f;
         for (int r = 0; r < b; r++) {
@@ -207,7 +242,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
       kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
     }
     float s[MT][8][4];
-    proxy_tile_scores<D, MT, BF16>(sK + buf * 64 * ROWB, qf, s);
+    proxy_tile_scores_sq<D, MT, BF16>(sQ, sK + buf * 64 * ROWB, s);
     const bool blockEnd = tt % TPB == TPB - 1 || tt == nT - 1;
     if (doMeans && khalf < TPC) {
       const unsigned char* kt = smem + BM * ROWB + buf * 64 * ROWB;
@@ -583,7 +618,7 @@ extern "C" __global__ void block_means_f16(const u16* x, float* out, int rows, i
 // `proxy_pass*_w32_...` warps of 32 rows (B / 32 warps; each K fragment feeds two MMAs),
 // built where there are at least D threads (not d128 with B = 64).
 #define CRISP_PROXY(SUF, D, BM, MT, BF16)                                                                     \
-  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                        \
       proxy_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean, \
                         int n, int H, int Hkv, int b, float scaleLog2) {                                      \
     proxy_pass1_body<D, BM, MT, BF16>(q, k, pm, pl, pt, qMean, kMean, n, H, Hkv, b, scaleLog2);               \

@@ -96,14 +96,14 @@ const FILE_OPTIONS: Readonly<Record<string, readonly string[]>> = { 'attention-w
 
 /**
  * Proxy statistics kernel layouts in kernels/proxy.cu (same math, every sum in the same
- * order, so the statistics are bit-identical): `w16`
- * B/16 warps of 16 proxy rows; `w32` B/32 warps of 32 rows, each K fragment read from
- * shared memory feeding two MMAs (half the shared-memory traffic per FLOP). `w32` needs
- * at least d threads, so d 128 with B 64 runs `w16`. Timings: NOTES.md.
+ * order, so the statistics are bit-identical): `w32` B/32 warps of 32 proxy rows, each K
+ * fragment read from shared memory feeding two MMAs, pass 1 at 3 CTAs per SM; `w16` B/16
+ * warps of 16 rows. `w32` needs at least d threads, so d 128 with B 64 runs `w16`.
+ * Timings (w32 5-8% faster on the H200): NOTES.md.
  */
 export const PROXY_LAYOUTS = { w16: { rowsPerWarp: 16 }, w32: { rowsPerWarp: 32 } } as const;
 export type ProxyLayout = keyof typeof PROXY_LAYOUTS;
-export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w16';
+export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w32';
 
 /**
  * The length gate, measured by crisp-bench on one H200 (2026-11-30,
