@@ -13,7 +13,8 @@
  *                        says so in the JSON) when its projected time would overrun.
  *   --variants V,...     attention kernels (default fma-v4,fma-v3,fma-v1,subgroup-matrix,
  *                        subgroup-matrix-staged). A variant is KERNEL[:FORM][+TOGGLES]:
- *                        FORM (fma-v4 only) muladd | noprefetch (attention-v4.ts options);
+ *                        FORM muladd | noprefetch | wide (fma-v4 only: attention-v4.ts
+ *                        options) or rolled (any FMA kernel: compactKernels, rolled loops);
  *                        TOGGLES fast (Dawn device toggles disable_robustness,
  *                        disable_workgroup_init, skip_validation) | norobust
  *                        (disable_robustness only). Each variant has its own Dawn device.
@@ -105,7 +106,7 @@ const TOGGLES: Record<string, string[]> = {
   fast: ['disable_robustness', 'disable_workgroup_init', 'skip_validation'],
   norobust: ['disable_robustness'],
 };
-const FORMS: Record<string, AttentionV4Options> = { muladd: { muladd: true }, noprefetch: { noPrefetch: true } };
+const FORMS: Record<string, AttentionV4Options> = { muladd: { muladd: true }, noprefetch: { noPrefetch: true }, wide: { wide: true } };
 interface VariantSpec {
   label: string;
   kernel: AttentionKernel;
@@ -116,7 +117,9 @@ function parseVariant(label: string): VariantSpec {
   const [main, toggles] = label.split('+');
   const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
   if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
-  if (form !== undefined && (kernel !== 'fma-v4' || !(form in FORMS))) throw new Error(`variant ${label}: forms ${Object.keys(FORMS)} apply to fma-v4 only`);
+  if (form === 'rolled' ? !kernel.startsWith('fma') : form !== undefined && (kernel !== 'fma-v4' || !(form in FORMS))) {
+    throw new Error(`variant ${label}: forms ${Object.keys(FORMS)} apply to fma-v4 only, rolled to the FMA kernels`);
+  }
   if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
   return { label, kernel, form, toggles };
 }
@@ -664,8 +667,12 @@ async function main(): Promise<void> {
     // Each variant gets its own Dawn instance and device: a driver fault or device loss in
     // an experimental kernel then takes down that variant only; toggles are per device.
     const name = spec.label;
-    const b = await createNodeWebGpuBackend({ attentionKernel: spec.kernel, flags: flagsFor(spec.toggles) });
-    if (spec.form) {
+    const b = await createNodeWebGpuBackend({
+      attentionKernel: spec.kernel,
+      flags: flagsFor(spec.toggles),
+      compactKernels: spec.form === 'rolled' ? true : undefined,
+    });
+    if (spec.form && spec.form !== 'rolled') {
       // experiment forms of v4: the backend builds whatever attentionProgramFor returns
       const o = { ...FORMS[spec.form], compact: b.gpu.compact };
       b.attentionProgramFor = (_k, dt, d) => attentionV4Program(dt, d, o);

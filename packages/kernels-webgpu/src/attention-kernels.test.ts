@@ -108,10 +108,10 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
     }
   });
 
-  it('the unrolled (GPU) v4 kernels and their experiment forms validate, f16 and f32, d = 64 and 128', async () => {
+  it('the unrolled (GPU) v4 kernels and their experiment forms (wide: 48 KiB, GPU-only) validate, f16 and f32, d = 64 and 128', async () => {
     for (const dt of ['f16', 'f32'] as const) {
       for (const d of [64, 128]) {
-        for (const o of [{}, { muladd: true }, { noPrefetch: true }]) {
+        for (const o of [{}, { muladd: true }, { noPrefetch: true }, { wide: true }]) {
           expect(await errorsOf(attentionV4Program(dt, d, o).wgsl), `${dt} d${d} ${JSON.stringify(o)}`).toEqual([]);
         }
       }

@@ -27,6 +27,8 @@ import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow }
 
 /** Workgroup memory the v4 kernel declares (bytes); the backend falls back to v1 below it. */
 export const ATTENTION_V4_WORKGROUP_BYTES = 32768;
+/** The same for the `wide` form (32-dim Q/K chunks, 32-key V chunks). */
+export const ATTENTION_V4_WIDE_WORKGROUP_BYTES = 49152;
 
 export interface AttentionV4Options {
   /** rolled inner loops for CPU adapters (same arithmetic, far less code to compile) */
@@ -35,6 +37,12 @@ export interface AttentionV4Options {
   readonly muladd?: boolean;
   /** load each chunk right before its barrier, as v3 did (a device experiment) */
   readonly noPrefetch?: boolean;
+  /**
+   * 32 head dims per Q/K chunk and 32 keys per V chunk (two buffers of 16 KiB; 48 KiB of
+   * workgroup memory in all): half the barriers and twice the FMAs between them. Needs
+   * maxComputeWorkgroupStorageSize >= 49152 (H200-class GPUs; not SwiftShader).
+   */
+  readonly wide?: boolean;
 }
 
 const rep = (n: number, f: (i: number) => string, sep = '\n') => Array.from({ length: n }, (_, i) => f(i)).join(sep);
@@ -44,18 +52,23 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
   const D = headDim;
   const NV = D / 64; // O column groups per thread: columns u*64 + tc*4 .. +3
   const D4 = D / 4;
-  const CHUNKS = D / 16; // Q/K chunks per key tile; even, so the last one sits in buffer 1
+  const CH = o.wide ? 32 : 16; // head dims per Q/K chunk
+  const VK = o.wide ? 32 : 16; // keys per V chunk
+  const NVC = 64 / VK; // V chunks per key tile
+  const BUF = 2 * CH * 16; // vec4 per staging buffer: Q chunk [CH dims][16] then K chunk
+  const KOFF = CH * 16;
+  const CHUNKS = D / CH; // Q/K chunks per key tile; even, so the last one sits in buffer 1
   const f16 = dtype === 'f16';
-  // raw registers holding one prefetched chunk: f16 two vec4<u32> (16 halves), f32 four vec4<f32>
-  const RN = f16 ? 2 : 4;
+  // raw registers holding one prefetched row chunk: f16 CH/8 vec4<u32>, f32 CH/4 vec4<f32>
+  const RN = f16 ? CH / 8 : CH / 4;
   const rawT = f16 ? 'vec4<u32>' : 'vec4<f32>';
   const mad = (acc: string, a: string, b: string) => (o.muladd ? `${acc} += ${a} * ${b};` : `${acc} = fma(vec4<f32>(${a}), ${b}, ${acc});`);
 
   const sBody = (kk: string) => `{
-        let a0 = W[qb + ${kk} * 16u + tr * 2u]; let a1 = W[qb + ${kk} * 16u + tr * 2u + 1u]; let bb = W[qb + 256u + ${kk} * 16u + tc];
+        let a0 = W[qb + ${kk} * 16u + tr * 2u]; let a1 = W[qb + ${kk} * 16u + tr * 2u + 1u]; let bb = W[qb + ${KOFF}u + ${kk} * 16u + tc];
         ${rep(8, (i) => mad(`s${i}`, `a${i >> 2}.${C[i & 3]}`, 'bb'), ' ')}
       }`;
-  const sFma = o.compact ? `for (var kk = 0u; kk < 16u; kk++) ${sBody('kk')}` : rep(16, (kk) => sBody(`${kk}u`), '\n      ');
+  const sFma = o.compact ? `for (var kk = 0u; kk < ${CH}u; kk++) ${sBody('kk')}` : rep(CH, (kk) => sBody(`${kk}u`), '\n      ');
   const pvBody = (c: string) => `{
           let p0 = Ps[(vc + ${c}) * 16u + tr * 2u]; let p1 = Ps[(vc + ${c}) * 16u + tr * 2u + 1u];
           ${rep(
@@ -65,7 +78,7 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
             '\n          ',
           )}
         }`;
-  const pvFma = o.compact ? `for (var c = 0u; c < 16u; c++) ${pvBody('c')}` : rep(16, (c) => pvBody(`${c}u`), '\n        ');
+  const pvFma = o.compact ? `for (var c = 0u; c < ${VK}u; c++) ${pvBody('c')}` : rep(VK, (c) => pvBody(`${c}u`), '\n        ');
 
   // Load Q/K chunk at head dim `dc` into the raw registers: threads 0-63 one Q row each,
   // 64-127 one K row each (warp-uniform branch); rows outside the sequence read as zero.
@@ -88,14 +101,14 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
   const storeQK = (b: string) => `{
         ${widenRaw}
         let sc = select(P.scaleLog2, 1.0, isK);
-        let at = ${b} + select(0u, 256u, isK) + srow / 4u;
+        let at = ${b} + select(0u, ${KOFF}u, isK) + srow / 4u;
         let cc = srow % 4u;
-        ${rep(4, (j) => `{ let x = w${j} * sc; bad = bad | nonFinite(x); ${rep(4, (e) => `W[at + ${(j * 4 + e) * 16}u][cc] = x.${C[e]};`, ' ')} }`, '\n        ')}
+        ${rep(CH / 4, (j) => `{ let x = w${j} * sc; bad = bad | nonFinite(x); ${rep(4, (e) => `W[at + ${(j * 4 + e) * 16}u][cc] = x.${C[e]};`, ' ')} }`, '\n        ')}
       }`;
   // V chunk `vc0` (16 keys, all d dims, row-major [key][d/4]): f16 two loads of eight halves
   // per thread, f32 four loads of four floats.
   const vPer = f16 ? 8 : 4; // values per raw load
-  const vLoads = f16 ? (16 * D) / 8 / 128 : (16 * D) / 4 / 128; // raw loads per thread (2 or 4 at d = 128)
+  const vLoads = (VK * D) / vPer / 128; // raw loads per thread (f16 2, f32 4 at d = 128, narrow)
   const vGroups = D / vPer; // raw groups per key
   const loadV = (vc0: string) => `{
         ${rep(
@@ -120,7 +133,7 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
       : `{
         ${rep(vLoads, (e) => `{ let x = lid + ${e * 128}u; bad = bad | nonFinite(ra${e}); W[${b} + x] = ra${e}; }`, '\n        ')}
       }`;
-  if (vLoads > 4 || RN > 4) throw new Error('attention-v4: head dim too large for the raw registers');
+  if (vLoads > 8 || RN > 8 || !Number.isInteger(vLoads)) throw new Error('attention-v4: head dim unsupported by the staging layout');
   const RAW = Math.max(RN, vLoads);
   const mask = `let kv4 = vec4<u32>(k0 + tc * 4u) + vec4<u32>(0u, 1u, 2u, 3u);
           let outside = kv4 >= vec4<u32>(P.n);
@@ -129,28 +142,28 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
   const qkLoop = o.noPrefetch
     ? `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
         if (ci > 0u) {
-          ${loadQK('ci * 16u')}
-          ${storeQK('(ci % 2u) * 512u')}
+          ${loadQK(`ci * ${CH}u`)}
+          ${storeQK(`(ci % 2u) * ${BUF}u`)}
           workgroupBarrier();
         }
-        let qb = (ci % 2u) * 512u;
+        let qb = (ci % 2u) * ${BUF}u;
         ${sFma}
       }
       ${loadV('0u')}`
     : `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
-        if (ci + 1u < ${CHUNKS}u) { ${loadQK('(ci + 1u) * 16u')} } else { ${loadV('0u')} }
-        let qb = (ci % 2u) * 512u;
+        if (ci + 1u < ${CHUNKS}u) { ${loadQK(`(ci + 1u) * ${CH}u`)} } else { ${loadV('0u')} }
+        let qb = (ci % 2u) * ${BUF}u;
         ${sFma}
         if (ci + 1u < ${CHUNKS}u) {
-          ${storeQK('((ci + 1u) % 2u) * 512u')}
+          ${storeQK(`((ci + 1u) % 2u) * ${BUF}u`)}
           workgroupBarrier();
         }
       }`;
   // V loop: V chunk j sits in buffer (j + 1) % 2; chunk j + 1 loads during chunk j's FMAs.
   const vLoop = o.noPrefetch
-    ? `for (var j = 0u; j < 4u; j++) {
-        let vc = j * 16u;
-        let vb = ((j + 1u) % 2u) * 512u;
+    ? `for (var j = 0u; j < ${NVC}u; j++) {
+        let vc = j * ${VK}u;
+        let vb = ((j + 1u) % 2u) * ${BUF}u;
         if (j > 0u) {
           ${loadV('vc')}
           ${storeV('vb')}
@@ -159,16 +172,17 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
         ${pvFma}
         workgroupBarrier();
       }`
-    : `for (var j = 0u; j < 4u; j++) {
-        let vc = j * 16u;
-        let vb = ((j + 1u) % 2u) * 512u;
-        if (j < 3u) { ${loadV('vc + 16u')} }
+    : `for (var j = 0u; j < ${NVC}u; j++) {
+        let vc = j * ${VK}u;
+        let vb = ((j + 1u) % 2u) * ${BUF}u;
+        if (j + 1u < ${NVC}u) { ${loadV(`vc + ${VK}u`)} }
         ${pvFma}
-        if (j < 3u) {
-          ${storeV('(j % 2u) * 512u')}
+        if (j + 1u < ${NVC}u) {
+          ${storeV(`(j % 2u) * ${BUF}u`)}
           workgroupBarrier();
         }
       }`;
+  const LAST = 2 * BUF - 1;
   const wgsl = /* wgsl */ `
 ${attentionInterface(f16 ? { q: 'array<vec4<u32>>', k: 'array<vec4<u32>>', v: 'array<vec4<u32>>', o: 'array<vec2<u32>>' } : { q: 'array<vec4<f32>>', k: 'array<vec4<f32>>', v: 'array<vec4<f32>>', o: 'array<vec4<f32>>' })}
 
@@ -178,10 +192,10 @@ const MASKED: f32 = -3.0e38;
 const LN2: f32 = 0.6931471805599453;
 // P of the current key tile, transposed: [key][row group of 4].
 var<workgroup> Ps: array<vec4<f32>, 1024>;
-// Staging, two buffers of 512 vec4: a Q chunk [16 dims][64 rows] at +0 and a K chunk at
-// +256, or a V chunk [16 keys][d]. Buffer 0's first 256 also hold the row partials (max
-// per tile; at the end sums and the NaN flag); W[1023] passes the key-tile range.
-var<workgroup> W: array<vec4<f32>, 1024>;
+// Staging, two buffers of ${BUF} vec4: a Q chunk [${CH} dims][64 rows] at +0 and a K chunk at
+// +${KOFF}, or a V chunk [${VK} keys][d]. Buffer 0's first 256 also hold the row partials (max
+// per tile; at the end sums and the NaN flag); W[${2 * BUF - 1}] passes the key-tile range.
+var<workgroup> W: array<vec4<f32>, ${2 * BUF}>;
 
 fn nonFinite(x: vec4<f32>) -> bool {
   return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
@@ -218,18 +232,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (lid == 0u) {
     var sgr = vec2<u32>(0u, 1u);
     if (P.dense == 0u) { sgr = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
-    W[1023] = packU2(sgr);
+    W[${LAST}] = packU2(sgr);
   }
-  let sg = unpackU2(workgroupUniformLoad(&W[1023]));
+  let sg = unpackU2(workgroupUniformLoad(&W[${LAST}]));
   for (var si = sg.x; si < sg.y; si++) {
-    // every thread has finished the previous segment (and read W[1023]) before it is reused
+    // every thread has finished the previous segment (and read W[${LAST}]) before it is reused
     workgroupBarrier();
     if (lid == 0u) {
       var kr0 = vec2<u32>(0u, t + 1u);
       if (P.dense == 0u) { let J = cols[si]; kr0 = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
-      W[1023] = packU2(kr0);
+      W[${LAST}] = packU2(kr0);
     }
-    let kr = unpackU2(workgroupUniformLoad(&W[1023]));
+    let kr = unpackU2(workgroupUniformLoad(&W[${LAST}]));
     for (var kt = kr.x; kt < kr.y; kt++) {
       let k0 = kt * 64u;
       // Chunk 0 of this key tile: buffer 0 may still hold the last V chunk being read.
@@ -272,7 +286,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       )}
       ${rep(8, (i) => rep(NV, (u) => `o${i}_${u} *= ${i < 4 ? 'alo' : 'ahi'}.${C[i & 3]};`, ' '), '\n      ')}
       // V chunk 0 into buffer 1 (the last Q/K chunk there was read before the barrier above).
-      ${storeV('512u')}
+      ${storeV(`${BUF}u`)}
       // P and V chunk 0 complete; everyone is past reading the partials in buffer 0.
       workgroupBarrier();
       ${vLoop}
@@ -312,6 +326,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   )}
 }
 `;
-  const tag = `${o.compact ? ':compact' : ''}${o.muladd ? ':muladd' : ''}${o.noPrefetch ? ':noprefetch' : ''}`;
+  const tag = `${o.compact ? ':compact' : ''}${o.muladd ? ':muladd' : ''}${o.noPrefetch ? ':noprefetch' : ''}${o.wide ? ':wide' : ''}`;
   return { name: 'attentionV4', cacheKey: `attentionV4:${dtype}:d${D}${tag}`, wgsl, entryPoint: 'main' };
 }
