@@ -481,6 +481,199 @@ __device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* _
   store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
 }
 
+
+// mbarrier (shared::cta) helpers for the warp-specialised layout: arrive (release), and a
+// spin on try_wait.parity (acquire) for the phase with the given parity.
+__device__ __forceinline__ void mbar_init(u32 addr, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 addr) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(u32 addr, int parity) {
+  u32 ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(addr), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
+  while (!mbar_try(addr, parity)) {
+  }
+}
+
+// wgw: wgo's consumer schedule, fed by a producer warpgroup instead of a CTA-wide barrier
+// per tile (FA3's warp specialisation, with cp.async where FA3 uses TMA). Warpgroups
+// 0 .. NWG − 1 consume, warpgroup NWG produces; at NWG 2 the producer hands registers to the
+// consumers (setmaxnreg 40 / 232: 384 threads would otherwise get 168 each, and the consumer
+// schedule needs ~218). ST stages of K and of V; per stage a "full" mbarrier (128 producer
+// arrivals, after the threads' cp.async landed and were fenced to the async proxy) and an
+// "empty" one (every consumer thread arrives once the MMAs that read the stage are complete). The producer signals tile t − 1 before it may block on an
+// empty stage for tile t, so with ST >= 2 the chain cannot deadlock (NOTES.md). The two
+// consumer warpgroups no longer meet at a barrier each tile, so one's softmax can run under
+// the other's MMAs.
+template <int D, int NWG, bool BF16, bool KVMAJOR, int ST>
+__device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
+                                        u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
+                                        const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
+                                        float scaleLog2) {
+  constexpr int BM = 64 * NWG;
+  constexpr int BN = BM;
+  constexpr int NC = NWG * 128;  // consumer threads
+  constexpr int CH = D / 8;
+  constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 sQ = (smem_addr(smem) + 1023u) & ~1023u;
+  const u32 sK = sQ + QBYTES;
+  const u32 sV = sK + ST * TBYTES;
+  const u32 bars = sV + ST * TBYTES;
+  auto fullK = [&](int st) -> u32 { return bars + 8u * st; };
+  auto fullV = [&](int st) -> u32 { return bars + 8u * (ST + st); };
+  auto emptyK = [&](int st) -> u32 { return bars + 8u * (2 * ST + st); };
+  auto emptyV = [&](int st) -> u32 { return bars + 8u * (3 * ST + st); };
+
+  const int off = n - m;
+  int h, I;
+  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int q0 = I * BM;
+  const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
+  int first = 0, nTiles = I + 1;
+  if (rowPtr != nullptr) {
+    first = rowPtr[h * Nb + I];
+    nTiles = rowPtr[h * Nb + I + 1] - first;
+  }
+  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
+
+  if (tid == 0) {
+    for (int st = 0; st < ST; st++) {
+      mbar_init(fullK(st), 128);
+      mbar_init(fullV(st), 128);
+      mbar_init(emptyK(st), NC);
+      mbar_init(emptyV(st), NC);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= NWG * 4) {
+    if (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    // Producer: K_t then V_t into stage t % ST, each when its stage is free; the tile before
+    // is signalled in between (its groups are the older ones: wait_group 1).
+    const int ptid = tid - NC;
+    auto issue = [&](const u16* src, u32 dst, int t) {
+      const int ks = tileStart(t);
+      for (int c = ptid; c < BN * CH; c += 128) {
+        const int r = c / CH, ch = c % CH, key = ks + r;
+        const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
+        cp_async16(dst + pswz(BN, r, ch), src + go, key < n ? 16 : 0);
+      }
+      cp_async_commit();
+    };
+    auto signal = [&](int t) {
+      fence_proxy_async();
+      mbar_arrive(fullK(t % ST));
+      mbar_arrive(fullV(t % ST));
+    };
+    for (int t = 0; t < nTiles; t++) {
+      const int st = t % ST, par = ((t / ST) & 1) ^ 1;
+      mbar_wait(emptyK(st), par);
+      issue(k, sK + st * TBYTES, t);
+      if (t > 0) {
+        cp_async_wait<1>();
+        signal(t - 1);
+      }
+      mbar_wait(emptyV(st), par);
+      issue(v, sV + st * TBYTES, t);
+    }
+    cp_async_wait<0>();
+    if (nTiles > 0) signal(nTiles - 1);
+    return;
+  }
+
+  if (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp >> 2, wq = warp & 3;
+  for (int c = tid; c < BM * CH; c += NC) {
+    const int r = c / CH, ch = c % CH, row = q0 + r;
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  asm volatile("bar.sync 1, %0;\n" ::"n"(NC) : "memory");  // the consumers only
+
+  float acc[D / 2];
+  float s[BN / 2];
+  u32 p[BN / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 16; i++) p[i][0] = p[i][1] = p[i][2] = p[i][3] = 0u;
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
+  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
+  const u32 qBase = sQ + wg * 64 * 128;
+  auto softmaxS = [&](int t, float& cA, float& cB) {
+    const int ks = tileStart(t);
+    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+  };
+
+  if (nTiles > 0) {
+    mbar_wait(fullK(0), 0);
+    reg_fence<BN / 2>(s);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<BN / 2>(s);
+    mbar_arrive(emptyK(0));
+    float cA, cB;
+    softmaxS(0, cA, cB);
+    pack_p<BN, BF16>(p, s);
+  }
+  for (int t = 1; t < nTiles; t++) {
+    const int sk = t % ST, sv = (t - 1) % ST;
+    mbar_wait(fullK(sk), (t / ST) & 1);
+    mbar_wait(fullV(sv), ((t - 1) / ST) & 1);
+    reg_fence<BN / 2>(s);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK + sk * TBYTES);
+    wgmma_commit();
+    issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+    wgmma_commit();
+    wgmma_wait1();
+    reg_fence<BN / 2>(s);
+    mbar_arrive(emptyK(sk));
+    float cA, cB;
+    softmaxS(t, cA, cB);
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    mbar_arrive(emptyV(sv));
+    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
+    pack_p<BN, BF16>(p, s);
+  }
+  if (nTiles > 0) {
+    const int sv = (nTiles - 1) % ST;
+    mbar_wait(fullV(sv), ((nTiles - 1) / ST) & 1);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    wgmma_fence();
+    issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+  }
+  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
+}
 #endif  // CRISP_WGMMA
 
 // wg: B = 64 (one warpgroup) or 128 (two), 1 CTA per SM at B 128, d 128 (161 KB of shared
@@ -533,6 +726,29 @@ CRISP_ATTN_WG(attn_wgok_f16_d64_b64, wgo_body, 64, 1, false, true)
 CRISP_ATTN_WG(attn_wgok_f16_d64_b128, wgo_body, 64, 2, false, true)
 CRISP_ATTN_WG(attn_wgok_f16_d128_b64, wgo_body, 128, 1, false, true)
 CRISP_ATTN_WG(attn_wgok_f16_d128_b128, wgo_body, 128, 2, false, true)
+
+#ifdef CRISP_WGMMA
+#define CRISP_WGW_BODY(D, NWG, BF16, KVM) \
+  wgw_body<D, NWG, BF16, KVM, 3>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
+#else
+#define CRISP_WGW_BODY(D, NWG, BF16, KVM)
+#endif
+// wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
+// shared memory at B 128, d 128).
+#define CRISP_ATTN_WGW(NAME, D, NWG, BF16, KVM)                                                             \
+  extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                        \
+      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
+    CRISP_WGW_BODY(D, NWG, BF16, KVM)                                                                        \
+  }
+CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true, false)
+CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true, false)
+CRISP_ATTN_WGW(attn_wgw_bf16_d128_b64, 128, 1, true, false)
+CRISP_ATTN_WGW(attn_wgw_bf16_d128_b128, 128, 2, true, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false, false)
 
 // ---- diagnostics -------------------------------------------------------------------------
 // One warpgroup, one tile, no softmax: S = A Bᵀ (A 64x128 and B 128x128 both K-major from

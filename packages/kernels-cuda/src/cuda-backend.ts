@@ -72,18 +72,20 @@ export interface CudaBackendOptions {
  * shared memory through descriptors, key tiles of B rows; `wgk` the same with the
  * kv-head-major order; `wgo` wg with each tile's softmax overlapped with the previous
  * tile's P·V product (FA3's intra-warpgroup pipelining); `wgok` wgo with the kv-head-major
- * order. On a GPU other than compute capability 9.0 the Hopper variants
+ * order; `wgw` wgo's schedule fed by a producer warpgroup through mbarriers (3 stages, no
+ * CTA-wide barrier per tile; FA3's warp specialisation with cp.async). On a GPU other than compute capability 9.0 the Hopper variants
  * launch `w32` instead and `attentionVariantFallback` says why. Timings: NOTES.md.
  * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
-  v1: { file: 'attention.cu', prefix: 'attn_', rowsPerWarp: 16, keyTile: 64, sm90a: false },
-  w32: { file: 'attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, sm90a: false },
-  w32k: { file: 'attention.cu', prefix: 'attn_w32k_', rowsPerWarp: 32, keyTile: 64, sm90a: false },
-  wg: { file: 'attention-wgmma.cu', prefix: 'attn_wg_', rowsPerWarp: 16, keyTile: null, sm90a: true },
-  wgk: { file: 'attention-wgmma.cu', prefix: 'attn_wgk_', rowsPerWarp: 16, keyTile: null, sm90a: true },
-  wgo: { file: 'attention-wgmma.cu', prefix: 'attn_wgo_', rowsPerWarp: 16, keyTile: null, sm90a: true },
-  wgok: { file: 'attention-wgmma.cu', prefix: 'attn_wgok_', rowsPerWarp: 16, keyTile: null, sm90a: true },
+  v1: { file: 'attention.cu', prefix: 'attn_', rowsPerWarp: 16, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
+  w32: { file: 'attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
+  w32k: { file: 'attention.cu', prefix: 'attn_w32k_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
+  wg: { file: 'attention-wgmma.cu', prefix: 'attn_wg_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
+  wgk: { file: 'attention-wgmma.cu', prefix: 'attn_wgk_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
+  wgo: { file: 'attention-wgmma.cu', prefix: 'attn_wgo_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
+  wgok: { file: 'attention-wgmma.cu', prefix: 'attn_wgok_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
+  wgw: { file: 'attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
@@ -1150,11 +1152,14 @@ export class CudaBackend implements Backend {
     // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
     const firstBlock = Math.floor((n - m) / B);
     const lay = ATTENTION_VARIANTS[this.attentionVariantFallback ? PORTABLE_ATTENTION_VARIANT : this.#variant];
-    // Q (B rows) plus two stages of K and V tiles; the wgmma layout aligns its tiles to
-    // 1024 bytes (the 128-byte swizzle's repeat) itself, from up to 1 KB of slack.
+    // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
+    // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
+    // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
     const keyTile = lay.keyTile ?? B;
-    const smem = B * D * 2 + 4 * keyTile * D * 2 + (lay.sm90a ? 1024 : 0);
-    this.#launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb - firstBlock], (B / lay.rowsPerWarp) * 32, smem, [
+    const smem =
+      B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
+    const block = (B / lay.rowsPerWarp) * 32 + lay.producerThreads;
+    this.#launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb - firstBlock], block, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),
