@@ -495,21 +495,30 @@ __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, cons
   for (int i = tid; i < SP; i += NT) slashPart[((size_t)h * nParts + part) * SP + i] = acc[i] * invB;
 }
 
-// Per (block J, head h), 128 threads: p_v[J] = Σ_{j in J} a_v[j]; a_s[o] for the block's
-// offsets, gathered from the (at most two) parts whose offset range holds o, in part order
-// (written out only when asked for), and p_s[J] = their sum; FlexPrefill's pooled logit
-// mean(Q̂) · K̄_J · scale. f64 tree sums; out is the host's f64 buffer.
+// Per (block J, head h), one warp (4 blocks a CTA of 128 threads, no barriers): p_v[J] =
+// Σ_{j in J} a_v[j]; a_s[o] for the block's offsets, gathered from the (at most two) parts
+// whose offset range holds o, in part order (written out only when asked for), and p_s[J]
+// = their sum; FlexPrefill's pooled logit mean(Q̂) · K̄_J · scale. f64: each lane sums its
+// tokens (lane, lane + 32, ...) in order, then a butterfly over the lanes (every lane ends
+// with the same value); out is the host's f64 buffer.
+__device__ __forceinline__ double warp_sum_f64(double x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
 extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart, const float* qMean,
                                        const float* kMean, float* as, double* out, int n, int H, int Hkv, int b,
-                                       int B, int nParts, int D, float scale) {
-  __shared__ double red[3][128];
-  const int J = blockIdx.x, h = blockIdx.y, Nb = gridDim.x, t = threadIdx.x;
+                                       int B, int nParts, int D, float scale, int Nb) {
+  const int J = blockIdx.x * 4 + (threadIdx.x >> 5), h = blockIdx.y, lane = threadIdx.x & 31;
+  if (J >= Nb) return;  // whole warps
   const int kvh = h / (H / Hkv);
   const int SP = PART_KEYS + B;
   double v = 0.0, sl = 0.0, lg = 0.0;
-  const int o = J * B + t;
-  if (t < B && o < n) {
-    v = av[(size_t)h * n + o];
+  for (int t = lane; t < B; t += 32) {
+    const int o = J * B + t;
+    if (o >= n) break;
+    v += av[(size_t)h * n + o];
     // part p covers offsets [n − b − PART_KEYS·p − (PART_KEYS − 1), n − 1 − PART_KEYS·p]
     int pHi = (n - 1 - o) / PART_KEYS;
     if (pHi > nParts - 1) pHi = nParts - 1;
@@ -521,26 +530,19 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
       sum += slashPart[((size_t)h * nParts + p) * SP + (o - oMin)];
     }
     if (as != nullptr) as[(size_t)h * n + o] = sum;
-    sl = sum;
+    sl += sum;
   }
-  if (t < D) lg = (double)qMean[(size_t)h * D + t] * (double)kMean[((size_t)kvh * Nb + J) * D + t];
-  red[0][t] = v;
-  red[1][t] = sl;
-  red[2][t] = lg;
-  __syncthreads();
-  for (int w = 64; w > 0; w >>= 1) {
-    if (t < w) {
-      red[0][t] += red[0][t + w];
-      red[1][t] += red[1][t + w];
-      red[2][t] += red[2][t + w];
-    }
-    __syncthreads();
+  for (int d = lane; d < D; d += 32) {
+    lg += (double)qMean[(size_t)h * D + d] * (double)kMean[((size_t)kvh * Nb + J) * D + d];
   }
-  if (t == 0) {
+  v = warp_sum_f64(v);
+  sl = warp_sum_f64(sl);
+  lg = warp_sum_f64(lg);
+  if (lane == 0) {
     const size_t HNb = (size_t)H * Nb;
-    out[2 * H + (size_t)h * Nb + J] = red[0][0];
-    out[2 * H + HNb + (size_t)h * Nb + J] = red[1][0];
-    out[2 * H + 2 * HNb + (size_t)h * Nb + J] = red[2][0] * (double)scale;  // logits; proxy_heads normalises
+    out[2 * H + (size_t)h * Nb + J] = v;
+    out[2 * H + HNb + (size_t)h * Nb + J] = sl;
+    out[2 * H + 2 * HNb + (size_t)h * Nb + J] = lg * (double)scale;  // logits; proxy_heads normalises
   }
 }
 

@@ -692,7 +692,8 @@ export class CudaBackend implements Backend {
         I(b),
         F(scaleLog2),
       ]);
-      this.#launch('proxy.cu', 'proxy_blocks', [Nb, H], 128, 0, [
+      // one warp per (block, head), 4 blocks a CTA
+      this.#launch('proxy.cu', 'proxy_blocks', [Math.ceil(Nb / 4), H], 128, 0, [
         P(av.ptr),
         P(sp.ptr),
         P(qm.ptr),
@@ -707,6 +708,7 @@ export class CudaBackend implements Backend {
         I(nParts),
         I(D),
         F(scale),
+        I(Nb),
       ]);
       this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
         P(av.ptr),
