@@ -100,6 +100,8 @@ const be: CudaBackend = await createCudaBackend({
   cacheDir: '/tmp/crisp-cubin',
   attentionVariant: variant,
   proxyLayout,
+  // the kernels phase self-checks and times the variants not yet run on a GPU
+  experimentalKernels: true,
 });
 results.variant = variant;
 results.proxyLayout = proxyLayout;
@@ -119,7 +121,7 @@ if (phase === 'all' || phase === 'conformance') {
     const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
     // runConformance disposes the backend it is given: give it its own
     const confFilter = arg('confFilter', '');
-    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout }), {
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout, experimentalKernels: true }), {
       sizes,
       dtypes: confDtypes,
       ...(confFilter ? { filter: new RegExp(confFilter) } : {}),

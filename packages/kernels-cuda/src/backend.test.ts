@@ -13,6 +13,7 @@ import {
   type ProxyLayout,
   cudaAvailability,
   createCudaBackend,
+  UNVERIFIED_ATTENTION_VARIANTS,
 } from './index.js';
 import { sizeClass } from './pool.js';
 
@@ -81,10 +82,28 @@ describe.skipIf(!avail.available)('cuda backend on a GPU', () => {
 });
 
 describe.skipIf(!avail.available)('every attention variant on a GPU', () => {
+  it('refuses the variants not yet run on a GPU unless experimentalKernels is set', async () => {
+    for (const name of UNVERIFIED_ATTENTION_VARIANTS) {
+      const err = await createCudaBackend({ attentionVariant: name }).catch((e: unknown) => e);
+      expect(err, name).toBeInstanceOf(CrispError);
+      expect((err as CrispError).code, name).toBe('UNSUPPORTED');
+      expect((err as CrispError).message, name).toMatch(/experimentalKernels: true/);
+    }
+    const be = await createCudaBackend();
+    try {
+      expect(() => {
+        be.attentionVariant = 'wg';
+      }).toThrow(/not yet been run on a GPU/);
+      expect(be.attentionVariant).toBe('w32');
+    } finally {
+      be.dispose();
+    }
+  });
+
   it('matches the float64 reference, dense and chunked (or falls back off Hopper with a reason)', async () => {
     const seed = (Date.now() ^ 0xa77e) >>> 0;
     const r = seeded(seed);
-    const be = await createCudaBackend();
+    const be = await createCudaBackend({ experimentalKernels: true });
     const ref = createReferenceBackend();
     try {
       const [n, m, H, Hkv, d] = [333, 200, 4, 2, 128];

@@ -58,6 +58,12 @@ export interface CudaBackendOptions {
   readonly checkFinite?: boolean;
   /** which attention kernel layout to launch (default: DEFAULT_ATTENTION_VARIANT); see ATTENTION_VARIANTS */
   readonly attentionVariant?: AttentionVariant;
+  /**
+   * Allow the attention variants that have not yet been run on a GPU
+   * (UNVERIFIED_ATTENTION_VARIANTS): for the device script's self-check and whoever
+   * measures them next. Off by default: an unchecked kernel could be wrong or hang.
+   */
+  readonly experimentalKernels?: boolean;
   /** proxy statistics kernel layout (default DEFAULT_PROXY_LAYOUT); see PROXY_LAYOUTS */
   readonly proxyLayout?: ProxyLayout;
 }
@@ -89,6 +95,19 @@ export const ATTENTION_VARIANTS = {
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
+/**
+ * Written and compiled (CI builds them for sm_80/sm_90/sm_90a) but not yet run on a GPU:
+ * no self-check against v1, no timing (NOTES.md, session 3). Selecting one needs
+ * `experimentalKernels: true`.
+ */
+export const UNVERIFIED_ATTENTION_VARIANTS: ReadonlySet<AttentionVariant> = new Set<AttentionVariant>([
+  'w32k',
+  'wg',
+  'wgk',
+  'wgo',
+  'wgok',
+  'wgw',
+]);
 /** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
 const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
 /** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
@@ -263,13 +282,19 @@ export class CudaBackend implements Backend {
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
+  #experimental = false;
   /** the proxy statistics kernel layout (a tuning knob, like the attention variant) */
   proxyLayout: ProxyLayout;
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
-  static #checkVariant(v: string): AttentionVariant {
+  static #checkVariant(v: string, experimental: boolean): AttentionVariant {
     if (!Object.hasOwn(ATTENTION_VARIANTS, v)) {
       throw new InvalidArgumentError(`attentionVariant must be one of ${Object.keys(ATTENTION_VARIANTS).join(', ')}; got ${v}`);
+    }
+    if (!experimental && UNVERIFIED_ATTENTION_VARIANTS.has(v as AttentionVariant)) {
+      throw new UnsupportedError(
+        `attentionVariant '${v}' has not yet been run on a GPU (no correctness check, no timing; see the package's NOTES.md); pass experimentalKernels: true to createCudaBackend to try it, or use '${DEFAULT_ATTENTION_VARIANT}'`,
+      );
     }
     return v as AttentionVariant;
   }
@@ -289,7 +314,7 @@ export class CudaBackend implements Backend {
   }
   /** Switch the attention kernel layout (benchmarks compare them on one context). */
   set attentionVariant(v: AttentionVariant) {
-    this.#variant = CudaBackend.#checkVariant(v);
+    this.#variant = CudaBackend.#checkVariant(v, this.#experimental);
   }
   /** milliseconds spent compiling or loading modules, by file */
   readonly compileMs: Record<string, { ms: number; cached: boolean }> = {};
@@ -353,7 +378,8 @@ export class CudaBackend implements Backend {
     this.#pool = new DevicePool(libs);
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
     this.#checkFinite = opts.checkFinite ?? true;
-    this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? DEFAULT_ATTENTION_VARIANT);
+    this.#experimental = opts.experimentalKernels === true;
+    this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? DEFAULT_ATTENTION_VARIANT, this.#experimental);
     const layout = opts.proxyLayout ?? DEFAULT_PROXY_LAYOUT;
     if (!Object.hasOwn(PROXY_LAYOUTS, layout)) {
       throw new InvalidArgumentError(`proxyLayout must be one of ${Object.keys(PROXY_LAYOUTS).join(', ')}; got ${layout}`);

@@ -7,6 +7,7 @@ export {
   DEFAULT_ATTENTION_VARIANT,
   DEFAULT_PROXY_LAYOUT,
   PROXY_LAYOUTS,
+  UNVERIFIED_ATTENTION_VARIANTS,
 } from './cuda-backend.js';
 export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, ProxyLayout } from './cuda-backend.js';
 export { cudaAvailability } from './availability.js';
