@@ -12,6 +12,10 @@
 #   bash apps/bench/scripts/h200.sh webgpu "$OUT"   # ~300 s (after cuda: its nvidia-h200/ folder is merged into)
 #   bash apps/bench/scripts/h200.sh extra "$OUT"    # ~250 s (WebGPU conformance + 128k, CUDA 8k/16k)
 # Set CRISP_GIT_COMMIT to the commit being run (the GPU machine's git metadata can be stale).
+# The device runs the working copy's packages/kernels-cuda/kernels/*.cu (compiled there by
+# NVRTC) and the bundles in .device/app: build and pack from a clean tree, or from a clean
+# checkout of the commit copied over (session 3 did the latter while others were editing),
+# or the results will not be the commit's.
 # Then copy $OUT's folders over apps/bench/results/ unedited.
 #
 # Phases are separated with ';' so a step killed at its limit never stops the next one;
