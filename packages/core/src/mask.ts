@@ -325,12 +325,16 @@ function sortedHas(arr: Int32Array, from: number, to: number, x: number): boolea
  * Nb^2 instead; multiply by (Nb + 1) / (2 Nb) to compare.
  */
 export function maskDensity(mask: BlockMask): { perHead: Float64Array; overall: number } {
-  const counts = selectedBlockCounts(mask);
-  const denom = causalBlockCount(mask.numBlocks);
+  return densityFromCounts(selectedBlockCounts(mask), mask.numBlocks);
+}
+
+/** Density from selected causal blocks per head (however they were counted: host or device). */
+export function densityFromCounts(counts: Float64Array, Nb: number): { perHead: Float64Array; overall: number } {
+  const denom = causalBlockCount(Nb);
   const perHead = Float64Array.from(counts, (c) => c / denom);
   let s = 0;
   for (const c of counts) s += c;
-  return { perHead, overall: s / (denom * mask.heads) };
+  return { perHead, overall: s / (denom * counts.length) };
 }
 
 /** The dense causal mask as rows (every (I, J <= I)). */

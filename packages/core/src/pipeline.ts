@@ -13,7 +13,7 @@ import { InvalidArgumentError } from './errors.js';
 import {
   type BlockMask,
   type BlockRows,
-  causalBlockCount,
+  densityFromCounts,
   maskDensity,
   spreadRowPtr,
   validateMask,
@@ -255,8 +255,7 @@ async function buildPlan(
       pe: peHeads.length > 0 ? { q: inputs.q, k: inputs.k, opts: peOpts } : undefined,
     });
     const tPe = performance.now();
-    const density = r.prepared.blockCounts.map((c) => c / causalBlockCount(Nb));
-    const overallDensity = density.reduce((a, x) => a + x, 0) / H;
+    const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
     const tEnd = performance.now();
     const phases = { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe };
     const plan = (rows?: BlockRows): PrefillPlan => ({
@@ -269,12 +268,10 @@ async function buildPlan(
       phases,
     });
     const peRows = r.peRows;
-    if (!peRows) return { plan: plan(), complete: async () => plan() };
-    if (!deferRows) {
-      const p = plan(spreadRows(await peRows(), peHeads, H, Nb));
-      return { plan: p, complete: async () => p };
-    }
-    return { plan: plan(), complete: async () => plan(spreadRows(await peRows(), peHeads, H, Nb)) };
+    const withRows = async () => plan(peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
+    if (deferRows) return { plan: plan(), complete: withRows };
+    const p = await withRows();
+    return { plan: p, complete: async () => p };
   }
   let rows: BlockRows | undefined;
   let tPe = tSelect;
