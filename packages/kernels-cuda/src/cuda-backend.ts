@@ -781,13 +781,19 @@ export class CudaBackend implements Backend {
     if (req.heads.length === 0) return { rowPtr: new Int32Array(1), cols: new Int32Array(0) };
     const parts = this.#peOnDevice(req);
     try {
-      const host = parts.map((r) => ({ rowPtr: r.rowPtr, cols: this.#read(r.cols.ptr, new Int32Array(r.total)) }));
-      // One chunk (every head's map fits in 4 GiB: all Llama shapes to 512k): hand its
-      // arrays back as they are.
-      return host.length === 1 ? host[0] : joinRows(host, req.heads.length * req.Nb);
+      return this.#peRowsToHost(parts, req.heads.length * req.Nb);
     } finally {
       for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
     }
+  }
+
+  /**
+   * The PE parts' rows on the host, joined. One part (every head's map fits in 4 GiB: all
+   * Llama shapes to 512k) comes back as it is, without a second copy of its cols.
+   */
+  #peRowsToHost(parts: readonly { rowPtr: Int32Array; cols: DeviceBlock; total: number }[], rows: number): BlockRows {
+    const host = parts.map((r) => ({ rowPtr: r.rowPtr, cols: this.#read(r.cols.ptr, new Int32Array(r.total)) }));
+    return host.length === 1 ? host[0] : joinRows(host, rows);
   }
 
   /** The checks of a PE request, and what the kernels need from it. */
@@ -1061,10 +1067,7 @@ export class CudaBackend implements Backend {
           } else {
             // pooled maps over 4 GiB (beyond Llama shapes at 512k): join on the host
             for (const x of parts) temp.push(x.cols);
-            peHost = joinRows(
-              parts.map((x) => ({ rowPtr: x.rowPtr, cols: this.#read(x.cols.ptr, new Int32Array(x.total)) })),
-              r.heads.length * Nb,
-            );
+            peHost = this.#peRowsToHost(parts, r.heads.length * Nb);
             pe = { rowPtr: peHost.rowPtr, cols: this.#uploadInts(peHost.cols), total: peHost.cols.length, heads: r.heads };
             held.push(pe.cols);
           }
