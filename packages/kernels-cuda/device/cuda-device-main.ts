@@ -51,8 +51,8 @@ const inputsKind = arg('inputs', 'fill');
 const e2eNs = arg('e2e', '').split(',').filter(Boolean).map(Number);
 /** conformance dtypes (run bf16 and f16 as two processes to halve the wall time) */
 const confDtypes = arg('dtypes', 'bf16,f16').split(',') as ('bf16' | 'f16')[];
-/** attention kernel layout for conformance and the e2e/bench phases */
-const variant = arg('variant', 'w32') as AttentionVariant;
+/** attention kernel layout for conformance and the e2e/bench phases ('' = the backend's default for the GPU) */
+const variantArg = arg('variant', '') as AttentionVariant | '';
 /** sizes for the kernel-layout sweep (phase kernels) */
 const sweepNs = arg('sweep', '16384,65536,131072,524288').split(',').map(Number);
 const layouts = arg('layouts', Object.keys(ATTENTION_VARIANTS).join(',')).split(',') as AttentionVariant[];
@@ -98,11 +98,10 @@ const proxyLayout = arg('proxyLayout', DEFAULT_PROXY_LAYOUT) as ProxyLayout;
 const be: CudaBackend = await createCudaBackend({
   kernelDir: 'packages/kernels-cuda/kernels',
   cacheDir: '/tmp/crisp-cubin',
-  attentionVariant: variant,
+  ...(variantArg ? { attentionVariant: variantArg } : {}),
   proxyLayout,
-  // the kernels phase self-checks and times the variants not yet run on a GPU
-  experimentalKernels: true,
 });
+const variant = be.attentionVariant;
 results.variant = variant;
 results.proxyLayout = proxyLayout;
 results.device = be.info;
@@ -121,7 +120,7 @@ if (phase === 'all' || phase === 'conformance') {
     const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
     // runConformance disposes the backend it is given: give it its own
     const confFilter = arg('confFilter', '');
-    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout, experimentalKernels: true }), {
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout }), {
       sizes,
       dtypes: confDtypes,
       ...(confFilter ? { filter: new RegExp(confFilter) } : {}),

@@ -250,7 +250,7 @@ __device__ __forceinline__ void store_rows(u16* __restrict__ o, float* __restric
   }
 }
 
-template <int D, int NWG, bool BF16, bool KVMAJOR>
+template <int D, int NWG, bool BF16>
 __device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
@@ -267,7 +267,7 @@ __device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __
 
   const int off = n - m;
   int h, I;
-  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);
+  cta_order(Nb, h, I);
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (16 rows each)
@@ -347,140 +347,6 @@ __device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __
   store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
 }
 
-template <int D, int NWG, bool BF16, bool KVMAJOR>
-__device__ __forceinline__ void wgo_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
-                                        u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
-                                        const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
-                                        float scaleLog2) {
-  constexpr int BM = 64 * NWG;  // = B
-  constexpr int BN = BM;        // one mask block per key tile
-  constexpr int NT = NWG * 128;
-  constexpr int CH = D / 8;
-  constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const u32 sQ = (smem_addr(smem) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
-  const u32 sK = sQ + QBYTES;
-  const u32 sV = sK + 2 * TBYTES;
-
-  const int off = n - m;
-  int h, I;
-  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);
-  const int kvh = h / (H / Hkv);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (16 rows each)
-  const int q0 = I * BM;
-  const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
-
-  for (int c = tid; c < BM * CH; c += NT) {
-    const int r = c / CH, ch = c % CH, row = q0 + r;
-    const bool ok = row < n && row >= off;
-    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
-    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
-  }
-  int first = 0, nTiles = I + 1;
-  if (rowPtr != nullptr) {
-    first = rowPtr[h * Nb + I];
-    nTiles = rowPtr[h * Nb + I + 1] - first;
-  }
-  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
-  // K and V tiles load separately: iteration t multiplies with K_t and V_{t-1}.
-  auto loadTile = [&](const u16* src, u32 dst, int t) {
-    const int ks = tileStart(t);
-    for (int c = tid; c < BN * CH; c += NT) {
-      const int r = c / CH, ch = c % CH, key = ks + r;
-      const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
-      cp_async16(dst + pswz(BN, r, ch), src + go, key < n ? 16 : 0);
-    }
-  };
-  if (nTiles > 0) loadTile(k, sK, 0);
-  cp_async_commit();
-
-  float acc[D / 2];
-  float s[BN / 2];
-  u32 p[BN / 16][4];
-#pragma unroll
-  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < BN / 16; i++) p[i][0] = p[i][1] = p[i][2] = p[i][3] = 0u;
-  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
-  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
-  const u32 qBase = sQ + wg * 64 * 128;
-
-  // Iteration t issues S_t = Q K_tᵀ and then O += P_{t-1} V_{t-1}, both asynchronous; the
-  // softmax of S_t runs while the tensor cores still work on P_{t-1} V_{t-1} (FA3's
-  // intra-warpgroup overlap). O is rescaled by S_t's correction only after that product
-  // has landed. Shared memory: K_t and V_{t-1} are in use while K_{t+1} and V_t load, so
-  // two stages of each suffice and one barrier per iteration orders the reuse.
-  // The first and last iterations are peeled off so the steady-state loop issues the same
-  // two MMA groups every time (ptxas serialises wgmma when a branch hides which groups are
-  // in flight at a wait).
-  // top: the tiles of this iteration have landed and every warp is done with the previous
-  // one. prefetch (after the MMAs are issued, so the tensor cores start first): K_{t+1} and
-  // V_t into the stages the previous iteration released.
-  auto top = [&]() {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-  };
-  auto prefetch = [&](int t) {
-    if (t + 1 < nTiles) loadTile(k, sK + ((t + 1) & 1) * TBYTES, t + 1);
-    if (t < nTiles) loadTile(v, sV + (t & 1) * TBYTES, t);
-    cp_async_commit();
-  };
-  auto softmaxS = [&](int t, float& cA, float& cB) {
-    const int ks = tileStart(t);
-    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
-  };
-  if (nTiles > 0) {
-    top();
-    reg_fence<BN / 2>(s);
-    wgmma_fence();
-    issue_s<D, BN, BM, BF16>(s, qBase, sK);
-    wgmma_commit();
-    prefetch(0);
-    wgmma_wait0();
-    reg_fence<BN / 2>(s);
-    float cA, cB;
-    softmaxS(0, cA, cB);  // O is still 0: no rescale
-    pack_p<BN, BF16>(p, s);
-  }
-  for (int t = 1; t < nTiles; t++) {
-    top();
-    reg_fence<BN / 2>(s);
-    reg_fence<D / 2>(acc);
-    reg_fence_u<BN / 16>(p);
-    wgmma_fence();
-    issue_s<D, BN, BM, BF16>(s, qBase, sK + (t & 1) * TBYTES);
-    wgmma_commit();
-    issue_pv<D, BN, BF16>(acc, p, sV + ((t - 1) & 1) * TBYTES);
-    wgmma_commit();
-    prefetch(t);
-    wgmma_wait1();
-    reg_fence<BN / 2>(s);
-    float cA, cB;
-    softmaxS(t, cA, cB);
-    wgmma_wait0();
-    reg_fence<D / 2>(acc);
-    reg_fence_u<BN / 16>(p);
-    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
-    pack_p<BN, BF16>(p, s);
-  }
-  if (nTiles > 0) {
-    top();
-    reg_fence<D / 2>(acc);
-    reg_fence_u<BN / 16>(p);
-    wgmma_fence();
-    issue_pv<D, BN, BF16>(acc, p, sV + ((nTiles - 1) & 1) * TBYTES);
-    wgmma_commit();
-    wgmma_wait0();
-    reg_fence<D / 2>(acc);
-  }
-  cp_async_wait<0>();
-  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
-}
-
 
 // mbarrier (shared::cta) helpers for the warp-specialised layout: arrive (release), and a
 // spin on try_wait.parity (acquire) for the phase with the given parity.
@@ -504,8 +370,9 @@ __device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
   }
 }
 
-// wgw: wgo's consumer schedule, fed by a producer warpgroup instead of a CTA-wide barrier
-// per tile (FA3's warp specialisation, with cp.async where FA3 uses TMA). Warpgroups
+// wgw: the consumers issue S_t = Q K_tᵀ and the previous tile's O += P_{t-1} V_{t-1} back to
+// back, so the softmax of one tile runs under the other's MMAs (FA3's intra-warpgroup
+// overlap), fed by a producer warpgroup instead of a CTA-wide barrier per tile (FA3's warp specialisation, with cp.async where FA3 uses TMA). Warpgroups
 // 0 .. NWG − 1 consume, warpgroup NWG produces; at NWG 2 the producer hands registers to the
 // consumers (setmaxnreg 40 / 232: 384 threads would otherwise get 168 each, and the consumer
 // schedule needs ~218). ST stages of K and of V; per stage a "full" mbarrier (128 producer
@@ -514,7 +381,7 @@ __device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
 // empty stage for tile t, so with ST >= 2 the chain cannot deadlock (NOTES.md). The two
 // consumer warpgroups no longer meet at a barrier each tile, so one's softmax can run under
 // the other's MMAs.
-template <int D, int NWG, bool BF16, bool KVMAJOR, int ST>
+template <int D, int NWG, bool BF16, int ST>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
@@ -536,7 +403,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 
   const int off = n - m;
   int h, I;
-  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);
+  cta_order(Nb, h, I);
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int q0 = I * BM;
@@ -677,78 +544,52 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 #endif  // CRISP_WGMMA
 
 // wg: B = 64 (one warpgroup) or 128 (two), 1 CTA per SM at B 128, d 128 (161 KB of shared
-// memory). wgk: the same with the kv-head-major CTA order (cta_order in crisp-common.cuh).
-// wgo: the softmax overlapped with the previous tile's P V (wgo_body); wgok: wgo with the
-// kv-head-major order.
+// memory). (Measured on the H200 in session 4 and dropped, NOTES.md: wgk, the kv-head-major
+// CTA order; wgo, wg with the softmax overlapped with P V behind a CTA-wide barrier per tile;
+// wgok, both. wgw below keeps the overlap without the barrier.)
 #ifdef CRISP_WGMMA
-#define CRISP_WG_BODY(BODY, D, NWG, BF16, KVM) \
-  BODY<D, NWG, BF16, KVM>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
+#define CRISP_WG_BODY(D, NWG, BF16) wg_body<D, NWG, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
 #else
-#define CRISP_WG_BODY(BODY, D, NWG, BF16, KVM)
+#define CRISP_WG_BODY(D, NWG, BF16)
 #endif
-#define CRISP_ATTN_WG(NAME, BODY, D, NWG, BF16, KVM)                                                        \
+#define CRISP_ATTN_WG(NAME, D, NWG, BF16)                                                                   \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 1)                                              \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
            int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
-    CRISP_WG_BODY(BODY, D, NWG, BF16, KVM)                                                                   \
+    CRISP_WG_BODY(D, NWG, BF16)                                                                              \
   }
 
-CRISP_ATTN_WG(attn_wg_bf16_d64_b64, wg_body, 64, 1, true, false)
-CRISP_ATTN_WG(attn_wg_bf16_d64_b128, wg_body, 64, 2, true, false)
-CRISP_ATTN_WG(attn_wg_bf16_d128_b64, wg_body, 128, 1, true, false)
-CRISP_ATTN_WG(attn_wg_bf16_d128_b128, wg_body, 128, 2, true, false)
-CRISP_ATTN_WG(attn_wg_f16_d64_b64, wg_body, 64, 1, false, false)
-CRISP_ATTN_WG(attn_wg_f16_d64_b128, wg_body, 64, 2, false, false)
-CRISP_ATTN_WG(attn_wg_f16_d128_b64, wg_body, 128, 1, false, false)
-CRISP_ATTN_WG(attn_wg_f16_d128_b128, wg_body, 128, 2, false, false)
-CRISP_ATTN_WG(attn_wgk_bf16_d64_b64, wg_body, 64, 1, true, true)
-CRISP_ATTN_WG(attn_wgk_bf16_d64_b128, wg_body, 64, 2, true, true)
-CRISP_ATTN_WG(attn_wgk_bf16_d128_b64, wg_body, 128, 1, true, true)
-CRISP_ATTN_WG(attn_wgk_bf16_d128_b128, wg_body, 128, 2, true, true)
-CRISP_ATTN_WG(attn_wgk_f16_d64_b64, wg_body, 64, 1, false, true)
-CRISP_ATTN_WG(attn_wgk_f16_d64_b128, wg_body, 64, 2, false, true)
-CRISP_ATTN_WG(attn_wgk_f16_d128_b64, wg_body, 128, 1, false, true)
-CRISP_ATTN_WG(attn_wgk_f16_d128_b128, wg_body, 128, 2, false, true)
-CRISP_ATTN_WG(attn_wgo_bf16_d64_b64, wgo_body, 64, 1, true, false)
-CRISP_ATTN_WG(attn_wgo_bf16_d64_b128, wgo_body, 64, 2, true, false)
-CRISP_ATTN_WG(attn_wgo_bf16_d128_b64, wgo_body, 128, 1, true, false)
-CRISP_ATTN_WG(attn_wgo_bf16_d128_b128, wgo_body, 128, 2, true, false)
-CRISP_ATTN_WG(attn_wgo_f16_d64_b64, wgo_body, 64, 1, false, false)
-CRISP_ATTN_WG(attn_wgo_f16_d64_b128, wgo_body, 64, 2, false, false)
-CRISP_ATTN_WG(attn_wgo_f16_d128_b64, wgo_body, 128, 1, false, false)
-CRISP_ATTN_WG(attn_wgo_f16_d128_b128, wgo_body, 128, 2, false, false)
-
-CRISP_ATTN_WG(attn_wgok_bf16_d64_b64, wgo_body, 64, 1, true, true)
-CRISP_ATTN_WG(attn_wgok_bf16_d64_b128, wgo_body, 64, 2, true, true)
-CRISP_ATTN_WG(attn_wgok_bf16_d128_b64, wgo_body, 128, 1, true, true)
-CRISP_ATTN_WG(attn_wgok_bf16_d128_b128, wgo_body, 128, 2, true, true)
-CRISP_ATTN_WG(attn_wgok_f16_d64_b64, wgo_body, 64, 1, false, true)
-CRISP_ATTN_WG(attn_wgok_f16_d64_b128, wgo_body, 64, 2, false, true)
-CRISP_ATTN_WG(attn_wgok_f16_d128_b64, wgo_body, 128, 1, false, true)
-CRISP_ATTN_WG(attn_wgok_f16_d128_b128, wgo_body, 128, 2, false, true)
+CRISP_ATTN_WG(attn_wg_bf16_d64_b64, 64, 1, true)
+CRISP_ATTN_WG(attn_wg_bf16_d64_b128, 64, 2, true)
+CRISP_ATTN_WG(attn_wg_bf16_d128_b64, 128, 1, true)
+CRISP_ATTN_WG(attn_wg_bf16_d128_b128, 128, 2, true)
+CRISP_ATTN_WG(attn_wg_f16_d64_b64, 64, 1, false)
+CRISP_ATTN_WG(attn_wg_f16_d64_b128, 64, 2, false)
+CRISP_ATTN_WG(attn_wg_f16_d128_b64, 128, 1, false)
+CRISP_ATTN_WG(attn_wg_f16_d128_b128, 128, 2, false)
 
 #ifdef CRISP_WGMMA
-#define CRISP_WGW_BODY(D, NWG, BF16, KVM) \
-  wgw_body<D, NWG, BF16, KVM, 3>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
+#define CRISP_WGW_BODY(D, NWG, BF16) \
+  wgw_body<D, NWG, BF16, 3>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
 #else
-#define CRISP_WGW_BODY(D, NWG, BF16, KVM)
+#define CRISP_WGW_BODY(D, NWG, BF16)
 #endif
 // wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
 // shared memory at B 128, d 128).
-#define CRISP_ATTN_WGW(NAME, D, NWG, BF16, KVM)                                                             \
+#define CRISP_ATTN_WGW(NAME, D, NWG, BF16)                                                                  \
   extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                        \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
            int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
-    CRISP_WGW_BODY(D, NWG, BF16, KVM)                                                                        \
+    CRISP_WGW_BODY(D, NWG, BF16)                                                                             \
   }
-CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true, false)
-CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true, false)
-CRISP_ATTN_WGW(attn_wgw_bf16_d128_b64, 128, 1, true, false)
-CRISP_ATTN_WGW(attn_wgw_bf16_d128_b128, 128, 2, true, false)
-CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false, false)
-CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false, false)
-CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false, false)
-CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false, false)
+CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
+CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
+CRISP_ATTN_WGW(attn_wgw_bf16_d128_b64, 128, 1, true)
+CRISP_ATTN_WGW(attn_wgw_bf16_d128_b128, 128, 2, true)
+CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false)
 
 // ---- diagnostics -------------------------------------------------------------------------
 // One warpgroup, one tile, no softmax: S = A Bᵀ (A 64x128 and B 128x128 both K-major from

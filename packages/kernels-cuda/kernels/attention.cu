@@ -12,7 +12,7 @@
 // reaches past a warp's first row (the diagonal block).
 #include "crisp-common.cuh"
 
-template <int D, int NW, int MT, int BN, bool BF16, bool KVMAJOR>
+template <int D, int NW, int MT, int BN, bool BF16>
 __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const u16* __restrict__ k,
                                                const u16* __restrict__ v, u16* __restrict__ o,
                                                float* __restrict__ lse, const int* __restrict__ rowPtr,
@@ -39,7 +39,7 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
   // columns below are positions; q, o and lse are indexed by position − off.
   const int off = n - m;
   int h, I;
-  cta_order<KVMAJOR>(H, Hkv, Nb, h, I);  // longest rows first: better tail balance
+  cta_order(Nb, h, I);  // longest rows first: better tail balance
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int q0 = I * BM;
@@ -226,13 +226,12 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
 // m-tiles), 2 CTAs per SM (255 registers a thread by the launch bound). (A w32 variant with
 // 32-key tiles was measured slower, NOTES.md, and is not shipped; BN stays a template
 // parameter.) Shared memory: Q (B rows) plus two stages of K and V tiles.
-#define CRISP_ATTN_O(NAME, D, NW, MT, BN, BF16, MINB, KVM)                                                   \
+#define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB)                                                          \
   extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                             \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
            int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
-    attention_body<D, NW, MT, BN, BF16, KVM>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);   \
+    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);        \
   }
-#define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB) CRISP_ATTN_O(NAME, D, NW, MT, BN, BF16, MINB, false)
 
 CRISP_ATTN(attn_bf16_d64_b64, 64, 4, 1, 64, true, 1)
 CRISP_ATTN(attn_bf16_d64_b128, 64, 8, 1, 64, true, 1)
@@ -250,12 +249,3 @@ CRISP_ATTN(attn_w32_f16_d64_b64, 64, 2, 2, 64, false, 2)
 CRISP_ATTN(attn_w32_f16_d64_b128, 64, 4, 2, 64, false, 2)
 CRISP_ATTN(attn_w32_f16_d128_b64, 128, 2, 2, 64, false, 2)
 CRISP_ATTN(attn_w32_f16_d128_b128, 128, 4, 2, 64, false, 2)
-// w32k: w32 with the kv-head-major CTA order (cta_order in crisp-common.cuh).
-CRISP_ATTN_O(attn_w32k_bf16_d64_b64, 64, 2, 2, 64, true, 2, true)
-CRISP_ATTN_O(attn_w32k_bf16_d64_b128, 64, 4, 2, 64, true, 2, true)
-CRISP_ATTN_O(attn_w32k_bf16_d128_b64, 128, 2, 2, 64, true, 2, true)
-CRISP_ATTN_O(attn_w32k_bf16_d128_b128, 128, 4, 2, 64, true, 2, true)
-CRISP_ATTN_O(attn_w32k_f16_d64_b64, 64, 2, 2, 64, false, 2, true)
-CRISP_ATTN_O(attn_w32k_f16_d64_b128, 64, 4, 2, 64, false, 2, true)
-CRISP_ATTN_O(attn_w32k_f16_d128_b64, 128, 2, 2, 64, false, 2, true)
-CRISP_ATTN_O(attn_w32k_f16_d128_b128, 128, 4, 2, 64, false, 2, true)

@@ -90,25 +90,12 @@ __device__ __forceinline__ u32 swz(int row, int chunk, int rowBytes) {
   return (u32)(row * rowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// Which (head h, query block I) this attention CTA computes; the grid is [H, query blocks]
-// and the hardware hands out CTAs in linear order (x fastest). Both orders run the longest
-// causal rows first (better tail balance). Head-major (default): the H heads of one I run
-// side by side, so the CTAs in flight stream all Hkv kv heads at once. KV-major: all query
-// blocks of one kv head's G = H / Hkv heads come first (its G heads adjacent), so the K/V
-// in flight is one kv head's (32 MB at 64k keys, d 128, bf16: it fits the 50 MB L2).
-template <bool KVMAJOR>
-__device__ __forceinline__ void cta_order(int H, int Hkv, int Nb, int& h, int& I) {
-  if (!KVMAJOR) {
-    h = blockIdx.x;
-    I = Nb - 1 - (int)blockIdx.y;
-    return;
-  }
-  const int G = H / Hkv;
-  const int L = (int)blockIdx.y * (int)gridDim.x + (int)blockIdx.x;
-  const int per = (int)gridDim.y * G;
-  const int r = L % per;
-  I = Nb - 1 - r / G;
-  h = (L / per) * G + r % G;
+// CTA order: blockIdx.x is the head, blockIdx.y counts query blocks from the last, so the
+// longest causal rows start first (better tail balance). (A kv-head-major order, for L2
+// reuse of one kv head's K/V, was measured on the H200 in session 4: no gain; NOTES.md.)
+__device__ __forceinline__ void cta_order(int Nb, int& h, int& I) {
+  h = blockIdx.x;
+  I = Nb - 1 - (int)blockIdx.y;
 }
 
 __device__ __forceinline__ float quad_max(float x) {

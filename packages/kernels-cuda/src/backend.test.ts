@@ -13,12 +13,19 @@ import {
   type ProxyLayout,
   cudaAvailability,
   createCudaBackend,
-  UNVERIFIED_ATTENTION_VARIANTS,
+  defaultAttentionVariant,
 } from './index.js';
 import { sizeClass } from './pool.js';
 
 const avail = cudaAvailability();
 if (!avail.available) console.log(`kernels-cuda: GPU tests skipped: ${avail.reason}`);
+
+describe('defaultAttentionVariant', () => {
+  it('picks the wgmma layout only on compute capability 9.0 (wgmma is sm_90a-only)', () => {
+    expect(defaultAttentionVariant([9, 0])).toBe('wgw');
+    for (const cc of [[8, 0], [8, 6], [8, 9], [10, 0], [12, 0]] as const) expect(defaultAttentionVariant(cc)).toBe('w32');
+  });
+});
 
 describe('availability', () => {
   it('answers without throwing, with a reason when unavailable', () => {
@@ -82,19 +89,21 @@ describe.skipIf(!avail.available)('cuda backend on a GPU', () => {
 });
 
 describe.skipIf(!avail.available)('every attention variant on a GPU', () => {
-  it('refuses the variants not yet run on a GPU unless experimentalKernels is set', async () => {
-    for (const name of UNVERIFIED_ATTENTION_VARIANTS) {
-      const err = await createCudaBackend({ attentionVariant: name }).catch((e: unknown) => e);
-      expect(err, name).toBeInstanceOf(CrispError);
-      expect((err as CrispError).code, name).toBe('UNSUPPORTED');
-      expect((err as CrispError).message, name).toMatch(/experimentalKernels: true/);
-    }
+  it('launches the fastest measured layout for the GPU by default, and rejects unknown names', async () => {
     const be = await createCudaBackend();
     try {
-      expect(() => {
-        be.attentionVariant = 'wg';
-      }).toThrow(/not yet been run on a GPU/);
-      expect(be.attentionVariant).toBe('w32');
+      expect(be.attentionVariant).toBe(defaultAttentionVariant(be.info.computeCapability));
+      expect(be.attentionVariantFallback).toBeUndefined();
+      const err = (() => {
+        try {
+          be.attentionVariant = 'wgx' as AttentionVariant;
+        } catch (e) {
+          return e;
+        }
+      })();
+      expect(err).toBeInstanceOf(CrispError);
+      expect((err as CrispError).code).toBe('INVALID_ARGUMENT');
+      expect(be.attentionVariant).toBe(defaultAttentionVariant(be.info.computeCapability));
     } finally {
       be.dispose();
     }
@@ -103,7 +112,7 @@ describe.skipIf(!avail.available)('every attention variant on a GPU', () => {
   it('matches the float64 reference, dense and chunked (or falls back off Hopper with a reason)', async () => {
     const seed = (Date.now() ^ 0xa77e) >>> 0;
     const r = seeded(seed);
-    const be = await createCudaBackend({ experimentalKernels: true });
+    const be = await createCudaBackend();
     const ref = createReferenceBackend();
     try {
       const [n, m, H, Hkv, d] = [333, 200, 4, 2, 128];

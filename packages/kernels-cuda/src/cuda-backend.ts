@@ -56,14 +56,11 @@ export interface CudaBackendOptions {
   readonly sparseCrossover?: number;
   /** check q, k, v for NaN/Inf before each primitive (default true; one extra read of each) */
   readonly checkFinite?: boolean;
-  /** which attention kernel layout to launch (default: DEFAULT_ATTENTION_VARIANT); see ATTENTION_VARIANTS */
-  readonly attentionVariant?: AttentionVariant;
   /**
-   * Allow the attention variants that have not yet been run on a GPU
-   * (UNVERIFIED_ATTENTION_VARIANTS): for the device script's self-check and whoever
-   * measures them next. Off by default: an unchecked kernel could be wrong or hang.
+   * which attention kernel layout to launch (default: defaultAttentionVariant of the GPU:
+   * `wgw` on Hopper, `w32` elsewhere); see ATTENTION_VARIANTS
    */
-  readonly experimentalKernels?: boolean;
+  readonly attentionVariant?: AttentionVariant;
   /** proxy statistics kernel layout (default DEFAULT_PROXY_LAYOUT); see PROXY_LAYOUTS */
   readonly proxyLayout?: ProxyLayout;
 }
@@ -72,44 +69,34 @@ export interface CudaBackendOptions {
  * Attention kernel layouts (same math, same results up to f32 summation order). In
  * kernels/attention.cu (mma.sync, any sm_80+ GPU): `v1` B/16 warps of 16 query rows,
  * 64-key tiles, one CTA per SM; `w32` B/32 warps of 32 rows (each K/V fragment feeds two
- * MMAs), two CTAs per SM; `w32k` w32 with the kv-head-major CTA order (one kv head's K/V
- * in flight at a time, for L2 reuse). In kernels/attention-wgmma.cu (Hopper only, built
- * for sm_90a): `wg` B/64 warpgroups of 64 rows on wgmma.mma_async with Q/K/V read from
- * shared memory through descriptors, key tiles of B rows; `wgk` the same with the
- * kv-head-major order; `wgo` wg with each tile's softmax overlapped with the previous
- * tile's P·V product (FA3's intra-warpgroup pipelining); `wgok` wgo with the kv-head-major
- * order; `wgw` wgo's schedule fed by a producer warpgroup through mbarriers (3 stages, no
- * CTA-wide barrier per tile; FA3's warp specialisation with cp.async). On a GPU other than compute capability 9.0 the Hopper variants
- * launch `w32` instead and `attentionVariantFallback` says why. Timings: NOTES.md.
+ * MMAs), two CTAs per SM. In kernels/attention-wgmma.cu (Hopper only, built for sm_90a):
+ * `wg` B/64 warpgroups of 64 rows on wgmma.mma_async with Q/K/V read from shared memory
+ * through descriptors, key tiles of B rows, double buffered behind a CTA-wide barrier;
+ * `wgw` the same MMAs with each tile's softmax overlapped with the previous tile's P·V,
+ * fed by a producer warpgroup through mbarriers (3 stages, no CTA-wide barrier per tile;
+ * FA3's warp specialisation with cp.async). On a GPU other than compute capability 9.0 the
+ * Hopper variants launch `w32` instead and `attentionVariantFallback` says why. Timings
+ * (H200, bf16, d 128, B 128: w32 326, wg 401, wgw 403 TFLOP/s dense at 64k): NOTES.md.
  * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
   v1: { file: 'attention.cu', prefix: 'attn_', rowsPerWarp: 16, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
   w32: { file: 'attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
-  w32k: { file: 'attention.cu', prefix: 'attn_w32k_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
   wg: { file: 'attention-wgmma.cu', prefix: 'attn_wg_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
-  wgk: { file: 'attention-wgmma.cu', prefix: 'attn_wgk_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
-  wgo: { file: 'attention-wgmma.cu', prefix: 'attn_wgo_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
-  wgok: { file: 'attention-wgmma.cu', prefix: 'attn_wgok_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
   wgw: { file: 'attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
-export const DEFAULT_ATTENTION_VARIANT: AttentionVariant = 'w32';
-/**
- * Written and compiled (CI builds them for sm_80/sm_90/sm_90a) but not yet run on a GPU:
- * no self-check against v1, no timing (NOTES.md, session 3). Selecting one needs
- * `experimentalKernels: true`.
- */
-export const UNVERIFIED_ATTENTION_VARIANTS: ReadonlySet<AttentionVariant> = new Set<AttentionVariant>([
-  'w32k',
-  'wg',
-  'wgk',
-  'wgo',
-  'wgok',
-  'wgw',
-]);
 /** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
 const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
+/**
+ * The layout a backend launches unless told otherwise: the fastest measured on the GPU's
+ * architecture. Hopper (compute capability 9.0): `wgw` (403 TFLOP/s dense at 64k on the H200,
+ * SDPA's flash backend ~330; per computed sparse block 1.04-1.07x dense). Elsewhere `w32`,
+ * the fastest mma.sync layout on the H200 (not measured on other GPUs).
+ */
+export function defaultAttentionVariant(computeCapability: readonly [number, number]): AttentionVariant {
+  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wgw' : PORTABLE_ATTENTION_VARIANT;
+}
 /** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
 const FILE_ARCH: Readonly<Record<string, string>> = { 'attention-wgmma.cu': '90a' };
 /** and the define that switches their bodies on (see kernels/attention-wgmma.cu) */
@@ -282,19 +269,13 @@ export class CudaBackend implements Backend {
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
-  #experimental = false;
   /** the proxy statistics kernel layout (a tuning knob, like the attention variant) */
   proxyLayout: ProxyLayout;
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
-  static #checkVariant(v: string, experimental: boolean): AttentionVariant {
+  static #checkVariant(v: string): AttentionVariant {
     if (!Object.hasOwn(ATTENTION_VARIANTS, v)) {
       throw new InvalidArgumentError(`attentionVariant must be one of ${Object.keys(ATTENTION_VARIANTS).join(', ')}; got ${v}`);
-    }
-    if (!experimental && UNVERIFIED_ATTENTION_VARIANTS.has(v as AttentionVariant)) {
-      throw new UnsupportedError(
-        `attentionVariant '${v}' has not yet been run on a GPU (no correctness check, no timing; see the package's NOTES.md); pass experimentalKernels: true to createCudaBackend to try it, or use '${DEFAULT_ATTENTION_VARIANT}'`,
-      );
     }
     return v as AttentionVariant;
   }
@@ -314,7 +295,7 @@ export class CudaBackend implements Backend {
   }
   /** Switch the attention kernel layout (benchmarks compare them on one context). */
   set attentionVariant(v: AttentionVariant) {
-    this.#variant = CudaBackend.#checkVariant(v, this.#experimental);
+    this.#variant = CudaBackend.#checkVariant(v);
   }
   /** milliseconds spent compiling or loading modules, by file */
   readonly compileMs: Record<string, { ms: number; cached: boolean }> = {};
@@ -378,8 +359,7 @@ export class CudaBackend implements Backend {
     this.#pool = new DevicePool(libs);
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
     this.#checkFinite = opts.checkFinite ?? true;
-    this.#experimental = opts.experimentalKernels === true;
-    this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? DEFAULT_ATTENTION_VARIANT, this.#experimental);
+    this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? defaultAttentionVariant([major, minor]));
     const layout = opts.proxyLayout ?? DEFAULT_PROXY_LAYOUT;
     if (!Object.hasOwn(PROXY_LAYOUTS, layout)) {
       throw new InvalidArgumentError(`proxyLayout must be one of ${Object.keys(PROXY_LAYOUTS).join(', ')}; got ${layout}`);
