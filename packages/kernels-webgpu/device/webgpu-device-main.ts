@@ -127,8 +127,8 @@ function flagsFor(toggles: string | undefined): string[] {
   if (!toggles) return [...DEFAULT_DAWN_FLAGS];
   return DEFAULT_DAWN_FLAGS.map((f) => (f.startsWith('enable-dawn-features=') ? `${f},${TOGGLES[toggles].join(',')}` : f));
 }
-/** The kernel a backend runs for this option ('fma' is v1's alias). */
-const resolved = (k: AttentionKernel) => (k === 'fma' ? 'fma-v1' : k);
+/** The kernel a backend runs for this option ('fma' is the default's alias, v4). */
+const resolved = (k: AttentionKernel) => (k === 'fma' ? 'fma-v4' : k);
 const VARIANTS = (args.get('variants') || 'fma-v4,fma-v3,fma-v1,subgroup-matrix,subgroup-matrix-staged').split(',').filter(Boolean).map(parseVariant);
 const PROBES = (args.get('probes') ?? 'fma,lds,robust').split(',').filter(Boolean);
 const BEST_DENSE = list('best-dense', '');
@@ -848,7 +848,7 @@ async function main(): Promise<void> {
   if (confSizes.length) {
     const reports: unknown[] = [];
     result.conformance = reports;
-    const kernel = bestPlain?.kernel ?? 'fma-v1';
+    const kernel = bestPlain?.kernel ?? 'fma-v4';
     for (const n of confSizes) {
       if (left(1) < (n > 16384 ? 60000 : 30000)) {
         reports.push({ n, kernel, skipped: 'time budget' });

@@ -1,6 +1,6 @@
 /**
- * The selectable attention kernels: fma-v1 (the default, also run by primitives.test.ts and
- * the conformance suite), fma-v3 and fma-v4 (f16 and f32) against float64, the option's validation, and the WGSL of
+ * The selectable attention kernels: fma-v4 (the default, also run by primitives.test.ts and
+ * the conformance suite), fma-v1 and fma-v3 (f16 and f32) against float64, the option's validation, and the WGSL of
  * the GPU forms (unrolled v3, the subgroup-matrix kernel) through Tint on Dawn's null
  * adapter, which offers chromium-experimental-subgroup-matrix: the checks the H200 build
  * applies before any driver sees the code (uniformity of fragment offsets, enables, types).
@@ -61,6 +61,13 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     await b1.denseAttention(b1.upload(q), b1.upload(k), b1.upload(v), { out });
     const rd = await ref.denseAttention(ref.upload(q), ref.upload(k), ref.upload(v));
     expect(maxAbsDiff(toFloat32(await b1.download(out)), toFloat32(await ref.download(rd.output))), `seed ${seed}`).toBeLessThan(1e-4);
+    b1.dispose();
+  });
+
+  it('the default and the alias fma are fma-v4 (the kernel the H200 measured fastest)', async () => {
+    expect(backend!.attentionKernel).toBe('fma-v4');
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
+    expect(b1.attentionKernel).toBe('fma-v4');
     b1.dispose();
   });
 

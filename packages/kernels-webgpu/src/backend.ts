@@ -74,7 +74,7 @@ export const H200_SPARSE_CROSSOVER = 8192;
 /** The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. */
 export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'fma-v4' | 'subgroup-matrix' | 'subgroup-matrix-staged';
 export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'fma-v4', 'subgroup-matrix', 'subgroup-matrix-staged'];
-/** A kernel a backend actually runs ('fma' resolves to 'fma-v1'). */
+/** A kernel a backend actually runs ('fma' resolves to the default, 'fma-v4'). */
 export type ActiveAttentionKernel = Exclude<AttentionKernel, 'fma'>;
 
 export interface WebGpuBackendOptions {
@@ -94,17 +94,17 @@ export interface WebGpuBackendOptions {
   readonly maxDispatchWork?: number;
   /**
    * Attention kernel (dense and block-sparse use the same one).
-   * - 'fma-v1' (default; 'fma' is an alias): 256 threads per 64-row tile, 4 x 4 blocks of S.
-   *   On the H200 it measured 17.1-17.7 TFLOP/s at 8k-64k, level with or ahead of v3
-   *   (NOTES.md), so it stays the default.
+   * - 'fma-v4' (default; 'fma' is an alias): v3's blocks with software-pipelined staging
+   *   (the next chunk's global loads in flight during the current chunk's FMAs),
+   *   conflict-free transposed stores and the fma() builtin; 32 KiB of workgroup memory.
+   *   On the H200 (session 4, NOTES.md) 21.7-23.6 TFLOP/s at 8k-64k, the fastest FMA kernel,
+   *   and @crisp/conformance passed with it at n = 4000 and 65536.
+   * - 'fma-v1': 256 threads per 64-row tile, 4 x 4 blocks of S (17.7-18.1 TFLOP/s on the H200).
    * - 'fma-v3': 128 threads per 64-row tile, 8 x 4 register blocks of S, double-buffered
-   *   chunks, 32 KiB of workgroup memory (16.5-17.7 TFLOP/s on the H200).
-   * - 'fma-v4': v3's blocks with software-pipelined staging (the next chunk's global loads
-   *   in flight during the current chunk's FMAs), conflict-free transposed stores and the
-   *   fma() builtin; 32 KiB of workgroup memory. Not yet measured on the H200 (NOTES.md).
+   *   chunks, 32 KiB of workgroup memory (16.9-17.7 TFLOP/s on the H200).
    * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 when the adapter offers
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups) and
-   *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v1'
+   *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v4'
    *   (`kernelNote` says why).
    * - 'subgroup-matrix-staged': EXPERIMENTAL, the same with K/V tiles staged once per
    *   workgroup in workgroup memory (41 KiB at d = 128); same fallback.
@@ -212,7 +212,7 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
   const ai = info as unknown as
     | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
     | undefined;
-  const kernel = opts.attentionKernel ?? 'fma-v1';
+  const kernel = opts.attentionKernel ?? 'fma-v4';
   if (!ATTENTION_KERNELS.includes(kernel)) {
     throw new InvalidArgumentError(`attentionKernel must be one of ${ATTENTION_KERNELS.join(', ')}; got ${String(kernel)}`);
   }
@@ -231,12 +231,18 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     (kernel === 'subgroup-matrix' || (smmStaged && ctx.limits.maxComputeWorkgroupStorageSize >= SMM_STAGED_WORKGROUP_BYTES));
   ctx.smmStaged = smmStaged;
   const wgBytes = ctx.limits.maxComputeWorkgroupStorageSize;
+  // 'fma', the subgroup-matrix kernels' fallback and the default all mean v4; v1 is what
+  // fits when a device offers less workgroup memory than v3/v4 declare.
   ctx.fmaKernel =
-    kernel === 'fma-v3' && wgBytes >= ATTENTION_V3_WORKGROUP_BYTES
-      ? 'fma-v3'
-      : kernel === 'fma-v4' && wgBytes >= ATTENTION_V4_WORKGROUP_BYTES
-        ? 'fma-v4'
-        : 'fma-v1';
+    kernel === 'fma-v1'
+      ? 'fma-v1'
+      : kernel === 'fma-v3'
+        ? wgBytes >= ATTENTION_V3_WORKGROUP_BYTES
+          ? 'fma-v3'
+          : 'fma-v1'
+        : wgBytes >= ATTENTION_V4_WORKGROUP_BYTES
+          ? 'fma-v4'
+          : 'fma-v1';
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
     Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);

@@ -56,7 +56,7 @@ export class GpuContext {
   /** ... with K/V tiles staged in workgroup memory */
   smmStaged = false;
   /** the FMA attention kernel (f32, and f16 without the tensor-core kernel) */
-  fmaKernel: 'fma-v1' | 'fma-v3' | 'fma-v4' = 'fma-v1';
+  fmaKernel: 'fma-v1' | 'fma-v3' | 'fma-v4' = 'fma-v4';
   /** generate rolled-loop WGSL (CPU adapters) */
   compact = false;
   #retired: GPUBuffer[] = [];
