@@ -114,14 +114,14 @@ export type ProxyLayout = keyof typeof PROXY_LAYOUTS;
 export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w32';
 
 /**
- * The length gate, measured by crisp-bench on one H200 (2026-11-30,
+ * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 4, wgw kernels;
  * apps/bench/results/nvidia-h200-synth/bench.md): CRISP end to end (statistics, routing,
  * selection, mask, sparse kernel) against the dense kernel on the @crisp/synth llama-like
- * layer (H = 32, Hkv = 8, d = 128, bf16): 3.42 vs 1.94 ms at 8k (dense wins), 8.82 vs
- * 27.4 ms at 32k (CRISP 3.1x); the log-n interpolation of the ratio crosses 1 at 13,018
- * keys. (On last session's denser device fill, density 0.44, the tie was at 32k.)
+ * layer (H = 32, Hkv = 8, d = 128, bf16): 3.11 vs 1.59 ms at 8k (dense wins), 2.38 vs
+ * 5.50 ms at 16k (CRISP 2.3x); the log-n interpolation of the ratio crosses 1 at 11,146
+ * keys. (Session 3 with the w32 kernels: 13,018.)
  */
-export const CUDA_SPARSE_CROSSOVER = 13018;
+export const CUDA_SPARSE_CROSSOVER = 11146;
 
 const LOG2E = Math.LOG2E;
 /** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy.cu) */
