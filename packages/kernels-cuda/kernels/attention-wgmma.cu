@@ -547,17 +547,24 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 // memory). (Measured on the H200 in session 4 and dropped, NOTES.md: wgk, the kv-head-major
 // CTA order; wgo, wg with the softmax overlapped with P V behind a CTA-wide barrier per tile;
 // wgok, both. wgw below keeps the overlap without the barrier.)
+// One extern "C" entry per (layout, dtype, d, B); the body is a template instance passed as
+// the variadic tail (its commas would split an ordinary macro argument). Off sm_90a the
+// entries are empty stubs (see the top of the file).
 #ifdef CRISP_WGMMA
-#define CRISP_WG_BODY(D, NWG, BF16) wg_body<D, NWG, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
+#define CRISP_HOPPER_CALL(...) __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
 #else
-#define CRISP_WG_BODY(D, NWG, BF16)
+#define CRISP_HOPPER_CALL(...)
 #endif
-#define CRISP_ATTN_WG(NAME, D, NWG, BF16)                                                                   \
-  extern "C" __global__ void __launch_bounds__(NWG * 128, 1)                                              \
+#define CRISP_ATTN_HOPPER(NAME, THREADS, ...)                                                               \
+  extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
            int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
-    CRISP_WG_BODY(D, NWG, BF16)                                                                              \
+    CRISP_HOPPER_CALL(__VA_ARGS__)                                                                           \
   }
+#define CRISP_ATTN_WG(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128, wg_body<D, NWG, BF16>)
+// wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
+// shared memory at B 128, d 128).
+#define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, wgw_body<D, NWG, BF16, 3>)
 
 CRISP_ATTN_WG(attn_wg_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WG(attn_wg_bf16_d64_b128, 64, 2, true)
@@ -568,20 +575,6 @@ CRISP_ATTN_WG(attn_wg_f16_d64_b128, 64, 2, false)
 CRISP_ATTN_WG(attn_wg_f16_d128_b64, 128, 1, false)
 CRISP_ATTN_WG(attn_wg_f16_d128_b128, 128, 2, false)
 
-#ifdef CRISP_WGMMA
-#define CRISP_WGW_BODY(D, NWG, BF16) \
-  wgw_body<D, NWG, BF16, 3>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
-#else
-#define CRISP_WGW_BODY(D, NWG, BF16)
-#endif
-// wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
-// shared memory at B 128, d 128).
-#define CRISP_ATTN_WGW(NAME, D, NWG, BF16)                                                                  \
-  extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                        \
-      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
-    CRISP_WGW_BODY(D, NWG, BF16)                                                                             \
-  }
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d128_b64, 128, 1, true)
