@@ -848,7 +848,10 @@ if (phase === 'all' || phase === 'bench') {
     }
   }
 
-  const e2eList = arg('e2e', '') === 'none' ? [] : e2eNs.length ? e2eNs : ns.filter((x) => x >= 131072).sort((x, y) => y - x);
+  // --profile 1 profiles the --e2e sizes instead of timing them (each size's inputs are made
+  // once: synth inputs at 512k take ~80 s on the GPU machine's host)
+  const e2eList =
+    arg('e2e', '') === 'none' || arg('profile', '') === '1' ? [] : e2eNs.length ? e2eNs : ns.filter((x) => x >= 131072).sort((x, y) => y - x);
   for (const n of e2eList) {
     await step(`crisp_e2e_${n}`, async () => {
       const r = await e2e(n, inputsKind === 'synth' || n < 262144 ? 3 : 1, true);
