@@ -975,7 +975,8 @@ export class CudaBackend implements Backend {
     temp.push(counts);
     const bad = this.#uploadTemp(Int32Array.of(0x7fffffff), temp);
     const g = Math.ceil(n / 128);
-    this.#launch('mask.cu', 'expand_count', [g], 128, 0, [
+    // expand_count: a warp per row (4 rows a 128-thread block); expand_write: a thread per row
+    this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [
       P(vPtr),
       P(vert),
       P(sPtr),
