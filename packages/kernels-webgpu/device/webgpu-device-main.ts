@@ -9,12 +9,14 @@
  *   --out DIR|FILE.json  results (default ./webgpu-device-out). A directory gets
  *                        webgpu-device.json, webgpu-device.log, build-report.json and
  *                        wgsl/<kernel>.wgsl; a FILE.json path puts the log and the rest next to it.
+ *   --no-wgsl            do not write wgsl/<kernel>.wgsl (the device tool returns few files)
  *   --budget S           seconds for the whole run (default 420); each phase stops early (and
  *                        says so in the JSON) when its projected time would overrun.
  *   --variants V,...     attention kernels (default fma-v4,fma-v3,fma-v1,subgroup-matrix,
  *                        subgroup-matrix-staged). A variant is KERNEL[:FORM][+TOGGLES]:
- *                        FORM muladd | noprefetch | wide (fma-v4 only: attention-v4.ts
- *                        options) or rolled (any FMA kernel: compactKernels, rolled loops);
+ *                        FORM muladd | noprefetch | wide | idx | pf0 | lean (fma-v4 only:
+ *                        attention-v4.ts options; several joined with dots, e.g.
+ *                        fma-v4:idx.pf0.lean) or rolled (any FMA kernel: compactKernels);
  *                        TOGGLES fast (Dawn device toggles disable_robustness,
  *                        disable_workgroup_init, skip_validation) | norobust
  *                        (disable_robustness only). Each variant has its own Dawn device.
@@ -38,6 +40,9 @@
  * float64 on sampled (row, head) pairs; (c) dense TFLOP/s per variant; (d) the sparse pipeline
  * with the best correct variant vs its own dense (density, plan ms, attention ms, ratio to
  * density × dense + plan); (e) the TF.js peer; then @crisp/conformance with the best variant.
+ * "Best plain variant" (the --best-dense sizes, conformance, sparse, the TF.js ratio): the
+ * fastest correct variant with Dawn's default toggles (what a browser runs), experiment forms
+ * of v4 included, `rolled` excluded.
  *
  * Inputs for timing are generated on the GPU (a WGSL kernel: seeded noise plus sink keys,
  * a few vertical-line keys and a positional component that makes a local window), so
@@ -82,7 +87,8 @@ const list = (k: string, dflt: string) =>
     .map(Number);
 const outArg = args.get('out') || 'webgpu-device-out';
 const outDir = outArg.endsWith('.json') ? dirname(outArg) : outArg;
-mkdirSync(join(outDir, 'wgsl'), { recursive: true });
+const writeWgsl = !args.has('no-wgsl');
+mkdirSync(writeWgsl ? join(outDir, 'wgsl') : outDir, { recursive: true });
 const jsonPath = outArg.endsWith('.json') ? outArg : join(outDir, 'webgpu-device.json');
 const logPath = join(outDir, 'webgpu-device.log');
 const started = performance.now();
@@ -106,7 +112,16 @@ const TOGGLES: Record<string, string[]> = {
   fast: ['disable_robustness', 'disable_workgroup_init', 'skip_validation'],
   norobust: ['disable_robustness'],
 };
-const FORMS: Record<string, AttentionV4Options> = { muladd: { muladd: true }, noprefetch: { noPrefetch: true }, wide: { wide: true } };
+const FORMS: Record<string, AttentionV4Options> = {
+  muladd: { muladd: true },
+  noprefetch: { noPrefetch: true },
+  wide: { wide: true },
+  idx: { idx: true },
+  pf0: { prefetchFirst: true },
+  lean: { lean: true },
+};
+/** The attention-v4 options of a form list such as `idx.pf0.lean`. */
+const formOptions = (form: string): AttentionV4Options => Object.assign({}, ...form.split('.').map((f) => FORMS[f]));
 interface VariantSpec {
   label: string;
   kernel: AttentionKernel;
@@ -117,9 +132,10 @@ function parseVariant(label: string): VariantSpec {
   const [main, toggles] = label.split('+');
   const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
   if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
-  if (form === 'rolled' ? !kernel.startsWith('fma') : form !== undefined && (kernel !== 'fma-v4' || !(form in FORMS))) {
-    throw new Error(`variant ${label}: forms ${Object.keys(FORMS)} apply to fma-v4 only, rolled to the FMA kernels`);
+  if (form === 'rolled' ? !kernel.startsWith('fma') : form !== undefined && (kernel !== 'fma-v4' || !form.split('.').every((f) => f in FORMS))) {
+    throw new Error(`variant ${label}: forms ${Object.keys(FORMS)} (joined with dots) apply to fma-v4 only, rolled to the FMA kernels`);
   }
+  if (form?.includes('pf0') && form.includes('noprefetch')) throw new Error(`variant ${label}: pf0 needs the prefetching form`);
   if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
   return { label, kernel, form, toggles };
 }
@@ -566,7 +582,7 @@ interface Variant extends VariantSpec {
 
 /** Compile one program on the device: every WGSL message and the pipeline error, if any. */
 async function buildReport(device: GPUDevice, name: string, wgsl: string): Promise<Record<string, unknown>> {
-  writeFileSync(join(outDir, 'wgsl', `${name}.wgsl`), wgsl);
+  if (writeWgsl) writeFileSync(join(outDir, 'wgsl', `${name}.wgsl`), wgsl);
   const t0 = performance.now();
   const rep: Record<string, unknown> = { program: name };
   try {
@@ -637,6 +653,21 @@ function reps(n: number): number {
   return n >= 65536 ? 3 : n >= 32768 ? 3 : 5;
 }
 
+/** A backend on its own Dawn device running this variant (toggles, rolled loops, v4 form). */
+async function backendFor(spec: VariantSpec): Promise<WebGpuBackend> {
+  const b = await createNodeWebGpuBackend({
+    attentionKernel: spec.kernel,
+    flags: flagsFor(spec.toggles),
+    compactKernels: spec.form === 'rolled' ? true : undefined,
+  });
+  if (spec.form && spec.form !== 'rolled') {
+    // experiment forms of v4: the backend builds whatever attentionProgramFor returns
+    const o = { ...formOptions(spec.form), compact: b.gpu.compact };
+    b.attentionProgramFor = (_k, dt, d) => attentionV4Program(dt, d, o);
+  }
+  return b;
+}
+
 async function main(): Promise<void> {
   const base = await createNodeWebGpuBackend({ attentionKernel: 'fma-v3' });
   const adapter = base.gpu.keepAlive[1] as GPUAdapter | undefined;
@@ -667,16 +698,7 @@ async function main(): Promise<void> {
     // Each variant gets its own Dawn instance and device: a driver fault or device loss in
     // an experimental kernel then takes down that variant only; toggles are per device.
     const name = spec.label;
-    const b = await createNodeWebGpuBackend({
-      attentionKernel: spec.kernel,
-      flags: flagsFor(spec.toggles),
-      compactKernels: spec.form === 'rolled' ? true : undefined,
-    });
-    if (spec.form && spec.form !== 'rolled') {
-      // experiment forms of v4: the backend builds whatever attentionProgramFor returns
-      const o = { ...FORMS[spec.form], compact: b.gpu.compact };
-      b.attentionProgramFor = (_k, dt, d) => attentionV4Program(dt, d, o);
-    }
+    const b = await backendFor(spec);
     const programs: [string, string][] = [];
     const k = resolved(spec.kernel);
     if (k.startsWith('subgroup-matrix')) programs.push([name, b.attentionProgramFor(k, 'f16', D).wgsl]);
@@ -836,8 +858,8 @@ async function main(): Promise<void> {
   };
   for (const n of DENSE) for (const vr of variants) await denseOne(vr, n, 0.5);
   const best = bestVariant(variants, dense);
-  // The product configuration: no experiment form, Dawn's default toggles.
-  const bestPlain = bestVariant(variants.filter((v) => !v.form && !v.toggles), dense);
+  // What a browser can run: Dawn's default toggles (robustness on); v4 forms allowed.
+  const bestPlain = bestVariant(variants.filter((v) => v.form !== 'rolled' && !v.toggles), dense);
   result.bestVariant = best?.label ?? null;
   result.bestPlainVariant = bestPlain?.label ?? null;
   log('best variant', best?.label ?? 'none', 'best plain variant', bestPlain?.label ?? 'none');
@@ -848,7 +870,8 @@ async function main(): Promise<void> {
   if (confSizes.length) {
     const reports: unknown[] = [];
     result.conformance = reports;
-    const kernel = bestPlain?.kernel ?? 'fma-v4';
+    const spec: VariantSpec = bestPlain ?? { label: 'fma-v4', kernel: 'fma-v4' };
+    const kernel = spec.label;
     for (const n of confSizes) {
       if (left(1) < (n > 16384 ? 60000 : 30000)) {
         reports.push({ n, kernel, skipped: 'time budget' });
@@ -858,7 +881,7 @@ async function main(): Promise<void> {
       }
       const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
       const t0 = performance.now();
-      const rep = await runConformance(() => createNodeWebGpuBackend({ attentionKernel: kernel }), {
+      const rep = await runConformance(() => backendFor(spec), {
         sizes,
         dtypes: ['f16'],
         filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,

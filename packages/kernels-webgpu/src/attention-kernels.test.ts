@@ -12,7 +12,8 @@ import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { attentionSmmProgram } from './kernels/attention-smm.js';
 import { attentionV3Program } from './kernels/attention-v3.js';
-import { attentionV4Program } from './kernels/attention-v4.js';
+import { type AttentionV4Options, attentionV4Program } from './kernels/attention-v4.js';
+import type { StorageDType } from './kernels/common.js';
 import { DEFAULT_DAWN_FLAGS } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
 
@@ -61,6 +62,80 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     await b1.denseAttention(b1.upload(q), b1.upload(k), b1.upload(v), { out });
     const rd = await ref.denseAttention(ref.upload(q), ref.upload(k), ref.upload(v));
     expect(maxAbsDiff(toFloat32(await b1.download(out)), toFloat32(await ref.download(rd.output))), `seed ${seed}`).toBeLessThan(1e-4);
+    b1.dispose();
+  });
+
+  // The session 4 experiment forms of v4 (idx, pf0, lean; NOTES.md), selected the way the
+  // device script selects them: the backend builds whatever attentionProgramFor returns.
+  // Each runs chunked-prefill dense (4 key tiles, so pf0's prefetch and buffer parity turn
+  // over) and block-sparse (2-tile segments: pf0's first-tile path), then an Inf in k and a
+  // NaN in q must poison exactly the query tiles that stage them.
+  const all = { idx: true, prefetchFirst: true, lean: true };
+  const forms: [string, StorageDType, number, AttentionV4Options][] = [
+    ['idx', 'f16', 128, { idx: true }],
+    ['idx', 'f32', 64, { idx: true }],
+    ['pf0', 'f16', 128, { prefetchFirst: true }],
+    ['pf0', 'f32', 64, { prefetchFirst: true }],
+    ['lean', 'f16', 128, { lean: true }],
+    ['lean', 'f32', 64, { lean: true }],
+    ['idx.pf0.lean', 'f16', 64, all],
+    ['idx.pf0.lean', 'f32', 128, all],
+  ];
+  it.each(forms)('fma-v4:%s %s d%i: dense (chunked prefill), block-sparse and non-finite inputs match float64', async (_name, dt, d, form) => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4' });
+    b1.attentionProgramFor = (_k, dtype, D) => attentionV4Program(dtype, D, { ...form, compact: b1.gpu.compact });
+    const seed = freshSeed();
+    const [n, m, H, Hkv] = [200, 137, 2, 1];
+    const tol = dt === 'f16' ? 2e-3 : 1e-4;
+    const poison = dt === 'f16' ? 0x7e00 : Number.NaN;
+    const qv = seededValues(seed, m * H * d, 1.5);
+    const kv = seededValues(seed + 1, n * Hkv * d, 1.5);
+    const vv = seededValues(seed + 2, n * Hkv * d);
+    // fill: NaN normally (every row must be written); 3.0 for the non-finite run, where the
+    // expected answer is NaN and an unwritten row must not pass for a poisoned one.
+    const run = async (kvals: Float32Array, vvals: Float32Array, mask?: BlockMask, nonFinite = false, qvals = qv) => {
+      const fill = nonFinite ? (dt === 'f16' ? 0x4200 : 3) : poison;
+      const q = hostTensor(dt, [m, H, d], qvals);
+      const k = hostTensor(dt, [n, Hkv, d], kvals);
+      const v = hostTensor(dt, [n, Hkv, d], vvals);
+      const out = b1.allocate(dt, [m, H, d]);
+      b1.write(out, 0, dt === 'f16' ? new Uint16Array(m * H * d).fill(fill) : new Float32Array(m * H * d).fill(fill));
+      const [gq, gk, gv] = [b1.upload(q), b1.upload(k), b1.upload(v)];
+      if (mask) await b1.sparseAttention(gq, gk, gv, mask, { out });
+      else await b1.denseAttention(gq, gk, gv, { out });
+      const got = toFloat32(await b1.download(out));
+      for (const t of [gq, gk, gv, out]) t.dispose();
+      // the reference refuses non-finite inputs (NON_FINITE): no reference for that run
+      if (nonFinite) return { got, want: new Float32Array(0) };
+      const [rq, rk, rv] = [ref.upload(q), ref.upload(k), ref.upload(v)];
+      const want = toFloat32(await ref.download((mask ? await ref.sparseAttention(rq, rk, rv, mask) : await ref.denseAttention(rq, rk, rv)).output));
+      return { got, want };
+    };
+    const dense = await run(kv, vv);
+    expect(maxAbsDiff(dense.got, dense.want), `seed ${seed}`).toBeLessThan(tol);
+    const mask: BlockMask = { heads: H, numBlocks: 2, blockSize: 128, rows: { rowPtr: Int32Array.from([0, 1, 2, 3, 5]), cols: Int32Array.from([0, 1, 0, 0, 1]) } };
+    const sparse = await run(kv, vv, mask);
+    expect(maxAbsDiff(sparse.got, sparse.want), `seed ${seed}`).toBeLessThan(tol);
+    // Non-finite inputs poison the (query tile, head) pairs that stage them. Query row r sits
+    // at position r + 63, so rows 1..64 form query tile 1. An Inf in k at key 127 is masked
+    // for rows 1..63 and a NaN in q row 64 is read by no other row: without the check,
+    // rows 1..63 would come back finite. Rows of other tiles stay right.
+    const row = H * d;
+    const kb = kv.slice();
+    kb[127 * Hkv * d + 5] = Number.POSITIVE_INFINITY;
+    const badK = await run(kb, vv, undefined, true);
+    expect(maxAbsDiff(badK.got.subarray(0, row), dense.want.subarray(0, row)), `seed ${seed}`).toBeLessThan(tol);
+    // tiles 2 and 3 stage key tile 1 too (Hkv = 1: both heads)
+    for (let r = 1; r < m; r++) expect(badK.got.subarray(r * row, (r + 1) * row).every(Number.isNaN), `k: row ${r}, seed ${seed}`).toBe(true);
+    const qb = qv.slice();
+    qb[64 * row + 3] = Number.NaN; // row 64, head 0
+    const badQ = await run(kv, vv, undefined, true, qb);
+    for (let r = 0; r < m; r++) {
+      const head0 = badQ.got.subarray(r * row, r * row + d);
+      if (r >= 1 && r <= 64) expect(head0.every(Number.isNaN), `q: row ${r}, seed ${seed}`).toBe(true);
+      else expect(maxAbsDiff(head0, dense.want.subarray(r * row, r * row + d)), `q: row ${r}, seed ${seed}`).toBeLessThan(tol);
+      expect(maxAbsDiff(badQ.got.subarray(r * row + d, (r + 1) * row), dense.want.subarray(r * row + d, (r + 1) * row)), `q: row ${r} head 1, seed ${seed}`).toBeLessThan(tol);
+    }
     b1.dispose();
   });
 
@@ -115,10 +190,11 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
     }
   });
 
-  it('the unrolled (GPU) v4 kernels and their experiment forms (wide: 48 KiB, GPU-only) validate, f16 and f32, d = 64 and 128', async () => {
+  it('the unrolled (GPU) v4 kernels and their experiment forms (wide: 48 KiB, GPU-only; idx, pf0, lean and combinations) validate, f16 and f32, d = 64 and 128', async () => {
     for (const dt of ['f16', 'f32'] as const) {
       for (const d of [64, 128]) {
-        for (const o of [{}, { muladd: true }, { noPrefetch: true }, { wide: true }]) {
+        const forms: AttentionV4Options[] = [{}, { muladd: true }, { noPrefetch: true }, { wide: true }, { idx: true }, { prefetchFirst: true }, { lean: true }];
+        for (const o of [...forms, { idx: true, prefetchFirst: true, lean: true }, { idx: true, wide: true, prefetchFirst: true }]) {
           expect(await errorsOf(attentionV4Program(dt, d, o).wgsl), `${dt} d${d} ${JSON.stringify(o)}`).toEqual([]);
         }
       }

@@ -43,6 +43,30 @@ export interface AttentionV4Options {
    * maxComputeWorkgroupStorageSize >= 49152 (H200-class GPUs; not SwiftShader).
    */
   readonly wide?: boolean;
+  /**
+   * Robustness-friendly indexing (session 4 experiment): workgroup memory declared as nested
+   * arrays, [buffer][part][row][column] and Ps as [key / 16][key % 16][row group], so that in
+   * the inner loops every index is either a compile-time constant (no clamp) or the same for
+   * the whole chunk (one clamp, hoisted). Tint's robustness transform clamps each dynamic
+   * index of a fixed-size array; with flat arrays that is a min() on every load (~5% on the
+   * H200: the `+norobust` toggle measured 24.9 against 23.6 TFLOP/s), which browsers cannot
+   * turn off.
+   */
+  readonly idx?: boolean;
+  /**
+   * Prefetch the next key tile's first Q/K chunk during the last V chunk (into the buffer
+   * that chunk freed), so no global load is exposed between barriers within a segment and a
+   * key tile needs 13 barriers instead of 14. The buffers' roles alternate between key tiles
+   * (`par`). Needs the prefetching form (not `noPrefetch`).
+   */
+  readonly prefetchFirst?: boolean;
+  /**
+   * Leaner staging: the softmax scale (scale·log2 e) multiplies the 32 scores of a thread
+   * once per key tile instead of every staged Q value (128 multiplies per thread and tile,
+   * K threads included), and f16 inputs are checked for NaN/Inf on the raw words with one
+   * and + add + or per four words (a carry into bit 15/31 marks an all-ones exponent).
+   */
+  readonly lean?: boolean;
 }
 
 const rep = (n: number, f: (i: number) => string, sep = '\n') => Array.from({ length: n }, (_, i) => f(i)).join(sep);
@@ -62,18 +86,48 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
   // raw registers holding one prefetched row chunk: f16 CH/8 vec4<u32>, f32 CH/4 vec4<f32>
   const RN = f16 ? CH / 8 : CH / 4;
   const rawT = f16 ? 'vec4<u32>' : 'vec4<f32>';
+  if (o.prefetchFirst && o.noPrefetch) throw new Error('attention-v4: prefetchFirst needs the prefetching form');
+  const X = Boolean(o.idx);
+  const PF = Boolean(o.prefetchFirst);
+  const LEAN = Boolean(o.lean);
+  const NF = LEAN && f16; // NaN/Inf check on raw f16 words
+  // Buffer operand for the staging helpers: a buffer index (0/1) with nested arrays, the
+  // flat offset of the buffer otherwise.
+  const bufOf = (ix: string) => (X ? ix : `${ix} * ${BUF}u`);
+  // Buffer holding Q/K chunk `c` (pf0: shifted by the tile parity).
+  const chunkBuf = (c: string) => (PF ? `((${c} + par) % 2u)` : `(${c} % 2u)`);
   const mad = (acc: string, a: string, b: string) => (o.muladd ? `${acc} += ${a} * ${b};` : `${acc} = fma(vec4<f32>(${a}), ${b}, ${acc});`);
 
   const sBody = (kk: string) => `{
-        let a0 = W[qb + ${kk} * 16u + tr * 2u]; let a1 = W[qb + ${kk} * 16u + tr * 2u + 1u]; let bb = W[qb + ${KOFF}u + ${kk} * 16u + tc];
+        ${
+          X
+            ? `let a0 = W[qb][0][${kk}][tr * 2u]; let a1 = W[qb][0][${kk}][tr * 2u + 1u]; let bb = W[qb][1][${kk}][tc];`
+            : `let a0 = W[qb + ${kk} * 16u + tr * 2u]; let a1 = W[qb + ${kk} * 16u + tr * 2u + 1u]; let bb = W[qb + ${KOFF}u + ${kk} * 16u + tc];`
+        }
         ${rep(8, (i) => mad(`s${i}`, `a${i >> 2}.${C[i & 3]}`, 'bb'), ' ')}
       }`;
   const sFma = o.compact ? `for (var kk = 0u; kk < ${CH}u; kk++) ${sBody('kk')}` : rep(CH, (kk) => sBody(`${kk}u`), '\n      ');
+  // idx: key vc + c of Ps is [pj + c / 16][c % 16]; V value row r = c * NV + u of the
+  // buffer is [r / CH][r % CH] (constants when c is).
+  const psAt = (c: string, half: number) => {
+    const lit = /^\d+u$/.test(c) ? Number.parseInt(c, 10) : undefined;
+    const hi = lit === undefined ? `pj + ${c} / 16u` : `pj + ${Math.floor(lit / 16)}u`;
+    const lo = lit === undefined ? `${c} % 16u` : `${lit % 16}u`;
+    return `Ps[${hi}][${lo}][tr * 2u${half ? ' + 1u' : ''}]`;
+  };
+  const vAt = (c: string, u: number) => {
+    const lit = /^\d+u$/.test(c) ? Number.parseInt(c, 10) : undefined;
+    if (lit !== undefined) {
+      const r = lit * NV + u;
+      return `W[vb][${Math.floor(r / CH)}u][${r % CH}u][tc]`;
+    }
+    return `W[vb][(${c} * ${NV}u + ${u}u) / ${CH}u][(${c} * ${NV}u + ${u}u) % ${CH}u][tc]`;
+  };
   const pvBody = (c: string) => `{
-          let p0 = Ps[(vc + ${c}) * 16u + tr * 2u]; let p1 = Ps[(vc + ${c}) * 16u + tr * 2u + 1u];
+          ${X ? `let p0 = ${psAt(c, 0)}; let p1 = ${psAt(c, 1)};` : `let p0 = Ps[(vc + ${c}) * 16u + tr * 2u]; let p1 = Ps[(vc + ${c}) * 16u + tr * 2u + 1u];`}
           ${rep(
             NV,
-            (u) => `{ let vv = W[vb + ${c} * ${D4}u + ${u * 16}u + tc];
+            (u) => `{ let vv = ${X ? vAt(c, u) : `W[vb + ${c} * ${D4}u + ${u * 16}u + tc]`};
             ${rep(8, (i) => mad(`o${i}_${u}`, `p${i >> 2}.${C[i & 3]}`, 'vv'), ' ')} }`,
             '\n          ',
           )}
@@ -84,10 +138,10 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
   // 64-127 one K row each (warp-uniform branch); rows outside the sequence read as zero.
   const rowLoad = (arr: string, idx: string) =>
     rep(RN, (j) => `ra${j} = ${arr}[(${idx}) / ${f16 ? 8 : 4}u + ${j}u];`, ' ');
-  const loadQK = (dc: string) => `{
+  const loadQK = (dc: string, kbase = 'k0') => `{
         ${rep(RN, (j) => `ra${j} = ${rawT}();`, ' ')}
         if (isK) {
-          let kp = k0 + srow;
+          let kp = ${kbase} + srow;
           if (kp < P.n) { ${rowLoad('K', `(kp * P.Hkv + g) * D + ${dc}`)} }
         } else if (qOk) {
           ${rowLoad('Q', `(qRow * P.H + h) * D + ${dc}`)}
@@ -98,12 +152,24 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
   const widenRaw = f16
     ? rep(RN, (j) => `let w${2 * j} = vec4<f32>(unpack2x16float(ra${j}.x), unpack2x16float(ra${j}.y)); let w${2 * j + 1} = vec4<f32>(unpack2x16float(ra${j}.z), unpack2x16float(ra${j}.w));`, '\n        ')
     : rep(RN, (j) => `let w${j} = ra${j};`, ' ');
-  const storeQK = (b: string) => `{
+  const rawCheck = (n: number) => rep(n, (j) => `nf = nf | ((ra${j} & vec4<u32>(0x7c007c00u)) + vec4<u32>(0x04000400u));`, ' ');
+  const qkStore = (b: string, j: number, e: number) =>
+    X ? `W[${b}][kpart][${j * 4 + e}u][scol][cc]` : `W[at + ${(j * 4 + e) * 16}u][cc]`;
+  const storeQK = (b: string) =>
+    LEAN
+      ? `{
+        ${NF ? rawCheck(RN) : ''}
+        ${widenRaw}
+        ${X ? 'let kpart = select(0u, 1u, isK); let scol = srow / 4u;' : `let at = ${b} + select(0u, ${KOFF}u, isK) + srow / 4u;`}
+        let cc = srow % 4u;
+        ${rep(CH / 4, (j) => `{ let x = w${j}; ${NF ? '' : 'bad = bad | nonFinite(x); '}${rep(4, (e) => `${qkStore(b, j, e)} = x.${C[e]};`, ' ')} }`, '\n        ')}
+      }`
+      : `{
         ${widenRaw}
         let sc = select(P.scaleLog2, 1.0, isK);
-        let at = ${b} + select(0u, ${KOFF}u, isK) + srow / 4u;
+        ${X ? 'let kpart = select(0u, 1u, isK); let scol = srow / 4u;' : `let at = ${b} + select(0u, ${KOFF}u, isK) + srow / 4u;`}
         let cc = srow % 4u;
-        ${rep(CH / 4, (j) => `{ let x = w${j} * sc; bad = bad | nonFinite(x); ${rep(4, (e) => `W[at + ${(j * 4 + e) * 16}u][cc] = x.${C[e]};`, ' ')} }`, '\n        ')}
+        ${rep(CH / 4, (j) => `{ let x = w${j} * sc; bad = bad | nonFinite(x); ${rep(4, (e) => `${qkStore(b, j, e)} = x.${C[e]};`, ' ')} }`, '\n        ')}
       }`;
   // V chunk `vc0` (16 keys, all d dims, row-major [key][d/4]): f16 two loads of eight halves
   // per thread, f32 four loads of four floats.
@@ -118,20 +184,25 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
           '\n        ',
         )}
       }`;
+  // idx: flat vec4 offset f inside a buffer is [f / KOFF][(f / 16) % CH][f % 16].
+  const vStoreF16 = (b: string) =>
+    X
+      ? `let f = (x / ${vGroups}u) * D4 + (x % ${vGroups}u) * 2u; let fr = f / 16u; let fc = f % 16u;
+          W[${b}][fr / ${CH}u][fr % ${CH}u][fc] = lo; W[${b}][fr / ${CH}u][fr % ${CH}u][fc + 1u] = hi;`
+      : `let at = ${b} + (x / ${vGroups}u) * D4 + (x % ${vGroups}u) * 2u; W[at] = lo; W[at + 1u] = hi;`;
   const storeV = (b: string) =>
     f16
-      ? `{
+      ? `{${NF ? `\n        ${rawCheck(vLoads)}` : ''}
         ${rep(
           vLoads,
           (e) => `{ let x = lid + ${e * 128}u; let lo = vec4<f32>(unpack2x16float(ra${e}.x), unpack2x16float(ra${e}.y));
           let hi = vec4<f32>(unpack2x16float(ra${e}.z), unpack2x16float(ra${e}.w));
-          bad = bad | nonFinite(lo) | nonFinite(hi);
-          let at = ${b} + (x / ${vGroups}u) * D4 + (x % ${vGroups}u) * 2u; W[at] = lo; W[at + 1u] = hi; }`,
+          ${NF ? '' : 'bad = bad | nonFinite(lo) | nonFinite(hi);\n          '}${vStoreF16(b)} }`,
           '\n        ',
         )}
       }`
       : `{
-        ${rep(vLoads, (e) => `{ let x = lid + ${e * 128}u; bad = bad | nonFinite(ra${e}); W[${b} + x] = ra${e}; }`, '\n        ')}
+        ${rep(vLoads, (e) => `{ let x = lid + ${e * 128}u; bad = bad | nonFinite(ra${e}); ${X ? `W[${b}][x / ${KOFF}u][(x / 16u) % ${CH}u][x % 16u]` : `W[${b} + x]`} = ra${e}; }`, '\n        ')}
       }`;
   if (vLoads > 8 || RN > 8 || !Number.isInteger(vLoads)) throw new Error('attention-v4: head dim unsupported by the staging layout');
   const RAW = Math.max(RN, vLoads);
@@ -143,27 +214,30 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
     ? `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
         if (ci > 0u) {
           ${loadQK(`ci * ${CH}u`)}
-          ${storeQK(`(ci % 2u) * ${BUF}u`)}
+          ${storeQK(bufOf('(ci % 2u)'))}
           workgroupBarrier();
         }
-        let qb = (ci % 2u) * ${BUF}u;
+        let qb = ${bufOf('(ci % 2u)')};
         ${sFma}
       }
       ${loadV('0u')}`
     : `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
         if (ci + 1u < ${CHUNKS}u) { ${loadQK(`(ci + 1u) * ${CH}u`)} } else { ${loadV('0u')} }
-        let qb = (ci % 2u) * ${BUF}u;
+        let qb = ${bufOf(chunkBuf('ci'))};
         ${sFma}
         if (ci + 1u < ${CHUNKS}u) {
-          ${storeQK(`((ci + 1u) % 2u) * ${BUF}u`)}
+          ${storeQK(bufOf(chunkBuf('(ci + 1u)')))}
           workgroupBarrier();
         }
       }`;
   // V loop: V chunk j sits in buffer (j + 1) % 2; chunk j + 1 loads during chunk j's FMAs.
+  // V chunk j sits in buffer (j + 1) % 2 (pf0: shifted by the tile parity).
+  const vBuf = (j: string) => (PF ? `((${j} + 1u + par) % 2u)` : `((${j} + 1u) % 2u)`);
+  const vHead = `let vc = j * ${VK}u;${X ? ` let pj = j * ${VK / 16}u;` : ''}
+        let vb = ${bufOf(vBuf('j'))};`;
   const vLoop = o.noPrefetch
     ? `for (var j = 0u; j < ${NVC}u; j++) {
-        let vc = j * ${VK}u;
-        let vb = ((j + 1u) % 2u) * ${BUF}u;
+        ${vHead}
         if (j > 0u) {
           ${loadV('vc')}
           ${storeV('vb')}
@@ -172,17 +246,42 @@ export function attentionV4Program(dtype: StorageDType, headDim: number, o: Atte
         ${pvFma}
         workgroupBarrier();
       }`
-    : `for (var j = 0u; j < ${NVC}u; j++) {
-        let vc = j * ${VK}u;
-        let vb = ((j + 1u) % 2u) * ${BUF}u;
+    : PF
+      ? `for (var j = 0u; j < ${NVC}u; j++) {
+        ${vHead}
+        if (j + 1u < ${NVC}u) { ${loadV(`vc + ${VK}u`)} } else if (kt + 1u < kr.y) { ${loadQK('0u', 'k0 + 64u')} }
+        ${pvFma}
+        if (j + 1u < ${NVC}u) {
+          ${storeV(bufOf('((j + par) % 2u)'))}
+          workgroupBarrier();
+        } else if (kt + 1u < kr.y) {
+          // the next key tile's first Q/K chunk, into the buffer V chunk ${NVC - 2} left
+          ${storeQK(bufOf('(par ^ 1u)'))}
+          workgroupBarrier();
+        }
+      }`
+      : `for (var j = 0u; j < ${NVC}u; j++) {
+        ${vHead}
         if (j + 1u < ${NVC}u) { ${loadV(`vc + ${VK}u`)} }
         ${pvFma}
         if (j + 1u < ${NVC}u) {
-          ${storeV(`(j % 2u) * ${BUF}u`)}
+          ${storeV(X ? '(j % 2u)' : `(j % 2u) * ${BUF}u`)}
           workgroupBarrier();
         }
       }`;
   const LAST = 2 * BUF - 1;
+  // W[LAST] (passes the key-tile range) and any flat vec4 index f < 2 * BUF, in either layout
+  const wLast = X ? `W[1][1][${CH - 1}][15]` : `W[${LAST}]`;
+  const wFlat = (f: string) => (X ? `W[(${f}) / ${BUF}u][((${f}) / ${KOFF}u) % 2u][((${f}) / 16u) % ${CH}u][(${f}) % 16u]` : `W[${f}]`);
+  // Row partials of row tr * 8 + i, slot s (16 per row as 4 vec4), in buffer `pb`:
+  // flat (tr * 8 + i) * 4 + s of that buffer.
+  const partAt = (pb: string, i: number, slot: string) =>
+    X
+      ? `W[${pb}][0][tr * 2u + ${i >> 2}u][${(i & 3) * 4}u + ${slot}]`
+      : pb === '0u'
+        ? `W[(tr * 8u + ${i}u) * 4u + ${slot}]`
+        : `W[${pb} * ${BUF}u + (tr * 8u + ${i}u) * 4u + ${slot}]`;
+  const PB = PF ? 'par' : '0u'; // buffer of the row-max partials (the second-to-last chunk's)
   const wgsl = /* wgsl */ `
 ${attentionInterface(f16 ? { q: 'array<vec4<u32>>', k: 'array<vec4<u32>>', v: 'array<vec4<u32>>', o: 'array<vec2<u32>>' } : { q: 'array<vec4<f32>>', k: 'array<vec4<f32>>', v: 'array<vec4<f32>>', o: 'array<vec4<f32>>' })}
 
@@ -190,12 +289,18 @@ const D: u32 = ${D}u;
 const D4: u32 = ${D4}u;
 const MASKED: f32 = -3.0e38;
 const LN2: f32 = 0.6931471805599453;
-// P of the current key tile, transposed: [key][row group of 4].
-var<workgroup> Ps: array<vec4<f32>, 1024>;
+// P of the current key tile, transposed: [key][row group of 4]${X ? ' as [key / 16][key % 16][row group]' : ''}.
+var<workgroup> Ps: ${X ? 'array<array<array<vec4<f32>, 16>, 16>, 4>' : 'array<vec4<f32>, 1024>'};
 // Staging, two buffers of ${BUF} vec4: a Q chunk [${CH} dims][64 rows] at +0 and a K chunk at
 // +${KOFF}, or a V chunk [${VK} keys][d]. Buffer 0's first 256 also hold the row partials (max
-// per tile; at the end sums and the NaN flag); W[${2 * BUF - 1}] passes the key-tile range.
-var<workgroup> W: array<vec4<f32>, ${2 * BUF}>;
+// per tile; at the end sums and the NaN flag); W[${2 * BUF - 1}] passes the key-tile range.${
+  X
+    ? `
+// Nested as [buffer][part: Q or K, halves of a V chunk][row: head dim or V row][16 columns].
+var<workgroup> W: array<array<array<array<vec4<f32>, 16>, ${CH}>, 2>, 2>;`
+    : `
+var<workgroup> W: array<vec4<f32>, ${2 * BUF}>;`
+}
 
 fn nonFinite(x: vec4<f32>) -> bool {
   return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
@@ -226,46 +331,58 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   ${rep(8, (i) => rep(NV, (u) => `var o${i}_${u} = vec4<f32>(0.0);`, ' '), '\n  ')}
   var mlo = vec4<f32>(-1.0e30); var mhi = vec4<f32>(-1.0e30); // running max, rows tr*8 + 0..3 / 4..7
   var llo = vec4<f32>(0.0); var lhi = vec4<f32>(0.0);          // this thread's partial row sums
-  var bad = false;
+  var bad = false;${NF ? '\n  var nf = vec4<u32>(0u); // bit 15/31 set: a NaN/Inf half was staged' : ''}${PF ? '\n  var par = 0u; // the buffer holding Q/K chunk 0 of the current key tile' : ''}
   let I = q0 / P.B;
   let tpb = P.B / 64u;
   if (lid == 0u) {
     var sgr = vec2<u32>(0u, 1u);
     if (P.dense == 0u) { sgr = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
-    W[${LAST}] = packU2(sgr);
+    ${wLast} = packU2(sgr);
   }
-  let sg = unpackU2(workgroupUniformLoad(&W[${LAST}]));
+  let sg = unpackU2(workgroupUniformLoad(&${wLast}));
   for (var si = sg.x; si < sg.y; si++) {
     // every thread has finished the previous segment (and read W[${LAST}]) before it is reused
     workgroupBarrier();
     if (lid == 0u) {
       var kr0 = vec2<u32>(0u, t + 1u);
       if (P.dense == 0u) { let J = cols[si]; kr0 = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
-      W[${LAST}] = packU2(kr0);
+      ${wLast} = packU2(kr0);
     }
-    let kr = unpackU2(workgroupUniformLoad(&W[${LAST}]));
+    let kr = unpackU2(workgroupUniformLoad(&${wLast}));
     for (var kt = kr.x; kt < kr.y; kt++) {
       let k0 = kt * 64u;
-      // Chunk 0 of this key tile: buffer 0 may still hold the last V chunk being read.
+      ${
+        PF
+          ? `// Chunk 0 of this key tile: prefetched during the previous tile's last V chunk,
+      // except for the first tile of a segment.
+      if (kt == kr.x) {
+        ${loadQK('0u')}
+        workgroupBarrier();
+        ${storeQK(bufOf('par'))}
+        workgroupBarrier();
+      }`
+          : `// Chunk 0 of this key tile: buffer 0 may still hold the last V chunk being read.
       ${loadQK('0u')}
       workgroupBarrier();
       ${storeQK('0u')}
-      workgroupBarrier();
+      workgroupBarrier();`
+      }
       ${rep(8, (i) => `var s${i} = vec4<f32>(0.0);`, ' ')}
-      ${qkLoop}
+      ${qkLoop}${LEAN ? `
+      ${rep(8, (i) => `s${i} *= P.scaleLog2;`, ' ')}` : ''}
       if (kt == t || k0 + 64u > P.n) {
           ${mask}
       }
-      // Row maxima: 16 partials per row into buffer 0 (its last chunk was read before the
+      // Row maxima: 16 partials per row into buffer ${PF ? 'par' : '0'} (its last chunk was read before the
       // barrier that published the last chunk).
-      ${rep(8, (i) => `W[(tr * 8u + ${i}u) * 4u + tc / 4u][tc % 4u] = max(max(s${i}.x, s${i}.y), max(s${i}.z, s${i}.w));`, '\n      ')}
+      ${rep(8, (i) => `${partAt(PB, i, 'tc / 4u')}[tc % 4u] = max(max(s${i}.x, s${i}.y), max(s${i}.z, s${i}.w));`, '\n      ')}
       workgroupBarrier();
       var tlo = mlo;
       var thi = mhi;
       for (var c = 0u; c < 4u; c++) {
         ${rep(
           8,
-          (i) => `{ let r = W[(tr * 8u + ${i}u) * 4u + c]; ${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]} = max(${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]}, max(max(r.x, r.y), max(r.z, r.w))); }`,
+          (i) => `{ let r = ${partAt(PB, i, 'c')}; ${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]} = max(${i < 4 ? 'tlo' : 'thi'}.${C[i & 3]}, max(max(r.x, r.y), max(r.z, r.w))); }`,
           '\n        ',
         )}
       }
@@ -280,32 +397,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       ${rep(
         4,
         (j) =>
-          `Ps[(tc * 4u + ${j}u) * 16u + tr * 2u] = vec4<f32>(p0.${C[j]}, p1.${C[j]}, p2.${C[j]}, p3.${C[j]});
-      Ps[(tc * 4u + ${j}u) * 16u + tr * 2u + 1u] = vec4<f32>(p4.${C[j]}, p5.${C[j]}, p6.${C[j]}, p7.${C[j]});`,
+          `${X ? `Ps[tc / 4u][(tc % 4u) * 4u + ${j}u][tr * 2u]` : `Ps[(tc * 4u + ${j}u) * 16u + tr * 2u]`} = vec4<f32>(p0.${C[j]}, p1.${C[j]}, p2.${C[j]}, p3.${C[j]});
+      ${X ? `Ps[tc / 4u][(tc % 4u) * 4u + ${j}u][tr * 2u + 1u]` : `Ps[(tc * 4u + ${j}u) * 16u + tr * 2u + 1u]`} = vec4<f32>(p4.${C[j]}, p5.${C[j]}, p6.${C[j]}, p7.${C[j]});`,
         '\n      ',
       )}
       ${rep(8, (i) => rep(NV, (u) => `o${i}_${u} *= ${i < 4 ? 'alo' : 'ahi'}.${C[i & 3]};`, ' '), '\n      ')}
-      // V chunk 0 into buffer 1 (the last Q/K chunk there was read before the barrier above).
-      ${storeV(`${BUF}u`)}
-      // P and V chunk 0 complete; everyone is past reading the partials in buffer 0.
+      // V chunk 0 into buffer ${PF ? 'par ^ 1' : '1'} (the last Q/K chunk there was read before the barrier above).
+      ${storeV(PF ? bufOf('(par ^ 1u)') : X ? '1u' : `${BUF}u`)}
+      // P and V chunk 0 complete; everyone is past reading the partials in buffer ${PF ? 'par' : '0'}.
       workgroupBarrier();
-      ${vLoop}
+      ${vLoop}${PF ? '\n      par = par ^ 1u;' : ''}
     }
   }
-  // Row sums and the NaN/Inf flag through buffer 0.
+  // Row sums and the NaN/Inf flag through buffer 0.${NF ? '\n  bad = bad | any((nf & vec4<u32>(0x80008000u)) != vec4<u32>(0u));' : ''}
   workgroupBarrier();
-  ${rep(8, (i) => `W[(tr * 8u + ${i}u) * 4u + tc / 4u][tc % 4u] = ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]};`, '\n  ')}
-  W[256u + lid / 4u][lid % 4u] = select(0.0, 1.0, bad);
+  ${rep(8, (i) => `${partAt('0u', i, 'tc / 4u')}[tc % 4u] = ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]};`, '\n  ')}
+  ${wFlat('256u + lid / 4u')}[lid % 4u] = select(0.0, 1.0, bad);
   workgroupBarrier();
   var anyBad = 0.0;
-  for (var c = 0u; c < 32u; c++) { anyBad = max(anyBad, dot(W[256u + c], vec4<f32>(1.0))); }
+  for (var c = 0u; c < 32u; c++) { anyBad = max(anyBad, dot(${wFlat('256u + c')}, vec4<f32>(1.0))); }
   // NaN/Inf in the inputs must not come out as a finite answer: poison this tile's rows.
   let poisoned = anyBad > 0.0;
   let poison = bitcast<f32>(select(0u, 0x7fc00000u, poisoned));
   llo = vec4<f32>(0.0);
   lhi = vec4<f32>(0.0);
   for (var c = 0u; c < 4u; c++) {
-    ${rep(8, (i) => `{ let r = W[(tr * 8u + ${i}u) * 4u + c]; ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]} += dot(r, vec4<f32>(1.0)); }`, '\n    ')}
+    ${rep(8, (i) => `{ let r = ${partAt('0u', i, 'c')}; ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]} += dot(r, vec4<f32>(1.0)); }`, '\n    ')}
   }
   ${rep(
     8,
@@ -326,6 +443,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   )}
 }
 `;
-  const tag = `${o.compact ? ':compact' : ''}${o.muladd ? ':muladd' : ''}${o.noPrefetch ? ':noprefetch' : ''}${o.wide ? ':wide' : ''}`;
+  const tag = `${o.compact ? ':compact' : ''}${o.muladd ? ':muladd' : ''}${o.noPrefetch ? ':noprefetch' : ''}${o.wide ? ':wide' : ''}${X ? ':idx' : ''}${PF ? ':pf0' : ''}${LEAN ? ':lean' : ''}`;
   return { name: 'attentionV4', cacheKey: `attentionV4:${dtype}:d${D}${tag}`, wgsl, entryPoint: 'main' };
 }
