@@ -112,7 +112,11 @@ const TOGGLES: Record<string, string[]> = {
   fast: ['disable_robustness', 'disable_workgroup_init', 'skip_validation'],
   norobust: ['disable_robustness'],
 };
+// A variant with a form runs exactly the listed options; plain `fma-v4` runs the backend's
+// default form (V4_DEFAULT_FORM: idx.pf0 since session 4), `fma-v4:plain` the v4 kernel
+// without any form.
 const FORMS: Record<string, AttentionV4Options> = {
+  plain: {},
   muladd: { muladd: true },
   noprefetch: { noPrefetch: true },
   wide: { wide: true },

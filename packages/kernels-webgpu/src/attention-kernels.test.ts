@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { attentionSmmProgram } from './kernels/attention-smm.js';
 import { attentionV3Program } from './kernels/attention-v3.js';
-import { type AttentionV4Options, attentionV4Program } from './kernels/attention-v4.js';
+import { type AttentionV4Options, V4_DEFAULT_FORM, attentionV4Program } from './kernels/attention-v4.js';
 import type { StorageDType } from './kernels/common.js';
 import { DEFAULT_DAWN_FLAGS } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
@@ -139,8 +139,11 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     b1.dispose();
   });
 
-  it('the default and the alias fma are fma-v4 (the kernel the H200 measured fastest)', async () => {
+  it('the default and the alias fma are fma-v4 in its default form (the kernel the H200 measured fastest)', async () => {
     expect(backend!.attentionKernel).toBe('fma-v4');
+    const want = attentionV4Program('f16', 128, { ...V4_DEFAULT_FORM, compact: backend!.gpu.compact }).wgsl;
+    expect(backend!.attentionProgramFor('fma-v4', 'f16', 128).wgsl).toBe(want);
+    expect(want).not.toBe(attentionV4Program('f16', 128, { compact: backend!.gpu.compact }).wgsl);
     const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
     expect(b1.attentionKernel).toBe('fma-v4');
     b1.dispose();

@@ -43,7 +43,7 @@ import {
 import { GpuContext, Usage } from './gpu.js';
 import { SMM_STAGED_WORKGROUP_BYTES, attentionSmmProgram } from './kernels/attention-smm.js';
 import { ATTENTION_V3_WORKGROUP_BYTES, attentionV3Program } from './kernels/attention-v3.js';
-import { ATTENTION_V4_WORKGROUP_BYTES, attentionV4Program } from './kernels/attention-v4.js';
+import { ATTENTION_V4_WORKGROUP_BYTES, V4_DEFAULT_FORM, attentionV4Program } from './kernels/attention-v4.js';
 import { attentionProgram } from './kernels/attention.js';
 import { expandCountProgram, expandFillProgram, peMapProgram, scanProgram } from './kernels/blocks.js';
 import { LOG2E, type ProgramDescriptor, type StorageDType } from './kernels/common.js';
@@ -96,9 +96,11 @@ export interface WebGpuBackendOptions {
    * Attention kernel (dense and block-sparse use the same one).
    * - 'fma-v4' (default; 'fma' is an alias): v3's blocks with software-pipelined staging
    *   (the next chunk's global loads in flight during the current chunk's FMAs),
-   *   conflict-free transposed stores and the fma() builtin; 32 KiB of workgroup memory.
-   *   On the H200 (session 4, NOTES.md) 21.7-23.6 TFLOP/s at 8k-64k, the fastest FMA kernel,
-   *   and @crisp/conformance passed with it at n = 4000 and 65536.
+   *   conflict-free transposed stores and the fma() builtin; 32 KiB of workgroup memory; in
+   *   its default form (V4_DEFAULT_FORM: workgroup arrays indexed so robustness clamps leave
+   *   the inner loops, and the next key tile's first chunk prefetched). On the H200
+   *   (session 4, NOTES.md) 24.9 / 25.6 / 26.5 / 26.5 TFLOP/s at 8k / 16k / 32k / 64k, the
+   *   fastest FMA kernel, and @crisp/conformance passed with it at n = 4000 and 65536.
    * - 'fma-v1': 256 threads per 64-row tile, 4 x 4 blocks of S (17.7-18.1 TFLOP/s on the H200).
    * - 'fma-v3': 128 threads per 64-row tile, 8 x 4 register blocks of S, double-buffered
    *   chunks, 32 KiB of workgroup memory (16.9-17.7 TFLOP/s on the H200).
@@ -914,7 +916,7 @@ export class WebGpuBackend implements Backend {
     if (kernel === 'subgroup-matrix') return attentionSmmProgram(D);
     if (kernel === 'subgroup-matrix-staged') return attentionSmmProgram(D, true);
     if (kernel === 'fma-v1') return attentionProgram(dtype, D, this.gpu.compact);
-    if (kernel === 'fma-v4') return attentionV4Program(dtype, D, { compact: this.gpu.compact });
+    if (kernel === 'fma-v4') return attentionV4Program(dtype, D, { ...V4_DEFAULT_FORM, compact: this.gpu.compact });
     return attentionV3Program(dtype, D, this.gpu.compact);
   }
 

@@ -18,5 +18,5 @@ export { coverageCut } from './coverage.js';
 export type { ProgramDescriptor } from './kernels/common.js';
 export { attentionProgram } from './kernels/attention.js';
 export { attentionV3Program } from './kernels/attention-v3.js';
-export { type AttentionV4Options, attentionV4Program } from './kernels/attention-v4.js';
+export { type AttentionV4Options, V4_DEFAULT_FORM, attentionV4Program } from './kernels/attention-v4.js';
 export { attentionSmmProgram } from './kernels/attention-smm.js';

@@ -69,6 +69,15 @@ export interface AttentionV4Options {
   readonly lean?: boolean;
 }
 
+/**
+ * The form the backend runs: `idx` + `prefetchFirst`, the fastest measured on the H200 with
+ * Dawn's default toggles (session 4, commit 2b94cd2: 24.9 / 25.6 / 26.5 / 26.5 TFLOP/s at
+ * 8k / 16k / 32k / 64k, against plain v4's 23.3 at 32k in the same run; conformance at
+ * n = 4000 and 65536 passed with it). `attentionV4Program(dtype, D)` without options is the
+ * plain v4 kernel.
+ */
+export const V4_DEFAULT_FORM: AttentionV4Options = Object.freeze({ idx: true, prefetchFirst: true });
+
 const rep = (n: number, f: (i: number) => string, sep = '\n') => Array.from({ length: n }, (_, i) => f(i)).join(sep);
 const C = ['x', 'y', 'z', 'w'];
 
