@@ -8,10 +8,14 @@
 #     packages/kernels-webgpu/device/webgpu-device-main.ts
 #   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs
 # There (device tool, carry .device, from the repository root):
-#   bash apps/bench/scripts/h200.sh cuda "$OUT"     # ~380 s (conformance, exactness)
-#   bash apps/bench/scripts/h200.sh cuda-latency "$OUT"  # ~340 s
-#   bash apps/bench/scripts/h200.sh webgpu "$OUT"   # ~300 s (after cuda: its nvidia-h200/ folder is merged into)
-#   bash apps/bench/scripts/h200.sh extra "$OUT"    # ~250 s (WebGPU conformance + 128k, CUDA 8k/16k)
+#   bash apps/bench/scripts/h200.sh cuda /tmp/o           # ~150 s: conformance, suites, exactness vs SDPA
+#   bash apps/bench/scripts/h200.sh cuda-latency /tmp/o   # ~220 s: CRISP vs dense vs SDPA, 8k-512k
+#   bash apps/bench/scripts/h200.sh cuda-kernels /tmp/o   # ~80 s: attention layouts vs v1
+#   bash apps/bench/scripts/h200.sh webgpu /tmp/o         # ~270 s: v4 forms, conformance, sparse, TF.js
+#   bash apps/bench/scripts/h200.sh webgpu-latency /tmp/o # ~130 s: crisp-bench WebGPU latency
+#   then: tar czf "$OUT/o.tgz" -C /tmp/o .   (the device tool returns at most 8 files)
+# cuda and cuda-latency ran as written at 8da5d7a; cuda-kernels and webgpu fold in session 4's
+# commands with a shorter variant list (the exact commands run are in each results README).
 # Set CRISP_GIT_COMMIT to the commit being run (the GPU machine's git metadata can be stale).
 # The device runs the working copy's packages/kernels-cuda/kernels/*.cu (compiled there by
 # NVRTC) and the bundles in .device/app: build and pack from a clean tree, or from a clean
@@ -63,32 +67,37 @@ case "$phase" in
       --max-host-values 1e12 --sizes 8k,16k,32k,64k,128k,512k --deadline-s 330 \
       --out "$out/nvidia-h200-synth" 2>&1 | grep -E 'latency|crossover|skip|peer|error' | tail -n 40
     ;;
+  cuda-kernels)
+    # The attention layouts against v1 (self-check at 4k, then dense TFLOP/s and per-block
+    # sparse cost at 64k and 128k), one process per family so a fault in one cannot take the
+    # other's timings with it (results/cuda-h200-session4/kernels).
+    mkdir -p "$out/kernels-mma" "$out/kernels-wgmma"
+    timeout -s KILL 45 $CUDA --phase kernels --layouts w32,v1 --sweep 65536,131072 --budget 35 \
+      --out "$out/kernels-mma" > "$out/kernels-mma/log.txt" 2>&1
+    timeout -s KILL 55 $CUDA --phase kernels --layouts w32,wg,wgw --sweep 65536,131072 --budget 42 \
+      --out "$out/kernels-wgmma" > "$out/kernels-wgmma/log.txt" 2>&1
+    grep -h "layout " "$out"/kernels-*/log.txt
+    ;;
   webgpu)
-    # 1. The WebGPU backend's own run: every kernel variant's build report, correctness,
-    #    dense TFLOP/s, sparse vs own dense, TF.js peer (packages/kernels-webgpu/device).
-    timeout -s KILL 170 node .device/app/webgpu-device-main.mjs --budget 160 --variants fma-v3,fma-v1,subgroup-matrix-staged \
-      --dense 8192,32768,65536 --sparse 32768,65536 --tfjs 8192 --conformance "" --out "$out/webgpu-device" \
+    # 1. The WebGPU backend's own run (packages/kernels-webgpu/device): the v4 forms' build,
+    #    correctness and dense TFLOP/s; then, with the fastest variant under Dawn's default
+    #    toggles, dense at 8k and 64k, conformance at n = 65536 and 4000, the sparse pipeline
+    #    against its own dense at 32k-128k and the TF.js peer at 8k (results/webgpu-h200-session4/forms).
+    timeout -s KILL 300 node .device/app/webgpu-device-main.mjs --out "$out/webgpu-device" --budget 285 --no-wgsl \
+      --probes "" --smm-probe 0 --variants fma-v4,fma-v4:plain,fma-v4+norobust,fma-v4:idx,fma-v4:pf0,fma-v4:idx.pf0.lean \
+      --dense 16384,32768 --best-dense 8192,65536 --conformance 65536,4000 --sparse 32768,65536,131072 --tfjs 8192 \
       2>&1 | tail -n 30
-    # 2. crisp-bench's WebGPU latency (TF.js peer in the same run), merged into the folder
-    #    the cuda phase wrote (committed to apps/bench/results/nvidia-h200 before this call).
+    ;;
+  webgpu-latency)
+    # crisp-bench's WebGPU latency (TF.js peer in the same run), merged into the folder the
+    # cuda phase's suites wrote (committed to apps/bench/results/nvidia-h200 before this call).
     D="$out/nvidia-h200"
     mkdir -p "$D" && cp apps/bench/results/nvidia-h200/bench.json "$D/"
     timeout -s KILL 130 $BENCH --backends webgpu --suites latency,crossover --latency-inputs fill \
       --sizes 8k..32k --deadline-s 120 --merge --out "$D" 2>&1 | grep -E 'latency|skip|peer|error' | tail -n 20
     ;;
-  extra)
-    # What the first two calls left out: WebGPU conformance at n = 4000 and 65536 and the
-    # sparse pipeline at 128k with the default kernel; CUDA latency at 8k and 16k merged into
-    # nvidia-h200-synth (the crossover needs sizes below 32k).
-    timeout -s KILL 140 node .device/app/webgpu-device-main.mjs --budget 132 --variants fma-v1 --dense "" \
-      --sparse 131072 --tfjs "" --smm-probe 0 --conformance 4000,65536 --out "$out/webgpu-device-extra" 2>&1 | tail -n 12
-    D="$out/nvidia-h200-synth"
-    mkdir -p "$D" && cp apps/bench/results/nvidia-h200-synth/bench.json "$D/"
-    timeout -s KILL 50 $BENCH --backends cuda --suites latency,crossover --latency-inputs synth \
-      --max-host-values 1e12 --sizes 8k,16k --deadline-s 45 --merge --out "$D" 2>&1 | grep -E 'latency|crossover|skip|peer|error' | tail -n 14
-    ;;
   *)
-    echo "unknown phase $phase (cuda, cuda-latency, webgpu, extra)" >&2
+    echo "unknown phase $phase (cuda, cuda-latency, cuda-kernels, webgpu, webgpu-latency)" >&2
     exit 2
     ;;
 esac
