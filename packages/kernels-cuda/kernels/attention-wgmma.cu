@@ -544,9 +544,10 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 #endif  // CRISP_WGMMA
 
 // wg: B = 64 (one warpgroup) or 128 (two), 1 CTA per SM at B 128, d 128 (161 KB of shared
-// memory). (Measured on the H200 in session 4 and dropped, NOTES.md: wgk, the kv-head-major
-// CTA order; wgo, wg with the softmax overlapped with P V behind a CTA-wide barrier per tile;
-// wgok, both. wgw below keeps the overlap without the barrier.)
+// memory). (Dropped in session 4, NOTES.md: wgo, wg with the softmax overlapped with P V
+// behind a CTA-wide barrier per tile, measured slower; wgok, wgo in the kv-head-major CTA
+// order, +3% over wgo; wgk, wg in that order, not run. wgw below keeps the overlap without
+// the barrier.)
 // One extern "C" entry per (layout, dtype, d, B); the body is a template instance passed as
 // the variadic tail (its commas would split an ordinary macro argument). Off sm_90a the
 // entries are empty stubs (see the top of the file).
