@@ -22,7 +22,7 @@
  * only on the diagonal tile and the ragged last tile. GQA: head h reads kv head
  * floor(h / (H / Hkv)).
  */
-import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow, vec4ArrayType, widen } from './common.js';
+import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow, vec4ArrayType, widen , NON_FINITE_WGSL, PACK_U2_WGSL } from './common.js';
 
 /** Workgroup memory the v3 kernel declares (bytes); the backend falls back to v1 below it. */
 export const ATTENTION_V3_WORKGROUP_BYTES = 32768;
@@ -106,14 +106,9 @@ var<workgroup> Ps: array<vec4<f32>, 1024>;
 // chunk; W[1023] passes the key-tile range to every thread.
 var<workgroup> W: array<vec4<f32>, 1024>;
 
-fn nonFinite(x: vec4<f32>) -> bool {
-  return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
-}
+${NON_FINITE_WGSL}
 
-// Two u32 (< 2^30) through an f32 slot: bit 30 set keeps the pattern a normal float, so no
-// flush-to-zero of denormals can touch it on the way.
-fn packU2(v: vec2<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(vec4<u32>(v | vec2<u32>(0x40000000u), 0x40000000u, 0x40000000u)); }
-fn unpackU2(f: vec4<f32>) -> vec2<u32> { return bitcast<vec4<u32>>(f).xy & vec2<u32>(0x3fffffffu); }
+${PACK_U2_WGSL}
 
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {

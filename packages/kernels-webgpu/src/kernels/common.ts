@@ -34,6 +34,20 @@ export function narrow(dtype: StorageDType, expr: string): string {
   return dtype === 'f32' ? expr : `vec2<u32>(pack2x16float((${expr}).xy), pack2x16float((${expr}).zw))`;
 }
 
+/**
+ * WGSL `nonFinite(x)`: whether any lane of x is NaN or ±Inf, by the exponent bits (a bit
+ * test, so no fast-math folding can hide it). The kernels flag bad inputs with it.
+ */
+export const NON_FINITE_WGSL = `fn nonFinite(x: vec4<f32>) -> bool {
+  return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
+}`;
+
+/** WGSL `packU2` / `unpackU2`: two u32 passed through a vec4<f32> workgroup slot. */
+export const PACK_U2_WGSL = `// Two u32 (< 2^30) through an f32 slot: bit 30 set keeps the pattern a normal float, so no
+// flush-to-zero of denormals can touch it on the way.
+fn packU2(v: vec2<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(vec4<u32>(v | vec2<u32>(0x40000000u), 0x40000000u, 0x40000000u)); }
+fn unpackU2(f: vec4<f32>) -> vec2<u32> { return bitcast<vec4<u32>>(f).xy & vec2<u32>(0x3fffffffu); }`;
+
 /** log2(e): kernels work in base 2 with the softmax scale folded into q. */
 export const LOG2E = Math.LOG2E;
 

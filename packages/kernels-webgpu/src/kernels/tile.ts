@@ -6,15 +6,13 @@
  *
  * Shape legend: q [m, H, d], k [n, Hkv, d]; query tile 64 rows, key tile 64 keys.
  */
-import { type StorageDType, widen } from './common.js';
+import { NON_FINITE_WGSL, type StorageDType, widen } from './common.js';
 
 /** Workgroup scratch the tile uses: QK holds the Q chunk [16][16] then the K chunk [16][16]. */
 export const TILE_SHARED = `var<workgroup> QK: array<vec4<f32>, 512>;
 // set when a loaded q, k or v value is NaN or Inf: the kernel then poisons what it writes
 var<workgroup> badInput: atomic<u32>;
-fn nonFinite(x: vec4<f32>) -> bool {
-  return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
-}`;
+${NON_FINITE_WGSL}`;
 
 /**
  * WGSL statements computing s0..s3 (vec4<f32>, rows tr*4+i, keys tc*4..+3) for one key tile.
