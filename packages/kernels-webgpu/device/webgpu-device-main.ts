@@ -322,6 +322,24 @@ async function timeIt(g: Gpu, f: () => Promise<unknown>, reps: number): Promise<
   return ts;
 }
 
+/** Time one dispatch of a probe pipeline (a warm-up, then 5 runs): the median and the runs, ms. */
+async function timeDispatch(
+  g: Gpu,
+  pipe: GPUComputePipeline,
+  buffers: readonly GPUBuffer[],
+  groups: readonly [number, number?, number?],
+): Promise<{ ms: number; runsMs: number[] }> {
+  const ctx = g.b.gpu;
+  const run = async () => {
+    const enc = ctx.device.createCommandEncoder();
+    ctx.dispatch(enc, pipe, buffers, groups);
+    ctx.submit(enc);
+    await ctx.idle();
+  };
+  const runsMs = await timeIt(g, run, 5);
+  return { ms: median(runsMs), runsMs };
+}
+
 
 /**
  * Probe of chromium-experimental-subgroup-matrix: a plain f16 GEMM C = A Bᵀ (f32 result) in
@@ -385,14 +403,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
   const c = ctx.createBuffer(n * n * 4, 0x80 | 0x4, 'C');
   const u = ctx.uniform([n, n, K, 0]);
   const buf = (t: DeviceTensor) => (t as unknown as { buffer: GPUBuffer }).buffer;
-  const run = async () => {
-    const enc = ctx.device.createCommandEncoder();
-    ctx.dispatch(enc, pipe, [u, buf(a), buf(bt), c], [n / (2 * FN), n / (2 * FM)]);
-    ctx.submit(enc);
-    await ctx.idle();
-  };
-  const ts = await timeIt(g, run, 5);
-  const ms = median(ts);
+  const { ms, runsMs } = await timeDispatch(g, pipe, [u, buf(a), buf(bt), c], [n / (2 * FN), n / (2 * FM)]);
   const af = await readRows(g, a, 0, 4);
   const bf = await readRows(g, bt, 0, n);
   // (synth rows are [rows, 1, 128]: row-major [n][K])
@@ -405,7 +416,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>) {
       err = Math.max(err, Math.abs(dot - cRow[i * n + j]) / Math.max(1, Math.abs(dot)));
     }
   }
-  return { config: cfg, configs, n, K, ms, runsMs: ts, tflops: (2 * n * n * K) / ms / 1e9, maxRelError: err };
+  return { config: cfg, configs, n, K, ms, runsMs, tflops: (2 * n * n * K) / ms / 1e9, maxRelError: err };
 }
 
 /**
@@ -502,18 +513,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   const iters = smoke ? 16 : 2048;
   const out = ctx.createBuffer(groups * 256 * 4, 0x80 | 0x4, 'fma-out');
   const u = ctx.uniform([iters, 0, { f32: 0.999 }, { f32: 1e-4 }]);
-  const run = async () => {
-    const enc = ctx.device.createCommandEncoder();
-    ctx.dispatch(enc, pipe, [u, out], [groups]);
-    ctx.submit(enc);
-    await ctx.idle();
-  };
-  const ts = await timeIt({ b }, run, 5);
-  const ms = median(ts);
+  const { ms, runsMs } = await timeDispatch({ b }, pipe, [u, out], [groups]);
   const sample = new Float32Array(await ctx.read(out, 0, 16));
   ctx.retire(out, u);
   const flop = 2 * 64 * iters * groups * 256;
-  return { form: muladd ? 'a * x + y' : 'fma()', ms, runsMs: ts, tflops: flop / ms / 1e9, finite: sample.every(Number.isFinite) };
+  return { form: muladd ? 'a * x + y' : 'fma()', ms, runsMs, tflops: flop / ms / 1e9, finite: sample.every(Number.isFinite) };
 }
 
 /**
@@ -559,17 +563,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
   const iters = smoke ? 8 : v1 ? 1024 : 512;
   const out = ctx.createBuffer(groups * T * 4, 0x80 | 0x4, 'lds-out');
   const u = ctx.uniform([iters, 0, 0, 0]);
-  const run = async () => {
-    const enc = ctx.device.createCommandEncoder();
-    ctx.dispatch(enc, pipe, [u, out], [groups]);
-    ctx.submit(enc);
-    await ctx.idle();
-  };
-  const ts = await timeIt({ b }, run, 5);
-  const ms = median(ts);
+  const { ms, runsMs } = await timeDispatch({ b }, pipe, [u, out], [groups]);
   ctx.retire(out, u);
   const flop = 2 * 16 * R * 4 * iters * groups * T;
-  return { tiling, threads: T, rowsPerThread: R, ms, runsMs: ts, tflops: flop / ms / 1e9 };
+  return { tiling, threads: T, rowsPerThread: R, ms, runsMs, tflops: flop / ms / 1e9 };
 }
 
 interface Variant extends VariantSpec {
@@ -849,7 +846,7 @@ async function main(): Promise<void> {
       vr.lastMs = ms;
       vr.lastN = n;
       const check = await checkRows(g, q, k, v, out, undefined, 4);
-      const row = { n, variant: vr.label, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, check };
+      const row = { n, variant: vr.label, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs, tflops: causalFlops(n) / ms / 1e9, check };
       log('dense', row);
       dense.push(row);
       for (const t of [q, k, v, out]) t.dispose();
