@@ -274,17 +274,9 @@ __device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __
   const int q0 = I * BM;
   const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
 
-  for (int c = tid; c < BM * CH; c += NT) {
-    const int r = c / CH, ch = c % CH, row = q0 + r;
-    const bool ok = row < n && row >= off;
-    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
-    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
-  }
-  int first = 0, nTiles = I + 1;
-  if (rowPtr != nullptr) {
-    first = rowPtr[h * Nb + I];
-    nTiles = rowPtr[h * Nb + I + 1] - first;
-  }
+  stage_q<BM, D, NT>(q, q0, n, off, qStride, h, tid, [&](int r, int ch) { return sQ + pswz(BM, r, ch); });
+  int first;
+  const int nTiles = row_blocks(rowPtr, h, Nb, I, first);
   auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
   auto loadKV = [&](int t, int stage) {
     const int ks = tileStart(t);
@@ -408,11 +400,8 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int q0 = I * BM;
   const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
-  int first = 0, nTiles = I + 1;
-  if (rowPtr != nullptr) {
-    first = rowPtr[h * Nb + I];
-    nTiles = rowPtr[h * Nb + I + 1] - first;
-  }
+  int first;
+  const int nTiles = row_blocks(rowPtr, h, Nb, I, first);
   auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
 
   if (tid == 0) {

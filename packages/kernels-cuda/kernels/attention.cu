@@ -45,17 +45,9 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
   const int q0 = I * BM;
   const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
 
-  for (int c = tid; c < BM * CH; c += NT) {
-    const int r = c / CH, ch = c % CH, row = q0 + r;
-    const bool ok = row < n && row >= off;
-    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
-    cp_async16(sQ + swz(r, ch, ROWB), src, ok ? 16 : 0);
-  }
-  int first = 0, nBlocks = I + 1;
-  if (rowPtr != nullptr) {
-    first = rowPtr[h * Nb + I];
-    nBlocks = rowPtr[h * Nb + I + 1] - first;
-  }
+  stage_q<BM, D, NT>(q, q0, n, off, qStride, h, tid, [&](int r, int ch) { return sQ + swz(r, ch, ROWB); });
+  int first;
+  const int nBlocks = row_blocks(rowPtr, h, Nb, I, first);
   const int nTiles = nBlocks * TPB;
   auto tileStart = [&](int t) -> int {
     const int blk = rowPtr != nullptr ? cols[first + t / TPB] : t / TPB;

@@ -98,6 +98,33 @@ __device__ __forceinline__ void cta_order(int Nb, int& h, int& I) {
   I = Nb - 1 - (int)blockIdx.y;
 }
 
+// The key blocks query block I of head h visits: cols[first .. first + count) of the BSR rows
+// (rowPtr [H * Nb + 1]), or, with rowPtr == nullptr (the dense baseline), every J <= I.
+// Returns count.
+__device__ __forceinline__ int row_blocks(const int* rowPtr, int h, int Nb, int I, int& first) {
+  first = 0;
+  int count = I + 1;
+  if (rowPtr != nullptr) {
+    first = rowPtr[h * Nb + I];
+    count = rowPtr[h * Nb + I + 1] - first;
+  }
+  return count;
+}
+
+// Stage the CTA's BM query rows (positions q0 ..; q holds positions off .. n − 1, rows
+// outside read nothing and land as zeros) into shared memory in 16-byte chunks, at the
+// address `at(row, chunk)` gives (each layout's own swizzle).
+template <int BM, int D, int NT, class At>
+__device__ __forceinline__ void stage_q(const u16* q, int q0, int n, int off, size_t qStride, int h, int tid, At at) {
+  constexpr int CH = D / 8;
+  for (int c = tid; c < BM * CH; c += NT) {
+    const int r = c / CH, ch = c % CH, row = q0 + r;
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(at(r, ch), src, ok ? 16 : 0);
+  }
+}
+
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
