@@ -846,7 +846,7 @@ async function main(): Promise<void> {
       vr.lastMs = ms;
       vr.lastN = n;
       const check = await checkRows(g, q, k, v, out, undefined, 4);
-      const row = { n, variant: vr.label, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs, tflops: causalFlops(n) / ms / 1e9, check };
+      const row = { n, variant: vr.label, active: vr.b.attentionKernel, H, Hkv: HKV, d: D, dtype: 'f16', ms, runsMs: ts, tflops: causalFlops(n) / ms / 1e9, check };
       log('dense', row);
       dense.push(row);
       for (const t of [q, k, v, out]) t.dispose();
