@@ -232,19 +232,11 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     smm &&
     (kernel === 'subgroup-matrix' || (smmStaged && ctx.limits.maxComputeWorkgroupStorageSize >= SMM_STAGED_WORKGROUP_BYTES));
   ctx.smmStaged = smmStaged;
-  const wgBytes = ctx.limits.maxComputeWorkgroupStorageSize;
   // 'fma', the subgroup-matrix kernels' fallback and the default all mean v4; v1 is what
   // fits when a device offers less workgroup memory than v3/v4 declare.
-  ctx.fmaKernel =
-    kernel === 'fma-v1'
-      ? 'fma-v1'
-      : kernel === 'fma-v3'
-        ? wgBytes >= ATTENTION_V3_WORKGROUP_BYTES
-          ? 'fma-v3'
-          : 'fma-v1'
-        : wgBytes >= ATTENTION_V4_WORKGROUP_BYTES
-          ? 'fma-v4'
-          : 'fma-v1';
+  const fma = kernel === 'fma-v1' || kernel === 'fma-v3' ? kernel : 'fma-v4';
+  const fmaBytes = { 'fma-v1': 0, 'fma-v3': ATTENTION_V3_WORKGROUP_BYTES, 'fma-v4': ATTENTION_V4_WORKGROUP_BYTES }[fma];
+  ctx.fmaKernel = ctx.limits.maxComputeWorkgroupStorageSize >= fmaBytes ? fma : 'fma-v1';
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
     Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);
