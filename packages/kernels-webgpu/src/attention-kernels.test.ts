@@ -65,6 +65,46 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     b1.dispose();
   });
 
+  // Dispatch splitting (grid [heads, query tiles], ranges of tiles heaviest first): with
+  // maxDispatchWork in units of one 64 x 64 key tile (64·64·d multiply-adds), 6 units make
+  // the heavy tiles one-tile dispatches with the heads in groups (of 1, then 3 + 1), and 40
+  // units make multi-tile ranges of all heads. Every (head, tile) must be computed exactly
+  // once: unwritten rows stay NaN, a wrong head or tile offset gives wrong values.
+  it.each([6, 40, 1e9])('fma-v4: dispatches split at maxDispatchWork = %d tile units match float64 (dense, chunked, sparse)', async (units) => {
+    const d = 64;
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4', maxDispatchWork: units * 64 * 64 * d });
+    const seed = freshSeed();
+    const [n, H, Hkv] = [300, 4, 2];
+    const kv = hostTensor('f32', [n, Hkv, d], seededValues(seed + 1, n * Hkv * d, 1.5));
+    const vv = hostTensor('f32', [n, Hkv, d], seededValues(seed + 2, n * Hkv * d));
+    const [gk, gv] = [b1.upload(kv), b1.upload(vv)];
+    const [rk, rv] = [ref.upload(kv), ref.upload(vv)];
+    const mask: BlockMask = {
+      heads: H,
+      numBlocks: 3,
+      blockSize: 128,
+      vs: { verticalPtr: Int32Array.from([0, 1, 1, 2, 2]), vertical: Int32Array.from([0, 1]), slashPtr: Int32Array.from([0, 1, 2, 4, 5]), slash: Int32Array.from([0, 0, 0, 1, 0]) },
+    };
+    for (const [m, sparse] of [
+      [n, false],
+      [137, false],
+      [n, true],
+    ] as const) {
+      const q = hostTensor('f32', [m, H, d], seededValues(seed + m, m * H * d, 1.5));
+      const out = b1.allocate('f32', [m, H, d]);
+      b1.write(out, 0, new Float32Array(m * H * d).fill(Number.NaN));
+      const gq = b1.upload(q);
+      if (sparse) await b1.sparseAttention(gq, gk, gv, mask, { out });
+      else await b1.denseAttention(gq, gk, gv, { out });
+      const rq = ref.upload(q);
+      const want = sparse ? await ref.sparseAttention(rq, rk, rv, mask) : await ref.denseAttention(rq, rk, rv);
+      expect(maxAbsDiff(toFloat32(await b1.download(out)), toFloat32(await ref.download(want.output))), `seed ${seed} m ${m} sparse ${sparse}`).toBeLessThan(1e-4);
+      gq.dispose();
+      out.dispose();
+    }
+    b1.dispose();
+  });
+
   // The session 4 experiment forms of v4 (idx, pf0, lean; NOTES.md), selected the way the
   // device script selects them: the backend builds whatever attentionProgramFor returns.
   // Each runs chunked-prefill dense (4 key tiles, so pf0's prefetch and buffer parity turn

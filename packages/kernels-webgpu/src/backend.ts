@@ -828,12 +828,10 @@ export class WebGpuBackend implements Backend {
     const firstTile = Math.floor((n - m) / 64);
     const numTiles = Math.ceil(n / 64) - firstTile;
     // Work per query tile in key tiles: dense t + 1; sparse at most the mean row length
-    // (an upper bound spread evenly). Dispatches are cut to stay under #maxWork.
+    // (an upper bound spread evenly).
     const tileWork = 64 * 64 * D;
     const avgSparse = sparse ? Math.max(1, (sparse.blocks / (H * Nb)) * (B / 64)) : 0;
     const workOf = (t: number) => (sparse ? Math.min(t + 1, avgSparse) : t + 1) * tileWork;
-    let perHead = 0;
-    for (let i = 0; i < numTiles; i++) perHead += workOf(firstTile + i);
     try {
       const params = (h0: number, ft: number, nt: number) =>
         g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
@@ -847,41 +845,30 @@ export class WebGpuBackend implements Backend {
         sparse?.rowPtr ?? dummy!,
         sparse?.cols ?? dummy!,
       ];
-      if (perHead <= this.#maxWork) {
-        const hg = Math.max(1, Math.min(H, Math.floor(this.#maxWork / Math.max(1, perHead))));
+      // Grid [heads, query tiles], heads fastest: the kernels map y = 0 to the heaviest
+      // (last) tile, so every head's longest tiles start in the first wave and the tail holds
+      // short ones (head-major order left the last heads' long tiles for the end: ~6% idle
+      // at 8k on the H200). Dispatches stay under #maxWork: query tiles in ranges, heaviest
+      // first, all heads of a range together, the heads in groups when one tile row of all
+      // heads is already too much.
+      const maxY = g.limits.maxComputeWorkgroupsPerDimension;
+      let end = firstTile + numTiles;
+      while (end > firstTile) {
+        let w = 0;
+        let start = end;
+        while (start > firstTile && end - start < maxY && (w === 0 || (w + workOf(start - 1)) * H <= this.#maxWork)) {
+          w += workOf(start - 1);
+          start--;
+        }
+        const hg = Math.max(1, Math.min(H, Math.floor(this.#maxWork / w)));
         for (let h0 = 0; h0 < H; h0 += hg) {
-          const nh = Math.min(hg, H - h0);
-          const u = params(h0, firstTile, numTiles);
+          const u = params(h0, start, end - start);
           temps.push(u);
           const enc = g.device.createCommandEncoder();
-          g.dispatch(enc, pipe, bufs(u), [numTiles, nh]);
+          g.dispatch(enc, pipe, bufs(u), [Math.min(hg, H - h0), end - start]);
           g.submit(enc, temps);
         }
-      } else {
-        // One head is too long for one dispatch: split its query tiles into ranges of
-        // bounded work, heaviest (last) tiles first, all heads of a range together when
-        // they fit.
-        const ranges: [number, number][] = [];
-        let end = firstTile + numTiles;
-        while (end > firstTile) {
-          let w = 0;
-          let start = end;
-          while (start > firstTile && (w === 0 || w + workOf(start - 1) <= this.#maxWork)) {
-            w += workOf(start - 1);
-            start--;
-          }
-          ranges.push([start, end - start]);
-          end = start;
-        }
-        for (let h = 0; h < H; h++) {
-          for (const [ft, nt] of ranges) {
-            const u = params(h, ft, nt);
-            temps.push(u);
-            const enc = g.device.createCommandEncoder();
-            g.dispatch(enc, pipe, bufs(u), [nt, 1]);
-            g.submit(enc, temps);
-          }
-        }
+        end = start;
       }
     } catch (e) {
       if (!opts.out) out.dispose();

@@ -319,10 +319,11 @@ ${PACK_U2_WGSL}
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let tr = lid / 16u;
   let tc = lid % 16u;
-  let h = P.headBase + wid.y;
+  let h = P.headBase + wid.x;
   let g = h / (P.H / P.Hkv);
-  // Heaviest tiles (most keys) first: better tail balance on causal work.
-  let t = P.firstTile + P.numTiles - 1u - wid.x;
+  // Heads fastest, heaviest tiles (most keys) first: every head's long tiles start in the
+  // first wave, so the tail holds only short ones (and a kv group's heads share K/V in L2).
+  let t = P.firstTile + P.numTiles - 1u - wid.y;
   let q0 = t * 64u;
   let rowOff = P.n - P.m;
   // the row this thread stages: Q row q0 + srow (threads 0-63) or K row k0 + srow (64-127)

@@ -116,10 +116,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let tc = lid % 16u;
   let lr = lid / 4u;
   let ld = (lid % 4u) * 4u;
-  let h = P.headBase + wid.y;
+  let h = P.headBase + wid.x;
   let g = h / (P.H / P.Hkv);
-  // Heaviest tiles (most keys) first: better tail balance on causal work.
-  let t = P.firstTile + P.numTiles - 1u - wid.x;
+  // Heads fastest, heaviest tiles (most keys) first: every head's long tiles start in the
+  // first wave, so the tail holds only short ones (and a kv group's heads share K/V in L2).
+  let t = P.firstTile + P.numTiles - 1u - wid.y;
   let q0 = t * 64u;
   let rowOff = P.n - P.m;
   let lpos = q0 + lr;
