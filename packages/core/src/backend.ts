@@ -64,7 +64,12 @@ export interface PrepareMaskRequest {
   readonly heads: number;
   readonly numBlocks: number;
   readonly blockSize: number;
-  readonly vs: VsLists;
+  /**
+   * The VS lists, or a function that computes them. The backend calls the function once,
+   * after it has queued the PE work on the device, so host selection overlaps the device's
+   * PE kernels; what it throws propagates.
+   */
+  readonly vs: VsLists | (() => VsLists);
   /** PE rows to build on the backend (as peBlockRows would) and merge with the VS part */
   readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
 }

@@ -18,6 +18,7 @@ import {
   spreadRowPtr,
   validateMask,
   vsListsFromArrays,
+  type VsLists,
 } from './mask.js';
 import type { Policy, RoutingDecision } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
@@ -203,64 +204,81 @@ async function buildPlan(
     throw new InvalidArgumentError(`router ${policy.router!.name} returned ${routing.routes.length} routes for ${H} heads`);
   }
 
-  const vertical: Int32Array[] = [];
-  const slash: Int32Array[] = [];
   const peHeads: number[] = [];
+  for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
   const peK = Math.ceil(policy.pe!.kMin / B);
-  for (let h = 0; h < H; h++) {
-    const pv = headSlice(stats.verticalBlocks, h, Nb);
-    const ps = headSlice(stats.slashBlocks, h, Nb);
-    if (routing.routes[h] === 'pe') {
-      peHeads.push(h);
-      // FlexPrefill gives PE heads the kMin best vertical and slash blocks too, so every
-      // query block keeps at least its diagonal block.
-      vertical.push(topKIndices(pv, peK));
-      slash.push(unionSorted(topKIndices(ps, peK), [0]));
-      continue;
+  // routing counts as selection; selectVs adds its own time
+  let selectMs = performance.now() - tStats;
+  const selectVs = () => {
+    const ts = performance.now();
+    const vertical: Int32Array[] = [];
+    const slash: Int32Array[] = [];
+    for (let h = 0; h < H; h++) {
+      const pv = headSlice(stats.verticalBlocks, h, Nb);
+      const ps = headSlice(stats.slashBlocks, h, Nb);
+      if (routing.routes[h] === 'pe') {
+        // FlexPrefill gives PE heads the kMin best vertical and slash blocks too, so every
+        // query block keeps at least its diagonal block.
+        vertical.push(topKIndices(pv, peK));
+        slash.push(unionSorted(topKIndices(ps, peK), [0]));
+        continue;
+      }
+      const common = { head: h, blockSize: B, n };
+      vertical.push(
+        policy.vs!.select({
+          ...common,
+          direction: 'vertical',
+          blockScores: pv,
+          tokenScores: stats.verticalTokens ? headSlice(stats.verticalTokens, h, n) : undefined,
+        }),
+      );
+      slash.push(
+        policy.vs!.select({
+          ...common,
+          direction: 'slash',
+          blockScores: ps,
+          tokenScores: stats.slashTokens ? headSlice(stats.slashTokens, h, n) : undefined,
+        }),
+      );
     }
-    const common = { head: h, blockSize: B, n };
-    vertical.push(
-      policy.vs!.select({
-        ...common,
-        direction: 'vertical',
-        blockScores: pv,
-        tokenScores: stats.verticalTokens ? headSlice(stats.verticalTokens, h, n) : undefined,
-      }),
-    );
-    slash.push(
-      policy.vs!.select({
-        ...common,
-        direction: 'slash',
-        blockScores: ps,
-        tokenScores: stats.slashTokens ? headSlice(stats.slashTokens, h, n) : undefined,
-      }),
-    );
-  }
-  // Selectors may be user code: check what they returned. The PE rows come from the
-  // backend, which validates masks itself when it runs them, so they are not scanned here
-  // (at 512k they can hold tens of millions of entries).
-  const vs = vsListsFromArrays(vertical, slash);
-  validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs }, { heads: H, numBlocks: Nb, blockSize: B });
-  const tSelect = performance.now();
+    // Selectors may be user code: check what they returned. The PE rows come from the
+    // backend, which validates masks itself when it runs them, so they are not scanned here
+    // (at 512k they can hold tens of millions of entries).
+    const lists = vsListsFromArrays(vertical, slash);
+    validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs: lists }, { heads: H, numBlocks: Nb, blockSize: B });
+    selectMs += performance.now() - ts;
+    return lists;
+  };
   const peOpts = { blockSize: B, gamma: policy.pe!.gamma, heads: peHeads, scale: opts.scale };
   const base = { policy: policy.name, shape, blockSize: B, numBlocks: Nb, stats, routing };
   if (backend.prepareMask) {
-    // The backend builds the PE rows, merges and expands the mask and counts it on the
-    // device; the PE rows come to the host afterwards (overlapping attention in sparsePrefill).
+    // The backend queues the PE rows' kernels, then runs selectVs (host work overlapping
+    // them), merges and expands the mask and counts it on the device; the PE rows come to
+    // the host afterwards (overlapping attention in sparsePrefill). selectMs is the time
+    // spent in selectVs; peRowsMs the rest of prepareMask.
+    let vs: VsLists | undefined;
     const r = await backend.prepareMask({
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      vs,
+      vs: () => {
+        vs = selectVs();
+        return vs;
+      },
       pe: peHeads.length > 0 ? { q: inputs.q, k: inputs.k, opts: peOpts } : undefined,
     });
+    if (!vs) {
+      r.prepared.release();
+      throw new InvalidArgumentError(`backend ${backend.name}: prepareMask returned without calling the request's vs()`);
+    }
     const tPe = performance.now();
     const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
     const tEnd = performance.now();
-    const phases = { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe };
+    const phases = { statsMs: tStats - t0, selectMs, peRowsMs: tPe - tStats - selectMs, maskMs: tEnd - tPe };
+    const lists = vs;
     const plan = (rows?: BlockRows): PrefillPlan => ({
       ...base,
-      mask: { heads: H, numBlocks: Nb, blockSize: B, vs, rows },
+      mask: { heads: H, numBlocks: Nb, blockSize: B, vs: lists, rows },
       prepared: r.prepared,
       density,
       overallDensity,
@@ -273,6 +291,8 @@ async function buildPlan(
     const p = await withRows();
     return { plan: p, complete: async () => p };
   }
+  const vs = selectVs();
+  const tSelect = performance.now();
   let rows: BlockRows | undefined;
   let tPe = tSelect;
   if (peHeads.length > 0) {

@@ -3,9 +3,8 @@
 // Shape legend: H heads, Nb blocks; a mask is, per head, sorted vertical key blocks J
 // (activate (I, J) for I >= J), sorted slash offsets O (activate (I, I − O) for I >= O),
 // and/or BSR rows (rowPtr [H * Nb + 1], cols). Output: the union as BSR rows, each row's
-// key blocks strictly increasing. expand_count sizes each row (a warp per row), then one
-// thread per row merges three sorted streams into its place: verticals ascending, slashes
-// walked from the largest O <= I down (ascending J), and the row's own cols.
+// key blocks strictly increasing. expand_count sizes each row and expand_write fills it, a
+// warp per row in both.
 #include "crisp-common.cuh"
 
 __device__ __forceinline__ int upper_bound_le(const int* a, int lo, int hi, int x) {
@@ -18,54 +17,17 @@ __device__ __forceinline__ int upper_bound_le(const int* a, int lo, int hi, int 
   return lo;
 }
 
-// Writes the row's union at write[0..] and returns its length.
-__device__ __forceinline__ int merge_row(int h, int I, int Nb, const int* vPtr, const int* vert, const int* sPtr,
-                                         const int* slash, const int* rPtr, const int* rCols, int* write) {
-  int vi = 0, ve = 0, si = 0, sLo = 0, ri = 0, re = 0;
-  if (vPtr != nullptr) {
-    vi = vPtr[h];
-    ve = upper_bound_le(vert, vPtr[h], vPtr[h + 1], I);
-    sLo = sPtr[h];
-    si = upper_bound_le(slash, sPtr[h], sPtr[h + 1], I) - 1;  // walk down to sLo
-  } else {
-    si = -1;
-  }
-  if (rPtr != nullptr) {
-    ri = rPtr[h * Nb + I];
-    re = rPtr[h * Nb + I + 1];
-  }
-  int count = 0, last = -1;
-  const int BIG = 0x7fffffff;
-  for (;;) {
-    const int a = vi < ve ? vert[vi] : BIG;
-    const int b = (vPtr != nullptr && si >= sLo) ? I - slash[si] : BIG;
-    const int c = ri < re ? rCols[ri] : BIG;
-    int m = a < b ? a : b;
-    m = m < c ? m : c;
-    if (m == BIG) break;
-    if (a == m) vi++;
-    if (b == m) si--;
-    if (c == m) ri++;
-    if (m != last) {
-      write[count] = m;
-      count++;
-      last = m;
-    }
-  }
-  return count;
-}
-
 __device__ __forceinline__ bool contains(const int* a, int lo, int hi, int x) {
   const int i = upper_bound_le(a, lo, hi, x);
   return i > lo && a[i - 1] == x;
 }
 
-// The row's length, one warp per row. A thread per row (merge_row) made a warp's 32 threads
+// The row's length, one warp per row. A thread per row (a three-way merge) made a warp's 32 threads
 // walk 32 different rows, uncoalesced, and wait for the longest (PE rows reach Nb entries):
 // 2.5 ms at 512k on the H200, the plan's largest kernel. Here the lanes stride over the row's
 // own cols, and the union's size is |R| + |V \ R| + |S \ (R ∪ V)|, each lane testing its
 // share of the row's vertical blocks and slash blocks by binary search (the host validated
-// V and S as strictly increasing; R is validated here). Same count as merge_row.
+// V and S as strictly increasing; R is validated here). Same count as the set union.
 // Also validates the BSR entries (the host checked rowPtr, not the entries: at 512k there
 // are tens of millions): each row's cols strictly increasing and inside [0, I]. The first
 // offending row (lowest index) lands in *bad, which the host initialises to INT_MAX.
@@ -107,12 +69,64 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
   if (lane == 0) counts[row] = (re - ri) + extra;
 }
 
+// The row's union, one warp per row, through a bitmap of the row's key blocks [0, I] in shared
+// memory (ceil(Nb / 32) words a warp): the lanes set the bits of their share of the row's own
+// cols, its vertical blocks J <= I and its slash blocks I - O (O <= I), then walk the words 32
+// at a time (popcount, warp prefix sum) and write each word's set bits in ascending order.
+// Sorted and free of duplicates by construction, so the length is expand_count's. A thread
+// per row (a three-way merge of the sorted lists) walked 32 rows at once, uncoalesced, at the pace of the longest: 0.73 ms
+// at 512k on the H200 (synth), 3.6 ms on denser masks. Runs after expand_count has validated
+// the rows' entries (the host reads *bad first).
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* outPtr, int* outCols, int H,
                                        int Nb) {
-  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  extern __shared__ u32 bitmaps[];
+  const int words = (Nb + 31) >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // uniform in the warp
   if (row >= H * Nb) return;
-  merge_row(row / Nb, row % Nb, Nb, vPtr, vert, sPtr, slash, rPtr, rCols, outCols + outPtr[row]);
+  const int I = row % Nb, h = row / Nb;
+  u32* bits = bitmaps + warp * words;
+  const int W = (I >> 5) + 1;  // the words holding [0, I]
+  for (int w = lane; w < W; w += 32) bits[w] = 0u;
+  __syncwarp();
+  if (rPtr != nullptr) {
+    for (int p = rPtr[row] + lane; p < rPtr[row + 1]; p += 32) {
+      const int c = rCols[p];
+      atomicOr(&bits[c >> 5], 1u << (c & 31));
+    }
+  }
+  if (vPtr != nullptr) {
+    const int v0 = vPtr[h], v1 = upper_bound_le(vert, v0, vPtr[h + 1], I);
+    for (int i = v0 + lane; i < v1; i += 32) {
+      const int c = vert[i];
+      atomicOr(&bits[c >> 5], 1u << (c & 31));
+    }
+    const int s0 = sPtr[h], s1 = upper_bound_le(slash, s0, sPtr[h + 1], I);
+    for (int i = s0 + lane; i < s1; i += 32) {
+      const int c = I - slash[i];
+      atomicOr(&bits[c >> 5], 1u << (c & 31));
+    }
+  }
+  __syncwarp();
+  int* out = outCols + outPtr[row];
+  int base = 0;
+  for (int w0 = 0; w0 < W; w0 += 32) {
+    const int w = w0 + lane;
+    u32 x = w < W ? bits[w] : 0u;
+    const int c = __popc(x);
+    int incl = c;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    int pos = base + incl - c;
+    while (x != 0u) {
+      out[pos++] = (w << 5) + __ffs(x) - 1;
+      x &= x - 1u;
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(1024) exclusive_scan(const int* in, int* out, int N) {

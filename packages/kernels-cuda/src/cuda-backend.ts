@@ -27,6 +27,7 @@ import {
   type ProxyStats,
   type ProxyStatsOptions,
   ShapeError,
+  type VsLists,
   UnsupportedError,
   assertBlockSize,
   assertDType,
@@ -811,7 +812,7 @@ export class CudaBackend implements Backend {
    * (one part for every Llama shape to 512k). rowPtr comes to the host (H·Nb ints); the
    * cols stay on the device. The caller releases rowPtrD and cols.
    */
-  #peOnDevice(req: PeRequest) {
+  #peOnDevice(req: PeRequest, beforeRead?: () => void) {
     const { shape, qt, kt, B, Nb, heads, gamma, scale } = req;
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const nh = heads.length;
@@ -830,7 +831,8 @@ export class CudaBackend implements Backend {
       for (let c0 = 0; c0 < nh; c0 += chunk) {
         const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
         // this chunk's Q̄ rows start at its first head's position in the list
-        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, km.ptr, sub, H, Hkv, Nb, D, scale, gamma));
+        const hook = c0 === 0 ? beforeRead : undefined;
+        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, km.ptr, sub, H, Hkv, Nb, D, scale, gamma, hook));
       }
       return parts;
     } catch (e) {
@@ -851,6 +853,7 @@ export class CudaBackend implements Backend {
     D: number,
     scale: number,
     gamma: number,
+    beforeRead?: () => void,
   ): { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number } {
     const nc = heads.length;
     const hd = this.#uploadInts(heads);
@@ -912,6 +915,8 @@ export class CudaBackend implements Backend {
         I(Nb),
       ]);
       this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(kept.ptr), P(rowPtrD.ptr), I(nc * Nb)]);
+      // host work the caller wants to overlap with the kernels queued so far
+      beforeRead?.();
       const rowPtr = this.#read(rowPtrD.ptr, new Int32Array(nc * Nb + 1));
       const total = rowPtr[nc * Nb];
       const colsD = this.#scratch(total * 4);
@@ -974,8 +979,8 @@ export class CudaBackend implements Backend {
     const counts = this.#scratch(n * 4);
     temp.push(counts);
     const bad = this.#uploadTemp(Int32Array.of(0x7fffffff), temp);
-    const g = Math.ceil(n / 128);
-    // expand_count: a warp per row (4 rows a 128-thread block); expand_write: a thread per row
+    // a warp per row, 4 rows a 128-thread block; expand_write holds a bitmap of Nb bits a warp
+    const words = Math.ceil(Nb / 32);
     this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [
       P(vPtr),
       P(vert),
@@ -1000,7 +1005,7 @@ export class CudaBackend implements Backend {
     this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(counts.ptr), P(rowPtr.ptr), I(n)]);
     const tot = this.#read(rowPtr.ptr + n * 4, new Int32Array(1))[0];
     const cols = this.#scratch(tot * 4);
-    this.#launch('mask.cu', 'expand_write', [g], 128, 0, [
+    this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
       P(vPtr),
       P(vert),
       P(sPtr),
@@ -1023,10 +1028,20 @@ export class CudaBackend implements Backend {
    */
   async prepareMask(req: PrepareMaskRequest): Promise<PreparedMaskResult> {
     this.#alive();
-    const { heads: H, numBlocks: Nb, blockSize: B, vs } = req ?? ({} as PrepareMaskRequest);
+    const { heads: H, numBlocks: Nb, blockSize: B } = req ?? ({} as PrepareMaskRequest);
     assertBlockSize(B, this.capabilities.blockSizes);
-    if (!vs) throw new InvalidArgumentError('prepareMask needs the VS lists (empty lists for heads without any)');
-    validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs });
+    if (!req.vs) throw new InvalidArgumentError('prepareMask needs the VS lists (empty lists for heads without any)');
+    // A vs function runs once the PE kernels are queued (host selection overlaps them);
+    // plain lists are checked before any device work.
+    let vs: VsLists | undefined;
+    const selectVs = () => {
+      if (vs) return;
+      const lists = typeof req.vs === 'function' ? req.vs() : req.vs;
+      if (!lists) throw new InvalidArgumentError('prepareMask: vs() returned no VS lists (empty lists for heads without any)');
+      validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs: lists });
+      vs = lists;
+    };
+    if (typeof req.vs !== 'function') selectVs();
     const temp: DeviceBlock[] = [];
     const held: DeviceBlock[] = [];
     try {
@@ -1040,7 +1055,7 @@ export class CudaBackend implements Backend {
           );
         }
         if (r.heads.length > 0) {
-          const parts = this.#peOnDevice(r);
+          const parts = this.#peOnDevice(r, selectVs);
           for (const x of parts) temp.push(x.rowPtrD);
           if (parts.length === 1) {
             held.push(parts[0].cols);
@@ -1054,9 +1069,10 @@ export class CudaBackend implements Backend {
           }
         }
       }
+      selectVs();
       let rows: { rowPtr: number; cols: number } | undefined;
       if (pe) rows = { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
-      const e = this.#expand(H, Nb, vs, rows, temp);
+      const e = this.#expand(H, Nb, vs!, rows, temp);
       held.push(e.rowPtr, e.cols);
       const rp = this.#read(e.rowPtr.ptr, new Int32Array(H * Nb + 1));
       const counts = Float64Array.from({ length: H }, (_, h) => rp[(h + 1) * Nb] - rp[h * Nb]);

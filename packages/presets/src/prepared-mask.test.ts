@@ -50,12 +50,14 @@ function withPrepare(base: Backend) {
   (be as { prepareMask: Backend['prepareMask'] }).prepareMask = async (req: PrepareMaskRequest) => {
     log.prepared++;
     const pe = req.pe ? await base.peBlockRows(req.pe.q, req.pe.k, req.pe.opts) : undefined;
+    // the pipeline passes a function: a device backend calls it once its PE work is queued
+    const vs = typeof req.vs === 'function' ? req.vs() : req.vs;
     // expand the union exactly as the device would: VS lists plus the PE heads' rows
     const H = req.heads;
     const Nb = req.numBlocks;
     let rows: BlockMask['rows'];
     if (pe && req.pe) rows = { rowPtr: spreadRowPtr(pe.rowPtr, req.pe.opts.heads, H, Nb), cols: pe.cols };
-    const full = expandToRows({ heads: H, numBlocks: Nb, blockSize: req.blockSize, vs: req.vs, rows });
+    const full = expandToRows({ heads: H, numBlocks: Nb, blockSize: req.blockSize, vs, rows });
     const counts = Float64Array.from({ length: H }, (_, h) => full.rowPtr[(h + 1) * Nb] - full.rowPtr[h * Nb]);
     const prepared = {
       backend: base.name,
