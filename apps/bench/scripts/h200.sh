@@ -11,7 +11,7 @@
 #   bash apps/bench/scripts/h200.sh cuda /tmp/o           # ~150 s: conformance, suites, exactness vs SDPA
 #   bash apps/bench/scripts/h200.sh cuda-latency /tmp/o   # ~220 s: CRISP vs dense vs SDPA, 8k-512k
 #   bash apps/bench/scripts/h200.sh cuda-kernels /tmp/o   # ~80 s: attention layouts vs v1
-#   bash apps/bench/scripts/h200.sh webgpu /tmp/o         # ~270 s: v4 forms, conformance, sparse, TF.js
+#   bash apps/bench/scripts/h200.sh webgpu /tmp/o         # ~250 s: dense 8k-64k, conformance, sparse, TF.js
 #   bash apps/bench/scripts/h200.sh webgpu-latency /tmp/o # ~130 s: crisp-bench WebGPU latency
 #   then: tar czf "$OUT/o.tgz" -C /tmp/o .   (the device tool returns at most 8 files)
 # cuda and cuda-latency ran as written at 8da5d7a; cuda-kernels and webgpu fold in session 4's
@@ -79,14 +79,14 @@ case "$phase" in
     grep -h "layout " "$out"/kernels-*/log.txt
     ;;
   webgpu)
-    # 1. The WebGPU backend's own run (packages/kernels-webgpu/device): the v4 forms' build,
-    #    correctness and dense TFLOP/s; then, with the fastest variant under Dawn's default
-    #    toggles, dense at 8k and 64k, conformance at n = 65536 and 4000, the sparse pipeline
-    #    against its own dense at 32k-128k and the TF.js peer at 8k (results/webgpu-h200-session4/forms).
+    # 1. The WebGPU backend's own run (packages/kernels-webgpu/device) with the default kernel
+    #    (fma-v4 in V4_DEFAULT_FORM, Dawn's default toggles: what a browser runs): build and
+    #    float64 check, dense TFLOP/s at 8k-64k (8k timed twice), conformance at n = 65536 and
+    #    4000, the sparse pipeline against its own dense at 32k-128k and the TF.js peer at 8k
+    #    (results/webgpu-h200-session5; session 4's forms sweep is in results/webgpu-h200-session4).
     timeout -s KILL 300 node .device/app/webgpu-device-main.mjs --out "$out/webgpu-device" --budget 285 --no-wgsl \
-      --probes "" --smm-probe 0 --variants fma-v4,fma-v4:plain,fma-v4+norobust,fma-v4:idx,fma-v4:pf0,fma-v4:idx.pf0.lean \
-      --dense 16384,32768 --best-dense 8192,65536 --conformance 65536,4000 --sparse 32768,65536,131072 --tfjs 8192 \
-      2>&1 | tail -n 30
+      --probes "" --smm-probe 0 --variants fma-v4 --dense 8192,16384,32768,65536 --best-dense 8192 \
+      --conformance 65536,4000 --sparse 32768,65536,131072 --tfjs 8192 2>&1 | tail -n 30
     ;;
   webgpu-latency)
     # crisp-bench's WebGPU latency (TF.js peer in the same run), merged into the folder the
