@@ -65,11 +65,12 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     b1.dispose();
   });
 
-  // Dispatch splitting (grid [heads, query tiles], ranges of tiles heaviest first): with
-  // maxDispatchWork in units of one 64 x 64 key tile (64·64·d multiply-adds), 6 units make
-  // the heavy tiles one-tile dispatches with the heads in groups (of 1, then 3 + 1), and 40
-  // units make multi-tile ranges of all heads. Every (head, tile) must be computed exactly
-  // once: unwritten rows stay NaN, a wrong head or tile offset gives wrong values.
+  // Dispatch splitting (grid [heads, query tiles], heads fastest, heaviest tiles first): with
+  // maxDispatchWork in units of one 64 x 64 key tile (64·64·d multiply-adds; a head's
+  // 5 query tiles hold 15), 6 units cut one head's tiles into ranges (a dispatch per head and
+  // range), 40 units make groups of 2 heads with all their tiles, and no bound one dispatch.
+  // Every (head, tile) must be computed exactly once: unwritten rows stay NaN, a wrong head
+  // or tile offset gives wrong values.
   it.each([6, 40, 1e9])('fma-v4: dispatches split at maxDispatchWork = %d tile units match float64 (dense, chunked, sparse)', async (units) => {
     const d = 64;
     const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4', maxDispatchWork: units * 64 * 64 * d });
