@@ -115,14 +115,14 @@ export type ProxyLayout = keyof typeof PROXY_LAYOUTS;
 export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w32';
 
 /**
- * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 4, wgw kernels;
+ * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 5, wgw kernels;
  * apps/bench/results/nvidia-h200-synth/bench.md): CRISP end to end (statistics, routing,
  * selection, mask, sparse kernel) against the dense kernel on the @crisp/synth llama-like
- * layer (H = 32, Hkv = 8, d = 128, bf16): 3.11 vs 1.59 ms at 8k (dense wins), 2.38 vs
- * 5.50 ms at 16k (CRISP 2.3x); the log-n interpolation of the ratio crosses 1 at 11,146
- * keys. (Session 3 with the w32 kernels: 13,018.)
+ * layer (H = 32, Hkv = 8, d = 128, bf16): 2.33 vs 1.68 ms at 8k (dense wins), 3.07 vs
+ * 5.63 ms at 16k (CRISP 1.8x); the log-n interpolation of the ratio crosses 1 at 10,436
+ * keys. (Session 4: 11,146; session 3 with the w32 kernels: 13,018.)
  */
-export const CUDA_SPARSE_CROSSOVER = 11146;
+export const CUDA_SPARSE_CROSSOVER = 10436;
 
 const LOG2E = Math.LOG2E;
 /** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy.cu) */
