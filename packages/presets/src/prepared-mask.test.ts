@@ -148,4 +148,32 @@ describe('prepared masks through the pipeline', () => {
     expect(log.ranWithPrepared, msg).toBe(2);
     expect(Array.from(toFloat32(await host.download(again.output))), msg).toEqual(Array.from(b));
   });
+
+  it('a prepareMask that never calls the request\'s vs() is an INVALID_ARGUMENT, and what it prepared is released', async () => {
+    const seed = freshSeed();
+    const x = mixedHeads({ n: 1536, heads: [{ kind: 'sink', strength: 12 }, { kind: 'diffuse' }], seed });
+    const host = createReferenceBackend();
+    const inputs = { q: host.upload(x.q), k: host.upload(x.k), v: host.upload(x.v) };
+    const { be, live } = withPrepare(host);
+    // an implementation written for lists only: reads req.vs as lists, never calls it
+    (be as { prepareMask: Backend['prepareMask'] }).prepareMask = async (req: PrepareMaskRequest) => {
+      const prepared = {
+        backend: host.name,
+        heads: req.heads,
+        numBlocks: req.numBlocks,
+        blockSize: req.blockSize,
+        blockCounts: new Float64Array(req.heads).fill(1),
+        released: false,
+        release() {
+          (this as { released: boolean }).released = true;
+        },
+      };
+      live.push(prepared);
+      return { prepared };
+    };
+    const policy = { ...crisp, blockSize: 64, kMin: 256 };
+    await expect(planPrefill(be, inputs, policy, { minSparseLength: 0 }), `seed ${seed}`).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(live.length).toBe(1);
+    expect(live[0].released).toBe(true);
+  });
 });
