@@ -223,23 +223,10 @@ async function buildPlan(
         slash.push(unionSorted(topKIndices(ps, peK), [0]));
         continue;
       }
-      const common = { head: h, blockSize: B, n };
-      vertical.push(
-        policy.vs!.select({
-          ...common,
-          direction: 'vertical',
-          blockScores: pv,
-          tokenScores: stats.verticalTokens ? headSlice(stats.verticalTokens, h, n) : undefined,
-        }),
-      );
-      slash.push(
-        policy.vs!.select({
-          ...common,
-          direction: 'slash',
-          blockScores: ps,
-          tokenScores: stats.slashTokens ? headSlice(stats.slashTokens, h, n) : undefined,
-        }),
-      );
+      const select = (direction: 'vertical' | 'slash', blockScores: Float64Array, tokens?: Float32Array) =>
+        policy.vs!.select({ head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined });
+      vertical.push(select('vertical', pv, stats.verticalTokens));
+      slash.push(select('slash', ps, stats.slashTokens));
     }
     // Selectors may be user code: check what they returned. The PE rows come from the
     // backend, which validates masks itself when it runs them, so they are not scanned here
