@@ -11,14 +11,14 @@ import { topKIndices, unionSorted } from '@crisp/core';
  */
 export function keepAboveWithAnchors(p: ArrayLike<number>, threshold: number, kBlocks: number): Int32Array {
   const Nb = p.length;
-  let count = 0;
-  for (let J = 0; J < Nb; J++) if (p[J] > threshold) count++;
-  if (count < kBlocks) return unionSorted(topKIndices(p, kBlocks), [0, Nb - 1]);
-  // Already ascending: add the anchors in place of a general union.
-  const out = new Int32Array(count + 2);
+  // One pass: the interior blocks above the threshold go straight into place after anchor 0
+  // (already ascending, so the anchors need no general union); the count adds the ends.
+  const out = new Int32Array(Nb + 1);
   let w = 0;
   out[w++] = 0;
   for (let J = 1; J < Nb - 1; J++) if (p[J] > threshold) out[w++] = J;
+  const count = w - 1 + (p[0] > threshold ? 1 : 0) + (Nb > 1 && p[Nb - 1] > threshold ? 1 : 0);
+  if (count < kBlocks) return unionSorted(topKIndices(p, kBlocks), [0, Nb - 1]);
   if (Nb > 1) out[w++] = Nb - 1;
   return out.slice(0, w);
 }

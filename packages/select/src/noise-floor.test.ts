@@ -36,6 +36,9 @@ describe('noiseFloor', () => {
       for (const alpha of [0.75, 1, 1.25]) {
         const got = Array.from(noiseFloor({ alpha, kMin: 2 * B }).select(direction(p, Nb * B - 5, B)));
         expect(got, `seed ${seed} trial ${t} alpha ${alpha}`).toEqual(expectedNoiseFloor(p, alpha, 2));
+        // kMin of 32 blocks: the top-k fallback on the heads where fewer pass
+        const got32 = Array.from(noiseFloor({ alpha, kMin: 32 * B }).select(direction(p, Nb * B - 5, B)));
+        expect(got32, `seed ${seed} trial ${t} alpha ${alpha} kMin 32 blocks`).toEqual(expectedNoiseFloor(p, alpha, 32));
       }
     }
   });
