@@ -100,7 +100,7 @@ export interface WebGpuBackendOptions {
    *   conflict-free transposed stores and the fma() builtin; 32 KiB of workgroup memory; in
    *   its default form (V4_DEFAULT_FORM: workgroup arrays indexed so robustness clamps leave
    *   the inner loops, and the next key tile's first chunk prefetched). On the H200
-   *   (session 4, NOTES.md) 24.9 / 25.6 / 26.5 / 26.5 TFLOP/s at 8k / 16k / 32k / 64k, the
+   *   (session 5, NOTES.md) 25.8 / 26.8 / 27.1 / 26.8 TFLOP/s at 8k / 16k / 32k / 64k, the
    *   fastest FMA kernel, and @crisp/conformance passed with it at n = 4000 and 65536.
    * - 'fma-v1': 256 threads per 64-row tile, 4 x 4 blocks of S (17.7-18.1 TFLOP/s on the H200).
    * - 'fma-v3': 128 threads per 64-row tile, 8 x 4 register blocks of S, double-buffered
