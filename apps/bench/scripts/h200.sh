@@ -14,8 +14,10 @@
 #   bash apps/bench/scripts/h200.sh webgpu /tmp/o         # ~250 s: dense 8k-64k, conformance, sparse, TF.js
 #   bash apps/bench/scripts/h200.sh webgpu-latency /tmp/o # ~130 s: crisp-bench WebGPU latency
 #   then: tar czf "$OUT/o.tgz" -C /tmp/o .   (the device tool returns at most 8 files)
-# cuda and cuda-latency ran as written at 8da5d7a; cuda-kernels and webgpu fold in session 4's
-# commands with a shorter variant list (the exact commands run are in each results README).
+# Session 5 ran webgpu, cuda-latency and webgpu-latency as written (eb7dad5 / de95cb5); its
+# CUDA conformance, e2e and profile steps were one custom call (the commands are in
+# results/cuda-h200-session5/README.md). cuda ran as written at 8da5d7a; cuda-kernels folds in
+# session 4's commands with a shorter layout list.
 # Set CRISP_GIT_COMMIT to the commit being run (the GPU machine's git metadata can be stale).
 # The device runs the working copy's packages/kernels-cuda/kernels/*.cu (compiled there by
 # NVRTC) and the bundles in .device/app: build and pack from a clean tree, or from a clean
