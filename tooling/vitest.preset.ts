@@ -7,8 +7,10 @@ export const crispVitest = defineConfig({
   ssr: { resolve: { conditions: ['@crisp/source'] } },
   test: {
     include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
-    testTimeout: 120_000,
-    hookTimeout: 120_000,
+    // Hang guards, not speed checks: CI runs every package's suite at once on 2 cores, where
+    // a SwiftShader test that takes 8 s alone has taken 88 s (its first shader compiles).
+    testTimeout: 300_000,
+    hookTimeout: 300_000,
     pool: 'forks',
     passWithNoTests: true,
   },
