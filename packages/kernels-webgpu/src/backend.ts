@@ -834,18 +834,15 @@ export class WebGpuBackend implements Backend {
     const avgSparse = sparse ? Math.max(1, (sparse.blocks / (H * Nb)) * (B / 64)) : 0;
     const workOf = (t: number) => (sparse ? Math.min(t + 1, avgSparse) : t + 1) * tileWork;
     try {
-      const params = (h0: number, ft: number, nt: number) =>
-        g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
-      const bufs = (u: GPUBuffer) => [
-        u,
-        qt.buffer,
-        kt.buffer,
-        vt.buffer,
-        out.buffer,
-        lseBuf,
-        sparse?.rowPtr ?? dummy!,
-        sparse?.cols ?? dummy!,
-      ];
+      // One dispatch: nh heads from h0, query tiles ft .. ft + nt (grid [nh, nt]).
+      const launch = (h0: number, nh: number, ft: number, nt: number) => {
+        const u = g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
+        temps.push(u);
+        const bufs = [u, qt.buffer, kt.buffer, vt.buffer, out.buffer, lseBuf, sparse?.rowPtr ?? dummy!, sparse?.cols ?? dummy!];
+        const enc = g.device.createCommandEncoder();
+        g.dispatch(enc, pipe, bufs, [nh, nt]);
+        g.submit(enc, temps);
+      };
       // Grid [heads, query tiles], heads fastest: the kernels map y = 0 to the heaviest
       // (last) tile, so every head's longest tiles start in the first wave and the tail holds
       // short ones (head-major order left the last heads' long tiles for the end: 24.9 vs
@@ -857,13 +854,7 @@ export class WebGpuBackend implements Backend {
       for (let i = 0; i < numTiles; i++) perHead += workOf(firstTile + i);
       if (perHead <= this.#maxWork) {
         const hg = Math.max(1, Math.min(H, Math.floor(this.#maxWork / perHead)));
-        for (let h0 = 0; h0 < H; h0 += hg) {
-          const u = params(h0, firstTile, numTiles);
-          temps.push(u);
-          const enc = g.device.createCommandEncoder();
-          g.dispatch(enc, pipe, bufs(u), [Math.min(hg, H - h0), numTiles]);
-          g.submit(enc, temps);
-        }
+        for (let h0 = 0; h0 < H; h0 += hg) launch(h0, Math.min(hg, H - h0), firstTile, numTiles);
       } else {
         const ranges: [number, number][] = [];
         let end = firstTile + numTiles;
@@ -877,15 +868,7 @@ export class WebGpuBackend implements Backend {
           ranges.push([start, end - start]);
           end = start;
         }
-        for (let h = 0; h < H; h++) {
-          for (const [ft, nt] of ranges) {
-            const u = params(h, ft, nt);
-            temps.push(u);
-            const enc = g.device.createCommandEncoder();
-            g.dispatch(enc, pipe, bufs(u), [1, nt]);
-            g.submit(enc, temps);
-          }
-        }
+        for (let h = 0; h < H; h++) for (const [ft, nt] of ranges) launch(h, 1, ft, nt);
       }
     } catch (e) {
       if (!opts.out) out.dispose();
