@@ -22,8 +22,8 @@ __device__ __forceinline__ bool contains(const int* a, int lo, int hi, int x) {
   return i > lo && a[i - 1] == x;
 }
 
-// The row's length, one warp per row. A thread per row (a three-way merge) made a warp's 32 threads
-// walk 32 different rows, uncoalesced, and wait for the longest (PE rows reach Nb entries):
+// The row's length, one warp per row. A thread per row (a three-way merge) made a warp's 32
+// threads walk 32 different rows, uncoalesced, and wait for the longest (PE rows reach Nb entries):
 // 2.5 ms at 512k on the H200, the plan's largest kernel. Here the lanes stride over the row's
 // own cols, and the union's size is |R| + |V \ R| + |S \ (R ∪ V)|, each lane testing its
 // share of the row's vertical blocks and slash blocks by binary search (the host validated
@@ -74,9 +74,9 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 // cols, its vertical blocks J <= I and its slash blocks I - O (O <= I), then walk the words 32
 // at a time (popcount, warp prefix sum) and write each word's set bits in ascending order.
 // Sorted and free of duplicates by construction, so the length is expand_count's. A thread
-// per row (a three-way merge of the sorted lists) walked 32 rows at once, uncoalesced, at the pace of the longest: 0.73 ms
-// at 512k on the H200 (synth), 3.6 ms on denser masks. Runs after expand_count has validated
-// the rows' entries (the host reads *bad first).
+// per row (a three-way merge of the sorted lists) walked 32 rows at once, uncoalesced, at the
+// pace of the longest: 0.73 ms at 512k on the H200 (synth), 3.6 ms on denser masks. Runs
+// after expand_count has validated the rows' entries (the host reads *bad first).
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* outPtr, int* outCols, int H,
                                        int Nb) {

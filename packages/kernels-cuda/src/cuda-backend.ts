@@ -1034,12 +1034,13 @@ export class CudaBackend implements Backend {
     // A vs function runs once the PE kernels are queued (host selection overlaps them);
     // plain lists are checked before any device work.
     let vs: VsLists | undefined;
-    const selectVs = () => {
-      if (vs) return;
+    const selectVs = (): VsLists => {
+      if (vs) return vs;
       const lists = typeof req.vs === 'function' ? req.vs() : req.vs;
       if (!lists) throw new InvalidArgumentError('prepareMask: vs() returned no VS lists (empty lists for heads without any)');
       validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs: lists });
       vs = lists;
+      return lists;
     };
     if (typeof req.vs !== 'function') selectVs();
     const temp: DeviceBlock[] = [];
@@ -1069,10 +1070,9 @@ export class CudaBackend implements Backend {
           }
         }
       }
-      selectVs();
       let rows: { rowPtr: number; cols: number } | undefined;
       if (pe) rows = { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
-      const e = this.#expand(H, Nb, vs!, rows, temp);
+      const e = this.#expand(H, Nb, selectVs(), rows, temp);
       held.push(e.rowPtr, e.cols);
       const rp = this.#read(e.rowPtr.ptr, new Int32Array(H * Nb + 1));
       const counts = Float64Array.from({ length: H }, (_, h) => rp[(h + 1) * Nb] - rp[h * Nb]);
