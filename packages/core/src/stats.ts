@@ -40,10 +40,17 @@ export interface ProxyStats {
   readonly verticalTokens?: Float32Array;
   /** [H * n] a_s[o] by offset o, only when asked for */
   readonly slashTokens?: Float32Array;
+  /**
+   * true when the backend has checked on the device that every statistic above is finite
+   * (the CUDA backend does, in a kernel): assertFiniteStats then skips its host scan, which
+   * at 512k reads 2H + 3H·Nb = 393k values. Selectors still check the scores they read.
+   */
+  readonly finite?: boolean;
 }
 
 /** Policies read these; NaN here means the inputs held NaN/Inf or overflowed. */
 export function assertFiniteStats(s: ProxyStats): void {
+  if (s.finite === true) return;
   const check = (a: ArrayLike<number>, name: string) => {
     for (let i = 0; i < a.length; i++) {
       if (!Number.isFinite(a[i])) {

@@ -129,8 +129,102 @@ extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const 
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) exclusive_scan(const int* in, int* out, int N) {
-  cta_exclusive_scan(in, out, N);
+// Row-pointer scan: out[0..N) = exclusive prefix sums of in[0..N), out[N] = the total, over
+// tiles of 4096 ints (256 threads, 16 consecutive ints a thread, int4 loads and stores when
+// the pointers allow). exclusive_scan_sums writes each tile's sum; exclusive_scan_tiles has
+// every tile add up the sums of the tiles before it (a few hundred at most: H · Nb / 4096)
+// and scan its own. Sums in u32, so they wrap as the int sums did, and integer sums are the
+// same in any order. Replaces one 1024-thread CTA (0.15 ms at H · Nb = 131,072 on the H200):
+// two launches over N / 4096 CTAs; a single tile (N <= 4096) needs only the second.
+#define SCAN_THREADS 256
+#define SCAN_ITEMS 16
+#define SCAN_TILE (SCAN_THREADS * SCAN_ITEMS)
+
+__device__ __forceinline__ void scan_load(const int* in, int N, int i0, u32 (&v)[SCAN_ITEMS]) {
+  if (i0 + SCAN_ITEMS <= N && (reinterpret_cast<size_t>(in) & 15) == 0) {
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; k += 4) {
+      const int4 x = __ldg(reinterpret_cast<const int4*>(in + i0 + k));
+      v[k] = (u32)x.x;
+      v[k + 1] = (u32)x.y;
+      v[k + 2] = (u32)x.z;
+      v[k + 3] = (u32)x.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; k++) v[k] = i0 + k < N ? (u32)__ldg(in + i0 + k) : 0u;
+  }
+}
+
+// Sum over the CTA's 256 threads, returned to every thread.
+__device__ __forceinline__ u32 scan_cta_sum(u32 x, u32* red) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();  // red may still be read from a previous call
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+  __syncthreads();
+  u32 s = 0;
+#pragma unroll
+  for (int w = 0; w < SCAN_THREADS / 32; w++) s += red[w];
+  return s;
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(const int* in, int* tileSums, int N) {
+  __shared__ u32 red[SCAN_THREADS / 32];
+  u32 v[SCAN_ITEMS];
+  scan_load(in, N, blockIdx.x * SCAN_TILE + threadIdx.x * SCAN_ITEMS, v);
+  u32 s = 0;
+#pragma unroll
+  for (int k = 0; k < SCAN_ITEMS; k++) s += v[k];
+  s = scan_cta_sum(s, red);
+  if (threadIdx.x == 0) tileSums[blockIdx.x] = (int)s;
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(const int* in, const int* tileSums,
+                                                                                 int* out, int N) {
+  __shared__ u32 red[SCAN_THREADS / 32];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int i0 = blockIdx.x * SCAN_TILE + t * SCAN_ITEMS;
+  u32 v[SCAN_ITEMS];
+  scan_load(in, N, i0, v);
+  // the tiles before this one
+  u32 b = 0;
+  for (int k = t; k < (int)blockIdx.x; k += SCAN_THREADS) b += (u32)tileSums[k];
+  const u32 base = scan_cta_sum(b, red);
+  u32 own = 0;
+#pragma unroll
+  for (int k = 0; k < SCAN_ITEMS; k++) own += v[k];
+  // inclusive scan of the threads' sums: in the warp, then over the warps' totals
+  u32 inc = own;
+  for (int o = 1; o < 32; o <<= 1) {
+    const u32 y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  __syncthreads();  // scan_cta_sum's readers of red are done
+  if (lane == 31) red[warp] = inc;
+  __syncthreads();
+  u32 run = base + inc - own, all = 0;
+#pragma unroll
+  for (int w = 0; w < SCAN_THREADS / 32; w++) {
+    const u32 x = red[w];
+    run += w < warp ? x : 0u;
+    all += x;
+  }
+#pragma unroll
+  for (int k = 0; k < SCAN_ITEMS; k++) {
+    const u32 c = v[k];
+    v[k] = run;
+    run += c;
+  }
+  if (i0 + SCAN_ITEMS <= N && (reinterpret_cast<size_t>(out) & 15) == 0) {
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; k += 4)
+      *reinterpret_cast<int4*>(out + i0 + k) = make_int4((int)v[k], (int)v[k + 1], (int)v[k + 2], (int)v[k + 3]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; k++)
+      if (i0 + k < N) out[i0 + k] = (int)v[k];
+  }
+  if (blockIdx.x == gridDim.x - 1 && t == 0) out[N] = (int)(base + all);
 }
 
 // Count NaN/Inf elements of a 16-bit float tensor (exponent all ones): inputs are checked
@@ -142,4 +236,27 @@ extern "C" __global__ void count_nonfinite(const u16* x, u64 count, u32 expMask,
     c += ((u32)x[i] & expMask) == expMask;
   for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
   if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(out, c);
+}
+
+// All-heads row pointers [H·Nb + 1] from a subset of heads' rows (sub [nh·Nb + 1], heads
+// ascending): listed heads keep their rows, the others are empty (the device form of core's
+// spreadRowPtr; the subset's cols serve the all-heads rows unchanged). One thread an entry.
+extern "C" __global__ void spread_row_ptr(const int* sub, const int* heads, int nh, int H, int Nb, int* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i > H * Nb) return;
+  if (i == 0) {
+    out[0] = sub[0];
+    return;
+  }
+  const int h = (i - 1) / Nb, I = (i - 1) % Nb;
+  int s = 0;  // listed heads before h
+  while (s < nh && heads[s] < h) s++;
+  out[i] = s < nh && heads[s] == h ? sub[s * Nb + I + 1] : sub[s * Nb];
+}
+
+// What the host needs of an expanded mask before expand_write, in one read: out[h] = head h's
+// first row pointer (h = 0 .. H; out[H] is the total) and out[H + 1] = expand_count's bad-row
+// flag.
+extern "C" __global__ void expand_summary(const int* rowPtr, const int* bad, int H, int Nb, int* out) {
+  for (int h = threadIdx.x; h <= H + 1; h += blockDim.x) out[h] = h <= H ? rowPtr[(size_t)h * Nb] : *bad;
 }

@@ -4,7 +4,9 @@
 // them and reduces them to the vertical token scores a_v[j] (column means) and slash
 // token scores a_s[o] (means along diagonals, o = query position − key position).
 // proxy_blocks and proxy_heads then reduce those to the per-block and per-head statistics
-// in f64, straight into the one buffer the host downloads.
+// in f64, straight into the one buffer the host downloads. When no token scores are asked
+// for (the CRISP preset), pass 2b replaces pass 2: it reduces the probabilities in
+// registers to block scores and C_struct's window mass, and proxy_blocks_b gathers them.
 //
 // Shape legend: q [n, H, D], k [n, Hkv, D]; b <= B = BM proxy rows; one CTA per
 // (head, part of PART_KEYS = 1024 keys), heads fastest (the H / Hkv heads reading one kv head
@@ -13,9 +15,8 @@
 // them is fp32 (f64 in the last two kernels). All reductions run in a fixed order (no
 // float atomics), so the statistics are bit-for-bit reproducible.
 #include "crisp-common.cuh"
+#include "proxy-common.cuh"
 
-#define PART_TILES 16
-#define PART_KEYS (PART_TILES * 64)
 // Diagonal partial slots per 32-row group: d = c − r spans 95 values over 32 rows x 64 cols.
 #define DIAG_SLOTS 96
 // CTAs per SM pass 1 is built for: its Q fragments come from shared memory, which leaves the
@@ -114,57 +115,6 @@ __device__ __forceinline__ void proxy_tile_scores_sq(u32 sQ, u32 sK, float (&s)[
         mma16816<BF16>(s[mt][2 * np], a[mt], bb[0], bb[1]);
         mma16816<BF16>(s[mt][2 * np + 1], a[mt], bb[2], bb[3]);
       }
-    }
-  }
-}
-
-// Pass 1's online update for one tile. EDGE: some score is masked (causal limit, keys past
-// n, or rows past b when n < B); only the last tiles of a row are, so the common tiles skip
-// the compares. Max on raw scores (scale > 0 keeps the order, and rounding is monotone, so
-// fl(max · c) = max(fl(s · c))); p = 2^(s·c − m) in one FFMA; t accumulates p·s raw and is
-// scaled once at the end.
-template <bool EDGE>
-__device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
-                                                float scaleLog2, float& mA, float& mB, float& lA, float& lB,
-                                                float& tA, float& tB) {
-  const int lane = threadIdx.x & 31;
-  float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
-#pragma unroll
-  for (int j = 0; j < 8; j++) {
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-      if (EDGE) {
-        const int col = ks + j * 8 + (lane & 3) * 2 + e;
-        if (col > posA || rA >= b) s[j][e] = CRISP_NEG_INF;
-        if (col > posB || rB >= b) s[j][2 + e] = CRISP_NEG_INF;
-      }
-      mxA = fmaxf(mxA, s[j][e]);
-      mxB = fmaxf(mxB, s[j][2 + e]);
-    }
-  }
-  mxA = quad_max(mxA) * scaleLog2;
-  mxB = quad_max(mxB) * scaleLog2;
-  const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
-  // A row with nothing visible yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
-  const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
-  const float cA = exp2f(mA - uA), cB = exp2f(mB - uB);
-  lA *= cA;
-  tA *= cA;
-  lB *= cB;
-  tB *= cB;
-  mA = nA;
-  mB = nB;
-#pragma unroll
-  for (int j = 0; j < 8; j++) {
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-      const float x = s[j][e], y = s[j][2 + e];
-      const float pa = exp2f(fmaf(x, scaleLog2, -uA)), pb = exp2f(fmaf(y, scaleLog2, -uB));
-      lA += pa;
-      lB += pb;
-      // a masked score is -inf with p = 0: count 0, not 0 · -inf
-      tA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, tA);
-      tB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, tB);
     }
   }
 }
@@ -495,6 +445,75 @@ __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, cons
   for (int i = tid; i < SP; i += NT) slashPart[((size_t)h * nParts + part) * SP + i] = acc[i] * invB;
 }
 
+// Pass 2b (block level; see proxy-common.cuh), mma.sync layouts: Q fragments from shared
+// memory at each k-step as in pass 1, one barrier a tile.
+template <int D, int BM, int MT, bool BF16>
+__device__ __forceinline__ void proxy_pass2b_body(const u16* __restrict__ q, const u16* __restrict__ k,
+                                                  const float* rowLse2, float* pv, float* slashPart, float* winPart,
+                                                  int n, int H, int Hkv, int b, float scaleLog2, int wSink,
+                                                  int wLocal) {
+  constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
+  constexpr int LGB = BM == 128 ? 7 : 6;
+  constexpr int NV = PART_KEYS / BM;      // key blocks of a part
+  constexpr int SB = PART_KEYS / BM + 3;  // offset blocks a part's tiles reach
+  static_assert(BM == 64 || BM == 128, "B is 64 or 128");
+  static_assert(NT >= P2B_VALS, "one thread per value in the combine");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const u32 sQ = smem_addr(smem), sK = sQ + BM * ROWB;
+  float* red = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);  // [2 parities][NW][P2B_VALS]
+  float* acc = red + 2 * NW * P2B_VALS;                                       // [NV | SB | 1]
+  const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int rA[MT], rB[MT];
+  float lseA[MT], lseB[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    rA[mt] = warp * 16 * MT + mt * 16 + (lane >> 2);
+    rB[mt] = rA[mt] + 8;
+    lseA[mt] = rA[mt] < b ? rowLse2[h * b + rA[mt]] : 0.f;
+    lseB[mt] = rB[mt] < b ? rowLse2[h * b + rB[mt]] : 0.f;
+  }
+  const int ps = part * PART_KEYS;
+  int nT = (n - ps + 63) / 64;
+  if (nT > PART_TILES) nT = PART_TILES;
+  // lowest offset block of the part (offsets below 0 belong to masked entries: p = 0)
+  const int opart0 = (n - b - ps - (PART_KEYS - 1)) >> LGB;
+  const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
+  for (int i = tid; i < NV + SB + 1; i += NT) acc[i] = 0.f;
+  proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
+  proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();  // Q, tile 0 and the zeroed accumulators
+  // phase tt: tile tt's sums stashed at parity tt & 1; tile tt − 1's combined.
+  for (int tt = 0; tt < nT + 1; tt++) {
+    const int ks = ps + tt * 64;
+    const int buf = tt & 1;
+    if (tt + 1 < nT) proxy_load_k<D, NT>(k, n, Hkv, kvh, ks + 64, sK + (buf ^ 1) * 64 * ROWB);
+    cp_async_commit();
+    if (tt < nT) {
+      float s[MT][8][4];
+      proxy_tile_scores_sq<D, MT, BF16>(sQ, sK + buf * 64 * ROWB, s);
+      const bool edge = ks + 63 > n - b || b < BM;
+      const int obase = (n - b - ks - 63) >> LGB;
+      float bins[3] = {0.f, 0.f, 0.f};
+      float w = 0.f;
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        p2b_rows<LGB>(s[mt], ks, b, n - b + rA[mt], n - b + rB[mt], rA[mt] < b, rB[mt] < b, lseA[mt], lseB[mt], edge,
+                      obase, scaleLog2, bins);
+        if (ks < s0 || ks + 63 >= l0) w += p2b_window(s[mt], ks, s0, l0);
+      }
+      p2b_stash<NW>(red, buf, bins, w);
+    }
+    if (tt >= 1) p2b_combine<NW, LGB>(red, (tt - 1) & 1, ks - 64, ps, n, b, opart0, acc, acc + NV, acc + NV + SB);
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  p2b_write<LGB, NV, SB, NT>(acc, pv, slashPart, winPart, h, part, nParts, ps, n, b);
+}
+
 // Per (block J, head h), one warp (4 blocks a CTA of 128 threads, no barriers): p_v[J] =
 // Σ_{j in J} a_v[j]; a_s[o] for the block's offsets, gathered from the (at most two) parts
 // whose offset range holds o, in part order (written out only when asked for), and p_s[J]
@@ -546,18 +565,52 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
   }
 }
 
+// Block-level statistics from pass 2b, per (block J, head h), one warp: p_v[J] as pass 2b
+// wrote it, p_s[J] = Σ over the parts whose offset blocks include J, in part order (each
+// lane takes parts lane, lane + 32, ...; f64, then a butterfly), the pooled logit as in
+// proxy_blocks.
+extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPart, const float* qMean,
+                                         const float* kMean, double* out, int n, int H, int Hkv, int b, int B,
+                                         int nParts, int D, float scale, int Nb) {
+  const int J = blockIdx.x * 4 + (threadIdx.x >> 5), h = blockIdx.y, lane = threadIdx.x & 31;
+  if (J >= Nb) return;  // whole warps
+  const int kvh = h / (H / Hkv);
+  const int lgB = B == 128 ? 7 : 6;
+  const int SB = PART_KEYS / B + 3;
+  double sl = 0.0, lg = 0.0;
+  for (int p = lane; p < nParts; p += 32) {
+    const int i = J - ((n - b - p * PART_KEYS - (PART_KEYS - 1)) >> lgB);
+    if (i >= 0 && i < SB) sl += (double)slashPart[((size_t)h * nParts + p) * SB + i];
+  }
+  for (int d = lane; d < D; d += 32) {
+    lg += (double)qMean[(size_t)h * D + d] * (double)kMean[((size_t)kvh * Nb + J) * D + d];
+  }
+  sl = warp_sum_f64(sl);
+  lg = warp_sum_f64(lg);
+  if (lane == 0) {
+    const size_t HNb = (size_t)H * Nb;
+    out[2 * H + (size_t)h * Nb + J] = (double)pv[(size_t)h * Nb + J];
+    out[2 * H + HNb + (size_t)h * Nb + J] = sl;
+    out[2 * H + 2 * HNb + (size_t)h * Nb + J] = lg * (double)scale;  // logits; proxy_heads normalises
+  }
+}
+
 // Per head, 256 threads, f64: C_struct = the mass of a_v over the sink (j < wSink) and the
 // local window (j >= n − wLocal), each key counted once where the two overlap (short n), as
-// the reference does; the mean row entropy; the pooled estimate softmax_J of the logits
+// the reference does (from pass 2b's per-part window sums when winPart is given); the mean row entropy; the pooled estimate softmax_J of the logits
 // proxy_blocks left in place. out = [C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb].
-extern "C" __global__ void proxy_heads(const float* av, const float* rowEntropy, double* out, int n, int H, int b,
-                                      int Nb, int wSink, int wLocal) {
+extern "C" __global__ void proxy_heads(const float* av, const float* winPart, const float* rowEntropy, double* out,
+                                      int n, int H, int b, int Nb, int wSink, int wLocal, int nParts) {
   __shared__ double red[2][256];
   const int h = blockIdx.x, t = threadIdx.x;
   const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
   double a = 0.0, e = 0.0;
-  for (int j = t; j < s0; j += 256) a += av[(size_t)h * n + j];
-  for (int j = (l0 > s0 ? l0 : s0) + t; j < n; j += 256) a += av[(size_t)h * n + j];
+  if (winPart != nullptr) {
+    for (int p = t; p < nParts; p += 256) a += winPart[(size_t)h * nParts + p];
+  } else {
+    for (int j = t; j < s0; j += 256) a += av[(size_t)h * n + j];
+    for (int j = (l0 > s0 ? l0 : s0) + t; j < n; j += 256) a += av[(size_t)h * n + j];
+  }
   for (int r = t; r < b; r += 256) e += rowEntropy[(size_t)h * b + r];
   red[0][t] = a;
   red[1][t] = e;
@@ -596,6 +649,16 @@ extern "C" __global__ void proxy_heads(const float* av, const float* rowEntropy,
   for (int J = t; J < Nb; J += 256) lg[J] = exp(lg[J] - m) / s;
 }
 
+// Non-finite values of the statistics buffer, counted into *flag (zeroed first; a count, so
+// the order of the atomic adds does not change it): the host reads it with the buffer and
+// scans its copy only when it is not 0, to name the first bad statistic.
+extern "C" __global__ void count_nonfinite_f64(const double* x, int count, double* flag) {
+  int c = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) c += !isfinite(x[i]);
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+  if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(flag, (double)c);
+}
+
 // Mean over rows of each block, per head, in f32: out [heads][Nb][D]. rowsFrom/count
 // select a row range (the proxy rows for the mean query); grid (Nb, heads), D threads.
 template <bool BF16>
@@ -629,6 +692,12 @@ extern "C" __global__ void block_means_f16(const u16* x, float* out, int rows, i
       proxy_pass2_##SUF(const u16* q, const u16* k, const float* rowLse2, float* av, float* slashPart, int n,   \
                         int H, int Hkv, int b, float scaleLog2) {                                             \
     proxy_pass2_body<D, BM, MT, BF16>(q, k, rowLse2, av, slashPart, n, H, Hkv, b, scaleLog2);                 \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                        \
+      proxy_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,         \
+                         float* winPart, int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) { \
+    proxy_pass2b_body<D, BM, MT, BF16>(q, k, rowLse2, pv, slashPart, winPart, n, H, Hkv, b, scaleLog2, wSink,  \
+                                       wLocal);                                                               \
   }
 
 CRISP_PROXY(bf16_d64_b64, 64, 64, 1, true)

@@ -5,6 +5,7 @@
  * Nb = ceil(n / B), b = min(B, n) proxy rows.
  */
 import {
+  assertFiniteStats,
   type AttentionOptions,
   type AttentionResult,
   type Backend,
@@ -62,7 +63,7 @@ export interface CudaBackendOptions {
    * `wgw` on Hopper, `w32` elsewhere); see ATTENTION_VARIANTS
    */
   readonly attentionVariant?: AttentionVariant;
-  /** proxy statistics kernel layout (default DEFAULT_PROXY_LAYOUT); see PROXY_LAYOUTS */
+  /** proxy statistics kernel layout (default: defaultProxyLayout(the GPU's compute capability)); see PROXY_LAYOUTS */
   readonly proxyLayout?: ProxyLayout;
 }
 
@@ -99,20 +100,39 @@ export function defaultAttentionVariant(computeCapability: readonly [number, num
   return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wgw' : PORTABLE_ATTENTION_VARIANT;
 }
 /** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
-const FILE_ARCH: Readonly<Record<string, string>> = { 'attention-wgmma.cu': '90a' };
-/** and the define that switches their bodies on (see kernels/attention-wgmma.cu) */
-const FILE_OPTIONS: Readonly<Record<string, readonly string[]>> = { 'attention-wgmma.cu': ['-DCRISP_SM90A=1'] };
+const FILE_ARCH: Readonly<Record<string, string>> = { 'attention-wgmma.cu': '90a', 'proxy-wgmma.cu': '90a' };
+/** and the define that switches their bodies on (see kernels/wgmma.cuh) */
+const FILE_OPTIONS: Readonly<Record<string, readonly string[]>> = {
+  'attention-wgmma.cu': ['-DCRISP_SM90A=1'],
+  'proxy-wgmma.cu': ['-DCRISP_SM90A=1'],
+};
 
 /**
- * Proxy statistics kernel layouts in kernels/proxy.cu (same math, every sum in the same
- * order, so the statistics are bit-identical): `w32` B/32 warps of 32 proxy rows, each K
+ * Proxy statistics kernel layouts. In kernels/proxy.cu (mma.sync; same math, every sum in the
+ * same order, so the two give the same bits): `w32` B/32 warps of 32 proxy rows, each K
  * fragment read from shared memory feeding two MMAs, pass 1 at 3 CTAs per SM; `w16` B/16
- * warps of 16 rows. `w32` needs at least d threads, so d 128 with B 64 runs `w16`.
- * Timings (w32 5-8% faster on the H200): NOTES.md.
+ * warps of 16 rows. `w32` needs at least d threads, so d 128 with B 64 runs `w16`. In
+ * kernels/proxy-wgmma.cu (Hopper only): `wg`, B/64 warpgroups on wgmma with Q̂ and K read
+ * by the tensor cores from shared memory; its scores may round differently from the mma.sync
+ * layouts'. `wg` off Hopper runs `w32`; token scores (pass 2) always run proxy.cu's pass 2.
+ * Timings: NOTES.md.
  */
-export const PROXY_LAYOUTS = { w16: { rowsPerWarp: 16 }, w32: { rowsPerWarp: 32 } } as const;
+export const PROXY_LAYOUTS = {
+  w16: { rowsPerWarp: 16, sm90a: false },
+  w32: { rowsPerWarp: 32, sm90a: false },
+  wg: { rowsPerWarp: 16, sm90a: true },
+} as const;
 export type ProxyLayout = keyof typeof PROXY_LAYOUTS;
+/** The portable proxy layout (every GPU): `w32`. */
 export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w32';
+/**
+ * The proxy layout a backend takes by default: `wg` on compute capability 9.0 (Hopper;
+ * measured 10% faster than w32 for the two passes at 128k and 512k on the H200, with the
+ * same bits: NOTES.md session 6), `w32` elsewhere.
+ */
+export function defaultProxyLayout(computeCapability: readonly [number, number]): ProxyLayout {
+  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wg' : DEFAULT_PROXY_LAYOUT;
+}
 
 /**
  * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 5, wgw kernels;
@@ -361,7 +381,7 @@ export class CudaBackend implements Backend {
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
     this.#checkFinite = opts.checkFinite ?? true;
     this.#variant = CudaBackend.#checkVariant(opts.attentionVariant ?? defaultAttentionVariant([major, minor]));
-    const layout = opts.proxyLayout ?? DEFAULT_PROXY_LAYOUT;
+    const layout = opts.proxyLayout ?? defaultProxyLayout([major, minor]);
     if (!Object.hasOwn(PROXY_LAYOUTS, layout)) {
       throw new InvalidArgumentError(`proxyLayout must be one of ${Object.keys(PROXY_LAYOUTS).join(', ')}; got ${layout}`);
     }
@@ -641,24 +661,36 @@ export class CudaBackend implements Backend {
     const pt = this.#scratch(H * b * nParts * f4);
     const lse2 = this.#scratch(H * b * f4);
     const ent = this.#scratch(H * b * f4);
-    const av = this.#scratch(H * n * f4);
-    const sp = this.#scratch(H * nParts * SP * f4);
-    const as = opts.tokenScores ? this.#scratch(H * n * f4) : undefined;
+    // Token scores asked for: pass 2 writes a_v [H·n] and the parts' a_s; otherwise pass 2b
+    // writes block scores and window sums only (SBP offset blocks a part).
+    const tokens = Boolean(opts.tokenScores);
+    const SBP = PART_KEYS / B + 3;
+    const av = this.#scratch(tokens ? H * n * f4 : H * Nb * f4);
+    const sp = this.#scratch(tokens ? H * nParts * SP * f4 : H * nParts * SBP * f4);
+    const win = tokens ? undefined : this.#scratch(H * nParts * f4);
+    const as = tokens ? this.#scratch(H * n * f4) : undefined;
     const qm = this.#scratch(H * D * f4);
     const km = this.#scratch(Hkv * Nb * D * f4);
-    const out = this.#scratch(outLen * 8);
-    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : [])];
+    // one more f64: the count of non-finite statistics (count_nonfinite_f64)
+    const out = this.#scratch((outLen + 1) * 8);
+    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : [])];
     try {
       const scaleLog2 = scale * LOG2E;
-      // w32 gives each thread one column of the block means: it needs d <= B threads
-      const w32 = this.proxyLayout === 'w32' && D <= B;
+      // wg (Hopper): B / 64 warpgroups, tiles at 1024-byte-aligned addresses (1024 bytes of
+      // slack); w32 gives each thread one column of the block means: it needs d <= B threads
+      const wg = this.proxyLayout === 'wg' && this.#arch === 90;
+      const w32 = !wg && (this.proxyLayout === 'w32' || this.proxyLayout === 'wg') && D <= B;
       const kname = w32 ? `w32_${suf}` : suf;
       const threads = w32 ? B : B * 2;
+      const [file, p1, p2b] = wg
+        ? ['proxy-wgmma.cu', `proxy_wg_pass1_${suf}`, `proxy_wg_pass2b_${suf}`]
+        : ['proxy.cu', `proxy_pass1_${kname}`, `proxy_pass2b_${kname}`];
+      const slack = wg ? 1024 : 0;
       const kTiles = 2 * 64 * D * 2; // two 64-key K tiles (bf16/f16)
       // Q rows, K tiles, the block means' two chunk partials per column for two blocks
-      const smem1 = B * D * 2 + kTiles + 4 * D * f4;
+      const smem1 = slack + B * D * 2 + kTiles + 4 * D * f4;
       // pass 1: grid [H, nParts], heads fastest (a kv group's query heads share K tiles in L2)
-      this.#launch('proxy.cu', `proxy_pass1_${kname}`, [H, nParts], threads, smem1, [
+      this.#launch(file, p1, [H, nParts], threads, smem1, [
         P(qt.ptr),
         P(kt.ptr),
         P(pm.ptr),
@@ -682,43 +714,84 @@ export class CudaBackend implements Backend {
         I(b),
         I(nParts),
       ]);
-      // two probability tiles (B x 64 f32; the first over Q's rows), K tiles, two sets of
-      // column and diagonal partials of the B / 32 row groups (64 and 96 floats each), the
-      // part's slash accumulator
-      const pTile = B * 64 * f4;
-      const smem2 = Math.max(B * D * 2, pTile) + pTile + kTiles + (2 * (B / 32) * (64 + 96) + SP) * f4;
-      this.#launch('proxy.cu', `proxy_pass2_${kname}`, [H, nParts], threads, smem2, [
-        P(qt.ptr),
-        P(kt.ptr),
-        P(lse2.ptr),
-        P(av.ptr),
-        P(sp.ptr),
-        I(n),
-        I(H),
-        I(Hkv),
-        I(b),
-        F(scaleLog2),
-      ]);
-      // one warp per (block, head), 4 blocks a CTA
-      this.#launch('proxy.cu', 'proxy_blocks', [Math.ceil(Nb / 4), H], 128, 0, [
-        P(av.ptr),
-        P(sp.ptr),
-        P(qm.ptr),
-        P(km.ptr),
-        P(as ? as.ptr : 0),
-        P(out.ptr),
-        I(n),
-        I(H),
-        I(Hkv),
-        I(b),
-        I(B),
-        I(nParts),
-        I(D),
-        F(scale),
-        I(Nb),
-      ]);
+      if (tokens) {
+        // two probability tiles (B x 64 f32; the first over Q's rows), K tiles, two sets of
+        // column and diagonal partials of the B / 32 row groups (64 and 96 floats each), the
+        // part's slash accumulator
+        const pTile = B * 64 * f4;
+        const smem2 = Math.max(B * D * 2, pTile) + pTile + kTiles + (2 * (B / 32) * (64 + 96) + SP) * f4;
+        // (proxy.cu's pass 2 for every layout; wg runs it as w32, which needs d <= B)
+        const t2 = wg && D > B ? B * 2 : wg ? B : threads;
+        const k2 = wg ? (D <= B ? `w32_${suf}` : suf) : kname;
+        this.#launch('proxy.cu', `proxy_pass2_${k2}`, [H, nParts], t2, smem2, [
+          P(qt.ptr),
+          P(kt.ptr),
+          P(lse2.ptr),
+          P(av.ptr),
+          P(sp.ptr),
+          I(n),
+          I(H),
+          I(Hkv),
+          I(b),
+          F(scaleLog2),
+        ]);
+        // one warp per (block, head), 4 blocks a CTA
+        this.#launch('proxy.cu', 'proxy_blocks', [Math.ceil(Nb / 4), H], 128, 0, [
+          P(av.ptr),
+          P(sp.ptr),
+          P(qm.ptr),
+          P(km.ptr),
+          P(as ? as.ptr : 0),
+          P(out.ptr),
+          I(n),
+          I(H),
+          I(Hkv),
+          I(b),
+          I(B),
+          I(nParts),
+          I(D),
+          F(scale),
+          I(Nb),
+        ]);
+      } else {
+        // Q rows, K tiles, two parities of the warps' five tile sums, the part's key-block,
+        // offset-block and window accumulators
+        const smem2b = slack + B * D * 2 + kTiles + (2 * (threads / 32) * 5 + PART_KEYS / B + SBP + 1) * f4;
+        this.#launch(file, p2b, [H, nParts], threads, smem2b, [
+          P(qt.ptr),
+          P(kt.ptr),
+          P(lse2.ptr),
+          P(av.ptr),
+          P(sp.ptr),
+          P(win!.ptr),
+          I(n),
+          I(H),
+          I(Hkv),
+          I(b),
+          F(scaleLog2),
+          I(opts.wSink),
+          I(opts.wLocal),
+        ]);
+        this.#launch('proxy.cu', 'proxy_blocks_b', [Math.ceil(Nb / 4), H], 128, 0, [
+          P(av.ptr),
+          P(sp.ptr),
+          P(qm.ptr),
+          P(km.ptr),
+          P(out.ptr),
+          I(n),
+          I(H),
+          I(Hkv),
+          I(b),
+          I(B),
+          I(nParts),
+          I(D),
+          F(scale),
+          I(Nb),
+        ]);
+      }
       this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
-        P(av.ptr),
+        P(tokens ? av.ptr : 0),
+        P(win ? win.ptr : 0),
         P(ent.ptr),
         P(out.ptr),
         I(n),
@@ -727,9 +800,17 @@ export class CudaBackend implements Backend {
         I(Nb),
         I(opts.wSink),
         I(opts.wLocal),
+        I(nParts),
       ]);
-      const all = this.#read(out.ptr, new Float64Array(outLen));
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr + outLen * 8, 0, 2, this.#stream), 'cuMemsetD32Async');
+      this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(132, Math.ceil(outLen / 256))], 256, 0, [
+        P(out.ptr),
+        I(outLen),
+        P(out.ptr + outLen * 8),
+      ]);
+      const all = this.#read(out.ptr, new Float64Array(outLen + 1));
       const HNb = H * Nb;
+      const nonFinite = all[outLen];
       const stats: ProxyStats = {
         n,
         heads: H,
@@ -747,7 +828,13 @@ export class CudaBackend implements Backend {
               slashTokens: this.#read(as.ptr, new Float32Array(H * n)),
             }
           : {}),
+        finite: nonFinite === 0,
       };
+      if (nonFinite !== 0) {
+        // names the first bad statistic (NonFiniteError); the device count says one exists
+        assertFiniteStats(stats);
+        throw new NonFiniteError(`proxy statistics: ${nonFinite} non-finite values (counted on the device)`, { count: nonFinite });
+      }
       return stats;
     } finally {
       for (const x of blocks) this.#pool.release(x);
@@ -884,10 +971,17 @@ export class CudaBackend implements Backend {
       this.#launch('pe.cu', 'pe_softmax', [Nb, nc], 256, 0, [P(pm.ptr), I(Nb)]);
       const cu = this.#libs.cu;
       check(this.#libs, cu.cuMemsetD32Async(prefix.ptr, 0, nc, this.#stream), 'cuMemsetD32Async');
+      // pe_radix_hist: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
+      // heads' CTAs together fill the SMs once (each does an equal share of its head's
+      // triangle), fewer for small maps (about 64k entries a CTA at least).
+      const histCtas = Math.max(
+        1,
+        Math.min(Math.floor((2 * this.info.multiprocessors) / nc), Math.ceil((Nb * Nb) / 131072)),
+      );
       for (let pass = 0; pass < 4; pass++) {
         check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 256, this.#stream), 'cuMemsetD32Async');
         check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
-        this.#launch('pe.cu', 'pe_radix_hist', [Math.ceil(Nb / 16), nc], 256, 0, [
+        this.#launch('pe.cu', 'pe_radix_hist', [histCtas, nc], 512, 96 * 1024, [
           P(pm.ptr),
           I(Nb),
           I(pass),
@@ -914,7 +1008,7 @@ export class CudaBackend implements Backend {
         P(state.ptr),
         I(Nb),
       ]);
-      this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(kept.ptr), P(rowPtrD.ptr), I(nc * Nb)]);
+      this.#scan(kept.ptr, rowPtrD.ptr, nc * Nb, blocks);
       // host work the caller wants to overlap with the kernels queued so far
       beforeRead?.();
       const rowPtr = this.#read(rowPtrD.ptr, new Int32Array(nc * Nb + 1));
@@ -958,27 +1052,72 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * VS lists (host) ∪ block rows (device pointers: rowPtr [H·Nb + 1], cols) -> sorted rows on
-   * the device. Row entries are checked while counting (a MaskError names the first bad
-   * row). Scratch goes to `temp`; the caller releases it and the returned blocks.
+   * Exclusive scan of N ints on the device: out[0..N) and out[N] = the total. Tiles of 4096
+   * (exclusive_scan_sums, then exclusive_scan_tiles; one tile needs no sums). The tile-sum
+   * scratch goes to `temp` for the caller to release.
+   */
+  #scan(inPtr: number, outPtr: number, N: number, temp: DeviceBlock[]): void {
+    const tiles = Math.max(1, Math.ceil(N / 4096));
+    const sums = this.#scratch(tiles * 4);
+    temp.push(sums);
+    if (tiles > 1) this.#launch('mask.cu', 'exclusive_scan_sums', [tiles], 256, 0, [P(inPtr), P(sums.ptr), I(N)]);
+    this.#launch('mask.cu', 'exclusive_scan_tiles', [tiles], 256, 0, [P(inPtr), P(sums.ptr), P(outPtr), I(N)]);
+  }
+
+  /**
+   * VS lists (host) ∪ block rows (device) -> sorted rows on the device. The rows are either
+   * all heads' (`rows.rowPtr` [H·Nb + 1]) or a subset's (`rows.heads`: rowPtr
+   * [heads·Nb + 1], spread to all heads here by `spread_row_ptr`). Row entries are checked
+   * while counting (a MaskError names the first bad row). One upload (the VS lists, the bad-row
+   * flag, the heads) and one read (each head's first row pointer, the total and the flag):
+   * at 512k every synchronising copy costs a round trip, and the uploads wait for the stream.
+   * Scratch goes to `temp`; the caller releases it and the returned blocks. `headPtr` [H + 1]:
+   * head h's blocks are headPtr[h + 1] − headPtr[h].
    */
   #expand(
     H: number,
     Nb: number,
     vs: BlockMask['vs'],
-    rows: { rowPtr: number; cols: number } | undefined,
+    rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined,
     temp: DeviceBlock[],
-  ): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number } {
+  ): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headPtr: Int32Array } {
     const n = H * Nb;
-    const vPtr = vs ? this.#uploadTemp(vs.verticalPtr, temp) : 0;
-    const vert = vs ? this.#uploadTemp(vs.vertical, temp) : 0;
-    const sPtr = vs ? this.#uploadTemp(vs.slashPtr, temp) : 0;
-    const slash = vs ? this.#uploadTemp(vs.slash, temp) : 0;
-    const rPtr = rows ? rows.rowPtr : 0;
+    // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][heads]
+    const nh = rows?.heads?.length ?? 0;
+    const parts = vs ? [vs.verticalPtr, vs.vertical, vs.slashPtr, vs.slash] : [];
+    const len = 1 + parts.reduce((a, x) => a + x.length, 0) + nh;
+    const packed = new Int32Array(len);
+    packed[0] = 0x7fffffff;
+    const offs: number[] = [];
+    let o = 1;
+    for (const x of parts) {
+      offs.push(o);
+      packed.set(x, o);
+      o += x.length;
+    }
+    const headsOff = o;
+    if (rows?.heads) packed.set(rows.heads, o);
+    const up = this.#uploadTemp(packed, temp);
+    const at = (off: number) => up + off * 4;
+    const [vPtr, vert, sPtr, slash] = vs ? offs.map(at) : [0, 0, 0, 0];
+    const bad = up;
+    let rPtr = rows ? rows.rowPtr : 0;
     const rCols = rows ? rows.cols : 0;
+    if (rows?.heads) {
+      const spread = this.#scratch((n + 1) * 4);
+      temp.push(spread);
+      this.#launch('mask.cu', 'spread_row_ptr', [Math.ceil((n + 1) / 256)], 256, 0, [
+        P(rows.rowPtr),
+        P(at(headsOff)),
+        I(nh),
+        I(H),
+        I(Nb),
+        P(spread.ptr),
+      ]);
+      rPtr = spread.ptr;
+    }
     const counts = this.#scratch(n * 4);
     temp.push(counts);
-    const bad = this.#uploadTemp(Int32Array.of(0x7fffffff), temp);
     // a warp per row, 4 rows a 128-thread block; expand_write holds a bitmap of Nb bits a warp
     const words = Math.ceil(Nb / 32);
     this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [
@@ -993,31 +1132,40 @@ export class CudaBackend implements Backend {
       I(Nb),
       P(bad),
     ]);
-    const badRow = this.#read(bad, new Int32Array(1))[0];
-    if (badRow !== 0x7fffffff) {
-      const h = Math.floor(badRow / Nb);
-      const r = badRow % Nb;
-      throw new MaskError(
-        `head ${h} row ${r}: block rows must be strictly increasing key blocks in [0, ${r}] (causal); this row is not (checked on the device)`,
-      );
-    }
     const rowPtr = this.#scratch((n + 1) * 4);
-    this.#launch('mask.cu', 'exclusive_scan', [1], 1024, 0, [P(counts.ptr), P(rowPtr.ptr), I(n)]);
-    const tot = this.#read(rowPtr.ptr + n * 4, new Int32Array(1))[0];
-    const cols = this.#scratch(tot * 4);
-    this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
-      P(vPtr),
-      P(vert),
-      P(sPtr),
-      P(slash),
-      P(rPtr),
-      P(rCols),
-      P(rowPtr.ptr),
-      P(cols.ptr),
-      I(H),
-      I(Nb),
-    ]);
-    return { rowPtr, cols, total: tot };
+    try {
+      this.#scan(counts.ptr, rowPtr.ptr, n, temp);
+      const sum = this.#scratch((H + 2) * 4);
+      temp.push(sum);
+      this.#launch('mask.cu', 'expand_summary', [1], 128, 0, [P(rowPtr.ptr), P(bad), I(H), I(Nb), P(sum.ptr)]);
+      const summary = this.#read(sum.ptr, new Int32Array(H + 2));
+      const badRow = summary[H + 1];
+      if (badRow !== 0x7fffffff) {
+        const h = Math.floor(badRow / Nb);
+        const r = badRow % Nb;
+        throw new MaskError(
+          `head ${h} row ${r}: block rows must be strictly increasing key blocks in [0, ${r}] (causal); this row is not (checked on the device)`,
+        );
+      }
+      const tot = summary[H];
+      const cols = this.#scratch(tot * 4);
+      this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
+        P(vPtr),
+        P(vert),
+        P(sPtr),
+        P(slash),
+        P(rPtr),
+        P(rCols),
+        P(rowPtr.ptr),
+        P(cols.ptr),
+        I(H),
+        I(Nb),
+      ]);
+      return { rowPtr, cols, total: tot, headPtr: summary.subarray(0, H + 1) };
+    } catch (e) {
+      this.releaseBlock(rowPtr);
+      throw e;
+    }
   }
 
   /**
@@ -1046,7 +1194,7 @@ export class CudaBackend implements Backend {
     const temp: DeviceBlock[] = [];
     const held: DeviceBlock[] = [];
     try {
-      let pe: { rowPtr: Int32Array; cols: DeviceBlock; total: number; heads: readonly number[] } | undefined;
+      let pe: { rowPtr: Int32Array; rowPtrD?: DeviceBlock; cols: DeviceBlock; total: number; heads: readonly number[] } | undefined;
       let peHost: BlockRows | undefined;
       if (req.pe) {
         const r = this.#peRequest(req.pe.q, req.pe.k, req.pe.opts);
@@ -1070,12 +1218,13 @@ export class CudaBackend implements Backend {
           }
         }
       }
-      let rows: { rowPtr: number; cols: number } | undefined;
-      if (pe) rows = { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
+      // the PE heads' rows, spread to all heads on the device (the host-joined case uploads them)
+      let rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined;
+      if (pe) rows = pe.rowPtrD ? { rowPtr: pe.rowPtrD.ptr, cols: pe.cols.ptr, heads: pe.heads } : { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
       const e = this.#expand(H, Nb, selectVs(), rows, temp);
       held.push(e.rowPtr, e.cols);
-      const rp = this.#read(e.rowPtr.ptr, new Int32Array(H * Nb + 1));
-      const counts = Float64Array.from({ length: H }, (_, h) => rp[(h + 1) * Nb] - rp[h * Nb]);
+      const hp = e.headPtr;
+      const counts = Float64Array.from({ length: H }, (_, h) => hp[h + 1] - hp[h]);
       const box = { blocks: held.slice() };
       const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
       PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);

@@ -6,6 +6,7 @@ export {
   createCudaBackend,
   defaultAttentionVariant,
   DEFAULT_PROXY_LAYOUT,
+  defaultProxyLayout,
   PROXY_LAYOUTS,
 } from './cuda-backend.js';
 export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, ProxyLayout } from './cuda-backend.js';

@@ -19,8 +19,8 @@ const files = readdirSync(kernelDir).filter((f) => f.endsWith('.cu'));
 if (!NVCC) console.log('kernels-cuda: nvcc compile checks skipped: no nvcc at /usr/local/bin or /usr/local/cuda/bin (set NVCC)');
 
 describe('kernel sources', () => {
-  it('ships the six kernel files', () => {
-    expect(files.sort()).toEqual(['attention-wgmma.cu', 'attention.cu', 'bench.cu', 'mask.cu', 'pe.cu', 'proxy.cu']);
+  it('ships the seven kernel files', () => {
+    expect(files.sort()).toEqual(['attention-wgmma.cu', 'attention.cu', 'bench.cu', 'mask.cu', 'pe.cu', 'proxy-wgmma.cu', 'proxy.cu']);
   });
   it('splices the common header in, so NVRTC needs no include path', () => {
     const src = kernelSource(kernelDir, 'attention.cu');
@@ -28,6 +28,17 @@ describe('kernel sources', () => {
     expect(src).not.toMatch(/^#pragma once/m);
     expect(src).toContain('__device__ __forceinline__ void ldsm_x4');
     expect(src).toContain('attn_bf16_d128_b128');
+  });
+  it('splices every header a kernel file includes (the wgmma proxy pass takes three)', () => {
+    for (const f of files) {
+      const src = kernelSource(kernelDir, f);
+      expect(src, f).not.toMatch(/^#include/m);
+      expect(src, f).not.toMatch(/^#pragma once/m);
+    }
+    const src = kernelSource(kernelDir, 'proxy-wgmma.cu');
+    expect(src).toContain('__device__ __forceinline__ void cp_async16');
+    expect(src).toContain('__device__ __forceinline__ u64 gmma_desc');
+    expect(src).toContain('__device__ __forceinline__ void p2b_rows');
   });
 });
 
@@ -38,7 +49,7 @@ describe.skipIf(!NVCC)('nvcc compile check', () => {
   // fast) — the same code, and ptxas for sm_80 is what the driver runs at load. The
   // wgmma file is also built for sm_90a, the only target where its kernels have bodies
   // (elsewhere they are trap stubs, which the sm_80/sm_90 builds check still compile).
-  const hopperOnly = ['attention-wgmma.cu'];
+  const hopperOnly = ['attention-wgmma.cu', 'proxy-wgmma.cu'];
   it('every kernel compiles for sm_90 (cubin) without spills and for sm_80 (PTX)', async () => {
     const hopperJobs = hopperOnly.map((f) =>
       run(

@@ -1,0 +1,177 @@
+// Proxy-statistics pieces shared by the mma.sync passes (proxy.cu) and the warpgroup-MMA
+// passes (proxy-wgmma.cu): the part size, pass 1's online update and pass 2b's block-level
+// sums. Both files lay a warp's scores out as the m16n8 accumulator fragment s[8][4] of 16
+// rows x 64 keys (rows lane / 4 and lane / 4 + 8, columns j·8 + 2·(lane % 4) + {0, 1}), so
+// the same code runs on either. Included after crisp-common.cuh (the host splices one level
+// of includes: this header includes nothing).
+#pragma once
+
+#define PART_TILES 16
+#define PART_KEYS (PART_TILES * 64)
+
+// Pass 1's online update for one tile. EDGE: some score is masked (causal limit, keys past
+// n, or rows past b when n < B); only the last tiles of a row are, so the common tiles skip
+// the compares. Max on raw scores (scale > 0 keeps the order, and rounding is monotone, so
+// fl(max · c) = max(fl(s · c))); p = 2^(s·c − m) in one FFMA; t accumulates p·s raw and is
+// scaled once at the end.
+template <bool EDGE>
+__device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
+                                                float scaleLog2, float& mA, float& mB, float& lA, float& lB,
+                                                float& tA, float& tB) {
+  const int lane = threadIdx.x & 31;
+  float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      if (EDGE) {
+        const int col = ks + j * 8 + (lane & 3) * 2 + e;
+        if (col > posA || rA >= b) s[j][e] = CRISP_NEG_INF;
+        if (col > posB || rB >= b) s[j][2 + e] = CRISP_NEG_INF;
+      }
+      mxA = fmaxf(mxA, s[j][e]);
+      mxB = fmaxf(mxB, s[j][2 + e]);
+    }
+  }
+  mxA = quad_max(mxA) * scaleLog2;
+  mxB = quad_max(mxB) * scaleLog2;
+  const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
+  // A row with nothing visible yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
+  const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
+  const float cA = exp2f(mA - uA), cB = exp2f(mB - uB);
+  lA *= cA;
+  tA *= cA;
+  lB *= cB;
+  tB *= cB;
+  mA = nA;
+  mB = nB;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const float x = s[j][e], y = s[j][2 + e];
+      const float pa = exp2f(fmaf(x, scaleLog2, -uA)), pb = exp2f(fmaf(y, scaleLog2, -uB));
+      lA += pa;
+      lB += pb;
+      // a masked score is -inf with p = 0: count 0, not 0 · -inf
+      tA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, tA);
+      tB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, tB);
+    }
+  }
+}
+
+// Pass 2 at block level, for plans that read only block scores (no token scores asked
+// for): the normalised probabilities are reduced in registers straight to what the policies
+// read, so there are no probability tiles in shared memory and no a_v in global memory. A
+// 64-key tile lies in one key block J (B is 64 or 128). A row's 64 keys reach at most two
+// offset blocks, split at one column (o = pos − col >= Ohi·B <=> col <= cut): each thread
+// sums its probabilities of a row into two bins, `hx = c <= cut ? x : 0; hi += hx;
+// lo += x − hx` (x − hx is x or 0, exactly), then places the row's two bins among the
+// tile's three offset blocks Obase .. Obase + 2 (its offsets span b + 62 < 2B values); the
+// tile's vertical mass is the sum of the three. Window tiles (keys < wSink or >= n − wLocal,
+// each key once) also sum C_struct's mass. Five values a tile (P2B_VALS): butterfly in the
+// warp, then the warps in order into the part's accumulators, one tile behind. Outputs,
+// already divided by b: pv [H][Nb] (a key block lies in one part), slashPart
+// [H][nParts][SB] (offset blocks Opart0 .. Opart0 + SB − 1 of the part), winPart
+// [H][nParts]. Fixed order everywhere: reproducible bits.
+#define P2B_VALS 5
+
+// One warp's 16 rows of a tile: probabilities written over the scores (masked: 0), and the
+// thread's share of the tile's three offset-block bins.
+template <int LGB>
+__device__ __forceinline__ void p2b_rows(float (&s)[8][4], int ks, int b, int posA, int posB, bool liveA, bool liveB,
+                                         float lseA, float lseB, bool edge, int obase, float scaleLog2,
+                                         float (&bins)[3]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int pos = half ? posB : posA;
+    const float lse = half ? lseB : lseA;
+    const bool live = half ? liveB : liveA;
+    const int ohi = (pos - ks) >> LGB;                       // offset block of the tile's first key
+    const int cut = pos - (ohi << LGB) - ks - (lane & 3) * 2;  // fragment column j·8 + e <= cut: block ohi
+    const int last = pos - ks - (lane & 3) * 2;                // j·8 + e > last: a future key (masked)
+    float hi = 0.f, lo = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        float x = exp2f(fmaf(s[j][half * 2 + e], scaleLog2, -lse));
+        if (edge && (j * 8 + e > last || !live)) x = 0.f;
+        s[j][half * 2 + e] = x;
+        const float hx = j * 8 + e <= cut ? x : 0.f;
+        hi += hx;
+        lo += x - hx;
+      }
+    }
+    const int bh = ohi - obase;  // 0 .. 2; lo is one block lower (empty when bh = 0)
+    bins[0] += bh == 0 ? hi : (bh == 1 ? lo : 0.f);
+    bins[1] += bh == 1 ? hi : (bh == 2 ? lo : 0.f);
+    bins[2] += bh == 2 ? hi : 0.f;
+  }
+}
+
+// C_struct's window mass of the thread's probabilities in a tile (keys < s0 or >= l0).
+__device__ __forceinline__ float p2b_window(const float (&s)[8][4], int ks, int s0, int l0) {
+  const int lane = threadIdx.x & 31;
+  float w = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int col = ks + j * 8 + (lane & 3) * 2 + (e & 1);
+      if (col < s0 || col >= l0) w += s[j][e];
+    }
+  }
+  return w;
+}
+
+// The tile's five sums of one warp (vertical, three offset blocks, window), butterflied and
+// stashed at red[(buf · NW + warp) · P2B_VALS ..].
+template <int NW>
+__device__ __forceinline__ void p2b_stash(float* red, int buf, const float (&bins)[3], float w) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float vals[P2B_VALS] = {bins[0] + bins[1] + bins[2], bins[0], bins[1], bins[2], w};
+#pragma unroll
+  for (int i = 0; i < P2B_VALS; i++) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) vals[i] += __shfl_xor_sync(0xffffffffu, vals[i], o);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < P2B_VALS; i++) red[(buf * NW + warp) * P2B_VALS + i] = vals[i];
+  }
+}
+
+// Threads 0 .. 4: the stashed sums of the tile at key kp (parity pb), warps in order, into
+// the part's accumulators: vacc [key blocks of the part], sacc [SB offset blocks from
+// opart0], wacc [1].
+template <int NW, int LGB>
+__device__ __forceinline__ void p2b_combine(const float* red, int pb, int kp, int ps, int n, int b, int opart0,
+                                            float* vacc, float* sacc, float* wacc) {
+  const int tid = threadIdx.x;
+  if (tid >= P2B_VALS) return;
+  float sum = 0.f;
+  for (int w = 0; w < NW; w++) sum += red[(pb * NW + w) * P2B_VALS + tid];
+  if (tid == 0) vacc[(kp - ps) >> LGB] += sum;
+  else if (tid < 4) sacc[((n - b - kp - 63) >> LGB) + (tid - 1) - opart0] += sum;
+  else *wacc += sum;
+}
+
+// The part's accumulators (acc = [vacc NV | sacc SB | wacc 1]) to global memory, times 1 / b.
+template <int LGB, int NV, int SB, int NT>
+__device__ __forceinline__ void p2b_write(const float* acc, float* pv, float* slashPart, float* winPart, int h,
+                                          int part, int nParts, int ps, int n, int b) {
+  const float invB = 1.f / (float)b;
+  const int Nb = (n + (1 << LGB) - 1) >> LGB;
+  for (int i = threadIdx.x; i < NV + SB + 1; i += NT) {
+    if (i < NV) {
+      const int J = (ps >> LGB) + i;
+      if (J < Nb) pv[(size_t)h * Nb + J] = acc[i] * invB;
+    } else if (i < NV + SB) {
+      slashPart[((size_t)h * nParts + part) * SB + (i - NV)] = acc[i] * invB;
+    } else {
+      winPart[(size_t)h * nParts + part] = acc[i] * invB;
+    }
+  }
+}

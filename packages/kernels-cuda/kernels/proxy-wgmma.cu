@@ -1,0 +1,230 @@
+// Proxy statistics on Hopper's warpgroup MMA (sm_90a only): pass 1 and pass 2b of proxy.cu,
+// same arguments and outputs, with S = Q̂ K_tᵀ from wgmma.mma_async m64n64k16. Q̂ and the
+// K tiles are read by the tensor cores from shared memory through matrix descriptors (the
+// panelled 128-byte swizzle of attention-wgmma.cu, wgmma.cuh), so a warp issues no ldmatrix,
+// no mma.sync and no per-lane fragment addressing for its scores: what is left in its
+// instruction stream is the per-score softmax work. (On the mma.sync passes Nsight Compute
+// counted 15.5 instructions a score, about half of them neither the MMAs nor the softmax:
+// NOTES.md.)
+//
+// One CTA per (head, part of PART_KEYS keys), heads fastest, NWG = B / 64 warpgroups of 64
+// proxy rows (warp w holds rows 16w .. 16w + 15); 64-key tiles in ST cp.async stages issued
+// by all threads, one barrier a tile. Per warp the m64n64k16 accumulator is the m16n8
+// fragment s[8][4] of its 16 rows, so pass 1's online update and pass 2b's sums are the
+// shared ones (proxy-common.cuh), and pass 1 also takes the key block means and the proxy
+// query mean from the tiles in shared memory, as proxy.cu does.
+//
+// Built only for sm_90a; elsewhere the entries are empty stubs that the backend never
+// launches (it runs proxy.cu's layouts off Hopper).
+#include "crisp-common.cuh"
+#include "wgmma.cuh"
+#include "proxy-common.cuh"
+
+#ifdef CRISP_WGMMA
+template <int D, int NWG, bool BF16, bool PASS1, int ST>
+__device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
+                                              float* pl, float* pt, float* qMean, float* kMean,
+                                              const float* rowLse2, float* pv, float* slashPart, float* winPart,
+                                              int n, int H, int Hkv, int b, float scaleLog2, int wSink,
+                                              int wLocal) {
+  constexpr int BM = 64 * NWG, NT = NWG * 128, NW = NWG * 4, CH = D / 8;
+  constexpr int LGB = BM == 128 ? 7 : 6;
+  constexpr u32 QBYTES = BM * D * 2, TBYTES = 64 * D * 2;
+  constexpr int NV = PART_KEYS / BM, SB = PART_KEYS / BM + 3;
+  // block means as in proxy.cu: each column of a tile in two 32-row chunks
+  constexpr int KCH = 2, TPC = NT / D >= KCH ? KCH : NT / D, CPT = KCH / TPC, TPB = BM / 64;
+  static_assert(NT >= D, "the block means give each thread one column");
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = smem_addr(smem);
+  const u32 sQ = (base + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
+  const u32 sK = sQ + QBYTES;
+  const unsigned char* gQ = smem + (sQ - base);
+  const unsigned char* gK = smem + (sK - base);
+  // pass 1: kred [2 parities][KCH][D]; pass 2b: red [2 parities][NW][P2B_VALS], acc [NV | SB | 1]
+  float* fs = reinterpret_cast<float*>(smem + (sK - base) + ST * TBYTES);
+  float* red = fs;
+  float* acc = fs + 2 * NW * P2B_VALS;
+  const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
+  const int posA = n - b + rA, posB = n - b + rB;
+  const int ps = part * PART_KEYS;
+  int nT = (n - ps + 63) / 64;
+  if (nT > PART_TILES) nT = PART_TILES;
+  const size_t kStride = (size_t)Hkv * D;
+  auto loadK = [&](int t) {
+    const int ks = ps + t * 64;
+    const u32 dst = sK + (t % ST) * TBYTES;
+    for (int c = tid; c < 64 * CH; c += NT) {
+      const int r = c / CH, ch = c % CH, key = ks + r;
+      cp_async16(dst + pswz(64, r, ch), k + (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8,
+                 key < n ? 16 : 0);
+    }
+  };
+  // the proxy rows n − b .. n − 1 (rows past b land as zeros)
+  stage_q<BM, D, NT>(q, n - b, n, 0, (size_t)H * D, h, tid, [&](int r, int ch) { return sQ + pswz(BM, r, ch); });
+  // ST − 1 tiles ahead: group g holds tile g (group 0 also Q)
+#pragma unroll
+  for (int t = 0; t < ST - 1; t++) {
+    if (t < nT) loadK(t);
+    cp_async_commit();
+  }
+
+  // pass 1 state
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f, tA = 0.f, tB = 0.f;
+  const bool doMeans = PASS1 && h % (H / Hkv) == 0;
+  const int kd = tid % D, khalf = tid / D;
+  const int Nb = (n + BM - 1) / BM;
+  float ksum[CPT];
+#pragma unroll
+  for (int c = 0; c < CPT; c++) ksum[c] = 0.f;
+  // pass 2b state
+  const float lseA = !PASS1 && rA < b ? rowLse2[h * b + rA] : 0.f;
+  const float lseB = !PASS1 && rB < b ? rowLse2[h * b + rB] : 0.f;
+  const int opart0 = (n - b - ps - (PART_KEYS - 1)) >> LGB;
+  const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
+  if (!PASS1) {
+    for (int i = tid; i < NV + SB + 1; i += NT) acc[i] = 0.f;
+  }
+
+  float s[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) s[i] = 0.f;
+  const u32 qBase = sQ + wg * 64 * 128;
+  // Iteration tt: tile tt has landed and every thread is done with tile tt − 1, whose stage
+  // takes tile tt + ST − 1. Pass 2b runs one more iteration to combine the last tile.
+  for (int tt = 0; tt < nT + (PASS1 ? 0 : 1); tt++) {
+    cp_async_wait<ST - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    if (tt + ST - 1 < nT) loadK(tt + ST - 1);
+    cp_async_commit();
+    const int ks = ps + tt * 64;
+    if (PASS1) {
+      if (tt == 0) {
+        if (part == 0 && tid < D) {
+          float sum = 0.f;
+          for (int r = 0; r < b; r++) {
+            sum += to_f32<BF16>(*reinterpret_cast<const u16*>(gQ + pswz(BM, r, tid >> 3) + (tid & 7) * 2));
+          }
+          qMean[(size_t)h * D + tid] = sum / (float)b;
+        }
+      } else if (doMeans && khalf == 0 && (tt - 1) % TPB == TPB - 1) {
+        // the block that ended at tile tt − 1: its chunk partials were written before the barrier
+        const float* kr = fs + ((((tt - 1) / TPB) & 1) * KCH) * D;
+        float tot = 0.f;
+#pragma unroll
+        for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
+        const int J = (ks - 64) / BM, r0 = J * BM;
+        kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+      }
+    }
+    if (tt < nT) {
+      const u32 kBase = sK + (tt % ST) * TBYTES;
+      reg_fence<32>(s);
+      wgmma_fence();
+      issue_s<D, 64, BM, BF16>(s, qBase, kBase);
+      wgmma_commit();
+      wgmma_wait0();
+      reg_fence<32>(s);
+      float(&sf)[8][4] = *reinterpret_cast<float(*)[8][4]>(s);
+      const bool edge = ks + 63 > n - b || b < BM;
+      if (PASS1) {
+        if (doMeans && khalf < TPC) {
+          const unsigned char* kt = gK + (tt % ST) * TBYTES;
+          float* kr = fs + (((tt / TPB) & 1) * KCH) * D;
+          const bool blockEnd = tt % TPB == TPB - 1 || tt == nT - 1;
+#pragma unroll
+          for (int c = 0; c < CPT; c++) {
+            const int chunk = khalf * CPT + c;
+#pragma unroll 8
+            for (int i = 0; i < 32; i++) {
+              const int r = chunk * 32 + i;
+              ksum[c] += to_f32<BF16>(*reinterpret_cast<const u16*>(kt + pswz(64, r, kd >> 3) + (kd & 7) * 2));
+            }
+            if (blockEnd) {
+              kr[chunk * D + kd] = ksum[c];
+              ksum[c] = 0.f;
+            }
+          }
+        }
+        if (edge) {
+          proxy_p1_update<true>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB);
+        } else {
+          proxy_p1_update<false>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB);
+        }
+      } else {
+        const int obase = (n - b - ks - 63) >> LGB;
+        float bins[3] = {0.f, 0.f, 0.f};
+        p2b_rows<LGB>(sf, ks, b, posA, posB, rA < b, rB < b, lseA, lseB, edge, obase, scaleLog2, bins);
+        const float w = ks < s0 || ks + 63 >= l0 ? p2b_window(sf, ks, s0, l0) : 0.f;
+        p2b_stash<NW>(red, tt & 1, bins, w);
+      }
+    }
+    if (!PASS1 && tt >= 1) p2b_combine<NW, LGB>(red, (tt - 1) & 1, ks - 64, ps, n, b, opart0, acc, acc + NV, acc + NV + SB);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (PASS1) {
+    if (doMeans && khalf == 0) {
+      // the last block (it ends at the last tile, full or not)
+      const int tl = nT - 1;
+      const float* kr = fs + (((tl / TPB) & 1) * KCH) * D;
+      float tot = 0.f;
+#pragma unroll
+      for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
+      const int J = (ps + tl * 64) / BM, r0 = J * BM;
+      kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+    }
+    const float la = quad_sum(lA), lb = quad_sum(lB);
+    const float ta = quad_sum(tA) * scaleLog2, tb = quad_sum(tB) * scaleLog2;
+    if ((lane & 3) == 0) {
+      if (rA < b) {
+        const size_t i = ((size_t)h * b + rA) * nParts + part;
+        pm[i] = mA;
+        pl[i] = la;
+        pt[i] = ta;
+      }
+      if (rB < b) {
+        const size_t i = ((size_t)h * b + rB) * nParts + part;
+        pm[i] = mB;
+        pl[i] = lb;
+        pt[i] = tb;
+      }
+    }
+  } else {
+    p2b_write<LGB, NV, SB, NT>(acc, pv, slashPart, winPart, h, part, nParts, ps, n, b);
+  }
+}
+#define CRISP_PROXY_WG_CALL1(D, NWG, BF16) \
+  proxy_wg_body<D, NWG, BF16, true, 2>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, n, H, Hkv, b, scaleLog2, 0, 0);
+#define CRISP_PROXY_WG_CALL2(D, NWG, BF16) \
+  proxy_wg_body<D, NWG, BF16, false, 2>(q, k, nullptr, nullptr, nullptr, nullptr, nullptr, rowLse2, pv, slashPart, winPart, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+#else
+#define CRISP_PROXY_WG_CALL1(D, NWG, BF16)
+#define CRISP_PROXY_WG_CALL2(D, NWG, BF16)
+#endif  // CRISP_WGMMA
+
+// `proxy_wg_pass1_<dtype>_d<D>_b<B>` and `proxy_wg_pass2b_...`: the arguments of proxy.cu's
+// pass 1 and pass 2b; B / 64 warpgroups; two stages of 64-key tiles.
+#define CRISP_PROXY_WG(SUF, D, NWG, BF16)                                                                        \
+  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
+      proxy_wg_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,            \
+                           float* kMean, int n, int H, int Hkv, int b, float scaleLog2) {                        \
+    CRISP_PROXY_WG_CALL1(D, NWG, BF16)                                                                           \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
+      proxy_wg_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,       \
+                            float* winPart, int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) { \
+    CRISP_PROXY_WG_CALL2(D, NWG, BF16)                                                                           \
+  }
+
+CRISP_PROXY_WG(bf16_d64_b64, 64, 1, true)
+CRISP_PROXY_WG(bf16_d64_b128, 64, 2, true)
+CRISP_PROXY_WG(bf16_d128_b64, 128, 1, true)
+CRISP_PROXY_WG(bf16_d128_b128, 128, 2, true)
+CRISP_PROXY_WG(f16_d64_b64, 64, 1, false)
+CRISP_PROXY_WG(f16_d64_b128, 64, 2, false)
+CRISP_PROXY_WG(f16_d128_b64, 128, 1, false)
+CRISP_PROXY_WG(f16_d128_b128, 128, 2, false)
