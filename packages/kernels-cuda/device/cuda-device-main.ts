@@ -27,7 +27,6 @@ import {
   ATTENTION_VARIANTS,
   type AttentionVariant,
   type CudaBackend,
-  DEFAULT_PROXY_LAYOUT,
   type ProxyLayout,
   createCudaBackend,
 } from '../src/index.js';
@@ -94,13 +93,15 @@ const median = (a: number[]) => {
 const causalFlops = (n: number, H: number, d: number) => 2 * n * n * H * d; // 4·n²/2·H·d
 
 /** proxy statistics kernel layout for every phase (the proxy phase times both) */
-const proxyLayout = arg('proxyLayout', DEFAULT_PROXY_LAYOUT) as ProxyLayout;
+const proxyLayoutArg = (arg('proxyLayout', '') || undefined) as ProxyLayout | undefined;
 const be: CudaBackend = await createCudaBackend({
   kernelDir: 'packages/kernels-cuda/kernels',
   cacheDir: '/tmp/crisp-cubin',
   ...(variantArg ? { attentionVariant: variantArg } : {}),
-  proxyLayout,
+  ...(proxyLayoutArg ? { proxyLayout: proxyLayoutArg } : {}),
 });
+/** the backend's proxy layout (the GPU's default unless --proxyLayout) */
+const proxyLayout = be.proxyLayout;
 const variant = be.attentionVariant;
 results.variant = variant;
 results.proxyLayout = proxyLayout;
@@ -120,7 +121,7 @@ if (phase === 'all' || phase === 'conformance') {
     const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
     // runConformance disposes the backend it is given: give it its own
     const confFilter = arg('confFilter', '');
-    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout }), {
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout: proxyLayoutArg }), {
       sizes,
       dtypes: confDtypes,
       ...(confFilter ? { filter: new RegExp(confFilter) } : {}),
@@ -334,6 +335,10 @@ if (phase === 'kernels' && checkN > 0) {
 
 /** ProxyStats fields the proxy phase compares (before the phase: top-level code runs in order) */
 const PROXY_FIELDS = ['cStruct', 'rowEntropy', 'verticalBlocks', 'slashBlocks', 'pooledEstimate', 'verticalTokens', 'slashTokens'] as const;
+/** the layouts the proxy phase times at 128k / 512k (--proxyLayouts) */
+const PROXY_TIMED_LAYOUTS = arg('proxyLayouts', 'w32,wg').split(',') as ProxyLayout[];
+/** the fields of block-level statistics (no token scores asked for: pass 2b) */
+const BLOCK_FIELDS = ['cStruct', 'rowEntropy', 'verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const;
 
 if (phase === 'proxy') {
   // Proxy statistics, both kernel layouts (PROXY_LAYOUTS). Small and odd shapes (n < B,
@@ -362,11 +367,28 @@ if (phase === 'proxy') {
         const a = await be.proxyStats(q, k, opts);
         be.proxyLayout = 'w32';
         const c = await be.proxyStats(q, k, opts);
+        // block level (pass 2b: no token scores), every layout; wg (Hopper) with token scores too
+        const blocks = [];
+        for (const layout of ['w16', 'w32', 'wg'] as const) {
+          be.proxyLayout = layout;
+          blocks.push(await be.proxyStats(q, k, { ...opts, tokenScores: false }));
+        }
+        be.proxyLayout = 'wg';
+        const wgTokens = await be.proxyStats(q, k, opts);
         const vsF64 = [];
-        for (const h of [0, sh.H - 1]) vsF64.push(await proxyReference(sh, h, a, q, k, opts.wSink, opts.wLocal));
+        const blockVsF64 = [];
+        for (const h of [0, sh.H - 1]) {
+          vsF64.push(await proxyReference(sh, h, a, q, k, opts.wSink, opts.wLocal));
+          vsF64.push(await proxyReference(sh, h, wgTokens, q, k, opts.wSink, opts.wLocal));
+          for (const bl of blocks) blockVsF64.push(await proxyReference(sh, h, bl, q, k, opts.wSink, opts.wLocal));
+        }
         const worst = Math.max(...vsF64.flatMap((r) => PROXY_FIELDS.map((f) => r[f])));
-        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), worstVsF64: worst, pass: worst <= 2e-5, vsF64 };
-        log(`proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; worst vs f64 ${worst.toExponential(2)} ${r.pass ? 'PASS' : 'FAIL'}`);
+        const blockWorst = Math.max(...blockVsF64.flatMap((r) => BLOCK_FIELDS.map((f) => r[f])));
+        const pass = worst <= 2e-5 && blockWorst <= 2e-5;
+        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), worstVsF64: worst, blockWorstVsF64: blockWorst, pass, vsF64, blockVsF64 };
+        log(
+          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; worst vs f64 ${worst.toExponential(2)}, block level (pass 2b) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
+        );
         out.push(r);
       } finally {
         q.dispose();
@@ -386,7 +408,7 @@ if (phase === 'proxy') {
         const opts = { blockSize: B, wSink: 128, wLocal: 128 };
         const res: Record<string, unknown> = { n };
         const got: Record<string, Awaited<ReturnType<CudaBackend['proxyStats']>>> = {};
-        for (const layout of ['w16', 'w32'] as const) {
+        for (const layout of PROXY_TIMED_LAYOUTS) {
           be.proxyLayout = layout;
           await be.proxyStats(q, k, opts); // warm-up: compile, pool, the one NaN/Inf check
           const wall: number[] = [];
@@ -409,17 +431,24 @@ if (phase === 'proxy') {
           );
         }
         be.proxyLayout = proxyLayout;
-        res.layoutBitDiffs = bitDiffs(got.w16, got.w32);
+        res.layoutBitDiffs = bitDiffs(got[PROXY_TIMED_LAYOUTS[0]], got[PROXY_TIMED_LAYOUTS[1]]);
         const sh: ProxyShape = { n, H, Hkv, D, B, dtype: 'bf16' };
         // --proxyRef 0: timings and bit checks only (the float64 recomputation takes 7 s at
         // 128k and 26 s at 512k a head)
         const check = [];
         if (arg('proxyRef', '1') !== '0') {
-          check.push(await proxyReference(sh, 0, got.w16, q, k, opts.wSink, opts.wLocal));
-          if (n <= 131072) check.push(await proxyReference(sh, H - 1, got.w16, q, k, opts.wSink, opts.wLocal));
+          for (const layout of PROXY_TIMED_LAYOUTS) {
+            const r0 = await proxyReference(sh, 0, got[layout], q, k, opts.wSink, opts.wLocal);
+            check.push({ layout, ...r0 });
+          }
+          // the timed path (no token scores: pass 2b), default layout
+          const blk = await be.proxyStats(q, k, opts);
+          const rb = await proxyReference(sh, 0, blk, q, k, opts.wSink, opts.wLocal);
+          check.push({ blockLevel: 1, ...Object.fromEntries(BLOCK_FIELDS.map((f) => [f, rb[f]])) });
+          if (n <= 131072) check.push(await proxyReference(sh, H - 1, got[PROXY_TIMED_LAYOUTS[1]], q, k, opts.wSink, opts.wLocal));
         }
         res.vsF64 = check;
-        log(`proxy n=${n}: w16 vs w32 bit diffs ${JSON.stringify(res.layoutBitDiffs)}; vs f64 ${JSON.stringify(check)}`);
+        log(`proxy n=${n}: ${PROXY_TIMED_LAYOUTS.join(' vs ')} bit diffs ${JSON.stringify(res.layoutBitDiffs)}; vs f64 ${JSON.stringify(check)}`);
         return res;
       } finally {
         for (const t of [q, k, v]) t.dispose();
@@ -792,6 +821,17 @@ if (phase === 'all' || phase === 'bench') {
       const sparseKernelMs = plan?.mask ? await be.timeMs(() => be.sparseAttention(q, k, v, plan.mask as BlockMask, { out: oh })) : 0;
       const preparedVsHost = plan?.mask ? be.relError(os, oh) : undefined;
       const hostDensity = plan?.mask ? maskDensity(plan.mask).overall : undefined;
+      // --profileToo 1: one more prefill with every launch serialised and device-timed, on
+      // the same inputs (synth inputs at 512k take ~80 s to make)
+      let profile: { kernels: unknown; phases: unknown } | undefined;
+      if (arg('profileToo', '') === '1') {
+        be.startProfile();
+        const pr = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os });
+        const kernels = be.stopProfile();
+        profile = { kernels, phases: pr.plan.phases };
+        for (const x of kernels.slice(0, 16)) log(`  ${n} ${x.kernel}: ${x.ms.toFixed(3)} ms (${x.calls} calls)`);
+        log(`  ${n} plan phases (profiled, serialised) ${JSON.stringify(pr.plan.phases)}`);
+      }
       let dense: number[] = [];
       let err: unknown;
       if (withDense) {
@@ -819,6 +859,7 @@ if (phase === 'all' || phase === 'bench') {
         denseMs: dense,
         speedupVsOwnDense: dense.length ? median(dense) / total : undefined,
         outputVsDense: err,
+        profile,
       };
     } finally {
       for (const t of [q, k, v, os, od, oh]) t.dispose();
