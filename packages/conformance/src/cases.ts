@@ -11,6 +11,7 @@ import {
   type BlockMask,
   type BlockRows,
   type DType,
+  type DeviceSelectorRule,
   type DeviceTensor,
   type AttentionResult,
   assertFiniteStats,
@@ -22,12 +23,17 @@ import {
   expandToRows,
   numBlocks,
   planPrefill,
+  type Route,
+  selectedBlockCounts,
   sparsePrefill,
+  topKIndices,
+  unionSorted,
   toFloat32,
   vsHead,
   vsListsFromArrays,
 } from '@crisp/core';
 import { attentionRows, pooledBlockMap, sampleRows } from '@crisp/reference';
+import { noiseFloor } from '@crisp/select';
 import {
   type Tolerance,
   compareRoutes,
@@ -104,7 +110,7 @@ export interface ConformanceCase {
   readonly dtype: DType;
   readonly shape: ShapeCase;
   /** what the backend must support for the case to apply */
-  readonly needs: { readonly blockSize: number; readonly chunked: boolean };
+  readonly needs: { readonly blockSize: number; readonly chunked: boolean; readonly deviceSelector?: DeviceSelectorRule['kind'] };
   run(ctx: CaseContext): Promise<CaseOutcome>;
 }
 
@@ -287,6 +293,66 @@ function proxyStatsCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const cb = compareStats(blocks, blockRef, ctx.tolerance.stats);
     return outcome(Math.max(c.error, cb.error), ctx.tolerance.stats, [...c.lines, ...cb.lines.map((l) => `without token scores: ${l}`)]);
   });
+}
+
+/**
+ * Device selection (backends whose prepareMask runs a selector rule on the device): the
+ * lists must equal the host selector's on the same statistics, exactly (same f64 rule, same
+ * ties), for VS heads on the floor, VS heads where too few blocks pass (the top-k fallback)
+ * and PE heads (the peK best of each direction).
+ */
+function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  const c = makeCase(`deviceSelect/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const B = s.blockSize;
+    const be = ctx.backend;
+    const d = upload(be, x);
+    const stats = await be.proxyStats(d.q, d.k, { blockSize: B, wSink: B, wLocal: B });
+    const H = s.heads;
+    const Nb = numBlocks(s.n, B);
+    const routes = Array.from({ length: H }, (_, h): Route => (h % 3 === 2 ? 'pe' : 'vs'));
+    const lines: string[] = [];
+    // alpha 1 (the floor), a huge alpha (nothing passes: the kMin / B best), peK 2
+    for (const alpha of [1, 1e6]) {
+      const sel = noiseFloor({ alpha, kMin: 2 * B });
+      const peK = 2;
+      const vertical: Int32Array[] = [];
+      const slash: Int32Array[] = [];
+      for (let h = 0; h < H; h++) {
+        const pv = stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
+        const ps = stats.slashBlocks.subarray(h * Nb, (h + 1) * Nb);
+        if (routes[h] === 'pe') {
+          vertical.push(topKIndices(pv, peK));
+          slash.push(unionSorted(topKIndices(ps, peK), [0]));
+        } else {
+          vertical.push(sel.select({ head: h, blockSize: B, n: s.n, direction: 'vertical', blockScores: pv }));
+          slash.push(sel.select({ head: h, blockSize: B, n: s.n, direction: 'slash', blockScores: ps }));
+        }
+      }
+      const want = vsListsFromArrays(vertical, slash);
+      const res = await be.prepareMask!({
+        heads: H,
+        numBlocks: Nb,
+        blockSize: B,
+        vs: { device: { rule: { kind: 'noiseFloor', alpha, kMin: 2 * B }, stats, routes, peK } },
+      });
+      const got = res.vs;
+      res.prepared.release();
+      if (!got) {
+        lines.push(`alpha ${alpha}: prepareMask returned no VS lists for a device request`);
+        continue;
+      }
+      for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+        if (!bitEqual(got[key], want[key])) lines.push(`alpha ${alpha}: ${key} differs from the host selector's: got [${got[key].slice(0, 12).join(',')}...], expected [${want[key].slice(0, 12).join(',')}...]`);
+      }
+      const blocks = res.prepared.blockCounts;
+      const hostCounts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want });
+      if (!bitEqual(blocks, hostCounts)) lines.push(`alpha ${alpha}: block counts ${blocks.join(',')} differ from the host's ${hostCounts.join(',')}`);
+    }
+    for (const t of Object.values(d)) t.dispose();
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor' } };
 }
 
 function peCase(dtype: DType, s: ShapeCase): ConformanceCase {
@@ -547,7 +613,7 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       if (use !== 'pipeline') {
         if (i === 0) out.push(transferCase(dtype, s), typedErrorsCase(dtype, s), nonFiniteCase(dtype, s));
         if (!chunked) {
-          out.push(proxyStatsCase(dtype, s), peCase(dtype, s));
+          out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s));
           for (const f of FORMS) out.push(expandCase(dtype, s, f));
         }
         for (const f of FORMS) out.push(sparseCase(dtype, s, f));

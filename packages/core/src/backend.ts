@@ -6,6 +6,7 @@
  */
 import type { BackendCapabilities } from './attention.js';
 import type { BlockMask, BlockRows, VsLists } from './mask.js';
+import type { DeviceSelectorRule, Route } from './policy.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
 import type { DType } from './dtype.js';
 import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
@@ -60,22 +61,40 @@ export interface PreparedMask {
   release(): void;
 }
 
+/**
+ * VS selection for the backend to run on the device (backends whose `deviceSelectors` list
+ * the rule's kind): VS heads by `rule` over the block scores of `stats`, PE heads the `peK`
+ * best blocks of each direction (∪ {0} in the slash one), as the pipeline does on the host.
+ */
+export interface DeviceVsRequest {
+  readonly rule: DeviceSelectorRule;
+  /** the statistics the plan routed on (a backend reuses its own copy on the device when it has one) */
+  readonly stats: ProxyStats;
+  /** [H] */
+  readonly routes: readonly Route[];
+  /** blocks per direction for PE heads (kMin / B) */
+  readonly peK: number;
+}
+
 export interface PrepareMaskRequest {
   readonly heads: number;
   readonly numBlocks: number;
   readonly blockSize: number;
   /**
-   * The VS lists, or a function that computes them. The backend calls the function once,
-   * after it has queued the PE work on the device, so host selection overlaps the device's
-   * PE kernels; what it throws propagates.
+   * The VS lists, or a function that computes them, or a device selection request. The
+   * backend calls the function once, after it has queued the PE work on the device, so host
+   * selection overlaps the device's PE kernels; what it throws propagates. A device request
+   * is run on the device and its lists come back in the result's `vs`.
    */
-  readonly vs: VsLists | (() => VsLists);
+  readonly vs: VsLists | (() => VsLists) | { readonly device: DeviceVsRequest };
   /** PE rows to build on the backend (as peBlockRows would) and merge with the VS part */
   readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
 }
 
 export interface PreparedMaskResult {
   readonly prepared: PreparedMask;
+  /** the VS lists the backend selected, for a request with `vs.device` */
+  readonly vs?: VsLists;
   /**
    * The PE rows for the requested heads, as peBlockRows returns them, copied to the host
    * when called (the copy can overlap attention). Present when the request had `pe`; call
@@ -116,6 +135,8 @@ export interface Backend {
    * host round trips). Backends without it get the host path: peBlockRows + maskDensity.
    */
   prepareMask?(req: PrepareMaskRequest): Promise<PreparedMaskResult>;
+  /** Selector rules this backend's prepareMask can run on the device (`vs.device` requests). */
+  readonly deviceSelectors?: readonly DeviceSelectorRule['kind'][];
   /** Expand a mask (VS lists and/or rows) to sorted block rows: the VS-to-rows primitive. */
   expandMask(mask: BlockMask): Promise<BlockRows>;
   /** Exact attention over the mask's blocks; causal inside diagonal blocks; fp32 accumulation. */

@@ -68,7 +68,8 @@ export interface PrefillPlan {
   readonly planMs: number;
   /**
    * Where planMs went (host wall clock, each backend call awaited): proxy statistics;
-   * routing plus VS selection and validation on the host; the backend's PE rows (on a
+   * routing plus VS selection and validation on the host (routing alone when the backend
+   * selects on the device: that selection is in peRowsMs); the backend's PE rows (on a
    * backend with prepareMask: PE rows built, merged with the VS lists, expanded and counted
    * on the device); the rest of the mask assembly (placing PE rows and counting density on
    * the host, or reading the device's counts). Absent for dense plans.
@@ -242,21 +243,31 @@ async function buildPlan(
     // The backend queues the PE rows' kernels, then runs selectVs (host work overlapping
     // them), merges and expands the mask and counts it on the device; the PE rows come to
     // the host afterwards (overlapping attention in sparsePrefill). selectMs is the time
-    // spent in selectVs; peRowsMs the rest of prepareMask.
+    // spent in selectVs; peRowsMs the rest of prepareMask. When the backend can run the
+    // policy's selector rule on the device, it selects there too (the block scores are
+    // already there) and returns the lists: selectMs is then the routing alone.
+    const rule = policy.vs!.device;
+    const onDevice =
+      rule !== undefined && !needsTokens && rule.kMin % B === 0 && backend.deviceSelectors?.includes(rule.kind) === true;
     let vs: VsLists | undefined;
     const r = await backend.prepareMask({
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      vs: () => {
-        vs = selectVs();
-        return vs;
-      },
+      vs: onDevice
+        ? { device: { rule, stats, routes: routing.routes, peK } }
+        : () => {
+            vs = selectVs();
+            return vs;
+          },
       pe: peHeads.length > 0 ? { q: inputs.q, k: inputs.k, opts: peOpts } : undefined,
     });
+    if (onDevice) vs = r.vs;
     if (!vs) {
       r.prepared.release();
-      throw new InvalidArgumentError(`backend ${backend.name}: prepareMask returned without calling the request's vs()`);
+      throw new InvalidArgumentError(
+        `backend ${backend.name}: prepareMask returned without ${onDevice ? 'the VS lists it selected' : "calling the request's vs()"}`,
+      );
     }
     const tPe = performance.now();
     const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);

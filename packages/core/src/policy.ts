@@ -49,11 +49,30 @@ export interface DirectionScores {
   readonly n: number;
 }
 
+/**
+ * A selector rule in a form a backend can run on the device (where the block scores are):
+ * the plan then reads back only the selected lists instead of selecting over H·Nb scores on
+ * the host. Only rules whose device form gives exactly `select`'s lists (same f64 arithmetic,
+ * same tie order); the conformance suite checks that on every backend that offers it.
+ *   noiseFloor: keep {J : p[J] > α · μ} ∪ {0, Nb − 1} (the kMin / B best when fewer pass).
+ */
+export interface DeviceSelectorRule {
+  readonly kind: 'noiseFloor';
+  readonly alpha: number;
+  /** tokens, a multiple of B */
+  readonly kMin: number;
+}
+
 export interface VsSelector {
   readonly name: string;
   readonly needs?: StatsNeeds;
   /** Selected block indices, ascending. Must be deterministic: ties toward the lower index. */
   select(input: DirectionScores): Int32Array;
+  /**
+   * The same rule for backends that select on the device (`Backend.deviceSelectors`); absent
+   * for rules that only run here. `select` stays the reference and the fallback.
+   */
+  readonly device?: DeviceSelectorRule;
 }
 
 /** PE heads: the backend's pooled map with a γ coverage cut, plus the kMin best VS blocks. */

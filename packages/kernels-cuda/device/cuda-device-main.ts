@@ -18,6 +18,8 @@ import {
   numBlocks,
   sparsePrefill,
   toFloat32,
+  topKIndices,
+  unionSorted,
   vsListsFromArrays,
 } from '@crisp/core';
 import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
@@ -820,6 +822,33 @@ if (phase === 'all' || phase === 'bench') {
       be.poison(oh);
       const sparseKernelMs = plan?.mask ? await be.timeMs(() => be.sparseAttention(q, k, v, plan.mask as BlockMask, { out: oh })) : 0;
       const preparedVsHost = plan?.mask ? be.relError(os, oh) : undefined;
+      // the VS lists (selected on the device when the backend offers it) against the host
+      // selector on the plan's own statistics: must be equal
+      let vsVsHost: string | undefined;
+      if (plan?.stats && plan.routing && plan.mask?.vs) {
+        const Nb = plan.numBlocks;
+        const peK = Math.ceil(crisp.pe!.kMin / B);
+        const vert: Int32Array[] = [];
+        const sl: Int32Array[] = [];
+        for (let h = 0; h < H; h++) {
+          const pv = plan.stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
+          const ps = plan.stats.slashBlocks.subarray(h * Nb, (h + 1) * Nb);
+          if (plan.routing.routes[h] === 'pe') {
+            vert.push(topKIndices(pv, peK));
+            sl.push(unionSorted(topKIndices(ps, peK), [0]));
+          } else {
+            vert.push(crisp.vs!.select({ head: h, blockSize: B, n, direction: 'vertical', blockScores: pv }));
+            sl.push(crisp.vs!.select({ head: h, blockSize: B, n, direction: 'slash', blockScores: ps }));
+          }
+        }
+        const want = vsListsFromArrays(vert, sl);
+        const got = plan.mask.vs;
+        const same = (a: Int32Array, b: Int32Array) => a.length === b.length && a.every((x, i) => x === b[i]);
+        vsVsHost =
+          same(got.verticalPtr, want.verticalPtr) && same(got.vertical, want.vertical) && same(got.slashPtr, want.slashPtr) && same(got.slash, want.slash)
+            ? 'equal'
+            : 'DIFFERENT';
+      }
       const hostDensity = plan?.mask ? maskDensity(plan.mask).overall : undefined;
       // --profileToo 1: one more prefill with every launch serialised and device-timed, on
       // the same inputs (synth inputs at 512k take ~80 s to make)
@@ -854,6 +883,7 @@ if (phase === 'all' || phase === 'bench') {
         density: plan?.overallDensity,
         hostDensity,
         preparedVsHost,
+        vsListsVsHostSelector: vsVsHost,
         denseReason: plan?.denseReason,
         routes: plan?.routing ? { vs: plan.routing.routes.filter((x) => x === 'vs').length, pe: peHeads.length } : undefined,
         denseMs: dense,
@@ -897,7 +927,7 @@ if (phase === 'all' || phase === 'bench') {
     await step(`crisp_e2e_${n}`, async () => {
       const r = await e2e(n, inputsKind === 'synth' || n < 262144 ? 3 : 1, true);
       log(
-        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} (host count ${r.hostDensity?.toFixed(4)}, prepared vs host ${JSON.stringify(r.preparedVsHost)}) phases ${JSON.stringify(r.phases)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
+        `crisp n=${n}: total ${r.medianTotalMs.toFixed(1)} ms (plan share ${(100 * r.planShare).toFixed(1)}%, proxy ${r.proxyStatsMs.toFixed(1)} ms, pe ${Number(r.peRowsMs).toFixed(1)} ms, kernel ${r.sparseKernelMs.toFixed(1)} ms) density ${r.density?.toFixed(4)} (host count ${r.hostDensity?.toFixed(4)}, prepared vs host ${JSON.stringify(r.preparedVsHost)}, VS lists vs host selector ${r.vsListsVsHostSelector}) phases ${JSON.stringify(r.phases)} routes ${JSON.stringify(r.routes)} dense ${r.denseMs.map((x) => x.toFixed(0))} err ${JSON.stringify(r.outputVsDense)}`,
       );
       return r;
     });

@@ -15,6 +15,7 @@ import {
   CrispError,
   type DType,
   type DeviceTensor,
+  type DeviceVsRequest,
   DeviceTensorBase,
   type HostData,
   type HostTensor,
@@ -292,6 +293,14 @@ export class CudaBackend implements Backend {
   #variant: AttentionVariant;
   /** the proxy statistics kernel layout (a tuning knob, like the attention variant) */
   proxyLayout: ProxyLayout;
+  /** Selector rules prepareMask runs on the device (kernels/select.cu). */
+  readonly deviceSelectors = ['noiseFloor'] as const;
+  /**
+   * The device buffer behind the statistics proxyStats returned last (their block scores:
+   * a device selection request for those statistics reads them there instead of uploading);
+   * released by the next proxyStats call and by dispose.
+   */
+  #statsOnDevice: { stats: ProxyStats; block: DeviceBlock } | undefined;
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
   static #checkVariant(v: string): AttentionVariant {
@@ -646,6 +655,10 @@ export class CudaBackend implements Backend {
     const kt = this.#tensor(k, 'k');
     this.#assertFinite(qt, 'q');
     this.#assertFinite(kt, 'k');
+    // the previous statistics' device copy goes back to the pool first, so this call's
+    // buffer reuses it (allocating a second one cost the first prefill after a warm-up ~1 ms)
+    if (this.#statsOnDevice) this.#pool.release(this.#statsOnDevice.block);
+    this.#statsOnDevice = undefined;
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
@@ -835,6 +848,9 @@ export class CudaBackend implements Backend {
         assertFiniteStats(stats);
         throw new NonFiniteError(`proxy statistics: ${nonFinite} non-finite values (counted on the device)`, { count: nonFinite });
       }
+      // keep the buffer for a device selection on these statistics (prepareMask)
+      this.#statsOnDevice = { stats, block: out };
+      blocks.splice(blocks.indexOf(out), 1);
       return stats;
     } finally {
       for (const x of blocks) this.#pool.release(x);
@@ -1065,6 +1081,88 @@ export class CudaBackend implements Backend {
   }
 
   /**
+   * VS selection on the device (kernels/select.cu) for a DeviceVsRequest: the block scores
+   * of the statistics proxyStats last returned are still on the device (other statistics
+   * are uploaded). Queues vs_select and vs_pack; returns the lists' device pointers
+   * [verticalPtr, vertical, slashPtr, slash] and `read()`, which copies them to the host on
+   * the copy stream once the kernels are known to be done.
+   */
+  #selectOnDevice(
+    req: DeviceVsRequest,
+    H: number,
+    Nb: number,
+    B: number,
+    temp: DeviceBlock[],
+  ): { ptrs: readonly [number, number, number, number]; read: () => VsLists } {
+    const { rule, stats, routes, peK } = req;
+    if (rule?.kind !== 'noiseFloor') {
+      throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
+    }
+    if (!(Number.isFinite(rule.alpha) && rule.alpha > 0)) throw new InvalidArgumentError(`noiseFloor alpha must be finite and > 0; got ${rule.alpha}`);
+    if (!(Number.isInteger(rule.kMin) && rule.kMin >= 1 && rule.kMin % B === 0)) {
+      throw new InvalidArgumentError(`noiseFloor kMin must be a positive multiple of the block size ${B}; got ${rule.kMin}`);
+    }
+    if (!(Number.isInteger(peK) && peK >= 0)) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${peK}`);
+    if (!stats || stats.heads !== H || stats.numBlocks !== Nb || stats.blockSize !== B) {
+      throw new InvalidArgumentError(`device selection: the statistics are for H=${stats?.heads}, Nb=${stats?.numBlocks}, B=${stats?.blockSize}; the mask for H=${H}, Nb=${Nb}, B=${B}`);
+    }
+    if (!routes || routes.length !== H || routes.some((r) => r !== 'vs' && r !== 'pe')) {
+      throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
+    }
+    const HNb = H * Nb;
+    let pv: number;
+    let ps: number;
+    const kept = this.#statsOnDevice;
+    if (kept && kept.stats === stats) {
+      pv = kept.block.ptr + 2 * H * 8;
+      ps = pv + HNb * 8;
+    } else {
+      const up = this.#scratch(2 * HNb * 8);
+      temp.push(up);
+      const both = new Float64Array(2 * HNb);
+      both.set(stats.verticalBlocks.subarray(0, HNb));
+      both.set(stats.slashBlocks.subarray(0, HNb), HNb);
+      check(this.#libs, this.#libs.cu.cuMemcpyHtoD(up.ptr, both, both.byteLength), 'cuMemcpyHtoD');
+      pv = up.ptr;
+      ps = up.ptr + HNb * 8;
+    }
+    const rt = this.#uploadTemp(Int32Array.from(routes, (r) => (r === 'vs' ? 1 : 0)), temp);
+    const lists = this.#scratch(2 * HNb * 4);
+    const counts = this.#scratch(2 * H * 4);
+    const buf = this.#scratch((2 * (H + 1) + 2 * HNb) * 4);
+    temp.push(lists, counts, buf);
+    this.#launch('select.cu', 'vs_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
+      P(pv),
+      P(ps),
+      P(rt),
+      I(H),
+      I(Nb),
+      D64(rule.alpha),
+      I(rule.kMin / B),
+      I(peK),
+      P(lists.ptr),
+      P(counts.ptr),
+    ]);
+    this.#launch('select.cu', 'vs_pack', [2, H], 256, 0, [P(lists.ptr), P(counts.ptr), I(H), I(Nb), P(buf.ptr)]);
+    const vPtr = buf.ptr;
+    const sPtr = buf.ptr + (H + 1) * 4;
+    const vert = buf.ptr + 2 * (H + 1) * 4;
+    const slash = vert + HNb * 4;
+    const read = (): VsLists => {
+      const ptrs = this.#readOnCopyStream(vPtr, new Int32Array(2 * (H + 1)));
+      const verticalPtr = ptrs.slice(0, H + 1);
+      const slashPtr = ptrs.slice(H + 1);
+      return {
+        verticalPtr,
+        vertical: this.#readOnCopyStream(vert, new Int32Array(verticalPtr[H])),
+        slashPtr,
+        slash: this.#readOnCopyStream(slash, new Int32Array(slashPtr[H])),
+      };
+    };
+    return { ptrs: [vPtr, vert, sPtr, slash], read };
+  }
+
+  /**
    * VS lists (host) ∪ block rows (device) -> sorted rows on the device. The rows are either
    * all heads' (`rows.rowPtr` [H·Nb + 1]) or a subset's (`rows.heads`: rowPtr
    * [heads·Nb + 1], spread to all heads here by `spread_row_ptr`). Row entries are checked
@@ -1077,12 +1175,15 @@ export class CudaBackend implements Backend {
   #expand(
     H: number,
     Nb: number,
-    vs: BlockMask['vs'],
+    vsIn: BlockMask['vs'] | { device: readonly [number, number, number, number] },
     rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined,
     temp: DeviceBlock[],
   ): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headPtr: Int32Array } {
     const n = H * Nb;
-    // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][heads]
+    // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][heads] (VS lists already on the
+    // device: their pointers)
+    const vsDevice = vsIn && 'device' in vsIn ? vsIn.device : undefined;
+    const vs = vsIn && !('device' in vsIn) ? vsIn : undefined;
     const nh = rows?.heads?.length ?? 0;
     const parts = vs ? [vs.verticalPtr, vs.vertical, vs.slashPtr, vs.slash] : [];
     const len = 1 + parts.reduce((a, x) => a + x.length, 0) + nh;
@@ -1099,7 +1200,7 @@ export class CudaBackend implements Backend {
     if (rows?.heads) packed.set(rows.heads, o);
     const up = this.#uploadTemp(packed, temp);
     const at = (off: number) => up + off * 4;
-    const [vPtr, vert, sPtr, slash] = vs ? offs.map(at) : [0, 0, 0, 0];
+    const [vPtr, vert, sPtr, slash] = vsDevice ?? (vs ? offs.map(at) : [0, 0, 0, 0]);
     const bad = up;
     let rPtr = rows ? rows.rowPtr : 0;
     const rCols = rows ? rows.cols : 0;
@@ -1179,21 +1280,24 @@ export class CudaBackend implements Backend {
     const { heads: H, numBlocks: Nb, blockSize: B } = req ?? ({} as PrepareMaskRequest);
     assertBlockSize(B, this.capabilities.blockSizes);
     if (!req.vs) throw new InvalidArgumentError('prepareMask needs the VS lists (empty lists for heads without any)');
+    const device = 'device' in req.vs ? req.vs.device : undefined;
     // A vs function runs once the PE kernels are queued (host selection overlaps them);
-    // plain lists are checked before any device work.
+    // plain lists are checked before any device work; a device request is checked here and
+    // selected on the device before the PE kernels (vs_select: tens of microseconds).
     let vs: VsLists | undefined;
     const selectVs = (): VsLists => {
       if (vs) return vs;
-      const lists = typeof req.vs === 'function' ? req.vs() : req.vs;
+      const lists = typeof req.vs === 'function' ? req.vs() : (req.vs as VsLists);
       if (!lists) throw new InvalidArgumentError('prepareMask: vs() returned no VS lists (empty lists for heads without any)');
       validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs: lists });
       vs = lists;
       return lists;
     };
-    if (typeof req.vs !== 'function') selectVs();
+    if (!device && typeof req.vs !== 'function') selectVs();
     const temp: DeviceBlock[] = [];
     const held: DeviceBlock[] = [];
     try {
+      const vsDev = device ? this.#selectOnDevice(device, H, Nb, B, temp) : undefined;
       let pe: { rowPtr: Int32Array; rowPtrD?: DeviceBlock; cols: DeviceBlock; total: number; heads: readonly number[] } | undefined;
       let peHost: BlockRows | undefined;
       if (req.pe) {
@@ -1204,7 +1308,7 @@ export class CudaBackend implements Backend {
           );
         }
         if (r.heads.length > 0) {
-          const parts = this.#peOnDevice(r, selectVs);
+          const parts = this.#peOnDevice(r, vsDev ? undefined : selectVs);
           for (const x of parts) temp.push(x.rowPtrD);
           if (parts.length === 1) {
             held.push(parts[0].cols);
@@ -1221,15 +1325,18 @@ export class CudaBackend implements Backend {
       // the PE heads' rows, spread to all heads on the device (the host-joined case uploads them)
       let rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined;
       if (pe) rows = pe.rowPtrD ? { rowPtr: pe.rowPtrD.ptr, cols: pe.cols.ptr, heads: pe.heads } : { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
-      const e = this.#expand(H, Nb, selectVs(), rows, temp);
+      const e = this.#expand(H, Nb, vsDev ? { device: vsDev.ptrs } : selectVs(), rows, temp);
       held.push(e.rowPtr, e.cols);
+      // the device's lists to the host, on the copy stream (vs_pack finished before #expand's
+      // read; expand_write may still run)
+      if (vsDev) vs = vsDev.read();
       const hp = e.headPtr;
       const counts = Float64Array.from({ length: H }, (_, h) => hp[h + 1] - hp[h]);
       const box = { blocks: held.slice() };
       const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
       PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
       held.length = 0;
-      if (!pe) return { prepared };
+      if (!pe) return { prepared, ...(device ? { vs } : {}) };
       const peRowsD = pe;
       let taken = false;
       const peRows = async (): Promise<BlockRows> => {
@@ -1242,7 +1349,7 @@ export class CudaBackend implements Backend {
         if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
         return { rowPtr: peRowsD.rowPtr, cols };
       };
-      return { prepared, peRows };
+      return { prepared, peRows, ...(device ? { vs } : {}) };
     } catch (e) {
       this.releaseBlocks(held);
       throw e;
@@ -1425,6 +1532,8 @@ export class CudaBackend implements Backend {
     if (this.#disposed) return;
     const cu = this.#libs.cu;
     cu.cuCtxSynchronize();
+    if (this.#statsOnDevice) this.#pool.release(this.#statsOnDevice.block);
+    this.#statsOnDevice = undefined;
     this.#pool.trim();
     this.#disposed = true;
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);

@@ -19,8 +19,17 @@ const files = readdirSync(kernelDir).filter((f) => f.endsWith('.cu'));
 if (!NVCC) console.log('kernels-cuda: nvcc compile checks skipped: no nvcc at /usr/local/bin or /usr/local/cuda/bin (set NVCC)');
 
 describe('kernel sources', () => {
-  it('ships the seven kernel files', () => {
-    expect(files.sort()).toEqual(['attention-wgmma.cu', 'attention.cu', 'bench.cu', 'mask.cu', 'pe.cu', 'proxy-wgmma.cu', 'proxy.cu']);
+  it('ships the eight kernel files', () => {
+    expect(files.sort()).toEqual([
+      'attention-wgmma.cu',
+      'attention.cu',
+      'bench.cu',
+      'mask.cu',
+      'pe.cu',
+      'proxy-wgmma.cu',
+      'proxy.cu',
+      'select.cu',
+    ]);
   });
   it('splices the common header in, so NVRTC needs no include path', () => {
     const src = kernelSource(kernelDir, 'attention.cu');

@@ -51,6 +51,7 @@ function withPrepare(base: Backend) {
     log.prepared++;
     const pe = req.pe ? await base.peBlockRows(req.pe.q, req.pe.k, req.pe.opts) : undefined;
     // the pipeline passes a function: a device backend calls it once its PE work is queued
+    if (typeof req.vs !== 'function' && 'device' in req.vs) throw new Error('this test backend offers no device selection');
     const vs = typeof req.vs === 'function' ? req.vs() : req.vs;
     // expand the union exactly as the device would: VS lists plus the PE heads' rows
     const H = req.heads;

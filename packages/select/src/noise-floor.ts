@@ -46,6 +46,8 @@ export function noiseFloor(opts: NoiseFloorOptions = {}): NoiseFloorSelector {
     name,
     alpha,
     kMin,
+    // the same rule, for backends that select on the device (@crisp/core DeviceSelectorRule)
+    device: Object.freeze({ kind: 'noiseFloor' as const, alpha, kMin }),
     select(input: DirectionScores): Int32Array {
       const { Nb, kBlocks } = checkInput(input, name, kMin);
       if (Nb <= 2) return allBlocks(Nb);
