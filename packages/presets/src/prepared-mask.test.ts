@@ -20,16 +20,20 @@ import {
   sparsePrefill,
   spreadRowPtr,
   toFloat32,
+  topKIndices,
+  unionSorted,
+  type VsLists,
+  vsListsFromArrays,
 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
-import { globalCoverage } from '@crisp/select';
+import { globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
 import { crisp } from './index.js';
 
 /** The reference backend plus a host prepareMask, recording what sparseAttention got. */
 function withPrepare(base: Backend) {
-  const log = { prepared: 0, ranWithPrepared: 0, peRowsCalls: 0 };
+  const log = { prepared: 0, ranWithPrepared: 0, peRowsCalls: 0, deviceRequests: 0 };
   const live: PreparedMask[] = [];
   const be: Backend = {
     name: base.name,
@@ -51,8 +55,34 @@ function withPrepare(base: Backend) {
     log.prepared++;
     const pe = req.pe ? await base.peBlockRows(req.pe.q, req.pe.k, req.pe.opts) : undefined;
     // the pipeline passes a function: a device backend calls it once its PE work is queued
-    if (typeof req.vs !== 'function' && 'device' in req.vs) throw new Error('this test backend offers no device selection');
-    const vs = typeof req.vs === 'function' ? req.vs() : req.vs;
+    let vs: VsLists;
+    let selected: VsLists | undefined;
+    if (typeof req.vs !== 'function' && 'device' in req.vs) {
+      // a backend listing deviceSelectors: the rule over the request's statistics, as a
+      // device would run it (here with the host selector and ranking helpers)
+      log.deviceRequests++;
+      const { rule, stats, routes, peK } = req.vs.device;
+      const sel = noiseFloor({ alpha: rule.alpha, kMin: rule.kMin });
+      const Nb = req.numBlocks;
+      const vertical: Int32Array[] = [];
+      const slash: Int32Array[] = [];
+      for (let h = 0; h < req.heads; h++) {
+        const pv = stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
+        const ps = stats.slashBlocks.subarray(h * Nb, (h + 1) * Nb);
+        if (routes[h] === 'pe') {
+          vertical.push(topKIndices(pv, peK));
+          slash.push(unionSorted(topKIndices(ps, peK), [0]));
+        } else {
+          const input = { head: h, blockSize: req.blockSize, n: stats.n };
+          vertical.push(sel.select({ ...input, direction: 'vertical', blockScores: pv }));
+          slash.push(sel.select({ ...input, direction: 'slash', blockScores: ps }));
+        }
+      }
+      vs = vsListsFromArrays(vertical, slash);
+      selected = vs;
+    } else {
+      vs = typeof req.vs === 'function' ? req.vs() : req.vs;
+    }
     // expand the union exactly as the device would: VS lists plus the PE heads' rows
     const H = req.heads;
     const Nb = req.numBlocks;
@@ -80,7 +110,7 @@ function withPrepare(base: Backend) {
           return pe;
         }
       : undefined;
-    return { prepared, peRows };
+    return { prepared, peRows, ...(selected ? { vs: selected } : {}) };
   };
   (be as { sparseAttention: Backend['sparseAttention'] }).sparseAttention = (q, k, v, mask, opts: AttentionOptions = {}) => {
     const p = opts.prepared as (PreparedMask & { rows: BlockMask['rows'] }) | undefined;
@@ -148,6 +178,58 @@ describe('prepared masks through the pipeline', () => {
     const again = await runPlan(be, plan, inputs);
     expect(log.ranWithPrepared, msg).toBe(2);
     expect(Array.from(toFloat32(await host.download(again.output))), msg).toEqual(Array.from(b));
+  });
+
+  it('hands the noise floor to a backend that selects on the device, and plans what the host selection plans', async () => {
+    const seed = freshSeed();
+    const B = 64;
+    const x = mixedHeads({
+      n: 1536,
+      heads: [{ kind: 'sink', strength: 12 }, { kind: 'sink', strength: 10 }, { kind: 'sink', strength: 9 }, { kind: 'diffuse' }],
+      seed,
+    });
+    const msg = `seed ${seed}`;
+    const routes: Route[] = ['vs', 'pe', 'vs', 'vs'];
+    const router: Router = {
+      name: 'alternate',
+      route: () => ({ routes, scores: Float64Array.from(routes, (r) => (r === 'vs' ? 1 : 0)), scoreName: 'fixed' }),
+    };
+    // the selector counts its host calls: the device path must not make any
+    const floor = noiseFloor({ alpha: 1, kMin: 256 });
+    let hostCalls = 0;
+    const counted = {
+      ...floor,
+      select(i: Parameters<typeof floor.select>[0]) {
+        hostCalls++;
+        return floor.select(i);
+      },
+    };
+    const policy = { ...crisp, blockSize: B, kMin: 256, router, vs: counted, pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+    const host = createReferenceBackend();
+    const inputs = { q: host.upload(x.q), k: host.upload(x.k), v: host.upload(x.v) };
+    const ref = await sparsePrefill(host, inputs, policy, { minSparseLength: 0 });
+    expect(hostCalls, msg).toBe(2 * 3);
+
+    const { be, log } = withPrepare(host);
+    (be as { deviceSelectors?: readonly string[] }).deviceSelectors = ['noiseFloor'];
+    hostCalls = 0;
+    const res = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(log.deviceRequests, msg).toBe(1);
+    expect(hostCalls, msg).toBe(0);
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
+    expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
+
+    // a rule the backend does not list, or a kMin that is not whole blocks, stays on the host
+    // (there the selector raises its own error for the latter)
+    (be as { deviceSelectors?: readonly string[] }).deviceSelectors = [];
+    await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(log.deviceRequests, msg).toBe(1);
+    expect(hostCalls, msg).toBe(2 * 3);
+    (be as { deviceSelectors?: readonly string[] }).deviceSelectors = ['noiseFloor'];
+    const odd = { ...policy, vs: noiseFloor({ alpha: 1, kMin: 100 }) };
+    await expect(sparsePrefill(be, inputs, odd, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(log.deviceRequests, msg).toBe(1);
   });
 
   it('a prepareMask that never calls the request\'s vs() is an INVALID_ARGUMENT, and what it prepared is released', async () => {
