@@ -26,8 +26,7 @@ import {
   type Route,
   selectedBlockCounts,
   sparsePrefill,
-  topKIndices,
-  unionSorted,
+  selectVsLists,
   toFloat32,
   vsHead,
   vsListsFromArrays,
@@ -316,20 +315,7 @@ function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
     for (const alpha of [1, 1e6]) {
       const sel = noiseFloor({ alpha, kMin: 2 * B });
       const peK = 2;
-      const vertical: Int32Array[] = [];
-      const slash: Int32Array[] = [];
-      for (let h = 0; h < H; h++) {
-        const pv = stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
-        const ps = stats.slashBlocks.subarray(h * Nb, (h + 1) * Nb);
-        if (routes[h] === 'pe') {
-          vertical.push(topKIndices(pv, peK));
-          slash.push(unionSorted(topKIndices(ps, peK), [0]));
-        } else {
-          vertical.push(sel.select({ head: h, blockSize: B, n: s.n, direction: 'vertical', blockScores: pv }));
-          slash.push(sel.select({ head: h, blockSize: B, n: s.n, direction: 'slash', blockScores: ps }));
-        }
-      }
-      const want = vsListsFromArrays(vertical, slash);
+      const want = selectVsLists(stats, routes, sel, peK);
       const res = await be.prepareMask!({
         heads: H,
         numBlocks: Nb,

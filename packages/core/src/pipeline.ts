@@ -20,7 +20,7 @@ import {
   vsListsFromArrays,
   type VsLists,
 } from './mask.js';
-import type { Policy, RoutingDecision } from './policy.js';
+import type { Policy, Route, RoutingDecision, VsSelector } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from './stats.js';
 import type { DeviceTensor } from './tensor.js';
@@ -212,27 +212,10 @@ async function buildPlan(
   let selectMs = performance.now() - tStats;
   const selectVs = () => {
     const ts = performance.now();
-    const vertical: Int32Array[] = [];
-    const slash: Int32Array[] = [];
-    for (let h = 0; h < H; h++) {
-      const pv = headSlice(stats.verticalBlocks, h, Nb);
-      const ps = headSlice(stats.slashBlocks, h, Nb);
-      if (routing.routes[h] === 'pe') {
-        // FlexPrefill gives PE heads the kMin best vertical and slash blocks too, so every
-        // query block keeps at least its diagonal block.
-        vertical.push(topKIndices(pv, peK));
-        slash.push(unionSorted(topKIndices(ps, peK), [0]));
-        continue;
-      }
-      const select = (direction: 'vertical' | 'slash', blockScores: Float64Array, tokens?: Float32Array) =>
-        policy.vs!.select({ head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined });
-      vertical.push(select('vertical', pv, stats.verticalTokens));
-      slash.push(select('slash', ps, stats.slashTokens));
-    }
+    const lists = selectVsLists(stats, routing.routes, policy.vs!, peK);
     // Selectors may be user code: check what they returned. The PE rows come from the
     // backend, which validates masks itself when it runs them, so they are not scanned here
     // (at 512k they can hold tens of millions of entries).
-    const lists = vsListsFromArrays(vertical, slash);
     validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs: lists }, { heads: H, numBlocks: Nb, blockSize: B });
     selectMs += performance.now() - ts;
     return lists;
@@ -310,6 +293,34 @@ async function buildPlan(
     phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },
   };
   return { plan: p, complete: async () => p };
+}
+
+/**
+ * A plan's VS lists selected on the host: VS heads by `selector` over their block scores (and
+ * token scores, when the statistics hold them), PE heads the `peK` best blocks of each
+ * direction, ∪ {0} in the slash one (FlexPrefill gives PE heads the kMin best vertical and
+ * slash blocks too, so every query block keeps at least its diagonal block). What the
+ * pipeline runs when the backend does not select on the device, and what a device selection
+ * (`DeviceVsRequest`) must equal.
+ */
+export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selector: VsSelector, peK: number): VsLists {
+  const { heads: H, numBlocks: Nb, blockSize: B, n } = stats;
+  const vertical: Int32Array[] = [];
+  const slash: Int32Array[] = [];
+  for (let h = 0; h < H; h++) {
+    const pv = headSlice(stats.verticalBlocks, h, Nb);
+    const ps = headSlice(stats.slashBlocks, h, Nb);
+    if (routes[h] === 'pe') {
+      vertical.push(topKIndices(pv, peK));
+      slash.push(unionSorted(topKIndices(ps, peK), [0]));
+      continue;
+    }
+    const select = (direction: 'vertical' | 'slash', blockScores: Float64Array, tokens?: Float32Array) =>
+      selector.select({ head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined });
+    vertical.push(select('vertical', pv, stats.verticalTokens));
+    slash.push(select('slash', ps, stats.slashTokens));
+  }
+  return vsListsFromArrays(vertical, slash);
 }
 
 /**

@@ -18,8 +18,7 @@ import {
   numBlocks,
   sparsePrefill,
   toFloat32,
-  topKIndices,
-  unionSorted,
+  selectVsLists,
   vsListsFromArrays,
 } from '@crisp/core';
 import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
@@ -826,22 +825,7 @@ if (phase === 'all' || phase === 'bench') {
       // selector on the plan's own statistics: must be equal
       let vsVsHost: string | undefined;
       if (plan?.stats && plan.routing && plan.mask?.vs) {
-        const Nb = plan.numBlocks;
-        const peK = Math.ceil(crisp.pe!.kMin / B);
-        const vert: Int32Array[] = [];
-        const sl: Int32Array[] = [];
-        for (let h = 0; h < H; h++) {
-          const pv = plan.stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
-          const ps = plan.stats.slashBlocks.subarray(h * Nb, (h + 1) * Nb);
-          if (plan.routing.routes[h] === 'pe') {
-            vert.push(topKIndices(pv, peK));
-            sl.push(unionSorted(topKIndices(ps, peK), [0]));
-          } else {
-            vert.push(crisp.vs!.select({ head: h, blockSize: B, n, direction: 'vertical', blockScores: pv }));
-            sl.push(crisp.vs!.select({ head: h, blockSize: B, n, direction: 'slash', blockScores: ps }));
-          }
-        }
-        const want = vsListsFromArrays(vert, sl);
+        const want = selectVsLists(plan.stats, plan.routing.routes, crisp.vs!, Math.ceil(crisp.pe!.kMin / B));
         const got = plan.mask.vs;
         const same = (a: Int32Array, b: Int32Array) => a.length === b.length && a.every((x, i) => x === b[i]);
         vsVsHost =

@@ -60,6 +60,42 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
   }
 }
 
+// Pass 1's key block mean of column kd for block J, from its KCH chunk partials kr[KCH][D]
+// (summed in chunk order), over the block's real rows.
+template <int KCH, int BM>
+__device__ __forceinline__ void p1_write_kmean(const float* kr, float* kMean, int kvh, int Nb, int J, int kd, int D,
+                                               int n) {
+  float tot = 0.f;
+#pragma unroll
+  for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
+  const int r0 = J * BM;
+  kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+}
+
+// Pass 1's results for the part of rows rA and rB (a quad of lanes holds a row): m, the
+// quad's Σ l and Σ t (t scaled once here), part-major [H][b][nParts].
+__device__ __forceinline__ void p1_store_rows(float* pm, float* pl, float* pt, int h, int b, int nParts, int part,
+                                              int rA, int rB, float mA, float mB, float lA, float lB, float tA,
+                                              float tB, float scaleLog2) {
+  const int lane = threadIdx.x & 31;
+  const float la = quad_sum(lA), lb = quad_sum(lB);
+  const float ta = quad_sum(tA) * scaleLog2, tb = quad_sum(tB) * scaleLog2;
+  if ((lane & 3) == 0) {
+    if (rA < b) {
+      const size_t i = ((size_t)h * b + rA) * nParts + part;
+      pm[i] = mA;
+      pl[i] = la;
+      pt[i] = ta;
+    }
+    if (rB < b) {
+      const size_t i = ((size_t)h * b + rB) * nParts + part;
+      pm[i] = mB;
+      pl[i] = lb;
+      pt[i] = tb;
+    }
+  }
+}
+
 // Pass 2 at block level, for plans that read only block scores (no token scores asked
 // for): the normalised probabilities are reduced in registers straight to what the policies
 // read, so there are no probability tiles in shared memory and no a_v in global memory. A

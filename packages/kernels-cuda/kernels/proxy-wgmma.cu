@@ -112,12 +112,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
         }
       } else if (doMeans && khalf == 0 && (tt - 1) % TPB == TPB - 1) {
         // the block that ended at tile tt − 1: its chunk partials were written before the barrier
-        const float* kr = fs + ((((tt - 1) / TPB) & 1) * KCH) * D;
-        float tot = 0.f;
-#pragma unroll
-        for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
-        const int J = (ks - 64) / BM, r0 = J * BM;
-        kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+        p1_write_kmean<KCH, BM>(fs + ((((tt - 1) / TPB) & 1) * KCH) * D, kMean, kvh, Nb, (ks - 64) / BM, kd, D, n);
       }
     }
     if (tt < nT) {
@@ -170,29 +165,9 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
     if (doMeans && khalf == 0) {
       // the last block (it ends at the last tile, full or not)
       const int tl = nT - 1;
-      const float* kr = fs + (((tl / TPB) & 1) * KCH) * D;
-      float tot = 0.f;
-#pragma unroll
-      for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
-      const int J = (ps + tl * 64) / BM, r0 = J * BM;
-      kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+      p1_write_kmean<KCH, BM>(fs + (((tl / TPB) & 1) * KCH) * D, kMean, kvh, Nb, (ps + tl * 64) / BM, kd, D, n);
     }
-    const float la = quad_sum(lA), lb = quad_sum(lB);
-    const float ta = quad_sum(tA) * scaleLog2, tb = quad_sum(tB) * scaleLog2;
-    if ((lane & 3) == 0) {
-      if (rA < b) {
-        const size_t i = ((size_t)h * b + rA) * nParts + part;
-        pm[i] = mA;
-        pl[i] = la;
-        pt[i] = ta;
-      }
-      if (rB < b) {
-        const size_t i = ((size_t)h * b + rB) * nParts + part;
-        pm[i] = mB;
-        pl[i] = lb;
-        pt[i] = tb;
-      }
-    }
+    p1_store_rows(pm, pl, pt, h, b, nParts, part, rA, rB, mA, mB, lA, lB, tA, tB, scaleLog2);
   } else {
     p2b_write<LGB, NV, SB, NT>(acc, pv, slashPart, winPart, h, part, nParts, ps, n, b);
   }

@@ -184,12 +184,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
       }
     } else if (doMeans && khalf == 0 && (tt - 1) % TPB == TPB - 1) {
       // the block that ended at tile tt − 1: its chunk partials were written before the barrier
-      const float* kr = kred + ((((tt - 1) / TPB) & 1) * KCH) * D;
-      float tot = 0.f;
-#pragma unroll
-      for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
-      const int J = (ks - 64) / BM, r0 = J * BM;
-      kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+      p1_write_kmean<KCH, BM>(kred + ((((tt - 1) / TPB) & 1) * KCH) * D, kMean, kvh, Nb, (ks - 64) / BM, kd, D, n);
     }
     float s[MT][8][4];
     proxy_tile_scores_sq<D, MT, BF16>(sQ, sK + buf * 64 * ROWB, s);
@@ -230,31 +225,12 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   if (doMeans && khalf == 0) {
     // the last block (it ends at the last tile, full or not)
     const int tl = nT - 1;
-    const float* kr = kred + (((tl / TPB) & 1) * KCH) * D;
-    float tot = 0.f;
-#pragma unroll
-    for (int c = 0; c < KCH; c++) tot += kr[c * D + kd];
-    const int J = (ps + tl * 64) / BM, r0 = J * BM;
-    kMean[((size_t)kvh * Nb + J) * D + kd] = tot / (float)(r0 + BM < n ? BM : n - r0);
+    p1_write_kmean<KCH, BM>(kred + (((tl / TPB) & 1) * KCH) * D, kMean, kvh, Nb, (ps + tl * 64) / BM, kd, D, n);
   }
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
-    const float la = quad_sum(lA[mt]), lb = quad_sum(lB[mt]);
-    const float ta = quad_sum(tA[mt]) * scaleLog2, tb = quad_sum(tB[mt]) * scaleLog2;
-    if ((lane & 3) == 0) {
-      if (rA[mt] < b) {
-        const size_t i = ((size_t)h * b + rA[mt]) * nParts + part;
-        pm[i] = mA[mt];
-        pl[i] = la;
-        pt[i] = ta;
-      }
-      if (rB[mt] < b) {
-        const size_t i = ((size_t)h * b + rB[mt]) * nParts + part;
-        pm[i] = mB[mt];
-        pl[i] = lb;
-        pt[i] = tb;
-      }
-    }
+    p1_store_rows(pm, pl, pt, h, b, nParts, part, rA[mt], rB[mt], mA[mt], mB[mt], lA[mt], lB[mt], tA[mt], tB[mt],
+                  scaleLog2);
   }
 }
 

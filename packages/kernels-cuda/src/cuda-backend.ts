@@ -749,24 +749,6 @@ export class CudaBackend implements Backend {
           I(b),
           F(scaleLog2),
         ]);
-        // one warp per (block, head), 4 blocks a CTA
-        this.#launch('proxy.cu', 'proxy_blocks', [Math.ceil(Nb / 4), H], 128, 0, [
-          P(av.ptr),
-          P(sp.ptr),
-          P(qm.ptr),
-          P(km.ptr),
-          P(as ? as.ptr : 0),
-          P(out.ptr),
-          I(n),
-          I(H),
-          I(Hkv),
-          I(b),
-          I(B),
-          I(nParts),
-          I(D),
-          F(scale),
-          I(Nb),
-        ]);
       } else {
         // Q rows, K tiles, two parities of the warps' five tile sums, the part's key-block,
         // offset-block and window accumulators
@@ -786,23 +768,19 @@ export class CudaBackend implements Backend {
           I(opts.wSink),
           I(opts.wLocal),
         ]);
-        this.#launch('proxy.cu', 'proxy_blocks_b', [Math.ceil(Nb / 4), H], 128, 0, [
-          P(av.ptr),
-          P(sp.ptr),
-          P(qm.ptr),
-          P(km.ptr),
-          P(out.ptr),
-          I(n),
-          I(H),
-          I(Hkv),
-          I(b),
-          I(B),
-          I(nParts),
-          I(D),
-          F(scale),
-          I(Nb),
-        ]);
       }
+      // one warp per (block, head), 4 blocks a CTA: block sums from pass 2's token scores
+      // (proxy_blocks, which also writes a_s when asked) or pass 2b's parts (proxy_blocks_b)
+      const sums = [P(av.ptr), P(sp.ptr), P(qm.ptr), P(km.ptr)];
+      const shape = [P(out.ptr), I(n), I(H), I(Hkv), I(b), I(B), I(nParts), I(D), F(scale), I(Nb)];
+      this.#launch(
+        'proxy.cu',
+        tokens ? 'proxy_blocks' : 'proxy_blocks_b',
+        [Math.ceil(Nb / 4), H],
+        128,
+        0,
+        tokens ? [...sums, P(as ? as.ptr : 0), ...shape] : [...sums, ...shape],
+      );
       this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
         P(tokens ? av.ptr : 0),
         P(win ? win.ptr : 0),
@@ -1222,18 +1200,9 @@ export class CudaBackend implements Backend {
     temp.push(counts);
     // a warp per row, 4 rows a 128-thread block; expand_write holds a bitmap of Nb bits a warp
     const words = Math.ceil(Nb / 32);
-    this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [
-      P(vPtr),
-      P(vert),
-      P(sPtr),
-      P(slash),
-      P(rPtr),
-      P(rCols),
-      P(counts.ptr),
-      I(H),
-      I(Nb),
-      P(bad),
-    ]);
+    // the union's parts, as expand_count and expand_write take them
+    const union = [P(vPtr), P(vert), P(sPtr), P(slash), P(rPtr), P(rCols)];
+    this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [...union, P(counts.ptr), I(H), I(Nb), P(bad)]);
     const rowPtr = this.#scratch((n + 1) * 4);
     try {
       this.#scan(counts.ptr, rowPtr.ptr, n, temp);
@@ -1252,12 +1221,7 @@ export class CudaBackend implements Backend {
       const tot = summary[H];
       const cols = this.#scratch(tot * 4);
       this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
-        P(vPtr),
-        P(vert),
-        P(sPtr),
-        P(slash),
-        P(rPtr),
-        P(rCols),
+        ...union,
         P(rowPtr.ptr),
         P(cols.ptr),
         I(H),

@@ -20,10 +20,8 @@ import {
   sparsePrefill,
   spreadRowPtr,
   toFloat32,
-  topKIndices,
-  unionSorted,
+  selectVsLists,
   type VsLists,
-  vsListsFromArrays,
 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { globalCoverage, noiseFloor } from '@crisp/select';
@@ -62,23 +60,7 @@ function withPrepare(base: Backend) {
       // device would run it (here with the host selector and ranking helpers)
       log.deviceRequests++;
       const { rule, stats, routes, peK } = req.vs.device;
-      const sel = noiseFloor({ alpha: rule.alpha, kMin: rule.kMin });
-      const Nb = req.numBlocks;
-      const vertical: Int32Array[] = [];
-      const slash: Int32Array[] = [];
-      for (let h = 0; h < req.heads; h++) {
-        const pv = stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
-        const ps = stats.slashBlocks.subarray(h * Nb, (h + 1) * Nb);
-        if (routes[h] === 'pe') {
-          vertical.push(topKIndices(pv, peK));
-          slash.push(unionSorted(topKIndices(ps, peK), [0]));
-        } else {
-          const input = { head: h, blockSize: req.blockSize, n: stats.n };
-          vertical.push(sel.select({ ...input, direction: 'vertical', blockScores: pv }));
-          slash.push(sel.select({ ...input, direction: 'slash', blockScores: ps }));
-        }
-      }
-      vs = vsListsFromArrays(vertical, slash);
+      vs = selectVsLists(stats, routes, noiseFloor({ alpha: rule.alpha, kMin: rule.kMin }), peK);
       selected = vs;
     } else {
       vs = typeof req.vs === 'function' ? req.vs() : req.vs;
