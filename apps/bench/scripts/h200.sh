@@ -9,12 +9,15 @@
 #   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs
 # There (device tool, carry .device, from the repository root):
 #   bash apps/bench/scripts/h200.sh cuda /tmp/o           # ~150 s: conformance, suites, exactness vs SDPA
-#   bash apps/bench/scripts/h200.sh cuda-latency /tmp/o   # ~220 s: CRISP vs dense vs SDPA, 8k-512k
+#   bash apps/bench/scripts/h200.sh cuda-plan /tmp/o      # ~380 s: proxy layouts, conformance, e2e 128k/512k
+#   bash apps/bench/scripts/h200.sh cuda-latency /tmp/o   # ~310 s: CRISP vs dense vs SDPA, 8k-512k
 #   bash apps/bench/scripts/h200.sh cuda-kernels /tmp/o   # ~80 s: attention layouts vs v1
 #   bash apps/bench/scripts/h200.sh webgpu /tmp/o         # ~250 s: dense 8k-64k, conformance, sparse, TF.js
 #   bash apps/bench/scripts/h200.sh webgpu-latency /tmp/o # ~130 s: crisp-bench WebGPU latency
 #   then: tar czf "$OUT/o.tgz" -C /tmp/o .   (the device tool returns at most 8 files)
-# Session 5 ran webgpu, cuda-latency and webgpu-latency as written (eb7dad5 / de95cb5); its
+# Session 6 ran cuda-latency as written (17ece4d) and cuda-plan's steps as three custom calls
+# (results/cuda-h200-session6/README.md); a last cuda-plan with E2E=131072 checked the final
+# commit. Session 5 ran webgpu, cuda-latency and webgpu-latency as written (eb7dad5 / de95cb5); its
 # CUDA conformance, e2e and profile steps were one custom call (the commands are in
 # results/cuda-h200-session5/README.md). cuda ran as written at 8da5d7a; cuda-kernels folds in
 # session 4's commands with a shorter layout list.
@@ -60,6 +63,27 @@ case "$phase" in
       --out "$out/cuda-exactness" 2>&1 | grep -v '^\[.*done' | tail -n 3
     timeout -s KILL 60 python3 apps/bench/peers/sdpa_peer.py --manifest /tmp/crisp-cuda/manifest.json \
       --out "$out/cuda-exactness/sdpa-peer.json" --reps 2 --budget 50 2>&1 | tail -n 3
+    ;;
+  cuda-plan)
+    # Session 6's plan checks (results/cuda-h200-session6): proxy layouts against float64
+    # (small shapes, 128k) and timed (128k, 512k); conformance with the defaults (wg proxy
+    # passes, wgw attention, device selection); CRISP end to end on the synth layer at 128k
+    # and 512k, timed and profiled, with its VS lists checked against the host selector.
+    timeout -s KILL 110 $CUDA --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --budget 100 \
+      --out "$out/proxy-128k" > "$out/proxy-128k.log" 2>&1
+    timeout -s KILL 60 $CUDA --phase proxy --proxyNs 524288 --proxyRef 0 --proxyLayouts w32,wg --budget 50 \
+      --out "$out/proxy-512k" > "$out/proxy-512k.log" 2>&1
+    grep -E "proxy n=|FAIL" "$out"/proxy-*.log | cut -c1-400
+    timeout -s KILL 200 $CUDA --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 \
+      --out "$out/conformance-bf16" > "$out/conformance-bf16.log" 2>&1 &
+    sleep 10
+    timeout -s KILL 190 $CUDA --phase conformance --dtypes f16 --confMaxN 16384 --budget 180 \
+      --out "$out/conformance-f16" > "$out/conformance-f16.log" 2>&1
+    wait
+    tail -n 2 "$out"/conformance-*.log
+    timeout -s KILL 280 $CUDA --phase bench --ns none --cross none --e2e "${E2E:-131072,524288}" --inputs synth \
+      --profileToo 1 --budget 270 --out "$out/e2e" > "$out/e2e.log" 2>&1
+    grep -E "^.{0,12}crisp n=" "$out/e2e.log" | cut -c1-700
     ;;
   cuda-latency)
     # Latency on the @crisp/synth llama-like scenario (host-generated, seed 7), every preset,
