@@ -70,7 +70,9 @@ export interface VsSelector {
   select(input: DirectionScores): Int32Array;
   /**
    * The same rule for backends that select on the device (`Backend.deviceSelectors`); absent
-   * for rules that only run here. `select` stays the reference and the fallback.
+   * for rules that only run here. `select` stays the reference and the fallback. The built-in
+   * selectors define it non-enumerable, so a selector spread from one with its own `select`
+   * does not inherit it (set `device` yourself only if your `select` is that exact rule).
    */
   readonly device?: DeviceSelectorRule;
 }

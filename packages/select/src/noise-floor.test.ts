@@ -117,3 +117,15 @@ describe('the README example', () => {
     expect(Array.from(kept)).toEqual([0, 2, 6, 7]);
   });
 });
+
+describe('the device form of the rule', () => {
+  it('carries alpha and kMin, and is not inherited by a selector spread from it with its own select()', () => {
+    const f = noiseFloor({ alpha: 1.25, kMin: 512 });
+    expect(f.device).toEqual({ kind: 'noiseFloor', alpha: 1.25, kMin: 512 });
+    expect(Object.isFrozen(f.device)).toBe(true);
+    // a user selector built from the floor: the backend must call its select(), not run the floor
+    const mine = { ...f, name: 'mine', select: () => Int32Array.of(0) };
+    expect(mine.device).toBeUndefined();
+    expect(Object.keys(f)).not.toContain('device');
+  });
+});

@@ -42,16 +42,19 @@ export function noiseFloor(opts: NoiseFloorOptions = {}): NoiseFloorSelector {
   const alpha = checkAlpha(opts.alpha ?? 1.0);
   const kMin = checkKMin(opts.kMin ?? 1024);
   const name = `noiseFloor(alpha=${alpha})`;
-  return Object.freeze({
+  const selector = {
     name,
     alpha,
     kMin,
-    // the same rule, for backends that select on the device (@crisp/core DeviceSelectorRule)
-    device: Object.freeze({ kind: 'noiseFloor' as const, alpha, kMin }),
     select(input: DirectionScores): Int32Array {
       const { Nb, kBlocks } = checkInput(input, name, kMin);
       if (Nb <= 2) return allBlocks(Nb);
       return keepAboveWithAnchors(input.blockScores, alpha * meanBackground(input.blockScores), kBlocks);
     },
-  });
+  };
+  // The same rule for backends that select on the device (@crisp/core DeviceSelectorRule).
+  // Not enumerable, so `{ ...noiseFloor(), select: mine }` does not carry it: a selector with
+  // its own select() must not be replaced by this rule on the device.
+  Object.defineProperty(selector, 'device', { value: Object.freeze({ kind: 'noiseFloor' as const, alpha, kMin }), enumerable: false });
+  return Object.freeze(selector) as NoiseFloorSelector;
 }
