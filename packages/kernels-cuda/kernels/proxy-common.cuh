@@ -60,6 +60,29 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
   }
 }
 
+// Pass 1's key block-mean partials from a 64-key tile in shared memory: thread (kd, khalf)
+// adds column kd of its CPT chunks of 32 rows to ksum (one accumulator a chunk, summed over
+// the block's tiles); at the block's last tile the chunk sums go to kr[chunk][D] and restart.
+// at(r) is the byte address of the 16-byte chunk of row r that holds column kd (each layout's
+// own swizzle).
+template <bool BF16, int CPT, class At>
+__device__ __forceinline__ void p1_kmean_tile(float (&ksum)[CPT], float* kr, int khalf, int kd, int D, bool blockEnd,
+                                              At at) {
+#pragma unroll
+  for (int c = 0; c < CPT; c++) {
+    const int chunk = khalf * CPT + c;
+#pragma unroll 8
+    for (int i = 0; i < 32; i++) {
+      const int r = chunk * 32 + i;
+      ksum[c] += to_f32<BF16>(*reinterpret_cast<const u16*>(at(r) + (kd & 7) * 2));
+    }
+    if (blockEnd) {
+      kr[chunk * D + kd] = ksum[c];
+      ksum[c] = 0.f;
+    }
+  }
+}
+
 // Pass 1's key block mean of column kd for block J, from its KCH chunk partials kr[KCH][D]
 // (summed in chunk order), over the block's real rows.
 template <int KCH, int BM>

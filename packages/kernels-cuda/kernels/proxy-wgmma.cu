@@ -128,21 +128,9 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
       if (PASS1) {
         if (doMeans && khalf < TPC) {
           const unsigned char* kt = gK + (tt % ST) * TBYTES;
-          float* kr = fs + (((tt / TPB) & 1) * KCH) * D;
           const bool blockEnd = tt % TPB == TPB - 1 || tt == nT - 1;
-#pragma unroll
-          for (int c = 0; c < CPT; c++) {
-            const int chunk = khalf * CPT + c;
-#pragma unroll 8
-            for (int i = 0; i < 32; i++) {
-              const int r = chunk * 32 + i;
-              ksum[c] += to_f32<BF16>(*reinterpret_cast<const u16*>(kt + pswz(64, r, kd >> 3) + (kd & 7) * 2));
-            }
-            if (blockEnd) {
-              kr[chunk * D + kd] = ksum[c];
-              ksum[c] = 0.f;
-            }
-          }
+          p1_kmean_tile<BF16, CPT>(ksum, fs + (((tt / TPB) & 1) * KCH) * D, khalf, kd, D, blockEnd,
+                                   [&](int r) { return kt + pswz(64, r, kd >> 3); });
         }
         if (edge) {
           proxy_p1_update<true>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB);

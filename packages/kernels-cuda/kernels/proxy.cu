@@ -193,20 +193,8 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
       const unsigned char* kt = smem + BM * ROWB + buf * 64 * ROWB;
       // two kred slots by block parity: block J's are read after the next barrier, while
       // block J + 1 may already be writing
-      float* kr = kred + (((tt / TPB) & 1) * KCH) * D;
-#pragma unroll
-      for (int c = 0; c < CPT; c++) {
-        const int chunk = khalf * CPT + c;
-#pragma unroll 8
-        for (int i = 0; i < 32; i++) {
-          const int r = chunk * 32 + i;
-          ksum[c] += to_f32<BF16>(*reinterpret_cast<const u16*>(kt + swz(r, kd >> 3, ROWB) + (kd & 7) * 2));
-        }
-        if (blockEnd) {
-          kr[chunk * D + kd] = ksum[c];
-          ksum[c] = 0.f;
-        }
-      }
+      p1_kmean_tile<BF16, CPT>(ksum, kred + (((tt / TPB) & 1) * KCH) * D, khalf, kd, D, blockEnd,
+                               [&](int r) { return kt + swz(r, kd >> 3, ROWB); });
     }
     const bool edge = ks + 63 > n - b || b < BM;
 #pragma unroll

@@ -691,11 +691,14 @@ export class CudaBackend implements Backend {
     try {
       const scaleLog2 = scale * LOG2E;
       // wg (Hopper): B / 64 warpgroups, tiles at 1024-byte-aligned addresses (1024 bytes of
-      // slack); w32 gives each thread one column of the block means: it needs d <= B threads
-      const wg = this.proxyLayout === 'wg' && this.#arch === 90;
-      const w32 = !wg && (this.proxyLayout === 'w32' || this.proxyLayout === 'wg') && D <= B;
+      // slack). The mma.sync layout runs proxy.cu's passes off wg, and the token-score pass 2
+      // always (wg's as w32); w32 gives each thread one column of the block means: it needs
+      // d <= B threads, else w16
+      const wg = PROXY_LAYOUTS[this.proxyLayout].sm90a && this.#arch === 90;
+      const w32 = this.proxyLayout !== 'w16' && D <= B;
       const kname = w32 ? `w32_${suf}` : suf;
-      const threads = w32 ? B : B * 2;
+      const mmaThreads = w32 ? B : B * 2;
+      const threads = wg ? B * 2 : mmaThreads;
       const [file, p1, p2b] = wg
         ? ['proxy-wgmma.cu', `proxy_wg_pass1_${suf}`, `proxy_wg_pass2b_${suf}`]
         : ['proxy.cu', `proxy_pass1_${kname}`, `proxy_pass2b_${kname}`];
@@ -734,10 +737,7 @@ export class CudaBackend implements Backend {
         // part's slash accumulator
         const pTile = B * 64 * f4;
         const smem2 = Math.max(B * D * 2, pTile) + pTile + kTiles + (2 * (B / 32) * (64 + 96) + SP) * f4;
-        // (proxy.cu's pass 2 for every layout; wg runs it as w32, which needs d <= B)
-        const t2 = wg && D > B ? B * 2 : wg ? B : threads;
-        const k2 = wg ? (D <= B ? `w32_${suf}` : suf) : kname;
-        this.#launch('proxy.cu', `proxy_pass2_${k2}`, [H, nParts], t2, smem2, [
+        this.#launch('proxy.cu', `proxy_pass2_${kname}`, [H, nParts], mmaThreads, smem2, [
           P(qt.ptr),
           P(kt.ptr),
           P(lse2.ptr),
@@ -795,7 +795,7 @@ export class CudaBackend implements Backend {
         I(nParts),
       ]);
       check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr + outLen * 8, 0, 2, this.#stream), 'cuMemsetD32Async');
-      this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(132, Math.ceil(outLen / 256))], 256, 0, [
+      this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(this.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
         P(out.ptr),
         I(outLen),
         P(out.ptr + outLen * 8),
