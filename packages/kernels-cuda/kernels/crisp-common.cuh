@@ -134,6 +134,45 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// Sum of x over a CTA of NT threads (a multiple of 32; red holds NT / 32 words), returned to
+// every thread. It starts with a barrier, so red may be reused from one call to the next.
+template <int NT, class T>
+__device__ __forceinline__ T cta_sum(T x, T* red) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();  // red may still be read from a previous call
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+  __syncthreads();
+  T s = 0;
+#pragma unroll
+  for (int w = 0; w < NT / 32; w++) s += red[w];
+  return s;
+}
+
+// Exclusive prefix sum of x over a CTA of NT threads in thread order (an inclusive scan in
+// the warp, then the warps' totals); total gets the CTA's sum. red as in cta_sum (starts with
+// a barrier).
+template <int NT, class T>
+__device__ __forceinline__ T cta_exclusive_sum(T x, T* red, T& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T inc = x;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  __syncthreads();  // earlier readers of red are done
+  if (lane == 31) red[warp] = inc;
+  __syncthreads();
+  T run = inc - x, all = 0;
+#pragma unroll
+  for (int w = 0; w < NT / 32; w++) {
+    const T r = red[w];
+    run += w < warp ? r : (T)0;
+    all += r;
+  }
+  total = all;
+  return run;
+}
+
 // Exclusive scan of in[0..N) into out[0..N], out[N] = total, by one CTA of 1024 threads
 // (each thread a contiguous segment). Deterministic; fine for N up to a few million.
 __device__ __forceinline__ void cta_exclusive_scan(const int* in, int* out, int N) {

@@ -156,18 +156,6 @@ __device__ __forceinline__ void scan_load(const int* in, int N, int i0, u32 (&v)
   }
 }
 
-// Sum over the CTA's 256 threads, returned to every thread.
-__device__ __forceinline__ u32 scan_cta_sum(u32 x, u32* red) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  __syncthreads();  // red may still be read from a previous call
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
-  __syncthreads();
-  u32 s = 0;
-#pragma unroll
-  for (int w = 0; w < SCAN_THREADS / 32; w++) s += red[w];
-  return s;
-}
-
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(const int* in, int* tileSums, int N) {
   __shared__ u32 red[SCAN_THREADS / 32];
   u32 v[SCAN_ITEMS];
@@ -175,40 +163,27 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(c
   u32 s = 0;
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; k++) s += v[k];
-  s = scan_cta_sum(s, red);
+  s = cta_sum<SCAN_THREADS>(s, red);
   if (threadIdx.x == 0) tileSums[blockIdx.x] = (int)s;
 }
 
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(const int* in, const int* tileSums,
                                                                                  int* out, int N) {
   __shared__ u32 red[SCAN_THREADS / 32];
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int t = threadIdx.x;
   const int i0 = blockIdx.x * SCAN_TILE + t * SCAN_ITEMS;
   u32 v[SCAN_ITEMS];
   scan_load(in, N, i0, v);
   // the tiles before this one
   u32 b = 0;
   for (int k = t; k < (int)blockIdx.x; k += SCAN_THREADS) b += (u32)tileSums[k];
-  const u32 base = scan_cta_sum(b, red);
+  const u32 base = cta_sum<SCAN_THREADS>(b, red);
   u32 own = 0;
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; k++) own += v[k];
-  // inclusive scan of the threads' sums: in the warp, then over the warps' totals
-  u32 inc = own;
-  for (int o = 1; o < 32; o <<= 1) {
-    const u32 y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  __syncthreads();  // scan_cta_sum's readers of red are done
-  if (lane == 31) red[warp] = inc;
-  __syncthreads();
-  u32 run = base + inc - own, all = 0;
-#pragma unroll
-  for (int w = 0; w < SCAN_THREADS / 32; w++) {
-    const u32 x = red[w];
-    run += w < warp ? x : 0u;
-    all += x;
-  }
+  // the threads' sums before this one
+  u32 all;
+  u32 run = base + cta_exclusive_sum<SCAN_THREADS>(own, red, all);
 #pragma unroll
   for (int k = 0; k < SCAN_ITEMS; k++) {
     const u32 c = v[k];

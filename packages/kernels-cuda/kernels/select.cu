@@ -54,18 +54,6 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
   }
 }
 
-// Block-wide sum over SEL_T threads (every thread gets it).
-__device__ __forceinline__ int sel_sum(int x, int* red) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
-  __syncthreads();
-  int s = 0;
-#pragma unroll
-  for (int w = 0; w < SEL_T / 32; w++) s += red[w];
-  return s;
-}
-
 // Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. lists
 // [2][H][Nb]: the selected blocks ascending; counts [2][H].
 extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, const double* ps, const int* routes,
@@ -93,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
           c++;
         }
       }
-      const int count = sel_sum(c, red) + (p[0] > th ? 1 : 0) + (p[Nb - 1] > th ? 1 : 0);
+      const int count = cta_sum<SEL_T>(c, red) + (p[0] > th ? 1 : 0) + (p[Nb - 1] > th ? 1 : 0);
       if (count < kBlocks) {
         for (int w = t; w < words; w += SEL_T) bits[w] = 0u;
         __syncthreads();
@@ -124,22 +112,9 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
   const int w0 = t * per < words ? t * per : words, w1 = w0 + per < words ? w0 + per : words;
   int own = 0;
   for (int w = w0; w < w1; w++) own += __popc(bits[w]);
-  // exclusive scan of own over the block
-  int inc = own;
-  const int lane = t & 31, warp = t >> 5;
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-  __syncthreads();
-  if (lane == 31) red[warp] = inc;
-  __syncthreads();
-  int run = inc - own, total = 0;
-#pragma unroll
-  for (int w = 0; w < SEL_T / 32; w++) {
-    run += w < warp ? red[w] : 0;
-    total += red[w];
-  }
+  // this thread's first output position, and the list's length
+  int total;
+  int run = cta_exclusive_sum<SEL_T>(own, red, total);
   int* out = lists + ((size_t)dir * H + h) * Nb;
   for (int w = w0; w < w1; w++) {
     u32 b = bits[w];
