@@ -521,7 +521,7 @@ export class CudaBackend implements Backend {
     return this.#pool.alloc(Math.max(4, bytes));
   }
 
-  #uploadInts(a: Int32Array): DeviceBlock {
+  #uploadArray(a: Int32Array | Float64Array): DeviceBlock {
     const b = this.#scratch(a.byteLength);
     if (a.byteLength > 0) check(this.#libs, this.#libs.cu.cuMemcpyHtoD(b.ptr, a, a.byteLength), 'cuMemcpyHtoD');
     return b;
@@ -901,7 +901,7 @@ export class CudaBackend implements Backend {
     // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
     const qm = this.#scratch(nh * Nb * D * 4);
     const km = this.#scratch(Hkv * Nb * D * 4);
-    const hd = this.#uploadInts(Int32Array.from(heads));
+    const hd = this.#uploadArray(Int32Array.from(heads));
     const parts: { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number }[] = [];
     try {
       this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, nh], D, 0, [P(qt.ptr), P(hd.ptr), P(qm.ptr), I(n), I(H), I(D), I(B)]);
@@ -938,7 +938,7 @@ export class CudaBackend implements Backend {
     beforeRead?: () => void,
   ): { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number } {
     const nc = heads.length;
-    const hd = this.#uploadInts(heads);
+    const hd = this.#uploadArray(heads);
     const pm = this.#scratch(nc * Nb * Nb * 4);
     const cnt = this.#scratch(nc * 256 * 4);
     const sum = this.#scratch(nc * 256 * 8);
@@ -1040,8 +1040,8 @@ export class CudaBackend implements Backend {
     }
   }
 
-  #uploadTemp(a: Int32Array, temp: DeviceBlock[]): number {
-    const b = this.#uploadInts(a);
+  #uploadTemp(a: Int32Array | Float64Array, temp: DeviceBlock[]): number {
+    const b = this.#uploadArray(a);
     temp.push(b);
     return b.ptr;
   }
@@ -1096,14 +1096,11 @@ export class CudaBackend implements Backend {
       pv = kept.block.ptr + 2 * H * 8;
       ps = pv + HNb * 8;
     } else {
-      const up = this.#scratch(2 * HNb * 8);
-      temp.push(up);
       const both = new Float64Array(2 * HNb);
       both.set(stats.verticalBlocks.subarray(0, HNb));
       both.set(stats.slashBlocks.subarray(0, HNb), HNb);
-      check(this.#libs, this.#libs.cu.cuMemcpyHtoD(up.ptr, both, both.byteLength), 'cuMemcpyHtoD');
-      pv = up.ptr;
-      ps = up.ptr + HNb * 8;
+      pv = this.#uploadTemp(both, temp);
+      ps = pv + HNb * 8;
     }
     const rt = this.#uploadTemp(Int32Array.from(routes, (r) => (r === 'vs' ? 1 : 0)), temp);
     const lists = this.#scratch(2 * HNb * 4);
@@ -1282,7 +1279,7 @@ export class CudaBackend implements Backend {
             // pooled maps over 4 GiB (beyond Llama shapes at 512k): join on the host
             for (const x of parts) temp.push(x.cols);
             peHost = this.#peRowsToHost(parts, r.heads.length * Nb);
-            pe = { rowPtr: peHost.rowPtr, cols: this.#uploadInts(peHost.cols), total: peHost.cols.length, heads: r.heads };
+            pe = { rowPtr: peHost.rowPtr, cols: this.#uploadArray(peHost.cols), total: peHost.cols.length, heads: r.heads };
             held.push(pe.cols);
           }
         }
