@@ -9,7 +9,7 @@
 #   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs
 # There (device tool, carry .device, from the repository root):
 #   bash apps/bench/scripts/h200.sh cuda /tmp/o           # ~150 s: conformance, suites, exactness vs SDPA
-#   bash apps/bench/scripts/h200.sh cuda-plan /tmp/o      # ~380 s: proxy layouts, conformance, e2e 128k/512k
+#   bash apps/bench/scripts/h200.sh cuda-plan /tmp/o      # ~450 s (E2E=131072) / ~650 s: proxy layouts, fused and two-pass, conformance, e2e
 #   bash apps/bench/scripts/h200.sh cuda-latency /tmp/o   # ~310 s: CRISP vs dense vs SDPA, 8k-512k
 #   bash apps/bench/scripts/h200.sh cuda-kernels /tmp/o   # ~80 s: attention layouts vs v1
 #   bash apps/bench/scripts/h200.sh webgpu /tmp/o         # ~250 s: dense 8k-64k, conformance, sparse, TF.js
@@ -69,9 +69,9 @@ case "$phase" in
     # (small shapes, 128k) and timed (128k, 512k); conformance with the defaults (wg proxy
     # passes, wgw attention, device selection); CRISP end to end on the synth layer at 128k
     # and 512k, timed and profiled, with its VS lists checked against the host selector.
-    timeout -s KILL 110 $CUDA --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --budget 100 \
+    timeout -s KILL 140 $CUDA --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --budget 130 \
       --out "$out/proxy-128k" > "$out/proxy-128k.log" 2>&1
-    timeout -s KILL 60 $CUDA --phase proxy --proxyNs 524288 --proxyRef 0 --proxyLayouts w32,wg --budget 50 \
+    timeout -s KILL 80 $CUDA --phase proxy --proxyNs 524288 --proxyRef 0 --proxyLayouts w32,wg --budget 70 \
       --out "$out/proxy-512k" > "$out/proxy-512k.log" 2>&1
     grep -E "proxy n=|FAIL" "$out"/proxy-*.log | cut -c1-400
     timeout -s KILL 200 $CUDA --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 \

@@ -368,11 +368,16 @@ if (phase === 'proxy') {
         const a = await be.proxyStats(q, k, opts);
         be.proxyLayout = 'w32';
         const c = await be.proxyStats(q, k, opts);
-        // block level (pass 2b: no token scores), every layout; wg (Hopper) with token scores too
+        // block level (no token scores), every layout, fused and two-pass (pass 1, pass 2b);
+        // wg (Hopper) with token scores too
         const blocks = [];
         for (const layout of ['w16', 'w32', 'wg'] as const) {
           be.proxyLayout = layout;
-          blocks.push(await be.proxyStats(q, k, { ...opts, tokenScores: false }));
+          for (const fused of [true, false]) {
+            be.proxyFused = fused;
+            blocks.push(await be.proxyStats(q, k, { ...opts, tokenScores: false }));
+          }
+          be.proxyFused = true;
         }
         be.proxyLayout = 'wg';
         const wgTokens = await be.proxyStats(q, k, opts);
@@ -388,7 +393,7 @@ if (phase === 'proxy') {
         const pass = worst <= 2e-5 && blockWorst <= 2e-5;
         const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), worstVsF64: worst, blockWorstVsF64: blockWorst, pass, vsF64, blockVsF64 };
         log(
-          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; worst vs f64 ${worst.toExponential(2)}, block level (pass 2b) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
+          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; worst vs f64 ${worst.toExponential(2)}, block level (fused and two-pass, 3 layouts) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
         );
         out.push(r);
       } finally {
@@ -409,8 +414,11 @@ if (phase === 'proxy') {
         const opts = { blockSize: B, wSink: 128, wLocal: 128 };
         const res: Record<string, unknown> = { n };
         const got: Record<string, Awaited<ReturnType<CudaBackend['proxyStats']>>> = {};
-        for (const layout of PROXY_TIMED_LAYOUTS) {
+        const blockStats: Record<string, Awaited<ReturnType<CudaBackend['proxyStats']>>> = {};
+        for (const [layout, fused] of PROXY_TIMED_LAYOUTS.flatMap((l) => [[l, true], [l, false]] as const)) {
           be.proxyLayout = layout;
+          be.proxyFused = fused;
+          const key = fused ? layout : `${layout}-2pass`;
           await be.proxyStats(q, k, opts); // warm-up: compile, pool, the one NaN/Inf check
           const wall: number[] = [];
           for (let i = 0; i < 7; i++) {
@@ -425,13 +433,17 @@ if (phase === 'proxy') {
           const kernels = be.stopProfile();
           const a = await be.proxyStats(q, k, { ...opts, tokenScores: true });
           const a2 = await be.proxyStats(q, k, { ...opts, tokenScores: true });
-          got[layout] = a;
-          res[layout] = { wallMs: wall, medianWallMs: median(wall), deviceMs: device, kernels, runToRunBitDiffs: bitDiffs(a, a2) };
+          if (fused) got[layout] = a;
+          else res[`${layout}-fusedVs2pass`] = maxDiffs(await be.proxyStats(q, k, opts), blockStats[layout]);
+          if (fused) blockStats[layout] = await be.proxyStats(q, k, opts);
+          res[key] = { wallMs: wall, medianWallMs: median(wall), deviceMs: device, kernels, runToRunBitDiffs: bitDiffs(a, a2) };
           log(
-            `proxy n=${n} ${layout}: wall median ${median(wall).toFixed(2)} ms (${wall.map((x) => x.toFixed(2)).join(' ')}), device ${median(device).toFixed(2)} ms; kernels ${kernels.map((x) => `${x.kernel} ${x.ms.toFixed(3)}`).join(', ')}; run-to-run bit diffs ${JSON.stringify(bitDiffs(a, a2))}`,
+            `proxy n=${n} ${key}: wall median ${median(wall).toFixed(2)} ms (${wall.map((x) => x.toFixed(2)).join(' ')}), device ${median(device).toFixed(2)} ms; kernels ${kernels.map((x) => `${x.kernel} ${x.ms.toFixed(3)}`).join(', ')}; run-to-run bit diffs ${JSON.stringify(bitDiffs(a, a2))}`,
           );
         }
         be.proxyLayout = proxyLayout;
+        be.proxyFused = true;
+        log(`proxy n=${n}: fused vs two-pass block statistics, max |diff| ${JSON.stringify(PROXY_TIMED_LAYOUTS.map((l) => res[`${l}-fusedVs2pass`]))}`);
         res.layoutBitDiffs = bitDiffs(got[PROXY_TIMED_LAYOUTS[0]], got[PROXY_TIMED_LAYOUTS[1]]);
         const sh: ProxyShape = { n, H, Hkv, D, B, dtype: 'bf16' };
         // --proxyRef 0: timings and bit checks only (the float64 recomputation takes 7 s at
@@ -442,7 +454,7 @@ if (phase === 'proxy') {
             const r0 = await proxyReference(sh, 0, got[layout], q, k, opts.wSink, opts.wLocal);
             check.push({ layout, ...r0 });
           }
-          // the timed path (no token scores: pass 2b), default layout
+          // the timed path (no token scores: the fused pass), default layout
           const blk = await be.proxyStats(q, k, opts);
           const rb = await proxyReference(sh, 0, blk, q, k, opts.wSink, opts.wLocal);
           check.push({ blockLevel: 1, ...Object.fromEntries(BLOCK_FIELDS.map((f) => [f, rb[f]])) });
@@ -467,6 +479,19 @@ interface ProxyShape {
   dtype: 'bf16' | 'f16';
 }
 type Stats = Awaited<ReturnType<CudaBackend['proxyStats']>>;
+
+/** per block-level field, the largest absolute difference */
+function maxDiffs(x: Stats, y: Stats): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const f of BLOCK_FIELDS) {
+    const a = x[f];
+    const b = y[f];
+    let m = a.length === b.length ? 0 : Number.POSITIVE_INFINITY;
+    for (let i = 0; i < Math.min(a.length, b.length); i++) m = Math.max(m, Math.abs(a[i] - b[i]));
+    out[f] = m;
+  }
+  return out;
+}
 
 /** per field, how many values differ in their bits */
 function bitDiffs(x: Stats, y: Stats): Record<string, number> {

@@ -14,10 +14,17 @@
 // the compares. Max on raw scores (scale > 0 keeps the order, and rounding is monotone, so
 // fl(max · c) = max(fl(s · c))); p = 2^(s·c − m) in one FFMA; t accumulates p·s raw and is
 // scaled once at the end.
-template <bool EDGE>
+//
+// The fused pass (LGB > 0: log2 B) also splits each row's probabilities of the tile
+// (relative to the row's running max after the tile) between the two offset blocks they
+// reach, as pass 2b does (fragment column j·8 + e <= cut: the block of the tile's first key,
+// ohi; else ohi − 1), and, on tiles that hold keys of C_struct's window (win: keys < s0 or
+// >= l0), sums the window's: split += {hiA, loA, hiB, loB, winA, winB}, the thread's share.
+template <bool EDGE, int LGB = 0>
 __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
                                                 float scaleLog2, float& mA, float& mB, float& lA, float& lB,
-                                                float& tA, float& tB) {
+                                                float& tA, float& tB, float (&split)[6], int s0 = 0, int l0 = 0,
+                                                bool win = false) {
   const int lane = threadIdx.x & 31;
   float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
 #pragma unroll
@@ -56,8 +63,45 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
       // a masked score is -inf with p = 0: count 0, not 0 · -inf
       tA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, tA);
       tB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, tB);
+      if (LGB > 0) {
+        s[j][e] = pa;
+        s[j][2 + e] = pb;
+      }
     }
   }
+  if (LGB > 0) {
+    // after the exps, so the split's registers are not live beside the online update's
+    const int shift = LGB > 0 ? LGB : 0;
+    const int cutA = posA - (((posA - ks) >> shift) << shift) - ks - (lane & 3) * 2;
+    const int cutB = posB - (((posB - ks) >> shift) << shift) - ks - (lane & 3) * 2;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float pa = s[j][e], pb = s[j][2 + e];
+        const float ha = j * 8 + e <= cutA ? pa : 0.f, hb = j * 8 + e <= cutB ? pb : 0.f;
+        split[0] += ha;
+        split[1] += pa - ha;
+        split[2] += hb;
+        split[3] += pb - hb;
+        if (win) {
+          const int col = ks + j * 8 + (lane & 3) * 2 + e;
+          const bool inw = col < s0 || col >= l0;
+          split[4] += inw ? pa : 0.f;
+          split[5] += inw ? pb : 0.f;
+        }
+      }
+    }
+  }
+}
+
+// Pass 1 alone (no split).
+template <bool EDGE>
+__device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
+                                                float scaleLog2, float& mA, float& mB, float& lA, float& lB,
+                                                float& tA, float& tB) {
+  float none[6];
+  proxy_p1_update<EDGE, 0>(s, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, none);
 }
 
 // Pass 1's key block-mean partials from a 64-key tile in shared memory: thread (kd, khalf)
@@ -232,5 +276,72 @@ __device__ __forceinline__ void p2b_write(const float* acc, float* pv, float* sl
     } else {
       winPart[(size_t)h * nParts + part] = acc[i] * invB;
     }
+  }
+}
+
+// The fused pass (pass 1 and the block-level sums in one sweep over the keys, for plans
+// that read no token scores): the block scores need each row's probabilities normalised by
+// the row's final log-sum-exp, which only exists once every part is done, so a part keeps
+// them per row, relative to the row's max over the part, and proxy_fused_sums weights the
+// rows once proxy_combine has the log-sum-exps. Per tile each quad stashes its row's
+// running max (after the tile), the two offset-block bins and C_struct's window mass in a
+// table tup [PART_TILES][4][BM] (row-contiguous: the quads' stores hit distinct banks); at
+// the part's end one thread a row rescales its tiles to the part's max, in tile order, into
+// the part's bins [NV key blocks | SB offset blocks | window] and writes them row-contiguous:
+// bins [H][nParts][NV + SB + 1][b]. Fixed order everywhere: reproducible bits.
+#define P1F_SLOTS 4
+
+// The quad's sums of rows rA and rB for tile tt into tup.
+template <int BM>
+__device__ __forceinline__ void p1f_stash(float* tup, int tt, int rA, int rB, float mA, float mB,
+                                          const float (&split)[6]) {
+  const float hA = quad_sum(split[0]), oA = quad_sum(split[1]);
+  const float hB = quad_sum(split[2]), oB = quad_sum(split[3]);
+  const float wA = quad_sum(split[4]), wB = quad_sum(split[5]);
+  if ((threadIdx.x & 3) == 0) {
+    float* t = tup + tt * P1F_SLOTS * BM;
+    t[rA] = mA;
+    t[BM + rA] = hA;
+    t[2 * BM + rA] = oA;
+    t[3 * BM + rA] = wA;
+    t[rB] = mB;
+    t[BM + rB] = hB;
+    t[2 * BM + rB] = oB;
+    t[3 * BM + rB] = wB;
+  }
+}
+
+// After the part's last tile (and a barrier): each row's tiles rescaled to the part's max
+// (the running max after the last tile, which pass 1 stores as the part's m) and summed in
+// tile order into acc [NS][BM] (shared, row r's column owned by one thread), then written to
+// bins. A tile lies in one key block; its two bins go to the row's offset blocks ohi and
+// ohi − 1 (blocks outside the part's SB hold only masked keys, with p = 0).
+template <int LGB, int BM, int NT>
+__device__ __forceinline__ void p1f_sweep(const float* tup, float* acc, float* bins, int h, int part, int nParts,
+                                          int ps, int nT, int n, int b) {
+  constexpr int NV = PART_KEYS >> LGB, SB = NV + 3, NS = NV + SB + 1;
+  const int opart0 = (n - b - ps - (PART_KEYS - 1)) >> LGB;
+  for (int r = threadIdx.x; r < BM; r += NT) {
+    if (r >= b) continue;
+#pragma unroll
+    for (int i = 0; i < NS; i++) acc[i * BM + r] = 0.f;
+    const int pos = n - b + r;
+    const float mf = tup[(nT - 1) * P1F_SLOTS * BM + r];
+    if (mf != CRISP_NEG_INF) {
+      for (int t = 0; t < nT; t++) {
+        const float* u = tup + t * P1F_SLOTS * BM + r;
+        const float f = exp2f(u[0] - mf);
+        const float hi = u[BM] * f, lo = u[2 * BM] * f;
+        const int ks = ps + t * 64;
+        acc[((t * 64) >> LGB) * BM + r] += hi + lo;
+        const int oh = ((pos - ks) >> LGB) - opart0;
+        if (oh >= 0 && oh < SB) acc[(NV + oh) * BM + r] += hi;
+        if (oh >= 1 && oh <= SB) acc[(NV + oh - 1) * BM + r] += lo;
+        acc[(NS - 1) * BM + r] += u[3 * BM] * f;
+      }
+    }
+    float* out = bins + ((size_t)h * nParts + part) * NS * b + r;
+#pragma unroll
+    for (int i = 0; i < NS; i++) out[(size_t)i * b] = acc[i * BM + r];
   }
 }

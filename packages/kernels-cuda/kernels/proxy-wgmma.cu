@@ -21,11 +21,11 @@
 #include "proxy-common.cuh"
 
 #ifdef CRISP_WGMMA
-template <int D, int NWG, bool BF16, bool PASS1, int ST>
+template <int D, int NWG, bool BF16, bool PASS1, int ST, bool FUSED = false>
 __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
                                               float* pl, float* pt, float* qMean, float* kMean,
                                               const float* rowLse2, float* pv, float* slashPart, float* winPart,
-                                              int n, int H, int Hkv, int b, float scaleLog2, int wSink,
+                                              float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,
                                               int wLocal) {
   constexpr int BM = 64 * NWG, NT = NWG * 128, NW = NWG * 4, CH = D / 8;
   constexpr int LGB = BM == 128 ? 7 : 6;
@@ -40,10 +40,13 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   const u32 sK = sQ + QBYTES;
   const unsigned char* gQ = smem + (sQ - base);
   const unsigned char* gK = smem + (sK - base);
-  // pass 1: kred [2 parities][KCH][D]; pass 2b: red [2 parities][NW][P2B_VALS], acc [NV | SB | 1]
+  // pass 1: kred [2 parities][KCH][D] (fused: then tup [PART_TILES][P1F_SLOTS][BM]); pass 2b:
+  // red [2 parities][NW][P2B_VALS], acc [NV | SB | 1]
   float* fs = reinterpret_cast<float*>(smem + (sK - base) + ST * TBYTES);
   float* red = fs;
   float* acc = fs + 2 * NW * P2B_VALS;
+  float* tup = fs + 2 * KCH * D;
+  static_assert(!FUSED || PASS1, "the fused pass is pass 1 with the block sums");
   const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
@@ -132,11 +135,15 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
           p1_kmean_tile<BF16, CPT>(ksum, fs + (((tt / TPB) & 1) * KCH) * D, khalf, kd, D, blockEnd,
                                    [&](int r) { return kt + pswz(64, r, kd >> 3); });
         }
+        constexpr int LGF = FUSED ? LGB : 0;
+        float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        const bool win = FUSED && (ks < s0 || ks + 63 >= l0);
         if (edge) {
-          proxy_p1_update<true>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB);
+          proxy_p1_update<true, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         } else {
-          proxy_p1_update<false>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB);
+          proxy_p1_update<false, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         }
+        if (FUSED) p1f_stash<BM>(tup, tt, rA, rB, mA, mB, split);
       } else {
         const int obase = (n - b - ks - 63) >> LGB;
         float bins[3] = {0.f, 0.f, 0.f};
@@ -155,18 +162,23 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
       const int tl = nT - 1;
       p1_write_kmean<KCH, BM>(fs + (((tl / TPB) & 1) * KCH) * D, kMean, kvh, Nb, (ps + tl * 64) / BM, kd, D, n);
     }
+    // the part's bins, accumulated over the K stages (free after the last barrier)
+    if (FUSED) p1f_sweep<LGB, BM, NT>(tup, reinterpret_cast<float*>(smem + (sK - base)), bins, h, part, nParts, ps, nT, n, b);
     p1_store_rows(pm, pl, pt, h, b, nParts, part, rA, rB, mA, mB, lA, lB, tA, tB, scaleLog2);
   } else {
     p2b_write<LGB, NV, SB, NT>(acc, pv, slashPart, winPart, h, part, nParts, ps, n, b);
   }
 }
 #define CRISP_PROXY_WG_CALL1(D, NWG, BF16) \
-  proxy_wg_body<D, NWG, BF16, true, 2>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, n, H, Hkv, b, scaleLog2, 0, 0);
+  proxy_wg_body<D, NWG, BF16, true, 2>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, nullptr, n, H, Hkv, b, scaleLog2, 0, 0);
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16) \
-  proxy_wg_body<D, NWG, BF16, false, 2>(q, k, nullptr, nullptr, nullptr, nullptr, nullptr, rowLse2, pv, slashPart, winPart, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+  proxy_wg_body<D, NWG, BF16, false, 2>(q, k, nullptr, nullptr, nullptr, nullptr, nullptr, rowLse2, pv, slashPart, winPart, nullptr, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+#define CRISP_PROXY_WG_CALL1F(D, NWG, BF16) \
+  proxy_wg_body<D, NWG, BF16, true, 2, true>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, scaleLog2, wSink, wLocal);
 #else
 #define CRISP_PROXY_WG_CALL1(D, NWG, BF16)
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16)
+#define CRISP_PROXY_WG_CALL1F(D, NWG, BF16)
 #endif  // CRISP_WGMMA
 
 // `proxy_wg_pass1_<dtype>_d<D>_b<B>` and `proxy_wg_pass2b_...`: the arguments of proxy.cu's
@@ -176,6 +188,12 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
       proxy_wg_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,            \
                            float* kMean, int n, int H, int Hkv, int b, float scaleLog2) {                        \
     CRISP_PROXY_WG_CALL1(D, NWG, BF16)                                                                           \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
+      proxy_wg_pass1f_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,           \
+                            float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,  \
+                            int wLocal) {                                                                        \
+    CRISP_PROXY_WG_CALL1F(D, NWG, BF16)                                                                          \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       proxy_wg_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,       \

@@ -123,11 +123,14 @@ __device__ __forceinline__ void proxy_tile_scores_sq(u32 sQ, u32 sK, float (&s)[
 // t = Σ 2^(s−m)·s. Written to part-major arrays [H][b][nParts]. Also, from the tiles
 // already in shared memory, FlexPrefill's pooled-estimate inputs: the key block means
 // K̄_J [Hkv][Nb][D] (by the first query head of each kv group) and the proxy-row mean
-// mean(Q̂) [H][D] (by part 0). BM = B proxy-row slots, warps of MT x 16 rows.
-template <int D, int BM, int MT, bool BF16>
+// mean(Q̂) [H][D] (by part 0). BM = B proxy-row slots, warps of MT x 16 rows. FUSED: the
+// fused pass (proxy-common.cuh), which also writes the part's block-level bins (bins,
+// wSink, wLocal).
+template <int D, int BM, int MT, bool BF16, bool FUSED>
 __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
-                                                 float* pl, float* pt, float* qMean, float* kMean, int n, int H,
-                                                 int Hkv, int b, float scaleLog2) {
+                                                 float* pl, float* pt, float* qMean, float* kMean, float* bins,
+                                                 int n, int H, int Hkv, int b, float scaleLog2, int wSink,
+                                                 int wLocal) {
   constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
   static_assert(NT >= D, "the block means give each thread one column");
   // Block means: each column of a tile in two 32-row chunks, one accumulator per chunk
@@ -137,6 +140,9 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   extern __shared__ __align__(128) unsigned char smem[];
   const u32 sQ = smem_addr(smem), sK = sQ + BM * ROWB;
   float* kred = reinterpret_cast<float*>(smem + BM * ROWB + 2 * 64 * ROWB);  // [2 parities][KCH][D]
+  float* tup = kred + 2 * KCH * D;  // FUSED: [PART_TILES][P1F_SLOTS][BM]
+  constexpr int LGB = !FUSED ? 0 : BM == 128 ? 7 : 6;
+  const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
   const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -197,15 +203,18 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
                                [&](int r) { return kt + swz(r, kd >> 3, ROWB); });
     }
     const bool edge = ks + 63 > n - b || b < BM;
+    const bool win = FUSED && (ks < s0 || ks + 63 >= l0);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
+      float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       if (edge) {
-        proxy_p1_update<true>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt], lA[mt],
-                              lB[mt], tA[mt], tB[mt]);
+        proxy_p1_update<true, LGB>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt],
+                                   lA[mt], lB[mt], tA[mt], tB[mt], split, s0, l0, win);
       } else {
-        proxy_p1_update<false>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt], lA[mt],
-                               lB[mt], tA[mt], tB[mt]);
+        proxy_p1_update<false, LGB>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt],
+                                    lA[mt], lB[mt], tA[mt], tB[mt], split, s0, l0, win);
       }
+      if (FUSED) p1f_stash<BM>(tup, tt, rA[mt], rB[mt], mA[mt], mB[mt], split);
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -215,6 +224,8 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
     const int tl = nT - 1;
     p1_write_kmean<KCH, BM>(kred + (((tl / TPB) & 1) * KCH) * D, kMean, kvh, Nb, (ps + tl * 64) / BM, kd, D, n);
   }
+  // the part's bins, accumulated over the K tiles' shared memory (free after the last barrier)
+  if (FUSED) p1f_sweep<LGB, BM, NT>(tup, reinterpret_cast<float*>(smem + BM * ROWB), bins, h, part, nParts, ps, nT, n, b);
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
     p1_store_rows(pm, pl, pt, h, b, nParts, part, rA[mt], rB[mt], mA[mt], mB[mt], lA[mt], lB[mt], tA[mt], tB[mt],
@@ -248,6 +259,44 @@ extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const
     const float lse2 = M + log2f(L);
     rowLse2[w] = lse2;
     rowEntropy[w] = 0.6931471805599453f * (lse2 - T / L);
+  }
+}
+
+// The fused pass's bins to block scores, per (part, head), 256 threads: row r's weight
+// 2^(m_r − lse_r) / b (its part max against its log-sum-exp; 0 where the part holds no key
+// the row sees), then each bin's Σ_r weight · bin, rows in order (lanes take r, r + 32, ...,
+// then a butterfly), one warp a bin. Outputs as pass 2b's: pv [H][Nb] (a key block lies in
+// one part), slashPart [H][nParts][SB], winPart [H][nParts].
+extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2, float* pv,
+                                           float* slashPart, float* winPart, int n, int H, int b, int B,
+                                           int nParts) {
+  __shared__ float wt[128];
+  const int part = blockIdx.x, h = blockIdx.y;
+  const int lgB = B == 128 ? 7 : 6;
+  const int NV = PART_KEYS >> lgB, SB = NV + 3, NS = NV + SB + 1;
+  const float invB = 1.f / (float)b;
+  for (int r = threadIdx.x; r < b; r += blockDim.x) {
+    const float m = pm[((size_t)h * b + r) * nParts + part];
+    wt[r] = m == CRISP_NEG_INF ? 0.f : exp2f(m - rowLse2[h * b + r]) * invB;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5;
+  const int Nb = (n + B - 1) >> lgB;
+  for (int i = warp; i < NS; i += NW) {
+    const float* x = bins + (((size_t)h * nParts + part) * NS + i) * b;
+    float sum = 0.f;
+    for (int r = lane; r < b; r += 32) sum = fmaf(wt[r], x[r], sum);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane != 0) continue;
+    if (i < NV) {
+      const int J = ((part * PART_KEYS) >> lgB) + i;
+      if (J < Nb) pv[(size_t)h * Nb + J] = sum;
+    } else if (i < NV + SB) {
+      slashPart[((size_t)h * nParts + part) * SB + (i - NV)] = sum;
+    } else {
+      winPart[(size_t)h * nParts + part] = sum;
+    }
   }
 }
 
@@ -650,7 +699,15 @@ extern "C" __global__ void block_means_f16(const u16* x, float* out, int rows, i
   extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                        \
       proxy_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean, \
                         int n, int H, int Hkv, int b, float scaleLog2) {                                      \
-    proxy_pass1_body<D, BM, MT, BF16>(q, k, pm, pl, pt, qMean, kMean, n, H, Hkv, b, scaleLog2);               \
+    proxy_pass1_body<D, BM, MT, BF16, false>(q, k, pm, pl, pt, qMean, kMean, nullptr, n, H, Hkv, b, scaleLog2, \
+                                             0, 0);                                                           \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
+      proxy_pass1f_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,            \
+                         float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,   \
+                         int wLocal) {                                                                        \
+    proxy_pass1_body<D, BM, MT, BF16, true>(q, k, pm, pl, pt, qMean, kMean, bins, n, H, Hkv, b, scaleLog2,     \
+                                            wSink, wLocal);                                                   \
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
       proxy_pass2_##SUF(const u16* q, const u16* k, const float* rowLse2, float* av, float* slashPart, int n,   \

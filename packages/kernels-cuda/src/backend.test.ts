@@ -182,6 +182,21 @@ describe.skipIf(!avail.available)('every proxy statistics layout on a GPU', () =
         for (const f of fields) {
           expect(Array.from(got.w32?.[f] as ArrayLike<number>), `${f} w32 vs w16, n ${n}`).toEqual(Array.from(got.w16?.[f] as ArrayLike<number>));
         }
+        // block level (no token scores): the fused pass and the two-pass form, every layout
+        const blockFields = ['cStruct', 'rowEntropy', 'verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const;
+        for (const layout of Object.keys(PROXY_LAYOUTS) as ProxyLayout[]) {
+          for (const fused of [true, false]) {
+            be.proxyLayout = layout;
+            be.proxyFused = fused;
+            const s = await be.proxyStats(dq, dk, { ...opts, tokenScores: false });
+            for (const f of blockFields) {
+              let worst = 0;
+              for (let i = 0; i < want[f].length; i++) worst = Math.max(worst, Math.abs(s[f][i] - want[f][i]) / Math.max(1, Math.abs(want[f][i])));
+              expect(worst, `${f}, ${layout}, fused ${fused}, n ${n} B ${B} d ${d}, seed ${seed}`).toBeLessThan(2e-5);
+            }
+          }
+        }
+        be.proxyFused = true;
         dq.dispose();
         dk.dispose();
       }

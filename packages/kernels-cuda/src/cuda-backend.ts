@@ -66,6 +66,12 @@ export interface CudaBackendOptions {
   readonly attentionVariant?: AttentionVariant;
   /** proxy statistics kernel layout (default: defaultProxyLayout(the GPU's compute capability)); see PROXY_LAYOUTS */
   readonly proxyLayout?: ProxyLayout;
+  /**
+   * block-level proxy statistics (no token scores asked for) in one pass over the keys
+   * (default true); false runs the two-pass form (pass 1, then pass 2b). Same statistics up
+   * to f32 rounding; NOTES.md has both timings.
+   */
+  readonly proxyFused?: boolean;
 }
 
 /**
@@ -294,6 +300,8 @@ export class CudaBackend implements Backend {
   #variant: AttentionVariant;
   /** the proxy statistics kernel layout (a tuning knob, like the attention variant) */
   proxyLayout: ProxyLayout;
+  /** block-level proxy statistics in one pass (a tuning knob; CudaBackendOptions.proxyFused) */
+  proxyFused: boolean;
   /** Selector rules prepareMask runs on the device (kernels/select.cu). */
   readonly deviceSelectors = ['noiseFloor'] as const;
   /**
@@ -396,6 +404,7 @@ export class CudaBackend implements Backend {
       throw new InvalidArgumentError(`proxyLayout must be one of ${Object.keys(PROXY_LAYOUTS).join(', ')}; got ${layout}`);
     }
     this.proxyLayout = layout;
+    this.proxyFused = opts.proxyFused ?? true;
     this.#argMem = libs.koffi.alloc('uint8_t', 4096);
     this.#argView = new DataView(libs.koffi.view(this.#argMem, 4096));
     this.#argBase = BigInt(libs.koffi.address(this.#argMem));
@@ -683,11 +692,16 @@ export class CudaBackend implements Backend {
     const sp = this.#scratch(tokens ? H * nParts * SP * f4 : H * nParts * SBP * f4);
     const win = tokens ? undefined : this.#scratch(H * nParts * f4);
     const as = tokens ? this.#scratch(H * n * f4) : undefined;
+    // the fused pass (block level): per (head, part, row) the part's bins, key blocks, offset
+    // blocks and window relative to the row's part max, [H][nParts][NS][b]
+    const fused = !tokens && this.proxyFused;
+    const NS = 2 * (PART_KEYS / B) + 4;
+    const bins = fused ? this.#scratch(H * nParts * NS * b * f4) : undefined;
     const qm = this.#scratch(H * D * f4);
     const km = this.#scratch(Hkv * Nb * D * f4);
     // one more f64: the count of non-finite statistics (count_nonfinite_f64)
     const out = this.#scratch((outLen + 1) * 8);
-    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : [])];
+    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : [])];
     try {
       const scaleLog2 = scale * LOG2E;
       // wg (Hopper): B / 64 warpgroups, tiles at 1024-byte-aligned addresses (1024 bytes of
@@ -700,12 +714,13 @@ export class CudaBackend implements Backend {
       const mmaThreads = w32 ? B : B * 2;
       const threads = wg ? B * 2 : mmaThreads;
       const [file, p1, p2b] = wg
-        ? ['proxy-wgmma.cu', `proxy_wg_pass1_${suf}`, `proxy_wg_pass2b_${suf}`]
-        : ['proxy.cu', `proxy_pass1_${kname}`, `proxy_pass2b_${kname}`];
+        ? ['proxy-wgmma.cu', `proxy_wg_pass1${fused ? 'f' : ''}_${suf}`, `proxy_wg_pass2b_${suf}`]
+        : ['proxy.cu', `proxy_pass1${fused ? 'f' : ''}_${kname}`, `proxy_pass2b_${kname}`];
       const slack = wg ? 1024 : 0;
       const kTiles = 2 * 64 * D * 2; // two 64-key K tiles (bf16/f16)
-      // Q rows, K tiles, the block means' two chunk partials per column for two blocks
-      const smem1 = slack + B * D * 2 + kTiles + 4 * D * f4;
+      // Q rows, K tiles, the block means' two chunk partials per column for two blocks; the
+      // fused pass's per-tile table (16 tiles x 4 values x B rows)
+      const smem1 = slack + B * D * 2 + kTiles + 4 * D * f4 + (fused ? (PART_KEYS / 64) * 4 * B * f4 : 0);
       // pass 1: grid [H, nParts], heads fastest (a kv group's query heads share K tiles in L2)
       this.#launch(file, p1, [H, nParts], threads, smem1, [
         P(qt.ptr),
@@ -715,11 +730,13 @@ export class CudaBackend implements Backend {
         P(pt.ptr),
         P(qm.ptr),
         P(km.ptr),
+        ...(bins ? [P(bins.ptr)] : []),
         I(n),
         I(H),
         I(Hkv),
         I(b),
         F(scaleLog2),
+        ...(bins ? [I(opts.wSink), I(opts.wLocal)] : []),
       ]);
       this.#launch('proxy.cu', 'proxy_combine', [Math.ceil((H * b * 32) / 256)], 256, 0, [
         P(pm.ptr),
@@ -731,7 +748,22 @@ export class CudaBackend implements Backend {
         I(b),
         I(nParts),
       ]);
-      if (tokens) {
+      if (bins) {
+        // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs
+        this.#launch('proxy.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
+          P(bins.ptr),
+          P(pm.ptr),
+          P(lse2.ptr),
+          P(av.ptr),
+          P(sp.ptr),
+          P(win!.ptr),
+          I(n),
+          I(H),
+          I(b),
+          I(B),
+          I(nParts),
+        ]);
+      } else if (tokens) {
         // two probability tiles (B x 64 f32; the first over Q's rows), K tiles, two sets of
         // column and diagonal partials of the B / 32 row groups (64 and 96 floats each), the
         // part's slash accumulator
