@@ -388,12 +388,23 @@ if (phase === 'proxy') {
           vsF64.push(await proxyReference(sh, h, wgTokens, q, k, opts.wSink, opts.wLocal));
           for (const bl of blocks) blockVsF64.push(await proxyReference(sh, h, bl, q, k, opts.wSink, opts.wLocal));
         }
+        // block statistics download on first read: statistics read only after their backend
+        // was disposed (the buffer released) must equal the same statistics read at once
+        const other = await createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
+        const oq = other.allocate(sh.dtype, [sh.n, sh.H, sh.D]);
+        const ok = other.allocate(sh.dtype, [sh.n, sh.Hkv, sh.D]);
+        other.fillHash(oq, 11, 3);
+        other.fillHash(ok, 12, 3);
+        const late = await other.proxyStats(oq, ok, { ...opts, tokenScores: false });
+        other.dispose();
+        const early = await be.proxyStats(q, k, { ...opts, tokenScores: false });
+        const lateVsEarly = bitDiffs(late, { ...early });
         const worst = Math.max(...vsF64.flatMap((r) => PROXY_FIELDS.map((f) => r[f])));
         const blockWorst = Math.max(...blockVsF64.flatMap((r) => BLOCK_FIELDS.map((f) => r[f])));
-        const pass = worst <= 2e-5 && blockWorst <= 2e-5;
-        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), worstVsF64: worst, blockWorstVsF64: blockWorst, pass, vsF64, blockVsF64 };
+        const pass = worst <= 2e-5 && blockWorst <= 2e-5 && Object.values(lateVsEarly).every((c) => c === 0);
+        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), lateVsEarly, worstVsF64: worst, blockWorstVsF64: blockWorst, pass, vsF64, blockVsF64 };
         log(
-          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; worst vs f64 ${worst.toExponential(2)}, block level (fused and two-pass, 3 layouts) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
+          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; read after dispose vs at once ${JSON.stringify(lateVsEarly)}; worst vs f64 ${worst.toExponential(2)}, block level (fused and two-pass, 3 layouts) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
         );
         out.push(r);
       } finally {

@@ -193,6 +193,10 @@ export class CudaTensor extends DeviceTensorBase {
   markWritten(): void {
     this.#version++;
   }
+  /** @internal the write version (markWritten and the backend's writes bump it) */
+  get version(): number {
+    return this.#version;
+  }
   /** @internal */
   get checkedFinite(): boolean {
     return this.#finiteAt === this.#version;
@@ -250,6 +254,26 @@ const PREPARED_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; held: 
   h.owner.releaseBlocks(h.held.blocks);
 });
 
+/** Statistics whose block scores are on the device only (CudaBackend.#deviceStats). */
+interface DeviceStats {
+  readonly ref: WeakRef<ProxyStats>;
+  readonly block: DeviceBlock;
+  /** downloads the block statistics into the object, if it is still alive and unread */
+  readonly materialize: () => void;
+}
+/** at most this many statistics keep their block scores on the device only */
+const DEVICE_STATS_KEPT = 4;
+const STATS_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; entry: DeviceStats }>((h) => {
+  h.owner.releaseCollectedStats(h.entry);
+});
+
+/** One chunk of PE heads' rows on the device: rowPtrD [rows + 1], cols (room for all causal blocks). */
+interface PePart {
+  readonly rowPtrD: DeviceBlock;
+  readonly cols: DeviceBlock;
+  readonly rows: number;
+}
+
 interface PeRequest {
   readonly shape: AttentionShape;
   readonly qt: CudaTensor;
@@ -305,11 +329,104 @@ export class CudaBackend implements Backend {
   /** Selector rules prepareMask runs on the device (kernels/select.cu). */
   readonly deviceSelectors = ['noiseFloor'] as const;
   /**
-   * The device buffer behind the statistics proxyStats returned last (their block scores:
-   * a device selection request for those statistics reads them there instead of uploading);
-   * released by the next proxyStats call and by dispose.
+   * The device buffers behind recent statistics (newest last). Their block scores stay there
+   * until read (a getter downloads them; a device selection for those statistics reads them
+   * in place), until the statistics object is collected (FinalizationRegistry), or until
+   * DEVICE_STATS_KEPT newer ones push it out (then they are downloaded first, if the object
+   * is alive). dispose downloads what is left.
    */
-  #statsOnDevice: { stats: ProxyStats; block: DeviceBlock } | undefined;
+  #deviceStats: DeviceStats[] = [];
+  /**
+   * The key block means the last proxyStats computed (pass 1 takes them from the K tiles it
+   * already holds): the PE rows of the same k (same tensor, same write version, same B)
+   * reuse them instead of reading K again (block_means: 0.09 ms at 128k, 0.34 at 512k).
+   */
+  #kMeans: { block: DeviceBlock; k: WeakRef<CudaTensor>; version: number; B: number } | undefined;
+
+  /**
+   * Makes room for one more entry in #deviceStats: collected statistics release their
+   * buffers; beyond DEVICE_STATS_KEPT (or all, disposing) the oldest are downloaded into
+   * their objects and released. On dispose a failed download is kept for the getters to throw.
+   */
+  #trimDeviceStats(disposing: boolean): void {
+    const list = this.#deviceStats;
+    for (let i = list.length - 1; i >= 0; i--) {
+      if (list[i].ref.deref() === undefined) this.#dropStats(list.splice(i, 1)[0]);
+    }
+    const keep = disposing ? 0 : DEVICE_STATS_KEPT - 1;
+    while (list.length > keep) {
+      const e = list.shift() as DeviceStats;
+      try {
+        e.materialize();
+      } catch (err) {
+        if (!disposing) {
+          this.#dropStats(e);
+          throw err;
+        }
+      }
+      this.#dropStats(e);
+    }
+  }
+
+  #dropStats(e: DeviceStats): void {
+    STATS_FINALIZER.unregister(e);
+    this.#pool.release(e.block);
+  }
+
+  /** @internal STATS_FINALIZER: statistics collected before they were read. */
+  releaseCollectedStats(e: DeviceStats): void {
+    if (this.#disposed) return;
+    const i = this.#deviceStats.indexOf(e);
+    if (i >= 0) this.#dropStats(this.#deviceStats.splice(i, 1)[0]);
+  }
+
+  /**
+   * verticalBlocks, slashBlocks and pooledEstimate of a ProxyStats as getters that download
+   * the 3·HNb f64 at `ptr` on first read (copy stream: the producers finished before
+   * proxyStats returned) and then become plain values.
+   */
+  #lazyBlockStats(ptr: number, HNb: number): { attach: (s: ProxyStats) => void; materialize: () => void } {
+    // weak: the backend's list and finalizer must not keep the statistics alive
+    let target: WeakRef<ProxyStats> | undefined;
+    let failure: Error | undefined;
+    const fields = ['verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const;
+    const load = (): void => {
+      const t = target?.deref();
+      if (!t || !fields.some((f) => Object.getOwnPropertyDescriptor(t, f)?.get)) return;
+      if (failure) throw failure;
+      const all = this.#readOnCopyStream(ptr, new Float64Array(3 * HNb));
+      fields.forEach((f, i) => {
+        Object.defineProperty(t, f, { value: all.subarray(i * HNb, (i + 1) * HNb), enumerable: true, writable: false, configurable: false });
+      });
+    };
+    return {
+      attach: (s) => {
+        target = new WeakRef(s);
+        for (const f of fields) {
+          Object.defineProperty(s, f, {
+            enumerable: true,
+            configurable: true,
+            get: () => {
+              load();
+              return s[f];
+            },
+          });
+        }
+      },
+      materialize: () => {
+        try {
+          load();
+        } catch (e) {
+          failure = new CrispError(
+            'BACKEND_ERROR',
+            `proxy statistics: the block statistics could not be downloaded before their device buffer was released (${(e as Error).message})`,
+            { cause: String((e as Error).message) },
+          );
+          throw failure;
+        }
+      },
+    };
+  }
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
   static #checkVariant(v: string): AttentionVariant {
@@ -530,9 +647,17 @@ export class CudaBackend implements Backend {
     return this.#pool.alloc(Math.max(4, bytes));
   }
 
+  /**
+   * A host array in a scratch block, copied on the kernels' stream: ordered after the kernels
+   * queued before it and before those queued after, without waiting for them (a synchronous
+   * cuMemcpyHtoD first drains the stream: one idle gap of the GPU per upload). From pageable
+   * memory the driver stages the bytes before returning, so `a` may change right after.
+   */
   #uploadArray(a: Int32Array | Float64Array): DeviceBlock {
     const b = this.#scratch(a.byteLength);
-    if (a.byteLength > 0) check(this.#libs, this.#libs.cu.cuMemcpyHtoD(b.ptr, a, a.byteLength), 'cuMemcpyHtoD');
+    if (a.byteLength > 0) {
+      check(this.#libs, this.#libs.cu.cuMemcpyHtoDAsync(b.ptr, a, a.byteLength, this.#stream), 'cuMemcpyHtoDAsync');
+    }
     return b;
   }
 
@@ -667,8 +792,9 @@ export class CudaBackend implements Backend {
     this.#assertFinite(kt, 'k');
     // the previous statistics' device copy goes back to the pool first, so this call's
     // buffer reuses it (allocating a second one cost the first prefill after a warm-up ~1 ms)
-    if (this.#statsOnDevice) this.#pool.release(this.#statsOnDevice.block);
-    this.#statsOnDevice = undefined;
+    this.#trimDeviceStats(false);
+    if (this.#kMeans) this.#pool.release(this.#kMeans.block);
+    this.#kMeans = undefined;
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
@@ -804,7 +930,8 @@ export class CudaBackend implements Backend {
       // one warp per (block, head), 4 blocks a CTA: block sums from pass 2's token scores
       // (proxy_blocks, which also writes a_s when asked) or pass 2b's parts (proxy_blocks_b)
       const sums = [P(av.ptr), P(sp.ptr), P(qm.ptr), P(km.ptr)];
-      const shape = [P(out.ptr), I(n), I(H), I(Hkv), I(b), I(B), I(nParts), I(D), F(scale), I(Nb)];
+      const st = out.ptr + 8; // the statistics, after the non-finite count
+      const shape = [P(st), I(n), I(H), I(Hkv), I(b), I(B), I(nParts), I(D), F(scale), I(Nb)];
       this.#launch(
         'proxy.cu',
         tokens ? 'proxy_blocks' : 'proxy_blocks_b',
@@ -817,7 +944,7 @@ export class CudaBackend implements Backend {
         P(tokens ? av.ptr : 0),
         P(win ? win.ptr : 0),
         P(ent.ptr),
-        P(out.ptr),
+        P(st),
         I(n),
         I(H),
         I(b),
@@ -826,26 +953,26 @@ export class CudaBackend implements Backend {
         I(opts.wLocal),
         I(nParts),
       ]);
-      check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr + outLen * 8, 0, 2, this.#stream), 'cuMemsetD32Async');
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr, 0, 2, this.#stream), 'cuMemsetD32Async');
       this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(this.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
-        P(out.ptr),
+        P(st),
         I(outLen),
-        P(out.ptr + outLen * 8),
+        P(out.ptr),
       ]);
-      const all = this.#read(out.ptr, new Float64Array(outLen + 1));
-      const HNb = H * Nb;
-      const nonFinite = all[outLen];
-      const stats: ProxyStats = {
+      // What routing reads comes back now: the count, C_struct and the entropies (2H + 1
+      // values). The block statistics (3·H·Nb: 3 MB at 512k) come back when first read
+      // (lazyBlockStats), as a device selection reads them where they are.
+      const head = this.#read(out.ptr, new Float64Array(1 + 2 * H));
+      const nonFinite = head[0];
+      const lazy = this.#lazyBlockStats(st + 2 * H * 8, H * Nb);
+      const stats = {
         n,
         heads: H,
         blockSize: B,
         numBlocks: Nb,
         proxyRows: b,
-        cStruct: all.subarray(0, H),
-        rowEntropy: all.subarray(H, 2 * H),
-        verticalBlocks: all.subarray(2 * H, 2 * H + HNb),
-        slashBlocks: all.subarray(2 * H + HNb, 2 * H + 2 * HNb),
-        pooledEstimate: all.subarray(2 * H + 2 * HNb, 2 * H + 3 * HNb),
+        cStruct: head.subarray(1, 1 + H),
+        rowEntropy: head.subarray(1 + H, 1 + 2 * H),
         ...(as
           ? {
               verticalTokens: this.#read(av.ptr, new Float32Array(H * n)),
@@ -853,15 +980,21 @@ export class CudaBackend implements Backend {
             }
           : {}),
         finite: nonFinite === 0,
-      };
+      } as unknown as ProxyStats;
+      lazy.attach(stats);
       if (nonFinite !== 0) {
         // names the first bad statistic (NonFiniteError); the device count says one exists
         assertFiniteStats(stats);
         throw new NonFiniteError(`proxy statistics: ${nonFinite} non-finite values (counted on the device)`, { count: nonFinite });
       }
-      // keep the buffer for a device selection on these statistics (prepareMask)
-      this.#statsOnDevice = { stats, block: out };
+      // keep the buffer for a device selection on these statistics (prepareMask), and for
+      // their block statistics until read
+      const entry: DeviceStats = { ref: new WeakRef(stats), block: out, materialize: lazy.materialize };
+      this.#deviceStats.push(entry);
+      STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
+      this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
       blocks.splice(blocks.indexOf(out), 1);
+      blocks.splice(blocks.indexOf(km), 1);
       return stats;
     } finally {
       for (const x of blocks) this.#pool.release(x);
@@ -876,7 +1009,7 @@ export class CudaBackend implements Backend {
     if (req.heads.length === 0) return { rowPtr: new Int32Array(1), cols: new Int32Array(0) };
     const parts = this.#peOnDevice(req);
     try {
-      return this.#peRowsToHost(parts, req.heads.length * req.Nb);
+      return this.#peRowsToHost(parts);
     } finally {
       for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
     }
@@ -886,9 +1019,15 @@ export class CudaBackend implements Backend {
    * The PE parts' rows on the host, joined. One part (every head's map fits in 4 GiB: all
    * Llama shapes to 512k) comes back as it is, without a second copy of its cols.
    */
-  #peRowsToHost(parts: readonly { rowPtr: Int32Array; cols: DeviceBlock; total: number }[], rows: number): BlockRows {
-    const host = parts.map((r) => ({ rowPtr: r.rowPtr, cols: this.#read(r.cols.ptr, new Int32Array(r.total)) }));
-    return host.length === 1 ? host[0] : joinRows(host, rows);
+  #peRowsToHost(parts: readonly PePart[]): BlockRows {
+    const host = parts.map((r) => this.#pePartToHost(r, (ptr, out) => this.#read(ptr, out)));
+    return host.length === 1 ? host[0] : joinRows(host, parts.reduce((a, r) => a + r.rows, 0));
+  }
+
+  /** One PE part's rows on the host: its row pointers, then as many cols as they count. */
+  #pePartToHost(r: PePart, read: (ptr: number, out: Int32Array) => Int32Array): BlockRows {
+    const rowPtr = read(r.rowPtrD.ptr, new Int32Array(r.rows + 1));
+    return { rowPtr, cols: read(r.cols.ptr, new Int32Array(rowPtr[r.rows])) };
   }
 
   /** The checks of a PE request, and what the kernels need from it. */
@@ -923,37 +1062,44 @@ export class CudaBackend implements Backend {
 
   /**
    * PE rows built on the device, one part per chunk of heads whose pooled maps fit ~4 GiB
-   * (one part for every Llama shape to 512k). rowPtr comes to the host (H·Nb ints); the
-   * cols stay on the device. The caller releases rowPtrD and cols.
+   * (one part for every Llama shape to 512k). Nothing comes back to the host: cols are
+   * allocated for the whole causal triangle of the part's heads (the kept count is only on
+   * the device), and whoever needs the rows reads them (#pePartToHost). `overlap` runs on the
+   * host once every kernel is queued. The caller releases rowPtrD and cols.
    */
-  #peOnDevice(req: PeRequest, beforeRead?: () => void) {
+  #peOnDevice(req: PeRequest, overlap?: () => void): PePart[] {
     const { shape, qt, kt, B, Nb, heads, gamma, scale } = req;
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const nh = heads.length;
     // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
     const qm = this.#scratch(nh * Nb * D * 4);
-    const km = this.#scratch(Hkv * Nb * D * 4);
+    const cached = this.#kMeans;
+    const reuse = cached !== undefined && cached.k.deref() === kt && cached.version === kt.version && cached.B === B;
+    const km = reuse ? undefined : this.#scratch(Hkv * Nb * D * 4);
+    const kmPtr = km ? km.ptr : (cached as { block: DeviceBlock }).block.ptr;
     const hd = this.#uploadArray(Int32Array.from(heads));
-    const parts: { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number }[] = [];
+    const parts: PePart[] = [];
     try {
       this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, nh], D, 0, [P(qt.ptr), P(hd.ptr), P(qm.ptr), I(n), I(H), I(D), I(B)]);
-      const bm = `block_means_${dtype}`;
-      this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
+      if (km) {
+        const bm = `block_means_${dtype}`;
+        this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
+      }
       // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
       const perHead = Nb * Nb * 4;
       const chunk = Math.max(1, Math.min(nh, Math.floor((4 * 2 ** 30) / perHead)));
       for (let c0 = 0; c0 < nh; c0 += chunk) {
         const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
         // this chunk's Q̄ rows start at its first head's position in the list
-        const hook = c0 === 0 ? beforeRead : undefined;
-        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, km.ptr, sub, H, Hkv, Nb, D, scale, gamma, hook));
+        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, kmPtr, sub, H, Hkv, Nb, D, scale, gamma));
       }
+      overlap?.();
       return parts;
     } catch (e) {
       for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
       throw e;
     } finally {
-      this.releaseBlocks([qm, km, hd]);
+      this.releaseBlocks(km ? [qm, km, hd] : [qm, hd]);
     }
   }
 
@@ -967,8 +1113,7 @@ export class CudaBackend implements Backend {
     D: number,
     scale: number,
     gamma: number,
-    beforeRead?: () => void,
-  ): { rowPtr: Int32Array; rowPtrD: DeviceBlock; cols: DeviceBlock; total: number } {
+  ): PePart {
     const nc = heads.length;
     const hd = this.#uploadArray(heads);
     const pm = this.#scratch(nc * Nb * Nb * 4);
@@ -1036,11 +1181,9 @@ export class CudaBackend implements Backend {
         I(Nb),
       ]);
       this.#scan(kept.ptr, rowPtrD.ptr, nc * Nb, blocks);
-      // host work the caller wants to overlap with the kernels queued so far
-      beforeRead?.();
-      const rowPtr = this.#read(rowPtrD.ptr, new Int32Array(nc * Nb + 1));
-      const total = rowPtr[nc * Nb];
-      const colsD = this.#scratch(total * 4);
+      // room for every causal block of the chunk's heads: the kept count stays on the device
+      // (reading it here would drain the stream between the PE kernels and the mask's)
+      const colsD = this.#scratch(((nc * Nb * (Nb + 1)) / 2) * 4);
       this.#launch('pe.cu', 'pe_write', [Nb, nc], 32, 0, [
         P(pm.ptr),
         I(Nb),
@@ -1050,7 +1193,7 @@ export class CudaBackend implements Backend {
         P(colsD.ptr),
       ]);
       blocks.splice(blocks.indexOf(rowPtrD), 1);
-      return { rowPtr, rowPtrD, cols: colsD, total };
+      return { rowPtrD, cols: colsD, rows: nc * Nb };
     } finally {
       for (const x of blocks) this.#pool.release(x);
     }
@@ -1123,9 +1266,9 @@ export class CudaBackend implements Backend {
     const HNb = H * Nb;
     let pv: number;
     let ps: number;
-    const kept = this.#statsOnDevice;
-    if (kept && kept.stats === stats) {
-      pv = kept.block.ptr + 2 * H * 8;
+    const kept = this.#deviceStats.find((e) => e.ref.deref() === stats);
+    if (kept && stats.blockSize === B) {
+      pv = kept.block.ptr + 8 + 2 * H * 8; // after the non-finite count, C_struct and the entropies
       ps = pv + HNb * 8;
     } else {
       const both = new Float64Array(2 * HNb);
@@ -1292,8 +1435,11 @@ export class CudaBackend implements Backend {
     const held: DeviceBlock[] = [];
     try {
       const vsDev = device ? this.#selectOnDevice(device, H, Nb, B, temp) : undefined;
-      let pe: { rowPtr: Int32Array; rowPtrD?: DeviceBlock; cols: DeviceBlock; total: number; heads: readonly number[] } | undefined;
+      // the PE heads' rows on the device (one part), or joined on the host (several)
+      let pe: { part: PePart; heads: readonly number[] } | undefined;
       let peHost: BlockRows | undefined;
+      // the PE heads' rows, spread to all heads on the device (the host-joined case uploads them)
+      let rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined;
       if (req.pe) {
         const r = this.#peRequest(req.pe.q, req.pe.k, req.pe.opts);
         if (r.shape.heads !== H || r.Nb !== Nb || r.B !== B) {
@@ -1303,22 +1449,22 @@ export class CudaBackend implements Backend {
         }
         if (r.heads.length > 0) {
           const parts = this.#peOnDevice(r, vsDev ? undefined : selectVs);
-          for (const x of parts) temp.push(x.rowPtrD);
           if (parts.length === 1) {
-            held.push(parts[0].cols);
-            pe = { ...parts[0], heads: r.heads };
+            // held until peRows() reads them (or the prepared mask is released)
+            held.push(parts[0].rowPtrD, parts[0].cols);
+            pe = { part: parts[0], heads: r.heads };
+            rows = { rowPtr: parts[0].rowPtrD.ptr, cols: parts[0].cols.ptr, heads: r.heads };
           } else {
             // pooled maps over 4 GiB (beyond Llama shapes at 512k): join on the host
-            for (const x of parts) temp.push(x.cols);
-            peHost = this.#peRowsToHost(parts, r.heads.length * Nb);
-            pe = { rowPtr: peHost.rowPtr, cols: this.#uploadArray(peHost.cols), total: peHost.cols.length, heads: r.heads };
-            held.push(pe.cols);
+            for (const x of parts) temp.push(x.rowPtrD, x.cols);
+            peHost = this.#peRowsToHost(parts);
+            rows = {
+              rowPtr: this.#uploadTemp(spreadRowPtr(peHost.rowPtr, r.heads, H, Nb), temp),
+              cols: this.#uploadTemp(peHost.cols, temp),
+            };
           }
         }
       }
-      // the PE heads' rows, spread to all heads on the device (the host-joined case uploads them)
-      let rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined;
-      if (pe) rows = pe.rowPtrD ? { rowPtr: pe.rowPtrD.ptr, cols: pe.cols.ptr, heads: pe.heads } : { rowPtr: this.#uploadTemp(spreadRowPtr(pe.rowPtr, pe.heads, H, Nb), temp), cols: pe.cols.ptr };
       const e = this.#expand(H, Nb, vsDev ? { device: vsDev.ptrs } : selectVs(), rows, temp);
       held.push(e.rowPtr, e.cols);
       // the device's lists to the host, on the copy stream (vs_pack finished before #expand's
@@ -1330,18 +1476,22 @@ export class CudaBackend implements Backend {
       const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
       PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
       held.length = 0;
-      if (!pe) return { prepared, ...(device ? { vs } : {}) };
-      const peRowsD = pe;
+      if (!pe && !peHost) return { prepared, ...(device ? { vs } : {}) };
       let taken = false;
       const peRows = async (): Promise<BlockRows> => {
         if (taken) throw new InvalidArgumentError('peRows() was already called for this prepared mask');
         if (prepared.released) throw new InvalidArgumentError('peRows() after the prepared mask was released');
         taken = true;
-        const cols = peHost ? peHost.cols : this.#readOnCopyStream(peRowsD.cols.ptr, new Int32Array(peRowsD.total));
+        if (peHost || !pe) return peHost as BlockRows;
+        // on the copy stream: the PE kernels finished before #expand's read
+        const part = pe.part;
+        const got = this.#pePartToHost(part, (ptr, out) => this.#readOnCopyStream(ptr, out));
         // the expanded rows are what runs; the PE rows' device copy is no longer needed
-        const i = box.blocks.indexOf(peRowsD.cols);
-        if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
-        return { rowPtr: peRowsD.rowPtr, cols };
+        for (const b of [part.rowPtrD, part.cols]) {
+          const i = box.blocks.indexOf(b);
+          if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
+        }
+        return got;
       };
       return { prepared, peRows, ...(device ? { vs } : {}) };
     } catch (e) {
@@ -1357,7 +1507,7 @@ export class CudaBackend implements Backend {
    * stream (callers read data whose producers have finished: every plan step ends in a
    * synchronous read), so it overlaps them. Returns when the copy is done (pageable memory).
    */
-  #readOnCopyStream<T extends Int32Array>(ptr: number, out: T): T {
+  #readOnCopyStream<T extends Int32Array | Float64Array>(ptr: number, out: T): T {
     if (out.byteLength === 0) return out;
     const cu = this.#libs.cu;
     if (!this.#copyStream) {
@@ -1526,8 +1676,9 @@ export class CudaBackend implements Backend {
     if (this.#disposed) return;
     const cu = this.#libs.cu;
     cu.cuCtxSynchronize();
-    if (this.#statsOnDevice) this.#pool.release(this.#statsOnDevice.block);
-    this.#statsOnDevice = undefined;
+    this.#trimDeviceStats(true);
+    if (this.#kMeans) this.#pool.release(this.#kMeans.block);
+    this.#kMeans = undefined;
     this.#pool.trim();
     this.#disposed = true;
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
