@@ -261,8 +261,16 @@ interface DeviceStats {
   /** downloads the block statistics into the object, if it is still alive and unread */
   readonly materialize: () => void;
 }
-/** at most this many statistics keep their block scores on the device only */
-const DEVICE_STATS_KEPT = 4;
+/**
+ * At most this many statistics, and this many bytes of them, keep their block scores on the
+ * device only (256 MiB: ~85 plans at 512k, ~340 at 128k). Older ones are downloaded into
+ * their objects when newer ones need the room, if the objects are still alive; a plan loop
+ * whose statistics are collected by then never downloads them. With a cap of 4 (session 7,
+ * run 3) a loop that dropped its plans still downloaded one a call (the objects were not
+ * collected yet): proxyStats wall at 128k 0.75 -> 1.0 ms.
+ */
+const DEVICE_STATS_KEPT = 64;
+const DEVICE_STATS_BYTES = 256 * 2 ** 20;
 const STATS_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; entry: DeviceStats }>((h) => {
   h.owner.releaseCollectedStats(h.entry);
 });
@@ -332,8 +340,8 @@ export class CudaBackend implements Backend {
    * The device buffers behind recent statistics (newest last). Their block scores stay there
    * until read (a getter downloads them; a device selection for those statistics reads them
    * in place), until the statistics object is collected (FinalizationRegistry), or until
-   * DEVICE_STATS_KEPT newer ones push it out (then they are downloaded first, if the object
-   * is alive). dispose downloads what is left.
+   * newer ones need the room (DEVICE_STATS_KEPT, DEVICE_STATS_BYTES; then they are
+   * downloaded first, if the object is alive). dispose downloads what is left.
    */
   #deviceStats: DeviceStats[] = [];
   /**
@@ -354,8 +362,10 @@ export class CudaBackend implements Backend {
       if (list[i].ref.deref() === undefined) this.#dropStats(list.splice(i, 1)[0]);
     }
     const keep = disposing ? 0 : DEVICE_STATS_KEPT - 1;
-    while (list.length > keep) {
+    let bytes = list.reduce((a, e) => a + e.block.size, 0);
+    while (list.length > keep || (list.length > 0 && bytes > DEVICE_STATS_BYTES)) {
       const e = list.shift() as DeviceStats;
+      bytes -= e.block.size;
       try {
         e.materialize();
       } catch (err) {
