@@ -142,15 +142,16 @@ export function defaultProxyLayout(computeCapability: readonly [number, number])
 }
 
 /**
- * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 6, commit
- * 17ece4d: wgw attention, wg proxy passes, device selection;
+ * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 7, commit
+ * 8e4bb9e: wgw attention, the fused wg proxy pass, device selection;
  * apps/bench/results/nvidia-h200-synth/bench.md): CRISP end to end (statistics, routing,
  * selection, mask, sparse kernel) against the dense kernel on the @crisp/synth llama-like
- * layer (H = 32, Hkv = 8, d = 128, bf16): 1.92 vs 1.70 ms at 8k (dense wins), 1.90 vs
- * 5.48 ms at 16k (CRISP 2.9x); the log-n interpolation of the ratio crosses 1 at 8,818
- * keys. (Session 5: 10,436; session 4: 11,146; session 3 with the w32 kernels: 13,018.)
+ * layer (H = 32, Hkv = 8, d = 128, bf16): 1.28 vs 1.62 ms at 8k (CRISP 1.27x), 1.79 vs 5.62
+ * ms at 16k. CRISP wins at the smallest size measured, so the crossover is at or below 8,192
+ * keys; the gate stays there (not measured below). (Session 6: 8,818; session 5: 10,436;
+ * session 4: 11,146; session 3 with the w32 kernels: 13,018.)
  */
-export const CUDA_SPARSE_CROSSOVER = 8818;
+export const CUDA_SPARSE_CROSSOVER = 8192;
 
 const LOG2E = Math.LOG2E;
 /** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy.cu) */
