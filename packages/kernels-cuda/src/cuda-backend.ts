@@ -45,6 +45,7 @@ import {
   validateMask,
 } from '@crisp/core';
 import { compileCubin, defaultCacheDir, defaultKernelDir, kernelSource } from './compile.js';
+import { deferFields } from './deferred-fields.js';
 import { type CudaLibs, type Handle, check, loadCuda } from './ffi.js';
 import { type DeviceBlock, DevicePool } from './pool.js';
 
@@ -391,53 +392,6 @@ export class CudaBackend implements Backend {
     if (i >= 0) this.#dropStats(this.#deviceStats.splice(i, 1)[0]);
   }
 
-  /**
-   * verticalBlocks, slashBlocks and pooledEstimate of a ProxyStats as getters that download
-   * the 3·HNb f64 at `ptr` on first read (copy stream: the producers finished before
-   * proxyStats returned) and then become plain values.
-   */
-  #lazyBlockStats(ptr: number, HNb: number): { attach: (s: ProxyStats) => void; materialize: () => void } {
-    // weak: the backend's list and finalizer must not keep the statistics alive
-    let target: WeakRef<ProxyStats> | undefined;
-    let failure: Error | undefined;
-    const fields = ['verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const;
-    const load = (): void => {
-      const t = target?.deref();
-      if (!t || !fields.some((f) => Object.getOwnPropertyDescriptor(t, f)?.get)) return;
-      if (failure) throw failure;
-      const all = this.#readOnCopyStream(ptr, new Float64Array(3 * HNb));
-      fields.forEach((f, i) => {
-        Object.defineProperty(t, f, { value: all.subarray(i * HNb, (i + 1) * HNb), enumerable: true, writable: false, configurable: false });
-      });
-    };
-    return {
-      attach: (s) => {
-        target = new WeakRef(s);
-        for (const f of fields) {
-          Object.defineProperty(s, f, {
-            enumerable: true,
-            configurable: true,
-            get: () => {
-              load();
-              return s[f];
-            },
-          });
-        }
-      },
-      materialize: () => {
-        try {
-          load();
-        } catch (e) {
-          failure = new CrispError(
-            'BACKEND_ERROR',
-            `proxy statistics: the block statistics could not be downloaded before their device buffer was released (${(e as Error).message})`,
-            { cause: String((e as Error).message) },
-          );
-          throw failure;
-        }
-      },
-    };
-  }
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
 
   static #checkVariant(v: string): AttentionVariant {
@@ -975,7 +929,7 @@ export class CudaBackend implements Backend {
       // (lazyBlockStats), as a device selection reads them where they are.
       const head = this.#read(out.ptr, new Float64Array(1 + 2 * H));
       const nonFinite = head[0];
-      const lazy = this.#lazyBlockStats(st + 2 * H * 8, H * Nb);
+      const HNb = H * Nb;
       const stats = {
         n,
         heads: H,
@@ -992,7 +946,26 @@ export class CudaBackend implements Backend {
           : {}),
         finite: nonFinite === 0,
       } as unknown as ProxyStats;
-      lazy.attach(stats);
+      // the block statistics: on first read (copy stream: their kernels finished before the
+      // read above), or when the backend needs their buffer back (#trimDeviceStats)
+      const lazy = deferFields(
+        stats,
+        ['verticalBlocks', 'slashBlocks', 'pooledEstimate'],
+        () => {
+          const all = this.#readOnCopyStream(st + 2 * H * 8, new Float64Array(3 * HNb));
+          return {
+            verticalBlocks: all.subarray(0, HNb),
+            slashBlocks: all.subarray(HNb, 2 * HNb),
+            pooledEstimate: all.subarray(2 * HNb, 3 * HNb),
+          };
+        },
+        (e) =>
+          new CrispError(
+            'BACKEND_ERROR',
+            `proxy statistics: the block statistics could not be downloaded before their device buffer was released (${(e as Error).message})`,
+            { cause: String((e as Error).message) },
+          ),
+      );
       if (nonFinite !== 0) {
         // names the first bad statistic (NonFiniteError); the device count says one exists
         assertFiniteStats(stats);
