@@ -354,11 +354,15 @@ export class CudaBackend implements Backend {
   #kMeans: { block: DeviceBlock; k: WeakRef<CudaTensor>; version: number; B: number } | undefined;
 
   /**
-   * Makes room for one more entry in #deviceStats: collected statistics release their
-   * buffers; beyond DEVICE_STATS_KEPT (or all, disposing) the oldest are downloaded into
-   * their objects and released. On dispose a failed download is kept for the getters to throw.
+   * What proxyStats keeps between calls, given back before the next call (or all of it on
+   * dispose): the key block means, and room for one more entry in #deviceStats (collected
+   * statistics release their buffers; beyond DEVICE_STATS_KEPT or DEVICE_STATS_BYTES, or all
+   * when disposing, the oldest are downloaded into their objects and released). On dispose a
+   * failed download is kept for the getters to throw.
    */
-  #trimDeviceStats(disposing: boolean): void {
+  #releaseRetained(disposing: boolean): void {
+    if (this.#kMeans) this.#pool.release(this.#kMeans.block);
+    this.#kMeans = undefined;
     const list = this.#deviceStats;
     for (let i = list.length - 1; i >= 0; i--) {
       if (list[i].ref.deref() === undefined) this.#dropStats(list.splice(i, 1)[0]);
@@ -755,11 +759,9 @@ export class CudaBackend implements Backend {
     const kt = this.#tensor(k, 'k');
     this.#assertFinite(qt, 'q');
     this.#assertFinite(kt, 'k');
-    // the previous statistics' device copy goes back to the pool first, so this call's
-    // buffer reuses it (allocating a second one cost the first prefill after a warm-up ~1 ms)
-    this.#trimDeviceStats(false);
-    if (this.#kMeans) this.#pool.release(this.#kMeans.block);
-    this.#kMeans = undefined;
+    // room for this call's retained buffers: collected or surplus statistics and the last
+    // key block means go back to the pool first, so this call's blocks can reuse them
+    this.#releaseRetained(false);
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
@@ -947,7 +949,7 @@ export class CudaBackend implements Backend {
         finite: nonFinite === 0,
       } as unknown as ProxyStats;
       // the block statistics: on first read (copy stream: their kernels finished before the
-      // read above), or when the backend needs their buffer back (#trimDeviceStats)
+      // read above), or when the backend needs their buffer back (#releaseRetained)
       const lazy = deferFields(
         stats,
         ['verticalBlocks', 'slashBlocks', 'pooledEstimate'],
@@ -1058,14 +1060,13 @@ export class CudaBackend implements Backend {
     // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
     const qm = this.#scratch(nh * Nb * D * 4);
     const cached = this.#kMeans;
-    const reuse = cached !== undefined && cached.k.deref() === kt && cached.version === kt.version && cached.B === B;
-    const km = reuse ? undefined : this.#scratch(Hkv * Nb * D * 4);
-    const kmPtr = km ? km.ptr : (cached as { block: DeviceBlock }).block.ptr;
+    const reused = cached && cached.k.deref() === kt && cached.version === kt.version && cached.B === B ? cached.block : undefined;
+    const km = reused ?? this.#scratch(Hkv * Nb * D * 4);
     const hd = this.#uploadArray(Int32Array.from(heads));
     const parts: PePart[] = [];
     try {
       this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, nh], D, 0, [P(qt.ptr), P(hd.ptr), P(qm.ptr), I(n), I(H), I(D), I(B)]);
-      if (km) {
+      if (!reused) {
         const bm = `block_means_${dtype}`;
         this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
       }
@@ -1075,7 +1076,7 @@ export class CudaBackend implements Backend {
       for (let c0 = 0; c0 < nh; c0 += chunk) {
         const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
         // this chunk's Q̄ rows start at its first head's position in the list
-        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, kmPtr, sub, H, Hkv, Nb, D, scale, gamma));
+        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, km.ptr, sub, H, Hkv, Nb, D, scale, gamma));
       }
       overlap?.();
       return parts;
@@ -1083,7 +1084,7 @@ export class CudaBackend implements Backend {
       for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
       throw e;
     } finally {
-      this.releaseBlocks(km ? [qm, km, hd] : [qm, hd]);
+      this.releaseBlocks(reused ? [qm, hd] : [qm, km, hd]);
     }
   }
 
@@ -1251,7 +1252,7 @@ export class CudaBackend implements Backend {
     let pv: number;
     let ps: number;
     const kept = this.#deviceStats.find((e) => e.ref.deref() === stats);
-    if (kept && stats.blockSize === B) {
+    if (kept) {
       pv = kept.block.ptr + 8 + 2 * H * 8; // after the non-finite count, C_struct and the entropies
       ps = pv + HNb * 8;
     } else {
@@ -1420,7 +1421,7 @@ export class CudaBackend implements Backend {
     try {
       const vsDev = device ? this.#selectOnDevice(device, H, Nb, B, temp) : undefined;
       // the PE heads' rows on the device (one part), or joined on the host (several)
-      let pe: { part: PePart; heads: readonly number[] } | undefined;
+      let pePart: PePart | undefined;
       let peHost: BlockRows | undefined;
       // the PE heads' rows, spread to all heads on the device (the host-joined case uploads them)
       let rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined;
@@ -1436,7 +1437,7 @@ export class CudaBackend implements Backend {
           if (parts.length === 1) {
             // held until peRows() reads them (or the prepared mask is released)
             held.push(parts[0].rowPtrD, parts[0].cols);
-            pe = { part: parts[0], heads: r.heads };
+            pePart = parts[0];
             rows = { rowPtr: parts[0].rowPtrD.ptr, cols: parts[0].cols.ptr, heads: r.heads };
           } else {
             // pooled maps over 4 GiB (beyond Llama shapes at 512k): join on the host
@@ -1460,15 +1461,15 @@ export class CudaBackend implements Backend {
       const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
       PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
       held.length = 0;
-      if (!pe && !peHost) return { prepared, ...(device ? { vs } : {}) };
+      if (!pePart && !peHost) return { prepared, ...(device ? { vs } : {}) };
       let taken = false;
       const peRows = async (): Promise<BlockRows> => {
         if (taken) throw new InvalidArgumentError('peRows() was already called for this prepared mask');
         if (prepared.released) throw new InvalidArgumentError('peRows() after the prepared mask was released');
         taken = true;
-        if (peHost || !pe) return peHost as BlockRows;
+        if (peHost) return peHost;
         // on the copy stream: the PE kernels finished before #expand's read
-        const part = pe.part;
+        const part = pePart as PePart;
         const got = this.#pePartToHost(part, (ptr, out) => this.#readOnCopyStream(ptr, out));
         // the expanded rows are what runs; the PE rows' device copy is no longer needed
         for (const b of [part.rowPtrD, part.cols]) {
@@ -1660,9 +1661,7 @@ export class CudaBackend implements Backend {
     if (this.#disposed) return;
     const cu = this.#libs.cu;
     cu.cuCtxSynchronize();
-    this.#trimDeviceStats(true);
-    if (this.#kMeans) this.#pool.release(this.#kMeans.block);
-    this.#kMeans = undefined;
+    this.#releaseRetained(true);
     this.#pool.trim();
     this.#disposed = true;
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
