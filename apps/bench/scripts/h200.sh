@@ -66,8 +66,8 @@ case "$phase" in
     ;;
   cuda-plan)
     # Session 6's plan checks (results/cuda-h200-session6): proxy layouts against float64
-    # (small shapes, 128k) and timed (128k, 512k); conformance with the defaults (wg proxy
-    # passes, wgw attention, device selection); CRISP end to end on the synth layer at 128k
+    # (small shapes, 128k) and timed (128k, 512k), fused and two-pass; conformance with the
+    # defaults (the fused wg proxy pass, wgw attention, device selection); CRISP end to end on the synth layer at 128k
     # and 512k, timed and profiled, with its VS lists checked against the host selector.
     timeout -s KILL 140 $CUDA --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --budget 130 \
       --out "$out/proxy-128k" > "$out/proxy-128k.log" 2>&1
