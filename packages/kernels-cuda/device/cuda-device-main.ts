@@ -881,6 +881,29 @@ if (phase === 'all' || phase === 'bench') {
         for (const x of kernels.slice(0, 16)) log(`  ${n} ${x.kernel}: ${x.ms.toFixed(3)} ms (${x.calls} calls)`);
         log(`  ${n} plan phases (profiled, serialised) ${JSON.stringify(pr.plan.phases)}`);
       }
+      // --trace 1: one more prefill with a timeline of its launches (not serialised): device
+      // start/end of each kernel and the host's clock at each launch and synchronous read
+      let trace: unknown;
+      if (arg('trace', '') === '1') {
+        await be.synchronize();
+        be.startTrace();
+        const tr = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os });
+        const entries = be.stopTrace();
+        trace = { entries, timings: tr.timings };
+        let prevEnd = 0;
+        for (const e of entries) {
+          if (e.startMs === undefined) {
+            log(`  trace ${n} host ${e.hostMs.toFixed(3)}..${e.hostEndMs?.toFixed(3)} ${e.name}`);
+            continue;
+          }
+          const gap = e.startMs - prevEnd;
+          log(
+            `  trace ${n} host ${e.hostMs.toFixed(3)} dev ${e.startMs.toFixed(3)}..${e.endMs!.toFixed(3)} (${(e.endMs! - e.startMs).toFixed(3)}) idle-before ${gap.toFixed(3)} ${e.name}`,
+          );
+          prevEnd = e.endMs!;
+        }
+        log(`  trace ${n} timings ${JSON.stringify(tr.timings)}`);
+      }
       let dense: number[] = [];
       let err: unknown;
       if (withDense) {
@@ -910,6 +933,7 @@ if (phase === 'all' || phase === 'bench') {
         speedupVsOwnDense: dense.length ? median(dense) / total : undefined,
         outputVsDense: err,
         profile,
+        trace,
       };
     } finally {
       for (const t of [q, k, v, os, od, oh]) t.dispose();

@@ -218,23 +218,121 @@ __device__ __forceinline__ void pe_radix_hist_body(const float* P, int Nb, int p
 }
 
 // One radix pass: histogram (count, fixed-point sum) of digit `pass` of the entries whose
-// higher digits equal the prefix found so far. Grid (X, nh), 512 threads, PE_HIST_SMEM
-// bytes of dynamic shared memory; X CTAs split each head's triangle evenly (the host picks
-// X for two CTAs an SM). The histogram is kept in 32 copies, one per lane index (slot
-// digit · 32 + lane: a warp's 32 atomics fall in 32 banks and never on one word, even
-// when the whole warp has the same digit, as pass 0's exponent digits mostly do); the
-// warps of the CTA share them. At the end each digit's 32 copies are summed (integers,
-// any order) and added to cnt and sum. Replaces a loop of one entry a thread per step with
-// __match_any_sync, two __reduce_add_sync and per-row 16-row CTAs (1.12 ms for 4 passes
-// at 512k, 3 heads, on the H200: latency bound, one 4-byte load a thread in flight, and
-// unbalanced rows). Same counts and sums bit for bit: each entry adds to_fix(v) exactly.
+// higher digits equal the prefix found so far, then, in the head's last CTA to finish, the
+// digit where the running sum from the top reaches the target (pe_radix_choose). Grid (X,
+// nh), 512 threads, PE_HIST_SMEM bytes of dynamic shared memory; X CTAs split each head's
+// triangle evenly (the host picks X for two CTAs an SM). The histogram is kept in 32
+// copies, one per lane index (slot digit · 32 + lane: a warp's 32 atomics fall in 32 banks
+// and never on one word, even when the whole warp has the same digit, as pass 0's exponent
+// digits mostly do); the warps of the CTA share them. At the end each digit's 32 copies are
+// summed (integers, any order) and added to cnt and sum. Replaces a loop of one entry a
+// thread per step with __match_any_sync, two __reduce_add_sync and per-row 16-row CTAs
+// (1.12 ms for 4 passes at 512k, 3 heads, on the H200: latency bound, one 4-byte load a
+// thread in flight, and unbalanced rows). Same counts and sums bit for bit: each entry adds
+// to_fix(v) exactly.
+//
+// The choice was a kernel of its own (pe_radix_select: one thread a head walking the 256
+// digits through global memory, ~31 us a pass on the H200, latency bound) and each pass
+// needed two memsets first. Now the last CTA of a head (a ticket counter, done[head])
+// chooses with 256 threads and a suffix scan, then zeroes the head's cnt, sum and ticket for
+// the next pass: the host zeroes them once, before pass 0.
+//
+// state per head (u64 words): [0] prefix, [1] sumAbove, [2] countAbove, [3] target,
+// [4] tauBits, [5] r (τ-equal entries to keep), [6] countEqual.
+__device__ __forceinline__ void pe_radix_choose(u32* cnt, u64* sum, u64* state, u32* prefix, int hi, int pass,
+                                                double gamma, unsigned char* smem, int& lowest) {
+  // reuses the histogram's shared memory (every thread is past it): suffix sums S[d] =
+  // Σ_{d' >= d} sum, C[d] likewise for counts, S[256] = C[256] = 0
+  u64* S = reinterpret_cast<u64*>(smem);
+  u32* C = reinterpret_cast<u32*>(smem + 2 * 257 * 8);
+  const int d = threadIdx.x;
+  u32* c = cnt + hi * 256;
+  u64* s = sum + hi * 256;
+  u64* st = state + hi * 8;
+  if (d < 256) {
+    const u32 cd = __ldcg(c + d);
+    S[d] = __ldcg(s + d);
+    C[d] = cd;
+    if (cd != 0) atomicMin(&lowest, d);
+  } else if (d == 256) {
+    S[256] = 0;
+    C[256] = 0;
+  }
+  __syncthreads();
+  // inclusive suffix scan, Hillis-Steele over 256 entries (integers: exact in any order)
+  for (int off = 1; off < 256; off <<= 1) {
+    u64 sv = 0;
+    u32 cv = 0;
+    if (d < 256 && d + off < 256) {
+      sv = S[d + off];
+      cv = C[d + off];
+    }
+    __syncthreads();
+    if (d < 256) {
+      S[d] += sv;
+      C[d] += cv;
+    }
+    __syncthreads();
+  }
+  u64 target, above0, cAbove0, pre0;
+  if (pass == 0) {
+    const u64 t = __double2ull_ru(gamma * (double)S[0]);
+    target = t < 1ull ? 1ull : t;
+    above0 = 0;
+    cAbove0 = 0;
+    pre0 = 0;
+  } else {
+    pre0 = st[0];
+    above0 = st[1];
+    cAbove0 = st[2];
+    target = st[3];
+  }
+  // P(d): above0 + S[d] >= target holds for d <= d* (S falls with d); d* has a non-empty bin
+  // (an empty one would give P(d* + 1) too), so it is the first non-empty digit from the top
+  // whose sum reaches the target, as the one-thread walk chose. None: rounding left the
+  // target unreached, and everything down to the lowest non-empty digit is taken.
+  const int npass = __syncthreads_count(d < 256 && above0 + S[d] >= target);
+  if (d == 0) {
+    int chosen = npass > 0 ? npass - 1 : (lowest < 256 ? lowest : 0);
+    const u64 above = above0 + S[chosen + 1];
+    const u64 cAbove = cAbove0 + C[chosen + 1];
+    const u32 pre = (u32)((pre0 << 8) | (u32)chosen);
+    st[0] = pre;
+    st[1] = above;
+    st[2] = cAbove;
+    st[3] = target;
+    prefix[hi] = pre;
+    if (pass == 3) {
+      const float tau = __uint_as_float(pre);
+      const u64 tf = to_fix(tau);
+      const u64 eq = C[chosen] - C[chosen + 1];
+      u64 r = eq;
+      if (tf > 0 && target > above) r = (target - above + tf - 1) / tf;
+      if (r < 1) r = 1;
+      if (r > eq) r = eq;
+      st[4] = pre;
+      st[5] = r;
+      st[6] = eq;
+    }
+  }
+  // the next pass starts from zero
+  if (d < 256) {
+    c[d] = 0;
+    s[d] = 0;
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
-    pe_radix_hist(const float* P, int Nb, int pass, const u32* prefix, u32* cnt, u64* sum) {
+    pe_radix_pass(const float* P, int Nb, int pass, u32* prefix, u32* cnt, u64* sum, u64* state, u32* done,
+                  double gamma) {
   extern __shared__ uint4 pe_hist_smem[];
+  __shared__ bool last;
+  __shared__ int lowest;  // pe_radix_choose's lowest non-empty digit
   u32* hc = reinterpret_cast<u32*>(pe_hist_smem);
   u32* hl = hc + 256 * 32;
   u32* hh = hl + 256 * 32;
   for (int i = threadIdx.x; i < PE_HIST_SMEM / 16; i += PE_HIST_THREADS) pe_hist_smem[i] = make_uint4(0u, 0u, 0u, 0u);
+  if (threadIdx.x == 0) lowest = 256;
   __syncthreads();
   const int hi = blockIdx.y;
   const u32 pre = prefix[hi];
@@ -255,65 +353,15 @@ extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
       atomicAdd(&sum[hi * 256 + d], s);
     }
   }
-}
-
-// state per head (u64 words): [0] prefix, [1] sumAbove, [2] countAbove, [3] target,
-// [4] tauBits, [5] r (τ-equal entries to keep), [6] countEqual.
-extern "C" __global__ void pe_radix_select(const u32* cnt, const u64* sum, u64* state, u32* prefix, int nh, int pass,
-                                           double gamma) {
-  const int hi = blockIdx.x * blockDim.x + threadIdx.x;
-  if (hi >= nh) return;
-  u64* st = state + hi * 8;
-  const u32* c = cnt + hi * 256;
-  const u64* s = sum + hi * 256;
-  if (pass == 0) {
-    u64 total = 0;
-    for (int d = 0; d < 256; d++) total += s[d];
-    const u64 t = __double2ull_ru(gamma * (double)total);
-    st[0] = 0;
-    st[1] = 0;
-    st[2] = 0;
-    st[3] = t < 1ull ? 1ull : t;
-  }
-  const u64 target = st[3];
-  u64 above = st[1], cAbove = st[2];
-  int chosen = -1;
-  for (int d = 255; d >= 0; d--) {
-    if (c[d] == 0) continue;
-    if (above + s[d] >= target) {
-      chosen = d;
-      break;
-    }
-    above += s[d];
-    cAbove += c[d];
-  }
-  if (chosen < 0) {  // rounding left the target unreached: take everything down to the lowest bin
-    for (int d = 0; d < 256; d++)
-      if (c[d] != 0) {
-        chosen = d;
-        above -= s[d];
-        cAbove -= c[d];
-        break;
-      }
-    if (chosen < 0) chosen = 0;
-  }
-  st[1] = above;
-  st[2] = cAbove;
-  const u32 pre = (u32)((st[0] << 8) | (u32)chosen);
-  st[0] = pre;
-  prefix[hi] = pre;
-  if (pass == 3) {
-    const float tau = __uint_as_float(pre);
-    const u64 tf = to_fix(tau);
-    const u64 eq = c[chosen];
-    u64 r = eq;
-    if (tf > 0 && target > above) r = (target - above + tf - 1) / tf;
-    if (r < 1) r = 1;
-    if (r > eq) r = eq;
-    st[4] = pre;
-    st[5] = r;
-    st[6] = eq;
-  }
+  // this CTA's adds are visible device-wide before its ticket is taken
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&done[hi], 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  pe_radix_choose(cnt, sum, state, prefix, hi, pass, gamma, reinterpret_cast<unsigned char*>(pe_hist_smem), lowest);
+  if (threadIdx.x == 0) done[hi] = 0;
 }
 
 // Per row: entries > τ and entries == τ. Grid (Nb, nh), 256 threads.

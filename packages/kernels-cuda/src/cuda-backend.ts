@@ -295,6 +295,23 @@ interface PeRequest {
   readonly scale: number;
 }
 
+/** One entry of a trace (startTrace): a launch (device start/end) or a host wait (hostEndMs). */
+export interface TraceEntry {
+  readonly name: string;
+  /** host clock at the launch, or at the start of the wait, ms after startTrace */
+  readonly hostMs: number;
+  readonly hostEndMs?: number;
+  /** device times, ms after the first traced launch's start event */
+  readonly startMs?: number;
+  readonly endMs?: number;
+}
+
+interface TraceState {
+  readonly events: Handle[];
+  readonly entries: { name: string; host: number; hostEnd?: number; ev?: number }[];
+  readonly t0: number;
+}
+
 type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
 const P = (x: number): Arg => ['p', x];
 const I = (x: number): Arg => ['i', x];
@@ -397,6 +414,7 @@ export class CudaBackend implements Backend {
   }
 
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
+  #trace: TraceState | undefined;
 
   static #checkVariant(v: string): AttentionVariant {
     if (!Object.hasOwn(ATTENTION_VARIANTS, v)) {
@@ -570,11 +588,13 @@ export class CudaBackend implements Backend {
     }
     const prof = this.#profile;
     if (prof) check(this.#libs, this.#libs.cu.cuEventRecord(prof.a, this.#stream), 'cuEventRecord');
+    const tr = this.#trace ? this.#traceMark(name) : undefined;
     check(
       this.#libs,
       this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#stream, this.#argMem, null),
       `cuLaunchKernel(${name})`,
     );
+    if (tr) check(this.#libs, this.#libs.cu.cuEventRecord(tr, this.#stream), 'cuEventRecord');
     if (prof) {
       const cu = this.#libs.cu;
       check(this.#libs, cu.cuEventRecord(prof.b, this.#stream), 'cuEventRecord');
@@ -612,6 +632,68 @@ export class CudaBackend implements Backend {
     return [...prof.totals].map(([kernel, e]) => ({ kernel, ...e })).sort((x, y) => y.ms - x.ms);
   }
 
+  /**
+   * A timeline of the launches without serialising them (unlike startProfile): an event on
+   * the stream before and after each kernel, the host's clock at each launch and around each
+   * synchronous read. `stopTrace` waits for the stream and returns, per entry, the host time
+   * and the device times relative to the first launch's start event: where the GPU waited
+   * for the host (a start event well after the previous end) and where the host waited for
+   * the GPU (a read). For finding gaps, not for timing (the events add a little work).
+   */
+  startTrace(maxLaunches = 256): void {
+    this.#alive();
+    if (this.#trace) return;
+    const events: Handle[] = [];
+    for (let i = 0; i < 2 * maxLaunches; i++) {
+      const e = [null];
+      check(this.#libs, this.#libs.cu.cuEventCreate(e, 0), 'cuEventCreate');
+      events.push(e[0] as unknown as Handle);
+    }
+    this.#trace = { events, entries: [], t0: performance.now() };
+  }
+
+  stopTrace(): TraceEntry[] {
+    const tr = this.#trace;
+    if (!tr) return [];
+    this.#trace = undefined;
+    const cu = this.#libs.cu;
+    try {
+      check(this.#libs, cu.cuStreamSynchronize(this.#stream), 'cuStreamSynchronize');
+      const first = tr.entries.find((e) => e.ev !== undefined);
+      const rel = (e: Handle): number => {
+        const ms = [0];
+        check(this.#libs, cu.cuEventElapsedTime(ms, tr.events[first!.ev!], e), 'cuEventElapsedTime');
+        return ms[0];
+      };
+      return tr.entries.map((e) => ({
+        name: e.name,
+        hostMs: e.host - tr.t0,
+        ...(e.hostEnd !== undefined ? { hostEndMs: e.hostEnd - tr.t0 } : {}),
+        ...(e.ev !== undefined ? { startMs: rel(tr.events[e.ev]), endMs: rel(tr.events[e.ev + 1]) } : {}),
+      }));
+    } finally {
+      for (const e of tr.events) cu.cuEventDestroy(e);
+    }
+  }
+
+  /** Trace: records the start event of a launch and returns the end event to record after it. */
+  #traceMark(name: string): Handle | undefined {
+    const tr = this.#trace!;
+    const ev = 2 * tr.entries.filter((e) => e.ev !== undefined).length;
+    if (ev + 1 >= tr.events.length) {
+      tr.entries.push({ name, host: performance.now() });
+      return undefined;
+    }
+    tr.entries.push({ name, host: performance.now(), ev });
+    check(this.#libs, this.#libs.cu.cuEventRecord(tr.events[ev], this.#stream), 'cuEventRecord');
+    return tr.events[ev + 1];
+  }
+
+  /** Trace: a host-side wait (a synchronous read), from `host` to now. */
+  #traceWait(name: string, host: number): void {
+    this.#trace?.entries.push({ name, host, hostEnd: performance.now() });
+  }
+
   #scratch(bytes: number): DeviceBlock {
     return this.#pool.alloc(Math.max(4, bytes));
   }
@@ -631,7 +713,9 @@ export class CudaBackend implements Backend {
   }
 
   #read<T extends Float32Array | Int32Array | Float64Array | Uint16Array>(ptr: number, out: T): T {
+    const t = this.#trace ? performance.now() : 0;
     if (out.byteLength > 0) check(this.#libs, this.#libs.cu.cuMemcpyDtoH(out, ptr, out.byteLength), 'cuMemcpyDtoH');
+    if (this.#trace) this.#traceWait(`read ${out.byteLength} B`, t);
     return out;
   }
 
@@ -1102,16 +1186,16 @@ export class CudaBackend implements Backend {
     const nc = heads.length;
     const hd = this.#uploadArray(heads);
     const pm = this.#scratch(nc * Nb * Nb * 4);
-    const cnt = this.#scratch(nc * 256 * 4);
+    // [cnt nc·256][tickets nc][prefixes nc] u32
+    const cnt = this.#scratch(nc * 258 * 4);
     const sum = this.#scratch(nc * 256 * 8);
     const state = this.#scratch(nc * 8 * 8);
-    const prefix = this.#scratch(nc * 4);
     const strict = this.#scratch(nc * Nb * 4);
     const eq = this.#scratch(nc * Nb * 4);
     const eqStart = this.#scratch(nc * (Nb + 1) * 4);
     const kept = this.#scratch(nc * Nb * 4);
     const rowPtrD = this.#scratch((nc * Nb + 1) * 4);
-    const blocks = [hd, pm, cnt, sum, state, prefix, strict, eq, eqStart, kept, rowPtrD];
+    const blocks = [hd, pm, cnt, sum, state, strict, eq, eqStart, kept, rowPtrD];
     try {
       const tiles = Math.ceil(Nb / 64);
       this.#launch('pe.cu', 'pe_logits', [tiles, tiles, nc], 256, 0, [
@@ -1127,32 +1211,29 @@ export class CudaBackend implements Backend {
       ]);
       this.#launch('pe.cu', 'pe_softmax', [Nb, nc], 256, 0, [P(pm.ptr), I(Nb)]);
       const cu = this.#libs.cu;
-      check(this.#libs, cu.cuMemsetD32Async(prefix.ptr, 0, nc, this.#stream), 'cuMemsetD32Async');
-      // pe_radix_hist: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
+      // cnt, the tickets and the prefixes zeroed once: each pass's last CTA of a head zeroes
+      // that head's cnt, sum and ticket for the next pass (pe_radix_pass)
+      check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 258, this.#stream), 'cuMemsetD32Async');
+      check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
+      // pe_radix_pass: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
       // heads' CTAs together fill the SMs once (each does an equal share of its head's
       // triangle), fewer for small maps (about 64k entries a CTA at least).
       const histCtas = Math.max(
         1,
         Math.min(Math.floor((2 * this.info.multiprocessors) / nc), Math.ceil((Nb * Nb) / 131072)),
       );
+      const done = cnt.ptr + nc * 256 * 4;
+      const prefix = done + nc * 4;
       for (let pass = 0; pass < 4; pass++) {
-        check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 256, this.#stream), 'cuMemsetD32Async');
-        check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
-        this.#launch('pe.cu', 'pe_radix_hist', [histCtas, nc], 512, 96 * 1024, [
+        this.#launch('pe.cu', 'pe_radix_pass', [histCtas, nc], 512, 96 * 1024, [
           P(pm.ptr),
           I(Nb),
           I(pass),
-          P(prefix.ptr),
-          P(cnt.ptr),
-          P(sum.ptr),
-        ]);
-        this.#launch('pe.cu', 'pe_radix_select', [Math.ceil(nc / 32)], 32, 0, [
+          P(prefix),
           P(cnt.ptr),
           P(sum.ptr),
           P(state.ptr),
-          P(prefix.ptr),
-          I(nc),
-          I(pass),
+          P(done),
           D64(gamma),
         ]);
       }
@@ -1501,8 +1582,10 @@ export class CudaBackend implements Backend {
       check(this.#libs, cu.cuStreamCreate(s, 1), 'cuStreamCreate');
       this.#copyStream = s[0];
     }
+    const t = this.#trace ? performance.now() : 0;
     check(this.#libs, cu.cuMemcpyDtoHAsync(out, ptr, out.byteLength, this.#copyStream), 'cuMemcpyDtoHAsync');
     check(this.#libs, cu.cuStreamSynchronize(this.#copyStream), 'cuStreamSynchronize');
+    if (this.#trace) this.#traceWait(`copy-stream read ${out.byteLength} B`, t);
     return out;
   }
 
