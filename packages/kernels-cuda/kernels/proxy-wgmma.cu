@@ -21,6 +21,21 @@
 #include "proxy-common.cuh"
 
 #ifdef CRISP_WGMMA
+// issue_s (wgmma.cuh) with the k-steps' descriptors as the first step's plus a constant:
+// the address field is (addr & 0x3FFFF) >> 4 in the low 14 bits, and every operand lies
+// below 256 KiB of shared memory, so adding (offset >> 4) never carries out of it. Two
+// descriptors a tile instead of sixteen (the pass is issue-bound: NOTES.md, session 8).
+template <int D, int BN, int BM, bool BF16>
+__device__ __forceinline__ void proxy_issue_s(float* s, u32 qBase, u32 kBase) {
+  const u64 da = gmma_desc(qBase, 16, 1024), db = gmma_desc(kBase, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u32 pOff = (kk & 3) * 32;  // 16 columns = 32 bytes inside a panel
+    wgmma_ss<BN, BF16>(s, da + (((kk >> 2) * BM * 128 + pOff) >> 4), db + (((kk >> 2) * BN * 128 + pOff) >> 4),
+                       kk > 0 ? 1 : 0);
+  }
+}
+
 template <int D, int NWG, bool BF16, bool PASS1, int ST, bool FUSED = false>
 __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
                                               float* pl, float* pt, float* qMean, float* kMean,
@@ -56,13 +71,28 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   int nT = (n - ps + 63) / 64;
   if (nT > PART_TILES) nT = PART_TILES;
   const size_t kStride = (size_t)Hkv * D;
+  // A thread's 16-byte chunks of a tile: column chunk lch of rows lr + i·RSTEP, at fixed
+  // offsets from the tile's base (RSTEP is a multiple of 8, so the swizzle term is the same
+  // for all of them): the addresses are computed once, not per tile (Nsight Compute counted
+  // ~29 instructions a chunk when they were).
+  constexpr int RSTEP = NT / CH, LOADS = 64 / RSTEP;
+  static_assert(NT % CH == 0 && RSTEP % 8 == 0 && 64 % RSTEP == 0, "a thread's chunks share one swizzle term");
+  const int lr = tid / CH, lch = tid % CH;
+  const u32 dOff = pswz(64, lr, lch);
+  const u16* kBaseG = k + (size_t)kvh * D + lch * 8;
   auto loadK = [&](int t) {
     const int ks = ps + t * 64;
-    const u32 dst = sK + (t % ST) * TBYTES;
-    for (int c = tid; c < 64 * CH; c += NT) {
-      const int r = c / CH, ch = c % CH, key = ks + r;
-      cp_async16(dst + pswz(64, r, ch), k + (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8,
-                 key < n ? 16 : 0);
+    const u32 dst = sK + (t % ST) * TBYTES + dOff;
+    if (ks + 64 <= n) {
+      const u16* src = kBaseG + (size_t)(ks + lr) * kStride;
+#pragma unroll
+      for (int i = 0; i < LOADS; i++) cp_async16(dst + i * RSTEP * 128, src + (size_t)i * RSTEP * kStride, 16);
+    } else {
+#pragma unroll
+      for (int i = 0; i < LOADS; i++) {
+        const int key = ks + lr + i * RSTEP;
+        cp_async16(dst + i * RSTEP * 128, kBaseG + (size_t)(key < n ? key : n - 1) * kStride, key < n ? 16 : 0);
+      }
     }
   };
   // the proxy rows n − b .. n − 1 (rows past b land as zeros)
@@ -122,7 +152,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
       const u32 kBase = sK + (tt % ST) * TBYTES;
       reg_fence<32>(s);
       wgmma_fence();
-      issue_s<D, 64, BM, BF16>(s, qBase, kBase);
+      proxy_issue_s<D, 64, BM, BF16>(s, qBase, kBase);
       wgmma_commit();
       wgmma_wait0();
       reg_fence<32>(s);
@@ -138,7 +168,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
         constexpr int LGF = FUSED ? LGB : 0;
         float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         const bool win = FUSED && (ks < s0 || ks + 63 >= l0);
-        if (edge) {
+        if (edge || win) {
           proxy_p1_update<true, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         } else {
           proxy_p1_update<false, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);

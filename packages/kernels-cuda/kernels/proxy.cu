@@ -207,7 +207,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
       float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (edge) {
+      if (edge || win) {
         proxy_p1_update<true, LGB>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt],
                                    lA[mt], lB[mt], tA[mt], tB[mt], split, s0, l0, win);
       } else {

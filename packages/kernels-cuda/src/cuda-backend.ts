@@ -689,13 +689,26 @@ export class CudaBackend implements Backend {
     return tr.events[ev + 1];
   }
 
+  /** Trace: a point on the host's clock. */
+  #traceHost(name: string): void {
+    if (this.#trace) {
+      const t = performance.now();
+      this.#trace.entries.push({ name: `(host) ${name}`, host: t, hostEnd: t });
+    }
+  }
+
   /** Trace: a host-side wait (a synchronous read), from `host` to now. */
   #traceWait(name: string, host: number): void {
     this.#trace?.entries.push({ name, host, hostEnd: performance.now() });
   }
 
   #scratch(bytes: number): DeviceBlock {
-    return this.#pool.alloc(Math.max(4, bytes));
+    if (!this.#trace) return this.#pool.alloc(Math.max(4, bytes));
+    const t = performance.now();
+    const misses = this.#pool.misses;
+    const b = this.#pool.alloc(Math.max(4, bytes));
+    if (this.#pool.misses !== misses) this.#traceWait(`cuMemAlloc ${b.size} B`, t);
+    return b;
   }
 
   /**
@@ -707,7 +720,9 @@ export class CudaBackend implements Backend {
   #uploadArray(a: Int32Array | Float64Array): DeviceBlock {
     const b = this.#scratch(a.byteLength);
     if (a.byteLength > 0) {
+      const t = this.#trace ? performance.now() : 0;
       check(this.#libs, this.#libs.cu.cuMemcpyHtoDAsync(b.ptr, a, a.byteLength, this.#stream), 'cuMemcpyHtoDAsync');
+      if (this.#trace) this.#traceWait(`upload ${a.byteLength} B`, t);
     }
     return b;
   }
@@ -828,6 +843,7 @@ export class CudaBackend implements Backend {
 
   async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
     this.#alive();
+    this.#traceHost('proxyStats()');
     const shape = this.#selectionShape(q, k);
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
@@ -846,6 +862,7 @@ export class CudaBackend implements Backend {
     // room for this call's retained buffers: collected or surplus statistics and the last
     // key block means go back to the pool first, so this call's blocks can reuse them
     this.#releaseRetained(false);
+    this.#traceHost('proxyStats: checked, retained released');
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
@@ -877,7 +894,10 @@ export class CudaBackend implements Backend {
     const qm = this.#scratch(H * D * f4);
     const km = this.#scratch(Hkv * Nb * D * f4);
     // one more f64: the count of non-finite statistics (count_nonfinite_f64)
-    const out = this.#scratch((outLen + 1) * 8);
+    // held by the statistics until read or collected (#deviceStats): taken in slabs of 16,
+    // so that calls whose earlier statistics are not collected yet do not each pay a
+    // cuMemAlloc (0.31 ms at 128k in session 8's trace)
+    const out = this.#pool.allocBatch((outLen + 1) * 8, 16);
     const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : [])];
     try {
       const scaleLog2 = scale * LOG2E;
@@ -1065,6 +1085,7 @@ export class CudaBackend implements Backend {
       this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
       blocks.splice(blocks.indexOf(out), 1);
       blocks.splice(blocks.indexOf(km), 1);
+      this.#traceHost('proxyStats: returns');
       return stats;
     } finally {
       for (const x of blocks) this.#pool.release(x);
@@ -1480,6 +1501,7 @@ export class CudaBackend implements Backend {
    */
   async prepareMask(req: PrepareMaskRequest): Promise<PreparedMaskResult> {
     this.#alive();
+    this.#traceHost('prepareMask()');
     const { heads: H, numBlocks: Nb, blockSize: B } = req ?? ({} as PrepareMaskRequest);
     assertBlockSize(B, this.capabilities.blockSizes);
     if (!req.vs) throw new InvalidArgumentError('prepareMask needs the VS lists (empty lists for heads without any)');
@@ -1531,6 +1553,7 @@ export class CudaBackend implements Backend {
           }
         }
       }
+      this.#traceHost('prepareMask: PE queued');
       const e = this.#expand(H, Nb, vsDev ? { device: vsDev.ptrs } : selectVs(), rows, temp);
       held.push(e.rowPtr, e.cols);
       // the device's lists to the host, on the copy stream (vs_pack finished before #expand's

@@ -25,6 +25,11 @@ export class DevicePool {
   readonly #free = new Map<number, number[]>();
   #pooledBytes = 0;
   #liveBytes = 0;
+  #misses = 0;
+  /** slabs carved by allocBatch: base pointer -> the children's pointers and size class */
+  readonly #slabs = new Map<number, { size: number; children: number[] }>();
+  /** a carved child's slab base */
+  readonly #slabOf = new Map<number, number>();
 
   constructor(libs: CudaLibs) {
     this.#libs = libs;
@@ -36,6 +41,10 @@ export class DevicePool {
   get liveBytes(): number {
     return this.#liveBytes;
   }
+  /** allocations the free lists could not serve (each a cuMemAlloc) */
+  get misses(): number {
+    return this.#misses;
+  }
 
   alloc(bytes: number): DeviceBlock {
     const size = sizeClass(bytes);
@@ -46,7 +55,15 @@ export class DevicePool {
       this.#liveBytes += size;
       return { ptr, size };
     }
+    const ptr = this.#driverAlloc(size);
+    this.#liveBytes += size;
+    return { ptr, size };
+  }
+
+  /** A fresh driver allocation of `size` bytes (one retry after emptying the pool). */
+  #driverAlloc(size: number): number {
     const out = [0];
+    this.#misses++;
     let r = this.#libs.cu.cuMemAlloc(out, size);
     if (r === 2) {
       this.trim();
@@ -64,8 +81,33 @@ export class DevicePool {
       }
       throw e;
     }
+    return Number(out[0]);
+  }
+
+  /**
+   * alloc, but a miss allocates `count` blocks of the size class in one cuMemAlloc (a slab)
+   * and keeps the rest pooled: for blocks that are held a while (retained statistics), so
+   * that a run of calls pays for one driver allocation, not one each (cuMemAlloc took
+   * ~0.3 ms for 0.8 MB on the H200 host). trim frees a slab once all its blocks are pooled.
+   */
+  allocBatch(bytes: number, count: number): DeviceBlock {
+    const size = sizeClass(bytes);
+    const list = this.#free.get(size);
+    if ((list && list.length > 0) || count <= 1) return this.alloc(bytes);
+    const base = this.#driverAlloc(size * count);
+    const children: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const ptr = base + i * size;
+      children.push(ptr);
+      this.#slabOf.set(ptr, base);
+    }
+    this.#slabs.set(base, { size, children });
+    const list2 = this.#free.get(size) ?? [];
+    this.#free.set(size, list2);
+    for (let i = count - 1; i >= 1; i--) list2.push(children[i]);
+    this.#pooledBytes += (count - 1) * size;
     this.#liveBytes += size;
-    return { ptr: Number(out[0]), size };
+    return { ptr: children[0], size };
   }
 
   release(block: DeviceBlock): void {
@@ -83,10 +125,28 @@ export class DevicePool {
   trim(): void {
     // queued kernels may still read blocks released after their launch
     this.#libs.cu.cuCtxSynchronize();
-    for (const [, list] of this.#free) {
-      for (const p of list) this.#libs.cu.cuMemFree(p);
+    const pooled = new Set<number>();
+    for (const [, list] of this.#free) for (const p of list) pooled.add(p);
+    // a slab goes back whole, once every block of it is pooled; until then its pooled blocks stay
+    const keep = new Set<number>();
+    for (const [base, slab] of this.#slabs) {
+      if (slab.children.every((c) => pooled.has(c))) {
+        this.#libs.cu.cuMemFree(base);
+        for (const c of slab.children) {
+          this.#slabOf.delete(c);
+          pooled.delete(c);
+        }
+        this.#slabs.delete(base);
+      } else {
+        for (const c of slab.children) if (pooled.has(c)) keep.add(c);
+      }
     }
-    this.#free.clear();
-    this.#pooledBytes = 0;
+    for (const p of pooled) if (!keep.has(p)) this.#libs.cu.cuMemFree(p);
+    for (const [size, list] of this.#free) {
+      const left = list.filter((p) => keep.has(p));
+      if (left.length) this.#free.set(size, left);
+      else this.#free.delete(size);
+    }
+    this.#pooledBytes = [...this.#free].reduce((a, [size, list]) => a + size * list.length, 0);
   }
 }
