@@ -310,6 +310,8 @@ interface TraceState {
   readonly events: Handle[];
   readonly entries: { name: string; host: number; hostEnd?: number; ev?: number }[];
   readonly t0: number;
+  /** the next unused start event (events come in start/end pairs) */
+  nextEvent: number;
 }
 
 type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
@@ -649,7 +651,7 @@ export class CudaBackend implements Backend {
       check(this.#libs, this.#libs.cu.cuEventCreate(e, 0), 'cuEventCreate');
       events.push(e[0] as unknown as Handle);
     }
-    this.#trace = { events, entries: [], t0: performance.now() };
+    this.#trace = { events, entries: [], t0: performance.now(), nextEvent: 0 };
   }
 
   stopTrace(): TraceEntry[] {
@@ -679,11 +681,12 @@ export class CudaBackend implements Backend {
   /** Trace: records the start event of a launch and returns the end event to record after it. */
   #traceMark(name: string): Handle | undefined {
     const tr = this.#trace!;
-    const ev = 2 * tr.entries.filter((e) => e.ev !== undefined).length;
+    const ev = tr.nextEvent;
     if (ev + 1 >= tr.events.length) {
       tr.entries.push({ name, host: performance.now() });
       return undefined;
     }
+    tr.nextEvent += 2;
     tr.entries.push({ name, host: performance.now(), ev });
     check(this.#libs, this.#libs.cu.cuEventRecord(tr.events[ev], this.#stream), 'cuEventRecord');
     return tr.events[ev + 1];
@@ -691,10 +694,7 @@ export class CudaBackend implements Backend {
 
   /** Trace: a point on the host's clock. */
   #traceHost(name: string): void {
-    if (this.#trace) {
-      const t = performance.now();
-      this.#trace.entries.push({ name: `(host) ${name}`, host: t, hostEnd: t });
-    }
+    if (this.#trace) this.#traceWait(`(host) ${name}`, performance.now());
   }
 
   /** Trace: a host-side wait (a synchronous read), from `host` to now. */
@@ -703,11 +703,16 @@ export class CudaBackend implements Backend {
   }
 
   #scratch(bytes: number): DeviceBlock {
-    if (!this.#trace) return this.#pool.alloc(Math.max(4, bytes));
+    return this.#allocTraced(() => this.#pool.alloc(Math.max(4, bytes)));
+  }
+
+  /** A pool allocation; while tracing, one the pool could not serve shows as a cuMemAlloc wait. */
+  #allocTraced(alloc: () => DeviceBlock): DeviceBlock {
+    if (!this.#trace) return alloc();
     const t = performance.now();
     const misses = this.#pool.misses;
-    const b = this.#pool.alloc(Math.max(4, bytes));
-    if (this.#pool.misses !== misses) this.#traceWait(`cuMemAlloc ${b.size} B`, t);
+    const b = alloc();
+    if (this.#pool.misses !== misses) this.#traceWait(`cuMemAlloc for ${b.size} B`, t);
     return b;
   }
 
@@ -897,7 +902,7 @@ export class CudaBackend implements Backend {
     // held by the statistics until read or collected (#deviceStats): taken in slabs of 16,
     // so that calls whose earlier statistics are not collected yet do not each pay a
     // cuMemAlloc (0.31 ms at 128k in session 8's trace)
-    const out = this.#pool.allocBatch((outLen + 1) * 8, 16);
+    const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
     const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : [])];
     try {
       const scaleLog2 = scale * LOG2E;

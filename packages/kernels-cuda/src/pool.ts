@@ -102,9 +102,9 @@ export class DevicePool {
       this.#slabOf.set(ptr, base);
     }
     this.#slabs.set(base, { size, children });
-    const list2 = this.#free.get(size) ?? [];
-    this.#free.set(size, list2);
-    for (let i = count - 1; i >= 1; i--) list2.push(children[i]);
+    const free = list ?? [];
+    this.#free.set(size, free);
+    for (let i = count - 1; i >= 1; i--) free.push(children[i]);
     this.#pooledBytes += (count - 1) * size;
     this.#liveBytes += size;
     return { ptr: children[0], size };
