@@ -904,6 +904,7 @@ export class CudaBackend implements Backend {
     // cuMemAlloc (0.31 ms at 128k in session 8's trace)
     const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
     const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : [])];
+    this.#traceHost('proxyStats: scratch taken');
     try {
       const scaleLog2 = scale * LOG2E;
       // wg (Hopper): B / 64 warpgroups, tiles at 1024-byte-aligned addresses (1024 bytes of
@@ -923,6 +924,7 @@ export class CudaBackend implements Backend {
       // Q rows, K tiles, the block means' two chunk partials per column for two blocks; the
       // fused pass's per-tile table (16 tiles x 4 values x B rows)
       const smem1 = slack + B * D * 2 + kTiles + 4 * D * f4 + (fused ? (PART_KEYS / 64) * 4 * B * f4 : 0);
+      this.#traceHost('proxyStats: launching the pass');
       // pass 1: grid [H, nParts], heads fastest (a kv group's query heads share K tiles in L2)
       this.#launch(file, p1, [H, nParts], threads, smem1, [
         P(qt.ptr),
