@@ -11,6 +11,7 @@ import {
   type BlockMask,
   type BlockRows,
   type DType,
+  type DeviceRouterRule,
   type DeviceSelectorRule,
   type DeviceTensor,
   type AttentionResult,
@@ -26,6 +27,7 @@ import {
   type Route,
   selectedBlockCounts,
   sparsePrefill,
+  spreadRowPtr,
   selectVsLists,
   toFloat32,
   vsHead,
@@ -109,7 +111,12 @@ export interface ConformanceCase {
   readonly dtype: DType;
   readonly shape: ShapeCase;
   /** what the backend must support for the case to apply */
-  readonly needs: { readonly blockSize: number; readonly chunked: boolean; readonly deviceSelector?: DeviceSelectorRule['kind'] };
+  readonly needs: {
+    readonly blockSize: number;
+    readonly chunked: boolean;
+    readonly deviceSelector?: DeviceSelectorRule['kind'];
+    readonly deviceRouter?: DeviceRouterRule['kind'];
+  };
   run(ctx: CaseContext): Promise<CaseOutcome>;
 }
 
@@ -339,6 +346,63 @@ function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
     return outcome(lines.length ? 1 : 0, 0, lines);
   });
   return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor' } };
+}
+
+/**
+ * The plan on the device (backends with planOnDevice): statistics with deferRead, then
+ * routing, selection, PE rows and expansion in one request. Exactly what the host parts give
+ * on the same statistics: the cStruct rule's routes, the noise floor's lists, the backend's
+ * own peBlockRows for the routed PE heads (checked against the reference by peBlockRows'
+ * case), and the union's block counts. τ sits between two heads' C_struct, so both routes
+ * occur.
+ */
+function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  const c = makeCase(`devicePlan/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const B = s.blockSize;
+    const be = ctx.backend;
+    const d = upload(be, x);
+    const H = s.heads;
+    const Nb = numBlocks(s.n, B);
+    const opts = { blockSize: B, wSink: B, wLocal: B };
+    const first = await be.proxyStats(d.q, d.k, opts);
+    const sorted = Array.from(first.cStruct).sort((a, b) => a - b);
+    const m = Math.max(1, Math.floor(H / 2));
+    const tauProxy = H > 1 ? (sorted[m - 1] + sorted[m]) / 2 : sorted[0];
+    const gamma = 0.8 + 0.15 * r();
+    const peK = 2;
+    const rule = { kind: 'noiseFloor' as const, alpha: 1, kMin: 2 * B };
+    const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true });
+    const res = await be.planOnDevice!({ stats, route: { kind: 'cStruct', tauProxy }, vs: rule, peK, pe: { q: d.q, k: d.k, gamma } });
+    const lines: string[] = [];
+    try {
+      assertFiniteStats(stats);
+      const routes = Array.from(stats.cStruct, (v): Route => (v >= tauProxy ? 'vs' : 'pe'));
+      if (!bitEqual(Array.from(res.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
+        lines.push(`routes ${res.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy})`);
+      }
+      const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK);
+      for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+        if (!bitEqual(res.vs[key], want[key])) lines.push(`${key} differs from the host selector's`);
+      }
+      const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
+      const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads: peHeads }) : undefined;
+      const gotRows = res.peRows ? await res.peRows() : undefined;
+      if (Boolean(gotRows) !== Boolean(wantRows)) lines.push(`PE rows ${gotRows ? 'returned' : 'missing'} for PE heads [${peHeads.join(',')}]`);
+      else if (gotRows && wantRows && !(bitEqual(gotRows.rowPtr, wantRows.rowPtr) && bitEqual(gotRows.cols, wantRows.cols))) {
+        lines.push(`PE rows differ from peBlockRows for heads [${peHeads.join(',')}]`);
+      }
+      const rows = wantRows ? { rowPtr: spreadRowPtr(wantRows.rowPtr, peHeads, H, Nb), cols: wantRows.cols } : undefined;
+      const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
+      if (!bitEqual(res.prepared.blockCounts, counts)) lines.push(`block counts ${res.prepared.blockCounts.join(',')} differ from the host's ${counts.join(',')}`);
+      if (!peHeads.length || peHeads.length === H) lines.push(`tauProxy ${tauProxy} gave one route to every head (the case needs both)`);
+    } finally {
+      res.prepared.release();
+      for (const t of Object.values(d)) t.dispose();
+    }
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: 'cStruct' } };
 }
 
 function peCase(dtype: DType, s: ShapeCase): ConformanceCase {
@@ -599,7 +663,7 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       if (use !== 'pipeline') {
         if (i === 0) out.push(transferCase(dtype, s), typedErrorsCase(dtype, s), nonFiniteCase(dtype, s));
         if (!chunked) {
-          out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s));
+          out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s), devicePlanCase(dtype, s));
           for (const f of FORMS) out.push(expandCase(dtype, s, f));
         }
         for (const f of FORMS) out.push(sparseCase(dtype, s, f));

@@ -95,6 +95,9 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (c.needs.deviceSelector && !(backend.prepareMask && backend.deviceSelectors?.includes(c.needs.deviceSelector))) {
     return `backend does not select with ${c.needs.deviceSelector} on the device`;
   }
+  if (c.needs.deviceRouter && !(backend.planOnDevice && backend.deviceRouters?.includes(c.needs.deviceRouter))) {
+    return `backend does not route with ${c.needs.deviceRouter} on the device`;
+  }
   return undefined;
 }
 

@@ -6,7 +6,7 @@
  */
 import type { BackendCapabilities } from './attention.js';
 import type { BlockMask, BlockRows, VsLists } from './mask.js';
-import type { DeviceSelectorRule, Route } from './policy.js';
+import type { DeviceRouterRule, DeviceSelectorRule, Route } from './policy.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
 import type { DType } from './dtype.js';
 import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
@@ -91,6 +91,33 @@ export interface PrepareMaskRequest {
   readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
 }
 
+/**
+ * A plan's routing, VS selection and mask building as one queue of device work
+ * (`Backend.planOnDevice`): heads routed by `route` over the statistics' C_struct, VS heads
+ * selected by `vs`, PE heads given their pooled-map rows (γ cut) and the `peK` best blocks
+ * of each direction, the union expanded and counted, all on the device.
+ */
+export interface DevicePlanRequest {
+  /** statistics from this backend's proxyStats (best with `deferRead`: nothing is read before the end) */
+  readonly stats: ProxyStats;
+  readonly route: DeviceRouterRule;
+  readonly vs: DeviceSelectorRule;
+  /** blocks per direction for PE heads (kMin / B) */
+  readonly peK: number;
+  /** the PE path's inputs: q and k the statistics came from, γ, the softmax scale (default 1/sqrt(d)) */
+  readonly pe: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly gamma: number; readonly scale?: number };
+}
+
+export interface DevicePlanResult {
+  readonly prepared: PreparedMask;
+  /** [H] the routes the device chose */
+  readonly routes: Route[];
+  /** the VS lists the device selected */
+  readonly vs: VsLists;
+  /** the PE heads' rows (peBlockRows' form, heads ascending), copied when called; see PreparedMaskResult */
+  readonly peRows?: () => Promise<BlockRows>;
+}
+
 export interface PreparedMaskResult {
   readonly prepared: PreparedMask;
   /** the VS lists the backend selected, for a request with `vs.device` */
@@ -137,6 +164,14 @@ export interface Backend {
   prepareMask?(req: PrepareMaskRequest): Promise<PreparedMaskResult>;
   /** Selector rules this backend's prepareMask can run on the device (`vs.device` requests). */
   readonly deviceSelectors?: readonly DeviceSelectorRule['kind'][];
+  /**
+   * Optional: route, select and build the mask on the device with no host round trip in
+   * between (the plan as one queue; one read at its end). For router rules in
+   * `deviceRouters` and selector rules in `deviceSelectors`.
+   */
+  planOnDevice?(req: DevicePlanRequest): Promise<DevicePlanResult>;
+  /** Router rules this backend's planOnDevice can run on the device. */
+  readonly deviceRouters?: readonly DeviceRouterRule['kind'][];
   /** Expand a mask (VS lists and/or rows) to sorted block rows: the VS-to-rows primitive. */
   expandMask(mask: BlockMask): Promise<BlockRows>;
   /** Exact attention over the mask's blocks; causal inside diagonal blocks; fp32 accumulation. */

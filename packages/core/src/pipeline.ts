@@ -5,11 +5,16 @@
  *                                             \-> PE rows (backend primitive)
  *   -> BlockMask (a plan: data, inspectable, reusable) -> sparseAttention (backend)
  *
+ * On a backend that runs the router's and the selector's rules on the device
+ * (`planOnDevice`), the statistics, routing, selection and mask building are one queue of
+ * device work with one read at its end; the host router then re-routes on the same
+ * statistics and must agree.
+ *
  * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import { assertBlockSize, assertSupported, attentionShape, type AttentionShape, numBlocks } from './attention.js';
 import type { AttentionOptions, AttentionResult, Backend, PreparedMask } from './backend.js';
-import { InvalidArgumentError } from './errors.js';
+import { CrispError, InvalidArgumentError } from './errors.js';
 import {
   type BlockMask,
   type BlockRows,
@@ -20,7 +25,7 @@ import {
   vsListsFromArrays,
   type VsLists,
 } from './mask.js';
-import type { Policy, Route, RoutingDecision, VsSelector } from './policy.js';
+import type { DeviceRouterRule, DeviceSelectorRule, Policy, Route, RoutingDecision, VsSelector } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from './stats.js';
 import type { DeviceTensor } from './tensor.js';
@@ -72,7 +77,10 @@ export interface PrefillPlan {
    * selects on the device: that selection is in peRowsMs); the backend's PE rows (on a
    * backend with prepareMask: PE rows built, merged with the VS lists, expanded and counted
    * on the device); the rest of the mask assembly (placing PE rows and counting density on
-   * the host, or reading the device's counts). Absent for dense plans.
+   * the host, or reading the device's counts). On a backend that plans on the device
+   * (`planOnDevice`): statsMs is the time to queue the statistics, peRowsMs the device plan
+   * to its one read (the statistics' device time included), selectMs the host re-routing
+   * that checks the device's routes. Absent for dense plans.
    */
   readonly phases?: PlanPhases;
 }
@@ -191,13 +199,31 @@ async function buildPlan(
   if (n < gate) return dense('length-gate');
 
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
+  const peK = Math.ceil(policy.pe!.kMin / B);
+  // The whole plan on the device when the backend runs both the router's and the selector's
+  // rule there: statistics, routing, selection and mask building queued back to back, one
+  // read at the end (no host round trip between the statistics and the rest).
+  const routeRule = policy.router!.device;
+  const vsRule = policy.vs!.device;
+  const devicePlan =
+    backend.planOnDevice !== undefined &&
+    routeRule !== undefined &&
+    backend.deviceRouters?.includes(routeRule.kind) === true &&
+    vsRule !== undefined &&
+    !needsTokens &&
+    vsRule.kMin % B === 0 &&
+    backend.deviceSelectors?.includes(vsRule.kind) === true;
   const stats = await backend.proxyStats(inputs.q, inputs.k, {
     blockSize: B,
     wSink: statsWindow(policy, 'wSink'),
     wLocal: statsWindow(policy, 'wLocal'),
     scale: opts.scale,
     tokenScores: needsTokens,
+    ...(devicePlan ? { deferRead: true } : {}),
   });
+  if (devicePlan) {
+    return devicePlanned(backend, inputs, policy, opts, deferRows, { t0, shape, B, Nb, stats, peK, routeRule, vsRule });
+  }
   assertFiniteStats(stats);
   const tStats = performance.now();
   const routing = policy.router!.route(stats);
@@ -207,7 +233,6 @@ async function buildPlan(
 
   const peHeads: number[] = [];
   for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
-  const peK = Math.ceil(policy.pe!.kMin / B);
   // routing counts as selection; selectVs adds its own time
   let selectMs = performance.now() - tStats;
   const selectVs = () => {
@@ -292,6 +317,87 @@ async function buildPlan(
     planMs: tEnd - t0,
     phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },
   };
+  return { plan: p, complete: async () => p };
+}
+
+/**
+ * The plan on a backend that routes, selects and builds the mask on the device
+ * (`planOnDevice`): the statistics were queued without a read (`deferRead`), so statsMs is
+ * the time to queue them, peRowsMs the device plan up to its one read (routing, selection,
+ * PE rows, expansion: the device's work since the statistics, with the statistics' own),
+ * selectMs the host re-routing that checks the device's routes. The host router runs on the
+ * same statistics afterwards: its routes must equal the device's (the rule is the same
+ * comparison), and the plan reports the host's RoutingDecision.
+ */
+async function devicePlanned(
+  backend: Backend,
+  inputs: Pick<PrefillInputs, 'q' | 'k'>,
+  policy: Policy,
+  opts: PlanOptions,
+  deferRows: boolean,
+  c: {
+    t0: number;
+    shape: AttentionShape;
+    B: number;
+    Nb: number;
+    stats: ProxyStats;
+    peK: number;
+    routeRule: DeviceRouterRule;
+    vsRule: DeviceSelectorRule;
+  },
+): Promise<BuiltPlan> {
+  const { t0, shape, B, Nb, stats } = c;
+  const H = shape.heads;
+  const tStats = performance.now();
+  const r = await backend.planOnDevice!({
+    stats,
+    route: c.routeRule,
+    vs: c.vsRule,
+    peK: c.peK,
+    pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: opts.scale },
+  });
+  const tDevice = performance.now();
+  let routing: RoutingDecision;
+  try {
+    // the statistics come back now (the device is done); non-finite ones throw here
+    assertFiniteStats(stats);
+    routing = policy.router!.route(stats);
+    const same = routing.routes.length === H && routing.routes.every((x, h) => x === r.routes[h]);
+    if (!same) {
+      throw new CrispError(
+        'BACKEND_ERROR',
+        `backend ${backend.name}: the device routed [${r.routes.join(',')}], router ${policy.router!.name} routes [${routing.routes.join(',')}] on the same statistics`,
+      );
+    }
+  } catch (e) {
+    r.prepared.release();
+    throw e;
+  }
+  const tRoute = performance.now();
+  const peHeads: number[] = [];
+  for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
+  const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
+  const tEnd = performance.now();
+  const phases = { statsMs: tStats - t0, selectMs: tRoute - tDevice, peRowsMs: tDevice - tStats, maskMs: tEnd - tRoute };
+  const lists = r.vs;
+  const plan = (rows?: BlockRows): PrefillPlan => ({
+    policy: policy.name,
+    shape,
+    blockSize: B,
+    numBlocks: Nb,
+    stats,
+    routing,
+    mask: { heads: H, numBlocks: Nb, blockSize: B, vs: lists, rows },
+    prepared: r.prepared,
+    density,
+    overallDensity,
+    planMs: tEnd - t0,
+    phases,
+  });
+  const peRows = r.peRows;
+  const withRows = async () => plan(peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
+  if (deferRows) return { plan: plan(), complete: withRows };
+  const p = await withRows();
   return { plan: p, complete: async () => p };
 }
 

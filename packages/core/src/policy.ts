@@ -31,10 +31,29 @@ export interface RoutingDecision {
   readonly threshold?: number;
 }
 
+/**
+ * A routing rule in a form a backend can run on the device (where C_struct is): the plan
+ * then routes, selects and builds the mask in one queue of device work, with no read in
+ * between (`Backend.planOnDevice`). Only rules whose device form gives exactly `route`'s
+ * decisions (the same f64 comparison); the pipeline re-routes on the host afterwards and
+ * rejects a backend whose routes differ.
+ *   cStruct: 'vs' iff C_struct >= tauProxy.
+ */
+export interface DeviceRouterRule {
+  readonly kind: 'cStruct';
+  readonly tauProxy: number;
+}
+
 export interface Router {
   readonly name: string;
   readonly needs?: StatsNeeds;
   route(stats: ProxyStats): RoutingDecision;
+  /**
+   * The same rule for backends that route on the device (`Backend.deviceRouters`); absent for
+   * rules that only run here. `route` stays the reference. Built-in routers define it
+   * non-enumerable, so a router spread from one with its own `route` does not inherit it.
+   */
+  readonly device?: DeviceRouterRule;
 }
 
 /** One direction of one head, handed to a VS selector. */

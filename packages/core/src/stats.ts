@@ -17,6 +17,14 @@ export interface ProxyStatsOptions {
   readonly scale?: number;
   /** also return the token-level scores a_v and a_s (O(H n) floats; FlexPrefill's coverage needs them) */
   readonly tokenScores?: boolean;
+  /**
+   * Queue the work and return without waiting for it: `cStruct`, `rowEntropy` and `finite`
+   * (and the block statistics) are read from the device on first access, which waits for the
+   * device. For plans routed on the device (`Backend.planOnDevice`), which read them only
+   * at the end; a non-finite statistic then shows as `finite: false` instead of a throw.
+   * Backends that cannot defer ignore it.
+   */
+  readonly deferRead?: boolean;
 }
 
 export interface ProxyStats {

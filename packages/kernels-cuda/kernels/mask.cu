@@ -213,10 +213,13 @@ extern "C" __global__ void count_nonfinite(const u16* x, u64 count, u32 expMask,
   if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(out, c);
 }
 
-// All-heads row pointers [H·Nb + 1] from a subset of heads' rows (sub [nh·Nb + 1], heads
-// ascending): listed heads keep their rows, the others are empty (the device form of core's
+// All-heads row pointers [H·Nb + 1] from a subset of heads' rows (sub [nh·Nb + 1], head
+// list hl = [nh][heads ascending], on the device: uploaded, or written by the device
+// router): listed heads keep their rows, the others are empty (the device form of core's
 // spreadRowPtr; the subset's cols serve the all-heads rows unchanged). One thread an entry.
-extern "C" __global__ void spread_row_ptr(const int* sub, const int* heads, int nh, int H, int Nb, int* out) {
+extern "C" __global__ void spread_row_ptr(const int* sub, const int* hl, int H, int Nb, int* out) {
+  const int nh = hl[0];
+  const int* heads = hl + 1;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i > H * Nb) return;
   if (i == 0) {

@@ -5,6 +5,13 @@
 // (K̄_J), both f32 block means. P [nh][Nb][Nb] f32 holds Ā = softmax_J(Q̄_I · K̄_J · scale)
 // over J <= I (entries above the diagonal are never read).
 //
+// The head list hl = [nh][heads ascending] is device memory: the host uploads it, or the
+// device router writes it (route.cu) and the host never learns nh before the kernels run.
+// So the buffers have a slot per possible head (hi = the head-slot index), the per-row
+// kernels' grids a few slots (gridDim.y or .z) that loop over hi < nh, and the slots past nh
+// do nothing (pe_row_kept writes their rows as empty). A grid of every slot would launch ~30k
+// CTAs that leave at once (for 3 PE heads of 32 at 128k): ~17 us a kernel on the H200.
+//
 // The cut keeps the shortest prefix of the entries sorted descending (ties: lower
 // row-major flat index first) whose cumulative sum reaches γ · Σ Ā. No sort: values are
 // non-negative, so their f32 bit patterns order like the values, and a 4-pass radix
@@ -19,31 +26,30 @@
 __device__ __forceinline__ u64 to_fix(float v) { return __double2ull_rn((double)v * FIX_SCALE); }
 
 // Q̄ of the listed heads: out[hi][I][d] = mean of q[r][heads[hi]][d] over the rows r of
-// block I, in f32 and row order (as block_means). Grid (Nb, nh), D threads.
+// block I, in f32 and row order (as block_means). Grid (Nb, slots), D threads.
 template <bool BF16>
-__device__ __forceinline__ void pe_q_means_body(const u16* q, const int* heads, float* out, int n, int H, int D,
+__device__ __forceinline__ void pe_q_means_body(const u16* q, const int* hl, float* out, int n, int H, int D,
                                                 int B) {
-  const int I = blockIdx.x, hi = blockIdx.y, Nb = gridDim.x, d = threadIdx.x;
-  const int h = heads[hi];
-  const int r0 = I * B;
-  const int r1 = r0 + B < n ? r0 + B : n;
-  float s = 0.f;
-  for (int r = r0; r < r1; r++) s += to_f32<BF16>(q[((size_t)r * H + h) * D + d]);
-  out[((size_t)hi * Nb + I) * D + d] = s / (float)(r1 - r0);
+  const int I = blockIdx.x, Nb = gridDim.x, d = threadIdx.x, nh = hl[0];
+  for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
+    const int h = hl[1 + hi];
+    const int r0 = I * B;
+    const int r1 = r0 + B < n ? r0 + B : n;
+    float s = 0.f;
+    for (int r = r0; r < r1; r++) s += to_f32<BF16>(q[((size_t)r * H + h) * D + d]);
+    out[((size_t)hi * Nb + I) * D + d] = s / (float)(r1 - r0);
+  }
 }
-extern "C" __global__ void pe_q_means_bf16(const u16* q, const int* heads, float* out, int n, int H, int D, int B) {
-  pe_q_means_body<true>(q, heads, out, n, H, D, B);
+extern "C" __global__ void pe_q_means_bf16(const u16* q, const int* hl, float* out, int n, int H, int D, int B) {
+  pe_q_means_body<true>(q, hl, out, n, H, D, B);
 }
-extern "C" __global__ void pe_q_means_f16(const u16* q, const int* heads, float* out, int n, int H, int D, int B) {
-  pe_q_means_body<false>(q, heads, out, n, H, D, B);
+extern "C" __global__ void pe_q_means_f16(const u16* q, const int* hl, float* out, int n, int H, int D, int B) {
+  pe_q_means_body<false>(q, hl, out, n, H, D, B);
 }
 
-// 64x64 tiles of Q̄ K̄ᵀ · scale, lower-triangular tiles only. Grid (tiles, tiles, nh), 256 threads.
-extern "C" __global__ void pe_logits(const float* qMean, const float* kMean, const int* heads,
-                                                            float* P, int H, int Hkv, int Nb, int D, float scale) {
-  const int ti = blockIdx.x, tj = blockIdx.y, hi = blockIdx.z;
-  if (tj > ti) return;
-  const int h = heads[hi], kvh = h / (H / Hkv);
+// One 64x64 tile of head slot hi's Q̄ K̄ᵀ · scale (kv head kvh).
+__device__ __forceinline__ void pe_logits_tile(const float* qMean, const float* kMean, float* P, int kvh, int hi, int ti,
+                                               int tj, int Nb, int D, float scale) {
   __shared__ float As[16][68], Bs[16][68];
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
   float c[4][4];
@@ -87,6 +93,16 @@ extern "C" __global__ void pe_logits(const float* qMean, const float* kMean, con
   }
 }
 
+// 64x64 tiles of Q̄ K̄ᵀ · scale, lower-triangular tiles only. Grid (tiles, tiles, a few slots), 256 threads.
+extern "C" __global__ void pe_logits(const float* qMean, const float* kMean, const int* hl, float* P, int H, int Hkv,
+                                      int Nb, int D, float scale) {
+  const int ti = blockIdx.x, tj = blockIdx.y, nh = hl[0];
+  if (tj > ti) return;
+  for (int hi = blockIdx.z; hi < nh; hi += gridDim.z) {
+    pe_logits_tile(qMean, kMean, P, hl[1 + hi] / (H / Hkv), hi, ti, tj, Nb, D, scale);
+  }
+}
+
 __device__ __forceinline__ float cta_max256(float x, float* red) {
   red[threadIdx.x] = x;
   __syncthreads();
@@ -110,11 +126,7 @@ __device__ __forceinline__ float cta_sum256(float x, float* red) {
   return r;
 }
 
-// Row softmax over J <= I, in place. Grid (Nb, nh), 256 threads.
-extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb) {
-  __shared__ float red[256];
-  const int I = blockIdx.x, hi = blockIdx.y;
-  float* row = P + ((size_t)hi * Nb + I) * Nb;
+__device__ __forceinline__ void pe_softmax_row(float* row, int I, float* red) {
   float m = CRISP_NEG_INF;
   for (int J = threadIdx.x; J <= I; J += 256) m = fmaxf(m, row[J]);
   m = cta_max256(m, red);
@@ -123,6 +135,13 @@ extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb) {
   s = cta_sum256(s, red);
   const float inv = 1.f / s;
   for (int J = threadIdx.x; J <= I; J += 256) row[J] = __expf(row[J] - m) * inv;
+}
+
+// Row softmax over J <= I, in place. Grid (Nb, a few slots), 256 threads.
+extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb, const int* hl) {
+  __shared__ float red[256];
+  const int I = blockIdx.x, nh = hl[0];
+  for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) pe_softmax_row(P + ((size_t)hi * Nb + I) * Nb, I, red);
 }
 
 #define PE_HIST_THREADS 512
@@ -174,12 +193,12 @@ struct PeVec<1> {
 // divides Nb. Entries past the diagonal in a row's last quad are loaded but not counted.
 template <int V>
 __device__ __forceinline__ void pe_radix_hist_body(const float* P, int Nb, int pass, u32 pre, u32* hc, u32* hl,
-                                                   u32* hh) {
+                                                   u32* hh, int nct) {
   typedef typename PeVec<V>::T T;
   constexpr int U = 16 / V;
   const int lane = threadIdx.x & 31, hi = blockIdx.y, shift = 24 - 8 * pass;
   const int L = Nb / V + 1, np = (Nb + 1) >> 1;
-  const long long total = (long long)np * L, W = (long long)gridDim.x * (PE_HIST_THREADS / 32);
+  const long long total = (long long)np * L, W = (long long)nct * (PE_HIST_THREADS / 32);
   const long long w = (long long)blockIdx.x * (PE_HIST_THREADS / 32) + (threadIdx.x >> 5);
   int g0 = (int)(w * total / W);
   const int g1 = (int)((w + 1) * total / W);
@@ -220,8 +239,10 @@ __device__ __forceinline__ void pe_radix_hist_body(const float* P, int Nb, int p
 // One radix pass: histogram (count, fixed-point sum) of digit `pass` of the entries whose
 // higher digits equal the prefix found so far, then, in the head's last CTA to finish, the
 // digit where the running sum from the top reaches the target (pe_radix_choose). Grid (X,
-// nh), 512 threads, PE_HIST_SMEM bytes of dynamic shared memory; X CTAs split each head's
-// triangle evenly (the host picks X for two CTAs an SM). The histogram is kept in 32
+// slots), 512 threads, PE_HIST_SMEM bytes of dynamic shared memory; nct = max(1, min(X,
+// budget / nh)) CTAs split each head's triangle evenly (the budget is two CTAs an SM, so
+// the heads together fill the SMs once, whatever nh the device router chose); the rest
+// leave at once. The histogram is kept in 32
 // copies, one per lane index (slot digit · 32 + lane: a warp's 32 atomics fall in 32 banks
 // and never on one word, even when the whole warp has the same digit, as pass 0's exponent
 // digits mostly do); the warps of the CTA share them. At the end each digit's 32 copies are
@@ -324,10 +345,16 @@ __device__ __forceinline__ void pe_radix_choose(u32* cnt, u64* sum, u64* state, 
 
 extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
     pe_radix_pass(const float* P, int Nb, int pass, u32* prefix, u32* cnt, u64* sum, u64* state, u32* done,
-                  double gamma) {
+                  double gamma, const int* headList, int budget) {
   extern __shared__ uint4 pe_hist_smem[];
   __shared__ bool last;
   __shared__ int lowest;  // pe_radix_choose's lowest non-empty digit
+  const int nh = headList[0];
+  if ((int)blockIdx.y >= nh) return;
+  int nct = budget / nh;
+  nct = nct < (int)gridDim.x ? nct : (int)gridDim.x;
+  nct = nct > 1 ? nct : 1;
+  if ((int)blockIdx.x >= nct) return;
   u32* hc = reinterpret_cast<u32*>(pe_hist_smem);
   u32* hl = hc + 256 * 32;
   u32* hh = hl + 256 * 32;
@@ -336,9 +363,9 @@ extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
   __syncthreads();
   const int hi = blockIdx.y;
   const u32 pre = prefix[hi];
-  if ((Nb & 3) == 0) pe_radix_hist_body<4>(P, Nb, pass, pre, hc, hl, hh);
-  else if ((Nb & 1) == 0) pe_radix_hist_body<2>(P, Nb, pass, pre, hc, hl, hh);
-  else pe_radix_hist_body<1>(P, Nb, pass, pre, hc, hl, hh);
+  if ((Nb & 3) == 0) pe_radix_hist_body<4>(P, Nb, pass, pre, hc, hl, hh, nct);
+  else if ((Nb & 1) == 0) pe_radix_hist_body<2>(P, Nb, pass, pre, hc, hl, hh, nct);
+  else pe_radix_hist_body<1>(P, Nb, pass, pre, hc, hl, hh, nct);
   __syncthreads();
   for (int d = threadIdx.x; d < 256; d += PE_HIST_THREADS) {
     u32 c = 0;
@@ -356,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
   // this CTA's adds are visible device-wide before its ticket is taken
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&done[hi], 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) last = atomicAdd(&done[hi], 1u) == (u32)nct - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();
@@ -364,40 +391,48 @@ extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
   if (threadIdx.x == 0) done[hi] = 0;
 }
 
-// Per row: entries > τ and entries == τ. Grid (Nb, nh), 256 threads.
+// Per row: entries > τ and entries == τ. Grid (Nb, a few slots), 256 threads.
 extern "C" __global__ void __launch_bounds__(256) pe_row_counts(const float* P, int Nb, const u64* state, int* strictCnt,
-                                                                int* eqCnt) {
+                                                                int* eqCnt, const int* hl) {
   __shared__ int red[2][256];
-  const int I = blockIdx.x, hi = blockIdx.y;
-  const u32 tau = (u32)state[hi * 8 + 4];
-  const float* row = P + ((size_t)hi * Nb + I) * Nb;
-  int gt = 0, eq = 0;
-  for (int J = threadIdx.x; J <= I; J += 256) {
-    const u32 bits = __float_as_uint(row[J]);
-    gt += bits > tau;
-    eq += bits == tau;
-  }
-  red[0][threadIdx.x] = gt;
-  red[1][threadIdx.x] = eq;
-  __syncthreads();
-  for (int w = 128; w > 0; w >>= 1) {
-    if (threadIdx.x < w) {
-      red[0][threadIdx.x] += red[0][threadIdx.x + w];
-      red[1][threadIdx.x] += red[1][threadIdx.x + w];
+  const int I = blockIdx.x, nh = hl[0];
+  for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
+    const u32 tau = (u32)state[hi * 8 + 4];
+    const float* row = P + ((size_t)hi * Nb + I) * Nb;
+    int gt = 0, eq = 0;
+    for (int J = threadIdx.x; J <= I; J += 256) {
+      const u32 bits = __float_as_uint(row[J]);
+      gt += bits > tau;
+      eq += bits == tau;
     }
+    red[0][threadIdx.x] = gt;
+    red[1][threadIdx.x] = eq;
     __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    strictCnt[hi * Nb + I] = red[0][0];
-    eqCnt[hi * Nb + I] = red[1][0];
+    for (int w = 128; w > 0; w >>= 1) {
+      if (threadIdx.x < w) {
+        red[0][threadIdx.x] += red[0][threadIdx.x + w];
+        red[1][threadIdx.x] += red[1][threadIdx.x + w];
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      strictCnt[hi * Nb + I] = red[0][0];
+      eqCnt[hi * Nb + I] = red[1][0];
+    }
+    __syncthreads();  // red is reused by the next slot
   }
 }
 
 // Per head: eqStart = exclusive scan of eqCnt over rows; kept count per row =
-// strict + clamp(r − eqStart, 0, eq). Grid nh, 1024 threads.
+// strict + clamp(r − eqStart, 0, eq). Grid slots, 1024 threads; an unused slot's rows are
+// empty (kept 0), so the scan over all slots gives them no entries.
 extern "C" __global__ void __launch_bounds__(1024) pe_row_kept(const int* strictCnt, const int* eqCnt, int* eqStart,
-                                                               int* kept, const u64* state, int Nb) {
+                                                               int* kept, const u64* state, int Nb, const int* hl) {
   const int hi = blockIdx.x;
+  if (hi >= hl[0]) {
+    for (int I = threadIdx.x; I < Nb; I += 1024) kept[hi * Nb + I] = 0;
+    return;
+  }
   cta_exclusive_scan(eqCnt + hi * Nb, eqStart + hi * (Nb + 1), Nb);
   __syncthreads();
   const long long r = (long long)state[hi * 8 + 5];
@@ -410,25 +445,27 @@ extern "C" __global__ void __launch_bounds__(1024) pe_row_kept(const int* strict
   }
 }
 
-// Write each row's kept key blocks in ascending J. One warp per row; grid (Nb, nh).
+// Write each row's kept key blocks in ascending J. One warp per row; grid (Nb, a few slots).
 extern "C" __global__ void pe_write(const float* P, int Nb, const u64* state, const int* eqStart, const int* rowPtr,
-                                   int* cols) {
-  const int I = blockIdx.x, hi = blockIdx.y, lane = threadIdx.x;
-  const u32 tau = (u32)state[hi * 8 + 4];
-  const long long r = (long long)state[hi * 8 + 5];
-  const float* row = P + ((size_t)hi * Nb + I) * Nb;
-  long long eqRank = eqStart[hi * (Nb + 1) + I];
-  int pos = rowPtr[hi * Nb + I];
-  for (int J0 = 0; J0 <= I; J0 += 32) {
-    const int J = J0 + lane;
-    const u32 bits = J <= I ? __float_as_uint(row[J]) : 0u;
-    const bool isEq = J <= I && bits == tau;
-    const u32 eqMask = __ballot_sync(0xffffffffu, isEq);
-    const long long myRank = eqRank + __popc(eqMask & ((1u << lane) - 1u));
-    const bool keep = J <= I && (bits > tau || (isEq && myRank < r));
-    const u32 keepMask = __ballot_sync(0xffffffffu, keep);
-    if (keep) cols[pos + __popc(keepMask & ((1u << lane) - 1u))] = J;
-    pos += __popc(keepMask);
-    eqRank += __popc(eqMask);
+                                   int* cols, const int* hl) {
+  const int I = blockIdx.x, lane = threadIdx.x, nh = hl[0];
+  for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
+    const u32 tau = (u32)state[hi * 8 + 4];
+    const long long r = (long long)state[hi * 8 + 5];
+    const float* row = P + ((size_t)hi * Nb + I) * Nb;
+    long long eqRank = eqStart[hi * (Nb + 1) + I];
+    int pos = rowPtr[hi * Nb + I];
+    for (int J0 = 0; J0 <= I; J0 += 32) {
+      const int J = J0 + lane;
+      const u32 bits = J <= I ? __float_as_uint(row[J]) : 0u;
+      const bool isEq = J <= I && bits == tau;
+      const u32 eqMask = __ballot_sync(0xffffffffu, isEq);
+      const long long myRank = eqRank + __popc(eqMask & ((1u << lane) - 1u));
+      const bool keep = J <= I && (bits > tau || (isEq && myRank < r));
+      const u32 keepMask = __ballot_sync(0xffffffffu, keep);
+      if (keep) cols[pos + __popc(keepMask & ((1u << lane) - 1u))] = J;
+      pos += __popc(keepMask);
+      eqRank += __popc(eqMask);
+    }
   }
 }

@@ -14,6 +14,8 @@ import {
   type BlockRows,
   CrispError,
   type DType,
+  type DevicePlanRequest,
+  type DevicePlanResult,
   type DeviceTensor,
   type DeviceVsRequest,
   DeviceTensorBase,
@@ -28,6 +30,7 @@ import {
   type PrepareMaskRequest,
   type ProxyStats,
   type ProxyStatsOptions,
+  type Route,
   ShapeError,
   type VsLists,
   UnsupportedError,
@@ -262,6 +265,13 @@ interface DeviceStats {
   readonly block: DeviceBlock;
   /** downloads the block statistics into the object, if it is still alive and unread */
   readonly materialize: () => void;
+  /**
+   * deferRead statistics: the device work is known to be done (a later read on the main
+   * stream returned), so their head values come back now, from `head` when a later copy
+   * brought them (planOnDevice's) or on the copy stream, without waiting for what was queued
+   * since
+   */
+  readonly settle?: (head?: Float64Array) => void;
 }
 /**
  * At most this many statistics, and this many bytes of them, keep their block scores on the
@@ -272,6 +282,14 @@ interface DeviceStats {
  * collected yet): proxyStats wall at 128k 0.75 -> 1.0 ms.
  */
 const DEVICE_STATS_KEPT = 64;
+/** PE heads' pooled maps (Nb² f32 a head) are built in parts of at most this many bytes */
+const PE_PART_BYTES = 4 * 2 ** 30;
+/**
+ * Head slots in the per-row PE kernels' grids when the PE count is only on the device: each
+ * CTA loops over the slots below the count (pe.cu), so a plan with 3 PE heads of 32 does not
+ * launch ~30k CTAs that leave at once
+ */
+const PE_SLOT_GRID = 4;
 const DEVICE_STATS_BYTES = 256 * 2 ** 20;
 const STATS_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; entry: DeviceStats }>((h) => {
   h.owner.releaseCollectedStats(h.entry);
@@ -357,6 +375,8 @@ export class CudaBackend implements Backend {
   proxyFused: boolean;
   /** Selector rules prepareMask runs on the device (kernels/select.cu). */
   readonly deviceSelectors = ['noiseFloor'] as const;
+  /** Router rules planOnDevice runs on the device (kernels/route.cu). */
+  readonly deviceRouters = ['cStruct'] as const;
   /**
    * The device buffers behind recent statistics (newest last). Their block scores stay there
    * until read (a getter downloads them; a device selection for those statistics reads them
@@ -1039,9 +1059,25 @@ export class CudaBackend implements Backend {
       ]);
       // What routing reads comes back now: the count, C_struct and the entropies (2H + 1
       // values). The block statistics (3·H·Nb: 3 MB at 512k) come back when first read
-      // (lazyBlockStats), as a device selection reads them where they are.
-      const head = this.#read(out.ptr, new Float64Array(1 + 2 * H));
-      const nonFinite = head[0];
+      // (lazyBlockStats), as a device selection reads them where they are. deferRead (a plan
+      // routed on the device): the head values too, on first access (that read waits for the
+      // device), so nothing here waits.
+      const defer = Boolean(opts.deferRead) && !as;
+      let settled = false;
+      let given: Float64Array | undefined;
+      const readHead = () => {
+        const buf = new Float64Array(1 + 2 * H);
+        if (given) buf.set(given);
+        const head = given ? buf : settled ? this.#readOnCopyStream(out.ptr, buf) : this.#read(out.ptr, buf);
+        return {
+          nonFinite: head[0],
+          cStruct: head.subarray(1, 1 + H),
+          rowEntropy: head.subarray(1 + H, 1 + 2 * H),
+          finite: head[0] === 0,
+        };
+      };
+      const head = defer ? undefined : readHead();
+      const nonFinite = head ? head.nonFinite : 0;
       const HNb = H * Nb;
       const stats = {
         n,
@@ -1049,22 +1085,29 @@ export class CudaBackend implements Backend {
         blockSize: B,
         numBlocks: Nb,
         proxyRows: b,
-        cStruct: head.subarray(1, 1 + H),
-        rowEntropy: head.subarray(1 + H, 1 + 2 * H),
+        ...(head ? { cStruct: head.cStruct, rowEntropy: head.rowEntropy, finite: head.finite } : {}),
         ...(as
           ? {
               verticalTokens: this.#read(av.ptr, new Float32Array(H * n)),
               slashTokens: this.#read(as.ptr, new Float32Array(H * n)),
             }
           : {}),
-        finite: nonFinite === 0,
       } as unknown as ProxyStats;
+      // deferred: C_struct, the entropies and the device's finiteness verdict on first access
+      const headLazy = defer
+        ? deferFields(stats, ['cStruct', 'rowEntropy', 'finite'], () => {
+            const h = readHead();
+            return { cStruct: h.cStruct, rowEntropy: h.rowEntropy, finite: h.finite };
+          })
+        : undefined;
       // the block statistics: on first read (copy stream: their kernels finished before the
       // read above), or when the backend needs their buffer back (#releaseRetained)
       const lazy = deferFields(
         stats,
         ['verticalBlocks', 'slashBlocks', 'pooledEstimate'],
         () => {
+          // deferred statistics: their kernels are done once the head values are read
+          headLazy?.materialize();
           const all = this.#readOnCopyStream(st + 2 * H * 8, new Float64Array(3 * HNb));
           return {
             verticalBlocks: all.subarray(0, HNb),
@@ -1086,7 +1129,24 @@ export class CudaBackend implements Backend {
       }
       // keep the buffer for a device selection on these statistics (prepareMask), and for
       // their block statistics until read
-      const entry: DeviceStats = { ref: new WeakRef(stats), block: out, materialize: lazy.materialize };
+      const entry: DeviceStats = {
+        ref: new WeakRef(stats),
+        block: out,
+        materialize: () => {
+          headLazy?.materialize();
+          lazy.materialize();
+        },
+        ...(headLazy
+          ? {
+              // the head values as a later copy brought them (route.cu copies them), or read
+              settle: (h?: Float64Array) => {
+                settled = true;
+                if (h && h.length === 1 + 2 * H) given = h;
+                headLazy.materialize();
+              },
+            }
+          : {}),
+      };
       this.#deviceStats.push(entry);
       STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
       this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
@@ -1166,44 +1226,78 @@ export class CudaBackend implements Backend {
    * host once every kernel is queued. The caller releases rowPtrD and cols.
    */
   #peOnDevice(req: PeRequest, overlap?: () => void): PePart[] {
-    const { shape, qt, kt, B, Nb, heads, gamma, scale } = req;
-    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    const { heads, Nb } = req;
     const nh = heads.length;
-    // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
-    const qm = this.#scratch(nh * Nb * D * 4);
-    const cached = this.#kMeans;
-    const reused = cached && cached.k.deref() === kt && cached.version === kt.version && cached.B === B ? cached.block : undefined;
-    const km = reused ?? this.#scratch(Hkv * Nb * D * 4);
-    const hd = this.#uploadArray(Int32Array.from(heads));
+    // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
+    const chunk = Math.max(1, Math.min(nh, Math.floor(PE_PART_BYTES / (Nb * Nb * 4))));
     const parts: PePart[] = [];
+    const lists: DeviceBlock[] = [];
     try {
-      this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, nh], D, 0, [P(qt.ptr), P(hd.ptr), P(qm.ptr), I(n), I(H), I(D), I(B)]);
-      if (!reused) {
-        const bm = `block_means_${dtype}`;
-        this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
-      }
-      // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
-      const perHead = Nb * Nb * 4;
-      const chunk = Math.max(1, Math.min(nh, Math.floor((4 * 2 ** 30) / perHead)));
+      // each chunk's head list [count][heads] (pe.cu's hl), uploaded
+      const hls = [];
       for (let c0 = 0; c0 < nh; c0 += chunk) {
-        const sub = Int32Array.from(heads.slice(c0, c0 + chunk));
-        // this chunk's Q̄ rows start at its first head's position in the list
-        parts.push(this.#peChunk(qm.ptr + c0 * Nb * D * 4, km.ptr, sub, H, Hkv, Nb, D, scale, gamma));
+        const sub = heads.slice(c0, c0 + chunk);
+        const hl = this.#uploadArray(Int32Array.from([sub.length, ...sub]));
+        lists.push(hl);
+        hls.push({ ptr: hl.ptr, count: sub.length, first: c0 });
       }
+      parts.push(...this.#peParts(req, nh, hls));
       overlap?.();
       return parts;
     } catch (e) {
       for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
       throw e;
     } finally {
-      this.releaseBlocks(reused ? [qm, hd] : [qm, km, hd]);
+      this.releaseBlocks(lists);
     }
   }
 
+  /**
+   * The PE kernels for head lists on the device: `slots` head slots of Q̄ in all, each list
+   * {ptr: [count][heads], count: its slots (the count when the host knows it, else the
+   * most the list can hold), first: its first slot}. One part a list.
+   */
+  #peParts(req: PeRequest, slots: number, lists: readonly { ptr: number; count: number; first: number; known?: false }[]): PePart[] {
+    const { shape, qt, kt, B, Nb, gamma, scale } = req;
+    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
+    const qm = this.#scratch(slots * Nb * D * 4);
+    const cached = this.#kMeans;
+    const reused = cached && cached.k.deref() === kt && cached.version === kt.version && cached.B === B ? cached.block : undefined;
+    const km = reused ?? this.#scratch(Hkv * Nb * D * 4);
+    const parts: PePart[] = [];
+    try {
+      if (!reused) {
+        const bm = `block_means_${dtype}`;
+        this.#launch('proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
+      }
+      for (const l of lists) {
+        // this list's Q̄ rows start at its first slot
+        const qml = qm.ptr + l.first * Nb * D * 4;
+        const g = l.known === false ? Math.min(l.count, PE_SLOT_GRID) : l.count;
+        this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, g], D, 0, [P(qt.ptr), P(l.ptr), P(qml), I(n), I(H), I(D), I(B)]);
+        parts.push(this.#peChunk(qml, km.ptr, l.ptr, l.count, l.known !== false, H, Hkv, Nb, D, scale, gamma));
+      }
+      return parts;
+    } catch (e) {
+      for (const r of parts) this.releaseBlocks([r.rowPtrD, r.cols]);
+      throw e;
+    } finally {
+      this.releaseBlocks(reused ? [qm] : [qm, km]);
+    }
+  }
+
+  /**
+   * One list's PE kernels: `nc` head slots (grids sized for them; slots past the device
+   * list's count leave at once), `known`: nc is the list's count (the host uploaded it), so
+   * the radix pass's CTAs a head can be sized here rather than from the slots.
+   */
   #peChunk(
     qm: number,
     km: number,
-    heads: Int32Array,
+    hl: number,
+    nc: number,
+    known: boolean,
     H: number,
     Hkv: number,
     Nb: number,
@@ -1211,9 +1305,9 @@ export class CudaBackend implements Backend {
     scale: number,
     gamma: number,
   ): PePart {
-    const nc = heads.length;
-    const hd = this.#uploadArray(heads);
     const pm = this.#scratch(nc * Nb * Nb * 4);
+    // the per-row kernels' slots (pe.cu loops over the count)
+    const g = known ? nc : Math.min(nc, PE_SLOT_GRID);
     // [cnt nc·256][tickets nc][prefixes nc] u32
     const cnt = this.#scratch(nc * 258 * 4);
     const sum = this.#scratch(nc * 256 * 8);
@@ -1223,13 +1317,13 @@ export class CudaBackend implements Backend {
     const eqStart = this.#scratch(nc * (Nb + 1) * 4);
     const kept = this.#scratch(nc * Nb * 4);
     const rowPtrD = this.#scratch((nc * Nb + 1) * 4);
-    const blocks = [hd, pm, cnt, sum, state, strict, eq, eqStart, kept, rowPtrD];
+    const blocks = [pm, cnt, sum, state, strict, eq, eqStart, kept, rowPtrD];
     try {
       const tiles = Math.ceil(Nb / 64);
-      this.#launch('pe.cu', 'pe_logits', [tiles, tiles, nc], 256, 0, [
+      this.#launch('pe.cu', 'pe_logits', [tiles, tiles, g], 256, 0, [
         P(qm),
         P(km),
-        P(hd.ptr),
+        P(hl),
         P(pm.ptr),
         I(H),
         I(Hkv),
@@ -1237,7 +1331,7 @@ export class CudaBackend implements Backend {
         I(D),
         F(scale),
       ]);
-      this.#launch('pe.cu', 'pe_softmax', [Nb, nc], 256, 0, [P(pm.ptr), I(Nb)]);
+      this.#launch('pe.cu', 'pe_softmax', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(hl)]);
       const cu = this.#libs.cu;
       // cnt, the tickets and the prefixes zeroed once: each pass's last CTA of a head zeroes
       // that head's cnt, sum and ticket for the next pass (pe_radix_pass)
@@ -1245,11 +1339,11 @@ export class CudaBackend implements Backend {
       check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
       // pe_radix_pass: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
       // heads' CTAs together fill the SMs once (each does an equal share of its head's
-      // triangle), fewer for small maps (about 64k entries a CTA at least).
-      const histCtas = Math.max(
-        1,
-        Math.min(Math.floor((2 * this.info.multiprocessors) / nc), Math.ceil((Nb * Nb) / 131072)),
-      );
+      // triangle), fewer for small maps (about 64k entries a CTA at least). With the count
+      // only on the device, the grid has room for one head's share and the kernel divides
+      // the budget by the count.
+      const budget = 2 * this.info.multiprocessors;
+      const histCtas = Math.max(1, Math.min(known ? Math.floor(budget / nc) : budget, Math.ceil((Nb * Nb) / 131072)));
       const done = cnt.ptr + nc * 256 * 4;
       const prefix = done + nc * 4;
       for (let pass = 0; pass < 4; pass++) {
@@ -1263,9 +1357,11 @@ export class CudaBackend implements Backend {
           P(state.ptr),
           P(done),
           D64(gamma),
+          P(hl),
+          I(budget),
         ]);
       }
-      this.#launch('pe.cu', 'pe_row_counts', [Nb, nc], 256, 0, [P(pm.ptr), I(Nb), P(state.ptr), P(strict.ptr), P(eq.ptr)]);
+      this.#launch('pe.cu', 'pe_row_counts', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(state.ptr), P(strict.ptr), P(eq.ptr), P(hl)]);
       this.#launch('pe.cu', 'pe_row_kept', [nc], 1024, 0, [
         P(strict.ptr),
         P(eq.ptr),
@@ -1273,18 +1369,20 @@ export class CudaBackend implements Backend {
         P(kept.ptr),
         P(state.ptr),
         I(Nb),
+        P(hl),
       ]);
       this.#scan(kept.ptr, rowPtrD.ptr, nc * Nb, blocks);
       // room for every causal block of the chunk's heads: the kept count stays on the device
       // (reading it here would drain the stream between the PE kernels and the mask's)
       const colsD = this.#scratch(((nc * Nb * (Nb + 1)) / 2) * 4);
-      this.#launch('pe.cu', 'pe_write', [Nb, nc], 32, 0, [
+      this.#launch('pe.cu', 'pe_write', [Nb, g], 32, 0, [
         P(pm.ptr),
         I(Nb),
         P(state.ptr),
         P(eqStart.ptr),
         P(rowPtrD.ptr),
         P(colsD.ptr),
+        P(hl),
       ]);
       blocks.splice(blocks.indexOf(rowPtrD), 1);
       return { rowPtrD, cols: colsD, rows: nc * Nb };
@@ -1333,15 +1431,20 @@ export class CudaBackend implements Backend {
    * of the statistics proxyStats last returned are still on the device (other statistics
    * are uploaded). Queues vs_select and vs_pack; returns the lists' device pointers
    * [verticalPtr, vertical, slashPtr, slash] and `read()`, which copies them to the host on
-   * the copy stream once the kernels are known to be done.
+   * the copy stream once the kernels are known to be done. `prefix` (a device plan): that
+   * many bytes (a multiple of 8) before the list pointers in the same buffer, handed to
+   * `prefix.fill`, which queues what writes them before vs_select and returns where in them
+   * the routes are ([H] int, 1 = VS: route.cu's; req.routes is then not read); they come
+   * back with the pointers, in one copy.
    */
   #selectOnDevice(
-    req: DeviceVsRequest,
+    req: Omit<DeviceVsRequest, 'routes'> & { readonly routes?: readonly Route[] },
     H: number,
     Nb: number,
     B: number,
     temp: DeviceBlock[],
-  ): { ptrs: readonly [number, number, number, number]; read: () => VsLists } {
+    prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
+  ): { ptrs: readonly [number, number, number, number]; read: () => { lists: VsLists; prefix: ArrayBuffer } } {
     const { rule, stats, routes, peK } = req;
     if (rule?.kind !== 'noiseFloor') {
       throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
@@ -1354,7 +1457,7 @@ export class CudaBackend implements Backend {
     if (!stats || stats.heads !== H || stats.numBlocks !== Nb || stats.blockSize !== B) {
       throw new InvalidArgumentError(`device selection: the statistics are for H=${stats?.heads}, Nb=${stats?.numBlocks}, B=${stats?.blockSize}; the mask for H=${H}, Nb=${Nb}, B=${B}`);
     }
-    if (!routes || routes.length !== H || routes.some((r) => r !== 'vs' && r !== 'pe')) {
+    if (!prefix && (!routes || routes.length !== H || routes.some((r) => r !== 'vs' && r !== 'pe'))) {
       throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
     }
     const HNb = H * Nb;
@@ -1371,11 +1474,12 @@ export class CudaBackend implements Backend {
       pv = this.#uploadTemp(both, temp);
       ps = pv + HNb * 8;
     }
-    const rt = this.#uploadTemp(Int32Array.from(routes, (r) => (r === 'vs' ? 1 : 0)), temp);
     const lists = this.#scratch(2 * HNb * 4);
     const counts = this.#scratch(2 * H * 4);
-    const buf = this.#scratch((2 * (H + 1) + 2 * HNb) * 4);
+    const pb = prefix?.bytes ?? 0;
+    const buf = this.#scratch(pb + (2 * (H + 1) + 2 * HNb) * 4);
     temp.push(lists, counts, buf);
+    const rt = prefix ? prefix.fill(buf.ptr) : this.#uploadTemp(Int32Array.from(routes ?? [], (r) => (r === 'vs' ? 1 : 0)), temp);
     this.#launch('select.cu', 'vs_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
       P(pv),
       P(ps),
@@ -1388,29 +1492,32 @@ export class CudaBackend implements Backend {
       P(lists.ptr),
       P(counts.ptr),
     ]);
-    this.#launch('select.cu', 'vs_pack', [2, H], 256, 0, [P(lists.ptr), P(counts.ptr), I(H), I(Nb), P(buf.ptr)]);
-    const vPtr = buf.ptr;
-    const sPtr = buf.ptr + (H + 1) * 4;
-    const vert = buf.ptr + 2 * (H + 1) * 4;
+    const vPtr = buf.ptr + pb;
+    this.#launch('select.cu', 'vs_pack', [2, H], 256, 0, [P(lists.ptr), P(counts.ptr), I(H), I(Nb), P(vPtr)]);
+    const sPtr = vPtr + (H + 1) * 4;
+    const vert = vPtr + 2 * (H + 1) * 4;
     const slash = vert + HNb * 4;
-    const read = (): VsLists => {
-      const ptrs = this.#readOnCopyStream(vPtr, new Int32Array(2 * (H + 1)));
+    const read = () => {
+      const head = this.#readOnCopyStream(buf.ptr, new Int32Array(pb / 4 + 2 * (H + 1)));
+      const ptrs = head.subarray(pb / 4);
       const verticalPtr = ptrs.slice(0, H + 1);
       const slashPtr = ptrs.slice(H + 1);
-      return {
+      const lists = {
         verticalPtr,
         vertical: this.#readOnCopyStream(vert, new Int32Array(verticalPtr[H])),
         slashPtr,
         slash: this.#readOnCopyStream(slash, new Int32Array(slashPtr[H])),
       };
+      return { lists, prefix: head.buffer.slice(0, pb) };
     };
     return { ptrs: [vPtr, vert, sPtr, slash], read };
   }
 
   /**
    * VS lists (host) ∪ block rows (device) -> sorted rows on the device. The rows are either
-   * all heads' (`rows.rowPtr` [H·Nb + 1]) or a subset's (`rows.heads`: rowPtr
-   * [heads·Nb + 1], spread to all heads here by `spread_row_ptr`). Row entries are checked
+   * all heads' (`rows.rowPtr` [H·Nb + 1]) or a subset's (`rows.heads`, or `rows.headList`
+   * already on the device as [count][heads]: rowPtr [heads·Nb + 1], spread to all heads here
+   * by `spread_row_ptr`). Row entries are checked
    * while counting (a MaskError names the first bad row). One upload (the VS lists, the bad-row
    * flag, the heads) and one read (each head's first row pointer, the total and the flag):
    * at 512k every synchronising copy costs a round trip, and the uploads wait for the stream.
@@ -1421,17 +1528,17 @@ export class CudaBackend implements Backend {
     H: number,
     Nb: number,
     vsIn: BlockMask['vs'] | { device: readonly [number, number, number, number] },
-    rows: { rowPtr: number; cols: number; heads?: readonly number[] } | undefined,
+    rows: { rowPtr: number; cols: number; heads?: readonly number[]; headList?: number } | undefined,
     temp: DeviceBlock[],
   ): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headPtr: Int32Array } {
     const n = H * Nb;
-    // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][heads] (VS lists already on the
-    // device: their pointers)
+    // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][count][heads] (VS lists already
+    // on the device: their pointers)
     const vsDevice = vsIn && 'device' in vsIn ? vsIn.device : undefined;
     const vs = vsIn && !('device' in vsIn) ? vsIn : undefined;
     const nh = rows?.heads?.length ?? 0;
     const parts = vs ? [vs.verticalPtr, vs.vertical, vs.slashPtr, vs.slash] : [];
-    const len = 1 + parts.reduce((a, x) => a + x.length, 0) + nh;
+    const len = 1 + parts.reduce((a, x) => a + x.length, 0) + (rows?.heads ? 1 + nh : 0);
     const packed = new Int32Array(len);
     packed[0] = 0x7fffffff;
     const offs: number[] = [];
@@ -1442,20 +1549,32 @@ export class CudaBackend implements Backend {
       o += x.length;
     }
     const headsOff = o;
-    if (rows?.heads) packed.set(rows.heads, o);
-    const up = this.#uploadTemp(packed, temp);
+    if (rows?.heads) {
+      packed[o] = nh;
+      packed.set(rows.heads, o + 1);
+    }
+    let up: number;
+    if (len === 1) {
+      // only the bad-row flag (VS lists and head list on the device): set it on the stream
+      // rather than a blocking upload
+      const flag = this.#scratch(4);
+      temp.push(flag);
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, 0x7fffffff, 1, this.#stream), 'cuMemsetD32Async');
+      up = flag.ptr;
+    } else {
+      up = this.#uploadTemp(packed, temp);
+    }
     const at = (off: number) => up + off * 4;
     const [vPtr, vert, sPtr, slash] = vsDevice ?? (vs ? offs.map(at) : [0, 0, 0, 0]);
     const bad = up;
     let rPtr = rows ? rows.rowPtr : 0;
     const rCols = rows ? rows.cols : 0;
-    if (rows?.heads) {
+    if (rows?.heads || rows?.headList !== undefined) {
       const spread = this.#scratch((n + 1) * 4);
       temp.push(spread);
       this.#launch('mask.cu', 'spread_row_ptr', [Math.ceil((n + 1) / 256)], 256, 0, [
         P(rows.rowPtr),
-        P(at(headsOff)),
-        I(nh),
+        P(rows.headList ?? at(headsOff)),
         I(H),
         I(Nb),
         P(spread.ptr),
@@ -1565,31 +1684,140 @@ export class CudaBackend implements Backend {
       held.push(e.rowPtr, e.cols);
       // the device's lists to the host, on the copy stream (vs_pack finished before #expand's
       // read; expand_write may still run)
-      if (vsDev) vs = vsDev.read();
-      const hp = e.headPtr;
-      const counts = Float64Array.from({ length: H }, (_, h) => hp[h + 1] - hp[h]);
-      const box = { blocks: held.slice() };
-      const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
-      PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
-      held.length = 0;
-      if (!pePart && !peHost) return { prepared, ...(device ? { vs } : {}) };
-      let taken = false;
-      const peRows = async (): Promise<BlockRows> => {
-        if (taken) throw new InvalidArgumentError('peRows() was already called for this prepared mask');
-        if (prepared.released) throw new InvalidArgumentError('peRows() after the prepared mask was released');
-        taken = true;
-        if (peHost) return peHost;
-        // on the copy stream: the PE kernels finished before #expand's read
-        const part = pePart as PePart;
-        const got = this.#pePartToHost(part, (ptr, out) => this.#readOnCopyStream(ptr, out));
-        // the expanded rows are what runs; the PE rows' device copy is no longer needed
-        for (const b of [part.rowPtrD, part.cols]) {
-          const i = box.blocks.indexOf(b);
-          if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
-        }
-        return got;
+      if (vsDev) vs = vsDev.read().lists;
+      return { ...this.#preparedResult(H, Nb, B, e, held, pePart, peHost), ...(device ? { vs } : {}) };
+    } catch (e) {
+      this.releaseBlocks(held);
+      throw e;
+    } finally {
+      this.releaseBlocks(temp);
+    }
+  }
+
+  /**
+   * The prepared mask over expanded rows `e` (each head's blocks from its row pointers), owning
+   * `held` (emptied: the mask releases them), and peRows() for the PE rows on the device
+   * (`pePart`, its kernels finished before #expand's read) or already on the host.
+   */
+  #preparedResult(
+    H: number,
+    Nb: number,
+    B: number,
+    e: { rowPtr: DeviceBlock; cols: DeviceBlock; headPtr: Int32Array },
+    held: DeviceBlock[],
+    pePart: PePart | undefined,
+    peHost?: BlockRows,
+  ): { prepared: CudaPreparedMask; peRows?: () => Promise<BlockRows> } {
+    const hp = e.headPtr;
+    const counts = Float64Array.from({ length: H }, (_, h) => hp[h + 1] - hp[h]);
+    const box = { blocks: held.slice() };
+    const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
+    PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
+    held.length = 0;
+    if (!pePart && !peHost) return { prepared };
+    let taken = false;
+    const peRows = async (): Promise<BlockRows> => {
+      if (taken) throw new InvalidArgumentError('peRows() was already called for this prepared mask');
+      if (prepared.released) throw new InvalidArgumentError('peRows() after the prepared mask was released');
+      taken = true;
+      if (peHost) return peHost;
+      // on the copy stream: the PE kernels finished before #expand's read
+      const part = pePart as PePart;
+      const got = this.#pePartToHost(part, (ptr, out) => this.#readOnCopyStream(ptr, out));
+      // the expanded rows are what runs; the PE rows' device copy is no longer needed
+      for (const b of [part.rowPtrD, part.cols]) {
+        const i = box.blocks.indexOf(b);
+        if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
+      }
+      return got;
+    };
+    return { prepared, peRows };
+  }
+
+  /**
+   * The plan after the statistics as one queue of device work (core's planOnDevice): routes
+   * (route.cu) from the statistics' C_struct where proxyStats left it, VS selection
+   * (select.cu) on those routes, the PE kernels (pe.cu) over a head slot for every head
+   * (slots past the device's PE count leave at once), the union expanded and counted
+   * (mask.cu). One synchronising read (#expand's summary) at the end; the routes, the
+   * statistics' head values and the VS lists then come back on the copy stream. Pooled maps
+   * for every head over PE_PART_BYTES (beyond Llama shapes at 512k): routed on the host
+   * from C_struct, then prepareMask.
+   */
+  async planOnDevice(req: DevicePlanRequest): Promise<DevicePlanResult> {
+    this.#alive();
+    this.#traceHost('planOnDevice()');
+    const { stats, route, vs: rule, peK, pe } = req ?? ({} as DevicePlanRequest);
+    if (route?.kind !== 'cStruct') {
+      throw new UnsupportedError(`device routing supports the cStruct rule; got ${route?.kind}`, { limit: 'deviceRouter' });
+    }
+    if (!(typeof route.tauProxy === 'number' && Number.isFinite(route.tauProxy))) {
+      throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${route.tauProxy}`);
+    }
+    if (!stats || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
+      throw new InvalidArgumentError('planOnDevice needs the statistics from proxyStats');
+    }
+    if (!pe?.q || !pe.k) throw new InvalidArgumentError('planOnDevice needs the PE inputs q and k');
+    const { heads: H, numBlocks: Nb, blockSize: B } = stats;
+    const r = this.#peRequest(pe.q, pe.k, { blockSize: B, gamma: pe.gamma, heads: [], scale: pe.scale });
+    if (r.shape.heads !== H || r.Nb !== Nb || r.shape.keys !== stats.n) {
+      throw new InvalidArgumentError(
+        `planOnDevice: the statistics are for n=${stats.n}, H=${H}, Nb=${Nb}; q and k for n=${r.shape.keys}, H=${r.shape.heads}, Nb=${r.Nb}`,
+      );
+    }
+    if (H * Nb * Nb * 4 > PE_PART_BYTES) {
+      const routes = Array.from(stats.cStruct, (c): Route => (c >= route.tauProxy ? 'vs' : 'pe'));
+      const heads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
+      const res = await this.prepareMask({
+        heads: H,
+        numBlocks: Nb,
+        blockSize: B,
+        vs: { device: { rule, stats, routes, peK } },
+        pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
+      });
+      return { prepared: res.prepared, routes, vs: res.vs as VsLists, ...(res.peRows ? { peRows: res.peRows } : {}) };
+    }
+    this.#assertFinite(r.qt, 'q');
+    this.#assertFinite(r.kt, 'k');
+    const temp: DeviceBlock[] = [];
+    const held: DeviceBlock[] = [];
+    try {
+      // the statistics' head values [non-finite count][C_struct H][entropy H] where proxyStats
+      // left them, else uploaded
+      const kept = this.#deviceStats.find((x) => x.ref.deref() === stats);
+      const st = kept
+        ? kept.block.ptr
+        : this.#uploadTemp(Float64Array.from([0, ...stats.cStruct, ...stats.rowEntropy]), temp);
+      // One buffer before the VS list pointers, read with them at the end: a copy of the head
+      // values (1 + 2H f64), the routes [H] and the PE head list [count][heads] (int)
+      const headBytes = 8 * (1 + 2 * H);
+      const bytes = Math.ceil((headBytes + 4 * (2 * H + 1)) / 8) * 8;
+      let rt = 0;
+      const fill = (ptr: number) => {
+        rt = ptr + headBytes;
+        this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [P(st), I(H), D64(route.tauProxy), P(ptr), P(rt)]);
+        return rt;
       };
-      return { prepared, peRows, ...(device ? { vs } : {}) };
+      const vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
+      const hl = rt + H * 4;
+      const [part] = this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }]);
+      held.push(part.rowPtrD, part.cols);
+      this.#traceHost('planOnDevice: queued');
+      const e = this.#expand(H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp);
+      held.push(e.rowPtr, e.cols);
+      // every kernel but expand_write is done (#expand's read): the rest on the copy stream
+      const { lists: vs, prefix } = vsDev.read();
+      kept?.settle?.(new Float64Array(prefix, 0, 1 + 2 * H));
+      const dr = new Int32Array(prefix, headBytes, 2 * H + 1);
+      const routes = Array.from(dr.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
+      const nPe = dr[H];
+      let pePart: PePart | undefined;
+      if (nPe > 0) {
+        pePart = { rowPtrD: part.rowPtrD, cols: part.cols, rows: nPe * Nb };
+      } else {
+        this.releaseBlocks(held.splice(0, 2));
+      }
+      return { ...this.#preparedResult(H, Nb, B, e, held, pePart), routes, vs };
     } catch (e) {
       this.releaseBlocks(held);
       throw e;

@@ -19,7 +19,7 @@ const files = readdirSync(kernelDir).filter((f) => f.endsWith('.cu'));
 if (!NVCC) console.log('kernels-cuda: nvcc compile checks skipped: no nvcc at /usr/local/bin or /usr/local/cuda/bin (set NVCC)');
 
 describe('kernel sources', () => {
-  it('ships the eight kernel files', () => {
+  it('ships the nine kernel files', () => {
     expect(files.sort()).toEqual([
       'attention-wgmma.cu',
       'attention.cu',
@@ -28,6 +28,7 @@ describe('kernel sources', () => {
       'pe.cu',
       'proxy-wgmma.cu',
       'proxy.cu',
+      'route.cu',
       'select.cu',
     ]);
   });

@@ -15,6 +15,8 @@ import {
   planPrefill,
   type PreparedMask,
   type PrepareMaskRequest,
+  type DevicePlanRequest,
+  type ProxyStatsOptions,
   releasePlan,
   runPlan,
   sparsePrefill,
@@ -24,6 +26,7 @@ import {
   type VsLists,
 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
+import { cStruct } from '@crisp/router';
 import { globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
@@ -215,6 +218,72 @@ describe('prepared masks through the pipeline', () => {
     const odd = { ...policy, vs: noiseFloor({ alpha: 1, kMin: 100 }) };
     await expect(sparsePrefill(be, inputs, odd, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     expect(log.deviceRequests, msg).toBe(1);
+  });
+
+  it('plans on the device when the backend routes there too: statistics deferred, one request, the host router checks it', async () => {
+    const seed = freshSeed();
+    const B = 64;
+    const x = mixedHeads({
+      n: 1536,
+      heads: [{ kind: 'sink', strength: 12 }, { kind: 'diffuse' }, { kind: 'sink', strength: 10 }, { kind: 'diffuse' }],
+      seed,
+    });
+    const msg = `seed ${seed}`;
+    const policy = { ...crisp, blockSize: B, kMin: 256, pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+    const host = createReferenceBackend();
+    const inputs = { q: host.upload(x.q), k: host.upload(x.k), v: host.upload(x.v) };
+    const ref = await sparsePrefill(host, inputs, policy, { minSparseLength: 0 });
+    // both paths of the union: the sink heads go to VS, the diffuse ones to PE
+    expect(ref.plan.routing?.routes, msg).toEqual(['vs', 'pe', 'vs', 'pe']);
+
+    const { be, log, live } = withPrepare(host);
+    const dev = be as { deviceSelectors?: readonly string[]; deviceRouters?: readonly string[]; planOnDevice?: Backend['planOnDevice'] };
+    dev.deviceSelectors = ['noiseFloor'];
+    dev.deviceRouters = ['cStruct'];
+    const deferred: boolean[] = [];
+    (be as { proxyStats: Backend['proxyStats'] }).proxyStats = (q, k, o: ProxyStatsOptions) => {
+      deferred.push(o.deferRead === true);
+      return host.proxyStats(q, k, o);
+    };
+    // a device plan as a backend would run it: the rule's routes over C_struct, then the
+    // device selection and the PE rows (here through the host prepareMask above)
+    let planned = 0;
+    let flip = false;
+    dev.planOnDevice = async (req: DevicePlanRequest) => {
+      planned++;
+      const { stats } = req;
+      const routes = Array.from(stats.cStruct, (c): Route => (c >= req.route.tauProxy ? 'vs' : 'pe'));
+      const heads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
+      const r = await be.prepareMask!({
+        heads: stats.heads,
+        numBlocks: stats.numBlocks,
+        blockSize: stats.blockSize,
+        vs: { device: { rule: req.vs, stats, routes, peK: req.peK } },
+        pe: heads.length ? { q: req.pe.q, k: req.pe.k, opts: { blockSize: stats.blockSize, gamma: req.pe.gamma, heads, scale: req.pe.scale } } : undefined,
+      });
+      if (flip) routes[0] = routes[0] === 'vs' ? 'pe' : 'vs';
+      return { prepared: r.prepared, routes, vs: r.vs!, ...(r.peRows ? { peRows: r.peRows } : {}) };
+    };
+    const res = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(planned, msg).toBe(1);
+    expect(deferred, msg).toEqual([true]);
+    expect(log.deviceRequests, msg).toBe(1);
+    expect(res.plan.routing, msg).toEqual(ref.plan.routing);
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
+    expect(live.every((p) => p.released), msg).toBe(true);
+    expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
+
+    // a device whose routes differ from the host router's: a BACKEND_ERROR, nothing kept
+    flip = true;
+    await expect(planPrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    expect(live.every((p) => p.released), msg).toBe(true);
+    flip = false;
+    // a router with its own route() (no device rule) routes on the host, statistics read at once
+    const own = { ...policy, router: { ...cStruct(), route: (s: Parameters<Router['route']>[0]) => cStruct().route(s) } };
+    await planPrefill(be, inputs, own, { minSparseLength: 0 }).then(releasePlan);
+    expect(planned, msg).toBe(2);
+    expect(deferred.at(-1), msg).toBe(false);
   });
 
   it('a prepareMask that never calls the request\'s vs() is an INVALID_ARGUMENT, and what it prepared is released', async () => {

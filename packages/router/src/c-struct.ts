@@ -38,7 +38,7 @@ export function cStruct(opts: CStructOptions = {}): CStructRouter {
   const wSink = checkPositiveInt(opts.wSink ?? 128, 'wSink');
   const wLocal = checkPositiveInt(opts.wLocal ?? 128, 'wLocal');
   const name = 'cStruct';
-  return Object.freeze({
+  const router = {
     name,
     tauProxy,
     wSink,
@@ -50,5 +50,10 @@ export function cStruct(opts: CStructOptions = {}): CStructRouter {
       const routes: Route[] = Array.from(scores, (c) => (c >= tauProxy ? 'vs' : 'pe'));
       return { routes, scores, scoreName: 'C_struct', threshold: tauProxy };
     },
-  });
+  };
+  // The same rule for backends that route on the device (@crisp/core DeviceRouterRule). Not
+  // enumerable, so `{ ...cStruct(), route: mine }` does not carry it: a router with its own
+  // route() must not be replaced by this rule on the device.
+  Object.defineProperty(router, 'device', { value: Object.freeze({ kind: 'cStruct' as const, tauProxy }), enumerable: false });
+  return Object.freeze(router) as CStructRouter;
 }

@@ -79,6 +79,14 @@ describe('cStruct', () => {
     expect(cStruct().route({ ...edge, verticalBlocks: s.verticalBlocks.subarray(0, 120) }).routes).toEqual(['vs', 'pe', 'vs']);
   });
 
+  it('offers its rule for device routing, not inherited by a router with its own route()', () => {
+    const r = cStruct({ tauProxy: 0.35 });
+    expect(r.device).toEqual({ kind: 'cStruct', tauProxy: 0.35 });
+    expect(Object.keys(r)).not.toContain('device');
+    const mine = { ...r, route: (s: ProxyStats) => r.route(s) };
+    expect((mine as { device?: unknown }).device).toBeUndefined();
+  });
+
   it('declares its windows for the pipeline and validates its options', () => {
     const r = cStruct({ wSink: 64, wLocal: 256 });
     expect(r.needs).toEqual({ wSink: 64, wLocal: 256 });
