@@ -382,8 +382,9 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
         lines.push(`routes ${res.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy})`);
       }
       const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK);
+      const got = res.vs();
       for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
-        if (!bitEqual(res.vs[key], want[key])) lines.push(`${key} differs from the host selector's`);
+        if (!bitEqual(got[key], want[key])) lines.push(`${key} differs from the host selector's`);
       }
       const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads: peHeads }) : undefined;

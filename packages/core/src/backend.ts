@@ -112,8 +112,11 @@ export interface DevicePlanResult {
   readonly prepared: PreparedMask;
   /** [H] the routes the device chose */
   readonly routes: Route[];
-  /** the VS lists the device selected */
-  readonly vs: VsLists;
+  /**
+   * The VS lists the device selected, copied to the host when first called (so a caller can
+   * launch the attention first); call it before `prepared.release()`.
+   */
+  readonly vs: () => VsLists;
   /** the PE heads' rows (peBlockRows' form, heads ascending), copied when called; see PreparedMaskResult */
   readonly peRows?: () => Promise<BlockRows>;
 }

@@ -151,7 +151,10 @@ export async function planPrefill(
 }
 
 interface BuiltPlan {
-  /** with deferred PE rows, the plan's mask lacks them until complete() */
+  /**
+   * with deferred PE rows, the plan's mask lacks them until complete() (and, planned on the
+   * device, its VS lists: the plan is run through its prepared mask)
+   */
   readonly plan: PrefillPlan;
   readonly complete: () => Promise<PrefillPlan>;
 }
@@ -379,8 +382,7 @@ async function devicePlanned(
   const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
   const tEnd = performance.now();
   const phases = { statsMs: tStats - t0, selectMs: tRoute - tDevice, peRowsMs: tDevice - tStats, maskMs: tEnd - tRoute };
-  const lists = r.vs;
-  const plan = (rows?: BlockRows): PrefillPlan => ({
+  const plan = (lists: VsLists, rows?: BlockRows): PrefillPlan => ({
     policy: policy.name,
     shape,
     blockSize: B,
@@ -395,8 +397,11 @@ async function devicePlanned(
     phases,
   });
   const peRows = r.peRows;
-  const withRows = async () => plan(peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
-  if (deferRows) return { plan: plan(), complete: withRows };
+  const withRows = async () => plan(r.vs(), peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
+  // sparsePrefill's plan runs its prepared mask; the VS lists and the PE rows come to the
+  // host once the attention is launched (complete()), so until then the mask holds empty
+  // lists (it is not returned, and a prepared mask is run as prepared)
+  if (deferRows) return { plan: plan(vsListsFromArrays(Array.from({ length: H }, () => new Int32Array(0)), Array.from({ length: H }, () => new Int32Array(0)))), complete: withRows };
   const p = await withRows();
   return { plan: p, complete: async () => p };
 }

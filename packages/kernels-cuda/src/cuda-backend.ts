@@ -290,6 +290,12 @@ const PE_PART_BYTES = 4 * 2 ** 30;
  * launch ~30k CTAs that leave at once
  */
 const PE_SLOT_GRID = 4;
+/**
+ * pe_radix_pass: at least PE_RADIX_ENTRIES / 2 entries of a head's causal triangle a CTA.
+ * 131072 (64k a CTA) gave 8 CTAs a head at 128k, 22 us a pass for 3 heads on the H200;
+ * 32768 gives 32
+ */
+const PE_RADIX_ENTRIES = 32768;
 const DEVICE_STATS_BYTES = 256 * 2 ** 20;
 const STATS_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; entry: DeviceStats }>((h) => {
   h.owner.releaseCollectedStats(h.entry);
@@ -394,21 +400,34 @@ export class CudaBackend implements Backend {
 
   /**
    * What proxyStats keeps between calls, given back before the next call (or all of it on
-   * dispose): the key block means, and room for one more entry in #deviceStats (collected
-   * statistics release their buffers; beyond DEVICE_STATS_KEPT or DEVICE_STATS_BYTES, or all
-   * when disposing, the oldest are downloaded into their objects and released). On dispose a
-   * failed download is kept for the getters to throw.
+   * dispose): the key block means, and the buffers of collected statistics. Downloading the
+   * oldest live ones (#evictRetained) is left to the attention launches, where it overlaps
+   * the kernel; here only past twice the limits (a run of plans with no attention), or all of
+   * them when disposing.
    */
   #releaseRetained(disposing: boolean): void {
     if (this.#kMeans) this.#pool.release(this.#kMeans.block);
     this.#kMeans = undefined;
+    this.#evictRetained(disposing ? 0 : 2, disposing);
+  }
+
+  /**
+   * Collected statistics release their buffers; beyond `factor` x (DEVICE_STATS_KEPT,
+   * DEVICE_STATS_BYTES) (factor 0: all) the oldest live ones are downloaded into their
+   * objects and released. A plan's statistics are not read back unless someone asks, and
+   * the garbage collector clears their WeakRefs late, so in a loop of plans one such download
+   * (3·H·Nb f64: 0.8 MB at 128k) a plan is the steady state: at the start of proxyStats it
+   * cost ~0.2 ms of the plan (session 9), after an attention launch it runs while the kernel
+   * does. On dispose a failed download is kept for the getters to throw.
+   */
+  #evictRetained(factor: number, disposing = false): void {
     const list = this.#deviceStats;
     for (let i = list.length - 1; i >= 0; i--) {
       if (list[i].ref.deref() === undefined) this.#dropStats(list.splice(i, 1)[0]);
     }
-    const keep = disposing ? 0 : DEVICE_STATS_KEPT - 1;
+    const keep = factor === 0 ? 0 : factor * DEVICE_STATS_KEPT - 1;
     let bytes = list.reduce((a, e) => a + e.block.size, 0);
-    while (list.length > keep || (list.length > 0 && bytes > DEVICE_STATS_BYTES)) {
+    while (list.length > keep || (list.length > 0 && bytes > factor * DEVICE_STATS_BYTES)) {
       const e = list.shift() as DeviceStats;
       bytes -= e.block.size;
       try {
@@ -1275,7 +1294,8 @@ export class CudaBackend implements Backend {
         // this list's Q̄ rows start at its first slot
         const qml = qm.ptr + l.first * Nb * D * 4;
         const g = l.known === false ? Math.min(l.count, PE_SLOT_GRID) : l.count;
-        this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, g], D, 0, [P(qt.ptr), P(l.ptr), P(qml), I(n), I(H), I(D), I(B)]);
+        // 128 threads (PE_QM_THREADS in pe.cu): 16-byte loads, row groups summed in order
+        this.#launch('pe.cu', `pe_q_means_${dtype}`, [Nb, g], 128, 0, [P(qt.ptr), P(l.ptr), P(qml), I(n), I(H), I(D), I(B)]);
         parts.push(this.#peChunk(qml, km.ptr, l.ptr, l.count, l.known !== false, H, Hkv, Nb, D, scale, gamma));
       }
       return parts;
@@ -1339,11 +1359,11 @@ export class CudaBackend implements Backend {
       check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
       // pe_radix_pass: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
       // heads' CTAs together fill the SMs once (each does an equal share of its head's
-      // triangle), fewer for small maps (about 64k entries a CTA at least). With the count
+      // triangle), fewer for small maps (about PE_RADIX_ENTRIES / 2 entries a CTA at least). With the count
       // only on the device, the grid has room for one head's share and the kernel divides
       // the budget by the count.
       const budget = 2 * this.info.multiprocessors;
-      const histCtas = Math.max(1, Math.min(known ? Math.floor(budget / nc) : budget, Math.ceil((Nb * Nb) / 131072)));
+      const histCtas = Math.max(1, Math.min(known ? Math.floor(budget / nc) : budget, Math.ceil((Nb * Nb) / PE_RADIX_ENTRIES)));
       const done = cnt.ptr + nc * 256 * 4;
       const prefix = done + nc * 4;
       for (let pass = 0; pass < 4; pass++) {
@@ -1444,7 +1464,11 @@ export class CudaBackend implements Backend {
     B: number,
     temp: DeviceBlock[],
     prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
-  ): { ptrs: readonly [number, number, number, number]; read: () => { lists: VsLists; prefix: ArrayBuffer } } {
+  ): {
+    ptrs: readonly [number, number, number, number];
+    buf: DeviceBlock;
+    read: () => { lists: () => VsLists; prefix: ArrayBuffer };
+  } {
     const { rule, stats, routes, peK } = req;
     if (rule?.kind !== 'noiseFloor') {
       throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
@@ -1497,20 +1521,21 @@ export class CudaBackend implements Backend {
     const sPtr = vPtr + (H + 1) * 4;
     const vert = vPtr + 2 * (H + 1) * 4;
     const slash = vert + HNb * 4;
+    // the prefix and the list pointers in one copy; the lists when asked (buf must live)
     const read = () => {
       const head = this.#readOnCopyStream(buf.ptr, new Int32Array(pb / 4 + 2 * (H + 1)));
       const ptrs = head.subarray(pb / 4);
       const verticalPtr = ptrs.slice(0, H + 1);
       const slashPtr = ptrs.slice(H + 1);
-      const lists = {
+      const lists = (): VsLists => ({
         verticalPtr,
         vertical: this.#readOnCopyStream(vert, new Int32Array(verticalPtr[H])),
         slashPtr,
         slash: this.#readOnCopyStream(slash, new Int32Array(slashPtr[H])),
-      };
+      });
       return { lists, prefix: head.buffer.slice(0, pb) };
     };
-    return { ptrs: [vPtr, vert, sPtr, slash], read };
+    return { ptrs: [vPtr, vert, sPtr, slash], buf, read };
   }
 
   /**
@@ -1684,7 +1709,7 @@ export class CudaBackend implements Backend {
       held.push(e.rowPtr, e.cols);
       // the device's lists to the host, on the copy stream (vs_pack finished before #expand's
       // read; expand_write may still run)
-      if (vsDev) vs = vsDev.read().lists;
+      if (vsDev) vs = vsDev.read().lists();
       return { ...this.#preparedResult(H, Nb, B, e, held, pePart, peHost), ...(device ? { vs } : {}) };
     } catch (e) {
       this.releaseBlocks(held);
@@ -1775,7 +1800,8 @@ export class CudaBackend implements Backend {
         vs: { device: { rule, stats, routes, peK } },
         pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
       });
-      return { prepared: res.prepared, routes, vs: res.vs as VsLists, ...(res.peRows ? { peRows: res.peRows } : {}) };
+      const lists = res.vs as VsLists;
+      return { prepared: res.prepared, routes, vs: () => lists, ...(res.peRows ? { peRows: res.peRows } : {}) };
     }
     this.#assertFinite(r.qt, 'q');
     this.#assertFinite(r.kt, 'k');
@@ -1805,8 +1831,12 @@ export class CudaBackend implements Backend {
       this.#traceHost('planOnDevice: queued');
       const e = this.#expand(H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp);
       held.push(e.rowPtr, e.cols);
-      // every kernel but expand_write is done (#expand's read): the rest on the copy stream
-      const { lists: vs, prefix } = vsDev.read();
+      // every kernel but expand_write is done (#expand's read): the routes, the statistics'
+      // head values and the list pointers in one copy; the lists when the caller asks (after
+      // launching the attention), so their buffer goes with the prepared mask
+      const { lists, prefix } = vsDev.read();
+      temp.splice(temp.indexOf(vsDev.buf), 1);
+      held.push(vsDev.buf);
       kept?.settle?.(new Float64Array(prefix, 0, 1 + 2 * H));
       const dr = new Int32Array(prefix, headBytes, 2 * H + 1);
       const routes = Array.from(dr.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
@@ -1817,7 +1847,15 @@ export class CudaBackend implements Backend {
       } else {
         this.releaseBlocks(held.splice(0, 2));
       }
-      return { ...this.#preparedResult(H, Nb, B, e, held, pePart), routes, vs };
+      const res = this.#preparedResult(H, Nb, B, e, held, pePart);
+      let got: VsLists | undefined;
+      const vs = (): VsLists => {
+        if (got) return got;
+        if (res.prepared.released) throw new InvalidArgumentError('vs() after the prepared mask was released');
+        got = lists();
+        return got;
+      };
+      return { ...res, routes, vs };
     } catch (e) {
       this.releaseBlocks(held);
       throw e;
@@ -1928,6 +1966,8 @@ export class CudaBackend implements Backend {
       I(Hkv),
       F(scale * LOG2E),
     ]);
+    // housekeeping while the kernel runs: old statistics to the host (#evictRetained)
+    this.#evictRetained(1);
     return lse ? { output: out, lse } : { output: out };
   }
 

@@ -262,7 +262,8 @@ describe('prepared masks through the pipeline', () => {
         pe: heads.length ? { q: req.pe.q, k: req.pe.k, opts: { blockSize: stats.blockSize, gamma: req.pe.gamma, heads, scale: req.pe.scale } } : undefined,
       });
       if (flip) routes[0] = routes[0] === 'vs' ? 'pe' : 'vs';
-      return { prepared: r.prepared, routes, vs: r.vs!, ...(r.peRows ? { peRows: r.peRows } : {}) };
+      const lists = r.vs!;
+      return { prepared: r.prepared, routes, vs: () => lists, ...(r.peRows ? { peRows: r.peRows } : {}) };
     };
     const res = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
     expect(planned, msg).toBe(1);
