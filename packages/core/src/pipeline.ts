@@ -401,7 +401,10 @@ async function devicePlanned(
   // sparsePrefill's plan runs its prepared mask; the VS lists and the PE rows come to the
   // host once the attention is launched (complete()), so until then the mask holds empty
   // lists (it is not returned, and a prepared mask is run as prepared)
-  if (deferRows) return { plan: plan(vsListsFromArrays(Array.from({ length: H }, () => new Int32Array(0)), Array.from({ length: H }, () => new Int32Array(0)))), complete: withRows };
+  if (deferRows) {
+    const none: VsLists = { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) };
+    return { plan: plan(none), complete: withRows };
+  }
   const p = await withRows();
   return { plan: p, complete: async () => p };
 }
