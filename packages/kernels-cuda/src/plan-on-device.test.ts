@@ -1,0 +1,108 @@
+/**
+ * The device plan's host path on CPU machines, through the stand-in driver (no GPU; the
+ * kernels' arithmetic is checked by the conformance suite on the H200): the plan is one
+ * queue with one synchronising read at its end, bad requests are typed errors, and a device
+ * whose routes disagree with the host router's fails the plan and releases what it held.
+ */
+import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
+import { crisp } from '@crisp/presets';
+import { describe, expect, it } from 'vitest';
+import { CudaBackend } from './cuda-backend.js';
+import { standInDriver } from './stand-in-driver.js';
+
+const H = 8;
+const Hkv = 2;
+const D = 128;
+const n = 8192;
+
+function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead']) {
+  const s = standInDriver({ heads: H, onRead });
+  const be = new CudaBackend(s.libs, { cacheDir: null });
+  const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+  return { ...s, be, inputs };
+}
+
+describe('planOnDevice (stand-in driver)', () => {
+  it('queues statistics, routing, selection, PE rows and expansion with one synchronising read, at the end', async () => {
+    const { be, inputs, log } = setup();
+    releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 })); // checks q, k once
+    log.length = 0;
+    const plan = await planPrefill(be, inputs, crisp, { minSparseLength: 0 });
+    const launches = log.filter((e) => e.kind === 'launch').map((e) => e.name as string);
+    const at = (name: string) => launches.findIndex((x) => x.startsWith(name));
+    for (const [a, b] of [
+      ['proxy_wg_pass1f', 'route_cstruct'],
+      ['route_cstruct', 'vs_select'],
+      ['vs_select', 'pe_q_means'],
+      ['pe_write', 'spread_row_ptr'],
+      ['expand_count', 'expand_summary'],
+    ]) {
+      expect(at(a), `${a} in ${launches.join(',')}`).toBeGreaterThanOrEqual(0);
+      expect(at(a), `${a} before ${b}`).toBeLessThan(at(b));
+    }
+    // the only synchronising reads: expand's summary, after every kernel but expand_write
+    const reads = log.map((e, i) => [e, i] as const).filter(([e]) => e.kind === 'read');
+    expect(reads.length).toBe(1);
+    const summary = log.findIndex((e) => e.kind === 'launch' && e.name === 'expand_summary');
+    expect(reads[0][1]).toBeGreaterThan(summary);
+    expect(log.slice(0, summary).some((e) => e.kind === 'sync' || e.kind === 'copyRead')).toBe(false);
+    // zeros from the device: C_struct 0 routes every head to PE on both sides
+    expect(plan.routing?.routes).toEqual(Array(H).fill('pe'));
+    expect(plan.stats?.finite).toBe(true);
+    releasePlan(plan);
+    be.dispose();
+  });
+
+  it('rejects requests it cannot run with typed errors, before any launch', async () => {
+    const { be, inputs, log } = setup();
+    const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
+    const base = {
+      stats,
+      route: { kind: 'cStruct' as const, tauProxy: 0.2 },
+      vs: { kind: 'noiseFloor' as const, alpha: 1, kMin: 1024 },
+      peK: 8,
+      pe: { q: inputs.q, k: inputs.k, gamma: 0.95 },
+    };
+    log.length = 0;
+    const code = async (req: unknown) => {
+      try {
+        await be.planOnDevice(req as Parameters<CudaBackend['planOnDevice']>[0]);
+        return 'ok';
+      } catch (e) {
+        return (e as { code?: string }).code;
+      }
+    };
+    expect(await code({ ...base, route: { kind: 'jsd', tauProxy: 0.1 } })).toBe('UNSUPPORTED');
+    expect(await code({ ...base, route: { kind: 'cStruct', tauProxy: Number.NaN } })).toBe('INVALID_ARGUMENT');
+    expect(await code({ ...base, vs: { kind: 'noiseFloor', alpha: 1, kMin: 1000 } })).toBe('INVALID_ARGUMENT');
+    expect(await code({ ...base, pe: { ...base.pe, gamma: 1.5 } })).toBe('INVALID_ARGUMENT');
+    expect(await code({ ...base, stats: undefined })).toBe('INVALID_ARGUMENT');
+    // q and k of another problem than the statistics' (half the heads)
+    const fewer = be.allocate('bf16', [n, H / 2, D]);
+    expect(await code({ ...base, pe: { ...base.pe, q: fewer } })).toBe('INVALID_ARGUMENT');
+    expect(log.filter((e) => e.kind === 'launch').length).toBe(0);
+    expect(await code(base)).toBe('ok');
+    be.dispose();
+  });
+
+  it('fails the plan when the device routes differ from the host router, and releases the prepared mask', async () => {
+    // the device says head 0 is VS (routes follow the statistics' head copy in the buffer
+    // read with the list pointers); the statistics say C_struct 0 (PE)
+    const headBytes = 8 * (1 + 2 * H);
+    const prefixInts = Math.ceil((headBytes + 4 * (2 * H + 1)) / 8) * 2;
+    const { be, inputs } = setup((out, kind) => {
+      if (kind === 'copyRead' && out instanceof Int32Array && out.length === prefixInts + 2 * (H + 1)) out[headBytes / 4] = 1;
+    });
+    let stats: ProxyStats | undefined;
+    await expect(
+      (async () => {
+        const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
+        stats = r.plan.stats;
+      })(),
+    ).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    expect(stats).toBeUndefined();
+    // what it prepared went back to the pool: the next plan runs
+    expect(be.memoryInfo().pooled).toBeGreaterThan(0);
+    be.dispose();
+  });
+});

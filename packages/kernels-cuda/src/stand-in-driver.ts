@@ -1,0 +1,119 @@
+/**
+ * A CUDA driver and NVRTC stand-in for CPU machines: every call returns success at once,
+ * allocations come at increasing fake addresses, kernels "launch" into a log, and device
+ * reads return zeros unless `onRead` fills them. It runs the backend's host path (argument
+ * checks, the order of launches and reads, the pipeline around them) and measures what the
+ * host spends (scripts/host-cost.mjs); it checks no kernel arithmetic.
+ */
+import { createRequire } from 'node:module';
+import type { CudaLibs } from './ffi.js';
+
+export interface StandInEvent {
+  /** 'launch' (kernel name), 'read' (a synchronous copy to the host), 'copyRead' (on a stream) */
+  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync';
+  readonly name?: string;
+  readonly bytes?: number;
+}
+
+export interface StandIn {
+  readonly libs: CudaLibs;
+  /** every launch and read, in order (clear it between checks) */
+  readonly log: StandInEvent[];
+}
+
+/**
+ * `onRead(out, kind)`: fill a device read (zeros otherwise). Reads of H + 2 ints (expand's
+ * summary) get a clean bad-row flag by default, so masks expand without a MaskError.
+ */
+export function standInDriver(
+  opts: { heads?: number; onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => void } = {},
+): StandIn {
+  const require = createRequire(import.meta.url);
+  const koffi = require('koffi');
+  const H = opts.heads ?? 32;
+  const log: StandInEvent[] = [];
+  let next = 1 << 20;
+  const set = (a: unknown[], x: unknown) => {
+    a[0] = x;
+    return 0;
+  };
+  const ATTRS: Record<number, number> = { 75: 9, 76: 0, 16: 132 };
+  const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => {
+    if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = 0x7fffffff;
+    opts.onRead?.(out, kind);
+  };
+  const cu = {
+    cuInit: () => 0,
+    cuDeviceGetCount: (c: number[]) => set(c, 1),
+    cuDeviceGet: (d: number[]) => set(d, 0),
+    cuDeviceGetAttribute: (v: number[], a: number) => set(v, ATTRS[a] ?? 0),
+    cuDeviceGetName: (buf: Uint8Array) => {
+      buf.set(new TextEncoder().encode('stand-in H200\0'));
+      return 0;
+    },
+    cuDriverGetVersion: (v: number[]) => set(v, 12080),
+    cuDevicePrimaryCtxRetain: (c: unknown[]) => set(c, {}),
+    cuDevicePrimaryCtxRelease: () => 0,
+    cuCtxSetCurrent: () => 0,
+    cuCtxSynchronize: () => 0,
+    cuStreamCreate: (s: unknown[]) => set(s, {}),
+    cuStreamDestroy: () => 0,
+    cuStreamSynchronize: () => {
+      log.push({ kind: 'sync' });
+      return 0;
+    },
+    cuEventCreate: (e: unknown[]) => set(e, {}),
+    cuEventDestroy: () => 0,
+    cuEventRecord: () => 0,
+    cuEventSynchronize: () => 0,
+    cuEventElapsedTime: (ms: number[]) => set(ms, 0),
+    cuMemGetInfo: (f: number[], t: number[]) => {
+      t[0] = 1.4e11;
+      return set(f, 1e11);
+    },
+    cuMemAlloc: (out: number[], size: number) => {
+      set(out, next);
+      next += Math.ceil(Number(size) / 256) * 256 + 256;
+      return 0;
+    },
+    cuMemFree: () => 0,
+    cuModuleLoadData: (m: unknown[]) => set(m, {}),
+    cuModuleUnload: () => 0,
+    cuModuleGetFunction: (f: unknown[], _m: unknown, name: string) => set(f, { name }),
+    cuFuncSetAttribute: () => 0,
+    cuLaunchKernel: (f: { name: string }) => {
+      log.push({ kind: 'launch', name: f.name });
+      return 0;
+    },
+    cuMemcpyHtoD: () => 0,
+    cuMemcpyHtoDAsync: () => 0,
+    cuMemcpyDtoH: (out: ArrayBufferView & { length: number }) => {
+      log.push({ kind: 'read', bytes: out.byteLength });
+      fill(out, 'read');
+      return 0;
+    },
+    cuMemcpyDtoHAsync: (out: ArrayBufferView & { length: number }) => {
+      log.push({ kind: 'copyRead', bytes: out.byteLength });
+      fill(out, 'copyRead');
+      return 0;
+    },
+    cuMemsetD32Async: () => 0,
+    cuMemsetD16Async: () => 0,
+    cuGetErrorName: (_e: number, s: unknown[]) => set(s, 'CUDA_ERROR_STAND_IN'),
+  };
+  const nvrtc = {
+    nvrtcVersion: (a: number[], b: number[]) => {
+      b[0] = 8;
+      return set(a, 12);
+    },
+    nvrtcCreateProgram: (p: unknown[]) => set(p, {}),
+    nvrtcCompileProgram: () => 0,
+    nvrtcGetCUBINSize: (s: number[]) => set(s, 16),
+    nvrtcGetCUBIN: () => 0,
+    nvrtcGetProgramLogSize: (s: number[]) => set(s, 1),
+    nvrtcGetProgramLog: () => 0,
+    nvrtcDestroyProgram: () => 0,
+    nvrtcGetErrorString: () => 'NVRTC_STAND_IN',
+  };
+  return { libs: { koffi, cu, nvrtc } as unknown as CudaLibs, log };
+}
