@@ -284,21 +284,8 @@ async function buildPlan(
     const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
     const tEnd = performance.now();
     const phases = { statsMs: tStats - t0, selectMs, peRowsMs: tPe - tStats - selectMs, maskMs: tEnd - tPe };
-    const lists = vs;
-    const plan = (rows?: BlockRows): PrefillPlan => ({
-      ...base,
-      mask: { heads: H, numBlocks: Nb, blockSize: B, vs: lists, rows },
-      prepared: r.prepared,
-      density,
-      overallDensity,
-      planMs: tEnd - t0,
-      phases,
-    });
-    const peRows = r.peRows;
-    const withRows = async () => plan(peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
-    if (deferRows) return { plan: plan(), complete: withRows };
-    const p = await withRows();
-    return { plan: p, complete: async () => p };
+    const fields = { ...base, density, overallDensity, planMs: tEnd - t0, phases };
+    return preparedPlan(fields, r.prepared, vs, r.peRows, peHeads, deferRows);
   }
   const vs = selectVs();
   const tSelect = performance.now();
@@ -382,28 +369,40 @@ async function devicePlanned(
   const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
   const tEnd = performance.now();
   const phases = { statsMs: tStats - t0, selectMs: tRoute - tDevice, peRowsMs: tDevice - tStats, maskMs: tEnd - tRoute };
+  const fields = { policy: policy.name, shape, blockSize: B, numBlocks: Nb, stats, routing, density, overallDensity, planMs: tEnd - t0, phases };
+  return preparedPlan(fields, r.prepared, r.vs, r.peRows, peHeads, deferRows);
+}
+
+/**
+ * A plan over a backend's prepared mask. Its mask gets the VS lists and the PE heads' rows
+ * now, or (deferRows: sparsePrefill) in complete(), once the attention is launched: the PE
+ * rows always, the VS lists too when the backend hands them over as a function (a device
+ * plan). Until then that mask holds empty lists: it is not returned, and a prepared mask is
+ * run as prepared.
+ */
+async function preparedPlan(
+  fields: Omit<PrefillPlan, 'mask' | 'prepared'>,
+  prepared: PreparedMask,
+  vs: VsLists | (() => VsLists),
+  peRows: (() => Promise<BlockRows>) | undefined,
+  peHeads: readonly number[],
+  deferRows: boolean,
+): Promise<BuiltPlan> {
+  const { heads: H } = fields.shape;
+  const { numBlocks: Nb, blockSize: B } = fields;
   const plan = (lists: VsLists, rows?: BlockRows): PrefillPlan => ({
-    policy: policy.name,
-    shape,
-    blockSize: B,
-    numBlocks: Nb,
-    stats,
-    routing,
+    ...fields,
     mask: { heads: H, numBlocks: Nb, blockSize: B, vs: lists, rows },
-    prepared: r.prepared,
-    density,
-    overallDensity,
-    planMs: tEnd - t0,
-    phases,
+    prepared,
   });
-  const peRows = r.peRows;
-  const withRows = async () => plan(r.vs(), peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
-  // sparsePrefill's plan runs its prepared mask; the VS lists and the PE rows come to the
-  // host once the attention is launched (complete()), so until then the mask holds empty
-  // lists (it is not returned, and a prepared mask is run as prepared)
+  const lists = () => (typeof vs === 'function' ? vs() : vs);
+  const withRows = async () => plan(lists(), peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
   if (deferRows) {
-    const none: VsLists = { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) };
-    return { plan: plan(none), complete: withRows };
+    const now =
+      typeof vs === 'function'
+        ? { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) }
+        : vs;
+    return { plan: plan(now), complete: withRows };
   }
   const p = await withRows();
   return { plan: p, complete: async () => p };
