@@ -229,13 +229,7 @@ async function buildPlan(
   }
   assertFiniteStats(stats);
   const tStats = performance.now();
-  const routing = policy.router!.route(stats);
-  if (routing.routes.length !== H) {
-    throw new InvalidArgumentError(`router ${policy.router!.name} returned ${routing.routes.length} routes for ${H} heads`);
-  }
-
-  const peHeads: number[] = [];
-  for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
+  const { routing, peHeads } = routeOnHost(policy, stats, H);
   // routing counts as selection; selectVs adds its own time
   let selectMs = performance.now() - tStats;
   const selectVs = () => {
@@ -310,6 +304,17 @@ async function buildPlan(
   return { plan: p, complete: async () => p };
 }
 
+/** The policy's router on the host, its H routes checked, and the PE heads ascending. */
+function routeOnHost(policy: Policy, stats: ProxyStats, H: number): { routing: RoutingDecision; peHeads: number[] } {
+  const routing = policy.router!.route(stats);
+  if (routing.routes.length !== H) {
+    throw new InvalidArgumentError(`router ${policy.router!.name} returned ${routing.routes.length} routes for ${H} heads`);
+  }
+  const peHeads: number[] = [];
+  for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
+  return { routing, peHeads };
+}
+
 /**
  * The plan on a backend that routes, selects and builds the mask on the device
  * (`planOnDevice`): the statistics were queued without a read (`deferRead`), so statsMs is
@@ -348,12 +353,12 @@ async function devicePlanned(
   });
   const tDevice = performance.now();
   let routing: RoutingDecision;
+  let peHeads: number[];
   try {
     // the statistics come back now (the device is done); non-finite ones throw here
     assertFiniteStats(stats);
-    routing = policy.router!.route(stats);
-    const same = routing.routes.length === H && routing.routes.every((x, h) => x === r.routes[h]);
-    if (!same) {
+    ({ routing, peHeads } = routeOnHost(policy, stats, H));
+    if (!routing.routes.every((x, h) => x === r.routes[h])) {
       throw new CrispError(
         'BACKEND_ERROR',
         `backend ${backend.name}: the device routed [${r.routes.join(',')}], router ${policy.router!.name} routes [${routing.routes.join(',')}] on the same statistics`,
@@ -364,8 +369,6 @@ async function devicePlanned(
     throw e;
   }
   const tRoute = performance.now();
-  const peHeads: number[] = [];
-  for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
   const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
   const tEnd = performance.now();
   const phases = { statsMs: tStats - t0, selectMs: tRoute - tDevice, peRowsMs: tDevice - tStats, maskMs: tEnd - tRoute };

@@ -266,12 +266,11 @@ interface DeviceStats {
   /** downloads the block statistics into the object, if it is still alive and unread */
   readonly materialize: () => void;
   /**
-   * deferRead statistics: the device work is known to be done (a later read on the main
-   * stream returned), so their head values come back now, from `head` when a later copy
-   * brought them (planOnDevice's) or on the copy stream, without waiting for what was queued
-   * since
+   * deferRead statistics: their head values [non-finite count][C_struct H][entropy H] as a
+   * later copy brought them (planOnDevice's, route.cu copies them), so reading the fields
+   * waits for nothing
    */
-  readonly settle?: (head?: Float64Array) => void;
+  readonly settle?: (head: Float64Array) => void;
 }
 /**
  * At most this many statistics, and this many bytes of them, keep their block scores on the
@@ -408,7 +407,7 @@ export class CudaBackend implements Backend {
   #releaseRetained(disposing: boolean): void {
     if (this.#kMeans) this.#pool.release(this.#kMeans.block);
     this.#kMeans = undefined;
-    this.#evictRetained(disposing ? 0 : 2, disposing);
+    this.#evictRetained(disposing ? 0 : 2);
   }
 
   /**
@@ -418,9 +417,9 @@ export class CudaBackend implements Backend {
    * the garbage collector clears their WeakRefs late, so in a loop of plans one such download
    * (3·H·Nb f64: 0.8 MB at 128k) a plan is the steady state: at the start of proxyStats it
    * cost ~0.2 ms of the plan (session 9), after an attention launch it runs while the kernel
-   * does. On dispose a failed download is kept for the getters to throw.
+   * does. On dispose (factor 0) a failed download is kept for the getters to throw.
    */
-  #evictRetained(factor: number, disposing = false): void {
+  #evictRetained(factor: number): void {
     const list = this.#deviceStats;
     for (let i = list.length - 1; i >= 0; i--) {
       if (list[i].ref.deref() === undefined) this.#dropStats(list.splice(i, 1)[0]);
@@ -433,7 +432,7 @@ export class CudaBackend implements Backend {
       try {
         e.materialize();
       } catch (err) {
-        if (!disposing) {
+        if (factor !== 0) {
           this.#dropStats(e);
           throw err;
         }
@@ -1082,12 +1081,9 @@ export class CudaBackend implements Backend {
       // routed on the device): the head values too, on first access (that read waits for the
       // device), so nothing here waits.
       const defer = Boolean(opts.deferRead) && !as;
-      let settled = false;
       let given: Float64Array | undefined;
       const readHead = () => {
-        const buf = new Float64Array(1 + 2 * H);
-        if (given) buf.set(given);
-        const head = given ? buf : settled ? this.#readOnCopyStream(out.ptr, buf) : this.#read(out.ptr, buf);
+        const head = given ?? this.#read(out.ptr, new Float64Array(1 + 2 * H));
         return {
           nonFinite: head[0],
           cStruct: head.subarray(1, 1 + H),
@@ -1157,10 +1153,8 @@ export class CudaBackend implements Backend {
         },
         ...(headLazy
           ? {
-              // the head values as a later copy brought them (route.cu copies them), or read
-              settle: (h?: Float64Array) => {
-                settled = true;
-                if (h && h.length === 1 + 2 * H) given = h;
+              settle: (h: Float64Array) => {
+                if (h.length === 1 + 2 * H) given = h;
                 headLazy.materialize();
               },
             }

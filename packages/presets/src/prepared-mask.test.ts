@@ -280,10 +280,15 @@ describe('prepared masks through the pipeline', () => {
     await expect(planPrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((p) => p.released), msg).toBe(true);
     flip = false;
+    // a router whose host route() returns the wrong number of routes is the router's error
+    // (INVALID_ARGUMENT, as on the host path), not the backend's
+    const short = { ...policy, router: { ...cStruct(), device: cStruct().device, route: (s: Parameters<Router['route']>[0]) => ({ ...cStruct().route(s), routes: [] }) } };
+    await expect(planPrefill(be, inputs, short, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(live.every((p) => p.released), msg).toBe(true);
     // a router with its own route() (no device rule) routes on the host, statistics read at once
     const own = { ...policy, router: { ...cStruct(), route: (s: Parameters<Router['route']>[0]) => cStruct().route(s) } };
     await planPrefill(be, inputs, own, { minSparseLength: 0 }).then(releasePlan);
-    expect(planned, msg).toBe(2);
+    expect(planned, msg).toBe(3);
     expect(deferred.at(-1), msg).toBe(false);
   });
 
