@@ -28,8 +28,6 @@ export class DevicePool {
   #misses = 0;
   /** slabs carved by allocBatch: base pointer -> the children's pointers and size class */
   readonly #slabs = new Map<number, { size: number; children: number[] }>();
-  /** a carved child's slab base */
-  readonly #slabOf = new Map<number, number>();
 
   constructor(libs: CudaLibs) {
     this.#libs = libs;
@@ -96,11 +94,7 @@ export class DevicePool {
     if ((list && list.length > 0) || count <= 1) return this.alloc(bytes);
     const base = this.#driverAlloc(size * count);
     const children: number[] = [];
-    for (let i = 0; i < count; i++) {
-      const ptr = base + i * size;
-      children.push(ptr);
-      this.#slabOf.set(ptr, base);
-    }
+    for (let i = 0; i < count; i++) children.push(base + i * size);
     this.#slabs.set(base, { size, children });
     const free = list ?? [];
     this.#free.set(size, free);
@@ -132,10 +126,7 @@ export class DevicePool {
     for (const [base, slab] of this.#slabs) {
       if (slab.children.every((c) => pooled.has(c))) {
         this.#libs.cu.cuMemFree(base);
-        for (const c of slab.children) {
-          this.#slabOf.delete(c);
-          pooled.delete(c);
-        }
+        for (const c of slab.children) pooled.delete(c);
         this.#slabs.delete(base);
       } else {
         for (const c of slab.children) if (pooled.has(c)) keep.add(c);
