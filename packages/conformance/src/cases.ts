@@ -379,20 +379,28 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true });
     const res = await be.planOnDevice!({ stats, route: { kind: 'cStruct', tauProxy }, vs: rule, peK, pe: { q: d.q, k: d.k, gamma } });
     const lines: string[] = [];
+    const outs: DeviceTensor[] = [];
     try {
+      // the attention queued behind the plan before anything is read back, as sparsePrefill
+      // does; checked below against the same mask from the host parts
+      const empty = { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) };
+      const qOut = poisoned(be, dtype, x.q.shape);
+      outs.push(qOut);
+      const queued = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: empty }, { prepared: res.prepared, out: qOut });
+      const plan = res.read();
       assertFiniteStats(stats);
       const routes = Array.from(stats.cStruct, (v): Route => (v >= tauProxy ? 'vs' : 'pe'));
-      if (!bitEqual(Array.from(res.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
-        lines.push(`routes ${res.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy})`);
+      if (!bitEqual(Array.from(plan.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
+        lines.push(`routes ${plan.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy})`);
       }
       const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK);
-      const got = res.vs();
+      const got = plan.vs;
       for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
         if (!bitEqual(got[key], want[key])) lines.push(`${key} differs from the host selector's`);
       }
       const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads: peHeads }) : undefined;
-      const gotRows = res.peRows ? await res.peRows() : undefined;
+      const gotRows = plan.peRows ? await plan.peRows() : undefined;
       if (Boolean(gotRows) !== Boolean(wantRows)) lines.push(`PE rows ${gotRows ? 'returned' : 'missing'} for PE heads [${peHeads.join(',')}]`);
       else if (gotRows && wantRows && !(bitEqual(gotRows.rowPtr, wantRows.rowPtr) && bitEqual(gotRows.cols, wantRows.cols))) {
         lines.push(`PE rows differ from peBlockRows for heads [${peHeads.join(',')}]`);
@@ -401,9 +409,15 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
       const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
       if (!bitEqual(res.prepared.blockCounts, counts)) lines.push(`block counts ${res.prepared.blockCounts.join(',')} differ from the host's ${counts.join(',')}`);
       if (split && (!peHeads.length || peHeads.length === H)) lines.push(`tauProxy ${tauProxy} gave one route to every head (C_struct has ${distinct.length} distinct values)`);
+      // the same kernel on the same blocks: the same bits
+      const hOut = poisoned(be, dtype, x.q.shape);
+      outs.push(hOut);
+      const host = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: want, rows }, { out: hOut });
+      const [a, b] = [toFloat32(await be.download(queued.output)), toFloat32(await be.download(host.output))];
+      if (!bitEqual(a, b)) lines.push('the attention run on the unread device plan differs from the run on the host mask');
     } finally {
       res.prepared.release();
-      for (const t of Object.values(d)) t.dispose();
+      for (const t of [...outs, ...Object.values(d)]) t.dispose();
     }
     return outcome(lines.length ? 1 : 0, 0, lines);
   });

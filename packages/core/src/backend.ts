@@ -109,16 +109,42 @@ export interface DevicePlanRequest {
 }
 
 export interface DevicePlanResult {
+  /**
+   * The plan's mask, ready for `sparseAttention` at once: nothing was read back, so the
+   * attention can be queued behind the plan. Its `blockCounts` are read on first access
+   * (that read waits for the plan's kernels, not for later work).
+   */
   readonly prepared: PreparedMask;
+  /**
+   * The device's routes and VS lists, copied to the host when called (waiting for the plan's
+   * kernels only, so a caller launches the attention first); call it before
+   * `prepared.release()`. Throws what the device's checks of the plan found.
+   */
+  readonly read: () => DevicePlanOutcome;
+}
+
+export interface DevicePlanOutcome {
   /** [H] the routes the device chose */
   readonly routes: Route[];
+  /** the VS lists the device selected */
+  readonly vs: VsLists;
   /**
-   * The VS lists the device selected, copied to the host when first called (so a caller can
-   * launch the attention first); call it before `prepared.release()`.
+   * the PE heads' rows (peBlockRows' form, heads ascending), copied when called; present when
+   * the device routed a head to PE (see PreparedMaskResult)
    */
-  readonly vs: () => VsLists;
-  /** the PE heads' rows (peBlockRows' form, heads ascending), copied when called; see PreparedMaskResult */
   readonly peRows?: () => Promise<BlockRows>;
+}
+
+/**
+ * A point on a backend's device timeline (`Backend.mark`): when the device reached it in its
+ * queue of work, or when it was taken if the device was idle by then.
+ */
+export interface DeviceMark {
+  /**
+   * Milliseconds on the device timeline from `earlier` to this mark. Call it once the device
+   * reached both (after `synchronize`); a mark is good for the next 64 marks of its backend.
+   */
+  msSince(earlier: DeviceMark): number;
 }
 
 export interface PreparedMaskResult {
@@ -168,9 +194,9 @@ export interface Backend {
   /** Selector rules this backend's prepareMask can run on the device (`vs.device` requests). */
   readonly deviceSelectors?: readonly DeviceSelectorRule['kind'][];
   /**
-   * Optional: route, select and build the mask on the device with no host round trip in
-   * between (the plan as one queue; one read at its end). For router rules in
-   * `deviceRouters` and selector rules in `deviceSelectors`.
+   * Optional: route, select and build the mask on the device with no host round trip (the
+   * plan as one queue, nothing read back: the attention can be queued behind it). For
+   * router rules in `deviceRouters` and selector rules in `deviceSelectors`.
    */
   planOnDevice?(req: DevicePlanRequest): Promise<DevicePlanResult>;
   /** Router rules this backend's planOnDevice can run on the device. */
@@ -189,5 +215,10 @@ export interface Backend {
   denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts?: AttentionOptions): Promise<AttentionResult>;
   /** Resolves when all queued device work is done (for timing). */
   synchronize(): Promise<void>;
+  /**
+   * Optional: mark the device timeline here, behind the work queued so far (for timings
+   * that count what the device waited for, without synchronising).
+   */
+  mark?(): DeviceMark;
   dispose(): void;
 }

@@ -7,13 +7,14 @@
  *
  * On a backend that runs the router's and the selector's rules on the device
  * (`planOnDevice`), the statistics, routing, selection and mask building are one queue of
- * device work with one read at its end; the host router then re-routes on the same
- * statistics and must agree.
+ * device work that reads nothing back; sparsePrefill queues the attention behind it, then
+ * reads the plan while the attention runs: the host router re-routes on the same statistics
+ * and must agree.
  *
  * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import { assertBlockSize, assertSupported, attentionShape, type AttentionShape, numBlocks } from './attention.js';
-import type { AttentionOptions, AttentionResult, Backend, PreparedMask } from './backend.js';
+import type { AttentionOptions, AttentionResult, Backend, DeviceMark, DevicePlanOutcome, PreparedMask } from './backend.js';
 import { CrispError, InvalidArgumentError } from './errors.js';
 import {
   type BlockMask,
@@ -69,7 +70,11 @@ export interface PrefillPlan {
   /** [H] selected causal blocks / (Nb (Nb + 1) / 2); all ones for dense plans */
   readonly density: Float64Array;
   readonly overallDensity: number;
-  /** milliseconds spent on proxy statistics, routing and selection (host wall clock) */
+  /**
+   * milliseconds spent on proxy statistics, routing and selection (host wall clock; in
+   * sparsePrefill's result on a backend with `mark`, the device timeline: see
+   * PrefillResult.timings)
+   */
   readonly planMs: number;
   /**
    * Where planMs went (host wall clock, each backend call awaited): proxy statistics;
@@ -79,8 +84,11 @@ export interface PrefillPlan {
    * on the device); the rest of the mask assembly (placing PE rows and counting density on
    * the host, or reading the device's counts). On a backend that plans on the device
    * (`planOnDevice`): statsMs is the time to queue the statistics, peRowsMs the device plan
-   * to its one read (the statistics' device time included), selectMs the host re-routing
-   * that checks the device's routes. Absent for dense plans.
+   * to its read (the statistics' device time included), selectMs the host re-routing that
+   * checks the device's routes. In sparsePrefill's result there, the attention was queued
+   * behind the plan: statsMs and peRowsMs are device timeline (with `Backend.mark`; else the
+   * host's queueing times), selectMs and maskMs 0, and overlappedMs the host work done while
+   * the attention ran. Absent for dense plans.
    */
   readonly phases?: PlanPhases;
 }
@@ -90,6 +98,12 @@ export interface PlanPhases {
   readonly selectMs: number;
   readonly peRowsMs: number;
   readonly maskMs: number;
+  /**
+   * sparsePrefill on a backend that plans on the device: host milliseconds spent after the
+   * attention was queued, while it ran (reading the plan back, the host router's check, the
+   * density); not part of planMs
+   */
+  readonly overlappedMs?: number;
 }
 
 export const DEFAULTS = Object.freeze({ blockSize: 128, wSink: 128, wLocal: 128, kMin: 1024 });
@@ -157,6 +171,8 @@ interface BuiltPlan {
    */
   readonly plan: PrefillPlan;
   readonly complete: () => Promise<PrefillPlan>;
+  /** deferred device plans: the device timeline where the statistics end (Backend.mark) */
+  readonly statsMark?: DeviceMark;
 }
 
 async function buildPlan(
@@ -204,8 +220,8 @@ async function buildPlan(
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
   const peK = Math.ceil(policy.pe!.kMin / B);
   // The whole plan on the device when the backend runs both the router's and the selector's
-  // rule there: statistics, routing, selection and mask building queued back to back, one
-  // read at the end (no host round trip between the statistics and the rest).
+  // rule there: statistics, routing, selection and mask building queued back to back, read
+  // back only afterwards (no host round trip between the statistics and the attention).
   const routeRule = policy.router!.device;
   const vsRule = policy.vs!.device;
   const devicePlan =
@@ -317,12 +333,13 @@ function routeOnHost(policy: Policy, stats: ProxyStats, H: number): { routing: R
 
 /**
  * The plan on a backend that routes, selects and builds the mask on the device
- * (`planOnDevice`): the statistics were queued without a read (`deferRead`), so statsMs is
- * the time to queue them, peRowsMs the device plan up to its one read (routing, selection,
- * PE rows, expansion: the device's work since the statistics, with the statistics' own),
- * selectMs the host re-routing that checks the device's routes. The host router runs on the
- * same statistics afterwards: its routes must equal the device's (the rule is the same
- * comparison), and the plan reports the host's RoutingDecision.
+ * (`planOnDevice`): the statistics were queued without a read (`deferRead`) and the device
+ * plan reads nothing back either. Then the host router runs on the same statistics: its
+ * routes must equal the device's (the rule is the same comparison), and the plan reports the
+ * host's RoutingDecision. planPrefill does that at once (statsMs is the time to queue the
+ * statistics, peRowsMs the device plan up to its read, selectMs the host re-routing);
+ * sparsePrefill (deferRows) first queues the attention behind the plan and does it in
+ * complete(), while the attention runs (its phases come from the device timeline there).
  */
 async function devicePlanned(
   backend: Backend,
@@ -343,6 +360,7 @@ async function devicePlanned(
 ): Promise<BuiltPlan> {
   const { t0, shape, B, Nb, stats } = c;
   const H = shape.heads;
+  const statsMark = deferRows ? backend.mark?.() : undefined;
   const tStats = performance.now();
   const r = await backend.planOnDevice!({
     stats,
@@ -352,28 +370,58 @@ async function devicePlanned(
     pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: opts.scale },
   });
   const tDevice = performance.now();
-  let routing: RoutingDecision;
-  let peHeads: number[];
-  try {
-    // the statistics come back now (the device is done); non-finite ones throw here
-    assertFiniteStats(stats);
-    ({ routing, peHeads } = routeOnHost(policy, stats, H));
-    if (!routing.routes.every((x, h) => x === r.routes[h])) {
-      throw new CrispError(
-        'BACKEND_ERROR',
-        `backend ${backend.name}: the device routed [${r.routes.join(',')}], router ${policy.router!.name} routes [${routing.routes.join(',')}] on the same statistics`,
-      );
+  const finish = async (): Promise<PrefillPlan> => {
+    const tRead = performance.now();
+    let routing: RoutingDecision;
+    let peHeads: number[];
+    let outcome: DevicePlanOutcome;
+    try {
+      // the device's routes and lists (waiting for the plan), then the statistics (non-finite
+      // ones throw here)
+      outcome = r.read();
+      assertFiniteStats(stats);
+      ({ routing, peHeads } = routeOnHost(policy, stats, H));
+      if (!routing.routes.every((x, h) => x === outcome.routes[h])) {
+        throw new CrispError(
+          'BACKEND_ERROR',
+          `backend ${backend.name}: the device routed [${outcome.routes.join(',')}], router ${policy.router!.name} routes [${routing.routes.join(',')}] on the same statistics`,
+        );
+      }
+    } catch (e) {
+      r.prepared.release();
+      throw e;
     }
-  } catch (e) {
-    r.prepared.release();
-    throw e;
+    const tRoute = performance.now();
+    const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
+    const tEnd = performance.now();
+    // deferred: the host's queueing times (sparsePrefill puts the device timeline's in)
+    const phases = deferRows
+      ? { statsMs: tStats - t0, selectMs: 0, peRowsMs: tDevice - tStats, maskMs: 0, overlappedMs: tEnd - tRead }
+      : { statsMs: tStats - t0, selectMs: tRoute - tDevice, peRowsMs: tDevice - tStats, maskMs: tEnd - tRoute };
+    const planMs = deferRows ? tDevice - t0 : tEnd - t0;
+    const fields = { policy: policy.name, shape, blockSize: B, numBlocks: Nb, stats, routing, density, overallDensity, planMs, phases };
+    return (await preparedPlan(fields, r.prepared, outcome.vs, outcome.peRows, peHeads, false)).plan;
+  };
+  if (!deferRows) {
+    const plan = await finish();
+    return { plan, complete: async () => plan };
   }
-  const tRoute = performance.now();
-  const { perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb);
-  const tEnd = performance.now();
-  const phases = { statsMs: tStats - t0, selectMs: tRoute - tDevice, peRowsMs: tDevice - tStats, maskMs: tEnd - tRoute };
-  const fields = { policy: policy.name, shape, blockSize: B, numBlocks: Nb, stats, routing, density, overallDensity, planMs: tEnd - t0, phases };
-  return preparedPlan(fields, r.prepared, r.vs, r.peRows, peHeads, deferRows);
+  // sparsePrefill: the attention runs this plan's prepared mask as soon as it is queued; the
+  // plan it reports is complete()'s
+  const empty: VsLists = { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) };
+  const queued: PrefillPlan = {
+    policy: policy.name,
+    shape,
+    blockSize: B,
+    numBlocks: Nb,
+    stats,
+    mask: { heads: H, numBlocks: Nb, blockSize: B, vs: empty },
+    prepared: r.prepared,
+    density: new Float64Array(H).fill(Number.NaN),
+    overallDensity: Number.NaN,
+    planMs: tDevice - t0,
+  };
+  return { plan: queued, complete: finish, ...(statsMark ? { statsMark } : {}) };
 }
 
 /**
@@ -472,14 +520,23 @@ export function runPlan(
 
 export interface PrefillResult extends AttentionResult {
   readonly plan: PrefillPlan;
-  /** host wall-clock milliseconds, device work included (synchronised) */
+  /**
+   * Milliseconds. totalMs: host wall clock from the call until the output is ready
+   * (synchronised). On a backend with `mark` (CUDA), planMs and attentionMs are on the device
+   * timeline: planMs from the call until the attention could start (host time before and
+   * between the plan's kernels counts, since the device waits for it), attentionMs from there
+   * to the attention's end. Otherwise both are host wall clock, each step awaited.
+   */
   readonly timings: { readonly planMs: number; readonly attentionMs: number; readonly totalMs: number };
 }
 
 /**
  * Plan and run one layer. The output stays on the backend. The PE rows reach the host
  * (result.plan.mask) while the attention runs, and the prepared device mask is released
- * after the run.
+ * after the run. On a backend that plans on the device, the attention is queued right behind
+ * the plan, and the plan is read back and checked (the host router's routes must equal the
+ * device's) while it runs: a disagreement rejects with BACKEND_ERROR after the attention
+ * ran, and its output is disposed (unless it was `opts.out`).
  */
 export async function sparsePrefill(
   backend: Backend,
@@ -487,16 +544,37 @@ export async function sparsePrefill(
   policy: Policy,
   opts: PlanOptions & AttentionOptions = {},
 ): Promise<PrefillResult> {
+  const m0 = backend.mark?.();
   const t0 = performance.now();
   const built = await buildPlan(backend, inputs, policy, opts, true);
+  const m1 = m0 ? backend.mark?.() : undefined;
   const t1 = performance.now();
   try {
     const result = await runPlan(backend, built.plan, inputs, opts);
-    const full = await built.complete();
+    const m2 = m1 ? backend.mark?.() : undefined;
+    let full: PrefillPlan;
+    try {
+      full = await built.complete();
+    } catch (e) {
+      await backend.synchronize();
+      if (!opts.out) result.output.dispose();
+      result.lse?.dispose();
+      throw e;
+    }
     await backend.synchronize();
     const t2 = performance.now();
     const { prepared: _released, ...plan } = full;
-    return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+    if (!(m0 && m1 && m2)) {
+      return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+    }
+    const planMs = m1.msSince(m0);
+    const sm = built.statsMark;
+    const phases = sm && plan.phases ? { ...plan.phases, statsMs: sm.msSince(m0), peRowsMs: m1.msSince(sm) } : plan.phases;
+    return {
+      ...result,
+      plan: { ...plan, planMs, ...(phases ? { phases } : {}) },
+      timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 },
+    };
   } finally {
     built.plan.prepared?.release();
   }

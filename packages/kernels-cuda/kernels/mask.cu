@@ -76,10 +76,13 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 // Sorted and free of duplicates by construction, so the length is expand_count's. A thread
 // per row (a three-way merge of the sorted lists) walked 32 rows at once, uncoalesced, at the
 // pace of the longest: 0.73 ms at 512k on the H200 (synth), 3.6 ms on denser masks. Runs
-// after expand_count has validated the rows' entries (the host reads *bad first).
+// after expand_count has validated the rows' entries: the host reads *bad first, or (a plan
+// that reads nothing back) every warp leaves once a row was flagged bad, so no bit lands
+// outside its row's bitmap and no row outside the room the host made (I + 1 a row).
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* outPtr, int* outCols, int H,
-                                       int Nb) {
+                                       int Nb, const int* bad) {
+  if (*bad != 0x7fffffff) return;
   extern __shared__ u32 bitmaps[];
   const int words = (Nb + 31) >> 5;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

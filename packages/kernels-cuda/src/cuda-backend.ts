@@ -14,6 +14,8 @@ import {
   type BlockRows,
   CrispError,
   type DType,
+  type DeviceMark,
+  type DevicePlanOutcome,
   type DevicePlanRequest,
   type DevicePlanResult,
   type DeviceTensor,
@@ -231,17 +233,27 @@ interface Prepared {
 class CudaPreparedMask implements PreparedMask {
   readonly backend: string;
   #released = false;
+  #counts: Float64Array | (() => Float64Array);
   constructor(
     readonly owner: CudaBackend,
     readonly heads: number,
     readonly numBlocks: number,
     readonly blockSize: number,
-    readonly blockCounts: Float64Array,
+    /** the counts, or (a plan that read nothing back) what reads them */
+    counts: Float64Array | (() => Float64Array),
     readonly rowPtr: DeviceBlock,
     readonly cols: DeviceBlock,
     readonly held: { blocks: DeviceBlock[] },
   ) {
     this.backend = owner.name;
+    this.#counts = counts;
+  }
+  get blockCounts(): Float64Array {
+    if (typeof this.#counts === 'function') {
+      if (this.#released) throw new InvalidArgumentError('blockCounts read for the first time after the prepared mask was released');
+      this.#counts = this.#counts();
+    }
+    return this.#counts;
   }
   get released(): boolean {
     return this.#released;
@@ -281,6 +293,10 @@ interface DeviceStats {
  * collected yet): proxyStats wall at 128k 0.75 -> 1.0 ms.
  */
 const DEVICE_STATS_KEPT = 64;
+/** fences behind device plans, reused in turn (a reused one is recorded later: waiting on it is still safe) */
+const DONE_EVENTS = 8;
+/** timing events behind marks, reused in turn */
+const MARK_EVENTS = 64;
 /** PE heads' pooled maps (Nb² f32 a head) are built in parts of at most this many bytes */
 const PE_PART_BYTES = 4 * 2 ** 30;
 /**
@@ -301,6 +317,14 @@ const STATS_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; entry: De
 });
 
 /** One chunk of PE heads' rows on the device: rowPtrD [rows + 1], cols (room for all causal blocks). */
+/** #expand's VS part: host lists, or their device pointers [verticalPtr, vertical, slashPtr, slash] */
+type ExpandVs = BlockMask['vs'] | { device: readonly [number, number, number, number] };
+type ExpandRows = { rowPtr: number; cols: number; heads?: readonly number[]; headList?: number } | undefined;
+/** expanded and read back: the total and each head's first row pointer */
+type ExpandRead = { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headPtr: Int32Array };
+/** expanded, nothing read: the summary [headPtr H + 1][total][bad row] left at `summary` on the device */
+type ExpandUnread = { rowPtr: DeviceBlock; cols: DeviceBlock; summary: number };
+
 interface PePart {
   readonly rowPtrD: DeviceBlock;
   readonly cols: DeviceBlock;
@@ -371,6 +395,13 @@ export class CudaBackend implements Backend {
   #disposed = false;
   /** a second stream for copies that overlap kernels (PE rows to the host during attention) */
   #copyStream: Handle | undefined;
+  /** fences behind device plans (#recordDone), reused in turn */
+  readonly #doneEvents: unknown[] = [];
+  #doneNext = 0;
+  /** timing events behind marks (mark()), reused in turn; gen tells a reused slot */
+  readonly #marks: { ev: unknown; gen: number }[] = [];
+  #markNext = 0;
+  readonly #markOf = new WeakMap<DeviceMark, { slot: { ev: unknown; gen: number }; gen: number }>();
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
@@ -1461,7 +1492,7 @@ export class CudaBackend implements Backend {
   ): {
     ptrs: readonly [number, number, number, number];
     buf: DeviceBlock;
-    read: () => { lists: () => VsLists; prefix: ArrayBuffer };
+    read: (after?: unknown) => { lists: () => VsLists; prefix: ArrayBuffer };
   } {
     const { rule, stats, routes, peK } = req;
     if (rule?.kind !== 'noiseFloor') {
@@ -1516,11 +1547,13 @@ export class CudaBackend implements Backend {
     const vert = vPtr + 2 * (H + 1) * 4;
     const slash = vert + HNb * 4;
     // the prefix and the list pointers in one copy; the lists when asked (buf must live)
-    const read = () => {
-      const head = this.#readOnCopyStream(buf.ptr, new Int32Array(pb / 4 + 2 * (H + 1)));
+    // `after`: an event behind the lists' kernels, for a caller that has not waited for them
+    const read = (after?: unknown) => {
+      const head = this.#readOnCopyStream(buf.ptr, new Int32Array(pb / 4 + 2 * (H + 1)), after);
       const ptrs = head.subarray(pb / 4);
       const verticalPtr = ptrs.slice(0, H + 1);
       const slashPtr = ptrs.slice(H + 1);
+      // the copy stream already waited for `after`
       const lists = (): VsLists => ({
         verticalPtr,
         vertical: this.#readOnCopyStream(vert, new Int32Array(verticalPtr[H])),
@@ -1543,13 +1576,16 @@ export class CudaBackend implements Backend {
    * Scratch goes to `temp`; the caller releases it and the returned blocks. `headPtr` [H + 1]:
    * head h's blocks are headPtr[h + 1] − headPtr[h].
    */
+  #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[]): ExpandRead;
+  #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[], summaryAt: number): ExpandUnread;
   #expand(
     H: number,
     Nb: number,
-    vsIn: BlockMask['vs'] | { device: readonly [number, number, number, number] },
-    rows: { rowPtr: number; cols: number; heads?: readonly number[]; headList?: number } | undefined,
+    vsIn: ExpandVs,
+    rows: ExpandRows,
     temp: DeviceBlock[],
-  ): { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headPtr: Int32Array } {
+    summaryAt?: number,
+  ): ExpandRead | ExpandUnread {
     const n = H * Nb;
     // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][count][heads] (VS lists already
     // on the device: their pointers)
@@ -1610,10 +1646,28 @@ export class CudaBackend implements Backend {
     const rowPtr = this.#scratch((n + 1) * 4);
     try {
       this.#scan(counts.ptr, rowPtr.ptr, n, temp);
-      const sum = this.#scratch((H + 2) * 4);
-      temp.push(sum);
-      this.#launch('mask.cu', 'expand_summary', [1], 128, 0, [P(rowPtr.ptr), P(bad), I(H), I(Nb), P(sum.ptr)]);
-      const summary = this.#read(sum.ptr, new Int32Array(H + 2));
+      let sumPtr = summaryAt;
+      if (sumPtr === undefined) {
+        const sum = this.#scratch((H + 2) * 4);
+        temp.push(sum);
+        sumPtr = sum.ptr;
+      }
+      this.#launch('mask.cu', 'expand_summary', [1], 128, 0, [P(rowPtr.ptr), P(bad), I(H), I(Nb), P(sumPtr)]);
+      if (summaryAt !== undefined) {
+        // nothing read: room for every causal block (a valid row holds at most I + 1, a bad
+        // one is counted 0, and expand_write leaves at once once a row was flagged bad)
+        const cols = this.#scratch(((H * Nb * (Nb + 1)) / 2) * 4);
+        this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
+          ...union,
+          P(rowPtr.ptr),
+          P(cols.ptr),
+          I(H),
+          I(Nb),
+          P(bad),
+        ]);
+        return { rowPtr, cols, summary: summaryAt };
+      }
+      const summary = this.#read(sumPtr, new Int32Array(H + 2));
       const badRow = summary[H + 1];
       if (badRow !== 0x7fffffff) {
         const h = Math.floor(badRow / Nb);
@@ -1630,6 +1684,7 @@ export class CudaBackend implements Backend {
         P(cols.ptr),
         I(H),
         I(Nb),
+        P(bad),
       ]);
       return { rowPtr, cols, total: tot, headPtr: summary.subarray(0, H + 1) };
     } catch (e) {
@@ -1722,35 +1777,44 @@ export class CudaBackend implements Backend {
     H: number,
     Nb: number,
     B: number,
-    e: { rowPtr: DeviceBlock; cols: DeviceBlock; headPtr: Int32Array },
+    e: { rowPtr: DeviceBlock; cols: DeviceBlock; headPtr: Int32Array | (() => Int32Array) },
     held: DeviceBlock[],
     pePart: PePart | undefined,
     peHost?: BlockRows,
   ): { prepared: CudaPreparedMask; peRows?: () => Promise<BlockRows> } {
+    const fromPtr = (hp: Int32Array) => Float64Array.from({ length: H }, (_, h) => hp[h + 1] - hp[h]);
     const hp = e.headPtr;
-    const counts = Float64Array.from({ length: H }, (_, h) => hp[h + 1] - hp[h]);
+    const counts = typeof hp === 'function' ? () => fromPtr(hp()) : fromPtr(hp);
     const box = { blocks: held.slice() };
     const prepared = new CudaPreparedMask(this, H, Nb, B, counts, e.rowPtr, e.cols, box);
     PREPARED_FINALIZER.register(prepared, { owner: this, held: box }, prepared);
     held.length = 0;
     if (!pePart && !peHost) return { prepared };
+    return { prepared, peRows: this.#peRowsReader(prepared, pePart, peHost) };
+  }
+
+  /**
+   * peRows() of a prepared mask: the PE rows already on the host (`peHost`), or its PE part's
+   * device rows copied on the copy stream (their kernels finished before #expand's read, or,
+   * `after`, a plan that read nothing back: the copy stream waits for the plan's end). The
+   * device rows go back to the pool once copied (the expanded rows are what runs).
+   */
+  #peRowsReader(prepared: CudaPreparedMask, pePart: PePart | undefined, peHost: BlockRows | undefined, after?: unknown) {
     let taken = false;
-    const peRows = async (): Promise<BlockRows> => {
+    return async (): Promise<BlockRows> => {
       if (taken) throw new InvalidArgumentError('peRows() was already called for this prepared mask');
       if (prepared.released) throw new InvalidArgumentError('peRows() after the prepared mask was released');
       taken = true;
       if (peHost) return peHost;
-      // on the copy stream: the PE kernels finished before #expand's read
       const part = pePart as PePart;
-      const got = this.#pePartToHost(part, (ptr, out) => this.#readOnCopyStream(ptr, out));
-      // the expanded rows are what runs; the PE rows' device copy is no longer needed
+      const got = this.#pePartToHost(part, (ptr, out) => this.#readOnCopyStream(ptr, out, after));
+      const box = prepared.held;
       for (const b of [part.rowPtrD, part.cols]) {
         const i = box.blocks.indexOf(b);
         if (i >= 0) this.releaseBlocks(box.blocks.splice(i, 1));
       }
       return got;
     };
-    return { prepared, peRows };
   }
 
   /**
@@ -1758,10 +1822,12 @@ export class CudaBackend implements Backend {
    * (route.cu) from the statistics' C_struct where proxyStats left it, VS selection
    * (select.cu) on those routes, the PE kernels (pe.cu) over a head slot for every head
    * (slots past the device's PE count leave at once), the union expanded and counted
-   * (mask.cu). One synchronising read (#expand's summary) at the end; the routes, the
-   * statistics' head values and the VS lists then come back on the copy stream. Pooled maps
-   * for every head over PE_PART_BYTES (beyond Llama shapes at 512k): routed on the host
-   * from C_struct, then prepareMask.
+   * (mask.cu), an event behind the last kernel. Nothing is read here, so the caller queues
+   * the attention behind the plan; `read()` then brings the routes, the statistics' head
+   * values, expand's summary and the list pointers back in one copy on the copy stream
+   * (waiting for that event only), and the lists after them. Pooled maps for every head over
+   * PE_PART_BYTES (beyond Llama shapes at 512k): routed on the host from C_struct, then
+   * prepareMask (which reads as it goes).
    */
   async planOnDevice(req: DevicePlanRequest): Promise<DevicePlanResult> {
     this.#alive();
@@ -1794,8 +1860,8 @@ export class CudaBackend implements Backend {
         vs: { device: { rule, stats, routes, peK } },
         pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
       });
-      const lists = res.vs as VsLists;
-      return { prepared: res.prepared, routes, vs: () => lists, ...(res.peRows ? { peRows: res.peRows } : {}) };
+      const outcome = { routes, vs: res.vs as VsLists, ...(res.peRows ? { peRows: res.peRows } : {}) };
+      return { prepared: res.prepared, read: () => outcome };
     }
     this.#assertFinite(r.qt, 'q');
     this.#assertFinite(r.kt, 'k');
@@ -1808,10 +1874,12 @@ export class CudaBackend implements Backend {
       const st = kept
         ? kept.block.ptr
         : this.#uploadTemp(Float64Array.from([0, ...stats.cStruct, ...stats.rowEntropy]), temp);
-      // One buffer before the VS list pointers, read with them at the end: a copy of the head
-      // values (1 + 2H f64), the routes [H] and the PE head list [count][heads] (int)
+      // One buffer before the VS list pointers, read with them: a copy of the head values
+      // (1 + 2H f64), the routes [H] and the PE head list [count][heads] (route.cu), expand's
+      // summary [H + 2] (each head's first row pointer, the total, the bad-row flag)
       const headBytes = 8 * (1 + 2 * H);
-      const bytes = Math.ceil((headBytes + 4 * (2 * H + 1)) / 8) * 8;
+      const sumOff = headBytes + 4 * (2 * H + 1);
+      const bytes = Math.ceil((sumOff + 4 * (H + 2)) / 8) * 8;
       let rt = 0;
       const fill = (ptr: number) => {
         rt = ptr + headBytes;
@@ -1819,37 +1887,51 @@ export class CudaBackend implements Backend {
         return rt;
       };
       const vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
+      temp.splice(temp.indexOf(vsDev.buf), 1);
+      held.push(vsDev.buf);
       const hl = rt + H * 4;
       const [part] = this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }]);
       held.push(part.rowPtrD, part.cols);
       this.#traceHost('planOnDevice: queued');
-      const e = this.#expand(H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp);
+      const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl };
+      const e = this.#expand(H, Nb, { device: vsDev.ptrs }, rows, temp, vsDev.buf.ptr + sumOff);
       held.push(e.rowPtr, e.cols);
-      // every kernel but expand_write is done (#expand's read): the routes, the statistics'
-      // head values and the list pointers in one copy; the lists when the caller asks (after
-      // launching the attention), so their buffer goes with the prepared mask
-      const { lists, prefix } = vsDev.read();
-      temp.splice(temp.indexOf(vsDev.buf), 1);
-      held.push(vsDev.buf);
-      kept?.settle?.(new Float64Array(prefix, 0, 1 + 2 * H));
-      const dr = new Int32Array(prefix, headBytes, 2 * H + 1);
-      const routes = Array.from(dr.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
-      const nPe = dr[H];
-      let pePart: PePart | undefined;
-      if (nPe > 0) {
-        pePart = { rowPtrD: part.rowPtrD, cols: part.cols, rows: nPe * Nb };
-      } else {
-        this.releaseBlocks(held.splice(0, 2));
-      }
-      const res = this.#preparedResult(H, Nb, B, e, held, pePart);
-      let got: VsLists | undefined;
-      const vs = (): VsLists => {
-        if (got) return got;
-        if (res.prepared.released) throw new InvalidArgumentError('vs() after the prepared mask was released');
-        got = lists();
-        return got;
+      const done = this.#recordDone();
+      let back: { summary: Int32Array; outcome: () => DevicePlanOutcome } | undefined;
+      // the one copy, when first needed (read() or the block counts)
+      const fetch = () => {
+        if (back) return back;
+        if (res.prepared.released) throw new InvalidArgumentError('the device plan was read for the first time after its prepared mask was released');
+        const { lists, prefix } = vsDev.read(done);
+        kept?.settle?.(new Float64Array(prefix, 0, 1 + 2 * H));
+        const ints = new Int32Array(prefix, headBytes, (bytes - headBytes) / 4);
+        const routes = Array.from(ints.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
+        const nPe = ints[H];
+        const summary = ints.slice(2 * H + 1, 3 * H + 3);
+        const badRow = summary[H + 1];
+        if (badRow !== 0x7fffffff) {
+          // the device builds every row itself: a bad one is this backend's fault
+          throw new CrispError(
+            'BACKEND_ERROR',
+            `the device plan built a bad row (head ${Math.floor(badRow / Nb)} row ${badRow % Nb}); the mask was not written`,
+          );
+        }
+        let outcome: DevicePlanOutcome | undefined;
+        back = {
+          summary,
+          outcome: () => {
+            outcome ??= {
+              routes,
+              vs: lists(),
+              ...(nPe > 0 ? { peRows: this.#peRowsReader(res.prepared, { rowPtrD: part.rowPtrD, cols: part.cols, rows: nPe * Nb }, undefined, done) } : {}),
+            };
+            return outcome;
+          },
+        };
+        return back;
       };
-      return { ...res, routes, vs };
+      const res = this.#preparedResult(H, Nb, B, { ...e, headPtr: () => fetch().summary.subarray(0, H + 1) }, held, undefined);
+      return { prepared: res.prepared, read: () => fetch().outcome() };
     } catch (e) {
       this.releaseBlocks(held);
       throw e;
@@ -1858,12 +1940,61 @@ export class CudaBackend implements Backend {
     }
   }
 
+  /** An event recorded on the main stream behind the work queued so far (no timing; reused in turn). */
+  #recordDone(): unknown {
+    const i = this.#doneNext++ % DONE_EVENTS;
+    if (this.#doneEvents[i] === undefined) {
+      const e = [null];
+      // CU_EVENT_DISABLE_TIMING: a fence, cheaper to record and wait for
+      check(this.#libs, this.#libs.cu.cuEventCreate(e, 2), 'cuEventCreate');
+      this.#doneEvents[i] = e[0];
+    }
+    check(this.#libs, this.#libs.cu.cuEventRecord(this.#doneEvents[i], this.#stream), 'cuEventRecord');
+    return this.#doneEvents[i];
+  }
+
+  /**
+   * A point on the device timeline behind the work queued so far (a timing event; 64 in
+   * turn, so a mark is good for the next 64). msSince needs both marks reached (synchronize).
+   */
+  mark(): DeviceMark {
+    this.#alive();
+    const i = this.#markNext++ % MARK_EVENTS;
+    let slot = this.#marks[i];
+    if (!slot) {
+      const e = [null];
+      check(this.#libs, this.#libs.cu.cuEventCreate(e, 0), 'cuEventCreate');
+      slot = { ev: e[0], gen: 0 };
+      this.#marks[i] = slot;
+    }
+    const gen = this.#markNext;
+    slot.gen = gen;
+    check(this.#libs, this.#libs.cu.cuEventRecord(slot.ev, this.#stream), 'cuEventRecord');
+    const at = slot;
+    const mark: DeviceMark = {
+      msSince: (earlier: DeviceMark): number => {
+        const from = this.#markOf.get(earlier);
+        if (!from) throw new InvalidArgumentError('msSince takes a mark from the same CUDA backend');
+        if (at.gen !== gen || from.slot.gen !== from.gen) {
+          throw new InvalidArgumentError(`a mark is good for the next ${MARK_EVENTS} marks of its backend; this one was reused`);
+        }
+        this.#alive();
+        const ms = [0];
+        check(this.#libs, this.#libs.cu.cuEventElapsedTime(ms, from.slot.ev, at.ev), 'cuEventElapsedTime');
+        return ms[0];
+      },
+    };
+    this.#markOf.set(mark, { slot, gen });
+    return mark;
+  }
+
   /**
    * Device-to-host copy on the copy stream: it does not wait for kernels queued on the main
-   * stream (callers read data whose producers have finished: every plan step ends in a
-   * synchronous read), so it overlaps them. Returns when the copy is done (pageable memory).
+   * stream, so it overlaps them. Callers read data whose producers have finished (a plan step
+   * that ended in a synchronous read) or pass `after`, an event recorded on the main stream
+   * behind the producers. Returns when the copy is done (pageable memory).
    */
-  #readOnCopyStream<T extends Int32Array | Float64Array>(ptr: number, out: T): T {
+  #readOnCopyStream<T extends Int32Array | Float64Array>(ptr: number, out: T, after?: unknown): T {
     if (out.byteLength === 0) return out;
     const cu = this.#libs.cu;
     if (!this.#copyStream) {
@@ -1872,6 +2003,8 @@ export class CudaBackend implements Backend {
       check(this.#libs, cu.cuStreamCreate(s, 1), 'cuStreamCreate');
       this.#copyStream = s[0];
     }
+    // the producers' end, marked on the main stream (later kernels there are not waited for)
+    if (after !== undefined) check(this.#libs, cu.cuStreamWaitEvent(this.#copyStream, after, 0), 'cuStreamWaitEvent');
     const t = this.#trace ? performance.now() : 0;
     check(this.#libs, cu.cuMemcpyDtoHAsync(out, ptr, out.byteLength, this.#copyStream), 'cuMemcpyDtoHAsync');
     check(this.#libs, cu.cuStreamSynchronize(this.#copyStream), 'cuStreamSynchronize');
@@ -2042,6 +2175,8 @@ export class CudaBackend implements Backend {
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
     this.#modules.clear();
     this.#functions.clear();
+    for (const e of this.#doneEvents) cu.cuEventDestroy(e);
+    for (const m of this.#marks) cu.cuEventDestroy(m.ev);
     cu.cuStreamDestroy(this.#stream);
     if (this.#copyStream) cu.cuStreamDestroy(this.#copyStream);
     this.#libs.koffi.free(this.#argMem);

@@ -47,6 +47,7 @@ export interface CudaDriver {
   readonly cuEventRecord: Fn;
   readonly cuEventSynchronize: Fn;
   readonly cuEventElapsedTime: Fn;
+  readonly cuStreamWaitEvent: Fn;
   readonly cuGetErrorName: Fn;
 }
 
@@ -185,6 +186,7 @@ function bind(): CudaLibs {
     cuEventDestroy: first(lib, ['int cuEventDestroy_v2(void *ev)', 'int cuEventDestroy(void *ev)']),
     cuEventRecord: f(lib, 'int cuEventRecord(void *ev, void *stream)'),
     cuEventSynchronize: f(lib, 'int cuEventSynchronize(void *ev)'),
+    cuStreamWaitEvent: f(lib, 'int cuStreamWaitEvent(void *stream, void *ev, unsigned int flags)'),
     cuEventElapsedTime: first(lib, [
       'int cuEventElapsedTime_v2(_Out_ float *ms, void *start, void *end)',
       'int cuEventElapsedTime(_Out_ float *ms, void *start, void *end)',

@@ -1,14 +1,15 @@
 /**
  * The device plan's host path on CPU machines, through the stand-in driver (no GPU; the
  * kernels' arithmetic is checked by the conformance suite on the H200): the plan is one
- * queue with one synchronising read at its end, bad requests are typed errors, and a device
- * whose routes disagree with the host router's fails the plan and releases what it held.
+ * queue that reads nothing back, sparsePrefill launches the attention before the plan is
+ * read, bad requests are typed errors, and a device whose routes disagree with the host
+ * router's fails the plan and releases what it held.
  */
 import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { describe, expect, it } from 'vitest';
 import { CudaBackend } from './cuda-backend.js';
-import { standInDriver } from './stand-in-driver.js';
+import { devicePlanPrefix, standInDriver } from './stand-in-driver.js';
 
 const H = 8;
 const Hkv = 2;
@@ -23,7 +24,7 @@ function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead
 }
 
 describe('planOnDevice (stand-in driver)', () => {
-  it('queues statistics, routing, selection, PE rows and expansion with one synchronising read, at the end', async () => {
+  it('queues statistics, routing, selection, PE rows and expansion, and reads them back only after an event behind them', async () => {
     const { be, inputs, log } = setup();
     releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 })); // checks q, k once
     log.length = 0;
@@ -36,20 +37,39 @@ describe('planOnDevice (stand-in driver)', () => {
       ['vs_select', 'pe_q_means'],
       ['pe_write', 'spread_row_ptr'],
       ['expand_count', 'expand_summary'],
+      ['expand_summary', 'expand_write'],
     ]) {
       expect(at(a), `${a} in ${launches.join(',')}`).toBeGreaterThanOrEqual(0);
       expect(at(a), `${a} before ${b}`).toBeLessThan(at(b));
     }
-    // the only synchronising reads: expand's summary, after every kernel but expand_write
-    const reads = log.map((e, i) => [e, i] as const).filter(([e]) => e.kind === 'read');
-    expect(reads.length).toBe(1);
-    const summary = log.findIndex((e) => e.kind === 'launch' && e.name === 'expand_summary');
-    expect(reads[0][1]).toBeGreaterThan(summary);
-    expect(log.slice(0, summary).some((e) => e.kind === 'sync' || e.kind === 'copyRead')).toBe(false);
+    // no synchronising read at all; the copies on the copy stream come after an event
+    // recorded behind the last kernel, which the copy stream waits for
+    expect(log.some((e) => e.kind === 'read')).toBe(false);
+    const last = log.findLastIndex((e) => e.kind === 'launch');
+    expect(log[last].name).toBe('expand_write');
+    const firstCopy = log.findIndex((e) => e.kind === 'copyRead');
+    expect(log.slice(last, firstCopy).map((e) => e.kind)).toEqual(['launch', 'record', 'wait']);
     // zeros from the device: C_struct 0 routes every head to PE on both sides
     expect(plan.routing?.routes).toEqual(Array(H).fill('pe'));
     expect(plan.stats?.finite).toBe(true);
     releasePlan(plan);
+    be.dispose();
+  });
+
+  it('sparsePrefill launches the attention behind the plan before reading anything back', async () => {
+    const { be, inputs, log } = setup();
+    (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose(); // checks q, k, v once
+    log.length = 0;
+    const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
+    const attention = log.findIndex((e) => e.kind === 'launch' && (e.name as string).startsWith('attn_'));
+    expect(attention).toBeGreaterThan(0);
+    expect(log.slice(0, attention).some((e) => e.kind === 'read' || e.kind === 'copyRead' || e.kind === 'sync')).toBe(false);
+    expect(log.slice(attention).some((e) => e.kind === 'copyRead')).toBe(true);
+    expect(r.plan.routing?.routes).toEqual(Array(H).fill('pe'));
+    // the device timeline (the stand-in's events say 0 ms) and the host's overlapped work
+    expect(r.timings.planMs).toBe(0);
+    expect(r.plan.phases?.overlappedMs).toBeGreaterThanOrEqual(0);
+    r.output.dispose();
     be.dispose();
   });
 
@@ -88,10 +108,9 @@ describe('planOnDevice (stand-in driver)', () => {
   it('fails the plan when the device routes differ from the host router, and releases the prepared mask', async () => {
     // the device says head 0 is VS (routes follow the statistics' head copy in the buffer
     // read with the list pointers); the statistics say C_struct 0 (PE)
-    const headBytes = 8 * (1 + 2 * H);
-    const prefixInts = Math.ceil((headBytes + 4 * (2 * H + 1)) / 8) * 2;
+    const prefix = devicePlanPrefix(H);
     const { be, inputs } = setup((out, kind) => {
-      if (kind === 'copyRead' && out instanceof Int32Array && out.length === prefixInts + 2 * (H + 1)) out[headBytes / 4] = 1;
+      if (kind === 'copyRead' && out instanceof Int32Array && out.length === prefix.ints) out[prefix.routes] = 1;
     });
     let stats: ProxyStats | undefined;
     await expect(

@@ -9,8 +9,11 @@ import { createRequire } from 'node:module';
 import type { CudaLibs } from './ffi.js';
 
 export interface StandInEvent {
-  /** 'launch' (kernel name), 'read' (a synchronous copy to the host), 'copyRead' (on a stream) */
-  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync';
+  /**
+   * 'launch' (kernel name), 'read' (a synchronous copy to the host), 'copyRead' (on a stream),
+   * 'record' (an event recorded), 'wait' (a stream made to wait for an event)
+   */
+  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait';
   readonly name?: string;
   readonly bytes?: number;
 }
@@ -23,7 +26,8 @@ export interface StandIn {
 
 /**
  * `onRead(out, kind)`: fill a device read (zeros otherwise). Reads of H + 2 ints (expand's
- * summary) get a clean bad-row flag by default, so masks expand without a MaskError.
+ * summary) and of a device plan's prefix with its list pointers (devicePlanPrefix) get a
+ * clean bad-row flag by default, so masks expand without a MaskError.
  */
 export function standInDriver(
   opts: { heads?: number; onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => void } = {},
@@ -38,8 +42,10 @@ export function standInDriver(
     return 0;
   };
   const ATTRS: Record<number, number> = { 75: 9, 76: 0, 16: 132 };
+  const plan = devicePlanPrefix(H);
   const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => {
     if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = 0x7fffffff;
+    if (out instanceof Int32Array && out.length === plan.ints) out[plan.badRow] = 0x7fffffff;
     opts.onRead?.(out, kind);
   };
   const cu = {
@@ -64,7 +70,14 @@ export function standInDriver(
     },
     cuEventCreate: (e: unknown[]) => set(e, {}),
     cuEventDestroy: () => 0,
-    cuEventRecord: () => 0,
+    cuEventRecord: () => {
+      log.push({ kind: 'record' });
+      return 0;
+    },
+    cuStreamWaitEvent: () => {
+      log.push({ kind: 'wait' });
+      return 0;
+    },
     cuEventSynchronize: () => 0,
     cuEventElapsedTime: (ms: number[]) => set(ms, 0),
     cuMemGetInfo: (f: number[], t: number[]) => {
@@ -116,4 +129,15 @@ export function standInDriver(
     nvrtcGetErrorString: () => 'NVRTC_STAND_IN',
   };
   return { libs: { koffi, cu, nvrtc } as unknown as CudaLibs, log };
+}
+
+/**
+ * Where a device plan's one copy (CudaBackend.planOnDevice: the statistics' head values, the
+ * routes, the PE head list, expand's summary, then the VS list pointers) holds what, in ints.
+ */
+export function devicePlanPrefix(H: number): { ints: number; routes: number; badRow: number } {
+  const headBytes = 8 * (1 + 2 * H);
+  const sumOff = headBytes + 4 * (2 * H + 1);
+  const bytes = Math.ceil((sumOff + 4 * (H + 2)) / 8) * 8;
+  return { ints: bytes / 4 + 2 * (H + 1), routes: headBytes / 4, badRow: sumOff / 4 + H + 1 };
 }

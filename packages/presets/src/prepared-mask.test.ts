@@ -34,7 +34,7 @@ import { crisp } from './index.js';
 
 /** The reference backend plus a host prepareMask, recording what sparseAttention got. */
 function withPrepare(base: Backend) {
-  const log = { prepared: 0, ranWithPrepared: 0, peRowsCalls: 0, deviceRequests: 0 };
+  const log = { prepared: 0, ranWithPrepared: 0, peRowsCalls: 0, deviceRequests: 0, outputs: [] as { disposed: boolean }[] };
   const live: PreparedMask[] = [];
   const be: Backend = {
     name: base.name,
@@ -97,14 +97,25 @@ function withPrepare(base: Backend) {
       : undefined;
     return { prepared, peRows, ...(selected ? { vs: selected } : {}) };
   };
-  (be as { sparseAttention: Backend['sparseAttention'] }).sparseAttention = (q, k, v, mask, opts: AttentionOptions = {}) => {
+  (be as { sparseAttention: Backend['sparseAttention'] }).sparseAttention = async (q, k, v, mask, opts: AttentionOptions = {}) => {
     const p = opts.prepared as (PreparedMask & { rows: BlockMask['rows'] }) | undefined;
     if (!p) return base.sparseAttention(q, k, v, mask, opts);
     // like a device backend: run what was prepared (the mask may still lack its PE rows)
     expect(p.released).toBe(false);
     log.ranWithPrepared++;
     const { prepared: _p, ...rest } = opts;
-    return base.sparseAttention(q, k, v, { heads: p.heads, numBlocks: p.numBlocks, blockSize: p.blockSize, rows: p.rows }, rest);
+    const r = await base.sparseAttention(q, k, v, { heads: p.heads, numBlocks: p.numBlocks, blockSize: p.blockSize, rows: p.rows }, rest);
+    // what becomes of the output (a failed sparsePrefill disposes it)
+    const seen = { disposed: false };
+    log.outputs.push(seen);
+    const dispose = r.output.dispose.bind(r.output);
+    Object.defineProperty(r.output, 'dispose', {
+      value: () => {
+        seen.disposed = true;
+        dispose();
+      },
+    });
+    return r;
   };
   return { be, log, live };
 }
@@ -249,6 +260,8 @@ describe('prepared masks through the pipeline', () => {
     // device selection and the PE rows (here through the host prepareMask above)
     let planned = 0;
     let flip = false;
+    // how many attention runs had started when the device plan was read
+    const reads: number[] = [];
     dev.planOnDevice = async (req: DevicePlanRequest) => {
       planned++;
       const { stats } = req;
@@ -262,8 +275,14 @@ describe('prepared masks through the pipeline', () => {
         pe: heads.length ? { q: req.pe.q, k: req.pe.k, opts: { blockSize: stats.blockSize, gamma: req.pe.gamma, heads, scale: req.pe.scale } } : undefined,
       });
       if (flip) routes[0] = routes[0] === 'vs' ? 'pe' : 'vs';
-      const lists = r.vs!;
-      return { prepared: r.prepared, routes, vs: () => lists, ...(r.peRows ? { peRows: r.peRows } : {}) };
+      const outcome = { routes, vs: r.vs!, ...(r.peRows ? { peRows: r.peRows } : {}) };
+      return {
+        prepared: r.prepared,
+        read: () => {
+          reads.push(log.ranWithPrepared);
+          return outcome;
+        },
+      };
     };
     const res = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
     expect(planned, msg).toBe(1);
@@ -274,11 +293,19 @@ describe('prepared masks through the pipeline', () => {
     expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
     expect(live.every((p) => p.released), msg).toBe(true);
     expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
+    // sparsePrefill queued the attention before reading the plan back
+    expect(reads, msg).toEqual([1]);
 
-    // a device whose routes differ from the host router's: a BACKEND_ERROR, nothing kept
+    // a device whose routes differ from the host router's: a BACKEND_ERROR, nothing kept;
+    // in sparsePrefill found after the attention ran, whose output is disposed
     flip = true;
     await expect(planPrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((p) => p.released), msg).toBe(true);
+    const outs = log.outputs.length;
+    await expect(sparsePrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    expect(live.every((p) => p.released), msg).toBe(true);
+    expect(log.outputs.length, msg).toBe(outs + 1);
+    expect(log.outputs.at(-1)?.disposed, msg).toBe(true);
     flip = false;
     // a router whose host route() returns the wrong number of routes is the router's error
     // (INVALID_ARGUMENT, as on the host path), not the backend's
@@ -288,7 +315,7 @@ describe('prepared masks through the pipeline', () => {
     // a router with its own route() (no device rule) routes on the host, statistics read at once
     const own = { ...policy, router: { ...cStruct(), route: (s: Parameters<Router['route']>[0]) => cStruct().route(s) } };
     await planPrefill(be, inputs, own, { minSparseLength: 0 }).then(releasePlan);
-    expect(planned, msg).toBe(3);
+    expect(planned, msg).toBe(4);
     expect(deferred.at(-1), msg).toBe(false);
   });
 
