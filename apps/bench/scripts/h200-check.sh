@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One device call that checks and times the CUDA plan (sessions 9-10; results/cuda-h200-session10):
+# conformance bf16 and f16 against float64 (n <= 16k, two processes), CRISP end to end on the
+# synth llama-like layer at 128k and 512k with a launch trace, and crisp-bench's latency suite
+# for the crisp preset at 128k (REPS runs after 5 warm-ups). Packing as in h200.sh; set
+# CRISP_GIT_COMMIT. Usage: bash apps/bench/scripts/h200-check.sh OUT [conformance filter regex]
+set -u
+out=${1:?output folder}
+filter=${2:-}
+mkdir -p "$out"
+# shellcheck disable=SC1091
+source .device/setup.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
+C="node .device/app/cuda-device-main.mjs"
+F=()
+[ -n "$filter" ] && F=(--confFilter "$filter")
+timeout -s KILL 200 $C --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 "${F[@]}" \
+  --out "$out/conf-bf16" > "$out/conf-bf16.log" 2>&1 &
+sleep 10
+timeout -s KILL 190 $C --phase conformance --dtypes f16 --confMaxN 16384 --budget 180 "${F[@]}" \
+  --out "$out/conf-f16" > "$out/conf-f16.log" 2>&1
+wait
+tail -n 2 "$out"/conf-*.log
+grep -h FAIL "$out"/conf-*.log | head -n 10
+timeout -s KILL 150 $C --phase bench --ns none --cross none --e2e "${E2E:-131072,524288}" --inputs synth --trace 1 \
+  --budget 140 --out "$out/e2e" > "$out/e2e.log" 2>&1
+grep -E "^.{0,12}crisp n=" "$out/e2e.log" | cut -c1-600
+grep -E "trace 131072 .*(attn_|timings|pass1f|expand_write)" "$out/e2e.log" | cut -c1-200
+timeout -s KILL 150 node .device/app/crisp-bench.mjs --backends cuda --suites latency --latency-inputs synth --presets crisp \
+  --max-host-values 1e12 --sizes 128k --reps "${REPS:-30}" --warmup 5 --deadline-s 140 --out "$out/bench-crisp" \
+  > "$out/bench.log" 2>&1
+grep -E "latency" "$out/bench.log" | tail -n 4
