@@ -44,6 +44,11 @@ export interface BenchConfig {
      * host port: the same layer on every GPU backend and size); synth: always the scenario.
      */
     readonly inputs: 'auto' | 'fill' | 'synth';
+    /**
+     * mark q, k and v rewritten before every run (a new layer's tensors, as a runtime
+     * hands them over): the backend's once-per-version input checks then run every time
+     */
+    readonly freshInputs: boolean;
   };
   readonly accuracy: {
     readonly sizes: readonly number[];
@@ -97,6 +102,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         gpuPresets: ['dense', 'crisp'],
         maxHostValues: 64e6,
         inputs: 'auto',
+        freshInputs: false,
       },
       accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8 },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
@@ -120,6 +126,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       gpuPresets: ALL_PRESETS,
       maxHostValues: 100e6,
       inputs: 'auto',
+      freshInputs: false,
     },
     accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: PROFILE_NAMES, rows: 32 },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },

@@ -57,6 +57,7 @@ function program(): Command {
     .option('--budget-s <seconds>', 'latency time budget per backend; larger sizes are skipped once the projection exceeds it')
     .option('--latency-inputs <kind>', 'auto (default), fill (the llama fill on every backend and size: comparable across GPUs) or synth')
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
+    .option('--fresh-inputs', 'latency: mark q, k and v rewritten before every run (a new layer each time: input checks run every time)')
     .option('--seed <seed>', 'scenario seed')
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
@@ -105,6 +106,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       budgetMs: budget !== undefined ? budget * 1000 : base.latency.budgetMs,
       maxHostValues: num(o.maxHostValues, 'max-host-values', 1) ?? base.latency.maxHostValues,
       inputs: typeof o.latencyInputs === 'string' ? list(o.latencyInputs, ['auto', 'fill', 'synth'] as const, 'input kind')[0] : base.latency.inputs,
+      freshInputs: o.freshInputs === true || base.latency.freshInputs,
     },
     accuracy: {
       ...base.accuracy,

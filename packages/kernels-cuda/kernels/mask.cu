@@ -208,10 +208,21 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(
 // Count NaN/Inf elements of a 16-bit float tensor (exponent all ones): inputs are checked
 // before any primitive so bad values raise NON_FINITE instead of hiding in a softmax.
 // expMask: 0x7f80 for bf16, 0x7c00 for f16. *count must be zeroed first.
+// 16-byte loads for the whole chunks of 8 when x is 16-byte aligned (the backend's tensors
+// are), then the tail one element a thread.
 extern "C" __global__ void count_nonfinite(const u16* x, u64 count, u32 expMask, u32* out) {
   u32 c = 0;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (u64)gridDim.x * blockDim.x)
-    c += ((u32)x[i] & expMask) == expMask;
+  const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x, stride = (u64)gridDim.x * blockDim.x;
+  const bool vec = ((u64)x & 15u) == 0;
+  const u64 chunks = vec ? count / 8 : 0;
+  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  for (u64 i = tid; i < chunks; i += stride) {
+    const uint4 w = __ldg(x4 + i);
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) c += ((words[j] & expMask) == expMask) + (((words[j] >> 16) & expMask) == expMask);
+  }
+  for (u64 i = chunks * 8 + tid; i < count; i += stride) c += ((u32)x[i] & expMask) == expMask;
   for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
   if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(out, c);
 }

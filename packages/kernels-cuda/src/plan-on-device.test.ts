@@ -7,8 +7,8 @@
  */
 import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
-import { describe, expect, it } from 'vitest';
-import { CudaBackend } from './cuda-backend.js';
+import { describe, expect, it, vi } from 'vitest';
+import { CudaBackend, type CudaTensor } from './cuda-backend.js';
 import { devicePlanPrefix, standInDriver } from './stand-in-driver.js';
 
 const H = 8;
@@ -70,6 +70,45 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(r.timings.planMs).toBe(0);
     expect(r.plan.phases?.overlappedMs).toBeGreaterThanOrEqual(0);
     r.output.dispose();
+    be.dispose();
+  });
+
+  it('checks a fresh layer for NaN/Inf beside the plan and reads the verdicts after the attention launch', async () => {
+    let poison = false;
+    const { be, inputs, log } = setup((out, kind) => {
+      // the verdict slots' copy (16 ints on the check stream)
+      if (poison && kind === 'copyRead' && out instanceof Int32Array && out.length === 16) out.fill(5);
+    });
+    (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
+    const fresh = () => {
+      for (const t of Object.values(inputs)) (t as CudaTensor).markWritten();
+    };
+    fresh();
+    log.length = 0;
+    const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
+    const attention = log.findIndex((e) => e.kind === 'launch' && (e.name as string).startsWith('attn_'));
+    expect(log.filter((e) => e.kind === 'launch' && e.name === 'count_nonfinite').length).toBe(3);
+    expect(log.slice(0, attention).some((e) => e.kind === 'read' || e.kind === 'copyRead' || e.kind === 'sync')).toBe(false);
+    expect(log.slice(attention).some((e) => e.kind === 'copyRead' && e.bytes === 64)).toBe(true);
+    r.output.dispose();
+    // a bad verdict: NON_FINITE, naming q (checked first), after the attention ran
+    fresh();
+    poison = true;
+    const made: { disposed: boolean }[] = [];
+    const allocate = be.allocate.bind(be);
+    vi.spyOn(be, 'allocate').mockImplementation((d, shape) => {
+      const t = allocate(d, shape);
+      made.push(t);
+      return t;
+    });
+    await expect(sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).rejects.toMatchObject({ code: 'NON_FINITE', details: { tensor: 'q' } });
+    // the output it allocated is disposed
+    expect(made.length).toBe(1);
+    expect(made[0].disposed).toBe(true);
+    // the verdict stays with the tensor's version: the next call fails before any launch
+    log.length = 0;
+    await expect(sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).rejects.toMatchObject({ code: 'NON_FINITE' });
+    expect(log.some((e) => e.kind === 'launch')).toBe(false);
     be.dispose();
   });
 
