@@ -51,7 +51,7 @@ describe('headline.md', () => {
     const r = result(
       'node apps/bench/dist/crisp-bench.mjs --backends cuda --sizes 32k,128k',
       '2026-11-30T05:00:00.000Z',
-      [lat('cuda', 'dense', 32768, 40, 0.1, 1), lat('cuda', 'crisp', 32768, 20, 5, 0.43), lat('cuda', 'crispFast', 32768, 18, 4, 0.43), lat('cuda', 'dense', 131072, 600, 0.1, 1), lat('cuda', 'crisp', 131072, 300, 30, 0.45)],
+      [lat('cuda', 'dense', 32768, 40, 0.1, 1), lat('cuda', 'crisp', 32768, 20, 5, 0.43), lat('cuda', 'crispFast', 32768, 18, 4, 0.43), lat('cuda', 'dense', 131072, 600, 0.1, 1), { ...lat('cuda', 'crisp', 131072, 300, 30, 0.45), planPhases: { statsMs: 20, peRowsMs: 10 } }],
       [
         { n: 32768, peer: 'torch-sdpa-flash', median: 30 },
         { n: 131072, peer: 'torch-sdpa-flash', median: 450 },
@@ -60,11 +60,11 @@ describe('headline.md', () => {
     const md = headline(r, 'apps/bench/results/nvidia-h200/');
     const lines = md.split('\n');
     const head = lines.find((l) => l.startsWith('| n |'))!;
-    expect(head).toBe('| n | dense | crisp | torch-sdpa-flash | crisp vs dense | crisp vs torch-sdpa-flash | crisp density | crisp plan share |');
+    expect(head).toBe('| n | dense | crisp | torch-sdpa-flash | crisp vs dense | crisp vs torch-sdpa-flash | crisp density | crisp plan share | crisp route+select+mask share |');
     // crispFast is in bench.md, not in the headline
     expect(md).not.toContain('crispFast');
-    expect(lines.find((l) => l.startsWith('| 32k |'))).toBe('| 32k | 40.0 [36.0, 48.0] | 20.0 [18.0, 24.0] | 30.0 [30.0, 30.0] | 2.00x | 1.50x | 0.430 | 25% |');
-    expect(lines.find((l) => l.startsWith('| 128k |'))).toBe('| 128k | 600 [540, 720] | 300 [270, 360] | 450 [450, 450] | 2.00x | 1.50x | 0.450 | 10% |');
+    expect(lines.find((l) => l.startsWith('| 32k |'))).toBe('| 32k | 40.0 [36.0, 48.0] | 20.0 [18.0, 24.0] | 30.0 [30.0, 30.0] | 2.00x | 1.50x | 0.430 | 25.0% | – |');
+    expect(lines.find((l) => l.startsWith('| 128k |'))).toBe('| 128k | 600 [540, 720] | 300 [270, 360] | 450 [450, 450] | 2.00x | 1.50x | 0.450 | 10.0% | 3.3% |');
     expect(md).toContain('[all results](apps/bench/results/nvidia-h200/bench.md)');
     expect(md).toContain('`node apps/bench/dist/crisp-bench.mjs --backends cuda --sizes 32k,128k`');
     expect(md).toContain('NVIDIA H200');

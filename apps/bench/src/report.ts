@@ -4,7 +4,16 @@ import type { BenchResult } from './result.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
-const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? `${((100 * x.planMs) / x.ms.median).toFixed(0)}%` : '–');
+const pct = (part: number, x: { ms: { median: number } }): string => `${((100 * part) / x.ms.median).toFixed(1)}%`;
+const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? pct(x.planMs, x) : '–');
+/**
+ * The plan after its proxy statistics (CRISP.md steps 2-3 and the mask: routing, selection,
+ * PE rows, expansion) as a share of the total: planMs − statsMs, when the run split the plan.
+ */
+const afterStatsShare = (x: { planMs: number; planPhases?: Record<string, number>; ms: { median: number } } | undefined): string => {
+  const st = x?.planPhases?.statsMs;
+  return x && st !== undefined && Number.isFinite(st) ? pct(Math.max(0, x.planMs - st), x) : '–';
+};
 const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
 
 /** Every run whose rows this result holds: the earlier merged ones, then this one. */
@@ -72,7 +81,7 @@ export function markdown(r: BenchResult): string {
       out.push(`**${b}** (H=${s0.shape.heads}, Hkv=${s0.shape.kvHeads}, d=${s0.shape.headDim}, ${s0.dtype}; inputs: ${inputs.length === 1 ? inputs[0] : inputs.map((x, i) => `(${i + 1}) ${x}`).join('; ')})`);
       out.push('');
       const inputCol = inputs.length > 1 ? ['inputs'] : [];
-      const head = ['n', ...inputCol, ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density', 'crisp plan ms', 'crisp plan share'];
+      const head = ['n', ...inputCol, ...presets, ...peers, ...presets.filter((p) => p !== 'dense').map((p) => `${p} speed-up`), 'crisp density', 'crisp plan ms', 'crisp plan share', 'crisp route+select+mask share'];
       const body = sizes.map((n) => {
         const cell = (p: string) => {
           const x = rs.find((y) => y.n === n && y.preset === p);
@@ -90,7 +99,7 @@ export function markdown(r: BenchResult): string {
         const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
         const which = rs.find((y) => y.n === n)?.input;
         const inputCell = inputs.length > 1 ? [`(${inputs.indexOf(which ?? '') + 1})`] : [];
-        return [kn(n), ...inputCell, ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density), cr ? ms(cr.planMs) : '–', planShare(cr)];
+        return [kn(n), ...inputCell, ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density), cr ? ms(cr.planMs) : '–', planShare(cr), afterStatsShare(cr)];
       });
       out.push(table(head, body));
     }
@@ -255,18 +264,18 @@ export function headline(r: BenchResult, linkBase: string): string {
     out.push('');
     out.push(
       table(
-        ['n', 'dense', 'crisp', ...peers, 'crisp vs dense', ...peers.map((p) => `crisp vs ${p}`), 'crisp density', 'crisp plan share'],
+        ['n', 'dense', 'crisp', ...peers, 'crisp vs dense', ...peers.map((p) => `crisp vs ${p}`), 'crisp density', 'crisp plan share', 'crisp route+select+mask share'],
         sizes.map((n) => {
           const dense = rs.find((y) => y.n === n && y.preset === 'dense');
           const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
           const pr = peers.map((p) => lat!.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p));
-          return [kn(n), cell(dense), cell(cr), ...pr.map(cell), ratio(dense, cr), ...pr.map((p) => ratio(p, cr)), f(cr?.density), planShare(cr)];
+          return [kn(n), cell(dense), cell(cr), ...pr.map(cell), ratio(dense, cr), ...pr.map((p) => ratio(p, cr)), f(cr?.density), planShare(cr), afterStatsShare(cr)];
         }),
       ),
     );
   }
   out.push('');
-  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (statistics, routing, selection, PE rows) / its total. ${producedBy(r, 'latency')}`);
+  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (CRISP.md step 1). On CUDA the plan time is the device timeline from the call to the attention's start. ${producedBy(r, 'latency')}`);
   if (r.inProgress) out.push(`Partial: the run stopped in suite \`${r.inProgress}\`.`);
   const links = [`[all results](${base}/bench.md)`, ...(r.figures ?? []).map((x) => `[${x}](${base}/${x})`)];
   out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);

@@ -16,6 +16,8 @@ export interface StandInEvent {
   readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait';
   readonly name?: string;
   readonly bytes?: number;
+  /** performance.now() at a launch */
+  readonly at?: number;
 }
 
 export interface StandIn {
@@ -95,7 +97,7 @@ export function standInDriver(
     cuModuleGetFunction: (f: unknown[], _m: unknown, name: string) => set(f, { name }),
     cuFuncSetAttribute: () => 0,
     cuLaunchKernel: (f: { name: string }) => {
-      log.push({ kind: 'launch', name: f.name });
+      log.push({ kind: 'launch', name: f.name, at: performance.now() });
       return 0;
     },
     cuMemcpyHtoD: () => 0,
