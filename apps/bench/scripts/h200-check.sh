@@ -14,6 +14,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 C="node .device/app/cuda-device-main.mjs"
 F=()
 [ -n "$filter" ] && F=(--confFilter "$filter")
+# ONLY_FRESH=1: the fresh-input timings alone (below)
+if [ -z "${ONLY_FRESH:-}" ]; then
 timeout -s KILL 200 $C --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 "${F[@]}" \
   --out "$out/conf-bf16" > "$out/conf-bf16.log" 2>&1 &
 sleep 10
@@ -30,6 +32,7 @@ timeout -s KILL 150 node .device/app/crisp-bench.mjs --backends cuda --suites la
   --max-host-values 1e12 --sizes 128k --reps "${REPS:-30}" --warmup 5 --deadline-s 140 --out "$out/bench-crisp" \
   > "$out/bench.log" 2>&1
 grep -E "latency" "$out/bench.log" | tail -n 4
+fi
 # FRESH=1: the same size with q, k and v marked rewritten before every run (--fresh-inputs),
 # and with .device/app/crisp-bench-old.mjs as well when present (a bundle of an earlier commit,
 # for a before/after in the same call).
