@@ -997,10 +997,14 @@ export class CudaBackend implements Backend {
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
     const qt = this.#tensor(q, 'q');
     const kt = this.#tensor(k, 'k');
-    // checked beside the pass; the verdicts are read with the statistics (deferRead: by the
-    // attention that follows)
-    this.#requestFinite(qt, 'q');
-    this.#requestFinite(kt, 'k');
+    // a version already found non-finite fails here; unchecked ones are checked once the
+    // statistics' kernels are queued (below)
+    for (const [t, what] of [
+      [qt, 'q'],
+      [kt, 'k'],
+    ] as const) {
+      if (this.#checkFinite && t.nonFiniteCount !== undefined) throw this.#nonFinite(what, t.nonFiniteCount);
+    }
     // room for this call's retained buffers: collected or surplus statistics and the last
     // key block means go back to the pool first, so this call's blocks can reuse them
     this.#releaseRetained(false);
@@ -1174,6 +1178,12 @@ export class CudaBackend implements Backend {
         I(outLen),
         P(out.ptr),
       ]);
+      // q and k checked after the statistics' kernels (the check stream waits for them): the
+      // issue-bound proxy pass ran alone, the bandwidth-bound checks run beside the rest of
+      // the plan's short kernels. The verdicts are read with the statistics below, or
+      // (deferRead) by the attention that follows.
+      this.#requestFinite(qt, 'q');
+      this.#requestFinite(kt, 'k');
       // What routing reads comes back now: the count, C_struct and the entropies (2H + 1
       // values). The block statistics (3·H·Nb: 3 MB at 512k) come back when first read
       // (lazyBlockStats), as a device selection reads them where they are. deferRead (a plan
