@@ -34,10 +34,10 @@ timeout -s KILL 150 node .device/app/crisp-bench.mjs --backends cuda --suites la
 grep -E "latency" "$out/bench.log" | tail -n 4
 fi
 # FRESH=1: the same size with q, k and v marked rewritten before every run (--fresh-inputs),
-# and with .device/app/crisp-bench-old.mjs as well when present (a bundle of an earlier commit,
+# and with .device/app/crisp-bench-mid.mjs and crisp-bench-old.mjs as well when present (bundles of earlier commits,
 # for a before/after in the same call).
 if [ -n "${FRESH:-}" ]; then
-  for b in crisp-bench crisp-bench-old; do
+  for b in crisp-bench crisp-bench-mid crisp-bench-old; do
     [ -f ".device/app/$b.mjs" ] || continue
     timeout -s KILL 120 node ".device/app/$b.mjs" --backends cuda --suites latency --latency-inputs synth --presets crisp \
       --max-host-values 1e12 --sizes 128k --reps 10 --warmup 3 --fresh-inputs --deadline-s 110 --out "$out/fresh-$b" \
