@@ -212,16 +212,6 @@ export class CudaTensor extends DeviceTensorBase {
   setCheckedFinite(): void {
     this.#finiteAt = this.#version;
   }
-  /** the version found to hold NaN/Inf values, and how many, or undefined */
-  #badAt: { version: number; count: number } | undefined;
-  /** @internal NaN/Inf values found in this version (undefined: none found, or not checked) */
-  get nonFiniteCount(): number | undefined {
-    return this.#badAt?.version === this.#version ? this.#badAt.count : undefined;
-  }
-  /** @internal */
-  setNonFinite(version: number, count: number): void {
-    this.#badAt = { version, count };
-  }
 }
 
 interface Prepared {
@@ -230,8 +220,6 @@ interface Prepared {
   readonly kt: CudaTensor;
   readonly vt: CudaTensor;
   readonly out: CudaTensor;
-  /** out was allocated here (not opts.out): disposed when the call fails */
-  readonly ownsOut: boolean;
   readonly lse: CudaTensor | undefined;
   readonly scale: number;
   readonly Nb: number;
@@ -309,8 +297,6 @@ const DEVICE_STATS_KEPT = 64;
 const DONE_EVENTS = 8;
 /** timing events behind marks, reused in turn */
 const MARK_EVENTS = 64;
-/** finiteness checks queued at once (#requestFinite): verdict slots read in one copy */
-const CHECK_SLOTS = 16;
 /** PE heads' pooled maps (Nb² f32 a head) are built in parts of at most this many bytes */
 const PE_PART_BYTES = 4 * 2 ** 30;
 /**
@@ -409,11 +395,6 @@ export class CudaBackend implements Backend {
   #disposed = false;
   /** a second stream for copies that overlap kernels (PE rows to the host during attention) */
   #copyStream: Handle | undefined;
-  /** the finiteness checks' stream (#requestFinite), their verdict slots, the queued checks */
-  #checkStream: Handle | undefined;
-  #verdicts: DeviceBlock | undefined;
-  #checkNext = 0;
-  readonly #checks: { t: CudaTensor; version: number; slot: number }[] = [];
   /** fences behind device plans (#recordDone), reused in turn */
   readonly #doneEvents: unknown[] = [];
   #doneNext = 0;
@@ -659,7 +640,6 @@ export class CudaBackend implements Backend {
     block: number,
     smem: number,
     args: readonly Arg[],
-    stream?: Handle,
   ): void {
     const f = this.#fn(file, name, smem);
     const v = this.#argView;
@@ -677,13 +657,12 @@ export class CudaBackend implements Backend {
     if (gx < 1 || gy < 1 || gz < 1 || gy > 65535 || gz > 65535) {
       throw new CrispError('LIMIT_EXCEEDED', `launch grid [${gx}, ${gy}, ${gz}] for ${name} is out of range`);
     }
-    // profiles and traces follow the main stream
-    const prof = stream ? undefined : this.#profile;
+    const prof = this.#profile;
     if (prof) check(this.#libs, this.#libs.cu.cuEventRecord(prof.a, this.#stream), 'cuEventRecord');
-    const tr = this.#trace && !stream ? this.#traceMark(name) : undefined;
+    const tr = this.#trace ? this.#traceMark(name) : undefined;
     check(
       this.#libs,
-      this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, stream ?? this.#stream, this.#argMem, null),
+      this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#stream, this.#argMem, null),
       `cuLaunchKernel(${name})`,
     );
     if (tr) check(this.#libs, this.#libs.cu.cuEventRecord(tr, this.#stream), 'cuEventRecord');
@@ -831,79 +810,34 @@ export class CudaBackend implements Backend {
 
   /**
    * NaN/Inf in q, k or v would vanish inside a softmax (a -Inf score is just a zero
-   * weight), so inputs are checked on the device: once per tensor version (a plan and its
-   * run read q and k up to three times, and at 512k a check reads 1-4 GB), on a stream of
-   * their own (#requestFinite) that runs beside the plan's kernels, so a fresh layer's checks
-   * cost no round trip before the attention. The verdicts come back at #settleFinite: at once
-   * here (primitives that read back anyway), after the attention is launched in
-   * sparseAttention and denseAttention. Off with `checkFinite: false`.
+   * weight), so inputs are checked on the device first: one read of each tensor and a
+   * 4-byte readback. Off with `checkFinite: false`.
    */
   #assertFinite(t: CudaTensor, what: string): void {
-    this.#requestFinite(t, what);
-    this.#settleFinite([[t, what]]);
-  }
-
-  /** Queue the check of `t`'s current version on the check stream (nothing read). */
-  #requestFinite(t: CudaTensor, what: string): void {
+    // Once per tensor version: a plan and its run read q and k up to three times, and at
+    // 512k each check is a 1-4 GB read (about 13 ms a prefill when repeated).
     if (!this.#checkFinite || t.dtype === 'f32' || t.checkedFinite) return;
-    if (t.nonFiniteCount !== undefined) throw this.#nonFinite(what, t.nonFiniteCount);
-    if (this.#checks.some((c) => c.t === t && c.version === t.version)) return;
-    if (this.#checks.length === CHECK_SLOTS) this.#settleFinite([]);
-    const cu = this.#libs.cu;
-    if (!this.#checkStream) {
-      const s = [null];
-      // a blocking stream (flags 0): ordered with the synchronous uploads on the legacy stream
-      check(this.#libs, cu.cuStreamCreate(s, 0), 'cuStreamCreate');
-      this.#checkStream = s[0];
-      this.#verdicts = this.#pool.alloc(CHECK_SLOTS * 4);
-    }
-    const slot = this.#checkNext++ % CHECK_SLOTS;
-    const flag = (this.#verdicts as DeviceBlock).ptr + slot * 4;
-    // after what the main stream holds now (the writes that made this version)
-    check(this.#libs, cu.cuStreamWaitEvent(this.#checkStream, this.#recordDone(), 0), 'cuStreamWaitEvent');
-    check(this.#libs, cu.cuMemsetD32Async(flag, 0, 1, this.#checkStream), 'cuMemsetD32Async');
-    const count = numel(t.shape);
-    // a few CTAs an SM, grid-stride: room beside the plan's kernels
-    const grid = Math.max(1, Math.min(4 * this.info.multiprocessors, Math.ceil(count / 2048)));
-    this.#launch(
-      'mask.cu',
-      'count_nonfinite',
-      [grid],
-      256,
-      0,
-      [P(t.ptr), U64(count), I(t.dtype === 'bf16' ? 0x7f80 : 0x7c00), P(flag)],
-      this.#checkStream,
-    );
-    this.#checks.push({ t, version: t.version, slot });
-  }
-
-  /**
-   * Read the queued checks' verdicts (one copy, waiting for the check stream only), record
-   * them on their tensors, and throw NON_FINITE for the first of `using` that holds NaN/Inf.
-   */
-  #settleFinite(using: readonly (readonly [CudaTensor, string])[]): void {
-    if (this.#checks.length > 0) {
-      const cu = this.#libs.cu;
-      const got = new Int32Array(CHECK_SLOTS);
-      const t0 = this.#trace ? performance.now() : 0;
-      check(this.#libs, cu.cuMemcpyDtoHAsync(got, (this.#verdicts as DeviceBlock).ptr, got.byteLength, this.#checkStream), 'cuMemcpyDtoHAsync');
-      check(this.#libs, cu.cuStreamSynchronize(this.#checkStream), 'cuStreamSynchronize');
-      if (this.#trace) this.#traceWait('finiteness verdicts', t0);
-      for (const c of this.#checks) {
-        const n = got[c.slot] >>> 0;
-        if (c.t.version !== c.version) continue;
-        if (n === 0) c.t.setCheckedFinite();
-        else c.t.setNonFinite(c.version, n);
+    const flag = this.#scratch(4);
+    try {
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, 0, 1, this.#stream), 'cuMemsetD32Async');
+      const count = numel(t.shape);
+      this.#launch('mask.cu', 'count_nonfinite', [Math.max(1, Math.min(4096, Math.ceil(count / 256)))], 256, 0, [
+        P(t.ptr),
+        U64(count),
+        I(t.dtype === 'bf16' ? 0x7f80 : 0x7c00),
+        P(flag.ptr),
+      ]);
+      const c = this.#read(flag.ptr, new Int32Array(1))[0];
+      if (c !== 0) {
+        throw new NonFiniteError(`${what} holds ${c >>> 0} NaN/Inf values; clean the input before attention`, {
+          tensor: what,
+          count: c >>> 0,
+        });
       }
-      this.#checks.length = 0;
+      t.setCheckedFinite();
+    } finally {
+      this.#pool.release(flag);
     }
-    for (const [t, what] of using) {
-      if (t.nonFiniteCount !== undefined) throw this.#nonFinite(what, t.nonFiniteCount);
-    }
-  }
-
-  #nonFinite(what: string, count: number): NonFiniteError {
-    return new NonFiniteError(`${what} holds ${count} NaN/Inf values; clean the input before attention`, { tensor: what, count });
   }
 
   #tensor(t: DeviceTensor, what: string): CudaTensor {
@@ -997,14 +931,8 @@ export class CudaBackend implements Backend {
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
     const qt = this.#tensor(q, 'q');
     const kt = this.#tensor(k, 'k');
-    // a version already found non-finite fails here; unchecked ones are checked once the
-    // statistics' kernels are queued (below)
-    for (const [t, what] of [
-      [qt, 'q'],
-      [kt, 'k'],
-    ] as const) {
-      if (this.#checkFinite && t.nonFiniteCount !== undefined) throw this.#nonFinite(what, t.nonFiniteCount);
-    }
+    this.#assertFinite(qt, 'q');
+    this.#assertFinite(kt, 'k');
     // room for this call's retained buffers: collected or surplus statistics and the last
     // key block means go back to the pool first, so this call's blocks can reuse them
     this.#releaseRetained(false);
@@ -1178,12 +1106,6 @@ export class CudaBackend implements Backend {
         I(outLen),
         P(out.ptr),
       ]);
-      // q and k checked after the statistics' kernels (the check stream waits for them): the
-      // issue-bound proxy pass ran alone, the bandwidth-bound checks run beside the rest of
-      // the plan's short kernels. The verdicts are read with the statistics below, or
-      // (deferRead) by the attention that follows.
-      this.#requestFinite(qt, 'q');
-      this.#requestFinite(kt, 'k');
       // What routing reads comes back now: the count, C_struct and the entropies (2H + 1
       // values). The block statistics (3·H·Nb: 3 MB at 512k) come back when first read
       // (lazyBlockStats), as a device selection reads them where they are. deferRead (a plan
@@ -1201,10 +1123,6 @@ export class CudaBackend implements Backend {
         };
       };
       const head = defer ? undefined : readHead();
-      if (!defer) this.#settleFinite([
-        [qt, 'q'],
-        [kt, 'k'],
-      ]);
       const nonFinite = head ? head.nonFinite : 0;
       const HNb = H * Nb;
       const stats = {
@@ -1945,9 +1863,8 @@ export class CudaBackend implements Backend {
       const outcome = { routes, vs: res.vs as VsLists, ...(res.peRows ? { peRows: res.peRows } : {}) };
       return { prepared: res.prepared, read: () => outcome };
     }
-    // verdicts read by the attention that follows (nothing is read back here)
-    this.#requestFinite(r.qt, 'q');
-    this.#requestFinite(r.kt, 'k');
+    this.#assertFinite(r.qt, 'q');
+    this.#assertFinite(r.kt, 'k');
     const temp: DeviceBlock[] = [];
     const held: DeviceBlock[] = [];
     try {
@@ -2120,10 +2037,9 @@ export class CudaBackend implements Backend {
     const qt = this.#tensor(q, 'q');
     const kt = this.#tensor(k, 'k');
     const vt = this.#tensor(v, 'v');
-    // verdicts read once the kernel is launched (#runAttention)
-    this.#requestFinite(qt, 'q');
-    this.#requestFinite(kt, 'k');
-    this.#requestFinite(vt, 'v');
+    this.#assertFinite(qt, 'q');
+    this.#assertFinite(kt, 'k');
+    this.#assertFinite(vt, 'v');
     const { queries: m, heads: H, headDim: D } = shape;
     const scale = opts.scale ?? defaultScale(D);
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
@@ -2140,7 +2056,7 @@ export class CudaBackend implements Backend {
       out = this.allocate(shape.dtype, [m, H, D]) as CudaTensor;
     }
     const lse = opts.returnLse ? (this.allocate('f32', [H, m]) as CudaTensor) : undefined;
-    return { shape, qt, kt, vt, out, ownsOut: !opts.out, lse, scale, Nb: numBlocks(shape.keys, B) };
+    return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
   }
 
   #runAttention(
@@ -2179,19 +2095,6 @@ export class CudaBackend implements Backend {
     ]);
     // housekeeping while the kernel runs: old statistics to the host (#evictRetained)
     this.#evictRetained(1);
-    try {
-      // the inputs' finiteness verdicts (their checks ran beside the plan)
-      this.#settleFinite([
-        [qt, 'q'],
-        [kt, 'k'],
-        [vt, 'v'],
-      ]);
-    } catch (e) {
-      // the kernel ran on bad input: its output goes (the caller's opts.out keeps its memory)
-      if (p.ownsOut) out.dispose();
-      lse?.dispose();
-      throw e;
-    }
     return lse ? { output: out, lse } : { output: out };
   }
 
@@ -2267,13 +2170,11 @@ export class CudaBackend implements Backend {
     const cu = this.#libs.cu;
     cu.cuCtxSynchronize();
     this.#releaseRetained(true);
-    if (this.#verdicts) this.#pool.release(this.#verdicts);
     this.#pool.trim();
     this.#disposed = true;
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
     this.#modules.clear();
     this.#functions.clear();
-    if (this.#checkStream) cu.cuStreamDestroy(this.#checkStream);
     for (const e of this.#doneEvents) cu.cuEventDestroy(e);
     for (const m of this.#marks) cu.cuEventDestroy(m.ev);
     cu.cuStreamDestroy(this.#stream);
