@@ -49,6 +49,11 @@ export interface BenchConfig {
      * hands them over): the backend's once-per-version input checks then run every time
      */
     readonly freshInputs: boolean;
+    /**
+     * time the plan with the host clock: the backend's device marks (Backend.mark) are
+     * hidden from sparsePrefill (an A/B of what marking the device timeline costs)
+     */
+    readonly hostTimings: boolean;
   };
   readonly accuracy: {
     readonly sizes: readonly number[];
@@ -103,6 +108,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         maxHostValues: 64e6,
         inputs: 'auto',
         freshInputs: false,
+        hostTimings: false,
       },
       accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8 },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
@@ -127,6 +133,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       maxHostValues: 100e6,
       inputs: 'auto',
       freshInputs: false,
+      hostTimings: false,
     },
     accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: PROFILE_NAMES, rows: 32 },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },

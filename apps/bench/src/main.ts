@@ -58,6 +58,7 @@ function program(): Command {
     .option('--latency-inputs <kind>', 'auto (default), fill (the llama fill on every backend and size: comparable across GPUs) or synth')
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
     .option('--fresh-inputs', 'latency: mark q, k and v rewritten before every run (a new layer each time: input checks run every time)')
+    .option('--host-timings', "latency: plan and attention times from the host clock, the backend's device marks unused")
     .option('--seed <seed>', 'scenario seed')
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
@@ -107,6 +108,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       maxHostValues: num(o.maxHostValues, 'max-host-values', 1) ?? base.latency.maxHostValues,
       inputs: typeof o.latencyInputs === 'string' ? list(o.latencyInputs, ['auto', 'fill', 'synth'] as const, 'input kind')[0] : base.latency.inputs,
       freshInputs: o.freshInputs === true || base.latency.freshInputs,
+      hostTimings: o.hostTimings === true || base.latency.hostTimings,
     },
     accuracy: {
       ...base.accuracy,

@@ -32,6 +32,10 @@ describe('parseSizes', () => {
     expect(() => resolveConfig({ reps: '2' })).toThrow(/reps/);
     expect(resolveConfig({ smoke: true, reps: '5' }).latency.reps).toBe(5);
   });
+  it('takes the latency switches for fresh inputs and host timings, off by default', () => {
+    expect(resolveConfig({}).latency).toMatchObject({ freshInputs: false, hostTimings: false });
+    expect(resolveConfig({ freshInputs: true, hostTimings: true }).latency).toMatchObject({ freshInputs: true, hostTimings: true });
+  });
 });
 
 describe('crossoverSuite', () => {

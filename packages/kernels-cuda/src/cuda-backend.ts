@@ -1942,13 +1942,13 @@ export class CudaBackend implements Backend {
 
   /** An event recorded on the main stream behind the work queued so far (no timing; reused in turn). */
   #recordDone(): unknown {
-    const i = this.#doneNext++ % DONE_EVENTS;
-    if (this.#doneEvents[i] === undefined) {
+    while (this.#doneEvents.length < DONE_EVENTS) {
       const e = [null];
       // CU_EVENT_DISABLE_TIMING: a fence, cheaper to record and wait for
       check(this.#libs, this.#libs.cu.cuEventCreate(e, 2), 'cuEventCreate');
-      this.#doneEvents[i] = e[0];
+      this.#doneEvents.push(e[0]);
     }
+    const i = this.#doneNext++ % DONE_EVENTS;
     check(this.#libs, this.#libs.cu.cuEventRecord(this.#doneEvents[i], this.#stream), 'cuEventRecord');
     return this.#doneEvents[i];
   }
@@ -1959,14 +1959,15 @@ export class CudaBackend implements Backend {
    */
   mark(): DeviceMark {
     this.#alive();
-    const i = this.#markNext++ % MARK_EVENTS;
-    let slot = this.#marks[i];
-    if (!slot) {
+    // the ring's events made at once, on the first mark (not one per mark in the first
+    // prefills a benchmark times)
+    while (this.#marks.length < MARK_EVENTS) {
       const e = [null];
       check(this.#libs, this.#libs.cu.cuEventCreate(e, 0), 'cuEventCreate');
-      slot = { ev: e[0], gen: 0 };
-      this.#marks[i] = slot;
+      this.#marks.push({ ev: e[0], gen: 0 });
     }
+    const i = this.#markNext++ % MARK_EVENTS;
+    const slot = this.#marks[i];
     const gen = this.#markNext;
     slot.gen = gen;
     check(this.#libs, this.#libs.cu.cuEventRecord(slot.ev, this.#stream), 'cuEventRecord');

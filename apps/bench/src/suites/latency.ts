@@ -37,6 +37,8 @@ export interface LatencyRow {
   readonly input: string;
   /** q, k and v were marked rewritten before every run (--fresh-inputs) */
   readonly freshInputs?: true;
+  /** plan and attention times from the host clock (--host-timings) */
+  readonly hostTimings?: true;
   /** the run (its startedAt) that measured this row; set when results are merged */
   readonly run?: string;
 }
@@ -90,6 +92,17 @@ async function timePreset(
   }
   const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
   return { ms: spread(total), planMs: spread(plan).median, planPhases, attentionMs: spread(attention).median, density, denseReason };
+}
+
+/** The backend without `mark`: sparsePrefill then times on the host clock. */
+function withoutMarks(b: Backend): Backend {
+  return new Proxy(b, {
+    get: (t, p) => {
+      if (p === 'mark') return undefined;
+      const x = Reflect.get(t, p, t);
+      return typeof x === 'function' ? x.bind(t) : x;
+    },
+  });
 }
 
 export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBackend[]): Promise<LatencyResult> {
@@ -151,8 +164,19 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
         const names = isRef ? c.presets : c.gpuPresets;
         for (const policy of LATENCY_PRESETS.filter((p) => names.includes(p.name))) {
           try {
-            const r = await timePreset(b, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000), c.freshInputs);
-            rows.push({ backend: ob.name, preset: policy.name, n, dtype, shape, ...r, input: inputs.source, ...(c.freshInputs ? { freshInputs: true as const } : {}) });
+            const timed = c.hostTimings ? withoutMarks(b) : b;
+            const r = await timePreset(timed, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000), c.freshInputs);
+            rows.push({
+              backend: ob.name,
+              preset: policy.name,
+              n,
+              dtype,
+              shape,
+              ...r,
+              input: inputs.source,
+              ...(c.freshInputs ? { freshInputs: true as const } : {}),
+              ...(c.hostTimings ? { hostTimings: true as const } : {}),
+            });
             ctx.progress?.('latency', { rows, skipped });
             ctx.log(
               `  latency ${ob.name} n=${n} ${policy.name}${c.freshInputs ? ' (fresh q/k/v)' : ''}: ${r.ms.median.toFixed(1)} ms [${r.ms.min.toFixed(1)}, ${r.ms.max.toFixed(1)}] plan ${r.planMs.toFixed(1)} ms${r.planPhases ? ` (${Object.entries(r.planPhases).map(([k, v]) => `${k.replace(/Ms$/, '')} ${v.toFixed(1)}`).join(', ')})` : ''} attention ${r.attentionMs.toFixed(1)} ms density ${r.density.toFixed(3)}`,
