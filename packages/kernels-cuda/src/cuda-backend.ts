@@ -1653,19 +1653,17 @@ export class CudaBackend implements Backend {
         sumPtr = sum.ptr;
       }
       this.#launch('mask.cu', 'expand_summary', [1], 128, 0, [P(rowPtr.ptr), P(bad), I(H), I(Nb), P(sumPtr)]);
+      // the rows' entries into room for `entries` ints
+      const write = (entries: number): DeviceBlock => {
+        const cols = this.#scratch(entries * 4);
+        const args = [...union, P(rowPtr.ptr), P(cols.ptr), I(H), I(Nb), P(bad)];
+        this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, args);
+        return cols;
+      };
       if (summaryAt !== undefined) {
         // nothing read: room for every causal block (a valid row holds at most I + 1, a bad
         // one is counted 0, and expand_write leaves at once once a row was flagged bad)
-        const cols = this.#scratch(((H * Nb * (Nb + 1)) / 2) * 4);
-        this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
-          ...union,
-          P(rowPtr.ptr),
-          P(cols.ptr),
-          I(H),
-          I(Nb),
-          P(bad),
-        ]);
-        return { rowPtr, cols, summary: summaryAt };
+        return { rowPtr, cols: write((H * Nb * (Nb + 1)) / 2), summary: summaryAt };
       }
       const summary = this.#read(sumPtr, new Int32Array(H + 2));
       const badRow = summary[H + 1];
@@ -1677,16 +1675,7 @@ export class CudaBackend implements Backend {
         );
       }
       const tot = summary[H];
-      const cols = this.#scratch(tot * 4);
-      this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, [
-        ...union,
-        P(rowPtr.ptr),
-        P(cols.ptr),
-        I(H),
-        I(Nb),
-        P(bad),
-      ]);
-      return { rowPtr, cols, total: tot, headPtr: summary.subarray(0, H + 1) };
+      return { rowPtr, cols: write(tot), total: tot, headPtr: summary.subarray(0, H + 1) };
     } catch (e) {
       this.releaseBlock(rowPtr);
       throw e;
