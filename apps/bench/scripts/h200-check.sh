@@ -4,6 +4,7 @@
 # synth llama-like layer at 128k and 512k with a launch trace, and crisp-bench's latency suite
 # for the crisp preset at 128k (REPS runs after 5 warm-ups). Packing as in h200.sh; set
 # CRISP_GIT_COMMIT. Usage: bash apps/bench/scripts/h200-check.sh OUT [conformance filter regex]
+# Switches (environment): E2E, REPS, FRESH, ONLY_FRESH / SKIP_CHECKS, AB_MARKS (see below).
 set -u
 out=${1:?output folder}
 filter=${2:-}
@@ -14,8 +15,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 C="node .device/app/cuda-device-main.mjs"
 F=()
 [ -n "$filter" ] && F=(--confFilter "$filter")
-# ONLY_FRESH=1: the fresh-input timings alone (below)
-if [ -z "${ONLY_FRESH:-}" ]; then
+# ONLY_FRESH=1 or SKIP_CHECKS=1: skip the conformance, e2e and 128k latency (run only the
+# FRESH and AB_MARKS parts below)
+if [ -z "${ONLY_FRESH:-}${SKIP_CHECKS:-}" ]; then
 timeout -s KILL 200 $C --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 "${F[@]}" \
   --out "$out/conf-bf16" > "$out/conf-bf16.log" 2>&1 &
 sleep 10
@@ -43,5 +45,18 @@ if [ -n "${FRESH:-}" ]; then
       --max-host-values 1e12 --sizes 128k --reps 10 --warmup 3 --fresh-inputs --deadline-s 110 --out "$out/fresh-$b" \
       > "$out/fresh-$b.log" 2>&1
     echo "$b:"; grep -E "latency cuda n=131072 crisp" "$out/fresh-$b.log" | tail -n 1
+  done
+fi
+# AB_MARKS=1: crisp and dense at 8k-64k with the device marks (default) and with --host-timings,
+# one bundle, to see what marking the device timeline costs (session 10's headline had the small
+# sizes 0.25-0.40 ms slower than session 9's; NOTES.md).
+if [ -n "${AB_MARKS:-}" ]; then
+  for mode in marks host; do
+    extra=()
+    [ "$mode" = host ] && extra=(--host-timings)
+    timeout -s KILL 150 node .device/app/crisp-bench.mjs --backends cuda --suites latency --latency-inputs synth \
+      --presets dense,crisp --max-host-values 1e12 --sizes 8k..64k --reps 10 --warmup 3 "${extra[@]}" --deadline-s 140 \
+      --out "$out/ab-$mode" > "$out/ab-$mode.log" 2>&1
+    echo "$mode:"; grep -E "latency cuda n=[0-9]+ (dense|crisp):" "$out/ab-$mode.log"
   done
 fi
