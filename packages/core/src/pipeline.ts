@@ -425,36 +425,27 @@ async function devicePlanned(
 }
 
 /**
- * A plan over a backend's prepared mask. Its mask gets the VS lists and the PE heads' rows
- * now, or (deferRows: sparsePrefill) in complete(), once the attention is launched: the PE
- * rows always, the VS lists too when the backend hands them over as a function (a device
- * plan). Until then that mask holds empty lists: it is not returned, and a prepared mask is
- * run as prepared.
+ * A plan over a backend's prepared mask. Its mask gets the PE heads' rows now, or
+ * (deferRows: sparsePrefill) in complete(), once the attention is launched; until then that
+ * mask lacks them: it is not returned, and a prepared mask is run as prepared.
  */
 async function preparedPlan(
   fields: Omit<PrefillPlan, 'mask' | 'prepared'>,
   prepared: PreparedMask,
-  vs: VsLists | (() => VsLists),
+  vs: VsLists,
   peRows: (() => Promise<BlockRows>) | undefined,
   peHeads: readonly number[],
   deferRows: boolean,
 ): Promise<BuiltPlan> {
   const { heads: H } = fields.shape;
   const { numBlocks: Nb, blockSize: B } = fields;
-  const plan = (lists: VsLists, rows?: BlockRows): PrefillPlan => ({
+  const plan = (rows?: BlockRows): PrefillPlan => ({
     ...fields,
-    mask: { heads: H, numBlocks: Nb, blockSize: B, vs: lists, rows },
+    mask: { heads: H, numBlocks: Nb, blockSize: B, vs, rows },
     prepared,
   });
-  const lists = () => (typeof vs === 'function' ? vs() : vs);
-  const withRows = async () => plan(lists(), peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
-  if (deferRows) {
-    const now =
-      typeof vs === 'function'
-        ? { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) }
-        : vs;
-    return { plan: plan(now), complete: withRows };
-  }
+  const withRows = async () => plan(peRows ? spreadRows(await peRows(), peHeads, H, Nb) : undefined);
+  if (deferRows) return { plan: plan(), complete: withRows };
   const p = await withRows();
   return { plan: p, complete: async () => p };
 }
