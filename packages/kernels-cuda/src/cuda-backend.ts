@@ -52,6 +52,7 @@ import {
 import { compileCubin, defaultCacheDir, defaultKernelDir, kernelSource } from './compile.js';
 import { deferFields } from './deferred-fields.js';
 import { type CudaLibs, type Handle, check, loadCuda } from './ffi.js';
+import { devicePlanLayout } from './plan-layout.js';
 import { type DeviceBlock, DevicePool } from './pool.js';
 
 export interface CudaBackendOptions {
@@ -316,7 +317,6 @@ const STATS_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; entry: De
   h.owner.releaseCollectedStats(h.entry);
 });
 
-/** One chunk of PE heads' rows on the device: rowPtrD [rows + 1], cols (room for all causal blocks). */
 /** #expand's VS part: host lists, or their device pointers [verticalPtr, vertical, slashPtr, slash] */
 type ExpandVs = BlockMask['vs'] | { device: readonly [number, number, number, number] };
 type ExpandRows = { rowPtr: number; cols: number; heads?: readonly number[]; headList?: number } | undefined;
@@ -325,6 +325,7 @@ type ExpandRead = { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headP
 /** expanded, nothing read: the summary [headPtr H + 1][total][bad row] left at `summary` on the device */
 type ExpandUnread = { rowPtr: DeviceBlock; cols: DeviceBlock; summary: number };
 
+/** One chunk of PE heads' rows on the device: rowPtrD [rows + 1], cols (room for all causal blocks). */
 interface PePart {
   readonly rowPtrD: DeviceBlock;
   readonly cols: DeviceBlock;
@@ -687,11 +688,7 @@ export class CudaBackend implements Backend {
   startProfile(): void {
     this.#alive();
     if (this.#profile) return;
-    const a = [null];
-    const b = [null];
-    check(this.#libs, this.#libs.cu.cuEventCreate(a, 0), 'cuEventCreate');
-    check(this.#libs, this.#libs.cu.cuEventCreate(b, 0), 'cuEventCreate');
-    this.#profile = { a: a[0] as unknown as Handle, b: b[0] as unknown as Handle, totals: new Map() };
+    this.#profile = { a: this.#newEvent(0) as Handle, b: this.#newEvent(0) as Handle, totals: new Map() };
   }
 
   stopProfile(): { kernel: string; calls: number; ms: number }[] {
@@ -715,11 +712,7 @@ export class CudaBackend implements Backend {
     this.#alive();
     if (this.#trace) return;
     const events: Handle[] = [];
-    for (let i = 0; i < 2 * maxLaunches; i++) {
-      const e = [null];
-      check(this.#libs, this.#libs.cu.cuEventCreate(e, 0), 'cuEventCreate');
-      events.push(e[0] as unknown as Handle);
-    }
+    for (let i = 0; i < 2 * maxLaunches; i++) events.push(this.#newEvent(0) as Handle);
     this.#trace = { events, entries: [], t0: performance.now(), nextEvent: 0 };
   }
 
@@ -1863,12 +1856,8 @@ export class CudaBackend implements Backend {
       const st = kept
         ? kept.block.ptr
         : this.#uploadTemp(Float64Array.from([0, ...stats.cStruct, ...stats.rowEntropy]), temp);
-      // One buffer before the VS list pointers, read with them: a copy of the head values
-      // (1 + 2H f64), the routes [H] and the PE head list [count][heads] (route.cu), expand's
-      // summary [H + 2] (each head's first row pointer, the total, the bad-row flag)
-      const headBytes = 8 * (1 + 2 * H);
-      const sumOff = headBytes + 4 * (2 * H + 1);
-      const bytes = Math.ceil((sumOff + 4 * (H + 2)) / 8) * 8;
+      // One buffer before the VS list pointers, read with them (devicePlanLayout)
+      const { headBytes, sumOff, bytes } = devicePlanLayout(H);
       let rt = 0;
       const fill = (ptr: number) => {
         rt = ptr + headBytes;
@@ -1929,14 +1918,17 @@ export class CudaBackend implements Backend {
     }
   }
 
+  /** A CUDA event (flags: 0 timing, 2 CU_EVENT_DISABLE_TIMING). */
+  #newEvent(flags: number): unknown {
+    const e = [null];
+    check(this.#libs, this.#libs.cu.cuEventCreate(e, flags), 'cuEventCreate');
+    return e[0];
+  }
+
   /** An event recorded on the main stream behind the work queued so far (no timing; reused in turn). */
   #recordDone(): unknown {
-    while (this.#doneEvents.length < DONE_EVENTS) {
-      const e = [null];
-      // CU_EVENT_DISABLE_TIMING: a fence, cheaper to record and wait for
-      check(this.#libs, this.#libs.cu.cuEventCreate(e, 2), 'cuEventCreate');
-      this.#doneEvents.push(e[0]);
-    }
+    // CU_EVENT_DISABLE_TIMING: a fence, cheaper to record and wait for
+    while (this.#doneEvents.length < DONE_EVENTS) this.#doneEvents.push(this.#newEvent(2));
     const i = this.#doneNext++ % DONE_EVENTS;
     check(this.#libs, this.#libs.cu.cuEventRecord(this.#doneEvents[i], this.#stream), 'cuEventRecord');
     return this.#doneEvents[i];
@@ -1950,27 +1942,22 @@ export class CudaBackend implements Backend {
     this.#alive();
     // the ring's events made at once, on the first mark (not one per mark in the first
     // prefills a benchmark times)
-    while (this.#marks.length < MARK_EVENTS) {
-      const e = [null];
-      check(this.#libs, this.#libs.cu.cuEventCreate(e, 0), 'cuEventCreate');
-      this.#marks.push({ ev: e[0], gen: 0 });
-    }
+    while (this.#marks.length < MARK_EVENTS) this.#marks.push({ ev: this.#newEvent(0), gen: 0 });
     const i = this.#markNext++ % MARK_EVENTS;
     const slot = this.#marks[i];
     const gen = this.#markNext;
     slot.gen = gen;
     check(this.#libs, this.#libs.cu.cuEventRecord(slot.ev, this.#stream), 'cuEventRecord');
-    const at = slot;
     const mark: DeviceMark = {
       msSince: (earlier: DeviceMark): number => {
         const from = this.#markOf.get(earlier);
         if (!from) throw new InvalidArgumentError('msSince takes a mark from the same CUDA backend');
-        if (at.gen !== gen || from.slot.gen !== from.gen) {
+        if (slot.gen !== gen || from.slot.gen !== from.gen) {
           throw new InvalidArgumentError(`a mark is good for the next ${MARK_EVENTS} marks of its backend; this one was reused`);
         }
         this.#alive();
         const ms = [0];
-        check(this.#libs, this.#libs.cu.cuEventElapsedTime(ms, from.slot.ev, at.ev), 'cuEventElapsedTime');
+        check(this.#libs, this.#libs.cu.cuEventElapsedTime(ms, from.slot.ev, slot.ev), 'cuEventElapsedTime');
         return ms[0];
       },
     };
@@ -2285,21 +2272,19 @@ export class CudaBackend implements Backend {
   /** Time device work on this backend's stream with CUDA events (milliseconds). */
   async timeMs(run: () => unknown | Promise<unknown>): Promise<number> {
     const cu = this.#libs.cu;
-    const a = [null];
-    const b = [null];
-    check(this.#libs, cu.cuEventCreate(a, 0), 'cuEventCreate');
-    check(this.#libs, cu.cuEventCreate(b, 0), 'cuEventCreate');
+    const a = this.#newEvent(0);
+    const b = this.#newEvent(0);
     try {
-      check(this.#libs, cu.cuEventRecord(a[0], this.#stream), 'cuEventRecord');
+      check(this.#libs, cu.cuEventRecord(a, this.#stream), 'cuEventRecord');
       await run();
-      check(this.#libs, cu.cuEventRecord(b[0], this.#stream), 'cuEventRecord');
-      check(this.#libs, cu.cuEventSynchronize(b[0]), 'cuEventSynchronize');
+      check(this.#libs, cu.cuEventRecord(b, this.#stream), 'cuEventRecord');
+      check(this.#libs, cu.cuEventSynchronize(b), 'cuEventSynchronize');
       const ms = [0];
-      check(this.#libs, cu.cuEventElapsedTime(ms, a[0], b[0]), 'cuEventElapsedTime');
+      check(this.#libs, cu.cuEventElapsedTime(ms, a, b), 'cuEventElapsedTime');
       return ms[0];
     } finally {
-      cu.cuEventDestroy(a[0]);
-      cu.cuEventDestroy(b[0]);
+      cu.cuEventDestroy(a);
+      cu.cuEventDestroy(b);
     }
   }
 

@@ -7,6 +7,7 @@
  */
 import { createRequire } from 'node:module';
 import type { CudaLibs } from './ffi.js';
+import { devicePlanLayout } from './plan-layout.js';
 
 export interface StandInEvent {
   /**
@@ -138,8 +139,6 @@ export function standInDriver(
  * routes, the PE head list, expand's summary, then the VS list pointers) holds what, in ints.
  */
 export function devicePlanPrefix(H: number): { ints: number; routes: number; badRow: number } {
-  const headBytes = 8 * (1 + 2 * H);
-  const sumOff = headBytes + 4 * (2 * H + 1);
-  const bytes = Math.ceil((sumOff + 4 * (H + 2)) / 8) * 8;
+  const { headBytes, sumOff, bytes } = devicePlanLayout(H);
   return { ints: bytes / 4 + 2 * (H + 1), routes: headBytes / 4, badRow: sumOff / 4 + H + 1 };
 }
