@@ -18,14 +18,9 @@ F=()
 # ONLY_FRESH=1 or SKIP_CHECKS=1: skip the conformance, e2e and 128k latency (run only the
 # FRESH and AB_MARKS parts below)
 if [ -z "${ONLY_FRESH:-}${SKIP_CHECKS:-}" ]; then
-timeout -s KILL 200 $C --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 "${F[@]}" \
-  --out "$out/conf-bf16" > "$out/conf-bf16.log" 2>&1 &
-sleep 10
-timeout -s KILL 190 $C --phase conformance --dtypes f16 --confMaxN 16384 --budget 180 "${F[@]}" \
-  --out "$out/conf-f16" > "$out/conf-f16.log" 2>&1
-wait
-tail -n 2 "$out"/conf-*.log
-grep -h FAIL "$out"/conf-*.log | head -n 10
+# shellcheck disable=SC1091
+source apps/bench/scripts/conformance.sh
+conformance_pair "$out" conf "${F[@]}"
 timeout -s KILL 150 $C --phase bench --ns none --cross none --e2e "${E2E:-131072,524288}" --inputs synth --trace 1 \
   --budget 140 --out "$out/e2e" > "$out/e2e.log" 2>&1
 grep -E "^.{0,12}crisp n=" "$out/e2e.log" | cut -c1-600

@@ -74,13 +74,9 @@ case "$phase" in
     timeout -s KILL 80 $CUDA --phase proxy --proxyNs 524288 --proxyRef 0 --proxyLayouts w32,wg --budget 70 \
       --out "$out/proxy-512k" > "$out/proxy-512k.log" 2>&1
     grep -E "proxy n=|FAIL" "$out"/proxy-*.log | cut -c1-400
-    timeout -s KILL 200 $CUDA --phase conformance --dtypes bf16 --confMaxN 16384 --budget 190 \
-      --out "$out/conformance-bf16" > "$out/conformance-bf16.log" 2>&1 &
-    sleep 10
-    timeout -s KILL 190 $CUDA --phase conformance --dtypes f16 --confMaxN 16384 --budget 180 \
-      --out "$out/conformance-f16" > "$out/conformance-f16.log" 2>&1
-    wait
-    tail -n 2 "$out"/conformance-*.log
+    # shellcheck disable=SC1091
+    source apps/bench/scripts/conformance.sh
+    conformance_pair "$out" conformance
     timeout -s KILL 280 $CUDA --phase bench --ns none --cross none --e2e "${E2E:-131072,524288}" --inputs synth \
       --profileToo 1 --budget 270 --out "$out/e2e" > "$out/e2e.log" 2>&1
     grep -E "^.{0,12}crisp n=" "$out/e2e.log" | cut -c1-700

@@ -173,7 +173,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
         } else {
           proxy_p1_update<false, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         }
-        if (FUSED) p1f_stash<BM>(tup, tt, rA, rB, mA, mB, split);
+        if (FUSED) p1f_stash<BM>(tup, tt, rA, rB, mA, mB, split, win);
       } else {
         const int obase = (n - b - ks - 63) >> LGB;
         float bins[3] = {0.f, 0.f, 0.f};

@@ -214,7 +214,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
         proxy_p1_update<false, LGB>(s[mt], ks, rA[mt], rB[mt], posA[mt], posB[mt], b, scaleLog2, mA[mt], mB[mt],
                                     lA[mt], lB[mt], tA[mt], tB[mt], split, s0, l0, win);
       }
-      if (FUSED) p1f_stash<BM>(tup, tt, rA[mt], rB[mt], mA[mt], mB[mt], split);
+      if (FUSED) p1f_stash<BM>(tup, tt, rA[mt], rB[mt], mA[mt], mB[mt], split, win);
     }
     cp_async_wait<0>();
     __syncthreads();

@@ -1,0 +1,16 @@
+# Sourced by the H200 scripts: conformance_pair OUT PREFIX [extra cuda-device-main args...]
+# runs the CUDA conformance suite against the float64 reference (n <= 16k) in bf16 and f16 as two
+# processes side by side (the host reference is the slow part), into OUT/PREFIX-{bf16,f16}, and
+# prints their summaries and any failures.
+conformance_pair() {
+  local out=$1 prefix=$2
+  shift 2
+  timeout -s KILL 200 node .device/app/cuda-device-main.mjs --phase conformance --dtypes bf16 --confMaxN 16384 \
+    --budget 190 "$@" --out "$out/$prefix-bf16" > "$out/$prefix-bf16.log" 2>&1 &
+  sleep 10
+  timeout -s KILL 190 node .device/app/cuda-device-main.mjs --phase conformance --dtypes f16 --confMaxN 16384 \
+    --budget 180 "$@" --out "$out/$prefix-f16" > "$out/$prefix-f16.log" 2>&1
+  wait
+  grep -h "conformance cuda:" "$out/$prefix"-*.log
+  grep -h FAIL "$out/$prefix"-*.log | head -n 10
+}
