@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseSizes, resolveConfig } from './index.js';
 import { crossoverSuite } from './suites/crossover.js';
-import type { LatencyRow } from './suites/latency.js';
+import { type LatencyRow, steadySizeMs } from './suites/latency.js';
 import { constructedHead, syntheticCurve } from './suites/on-curve.js';
 
 const row = (backend: string, preset: string, n: number, median: number): LatencyRow => ({
@@ -35,6 +35,17 @@ describe('parseSizes', () => {
   it('takes the latency switches for fresh inputs and host timings, off by default', () => {
     expect(resolveConfig({}).latency).toMatchObject({ freshInputs: false, hostTimings: false });
     expect(resolveConfig({ freshInputs: true, hostTimings: true }).latency).toMatchObject({ freshInputs: true, hostTimings: true });
+  });
+});
+
+describe('steadySizeMs (what the next size is projected from)', () => {
+  it('counts the presets at their timed medians, not a first run that compiled every kernel', () => {
+    // two presets at 1.5 and 0.5 ms, 3 reps + 1 warm-up each; the wall time held a 50 s compile
+    expect(steadySizeMs([1.5, 0.5], 4, 50_000)).toBe(8);
+  });
+  it('falls back to the wall time when no preset ran, and never exceeds it', () => {
+    expect(steadySizeMs([], 4, 1234)).toBe(1234);
+    expect(steadySizeMs([400], 4, 1000)).toBe(1000);
   });
 });
 
