@@ -383,7 +383,8 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
     try {
       // the attention queued behind the plan before anything is read back, as sparsePrefill
       // does; checked below against the same mask from the host parts
-      const empty = { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) };
+      const none: number[][] = Array.from({ length: H }, () => []);
+      const empty = vsListsFromArrays(none, none);
       const qOut = poisoned(be, dtype, x.q.shape);
       outs.push(qOut);
       const queued = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: empty }, { prepared: res.prepared, out: qOut });

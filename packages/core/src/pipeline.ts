@@ -408,7 +408,8 @@ async function devicePlanned(
   }
   // sparsePrefill: the attention runs this plan's prepared mask as soon as it is queued; the
   // plan it reports is complete()'s
-  const empty: VsLists = { verticalPtr: new Int32Array(H + 1), vertical: new Int32Array(0), slashPtr: new Int32Array(H + 1), slash: new Int32Array(0) };
+  const none: number[][] = Array.from({ length: H }, () => []);
+  const empty = vsListsFromArrays(none, none);
   const queued: PrefillPlan = {
     policy: policy.name,
     shape,

@@ -1885,7 +1885,8 @@ export class CudaBackend implements Backend {
         const ints = new Int32Array(prefix, headBytes, (bytes - headBytes) / 4);
         const routes = Array.from(ints.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
         const nPe = ints[H];
-        const summary = ints.slice(2 * H + 1, 3 * H + 3);
+        const s0 = (sumOff - headBytes) / 4;
+        const summary = ints.slice(s0, s0 + H + 2);
         const badRow = summary[H + 1];
         if (badRow !== 0x7fffffff) {
           // the device builds every row itself: a bad one is this backend's fault
