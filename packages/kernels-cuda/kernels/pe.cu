@@ -73,40 +73,51 @@ extern "C" __global__ void pe_q_means_f16(const u16* q, const int* hl, float* ou
   pe_q_means_body<false>(q, hl, out, n, H, D, B);
 }
 
-// One 64x64 tile of head slot hi's Q̄ K̄ᵀ · scale (kv head kvh).
+// One 64x64 tile of head slot hi's Q̄ K̄ᵀ · scale (kv head kvh). Both 64 x D operands are
+// staged whole, transposed (As[d][r], rows padded to 68 floats so a thread's four rows are one
+// 16-byte load), in one round of loads (a thread's 16-byte reads all in flight) and one
+// barrier; then each thread forms a 4x4 block of the tile. (Staging 16 columns at a time, a
+// load round and two barriers each, was 42 us at 128k for 3 PE heads on the H200: the
+// loads' latency eight times over, NOTES.md session 12.) The stores into As[d][r] take r
+// from consecutive lanes: no bank conflicts.
+#define PE_LG_PAD 68
 __device__ __forceinline__ void pe_logits_tile(const float* qMean, const float* kMean, float* P, int kvh, int hi, int ti,
-                                               int tj, int Nb, int D, float scale) {
-  __shared__ float As[16][68], Bs[16][68];
+                                               int tj, int Nb, int D, float scale, float* As, float* Bs) {
   const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+  const float* Qb = qMean + (size_t)hi * Nb * D;
+  const float* Kb = kMean + (size_t)kvh * Nb * D;
+  const int D4 = D >> 2;
+  for (int e = threadIdx.x; e < 64 * D4; e += 256) {
+    const int r = e & 63, c = (e >> 6) << 2;
+    const int I = ti * 64 + r, J = tj * 64 + r;
+    const float4 a = I < Nb ? *reinterpret_cast<const float4*>(Qb + (size_t)I * D + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 b = J < Nb ? *reinterpret_cast<const float4*>(Kb + (size_t)J * D + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    As[(c + 0) * PE_LG_PAD + r] = a.x;
+    As[(c + 1) * PE_LG_PAD + r] = a.y;
+    As[(c + 2) * PE_LG_PAD + r] = a.z;
+    As[(c + 3) * PE_LG_PAD + r] = a.w;
+    Bs[(c + 0) * PE_LG_PAD + r] = b.x;
+    Bs[(c + 1) * PE_LG_PAD + r] = b.y;
+    Bs[(c + 2) * PE_LG_PAD + r] = b.z;
+    Bs[(c + 3) * PE_LG_PAD + r] = b.w;
+  }
+  __syncthreads();
   float c[4][4];
 #pragma unroll
   for (int i = 0; i < 4; i++)
 #pragma unroll
     for (int j = 0; j < 4; j++) c[i][j] = 0.f;
-  const float* Qb = qMean + (size_t)hi * Nb * D;
-  const float* Kb = kMean + (size_t)kvh * Nb * D;
-  for (int d0 = 0; d0 < D; d0 += 16) {
-    for (int e = threadIdx.x; e < 64 * 16; e += 256) {
-      const int r = e >> 4, dd = e & 15;
-      const int I = ti * 64 + r, J = tj * 64 + r;
-      As[dd][r] = I < Nb ? Qb[(size_t)I * D + d0 + dd] : 0.f;
-      Bs[dd][r] = J < Nb ? Kb[(size_t)J * D + d0 + dd] : 0.f;
-    }
-    __syncthreads();
+#pragma unroll 8
+  for (int d = 0; d < D; d++) {
+    const float4 a = *reinterpret_cast<const float4*>(As + d * PE_LG_PAD + ty * 4);
+    const float4 b = *reinterpret_cast<const float4*>(Bs + d * PE_LG_PAD + tx * 4);
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-    for (int dd = 0; dd < 16; dd++) {
-      float a[4], b[4];
+    for (int i = 0; i < 4; i++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) a[i] = As[dd][ty * 4 + i];
-#pragma unroll
-      for (int j = 0; j < 4; j++) b[j] = Bs[dd][tx * 4 + j];
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) c[i][j] += a[i] * b[j];
-    }
-    __syncthreads();
+      for (int j = 0; j < 4; j++) c[i][j] = fmaf(av[i], bv[j], c[i][j]);
   }
+  __syncthreads();  // As and Bs are reused by the next slot
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const int I = ti * 64 + ty * 4 + i;
@@ -119,13 +130,17 @@ __device__ __forceinline__ void pe_logits_tile(const float* qMean, const float* 
   }
 }
 
-// 64x64 tiles of Q̄ K̄ᵀ · scale, lower-triangular tiles only. Grid (tiles, tiles, a few slots), 256 threads.
-extern "C" __global__ void pe_logits(const float* qMean, const float* kMean, const int* hl, float* P, int H, int Hkv,
-                                      int Nb, int D, float scale) {
+// 64x64 tiles of Q̄ K̄ᵀ · scale, lower-triangular tiles only. Grid (tiles, tiles, a few
+// slots), 256 threads, 2 · D · PE_LG_PAD floats of dynamic shared memory (D a multiple of 4).
+extern "C" __global__ void __launch_bounds__(256) pe_logits(const float* qMean, const float* kMean, const int* hl,
+                                                            float* P, int H, int Hkv, int Nb, int D, float scale) {
+  extern __shared__ float4 pe_lg_smem[];
+  float* As = reinterpret_cast<float*>(pe_lg_smem);
+  float* Bs = As + D * PE_LG_PAD;
   const int ti = blockIdx.x, tj = blockIdx.y, nh = hl[0];
   if (tj > ti) return;
   for (int hi = blockIdx.z; hi < nh; hi += gridDim.z) {
-    pe_logits_tile(qMean, kMean, P, hl[1 + hi] / (H / Hkv), hi, ti, tj, Nb, D, scale);
+    pe_logits_tile(qMean, kMean, P, hl[1 + hi] / (H / Hkv), hi, ti, tj, Nb, D, scale, As, Bs);
   }
 }
 

@@ -17,119 +17,148 @@ struct CrispBool {
 
 // Pass 1's online update for one tile. EDGE: some score is masked (causal limit, keys past
 // n, or rows past b when n < B); only the last tiles of a row are, so the common tiles skip
-// the compares. Max on raw scores (scale > 0 keeps the order, and rounding is monotone, so
-// fl(max · c) = max(fl(s · c))); p = 2^(s·c − m) in one FFMA; t accumulates p·s raw and is
-// scaled once at the end.
+// the compares. Probabilities are p = 2^(s·c − u) in one FFMA, u the row's reference; l and
+// the tile's sums are relative to it, t accumulates p·s raw and is scaled once at the end.
+//
+// The reference is lazy (PROXY_LAZY_LOG2): a common tile first tries the row's current m as
+// u, without the tile's max; if every thread's sum of each of its rows stays <= 2^20 (so every
+// probability does, and a NaN or an infinity fails), the tile is done and m stays. Otherwise,
+// and on EDGE tiles and rows with no m yet, the exact update: m = max(m, tile max), l and t
+// rescaled by 2^(m_old − m), the tile's exponentials again. m is then a reference at or
+// below the row's running max (any reference gives the same sums up to rounding: combine,
+// sweep and fused sums rescale by 2^(m − M) <= 1), and the sums stay below 2^20 a key: no
+// overflow in f32. On the common tiles this drops the 32 max compares, the quad's max
+// shuffles and the rescale a thread did every tile (Nsight Compute: issue-bound, and the
+// exponentials waited on the max's shuffles; NOTES.md, session 12).
 //
 // The fused pass (LGB > 0: log2 B) also splits each row's probabilities of the tile
-// (relative to the row's running max after the tile) between the two offset blocks they
-// reach, as pass 2b does (fragment column j·8 + e <= cut: the block of the tile's first key,
-// ohi; else ohi − 1), and, on tiles that hold keys of C_struct's window (win: keys < s0 or
-// >= l0), sums the window's: split += {hiA, loA, hiB, loB, winA, winB}, the thread's share.
-// Window tiles must come as EDGE tiles (EDGE's masking is harmless on unmasked scores).
+// (relative to the reference) between the two offset blocks they reach, as pass 2b does
+// (fragment column j·8 + e <= cut: the block of the tile's first key, ohi; else ohi − 1),
+// and, on tiles that hold keys of C_struct's window (win: keys < s0 or >= l0), sums the
+// window's: split += {hiA, loA, hiB, loB, winA, winB}, the thread's share. Window tiles must
+// come as EDGE tiles (EDGE's masking is harmless on unmasked scores).
+#define PROXY_LAZY_LOG2 20
 template <bool EDGE, int LGB = 0>
 __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
                                                 float scaleLog2, float& mA, float& mB, float& lA, float& lB,
                                                 float& tA, float& tB, float (&split)[6], int s0 = 0, int l0 = 0,
                                                 bool win = false) {
   const int lane = threadIdx.x & 31;
-  float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+  if (EDGE) {
 #pragma unroll
-  for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < 8; j++) {
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-      if (EDGE) {
+      for (int e = 0; e < 2; e++) {
         const int col = ks + j * 8 + (lane & 3) * 2 + e;
         if (col > posA || rA >= b) s[j][e] = CRISP_NEG_INF;
         if (col > posB || rB >= b) s[j][2 + e] = CRISP_NEG_INF;
       }
-      mxA = fmaxf(mxA, s[j][e]);
-      mxB = fmaxf(mxB, s[j][2 + e]);
     }
   }
-  mxA = quad_max(mxA) * scaleLog2;
-  mxB = quad_max(mxB) * scaleLog2;
-  const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
-  // A row with nothing visible yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
-  const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
-  const float cA = exp2f(mA - uA), cB = exp2f(mB - uB);
-  lA *= cA;
-  tA *= cA;
-  lB *= cB;
-  tB *= cB;
-  mA = nA;
-  mB = nB;
-  // The fused pass's split, folded into the exp loop: the tile's sum of each row (ts) and the
-  // part of it at fragment columns j·8 + e <= cut (the offset block of the tile's first key,
-  // ohi; the rest is block ohi − 1): a compare and a predicated add a score, where a select,
-  // a subtraction and two adds were (Nsight Compute: 23.5 instructions a score for the whole
-  // wgmma fused pass). lo = ts − hi once a tile: the same terms summed in the same order, so
-  // ts >= hi and lo is exactly 0 when every term is in hi.
+  // The split folded into the exp loop: the tile's sum of each row (ts) and the part of it
+  // at fragment columns j·8 + e <= cut (hi; the rest is block ohi − 1): a compare and a
+  // predicated add a score. lo = ts − hi once a tile: the same terms summed in the same
+  // order, so ts >= hi and lo is exactly 0 when every term is in hi.
   const int shift = LGB > 0 ? LGB : 0;
   const int cutA = LGB > 0 ? posA - (((posA - ks) >> shift) << shift) - ks - (lane & 3) * 2 : 0;
   const int cutB = LGB > 0 ? posB - (((posB - ks) >> shift) << shift) - ks - (lane & 3) * 2 : 0;
-  float tsA = 0.f, tsB = 0.f, hA = 0.f, hB = 0.f;
+  float tsA, tsB, hA, hB, ttA, ttB;
   // SPLIT false: every score of the warp's rows lies at or before its row's cut (the whole
   // tile is in each row's upper offset block: ~39% of the common tiles at B = 128), so hi is
   // the tile sum itself, the same terms in the same order: hi = ts bit for bit, lo = 0.
-  auto expTile = [&](auto splitTag) {
+  auto expTile = [&](auto splitTag, float uA, float uB) {
     constexpr bool SPLIT = decltype(splitTag)::value;
+    tsA = 0.f;
+    tsB = 0.f;
+    hA = 0.f;
+    hB = 0.f;
+    ttA = 0.f;
+    ttB = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         const float x = s[j][e], y = s[j][2 + e];
         const float pa = exp2f(fmaf(x, scaleLog2, -uA)), pb = exp2f(fmaf(y, scaleLog2, -uB));
-        if (LGB > 0) {
-          tsA += pa;
-          tsB += pb;
-          if (SPLIT) {
-            if (j * 8 + e <= cutA) hA += pa;
-            if (j * 8 + e <= cutB) hB += pb;
-          }
-        } else {
-          lA += pa;
-          lB += pb;
+        tsA += pa;
+        tsB += pb;
+        if (SPLIT) {
+          if (j * 8 + e <= cutA) hA += pa;
+          if (j * 8 + e <= cutB) hB += pb;
         }
         // a masked score is -inf with p = 0: count 0, not 0 · -inf
-        tA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, tA);
-        tB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, tB);
-        // the window sums below read the probabilities (edge tiles only)
-        if (LGB > 0 && EDGE) {
-          s[j][e] = pa;
-          s[j][2 + e] = pb;
-        }
+        ttA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, ttA);
+        ttB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, ttB);
       }
     }
-    if (LGB > 0 && !SPLIT) {
+    if (!SPLIT) {
       hA = tsA;
       hB = tsB;
     }
   };
   // fragment columns run to 7·8 + 1 = 57
-  if (LGB > 0 && !EDGE && __all_sync(0xffffffffu, cutA >= 57 && cutB >= 57)) {
-    expTile(CrispBool<false>{});
-  } else {
-    expTile(CrispBool<true>{});
+  const bool noSplit = LGB > 0 && !EDGE && __all_sync(0xffffffffu, cutA >= 57 && cutB >= 57);
+  auto expAny = [&](float uA, float uB) {
+    if (noSplit) {
+      expTile(CrispBool<false>{}, uA, uB);
+    } else {
+      expTile(CrispBool<LGB != 0>{}, uA, uB);
+    }
+  };
+  // one copy of the exp loop for both tries (a loop, not two inlined calls: the pass's code
+  // stays in the instruction cache)
+  float cA = 1.f, cB = 1.f, uA = mA, uB = mB;
+  bool exact = EDGE || !__all_sync(0xffffffffu, mA != CRISP_NEG_INF && mB != CRISP_NEG_INF);
+#pragma unroll 1
+  for (;;) {
+    if (exact) {
+      float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          mxA = fmaxf(mxA, s[j][e]);
+          mxB = fmaxf(mxB, s[j][2 + e]);
+        }
+      }
+      mxA = quad_max(mxA) * scaleLog2;
+      mxB = quad_max(mxB) * scaleLog2;
+      const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
+      // A row with nothing visible yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
+      uA = nA == CRISP_NEG_INF ? 0.f : nA;
+      uB = nB == CRISP_NEG_INF ? 0.f : nB;
+      cA = exp2f(mA - uA);
+      cB = exp2f(mB - uB);
+      mA = nA;
+      mB = nB;
+    }
+    expAny(uA, uB);
+    if (exact) break;
+    constexpr float LIM = (float)(1 << PROXY_LAZY_LOG2);
+    if (__all_sync(0xffffffffu, tsA <= LIM && tsB <= LIM)) break;
+    exact = true;
   }
+  lA = fmaf(lA, cA, tsA);
+  lB = fmaf(lB, cB, tsB);
+  tA = fmaf(tA, cA, ttA);
+  tB = fmaf(tB, cB, ttB);
   if (LGB > 0) {
-    lA += tsA;
-    lB += tsB;
     split[0] += hA;
     split[1] += tsA - hA;
     split[2] += hB;
     split[3] += tsB - hB;
     // window tiles are few (keys < s0 or >= l0): callers run them as EDGE tiles, so the
-    // common tiles carry no window code
+    // common tiles carry no window code; the probabilities again (the exp loop keeps none)
     if (EDGE && win) {
+      const float uA = mA == CRISP_NEG_INF ? 0.f : mA, uB = mB == CRISP_NEG_INF ? 0.f : mB;
 #pragma unroll
       for (int j = 0; j < 8; j++) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
           const int col = ks + j * 8 + (lane & 3) * 2 + e;
           const bool inw = col < s0 || col >= l0;
-          split[4] += inw ? s[j][e] : 0.f;
-          split[5] += inw ? s[j][2 + e] : 0.f;
+          split[4] += inw ? exp2f(fmaf(s[j][e], scaleLog2, -uA)) : 0.f;
+          split[5] += inw ? exp2f(fmaf(s[j][2 + e], scaleLog2, -uB)) : 0.f;
         }
       }
     }

@@ -106,7 +106,9 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
 
   // pass 1 state
   float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f, tA = 0.f, tB = 0.f;
-  const bool doMeans = PASS1 && h % (H / Hkv) == 0;
+  // each part's key block means by one head of the kv group, in turn (part % G): the same
+  // sums, spread over the group instead of all in the CTAs of its first head
+  const bool doMeans = PASS1 && h % (H / Hkv) == part % (H / Hkv);
   const int kd = tid % D, khalf = tid / D;
   const int Nb = (n + BM - 1) / BM;
   float ksum[CPT];

@@ -119,10 +119,11 @@ __device__ __forceinline__ void proxy_tile_scores_sq(u32 sQ, u32 sK, float (&s)[
   }
 }
 
-// Pass 1: per (head, proxy row, part): m (max of scaled log2 scores), l = Σ 2^(s−m),
-// t = Σ 2^(s−m)·s. Written to part-major arrays [H][b][nParts]. Also, from the tiles
-// already in shared memory, FlexPrefill's pooled-estimate inputs: the key block means
-// K̄_J [Hkv][Nb][D] (by the first query head of each kv group) and the proxy-row mean
+// Pass 1: per (head, proxy row, part): m (a reference at or below the max of the scaled log2
+// scores: proxy_p1_update), l = Σ 2^(s−m), t = Σ 2^(s−m)·s. Written to part-major arrays
+// [H][b][nParts]. Also, from the tiles already in shared memory, FlexPrefill's pooled-estimate
+// inputs: the key block means K̄_J [Hkv][Nb][D] (a part's by query head part % G of its kv
+// group) and the proxy-row mean
 // mean(Q̂) [H][D] (by part 0). BM = B proxy-row slots, warps of MT x 16 rows. FUSED: the
 // fused pass (proxy-common.cuh), which also writes the part's block-level bins (bins,
 // wSink, wLocal).
@@ -160,7 +161,8 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   const int ps = part * PART_KEYS;
   int nT = (n - ps + 63) / 64;
   if (nT > PART_TILES) nT = PART_TILES;
-  const bool doMeans = h % (H / Hkv) == 0;
+  // each part's key block means by one head of the kv group, in turn (as proxy-wgmma.cu)
+  const bool doMeans = h % (H / Hkv) == part % (H / Hkv);
   const int kd = tid % D, khalf = tid / D;
   const int Nb = (n + BM - 1) / BM;
   float ksum[CPT];
@@ -262,32 +264,44 @@ extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const
   }
 }
 
+// Row r's weight in a part (proxy_fused_sums and proxy_cstruct_parts: the same bits).
+__device__ __forceinline__ float fused_row_weight(const float* pm, const float* rowLse2, int h, int b, int r,
+                                                  int part, int nParts, float invB) {
+  const float m = pm[((size_t)h * b + r) * nParts + part];
+  return m == CRISP_NEG_INF ? 0.f : exp2f(m - rowLse2[h * b + r]) * invB;
+}
+
+// One bin of a part, Σ_r wt[r] · x[r] with lane l taking rows l, l + 32, ... in order, then
+// a butterfly: the warp's lanes all hold the sum.
+__device__ __forceinline__ float fused_bin_sum(const float* wt, const float* x, int b) {
+  const int lane = threadIdx.x & 31;
+  float sum = 0.f;
+  for (int r = lane; r < b; r += 32) sum = fmaf(wt[r], x[r], sum);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  return sum;
+}
+
 // The fused pass's bins to block scores, per (part, head), 256 threads: row r's weight
 // 2^(m_r − lse_r) / b (its part max against its log-sum-exp; 0 where the part holds no key
 // the row sees), then each bin's Σ_r weight · bin, rows in order (lanes take r, r + 32, ...,
 // then a butterfly), one warp a bin. Outputs as pass 2b's: pv [H][Nb] (a key block lies in
 // one part), slashPart [H][nParts][SB], winPart [H][nParts].
+// winToo 0: the window bin is left out (proxy_cstruct_parts wrote winPart already).
 extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2, float* pv,
                                            float* slashPart, float* winPart, int n, int H, int b, int B,
-                                           int nParts) {
+                                           int nParts, int winToo) {
   __shared__ float wt[128];
   const int part = blockIdx.x, h = blockIdx.y;
   const int lgB = B == 128 ? 7 : 6;
   const int NV = PART_KEYS >> lgB, SB = NV + 3, NS = NV + SB + 1;
   const float invB = 1.f / (float)b;
-  for (int r = threadIdx.x; r < b; r += blockDim.x) {
-    const float m = pm[((size_t)h * b + r) * nParts + part];
-    wt[r] = m == CRISP_NEG_INF ? 0.f : exp2f(m - rowLse2[h * b + r]) * invB;
-  }
+  for (int r = threadIdx.x; r < b; r += blockDim.x) wt[r] = fused_row_weight(pm, rowLse2, h, b, r, part, nParts, invB);
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5;
   const int Nb = (n + B - 1) >> lgB;
-  for (int i = warp; i < NS; i += NW) {
-    const float* x = bins + (((size_t)h * nParts + part) * NS + i) * b;
-    float sum = 0.f;
-    for (int r = lane; r < b; r += 32) sum = fmaf(wt[r], x[r], sum);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  for (int i = warp; i < NS - (winToo ? 0 : 1); i += NW) {
+    const float sum = fused_bin_sum(wt, bins + (((size_t)h * nParts + part) * NS + i) * b, b);
     if (lane != 0) continue;
     if (i < NV) {
       const int J = ((part * PART_KEYS) >> lgB) + i;
@@ -298,6 +312,42 @@ extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, 
       winPart[(size_t)h * nParts + part] = sum;
     }
   }
+}
+
+// C_struct from the fused pass alone, so that routing can start before the rest of the
+// statistics (planOnDevice runs the router and the PE kernels on a second stream beside
+// them). proxy_cstruct_parts: grid [nParts, H], one warp: the part's window mass exactly as
+// proxy_fused_sums computes a bin (lane l weights and adds rows l, l + 32, ... in order, then
+// a butterfly: the same bits), into winPart. proxy_cstruct_sum: grid [H], 256 threads:
+// C_struct = Σ_p winPart[p] in f64 in proxy_heads' order (thread t takes parts t, t + 256,
+// ..., then a tree), into out[h]; proxy_heads then leaves C_struct alone (given neither av nor
+// winPart). (One kernel a head looping over the parts was 0.034 ms at 128k: 32 CTAs.)
+extern "C" __global__ void proxy_cstruct_parts(const float* bins, const float* pm, const float* rowLse2,
+                                              float* winPart, int b, int B, int nParts) {
+  const int part = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+  const int lgB = B == 128 ? 7 : 6;
+  const int NV = PART_KEYS >> lgB, SB = NV + 3, NS = NV + SB + 1;
+  const float invB = 1.f / (float)b;
+  const float* x = bins + (((size_t)h * nParts + part) * NS + NS - 1) * b;
+  float sum = 0.f;
+  for (int r = lane; r < b; r += 32) sum = fmaf(fused_row_weight(pm, rowLse2, h, b, r, part, nParts, invB), x[r], sum);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) winPart[(size_t)h * nParts + part] = sum;
+}
+
+extern "C" __global__ void proxy_cstruct_sum(const float* winPart, double* out, int nParts) {
+  __shared__ double red[256];
+  const int h = blockIdx.x, t = threadIdx.x;
+  double a = 0.0;
+  for (int p = t; p < nParts; p += 256) a += winPart[(size_t)h * nParts + p];
+  red[t] = a;
+  __syncthreads();
+  for (int w = 128; w > 0; w >>= 1) {
+    if (t < w) red[t] += red[t + w];
+    __syncthreads();
+  }
+  if (t == 0) out[h] = red[0];
 }
 
 // Pass 2: normalised probabilities of each 64-key tile go to shared memory (P, BM x 64);
@@ -610,7 +660,8 @@ extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPar
 
 // Per head, 256 threads, f64: C_struct = the mass of a_v over the sink (j < wSink) and the
 // local window (j >= n − wLocal), each key counted once where the two overlap (short n), as
-// the reference does (from pass 2b's per-part window sums when winPart is given); the mean row entropy; the pooled estimate softmax_J of the logits
+// the reference does (from pass 2b's per-part window sums when winPart is given; neither av
+// nor winPart: left as proxy_cstruct_sum wrote it); the mean row entropy; the pooled estimate softmax_J of the logits
 // proxy_blocks left in place. out = [C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb].
 extern "C" __global__ void proxy_heads(const float* av, const float* winPart, const float* rowEntropy, double* out,
                                       int n, int H, int b, int Nb, int wSink, int wLocal, int nParts) {
@@ -620,7 +671,7 @@ extern "C" __global__ void proxy_heads(const float* av, const float* winPart, co
   double a = 0.0, e = 0.0;
   if (winPart != nullptr) {
     for (int p = t; p < nParts; p += 256) a += winPart[(size_t)h * nParts + p];
-  } else {
+  } else if (av != nullptr) {
     for (int j = t; j < s0; j += 256) a += av[(size_t)h * n + j];
     for (int j = (l0 > s0 ? l0 : s0) + t; j < n; j += 256) a += av[(size_t)h * n + j];
   }
@@ -636,7 +687,8 @@ extern "C" __global__ void proxy_heads(const float* av, const float* winPart, co
     __syncthreads();
   }
   if (t == 0) {
-    out[h] = red[0][0];
+    // neither av nor winPart: C_struct came from proxy_cstruct_sum
+    if (av != nullptr || winPart != nullptr) out[h] = red[0][0];
     out[H + h] = red[1][0] / (double)b;
   }
   __syncthreads();

@@ -14,10 +14,17 @@
 
 // One CTA of 32 threads: routes in parallel, the list compacted in head order by one warp
 // ballot a round of 32 heads.
-extern "C" __global__ void route_cstruct(const double* stats, int H, double tauProxy, double* statsCopy, int* out) {
+// mode: 1 routes, 2 the copy, 3 both. planOnDevice routes (1) on its second stream as soon as
+// C_struct is there (proxy_cstruct_sum) and copies (2) on the main stream once the rest of
+// the statistics are.
+extern "C" __global__ void route_cstruct(const double* stats, int H, double tauProxy, double* statsCopy, int* out,
+                                         int mode) {
   const int lane = threadIdx.x;
   const double* cStruct = stats + 1;
-  for (int i = lane; i < 1 + 2 * H; i += 32) statsCopy[i] = stats[i];
+  if (mode & 2) {
+    for (int i = lane; i < 1 + 2 * H; i += 32) statsCopy[i] = stats[i];
+  }
+  if (!(mode & 1)) return;
   int* list = out + H;
   int base = 0;
   for (int h0 = 0; h0 < H; h0 += 32) {

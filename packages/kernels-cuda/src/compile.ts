@@ -37,6 +37,25 @@ export function kernelSource(kernelDir: string, file: string): string {
   );
 }
 
+/**
+ * The parameter count of each `extern "C" __global__` kernel written out in a spliced source
+ * (kernels made by macros with token pasting are not listed): the backend checks every launch
+ * against it, so a host argument list that drifted from its kernel is a typed error on the
+ * first launch (CPU tests included, through the stand-in driver) instead of a kernel reading
+ * misplaced arguments.
+ */
+export function kernelParamCounts(src: string): Map<string, number> {
+  const out = new Map<string, number>();
+  const re = /extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)/g;
+  for (const m of src.matchAll(re)) {
+    // a macro's `__launch_bounds__(...) \` line break: not a kernel name
+    if (m[1].startsWith('__')) continue;
+    const params = m[2].trim();
+    out.set(m[1], params === '' ? 0 : params.split(',').length);
+  }
+  return out;
+}
+
 export interface CompileResult {
   readonly cubin: Uint8Array;
   readonly cached: boolean;

@@ -49,7 +49,7 @@ import {
   spreadRowPtr,
   validateMask,
 } from '@crisp/core';
-import { compileCubin, defaultCacheDir, defaultKernelDir, kernelSource } from './compile.js';
+import { compileCubin, defaultCacheDir, defaultKernelDir, kernelParamCounts, kernelSource } from './compile.js';
 import { deferFields } from './deferred-fields.js';
 import { type CudaLibs, type Handle, check, loadCuda } from './ffi.js';
 import { devicePlanLayout } from './plan-layout.js';
@@ -284,6 +284,19 @@ interface DeviceStats {
    * waits for nothing
    */
   readonly settle?: (head: Float64Array) => void;
+  /**
+   * Fused deferRead statistics: an event behind proxy_cstruct_sum (C_struct is on the device,
+   * the rest of the statistics still queued), where planOnDevice's second stream starts
+   */
+  readonly cstructReady?: unknown;
+  /** #mainLaunches when proxyStats returned: the second stream only if none came since */
+  readonly launchesAtEnd?: number;
+  /**
+   * proxyStats' scratch, given back only once planOnDevice's second stream has joined the
+   * main one (until then the pool must not hand it to the PE kernels beside the statistics
+   * kernels that still read it), or when the entry is dropped
+   */
+  held?: DeviceBlock[];
 }
 /**
  * At most this many statistics, and this many bytes of them, keep their block scores on the
@@ -385,11 +398,27 @@ export class CudaBackend implements Backend {
   readonly #pool: DevicePool;
   readonly #ctx: Handle;
   readonly #stream: Handle;
+  /** the stream #launch queues on: #stream, or #sideStream inside #onSide */
+  #cur: Handle;
+  /**
+   * planOnDevice's second stream: the router and the PE kernels run there beside the rest of
+   * the statistics and the VS selection (created on first use)
+   */
+  #sideStream: Handle | undefined;
+  /** fences between the two streams, reused in turn (a wait is queued right after its record) */
+  readonly #sideEvents: unknown[] = [];
+  #sideNext = 0;
+  /** kernels launched on the main stream so far (planOnDevice's guard for its second stream) */
+  #mainLaunches = 0;
   readonly #arch: number;
   readonly #cacheDir: string | null;
   readonly #kernelDir: string;
   readonly #modules = new Map<string, Handle>();
   readonly #functions = new Map<string, Handle>();
+  /** each loaded file's kernels' parameter counts (kernelParamCounts), checked at every launch */
+  readonly #paramCounts = new Map<string, Map<string, number>>();
+  /** the dynamic shared memory limit set on a function (over the default 48 KiB) */
+  readonly #fnSmem = new Map<string, number>();
   readonly #argMem: Handle;
   readonly #argView: DataView;
   readonly #argBase: bigint;
@@ -439,6 +468,8 @@ export class CudaBackend implements Backend {
   #releaseRetained(disposing: boolean): void {
     if (this.#kMeans) this.#pool.release(this.#kMeans.block);
     this.#kMeans = undefined;
+    // scratch held for a plan that never came (a plan after this call runs without the second stream)
+    for (const e of this.#deviceStats) this.#releaseHeld(e);
     this.#evictRetained(disposing ? 0 : 2);
   }
 
@@ -476,6 +507,12 @@ export class CudaBackend implements Backend {
   #dropStats(e: DeviceStats): void {
     STATS_FINALIZER.unregister(e);
     this.#pool.release(e.block);
+    this.#releaseHeld(e);
+  }
+
+  /** An entry's held scratch back to the pool (planOnDevice's second stream has joined, or none ran). */
+  #releaseHeld(e: DeviceStats): void {
+    if (e.held) this.releaseBlocks(e.held.splice(0));
   }
 
   /** @internal STATS_FINALIZER: statistics collected before they were read. */
@@ -557,6 +594,7 @@ export class CudaBackend implements Backend {
     // flags 0: a blocking stream, ordered with the synchronous copies on the legacy stream
     check(libs, cu.cuStreamCreate(stream, 0), 'cuStreamCreate');
     this.#stream = stream[0];
+    this.#cur = this.#stream;
     const mem = [0];
     const tot = [0];
     check(libs, cu.cuMemGetInfo(mem, tot), 'cuMemGetInfo');
@@ -605,10 +643,18 @@ export class CudaBackend implements Backend {
   #fn(file: string, name: string, dynSmem = 0): Handle {
     const key = `${file}:${name}`;
     let f = this.#functions.get(key);
-    if (f) return f;
+    if (f) {
+      // a kernel whose shared memory grows with a runtime argument (pe_logits: d)
+      if (dynSmem > 48 * 1024 && dynSmem > (this.#fnSmem.get(key) ?? 0)) {
+        check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
+        this.#fnSmem.set(key, dynSmem);
+      }
+      return f;
+    }
     let mod = this.#modules.get(file);
     if (!mod) {
       const src = kernelSource(this.#kernelDir, file);
+      this.#paramCounts.set(file, kernelParamCounts(src));
       const res = compileCubin(
         this.#libs,
         src,
@@ -629,6 +675,7 @@ export class CudaBackend implements Backend {
     if (dynSmem > 48 * 1024) {
       // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
       check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
+      this.#fnSmem.set(key, dynSmem);
     }
     this.#functions.set(key, f);
     return f;
@@ -643,6 +690,10 @@ export class CudaBackend implements Backend {
     args: readonly Arg[],
   ): void {
     const f = this.#fn(file, name, smem);
+    const want = this.#paramCounts.get(file)?.get(name);
+    if (want !== undefined && want !== args.length) {
+      throw new CrispError('BACKEND_ERROR', `${name} (${file}) takes ${want} arguments; the backend passed ${args.length}`);
+    }
     const v = this.#argView;
     let off = 512;
     for (let i = 0; i < args.length; i++) {
@@ -659,17 +710,18 @@ export class CudaBackend implements Backend {
       throw new CrispError('LIMIT_EXCEEDED', `launch grid [${gx}, ${gy}, ${gz}] for ${name} is out of range`);
     }
     const prof = this.#profile;
-    if (prof) check(this.#libs, this.#libs.cu.cuEventRecord(prof.a, this.#stream), 'cuEventRecord');
+    if (this.#cur === this.#stream) this.#mainLaunches++;
+    if (prof) check(this.#libs, this.#libs.cu.cuEventRecord(prof.a, this.#cur), 'cuEventRecord');
     const tr = this.#trace ? this.#traceMark(name) : undefined;
     check(
       this.#libs,
-      this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#stream, this.#argMem, null),
+      this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#cur, this.#argMem, null),
       `cuLaunchKernel(${name})`,
     );
-    if (tr) check(this.#libs, this.#libs.cu.cuEventRecord(tr, this.#stream), 'cuEventRecord');
+    if (tr) check(this.#libs, this.#libs.cu.cuEventRecord(tr, this.#cur), 'cuEventRecord');
     if (prof) {
       const cu = this.#libs.cu;
-      check(this.#libs, cu.cuEventRecord(prof.b, this.#stream), 'cuEventRecord');
+      check(this.#libs, cu.cuEventRecord(prof.b, this.#cur), 'cuEventRecord');
       check(this.#libs, cu.cuEventSynchronize(prof.b), 'cuEventSynchronize');
       const ms = [0];
       check(this.#libs, cu.cuEventElapsedTime(ms, prof.a, prof.b), 'cuEventElapsedTime');
@@ -723,6 +775,7 @@ export class CudaBackend implements Backend {
     const cu = this.#libs.cu;
     try {
       check(this.#libs, cu.cuStreamSynchronize(this.#stream), 'cuStreamSynchronize');
+      if (this.#sideStream) check(this.#libs, cu.cuStreamSynchronize(this.#sideStream), 'cuStreamSynchronize');
       const first = tr.entries.find((e) => e.ev !== undefined);
       const rel = (e: Handle): number => {
         const ms = [0];
@@ -750,7 +803,7 @@ export class CudaBackend implements Backend {
     }
     tr.nextEvent += 2;
     tr.entries.push({ name, host: performance.now(), ev });
-    check(this.#libs, this.#libs.cu.cuEventRecord(tr.events[ev], this.#stream), 'cuEventRecord');
+    check(this.#libs, this.#libs.cu.cuEventRecord(tr.events[ev], this.#cur), 'cuEventRecord');
     return tr.events[ev + 1];
   }
 
@@ -788,7 +841,7 @@ export class CudaBackend implements Backend {
     const b = this.#scratch(a.byteLength);
     if (a.byteLength > 0) {
       const t = this.#trace ? performance.now() : 0;
-      check(this.#libs, this.#libs.cu.cuMemcpyHtoDAsync(b.ptr, a, a.byteLength, this.#stream), 'cuMemcpyHtoDAsync');
+      check(this.#libs, this.#libs.cu.cuMemcpyHtoDAsync(b.ptr, a, a.byteLength, this.#cur), 'cuMemcpyHtoDAsync');
       if (this.#trace) this.#traceWait(`upload ${a.byteLength} B`, t);
     }
     return b;
@@ -1014,8 +1067,24 @@ export class CudaBackend implements Backend {
         I(b),
         I(nParts),
       ]);
+      const st = out.ptr + 8; // the statistics, after the non-finite count
+      const defer = Boolean(opts.deferRead) && !as;
+      let cstructReady: unknown;
       if (bins) {
-        // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs
+        // C_struct first (routing needs nothing else), then an event where a device plan's
+        // second stream starts its router and PE kernels beside the rest of these kernels
+        this.#launch('proxy.cu', 'proxy_cstruct_parts', [nParts, H], 32, 0, [
+          P(bins.ptr),
+          P(pm.ptr),
+          P(lse2.ptr),
+          P(win!.ptr),
+          I(b),
+          I(B),
+          I(nParts),
+        ]);
+        this.#launch('proxy.cu', 'proxy_cstruct_sum', [H], 256, 0, [P(win!.ptr), P(st), I(nParts)]);
+        if (defer) cstructReady = this.#fence(this.#stream);
+        // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs, the window's left out
         this.#launch('proxy.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
           P(bins.ptr),
           P(pm.ptr),
@@ -1028,6 +1097,7 @@ export class CudaBackend implements Backend {
           I(b),
           I(B),
           I(nParts),
+          I(0),
         ]);
       } else if (tokens) {
         // two probability tiles (B x 64 f32; the first over Q's rows), K tiles, two sets of
@@ -1070,7 +1140,6 @@ export class CudaBackend implements Backend {
       // one warp per (block, head), 4 blocks a CTA: block sums from pass 2's token scores
       // (proxy_blocks, which also writes a_s when asked) or pass 2b's parts (proxy_blocks_b)
       const sums = [P(av.ptr), P(sp.ptr), P(qm.ptr), P(km.ptr)];
-      const st = out.ptr + 8; // the statistics, after the non-finite count
       const shape = [P(st), I(n), I(H), I(Hkv), I(b), I(B), I(nParts), I(D), F(scale), I(Nb)];
       this.#launch(
         'proxy.cu',
@@ -1080,9 +1149,10 @@ export class CudaBackend implements Backend {
         0,
         tokens ? [...sums, P(as ? as.ptr : 0), ...shape] : [...sums, ...shape],
       );
+      // (the fused pass: neither, C_struct is proxy_cstruct_sum's)
       this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
         P(tokens ? av.ptr : 0),
-        P(win ? win.ptr : 0),
+        P(win && !bins ? win.ptr : 0),
         P(ent.ptr),
         P(st),
         I(n),
@@ -1104,7 +1174,6 @@ export class CudaBackend implements Backend {
       // (lazyBlockStats), as a device selection reads them where they are. deferRead (a plan
       // routed on the device): the head values too, on first access (that read waits for the
       // device), so nothing here waits.
-      const defer = Boolean(opts.deferRead) && !as;
       let given: Float64Array | undefined;
       const readHead = () => {
         const head = given ?? this.#read(out.ptr, new Float64Array(1 + 2 * H));
@@ -1166,6 +1235,9 @@ export class CudaBackend implements Backend {
         assertFiniteStats(stats);
         throw new NonFiniteError(`proxy statistics: ${nonFinite} non-finite values (counted on the device)`, { count: nonFinite });
       }
+      // kept past this call: the statistics' buffer (the entry's) and the key block means (#kMeans)
+      blocks.splice(blocks.indexOf(out), 1);
+      blocks.splice(blocks.indexOf(km), 1);
       // keep the buffer for a device selection on these statistics (prepareMask), and for
       // their block statistics until read
       const entry: DeviceStats = {
@@ -1183,12 +1255,12 @@ export class CudaBackend implements Backend {
               },
             }
           : {}),
+        // the scratch stays taken until the plan's second stream has joined (#releaseHeld)
+        ...(cstructReady !== undefined ? { cstructReady, launchesAtEnd: this.#mainLaunches, held: blocks.splice(0) } : {}),
       };
       this.#deviceStats.push(entry);
       STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
       this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
-      blocks.splice(blocks.indexOf(out), 1);
-      blocks.splice(blocks.indexOf(km), 1);
       this.#traceHost('proxyStats: returns');
       return stats;
     } finally {
@@ -1358,7 +1430,8 @@ export class CudaBackend implements Backend {
     const blocks = [pm, cnt, sum, state, strict, eq, eqStart, kept, rowPtrD];
     try {
       const tiles = Math.ceil(Nb / 64);
-      this.#launch('pe.cu', 'pe_logits', [tiles, tiles, g], 256, 0, [
+      // both operands staged whole: 2 x D rows of 68 floats (PE_LG_PAD in pe.cu)
+      this.#launch('pe.cu', 'pe_logits', [tiles, tiles, g], 256, 2 * D * 68 * 4, [
         P(qm),
         P(km),
         P(hl),
@@ -1373,8 +1446,8 @@ export class CudaBackend implements Backend {
       const cu = this.#libs.cu;
       // cnt, the tickets and the prefixes zeroed once: each pass's last CTA of a head zeroes
       // that head's cnt, sum and ticket for the next pass (pe_radix_pass)
-      check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 258, this.#stream), 'cuMemsetD32Async');
-      check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#stream), 'cuMemsetD32Async');
+      check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 258, this.#cur), 'cuMemsetD32Async');
+      check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#cur), 'cuMemsetD32Async');
       // pe_radix_pass: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
       // heads' CTAs together fill the SMs once (each does an equal share of its head's
       // triangle), fewer for small maps (about PE_RADIX_ENTRIES / 2 entries a CTA at least). With the count
@@ -1856,22 +1929,56 @@ export class CudaBackend implements Backend {
       const st = kept
         ? kept.block.ptr
         : this.#uploadTemp(Float64Array.from([0, ...stats.cStruct, ...stats.rowEntropy]), temp);
+      // The second stream (fused statistics just queued, nothing launched on the main stream
+      // since): the router waits only for C_struct, then the PE kernels run there while the
+      // main stream finishes the statistics and the VS selection; the main stream waits for
+      // the routes before the selection and for the PE rows before expanding.
+      const side =
+        kept?.cstructReady !== undefined && kept.launchesAtEnd === this.#mainLaunches && kept === this.#deviceStats.at(-1)
+          ? this.#side()
+          : undefined;
+      if (kept && !side) this.#releaseHeld(kept);
+      let joined = side === undefined;
       // One buffer before the VS list pointers, read with them (devicePlanLayout)
       const { headBytes, sumOff, bytes } = devicePlanLayout(H);
       let rt = 0;
       const fill = (ptr: number) => {
         rt = ptr + headBytes;
-        this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [P(st), I(H), D64(route.tauProxy), P(ptr), P(rt)]);
+        const args = [P(st), I(H), D64(route.tauProxy), P(ptr), P(rt)];
+        if (side) {
+          check(this.#libs, this.#libs.cu.cuStreamWaitEvent(side, kept!.cstructReady, 0), 'cuStreamWaitEvent');
+          this.#onStream(side, () => this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1)]));
+          this.#fence(side, this.#stream);
+          // the head values once the main stream has them all (count, entropies)
+          this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]);
+        } else {
+          this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3)]);
+        }
         return rt;
       };
-      const vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
-      temp.splice(temp.indexOf(vsDev.buf), 1);
-      held.push(vsDev.buf);
-      const hl = rt + H * 4;
-      const [part] = this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }]);
-      held.push(part.rowPtrD, part.cols);
+      const join = () => {
+        if (joined) return;
+        joined = true;
+        this.#fence(side!, this.#stream);
+        this.#releaseHeld(kept!);
+      };
+      const { vsDev, part } = (() => {
+        try {
+          const vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
+          temp.splice(temp.indexOf(vsDev.buf), 1);
+          held.push(vsDev.buf);
+          const hl = rt + H * 4;
+          const peOne = () => this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }])[0];
+          const part = side ? this.#onStream(side, peOne) : peOne();
+          held.push(part.rowPtrD, part.cols);
+          return { vsDev, part };
+        } finally {
+          // the main stream behind the PE kernels before anything of theirs is given back
+          join();
+        }
+      })();
       this.#traceHost('planOnDevice: queued');
-      const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl };
+      const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: rt + H * 4 };
       const e = this.#expand(H, Nb, { device: vsDev.ptrs }, rows, temp, vsDev.buf.ptr + sumOff);
       held.push(e.rowPtr, e.cols);
       const done = this.#recordDone();
@@ -1933,6 +2040,40 @@ export class CudaBackend implements Backend {
     const i = this.#doneNext++ % DONE_EVENTS;
     check(this.#libs, this.#libs.cu.cuEventRecord(this.#doneEvents[i], this.#stream), 'cuEventRecord');
     return this.#doneEvents[i];
+  }
+
+  /** planOnDevice's second stream (flags 0, like the main one), made on first use. */
+  #side(): Handle {
+    if (!this.#sideStream) {
+      const s = [null];
+      check(this.#libs, this.#libs.cu.cuStreamCreate(s, 0), 'cuStreamCreate');
+      this.#sideStream = s[0];
+    }
+    return this.#sideStream;
+  }
+
+  /**
+   * A fence on `from` behind the work queued there so far (no timing; a ring of its own, so
+   * it never re-records a #recordDone event that a later read still waits for); `to`, when
+   * given, waits for it.
+   */
+  #fence(from: Handle, to?: Handle): unknown {
+    while (this.#sideEvents.length < DONE_EVENTS) this.#sideEvents.push(this.#newEvent(2));
+    const ev = this.#sideEvents[this.#sideNext++ % DONE_EVENTS];
+    check(this.#libs, this.#libs.cu.cuEventRecord(ev, from), 'cuEventRecord');
+    if (to !== undefined) check(this.#libs, this.#libs.cu.cuStreamWaitEvent(to, ev, 0), 'cuStreamWaitEvent');
+    return ev;
+  }
+
+  /** Runs `fn` with #launch (and the uploads and memsets of the PE path) on `stream`. */
+  #onStream<T>(stream: Handle, fn: () => T): T {
+    const prev = this.#cur;
+    this.#cur = stream;
+    try {
+      return fn();
+    } finally {
+      this.#cur = prev;
+    }
   }
 
   /**
@@ -2154,6 +2295,8 @@ export class CudaBackend implements Backend {
     this.#modules.clear();
     this.#functions.clear();
     for (const e of this.#doneEvents) cu.cuEventDestroy(e);
+    for (const e of this.#sideEvents) cu.cuEventDestroy(e);
+    if (this.#sideStream) cu.cuStreamDestroy(this.#sideStream);
     for (const m of this.#marks) cu.cuEventDestroy(m.ev);
     cu.cuStreamDestroy(this.#stream);
     if (this.#copyStream) cu.cuStreamDestroy(this.#copyStream);

@@ -109,3 +109,17 @@ describe.skipIf(!NVCC)('nvcc compile check', () => {
     }
   }, 400_000);
 });
+
+describe('kernel parameter counts (checked at every launch)', () => {
+  it('reads each written-out kernel signature, skipping macro lines', async () => {
+    const { kernelParamCounts } = await import('./compile.js');
+    const c = kernelParamCounts(kernelSource(kernelDir, 'proxy.cu'));
+    expect(c.get('proxy_cstruct_parts')).toBe(7);
+    expect(c.get('proxy_cstruct_sum')).toBe(3);
+    expect(c.get('proxy_fused_sums')).toBe(12);
+    expect(c.get('count_nonfinite_f64')).toBe(3);
+    expect([...c.keys()].some((k) => k.startsWith('__'))).toBe(false);
+    expect(kernelParamCounts('extern "C" __global__ void __launch_bounds__(256) k(int a, float* b) {}').get('k')).toBe(2);
+    expect(kernelParamCounts('extern "C" __global__ void none() {}').get('none')).toBe(0);
+  });
+});

@@ -56,6 +56,48 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
+  it('runs the router and the PE kernels on a second stream beside the rest of the statistics, joined before the mask', async () => {
+    const { be, inputs, log } = setup();
+    releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 }));
+    log.length = 0;
+    const plan = await planPrefill(be, inputs, crisp, { minSparseLength: 0 });
+    const main = log.find((e) => e.kind === 'launch')?.stream;
+    const i = (pred: (e: (typeof log)[number]) => boolean) => log.findIndex(pred);
+    const launch = (name: string) => i((e) => e.kind === 'launch' && (e.name as string).startsWith(name));
+    const routes = log.filter((e) => e.kind === 'launch' && e.name === 'route_cstruct');
+    expect(routes).toHaveLength(2);
+    const side = routes[0].stream;
+    expect(side).not.toBe(main);
+    expect(routes[1].stream).toBe(main);
+    // C_struct, then the fence the second stream waits for, before the statistics' other kernels
+    expect(launch('proxy_cstruct_parts')).toBeGreaterThan(launch('proxy_combine'));
+    const cs = launch('proxy_cstruct_sum');
+    expect(cs).toBeGreaterThan(launch('proxy_cstruct_parts'));
+    expect(cs).toBeLessThan(launch('proxy_fused_sums'));
+    expect(log[cs + 1]).toMatchObject({ kind: 'record', stream: main });
+    const firstRoute = log.indexOf(routes[0]);
+    expect(log[firstRoute - 1]).toMatchObject({ kind: 'wait', stream: side });
+    // every PE kernel on the second stream, the statistics, selection and mask on the main one
+    for (const e of log.filter((x) => x.kind === 'launch')) {
+      const name = e.name as string;
+      const onSide = name.startsWith('pe_') || (log.indexOf(e) > launch('pe_row_kept') && log.indexOf(e) < launch('pe_write'));
+      if (e === routes[0] || onSide || name === 'pe_write') expect(e.stream, name).toBe(side);
+      else expect(e.stream, name).toBe(main);
+    }
+    // the main stream waits for the routes before vs_select and for the PE rows before expanding
+    expect(log.slice(firstRoute + 1, launch('vs_select')).map((e) => [e.kind, e.stream])).toEqual([
+      ['record', side],
+      ['wait', main],
+      ['launch', main],
+    ]);
+    expect(log.slice(launch('pe_write') + 1, launch('spread_row_ptr')).map((e) => [e.kind, e.stream])).toEqual([
+      ['record', side],
+      ['wait', main],
+    ]);
+    releasePlan(plan);
+    be.dispose();
+  });
+
   it('sparsePrefill launches the attention behind the plan before reading anything back', async () => {
     const { be, inputs, log } = setup();
     (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose(); // checks q, k, v once
@@ -109,6 +151,25 @@ describe('planOnDevice (stand-in driver)', () => {
     await expect(sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).rejects.toMatchObject({ code: 'NON_FINITE', details: { tensor: 'q' } });
     expect(log.filter((e) => e.kind === 'launch').map((e) => e.name)).toEqual(['count_nonfinite']);
     expect(made.length).toBe(0);
+    be.dispose();
+  });
+
+  it('stays on one stream when other work was queued between the statistics and the plan', async () => {
+    const { be, inputs, log } = setup();
+    const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
+    (await be.denseAttention(inputs.q, inputs.k, inputs.v)).output.dispose();
+    log.length = 0;
+    const res = await be.planOnDevice({
+      stats,
+      route: { kind: 'cStruct', tauProxy: 0.2 },
+      vs: { kind: 'noiseFloor', alpha: 1, kMin: 1024 },
+      peK: 8,
+      pe: { q: inputs.q, k: inputs.k, gamma: 0.95 },
+    });
+    const launches = log.filter((e) => e.kind === 'launch');
+    expect(launches.filter((e) => e.name === 'route_cstruct')).toHaveLength(1);
+    expect(new Set(launches.map((e) => e.stream)).size).toBe(1);
+    res.prepared.release();
     be.dispose();
   });
 

@@ -19,6 +19,11 @@ export interface StandInEvent {
   readonly bytes?: number;
   /** performance.now() at a launch */
   readonly at?: number;
+  /**
+   * the stream of a launch, a record or a wait (the stream made to wait): streams are
+   * numbered in creation order from 1 (the backend's main stream is 1)
+   */
+  readonly stream?: number;
 }
 
 export interface StandIn {
@@ -40,6 +45,8 @@ export function standInDriver(
   const H = opts.heads ?? 32;
   const log: StandInEvent[] = [];
   let next = 1 << 20;
+  let streams = 0;
+  const sid = (s: unknown) => (s as { stream?: number } | null)?.stream;
   const set = (a: unknown[], x: unknown) => {
     a[0] = x;
     return 0;
@@ -65,7 +72,7 @@ export function standInDriver(
     cuDevicePrimaryCtxRelease: () => 0,
     cuCtxSetCurrent: () => 0,
     cuCtxSynchronize: () => 0,
-    cuStreamCreate: (s: unknown[]) => set(s, {}),
+    cuStreamCreate: (s: unknown[]) => set(s, { stream: ++streams }),
     cuStreamDestroy: () => 0,
     cuStreamSynchronize: () => {
       log.push({ kind: 'sync' });
@@ -73,12 +80,12 @@ export function standInDriver(
     },
     cuEventCreate: (e: unknown[]) => set(e, {}),
     cuEventDestroy: () => 0,
-    cuEventRecord: () => {
-      log.push({ kind: 'record' });
+    cuEventRecord: (_e: unknown, s: unknown) => {
+      log.push({ kind: 'record', stream: sid(s) });
       return 0;
     },
-    cuStreamWaitEvent: () => {
-      log.push({ kind: 'wait' });
+    cuStreamWaitEvent: (s: unknown) => {
+      log.push({ kind: 'wait', stream: sid(s) });
       return 0;
     },
     cuEventSynchronize: () => 0,
@@ -97,8 +104,9 @@ export function standInDriver(
     cuModuleUnload: () => 0,
     cuModuleGetFunction: (f: unknown[], _m: unknown, name: string) => set(f, { name }),
     cuFuncSetAttribute: () => 0,
-    cuLaunchKernel: (f: { name: string }) => {
-      log.push({ kind: 'launch', name: f.name, at: performance.now() });
+    cuLaunchKernel: (f: { name: string }, ...rest: unknown[]) => {
+      // (f, grid x y z, block x y z, shared bytes, stream, args, extra)
+      log.push({ kind: 'launch', name: f.name, at: performance.now(), stream: sid(rest[7]) });
       return 0;
     },
     cuMemcpyHtoD: () => 0,
