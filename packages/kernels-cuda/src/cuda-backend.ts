@@ -288,7 +288,7 @@ interface DeviceStats {
    * Fused deferRead statistics: an event behind proxy_cstruct_sum (C_struct is on the device,
    * the rest of the statistics still queued), where planOnDevice's second stream starts
    */
-  readonly cstructReady?: unknown;
+  cstructReady?: unknown;
   /** #mainLaunches when proxyStats returned: the second stream only if none came since */
   readonly launchesAtEnd?: number;
   /**
@@ -1906,6 +1906,9 @@ export class CudaBackend implements Backend {
       );
     }
     if (H * Nb * Nb * 4 > PE_PART_BYTES) {
+      // routed on the host: no second stream, so the statistics' held scratch can go back now
+      const entry = this.#deviceStats.find((x) => x.ref.deref() === stats);
+      if (entry) this.#releaseHeld(entry);
       const routes = Array.from(stats.cStruct, (c): Route => (c >= route.tauProxy ? 'vs' : 'pe'));
       const heads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       const res = await this.prepareMask({
@@ -1961,6 +1964,9 @@ export class CudaBackend implements Backend {
         joined = true;
         this.#fence(side!, this.#stream);
         this.#releaseHeld(kept!);
+        // one plan a statistics object on the second stream: its event is a ring slot that
+        // later fences reuse, so another plan on these statistics runs on the main stream
+        kept!.cstructReady = undefined;
       };
       const { vsDev, part } = (() => {
         try {

@@ -202,6 +202,13 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(await code({ ...base, pe: { ...base.pe, q: fewer } })).toBe('INVALID_ARGUMENT');
     expect(log.filter((e) => e.kind === 'launch').length).toBe(0);
     expect(await code(base)).toBe('ok');
+    // a request that failed after the second stream's fence: the retry, and any later plan on
+    // these statistics, routes on the main stream (the statistics' event may have been reused)
+    const routes = log.filter((e) => e.kind === 'launch' && e.name === 'route_cstruct');
+    expect(routes.map((e) => e.stream)).toEqual([routes[0].stream]);
+    log.length = 0;
+    expect(await code(base)).toBe('ok');
+    expect(log.filter((e) => e.kind === 'launch' && e.name === 'route_cstruct')).toHaveLength(1);
     be.dispose();
   });
 
