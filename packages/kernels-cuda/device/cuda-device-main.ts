@@ -892,17 +892,19 @@ if (phase === 'all' || phase === 'bench') {
         const tr = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os });
         const entries = be.stopTrace();
         trace = { entries, timings: tr.timings };
-        let prevEnd = 0;
+        // idle-before per stream: a device plan's router and PE kernels run on a second one
+        const prevEnd = { main: 0, side: -1 };
         for (const e of entries) {
           if (e.startMs === undefined) {
             log(`  trace ${n} host ${e.hostMs.toFixed(3)}..${e.hostEndMs?.toFixed(3)} ${e.name}`);
             continue;
           }
-          const gap = e.startMs - prevEnd;
+          const st = e.stream ?? 'main';
+          const gap = prevEnd[st] < 0 ? 0 : e.startMs - prevEnd[st];
           log(
-            `  trace ${n} host ${e.hostMs.toFixed(3)} dev ${e.startMs.toFixed(3)}..${e.endMs!.toFixed(3)} (${(e.endMs! - e.startMs).toFixed(3)}) idle-before ${gap.toFixed(3)} ${e.name}`,
+            `  trace ${n} host ${e.hostMs.toFixed(3)} dev ${e.startMs.toFixed(3)}..${e.endMs!.toFixed(3)} (${(e.endMs! - e.startMs).toFixed(3)}) idle-before ${gap.toFixed(3)}${st === 'side' ? ' [side]' : ''} ${e.name}`,
           );
-          prevEnd = e.endMs!;
+          prevEnd[st] = e.endMs!;
         }
         log(`  trace ${n} timings ${JSON.stringify(tr.timings)}`);
       }

@@ -365,11 +365,13 @@ export interface TraceEntry {
   /** device times, ms after the first traced launch's start event */
   readonly startMs?: number;
   readonly endMs?: number;
+  /** a launch's stream: 'side' for a device plan's second stream (router and PE kernels) */
+  readonly stream?: 'main' | 'side';
 }
 
 interface TraceState {
   readonly events: Handle[];
-  readonly entries: { name: string; host: number; hostEnd?: number; ev?: number }[];
+  readonly entries: { name: string; host: number; hostEnd?: number; ev?: number; stream?: 'main' | 'side' }[];
   readonly t0: number;
   /** the next unused start event (events come in start/end pairs) */
   nextEvent: number;
@@ -787,6 +789,7 @@ export class CudaBackend implements Backend {
         hostMs: e.host - tr.t0,
         ...(e.hostEnd !== undefined ? { hostEndMs: e.hostEnd - tr.t0 } : {}),
         ...(e.ev !== undefined ? { startMs: rel(tr.events[e.ev]), endMs: rel(tr.events[e.ev + 1]) } : {}),
+        ...(e.stream ? { stream: e.stream } : {}),
       }));
     } finally {
       for (const e of tr.events) cu.cuEventDestroy(e);
@@ -802,7 +805,7 @@ export class CudaBackend implements Backend {
       return undefined;
     }
     tr.nextEvent += 2;
-    tr.entries.push({ name, host: performance.now(), ev });
+    tr.entries.push({ name, host: performance.now(), ev, stream: this.#cur === this.#stream ? 'main' : 'side' });
     check(this.#libs, this.#libs.cu.cuEventRecord(tr.events[ev], this.#cur), 'cuEventRecord');
     return tr.events[ev + 1];
   }

@@ -154,6 +154,20 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
+  it("names each traced launch's stream", async () => {
+    const { be, inputs } = setup();
+    (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
+    be.startTrace();
+    (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
+    const launches = be.stopTrace().filter((e) => e.startMs !== undefined);
+    const streamOf = (name: string) => launches.filter((e) => e.name.startsWith(name)).map((e) => e.stream);
+    expect(streamOf('pe_')).not.toHaveLength(0);
+    expect(new Set(streamOf('pe_'))).toEqual(new Set(['side']));
+    expect(streamOf('route_cstruct')).toEqual(['side', 'main']);
+    expect(new Set([...streamOf('proxy_'), ...streamOf('vs_'), ...streamOf('expand_'), ...streamOf('attn_')])).toEqual(new Set(['main']));
+    be.dispose();
+  });
+
   it('stays on one stream when other work was queued between the statistics and the plan', async () => {
     const { be, inputs, log } = setup();
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
