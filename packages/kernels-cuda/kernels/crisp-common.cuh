@@ -11,6 +11,9 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define CRISP_NEG_INF (__int_as_float(0xff800000))
+// expand_count's bad-row flag while no row is bad (INT_MAX: atomicMin keeps the lowest bad row);
+// the host's NO_BAD_ROW (src/plan-layout.ts)
+#define CRISP_NO_BAD_ROW 0x7fffffff
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 r;

@@ -30,7 +30,7 @@ __device__ __forceinline__ bool contains(const int* a, int lo, int hi, int x) {
 // V and S as strictly increasing; R is validated here). Same count as the set union.
 // Also validates the BSR entries (the host checked rowPtr, not the entries: at 512k there
 // are tens of millions): each row's cols strictly increasing and inside [0, I]. The first
-// offending row (lowest index) lands in *bad, which the host initialises to INT_MAX.
+// offending row (lowest index) lands in *bad, which the host initialises to CRISP_NO_BAD_ROW.
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, int* counts, int H, int Nb, int* bad) {
   const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // uniform in the warp
@@ -82,7 +82,7 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* outPtr, int* outCols, int H,
                                        int Nb, const int* bad) {
-  if (*bad != 0x7fffffff) return;
+  if (*bad != CRISP_NO_BAD_ROW) return;
   extern __shared__ u32 bitmaps[];
   const int words = (Nb + 31) >> 5;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

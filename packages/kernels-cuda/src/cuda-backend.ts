@@ -52,7 +52,7 @@ import {
 import { compileCubin, defaultCacheDir, defaultKernelDir, kernelParamCounts, kernelSource } from './compile.js';
 import { deferFields } from './deferred-fields.js';
 import { type CudaLibs, type Handle, check, loadCuda } from './ffi.js';
-import { devicePlanLayout } from './plan-layout.js';
+import { devicePlanLayout, NO_BAD_ROW } from './plan-layout.js';
 import { type DeviceBlock, DevicePool } from './pool.js';
 
 export interface CudaBackendOptions {
@@ -1664,7 +1664,7 @@ export class CudaBackend implements Backend {
     const parts = vs ? [vs.verticalPtr, vs.vertical, vs.slashPtr, vs.slash] : [];
     const len = 1 + parts.reduce((a, x) => a + x.length, 0) + (rows?.heads ? 1 + nh : 0);
     const packed = new Int32Array(len);
-    packed[0] = 0x7fffffff;
+    packed[0] = NO_BAD_ROW;
     const offs: number[] = [];
     let o = 1;
     for (const x of parts) {
@@ -1683,7 +1683,7 @@ export class CudaBackend implements Backend {
       // rather than a blocking upload
       const flag = this.#scratch(4);
       temp.push(flag);
-      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, 0x7fffffff, 1, this.#stream), 'cuMemsetD32Async');
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, NO_BAD_ROW, 1, this.#stream), 'cuMemsetD32Async');
       up = flag.ptr;
     } else {
       up = this.#uploadTemp(packed, temp);
@@ -1736,7 +1736,7 @@ export class CudaBackend implements Backend {
       }
       const summary = this.#read(sumPtr, new Int32Array(H + 2));
       const badRow = summary[H + 1];
-      if (badRow !== 0x7fffffff) {
+      if (badRow !== NO_BAD_ROW) {
         const h = Math.floor(badRow / Nb);
         const r = badRow % Nb;
         throw new MaskError(
@@ -2004,7 +2004,7 @@ export class CudaBackend implements Backend {
         const s0 = (sumOff - headBytes) / 4;
         const summary = ints.slice(s0, s0 + H + 2);
         const badRow = summary[H + 1];
-        if (badRow !== 0x7fffffff) {
+        if (badRow !== NO_BAD_ROW) {
           // the device builds every row itself: a bad one is this backend's fault
           throw new CrispError(
             'BACKEND_ERROR',

@@ -5,6 +5,9 @@
  * (each head's first row pointer, the total, the bad-row flag). Byte offsets; `bytes` is a
  * multiple of 8. Shared with the stand-in driver, which fills that copy in CPU tests.
  */
+/** expand_count's bad-row flag while no row is bad (INT_MAX; CRISP_NO_BAD_ROW in crisp-common.cuh) */
+export const NO_BAD_ROW = 0x7fffffff;
+
 export function devicePlanLayout(H: number): { headBytes: number; sumOff: number; bytes: number } {
   const headBytes = 8 * (1 + 2 * H);
   const sumOff = headBytes + 4 * (2 * H + 1);

@@ -7,7 +7,7 @@
  */
 import { createRequire } from 'node:module';
 import type { CudaLibs } from './ffi.js';
-import { devicePlanLayout } from './plan-layout.js';
+import { devicePlanLayout, NO_BAD_ROW } from './plan-layout.js';
 
 export interface StandInEvent {
   /**
@@ -54,8 +54,8 @@ export function standInDriver(
   const ATTRS: Record<number, number> = { 75: 9, 76: 0, 16: 132 };
   const plan = devicePlanPrefix(H);
   const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => {
-    if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = 0x7fffffff;
-    if (out instanceof Int32Array && out.length === plan.ints) out[plan.badRow] = 0x7fffffff;
+    if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = NO_BAD_ROW;
+    if (out instanceof Int32Array && out.length === plan.ints) out[plan.badRow] = NO_BAD_ROW;
     opts.onRead?.(out, kind);
   };
   const cu = {
