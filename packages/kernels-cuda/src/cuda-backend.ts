@@ -369,6 +369,12 @@ export interface TraceEntry {
   readonly stream?: 'main' | 'side';
 }
 
+/** events reused in turn (#recordIn) */
+interface EventRing {
+  readonly events: unknown[];
+  next: number;
+}
+
 interface TraceState {
   readonly events: Handle[];
   readonly entries: { name: string; host: number; hostEnd?: number; ev?: number; stream?: 'main' | 'side' }[];
@@ -408,8 +414,7 @@ export class CudaBackend implements Backend {
    */
   #sideStream: Handle | undefined;
   /** fences between the two streams, reused in turn (a wait is queued right after its record) */
-  readonly #sideEvents: unknown[] = [];
-  #sideNext = 0;
+  readonly #sideEvents: EventRing = { events: [], next: 0 };
   /** kernels launched on the main stream so far (planOnDevice's guard for its second stream) */
   #mainLaunches = 0;
   readonly #arch: number;
@@ -428,8 +433,7 @@ export class CudaBackend implements Backend {
   /** a second stream for copies that overlap kernels (PE rows to the host during attention) */
   #copyStream: Handle | undefined;
   /** fences behind device plans (#recordDone), reused in turn */
-  readonly #doneEvents: unknown[] = [];
-  #doneNext = 0;
+  readonly #doneEvents: EventRing = { events: [], next: 0 };
   /** timing events behind marks (mark()), reused in turn; gen tells a reused slot */
   readonly #marks: { ev: unknown; gen: number }[] = [];
   #markNext = 0;
@@ -642,17 +646,21 @@ export class CudaBackend implements Backend {
     if (!this.#disposed) this.#pool.release(b);
   }
 
+  /** A kernel, compiled and loaded on first use (#loadFn), its shared memory limit raised as needed. */
   #fn(file: string, name: string, dynSmem = 0): Handle {
     const key = `${file}:${name}`;
     let f = this.#functions.get(key);
-    if (f) {
-      // a kernel whose shared memory grows with a runtime argument (pe_logits: d)
-      if (dynSmem > 48 * 1024 && dynSmem > (this.#fnSmem.get(key) ?? 0)) {
-        check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
-        this.#fnSmem.set(key, dynSmem);
-      }
-      return f;
+    if (!f) f = this.#loadFn(file, name, key);
+    // over 48 KiB, raised as a launch needs it (pe_logits' grows with d)
+    if (dynSmem > 48 * 1024 && dynSmem > (this.#fnSmem.get(key) ?? 0)) {
+      // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+      check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
+      this.#fnSmem.set(key, dynSmem);
     }
+    return f;
+  }
+
+  #loadFn(file: string, name: string, key: string): Handle {
     let mod = this.#modules.get(file);
     if (!mod) {
       const src = kernelSource(this.#kernelDir, file);
@@ -673,12 +681,7 @@ export class CudaBackend implements Backend {
     }
     const out = [null];
     check(this.#libs, this.#libs.cu.cuModuleGetFunction(out, mod, name), `cuModuleGetFunction(${name})`);
-    f = out[0];
-    if (dynSmem > 48 * 1024) {
-      // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-      check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
-      this.#fnSmem.set(key, dynSmem);
-    }
+    const f = out[0];
     this.#functions.set(key, f);
     return f;
   }
@@ -1971,7 +1974,7 @@ export class CudaBackend implements Backend {
         // later fences reuse, so another plan on these statistics runs on the main stream
         kept!.cstructReady = undefined;
       };
-      const { vsDev, part } = (() => {
+      const { vsDev, part, hl } = (() => {
         try {
           const vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
           temp.splice(temp.indexOf(vsDev.buf), 1);
@@ -1980,14 +1983,14 @@ export class CudaBackend implements Backend {
           const peOne = () => this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }])[0];
           const part = side ? this.#onStream(side, peOne) : peOne();
           held.push(part.rowPtrD, part.cols);
-          return { vsDev, part };
+          return { vsDev, part, hl };
         } finally {
           // the main stream behind the PE kernels before anything of theirs is given back
           join();
         }
       })();
       this.#traceHost('planOnDevice: queued');
-      const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: rt + H * 4 };
+      const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl };
       const e = this.#expand(H, Nb, { device: vsDev.ptrs }, rows, temp, vsDev.buf.ptr + sumOff);
       held.push(e.rowPtr, e.cols);
       const done = this.#recordDone();
@@ -2044,11 +2047,18 @@ export class CudaBackend implements Backend {
 
   /** An event recorded on the main stream behind the work queued so far (no timing; reused in turn). */
   #recordDone(): unknown {
-    // CU_EVENT_DISABLE_TIMING: a fence, cheaper to record and wait for
-    while (this.#doneEvents.length < DONE_EVENTS) this.#doneEvents.push(this.#newEvent(2));
-    const i = this.#doneNext++ % DONE_EVENTS;
-    check(this.#libs, this.#libs.cu.cuEventRecord(this.#doneEvents[i], this.#stream), 'cuEventRecord');
-    return this.#doneEvents[i];
+    return this.#recordIn(this.#doneEvents, this.#stream);
+  }
+
+  /**
+   * The ring's next event (DONE_EVENTS of them, CU_EVENT_DISABLE_TIMING: fences, cheaper to
+   * record and wait for; made at once on first use) recorded on `stream`.
+   */
+  #recordIn(ring: EventRing, stream: Handle): unknown {
+    while (ring.events.length < DONE_EVENTS) ring.events.push(this.#newEvent(2));
+    const ev = ring.events[ring.next++ % DONE_EVENTS];
+    check(this.#libs, this.#libs.cu.cuEventRecord(ev, stream), 'cuEventRecord');
+    return ev;
   }
 
   /** planOnDevice's second stream (flags 0, like the main one), made on first use. */
@@ -2067,9 +2077,7 @@ export class CudaBackend implements Backend {
    * given, waits for it.
    */
   #fence(from: Handle, to?: Handle): unknown {
-    while (this.#sideEvents.length < DONE_EVENTS) this.#sideEvents.push(this.#newEvent(2));
-    const ev = this.#sideEvents[this.#sideNext++ % DONE_EVENTS];
-    check(this.#libs, this.#libs.cu.cuEventRecord(ev, from), 'cuEventRecord');
+    const ev = this.#recordIn(this.#sideEvents, from);
     if (to !== undefined) check(this.#libs, this.#libs.cu.cuStreamWaitEvent(to, ev, 0), 'cuStreamWaitEvent');
     return ev;
   }
@@ -2303,8 +2311,7 @@ export class CudaBackend implements Backend {
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
     this.#modules.clear();
     this.#functions.clear();
-    for (const e of this.#doneEvents) cu.cuEventDestroy(e);
-    for (const e of this.#sideEvents) cu.cuEventDestroy(e);
+    for (const e of [...this.#doneEvents.events, ...this.#sideEvents.events]) cu.cuEventDestroy(e);
     if (this.#sideStream) cu.cuStreamDestroy(this.#sideStream);
     for (const m of this.#marks) cu.cuEventDestroy(m.ev);
     cu.cuStreamDestroy(this.#stream);
