@@ -271,12 +271,13 @@ __device__ __forceinline__ float fused_row_weight(const float* pm, const float* 
   return m == CRISP_NEG_INF ? 0.f : exp2f(m - rowLse2[h * b + r]) * invB;
 }
 
-// One bin of a part, Σ_r wt[r] · x[r] with lane l taking rows l, l + 32, ... in order, then
+// One bin of a part, Σ_r wt(r) · x[r] with lane l taking rows l, l + 32, ... in order, then
 // a butterfly: the warp's lanes all hold the sum.
-__device__ __forceinline__ float fused_bin_sum(const float* wt, const float* x, int b) {
+template <class Wt>
+__device__ __forceinline__ float fused_bin_sum(Wt wt, const float* x, int b) {
   const int lane = threadIdx.x & 31;
   float sum = 0.f;
-  for (int r = lane; r < b; r += 32) sum = fmaf(wt[r], x[r], sum);
+  for (int r = lane; r < b; r += 32) sum = fmaf(wt(r), x[r], sum);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   return sum;
@@ -286,11 +287,9 @@ __device__ __forceinline__ float fused_bin_sum(const float* wt, const float* x, 
 // 2^(m_r − lse_r) / b (its part max against its log-sum-exp; 0 where the part holds no key
 // the row sees), then each bin's Σ_r weight · bin, rows in order (lanes take r, r + 32, ...,
 // then a butterfly), one warp a bin. Outputs as pass 2b's: pv [H][Nb] (a key block lies in
-// one part), slashPart [H][nParts][SB], winPart [H][nParts].
-// winToo 0: the window bin is left out (proxy_cstruct_parts wrote winPart already).
+// one part), slashPart [H][nParts][SB]; the window bin is proxy_cstruct_parts'.
 extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2, float* pv,
-                                           float* slashPart, float* winPart, int n, int H, int b, int B,
-                                           int nParts, int winToo) {
+                                           float* slashPart, int n, int H, int b, int B, int nParts) {
   __shared__ float wt[128];
   const int part = blockIdx.x, h = blockIdx.y;
   const int lgB = B == 128 ? 7 : 6;
@@ -300,16 +299,14 @@ extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, 
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5;
   const int Nb = (n + B - 1) >> lgB;
-  for (int i = warp; i < NS - (winToo ? 0 : 1); i += NW) {
-    const float sum = fused_bin_sum(wt, bins + (((size_t)h * nParts + part) * NS + i) * b, b);
+  for (int i = warp; i < NV + SB; i += NW) {
+    const float sum = fused_bin_sum([&](int r) { return wt[r]; }, bins + (((size_t)h * nParts + part) * NS + i) * b, b);
     if (lane != 0) continue;
     if (i < NV) {
       const int J = ((part * PART_KEYS) >> lgB) + i;
       if (J < Nb) pv[(size_t)h * Nb + J] = sum;
-    } else if (i < NV + SB) {
-      slashPart[((size_t)h * nParts + part) * SB + (i - NV)] = sum;
     } else {
-      winPart[(size_t)h * nParts + part] = sum;
+      slashPart[((size_t)h * nParts + part) * SB + (i - NV)] = sum;
     }
   }
 }
@@ -328,11 +325,8 @@ extern "C" __global__ void proxy_cstruct_parts(const float* bins, const float* p
   const int lgB = B == 128 ? 7 : 6;
   const int NV = PART_KEYS >> lgB, SB = NV + 3, NS = NV + SB + 1;
   const float invB = 1.f / (float)b;
-  const float* x = bins + (((size_t)h * nParts + part) * NS + NS - 1) * b;
-  float sum = 0.f;
-  for (int r = lane; r < b; r += 32) sum = fmaf(fused_row_weight(pm, rowLse2, h, b, r, part, nParts, invB), x[r], sum);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float sum = fused_bin_sum([&](int r) { return fused_row_weight(pm, rowLse2, h, b, r, part, nParts, invB); },
+                                  bins + (((size_t)h * nParts + part) * NS + NS - 1) * b, b);
   if (lane == 0) winPart[(size_t)h * nParts + part] = sum;
 }
 

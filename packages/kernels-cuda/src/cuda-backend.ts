@@ -1097,13 +1097,11 @@ export class CudaBackend implements Backend {
           P(lse2.ptr),
           P(av.ptr),
           P(sp.ptr),
-          P(win!.ptr),
           I(n),
           I(H),
           I(b),
           I(B),
           I(nParts),
-          I(0),
         ]);
       } else if (tokens) {
         // two probability tiles (B x 64 f32; the first over Q's rows), K tiles, two sets of

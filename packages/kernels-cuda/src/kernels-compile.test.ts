@@ -116,7 +116,7 @@ describe('kernel parameter counts (checked at every launch)', () => {
     const c = kernelParamCounts(kernelSource(kernelDir, 'proxy.cu'));
     expect(c.get('proxy_cstruct_parts')).toBe(7);
     expect(c.get('proxy_cstruct_sum')).toBe(3);
-    expect(c.get('proxy_fused_sums')).toBe(12);
+    expect(c.get('proxy_fused_sums')).toBe(10);
     expect(c.get('count_nonfinite_f64')).toBe(3);
     expect([...c.keys()].some((k) => k.startsWith('__'))).toBe(false);
     expect(kernelParamCounts('extern "C" __global__ void __launch_bounds__(256) k(int a, float* b) {}').get('k')).toBe(2);
