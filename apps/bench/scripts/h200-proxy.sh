@@ -34,7 +34,9 @@ if [ -z "${NOPROF:-}" ]; then
   bash apps/bench/scripts/h200-profile.sh "$out/profile" > "$out/profile.log" 2>&1
   grep -E "Duration|Executed Instructions  |Issue Slots" "$out/profile/details.txt"
 fi
-timeout -s KILL 120 $C --phase bench --ns none --cross none --e2e 131072 --inputs synth --trace 1 \
+# E2E_ARGS: more arguments for the 128k end-to-end call (--headstart 3: the plan behind a device wait)
+# shellcheck disable=SC2086
+timeout -s KILL 120 $C --phase bench --ns none --cross none --e2e 131072 --inputs synth --trace 1 ${E2E_ARGS:-} \
   --budget 110 --out "$out/e2e" > "$out/e2e.log" 2>&1
 grep -E "^.{0,12}crisp n=" "$out/e2e.log" | cut -c1-500
 grep -E "trace 131072 .*(attn_|timings|pass1f|expand_write)" "$out/e2e.log" | cut -c1-200

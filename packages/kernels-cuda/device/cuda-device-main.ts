@@ -845,6 +845,24 @@ if (phase === 'all' || phase === 'bench') {
       const plan = last?.plan;
       const total = median(runs.map((x) => x.totalMs));
       const planMs = median(runs.map((x) => x.planMs));
+      // --headstart MS: the same prefill r more times, each behind a device wait of MS ms, so
+      // the host has queued the whole plan before the device starts it: the plan's device
+      // critical path alone, against planMs above (which also holds the host's launch time
+      // wherever the device waited for it)
+      let headstart: { ms: number; planMs: number[]; totalMs: number[] } | undefined;
+      const hs = Number(arg('headstart', '0'));
+      if (hs > 0) {
+        const hr: { planMs: number; totalMs: number }[] = [];
+        for (let i = 0; i < r; i++) {
+          await be.synchronize();
+          be.deviceSleep(hs);
+          hr.push((await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out: os })).timings);
+        }
+        headstart = { ms: hs, planMs: hr.map((x) => x.planMs), totalMs: hr.map((x) => x.totalMs) };
+        log(
+          `  ${n} plan ${planMs.toFixed(3)} ms; behind a ${hs} ms device head start ${median(headstart.planMs).toFixed(3)} ms (runs ${headstart.planMs.map((x) => x.toFixed(3)).join(' ')})`,
+        );
+      }
       // pieces of the plan, device-timed
       const proxyMs = await be.timeMs(() =>
         be.proxyStats(q, k, { blockSize: B, wSink: 128, wLocal: 128 }),
@@ -938,6 +956,7 @@ if (phase === 'all' || phase === 'bench') {
         outputVsDense: err,
         profile,
         trace,
+        headstart,
       };
     } finally {
       for (const t of [q, k, v, os, od, oh]) t.dispose();

@@ -114,3 +114,14 @@ __device__ __forceinline__ void rel_err_body(const u16* a, const u16* b, u64 cou
 }
 extern "C" __global__ void rel_err_bf16(const u16* a, const u16* b, u64 count, double* part) { rel_err_body<true>(a, b, count, part); }
 extern "C" __global__ void rel_err_f16(const u16* a, const u16* b, u64 count, double* part) { rel_err_body<false>(a, b, count, part); }
+
+// A device-side wait of `ns` nanoseconds (one thread, on the global timer): benchmarks queue it
+// before a timed call so the host has queued the whole call before the device reaches it, which
+// separates the device's own critical path from time the device spends waiting for the host.
+extern "C" __global__ void spin_ns(u64 ns) {
+  u64 t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}

@@ -19,7 +19,8 @@ const Hkv = 8;
 const D = 128;
 
 const { libs, log } = standInDriver({ heads: H });
-const be = new CudaBackend(libs, { cacheDir: null });
+// kernelDir from the cwd (the repository root), so that the bundled script finds the sources too
+const be = new CudaBackend(libs, { cacheDir: null, kernelDir: 'packages/kernels-cuda/kernels' });
 const q = be.allocate('bf16', [n, H, D]);
 const k = be.allocate('bf16', [n, Hkv, D]);
 const v = be.allocate('bf16', [n, Hkv, D]);

@@ -2354,6 +2354,16 @@ export class CudaBackend implements Backend {
     });
   }
 
+  /**
+   * Keep the device's main stream busy for `ms` milliseconds (one thread spinning on the global
+   * timer). Queued before a timed call, it lets the host get ahead, so device marks around the
+   * call measure the device's critical path without the host's launch time (a benchmark tool).
+   */
+  deviceSleep(ms: number): void {
+    if (!(Number.isFinite(ms) && ms >= 0 && ms <= 1000)) throw new InvalidArgumentError(`deviceSleep takes 0..1000 ms; got ${ms}`);
+    this.#launch('bench.cu', 'spin_ns', [1], 1, 0, [U64(Math.round(ms * 1e6))]);
+  }
+
   /** Overwrite a tensor with NaN so unwritten outputs show. */
   poison(t: DeviceTensor): void {
     const ct = this.#tensor(t, 'poison target');

@@ -154,6 +154,17 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
+  it('deviceSleep queues one spin kernel on the main stream and rejects a bad length before any launch', () => {
+    const { be, log } = setup();
+    const from = log.length;
+    be.deviceSleep(2.5);
+    const launches = log.slice(from).filter((e) => e.kind === 'launch');
+    expect(launches.map((e) => e.name)).toEqual(['spin_ns']);
+    for (const bad of [-1, Number.NaN, 1001]) expect(() => be.deviceSleep(bad)).toThrow(/deviceSleep takes 0..1000 ms/);
+    expect(log.slice(from).filter((e) => e.kind === 'launch')).toHaveLength(1);
+    be.dispose();
+  });
+
   it("names each traced launch's stream", async () => {
     const { be, inputs } = setup();
     (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
