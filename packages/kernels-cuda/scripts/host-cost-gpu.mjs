@@ -4,7 +4,9 @@
 // mark behind the plan), with and without a device head start (a spin kernel queued first, so
 // the device never holds the host back). Run under `node --cpu-prof` to see where it goes.
 //
-//   node host-cost-gpu.mjs [n] [plans]     (bundled: apps/bench/scripts/bundle.mjs)
+//   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/host-cost-gpu.mjs .device/app/host-cost-gpu.mjs
+//   (on the GPU machine, from the repository root) node .device/app/host-cost-gpu.mjs [n] [plans] [sched] [warm]
+// Session 13's results: apps/bench/results/cuda-h200-session13/diag/host.
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { CudaBackend } from '../dist/cuda-backend.js';
