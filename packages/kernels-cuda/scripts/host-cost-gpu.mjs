@@ -94,20 +94,22 @@ for (let i = 0; i < 10; i++) await sparsePrefill(be, inputs, crisp, { minSparseL
 for (const head of [0, 5]) {
   const host = [];
   const dev = [];
-  for (let i = 0; i < plans; i++) {
+  // every measured call starts the same way: the device drained, then the head start and the
+  // host's warm loop if asked for
+  const start = async () => {
     await be.synchronize();
     if (head) be.deviceSleep(head);
     if (warm) spinHost(warm);
     marks.length = 0;
+  };
+  for (let i = 0; i < plans; i++) {
+    await start();
     const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out });
     host.push(marks.at(-2) - marks[0]);
     dev.push(r.timings.planMs);
   }
-  // one prefill's driver calls from its first mark to the plan's mark (the median one)
-  await be.synchronize();
-  if (head) be.deviceSleep(head);
-  if (warm) spinHost(warm);
-  marks.length = 0;
+  // one more prefill, logged: its driver calls from its first mark to the plan's mark
+  await start();
   calls.length = 0;
   entries.length = 0;
   logging = true;
