@@ -30,6 +30,14 @@ export interface BenchConfig {
     readonly referenceShape: Shape;
     readonly reps: number;
     readonly warmup: number;
+    /**
+     * GPU backends: this many untimed prefills at n = JIT_WARMUP_N (every timed preset in
+     * turn) before the first size, so that the timed calls run the JavaScript JIT's optimised
+     * code, as a serving loop's would (V8 tiers a function up after hundreds of calls; the
+     * plan's host time fell from 1.18 to ~0.9 ms over ~200 calls on the H200 host: session 13).
+     * 0: the timed calls start from cold code.
+     */
+    readonly jitWarmup: number;
     /** per backend: stop growing n once the projected time of the next size exceeds what is left */
     readonly budgetMs: number;
     readonly profile: ProfileName;
@@ -100,6 +108,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         referenceShape: { heads: 1, kvHeads: 1, headDim: 64 },
         reps: 3,
         warmup: 1,
+        jitWarmup: 0,
         budgetMs: 60_000,
         profile: 'llama-like',
         presets: ALL_PRESETS,
@@ -126,6 +135,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       referenceShape: { heads: 2, kvHeads: 1, headDim: 64 },
       reps: 3,
       warmup: 1,
+      jitWarmup: 300,
       budgetMs: 240_000,
       profile: 'llama-like',
       presets: ALL_PRESETS,

@@ -1,6 +1,6 @@
 /** The SVG figures of a run (Vega-Lite, rendered headless). */
 import { lineChart, renderSvg, scatterChart, wrap } from './plots.js';
-import { suiteCommands } from './report.js';
+import { suiteCommands, warmupText } from './report.js';
 import type { BenchResult } from './result.js';
 
 export interface Figure {
@@ -22,7 +22,7 @@ export async function figures(r: BenchResult): Promise<Figure[]> {
       ...cmds.flatMap((c, i) => wrap(`${cmds.length > 1 ? `Reproduce (${i + 1}/${cmds.length}, --merge)` : 'Reproduce'}: ${c}`)),
     ];
   };
-  const timed = `${r.machine.slug}; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up`;
+  const timed = `${r.machine.slug}; median of ${r.config.latency.reps} runs after ${warmupText(r.config.latency)}`;
   const lat = r.suites.latency;
   if (lat && (lat.rows.length > 0 || lat.peers.rows.length > 0)) {
     const rows = [

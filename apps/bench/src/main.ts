@@ -54,6 +54,7 @@ function program(): Command {
     .option('--presets <list>', 'latency presets (default dense,crisp,crispFast,flexPrefill)')
     .option('--reps <count>', 'timed runs per measurement (>= 3)')
     .option('--warmup <count>', 'untimed runs first')
+    .option('--jit-warmup <count>', 'GPU backends: untimed prefills at 8k before the first size, so the timed calls run JIT-optimised JavaScript (default 300; 0: cold)')
     .option('--budget-s <seconds>', 'latency time budget per backend; larger sizes are skipped once the projection exceeds it')
     .option('--latency-inputs <kind>', 'auto (default), fill (the llama fill on every backend and size: comparable across GPUs) or synth')
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
@@ -104,6 +105,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       gpuPresets: presetList ?? base.latency.gpuPresets,
       reps: num(o.reps, 'reps', 3) ?? base.latency.reps,
       warmup: num(o.warmup, 'warmup', 1) ?? base.latency.warmup,
+      jitWarmup: num(o.jitWarmup, 'jit-warmup', 0) ?? base.latency.jitWarmup,
       budgetMs: budget !== undefined ? budget * 1000 : base.latency.budgetMs,
       maxHostValues: num(o.maxHostValues, 'max-host-values', 1) ?? base.latency.maxHostValues,
       inputs: typeof o.latencyInputs === 'string' ? list(o.latencyInputs, ['auto', 'fill', 'synth'] as const, 'input kind')[0] : base.latency.inputs,

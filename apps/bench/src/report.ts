@@ -65,7 +65,7 @@ export function markdown(r: BenchResult): string {
     out.push('## Latency (headline)');
     out.push('');
     out.push(
-      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up, [min, max] in brackets; ms. Speed-up = dense / preset. Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows; median) / its total time.`,
+      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${warmupText(r.config.latency)}, [min, max] in brackets; ms. Speed-up = dense / preset. Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows; median) / its total time.`,
     );
     out.push('');
     out.push(producedBy(r, 'latency'));
@@ -247,7 +247,7 @@ export function headline(r: BenchResult, linkBase: string): string {
   const m = r.machine;
   const lat = r.suites.latency;
   out.push(`<!-- written by crisp-bench from ${base}/bench.json; regenerate, do not edit -->`);
-  out.push(`**CRISP latency, ${m.gpus.length ? m.gpus.map((g) => g.name).join(', ') : m.cpu.model}** (one layer, causal, Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${r.config.latency.warmup} warm-up, [min, max]; ms)`);
+  out.push(`**CRISP latency, ${m.gpus.length ? m.gpus.map((g) => g.name).join(', ') : m.cpu.model}** (one layer, causal, Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${warmupText(r.config.latency)}, [min, max]; ms)`);
   if (!lat || lat.rows.length === 0) {
     out.push('');
     out.push('No latency measured in this run.');
@@ -281,4 +281,13 @@ export function headline(r: BenchResult, linkBase: string): string {
   out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);
   out.push('');
   return out.join('\n');
+}
+
+/**
+ * "1 warm-up", plus the GPU backends' JIT warm-up when the run had one (results written
+ * before it existed have no jitWarmup and say nothing of it).
+ */
+export function warmupText(l: { readonly warmup: number; readonly jitWarmup?: number }): string {
+  const jit = l.jitWarmup ? ` (GPU backends: after ${l.jitWarmup} untimed prefills at 8k, so their JavaScript runs JIT-optimised)` : '';
+  return `${l.warmup} warm-up${jit}`;
 }

@@ -22,6 +22,26 @@ __device__ __forceinline__ bool contains(const int* a, int lo, int hi, int x) {
   return i > lo && a[i - 1] == x;
 }
 
+// Row (h, I)'s entries in the block rows: rPtr is every head's [H·Nb + 1], or, with a head
+// list hl = [nh][heads ascending] (uploaded, or written by the device router), the listed
+// heads' [nh·Nb + 1], and the other heads' rows are empty (what spread_row_ptr did as a
+// launch of its own before session 14).
+__device__ __forceinline__ void row_range(const int* rPtr, const int* hl, int h, int I, int Nb, int& ri, int& re) {
+  int row = h * Nb + I;
+  if (hl != nullptr) {
+    const int nh = hl[0];
+    int s = 0;
+    while (s < nh && hl[1 + s] < h) s++;
+    if (s == nh || hl[1 + s] != h) {
+      ri = re = 0;
+      return;
+    }
+    row = s * Nb + I;
+  }
+  ri = rPtr[row];
+  re = rPtr[row + 1];
+}
+
 // The row's length, one warp per row. A thread per row (a three-way merge) made a warp's 32
 // threads walk 32 different rows, uncoalesced, and wait for the longest (PE rows reach Nb entries):
 // 2.5 ms at 512k on the H200, the plan's largest kernel. Here the lanes stride over the row's
@@ -32,15 +52,15 @@ __device__ __forceinline__ bool contains(const int* a, int lo, int hi, int x) {
 // are tens of millions): each row's cols strictly increasing and inside [0, I]. The first
 // offending row (lowest index) lands in *bad, which the host initialises to CRISP_NO_BAD_ROW.
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
-                                       const int* rPtr, const int* rCols, int* counts, int H, int Nb, int* bad) {
+                                       const int* rPtr, const int* rCols, const int* hl, int* counts, int H, int Nb,
+                                       int* bad) {
   const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // uniform in the warp
   const int lane = threadIdx.x & 31;
   if (row >= H * Nb) return;
   const int I = row % Nb, h = row / Nb;
   int ri = 0, re = 0;
   if (rPtr != nullptr) {
-    ri = rPtr[row];
-    re = rPtr[row + 1];
+    row_range(rPtr, hl, h, I, Nb, ri, re);
     bool ok = true;
     for (int p = ri + lane; p < re; p += 32) {
       const int c = rCols[p];
@@ -80,8 +100,8 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 // that reads nothing back) every warp leaves once a row was flagged bad, so no bit lands
 // outside its row's bitmap and no row outside the room the host made (I + 1 a row).
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
-                                       const int* rPtr, const int* rCols, const int* outPtr, int* outCols, int H,
-                                       int Nb, const int* bad) {
+                                       const int* rPtr, const int* rCols, const int* hl, const int* outPtr,
+                                       int* outCols, int H, int Nb, const int* bad) {
   if (*bad != CRISP_NO_BAD_ROW) return;
   extern __shared__ u32 bitmaps[];
   const int words = (Nb + 31) >> 5;
@@ -94,7 +114,9 @@ extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const 
   for (int w = lane; w < W; w += 32) bits[w] = 0u;
   __syncwarp();
   if (rPtr != nullptr) {
-    for (int p = rPtr[row] + lane; p < rPtr[row + 1]; p += 32) {
+    int ri, re;
+    row_range(rPtr, hl, h, I, Nb, ri, re);
+    for (int p = ri + lane; p < re; p += 32) {
       const int c = rCols[p];
       atomicOr(&bits[c >> 5], 1u << (c & 31));
     }
@@ -170,8 +192,12 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(c
   if (threadIdx.x == 0) tileSums[blockIdx.x] = (int)s;
 }
 
+// With `summary` (an expanded mask's, session 14: expand_summary was a launch of its own),
+// also what the host needs of it in one read: summary[h] = out[h·Nb] (h = 0 .. H; summary[H]
+// is the total) from the CTA that writes it, and summary[H + 1] = expand_count's bad-row flag.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(const int* in, const int* tileSums,
-                                                                                 int* out, int N) {
+                                                                                 int* out, int N, int* summary,
+                                                                                 int Nb, const int* bad) {
   __shared__ u32 red[SCAN_THREADS / 32];
   const int t = threadIdx.x;
   const int i0 = blockIdx.x * SCAN_TILE + t * SCAN_ITEMS;
@@ -203,6 +229,13 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(
       if (i0 + k < N) out[i0 + k] = (int)v[k];
   }
   if (blockIdx.x == gridDim.x - 1 && t == 0) out[N] = (int)(base + all);
+  if (summary != nullptr) {
+#pragma unroll
+    for (int k = 0; k < SCAN_ITEMS; k++)
+      if (i0 + k < N && (i0 + k) % Nb == 0) summary[(i0 + k) / Nb] = (int)v[k];
+    if (blockIdx.x == gridDim.x - 1 && t == 0) summary[N / Nb] = (int)(base + all);
+    if (blockIdx.x == 0 && t == 0) summary[N / Nb + 1] = *bad;
+  }
 }
 
 // Count NaN/Inf elements of a 16-bit float tensor (exponent all ones): inputs are checked
@@ -225,30 +258,4 @@ extern "C" __global__ void count_nonfinite(const u16* x, u64 count, u32 expMask,
   for (u64 i = chunks * 8 + tid; i < count; i += stride) c += ((u32)x[i] & expMask) == expMask;
   for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
   if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(out, c);
-}
-
-// All-heads row pointers [H·Nb + 1] from a subset of heads' rows (sub [nh·Nb + 1], head
-// list hl = [nh][heads ascending], on the device: uploaded, or written by the device
-// router): listed heads keep their rows, the others are empty (the device form of core's
-// spreadRowPtr; the subset's cols serve the all-heads rows unchanged). One thread an entry.
-extern "C" __global__ void spread_row_ptr(const int* sub, const int* hl, int H, int Nb, int* out) {
-  const int nh = hl[0];
-  const int* heads = hl + 1;
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i > H * Nb) return;
-  if (i == 0) {
-    out[0] = sub[0];
-    return;
-  }
-  const int h = (i - 1) / Nb, I = (i - 1) % Nb;
-  int s = 0;  // listed heads before h
-  while (s < nh && heads[s] < h) s++;
-  out[i] = s < nh && heads[s] == h ? sub[s * Nb + I + 1] : sub[s * Nb];
-}
-
-// What the host needs of an expanded mask before expand_write, in one read: out[h] = head h's
-// first row pointer (h = 0 .. H; out[H] is the total) and out[H + 1] = expand_count's bad-row
-// flag.
-extern "C" __global__ void expand_summary(const int* rowPtr, const int* bad, int H, int Nb, int* out) {
-  for (int h = threadIdx.x; h <= H + 1; h += blockDim.x) out[h] = h <= H ? rowPtr[(size_t)h * Nb] : *bad;
 }

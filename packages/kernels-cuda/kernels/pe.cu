@@ -178,9 +178,16 @@ __device__ __forceinline__ void pe_softmax_row(float* row, int I, float* red) {
   for (int J = threadIdx.x; J <= I; J += 256) row[J] = __expf(row[J] - m) * inv;
 }
 
-// Row softmax over J <= I, in place. Grid (Nb, a few slots), 256 threads.
-extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb, const int* hl) {
+// Row softmax over J <= I, in place. Grid (Nb, a few slots), 256 threads. CTA (0, 0) also
+// zeroes z0[0 .. n0) and z1[0 .. n1) (the radix passes' counters and sums, which the first
+// pass needs at zero: two memsets on the host before session 14).
+extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb, const int* hl, unsigned* z0, int n0,
+                                                             unsigned* z1, int n1) {
   __shared__ float red[256];
+  if (blockIdx.x == 0 && blockIdx.y == 0) {
+    for (int i = threadIdx.x; i < n0; i += 256) z0[i] = 0u;
+    for (int i = threadIdx.x; i < n1; i += 256) z1[i] = 0u;
+  }
   const int I = blockIdx.x, nh = hl[0];
   for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) pe_softmax_row(P + ((size_t)hi * Nb + I) * Nb, I, red);
 }

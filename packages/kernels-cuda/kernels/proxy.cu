@@ -238,8 +238,12 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
 // Merge the parts of each proxy row: rowLse2 = m + log2 l (log2 units) and the row's
 // Shannon entropy in nats, ln2 · (m + log2 l − t / l). One warp per (head, row): lanes take
 // parts lane, lane + 32, ... in order, then a butterfly (every lane ends with the same sum).
+// CTA 0 also zeroes `zero[0 .. nZero)` (proxy_cstruct's tickets, so they need no memset).
 extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const float* pt, float* rowLse2,
-                                        float* rowEntropy, int H, int b, int nParts) {
+                                        float* rowEntropy, int H, int b, int nParts, unsigned* zero, int nZero) {
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < nZero; i += blockDim.x) zero[i] = 0u;
+  }
   const int w = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
   if (w >= H * b) return;
   const float* m = pm + (size_t)w * nParts;
@@ -264,7 +268,7 @@ extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const
   }
 }
 
-// Row r's weight in a part (proxy_fused_sums and proxy_cstruct_parts: the same bits).
+// Row r's weight in a part (proxy_fused_sums and proxy_cstruct: the same bits).
 __device__ __forceinline__ float fused_row_weight(const float* pm, const float* rowLse2, int h, int b, int r,
                                                   int part, int nParts, float invB) {
   const float m = pm[((size_t)h * b + r) * nParts + part];
@@ -287,7 +291,7 @@ __device__ __forceinline__ float fused_bin_sum(Wt wt, const float* x, int b) {
 // 2^(m_r − lse_r) / b (its part max against its log-sum-exp; 0 where the part holds no key
 // the row sees), then each bin's Σ_r weight · bin, rows in order (lanes take r, r + 32, ...,
 // then a butterfly), one warp a bin. Outputs as pass 2b's: pv [H][Nb] (a key block lies in
-// one part), slashPart [H][nParts][SB]; the window bin is proxy_cstruct_parts'.
+// one part), slashPart [H][nParts][SB]; the window bin is proxy_cstruct's.
 extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2, float* pv,
                                            float* slashPart, int n, int H, int b, int B, int nParts) {
   __shared__ float wt[128];
@@ -313,35 +317,45 @@ extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, 
 
 // C_struct from the fused pass alone, so that routing can start before the rest of the
 // statistics (planOnDevice runs the router and the PE kernels on a second stream beside
-// them). proxy_cstruct_parts: grid [nParts, H], one warp: the part's window mass exactly as
+// them). Grid [nParts, H], one warp a CTA: the part's window mass exactly as
 // proxy_fused_sums computes a bin (lane l weights and adds rows l, l + 32, ... in order, then
-// a butterfly: the same bits), into winPart. proxy_cstruct_sum: grid [H], 256 threads:
-// C_struct = Σ_p winPart[p] in f64 in proxy_heads' order (thread t takes parts t, t + 256,
-// ..., then a tree), into out[h]; proxy_heads then leaves C_struct alone (given neither av nor
-// winPart). (One kernel a head looping over the parts was 0.034 ms at 128k: 32 CTAs.)
-extern "C" __global__ void proxy_cstruct_parts(const float* bins, const float* pm, const float* rowLse2,
-                                              float* winPart, int b, int B, int nParts) {
+// a butterfly: the same bits) into winPart; then a ticket (tickets[h], zeroed by
+// proxy_combine), and the head's last CTA sums the parts in f64 in proxy_heads' order: 256
+// sums, sum v taking parts v, v + 256, ... (its lanes take v = lane, lane + 32, ...), then
+// the same tree, into out[h]; proxy_heads then leaves C_struct alone (given neither av nor
+// winPart). (One kernel a head looping over the parts was 0.034 ms at 128k: 32 CTAs; the
+// parts and the sum as two launches, 0.014 + 0.009 ms: session 12.)
+extern "C" __global__ void proxy_cstruct(const float* bins, const float* pm, const float* rowLse2, float* winPart,
+                                         unsigned* tickets, double* out, int b, int B, int nParts) {
+  __shared__ double red[256];
+  __shared__ bool last;
   const int part = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
   const int lgB = B == 128 ? 7 : 6;
   const int NV = PART_KEYS >> lgB, SB = NV + 3, NS = NV + SB + 1;
   const float invB = 1.f / (float)b;
   const float sum = fused_bin_sum([&](int r) { return fused_row_weight(pm, rowLse2, h, b, r, part, nParts, invB); },
                                   bins + (((size_t)h * nParts + part) * NS + NS - 1) * b, b);
-  if (lane == 0) winPart[(size_t)h * nParts + part] = sum;
-}
-
-extern "C" __global__ void proxy_cstruct_sum(const float* winPart, double* out, int nParts) {
-  __shared__ double red[256];
-  const int h = blockIdx.x, t = threadIdx.x;
-  double a = 0.0;
-  for (int p = t; p < nParts; p += 256) a += winPart[(size_t)h * nParts + p];
-  red[t] = a;
-  __syncthreads();
-  for (int w = 128; w > 0; w >>= 1) {
-    if (t < w) red[t] += red[t + w];
-    __syncthreads();
+  if (lane == 0) {
+    winPart[(size_t)h * nParts + part] = sum;
+    // the part's sum is visible device-wide before its ticket is taken
+    __threadfence();
+    last = atomicAdd(&tickets[h], 1u) == (unsigned)nParts - 1;
   }
-  if (t == 0) out[h] = red[0];
+  __syncwarp();
+  if (!last) return;
+  __threadfence();
+  const float* wp = winPart + (size_t)h * nParts;
+  for (int v = lane; v < 256; v += 32) {
+    double a = 0.0;
+    for (int p = v; p < nParts; p += 256) a += __ldcg(wp + p);
+    red[v] = a;
+  }
+  __syncwarp();
+  for (int w = 128; w > 0; w >>= 1) {
+    for (int v = lane; v < w; v += 32) red[v] += red[v + w];
+    __syncwarp();
+  }
+  if (lane == 0) out[h] = red[0];
 }
 
 // Pass 2: normalised probabilities of each 64-key tile go to shared memory (P, BM x 64);
@@ -655,7 +669,7 @@ extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPar
 // Per head, 256 threads, f64: C_struct = the mass of a_v over the sink (j < wSink) and the
 // local window (j >= n − wLocal), each key counted once where the two overlap (short n), as
 // the reference does (from pass 2b's per-part window sums when winPart is given; neither av
-// nor winPart: left as proxy_cstruct_sum wrote it); the mean row entropy; the pooled estimate softmax_J of the logits
+// nor winPart: left as proxy_cstruct wrote it); the mean row entropy; the pooled estimate softmax_J of the logits
 // proxy_blocks left in place. out = [C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb].
 extern "C" __global__ void proxy_heads(const float* av, const float* winPart, const float* rowEntropy, double* out,
                                       int n, int H, int b, int Nb, int wSink, int wLocal, int nParts) {
@@ -681,7 +695,7 @@ extern "C" __global__ void proxy_heads(const float* av, const float* winPart, co
     __syncthreads();
   }
   if (t == 0) {
-    // neither av nor winPart: C_struct came from proxy_cstruct_sum
+    // neither av nor winPart: C_struct came from proxy_cstruct
     if (av != nullptr || winPart != nullptr) out[h] = red[0][0];
     out[H + h] = red[1][0] / (double)b;
   }

@@ -15,7 +15,7 @@
 // One CTA of 32 threads: routes in parallel, the list compacted in head order by one warp
 // ballot a round of 32 heads.
 // mode: 1 routes, 2 the copy, 3 both. planOnDevice routes (1) on its second stream as soon as
-// C_struct is there (proxy_cstruct_sum) and copies (2) on the main stream once the rest of
+// C_struct is there (proxy_cstruct) and copies (2) on the main stream once the rest of
 // the statistics are.
 extern "C" __global__ void route_cstruct(const double* stats, int H, double tauProxy, double* statsCopy, int* out,
                                          int mode) {

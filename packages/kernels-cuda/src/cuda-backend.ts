@@ -285,7 +285,7 @@ interface DeviceStats {
    */
   readonly settle?: (head: Float64Array) => void;
   /**
-   * Fused deferRead statistics: an event behind proxy_cstruct_sum (C_struct is on the device,
+   * Fused deferRead statistics: an event behind proxy_cstruct (C_struct is on the device,
    * the rest of the statistics still queued), where planOnDevice's second stream starts
    */
   cstructReady?: unknown;
@@ -1017,6 +1017,8 @@ export class CudaBackend implements Backend {
     const fused = !tokens && this.proxyFused;
     const NS = 2 * (PART_KEYS / B) + 4;
     const bins = fused ? this.#scratch(H * nParts * NS * b * f4) : undefined;
+    // proxy_cstruct's per-head tickets (its last CTA of a head sums the parts)
+    const tickets = fused ? this.#scratch(H * 4) : undefined;
     const qm = this.#scratch(H * D * f4);
     const km = this.#scratch(Hkv * Nb * D * f4);
     // one more f64: the count of non-finite statistics (count_nonfinite_f64)
@@ -1024,7 +1026,7 @@ export class CudaBackend implements Backend {
     // so that calls whose earlier statistics are not collected yet do not each pay a
     // cuMemAlloc (0.31 ms at 128k in session 8's trace)
     const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
-    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : [])];
+    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : []), ...(tickets ? [tickets] : [])];
     this.#traceHost('proxyStats: scratch taken');
     try {
       const scaleLog2 = scale * LOG2E;
@@ -1072,6 +1074,9 @@ export class CudaBackend implements Backend {
         I(H),
         I(b),
         I(nParts),
+        // proxy_cstruct's tickets, zeroed there
+        P(tickets ? tickets.ptr : 0),
+        I(tickets ? H : 0),
       ]);
       const st = out.ptr + 8; // the statistics, after the non-finite count
       const defer = Boolean(opts.deferRead) && !as;
@@ -1079,16 +1084,17 @@ export class CudaBackend implements Backend {
       if (bins) {
         // C_struct first (routing needs nothing else), then an event where a device plan's
         // second stream starts its router and PE kernels beside the rest of these kernels
-        this.#launch('proxy.cu', 'proxy_cstruct_parts', [nParts, H], 32, 0, [
+        this.#launch('proxy.cu', 'proxy_cstruct', [nParts, H], 32, 0, [
           P(bins.ptr),
           P(pm.ptr),
           P(lse2.ptr),
           P(win!.ptr),
+          P(tickets!.ptr),
+          P(st),
           I(b),
           I(B),
           I(nParts),
         ]);
-        this.#launch('proxy.cu', 'proxy_cstruct_sum', [H], 256, 0, [P(win!.ptr), P(st), I(nParts)]);
         if (defer) cstructReady = this.#fence(this.#stream);
         // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs, the window's left out
         this.#launch('proxy.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
@@ -1153,7 +1159,7 @@ export class CudaBackend implements Backend {
         0,
         tokens ? [...sums, P(as ? as.ptr : 0), ...shape] : [...sums, ...shape],
       );
-      // (the fused pass: neither, C_struct is proxy_cstruct_sum's)
+      // (the fused pass: neither, C_struct is proxy_cstruct's)
       this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
         P(tokens ? av.ptr : 0),
         P(win && !bins ? win.ptr : 0),
@@ -1446,12 +1452,10 @@ export class CudaBackend implements Backend {
         I(D),
         F(scale),
       ]);
-      this.#launch('pe.cu', 'pe_softmax', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(hl)]);
-      const cu = this.#libs.cu;
-      // cnt, the tickets and the prefixes zeroed once: each pass's last CTA of a head zeroes
-      // that head's cnt, sum and ticket for the next pass (pe_radix_pass)
-      check(this.#libs, cu.cuMemsetD32Async(cnt.ptr, 0, nc * 258, this.#cur), 'cuMemsetD32Async');
-      check(this.#libs, cu.cuMemsetD32Async(sum.ptr, 0, nc * 512, this.#cur), 'cuMemsetD32Async');
+      // cnt, the tickets and the prefixes, and the sums, zeroed by pe_softmax's first CTA
+      // once: each radix pass's last CTA of a head zeroes that head's cnt, sum and ticket for
+      // the next pass (pe_radix_pass)
+      this.#launch('pe.cu', 'pe_softmax', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(hl), P(cnt.ptr), I(nc * 258), P(sum.ptr), I(nc * 512)]);
       // pe_radix_pass: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
       // heads' CTAs together fill the SMs once (each does an equal share of its head's
       // triangle), fewer for small maps (about PE_RADIX_ENTRIES / 2 entries a CTA at least). With the count
@@ -1533,12 +1537,20 @@ export class CudaBackend implements Backend {
    * (exclusive_scan_sums, then exclusive_scan_tiles; one tile needs no sums). The tile-sum
    * scratch goes to `temp` for the caller to release.
    */
-  #scan(inPtr: number, outPtr: number, N: number, temp: DeviceBlock[]): void {
+  #scan(inPtr: number, outPtr: number, N: number, temp: DeviceBlock[], summary?: { ptr: number; Nb: number; bad: number }): void {
     const tiles = Math.max(1, Math.ceil(N / 4096));
     const sums = this.#scratch(tiles * 4);
     temp.push(sums);
     if (tiles > 1) this.#launch('mask.cu', 'exclusive_scan_sums', [tiles], 256, 0, [P(inPtr), P(sums.ptr), I(N)]);
-    this.#launch('mask.cu', 'exclusive_scan_tiles', [tiles], 256, 0, [P(inPtr), P(sums.ptr), P(outPtr), I(N)]);
+    this.#launch('mask.cu', 'exclusive_scan_tiles', [tiles], 256, 0, [
+      P(inPtr),
+      P(sums.ptr),
+      P(outPtr),
+      I(N),
+      P(summary?.ptr ?? 0),
+      I(summary?.Nb ?? 1),
+      P(summary?.bad ?? 0),
+    ]);
   }
 
   /**
@@ -1638,9 +1650,9 @@ export class CudaBackend implements Backend {
   /**
    * VS lists (host) ∪ block rows (device) -> sorted rows on the device. The rows are either
    * all heads' (`rows.rowPtr` [H·Nb + 1]) or a subset's (`rows.heads`, or `rows.headList`
-   * already on the device as [count][heads]: rowPtr [heads·Nb + 1], spread to all heads here
-   * by `spread_row_ptr`). Row entries are checked
-   * while counting (a MaskError names the first bad row). One upload (the VS lists, the bad-row
+   * already on the device as [count][heads]: rowPtr [heads·Nb + 1]; expand_count and
+   * expand_write find each head's slot in the list, the other heads' rows are empty). Row
+   * entries are checked while counting (a MaskError names the first bad row). One upload (the VS lists, the bad-row
    * flag, the heads) and one read (each head's first row pointer, the total and the flag):
    * at 512k every synchronising copy costs a round trip, and the uploads wait for the stream.
    * Scratch goes to `temp`; the caller releases it and the returned blocks. `headPtr` [H + 1]:
@@ -1692,37 +1704,28 @@ export class CudaBackend implements Backend {
     const at = (off: number) => up + off * 4;
     const [vPtr, vert, sPtr, slash] = vsDevice ?? (vs ? offs.map(at) : [0, 0, 0, 0]);
     const bad = up;
-    let rPtr = rows ? rows.rowPtr : 0;
+    const rPtr = rows ? rows.rowPtr : 0;
     const rCols = rows ? rows.cols : 0;
-    if (rows?.heads || rows?.headList !== undefined) {
-      const spread = this.#scratch((n + 1) * 4);
-      temp.push(spread);
-      this.#launch('mask.cu', 'spread_row_ptr', [Math.ceil((n + 1) / 256)], 256, 0, [
-        P(rows.rowPtr),
-        P(rows.headList ?? at(headsOff)),
-        I(H),
-        I(Nb),
-        P(spread.ptr),
-      ]);
-      rPtr = spread.ptr;
-    }
+    // a subset's rows: expand_count and expand_write find each head's slot in the head list
+    const hl = rows?.heads || rows?.headList !== undefined ? (rows.headList ?? at(headsOff)) : 0;
     const counts = this.#scratch(n * 4);
     temp.push(counts);
     // a warp per row, 4 rows a 128-thread block; expand_write holds a bitmap of Nb bits a warp
     const words = Math.ceil(Nb / 32);
     // the union's parts, as expand_count and expand_write take them
-    const union = [P(vPtr), P(vert), P(sPtr), P(slash), P(rPtr), P(rCols)];
+    const union = [P(vPtr), P(vert), P(sPtr), P(slash), P(rPtr), P(rCols), P(hl)];
     this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [...union, P(counts.ptr), I(H), I(Nb), P(bad)]);
     const rowPtr = this.#scratch((n + 1) * 4);
     try {
-      this.#scan(counts.ptr, rowPtr.ptr, n, temp);
       let sumPtr = summaryAt;
       if (sumPtr === undefined) {
         const sum = this.#scratch((H + 2) * 4);
         temp.push(sum);
         sumPtr = sum.ptr;
       }
-      this.#launch('mask.cu', 'expand_summary', [1], 128, 0, [P(rowPtr.ptr), P(bad), I(H), I(Nb), P(sumPtr)]);
+      // the row pointers, and the summary (each head's first row pointer, the total, the
+      // bad-row flag) written by the scan's last launch
+      this.#scan(counts.ptr, rowPtr.ptr, n, temp, { ptr: sumPtr, Nb, bad });
       // the rows' entries into room for `entries` ints
       const write = (entries: number): DeviceBlock => {
         const cols = this.#scratch(entries * 4);

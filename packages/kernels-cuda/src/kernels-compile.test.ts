@@ -114,8 +114,8 @@ describe('kernel parameter counts (checked at every launch)', () => {
   it('reads each written-out kernel signature, skipping macro lines', async () => {
     const { kernelParamCounts } = await import('./compile.js');
     const c = kernelParamCounts(kernelSource(kernelDir, 'proxy.cu'));
-    expect(c.get('proxy_cstruct_parts')).toBe(7);
-    expect(c.get('proxy_cstruct_sum')).toBe(3);
+    expect(c.get('proxy_cstruct')).toBe(9);
+    expect(c.get('proxy_combine')).toBe(10);
     expect(c.get('proxy_fused_sums')).toBe(10);
     expect(c.get('count_nonfinite_f64')).toBe(3);
     expect([...c.keys()].some((k) => k.startsWith('__'))).toBe(false);

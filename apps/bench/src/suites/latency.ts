@@ -5,7 +5,7 @@
  * (minSparseLength 0) so the sparse presets always take the sparse path: this suite is
  * what measures where that path starts to pay. Median of `reps` runs after `warmup`.
  */
-import { type Backend, type Policy, numBlocks, sparsePrefill } from '@crisp/core';
+import { type Backend, type DType, type Policy, numBlocks, sparsePrefill } from '@crisp/core';
 import { crisp, crispFast, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
@@ -94,6 +94,38 @@ async function timePreset(
   return { ms: spread(total), planMs: spread(plan).median, planPhases, attentionMs: spread(attention).median, density, denseReason };
 }
 
+/** The size of the JIT warm-up's prefills (BenchConfig.latency.jitWarmup). */
+export const JIT_WARMUP_N = 8192;
+
+/**
+ * Untimed prefills at JIT_WARMUP_N, every timed preset in turn, through the same calls the
+ * timed runs make (sparse plans forced, as there): the JavaScript of the plan and the launches
+ * is JIT-optimised before the first timed size. A failure here is logged and the suite goes on
+ * (the sizes then report their own errors).
+ */
+async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, shape: Shape, dtype: DType): Promise<void> {
+  const c = ctx.config.latency;
+  const t0 = performance.now();
+  let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
+  let out: import('@crisp/core').DeviceTensor | undefined;
+  try {
+    inputs = await latencyInputs(b, c.profile, JIT_WARMUP_N, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs);
+    out = b.allocate(dtype, [JIT_WARMUP_N, shape.heads, shape.headDim]);
+    const presets = LATENCY_PRESETS.filter((p) => c.gpuPresets.includes(p.name));
+    for (let i = 0; i < c.jitWarmup; i++) {
+      const policy = presets[i % presets.length];
+      // the output lands in `out`, as in the timed runs
+      await withTimeout(sparsePrefill(b, inputs, policy, { minSparseLength: 0, out }), Math.max(c.budgetMs, 300_000), `${name} ${policy.name}`);
+    }
+    ctx.log(`  latency ${name}: JIT warm-up, ${c.jitWarmup} prefills at n=${JIT_WARMUP_N} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  } catch (e) {
+    ctx.log(`  latency ${name}: JIT warm-up stopped (${message(e)})`);
+  } finally {
+    out?.dispose();
+    inputs?.dispose();
+  }
+}
+
 /** The backend without `mark`: sparsePrefill then times on the host clock. */
 function withoutMarks(b: Backend): Backend {
   return new Proxy(b, {
@@ -130,6 +162,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
     const sizes = isRef ? c.referenceSizes : c.sizes;
     const shape = isRef ? c.referenceShape : c.shape;
     const dtype = latencyDtype(ob.name);
+    if (!isRef && c.jitWarmup > 0) await jitWarmup(ctx, ob.name, b, shape, dtype);
     const started = performance.now();
     let last: { n: number; ms: number; inputsMs: number } | undefined;
     let broken = false;
