@@ -134,7 +134,7 @@ template <int D, int NWG, bool BF16>
 __device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
-                                        float scaleLog2) {
+                                        float scaleLog2, const int* hsel, int hmode) {
   constexpr int BM = 64 * NWG;  // = B
   constexpr int BN = BM;        // one mask block per key tile
   constexpr int NT = NWG * 128;
@@ -147,7 +147,7 @@ __device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __
 
   const int off = n - m;
   int h, I;
-  cta_order(Nb, h, I);
+  if (!cta_order(Nb, hsel, hmode, h, I)) return;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (16 rows each)
@@ -257,7 +257,7 @@ template <int D, int NWG, bool BF16, int ST>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
-                                        float scaleLog2) {
+                                        float scaleLog2, const int* hsel, int hmode) {
   constexpr int BM = 64 * NWG;
   constexpr int BN = BM;
   constexpr int NC = NWG * 128;  // consumer threads
@@ -275,7 +275,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 
   const int off = n - m;
   int h, I;
-  cta_order(Nb, h, I);
+  if (!cta_order(Nb, hsel, hmode, h, I)) return;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int q0 = I * BM;
@@ -421,14 +421,14 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 // the variadic tail (its commas would split an ordinary macro argument). Off sm_90a the
 // entries are empty stubs (see the top of the file).
 #ifdef CRISP_WGMMA
-#define CRISP_HOPPER_CALL(...) __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);
+#define CRISP_HOPPER_CALL(...) __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode);
 #else
 #define CRISP_HOPPER_CALL(...)
 #endif
 #define CRISP_ATTN_HOPPER(NAME, THREADS, ...)                                                               \
   extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode) {             \
     CRISP_HOPPER_CALL(__VA_ARGS__)                                                                           \
   }
 #define CRISP_ATTN_WG(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128, wg_body<D, NWG, BF16>)

@@ -17,7 +17,7 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
                                                const u16* __restrict__ v, u16* __restrict__ o,
                                                float* __restrict__ lse, const int* __restrict__ rowPtr,
                                                const int* __restrict__ cols, int n, int m, int Nb, int H,
-                                               int Hkv, float scaleLog2) {
+                                               int Hkv, float scaleLog2, const int* hsel, int hmode) {
   constexpr int WR = MT * 16;   // query rows per warp
   constexpr int BM = NW * WR;   // = B
   constexpr int ROWB = D * 2;
@@ -39,7 +39,7 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
   // columns below are positions; q, o and lse are indexed by position − off.
   const int off = n - m;
   int h, I;
-  cta_order(Nb, h, I);  // longest rows first: better tail balance
+  if (!cta_order(Nb, hsel, hmode, h, I)) return;  // longest rows first: better tail balance
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int q0 = I * BM;
@@ -221,8 +221,8 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
 #define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB)                                                          \
   extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                             \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2) {                                         \
-    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2);        \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode) {             \
+    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode); \
   }
 
 CRISP_ATTN(attn_bf16_d64_b64, 64, 4, 1, 64, true, 1)

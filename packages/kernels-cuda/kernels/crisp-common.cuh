@@ -96,9 +96,16 @@ __device__ __forceinline__ u32 swz(int row, int chunk, int rowBytes) {
 // CTA order: blockIdx.x is the head, blockIdx.y counts query blocks from the last, so the
 // longest causal rows start first (better tail balance). (A kv-head-major order, for L2
 // reuse of one kv head's K/V, was measured on the H200 in session 4: no gain; NOTES.md.)
-__device__ __forceinline__ void cta_order(int Nb, int& h, int& I) {
-  h = blockIdx.x;
+//
+// Which heads a launch serves (hsel, hmode): hmode 0, every head (blockIdx.x); hmode 1, the
+// heads routed to VS (hsel = the routes [H], 1 = VS: route.cu's), the other CTAs leave at
+// once; hmode 2, the listed heads (hsel = [count][heads], grid x = count: a device plan's PE
+// heads, whose rows come later on a second stream). Returns false for a CTA that leaves; the
+// bodies call this before any barrier or shared-memory setup.
+__device__ __forceinline__ bool cta_order(int Nb, const int* hsel, int hmode, int& h, int& I) {
+  h = hmode == 2 ? hsel[1 + blockIdx.x] : (int)blockIdx.x;
   I = Nb - 1 - (int)blockIdx.y;
+  return hmode != 1 || hsel[h] == 1;
 }
 
 // The key blocks query block I of head h visits: cols[first .. first + count) of the BSR rows

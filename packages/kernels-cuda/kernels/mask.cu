@@ -4,7 +4,9 @@
 // (activate (I, J) for I >= J), sorted slash offsets O (activate (I, I − O) for I >= O),
 // and/or BSR rows (rowPtr [H * Nb + 1], cols). Output: the union as BSR rows, each row's
 // key blocks strictly increasing. expand_count sizes each row and expand_write fills it, a
-// warp per row in both.
+// warp per row in both. With `route` (a device plan: [H], 1 = VS) only the heads routed
+// `want` get rows; the others' rows are empty (the plan expands its VS heads before the
+// attention and its PE heads beside it).
 #include "crisp-common.cuh"
 
 __device__ __forceinline__ int upper_bound_le(const int* a, int lo, int hi, int x) {
@@ -52,12 +54,17 @@ __device__ __forceinline__ void row_range(const int* rPtr, const int* hl, int h,
 // are tens of millions): each row's cols strictly increasing and inside [0, I]. The first
 // offending row (lowest index) lands in *bad, which the host initialises to CRISP_NO_BAD_ROW.
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
-                                       const int* rPtr, const int* rCols, const int* hl, int* counts, int H, int Nb,
-                                       int* bad) {
+                                       const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
+                                       int* counts, int H, int Nb, int* bad) {
   const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // uniform in the warp
   const int lane = threadIdx.x & 31;
   if (row >= H * Nb) return;
   const int I = row % Nb, h = row / Nb;
+  if (route != nullptr && route[h] != want) {
+    // another route's head (a device plan expands its VS and PE heads apart): an empty row
+    if (lane == 0) counts[row] = 0;
+    return;
+  }
   int ri = 0, re = 0;
   if (rPtr != nullptr) {
     row_range(rPtr, hl, h, I, Nb, ri, re);
@@ -100,8 +107,8 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 // that reads nothing back) every warp leaves once a row was flagged bad, so no bit lands
 // outside its row's bitmap and no row outside the room the host made (I + 1 a row).
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
-                                       const int* rPtr, const int* rCols, const int* hl, const int* outPtr,
-                                       int* outCols, int H, int Nb, const int* bad) {
+                                       const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
+                                       const int* outPtr, int* outCols, int H, int Nb, const int* bad) {
   if (*bad != CRISP_NO_BAD_ROW) return;
   extern __shared__ u32 bitmaps[];
   const int words = (Nb + 31) >> 5;
@@ -109,6 +116,7 @@ extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const 
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // uniform in the warp
   if (row >= H * Nb) return;
   const int I = row % Nb, h = row / Nb;
+  if (route != nullptr && route[h] != want) return;  // expand_count's empty row
   u32* bits = bitmaps + warp * words;
   const int W = (I >> 5) + 1;  // the words holding [0, I]
   for (int w = lane; w < W; w += 32) bits[w] = 0u;

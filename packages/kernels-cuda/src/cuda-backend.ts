@@ -233,6 +233,8 @@ interface Prepared {
  */
 class CudaPreparedMask implements PreparedMask {
   readonly backend: string;
+  /** a device plan on two streams: rowPtr and cols hold its VS heads, the PE heads come from here */
+  split?: SplitPlan;
   #released = false;
   #counts: Float64Array | (() => Float64Array);
   constructor(
@@ -338,6 +340,58 @@ type ExpandRead = { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headP
 /** expanded, nothing read: the summary [headPtr H + 1][total][bad row] left at `summary` on the device */
 type ExpandUnread = { rowPtr: DeviceBlock; cols: DeviceBlock; summary: number };
 
+/**
+ * A device plan's mask in two parts (#expand without a read): `only` keeps the rows of the
+ * heads routed `want` in `routes` ([H] on the device, 1 = VS), the others empty; `room`: the
+ * cols' size in ints when fewer than every head's causal triangle can be filled.
+ */
+interface ExpandSplit {
+  readonly only?: { readonly routes: number; readonly want: 0 | 1 };
+  readonly room?: number;
+}
+
+/** #selectOnDevice's lists on the device: their pointers, their buffer, and their read. */
+interface DeviceVsSelection {
+  readonly ptrs: readonly [number, number, number, number];
+  readonly buf: DeviceBlock;
+  readonly read: (after?: unknown) => { lists: () => VsLists; prefix: ArrayBuffer };
+}
+
+/**
+ * A device plan run on two streams (#splitPe): the prepared rows hold the VS heads; the PE
+ * heads' kernels, rows and attention go to the second stream once queued.
+ */
+interface SplitPlan {
+  /** the routes [H] on the device (1 = VS): the VS heads' attention serves only those */
+  readonly routes: number;
+  /** the PE heads [count][heads] on the device (route.cu's list) */
+  readonly list: number;
+  readonly side: Handle;
+  /** queues the PE heads' kernels and rows on the second stream (once) */
+  readonly queue: () => SplitQueued;
+  /** the PE heads' row pointers at each head's start [H + 1] (zeros for VS heads) */
+  readonly headPtr: () => Int32Array;
+}
+
+/** What #splitPe queued: with PE heads (count > 0) their rows, summary and an event behind them. */
+interface SplitQueued {
+  readonly count: number;
+  readonly part?: PePart;
+  readonly rowPtr?: number;
+  readonly cols?: number;
+  readonly summary?: number;
+  readonly done?: unknown;
+}
+
+/** A device plan's expansion summary [headPtr H + 1][total][bad row]: a bad row is this backend's fault. */
+function assertGoodRows(summary: Int32Array, H: number, Nb: number): void {
+  const badRow = summary[H + 1];
+  if (badRow !== NO_BAD_ROW) {
+    // the device builds every row itself
+    throw new CrispError('BACKEND_ERROR', `the device plan built a bad row (head ${Math.floor(badRow / Nb)} row ${badRow % Nb}); the mask was not written`);
+  }
+}
+
 /** One chunk of PE heads' rows on the device: rowPtrD [rows + 1], cols (room for all causal blocks). */
 interface PePart {
   readonly rowPtrD: DeviceBlock;
@@ -434,6 +488,8 @@ export class CudaBackend implements Backend {
   #copyStream: Handle | undefined;
   /** fences behind device plans (#recordDone), reused in turn */
   readonly #doneEvents: EventRing = { events: [], next: 0 };
+  /** recorded on the second stream only, behind a device plan's PE rows (#splitPe) */
+  readonly #peEvents: EventRing = { events: [], next: 0 };
   /** timing events behind marks (mark()), reused in turn; gen tells a reused slot */
   readonly #marks: { ev: unknown; gen: number }[] = [];
   #markNext = 0;
@@ -1571,11 +1627,7 @@ export class CudaBackend implements Backend {
     B: number,
     temp: DeviceBlock[],
     prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
-  ): {
-    ptrs: readonly [number, number, number, number];
-    buf: DeviceBlock;
-    read: (after?: unknown) => { lists: () => VsLists; prefix: ArrayBuffer };
-  } {
+  ): DeviceVsSelection {
     const { rule, stats, routes, peK } = req;
     if (rule?.kind !== 'noiseFloor') {
       throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
@@ -1659,7 +1711,15 @@ export class CudaBackend implements Backend {
    * head h's blocks are headPtr[h + 1] − headPtr[h].
    */
   #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[]): ExpandRead;
-  #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[], summaryAt: number): ExpandUnread;
+  #expand(
+    H: number,
+    Nb: number,
+    vsIn: ExpandVs,
+    rows: ExpandRows,
+    temp: DeviceBlock[],
+    summaryAt: number,
+    split?: ExpandSplit,
+  ): ExpandUnread;
   #expand(
     H: number,
     Nb: number,
@@ -1667,7 +1727,9 @@ export class CudaBackend implements Backend {
     rows: ExpandRows,
     temp: DeviceBlock[],
     summaryAt?: number,
+    split?: ExpandSplit,
   ): ExpandRead | ExpandUnread {
+    const only = split?.only;
     const n = H * Nb;
     // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][count][heads] (VS lists already
     // on the device: their pointers)
@@ -1696,7 +1758,7 @@ export class CudaBackend implements Backend {
       // rather than a blocking upload
       const flag = this.#scratch(4);
       temp.push(flag);
-      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, NO_BAD_ROW, 1, this.#stream), 'cuMemsetD32Async');
+      check(this.#libs, this.#libs.cu.cuMemsetD32Async(flag.ptr, NO_BAD_ROW, 1, this.#cur), 'cuMemsetD32Async');
       up = flag.ptr;
     } else {
       up = this.#uploadTemp(packed, temp);
@@ -1713,7 +1775,7 @@ export class CudaBackend implements Backend {
     // a warp per row, 4 rows a 128-thread block; expand_write holds a bitmap of Nb bits a warp
     const words = Math.ceil(Nb / 32);
     // the union's parts, as expand_count and expand_write take them
-    const union = [P(vPtr), P(vert), P(sPtr), P(slash), P(rPtr), P(rCols), P(hl)];
+    const union = [P(vPtr), P(vert), P(sPtr), P(slash), P(rPtr), P(rCols), P(hl), P(only?.routes ?? 0), I(only?.want ?? 0)];
     this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [...union, P(counts.ptr), I(H), I(Nb), P(bad)]);
     const rowPtr = this.#scratch((n + 1) * 4);
     try {
@@ -1736,7 +1798,7 @@ export class CudaBackend implements Backend {
       if (summaryAt !== undefined) {
         // nothing read: room for every causal block (a valid row holds at most I + 1, a bad
         // one is counted 0, and expand_write leaves at once once a row was flagged bad)
-        return { rowPtr, cols: write((H * Nb * (Nb + 1)) / 2), summary: summaryAt };
+        return { rowPtr, cols: write(split?.room ?? (H * Nb * (Nb + 1)) / 2), summary: summaryAt };
       }
       const summary = this.#read(sumPtr, new Int32Array(H + 2));
       const badRow = summary[H + 1];
@@ -1940,15 +2002,13 @@ export class CudaBackend implements Backend {
         ? kept.block.ptr
         : this.#uploadTemp(Float64Array.from([0, ...stats.cStruct, ...stats.rowEntropy]), temp);
       // The second stream (fused statistics just queued, nothing launched on the main stream
-      // since): the router waits only for C_struct, then the PE kernels run there while the
-      // main stream finishes the statistics and the VS selection; the main stream waits for
-      // the routes before the selection and for the PE rows before expanding.
+      // since): the router waits only for C_struct there, and the main stream waits for the
+      // routes before the VS selection. The PE heads then go to the second stream once the
+      // attention of the VS heads is queued (sparseAttention; #splitPe).
       const side =
         kept?.cstructReady !== undefined && kept.launchesAtEnd === this.#mainLaunches && kept === this.#deviceStats.at(-1)
           ? this.#side()
           : undefined;
-      if (kept && !side) this.#releaseHeld(kept);
-      let joined = side === undefined;
       // One buffer before the VS list pointers, read with them (devicePlanLayout)
       const { headBytes, sumOff, bytes } = devicePlanLayout(H);
       let rt = 0;
@@ -1966,77 +2026,152 @@ export class CudaBackend implements Backend {
         }
         return rt;
       };
-      const join = () => {
-        if (joined) return;
-        joined = true;
-        this.#fence(side!, this.#stream);
-        this.#releaseHeld(kept!);
-        // one plan a statistics object on the second stream: its event is a ring slot that
-        // later fences reuse, so another plan on these statistics runs on the main stream
-        kept!.cstructReady = undefined;
-      };
-      const { vsDev, part, hl } = (() => {
-        try {
-          const vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
-          temp.splice(temp.indexOf(vsDev.buf), 1);
-          held.push(vsDev.buf);
-          const hl = rt + H * 4;
-          const peOne = () => this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }])[0];
-          const part = side ? this.#onStream(side, peOne) : peOne();
-          held.push(part.rowPtrD, part.cols);
-          return { vsDev, part, hl };
-        } finally {
-          // the main stream behind the PE kernels before anything of theirs is given back
-          join();
+      let vsDev: DeviceVsSelection | undefined;
+      try {
+        vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
+      } finally {
+        if (kept) {
+          // the main stream waits for the second stream's router already, and what runs there
+          // later waits for the end of this plan (#splitPe): the statistics' scratch can go back
+          this.#releaseHeld(kept);
+          // one plan a statistics object on the second stream: its event is a ring slot that
+          // later fences reuse, so another plan on these statistics runs on the main stream
+          if (side) kept.cstructReady = undefined;
         }
-      })();
-      this.#traceHost('planOnDevice: queued');
-      const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl };
-      const e = this.#expand(H, Nb, { device: vsDev.ptrs }, rows, temp, vsDev.buf.ptr + sumOff);
+      }
+      temp.splice(temp.indexOf(vsDev.buf), 1);
+      held.push(vsDev.buf);
+      const hl = rt + H * 4;
+      const summaryAt = vsDev.buf.ptr + sumOff;
+      // one stream: the PE kernels over a head slot for every head, then every head expanded
+      const part = side ? undefined : this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }])[0];
+      if (part) held.push(part.rowPtrD, part.cols);
+      const e = part
+        ? this.#expand(H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp, summaryAt)
+        : // two streams: the VS heads now (the PE heads' rows empty), the PE heads in #splitPe
+          this.#expand(H, Nb, { device: vsDev.ptrs }, undefined, temp, summaryAt, { only: { routes: rt, want: 1 } });
       held.push(e.rowPtr, e.cols);
+      this.#traceHost('planOnDevice: queued');
       const done = this.#recordDone();
-      let back: { summary: Int32Array; outcome: () => DevicePlanOutcome } | undefined;
-      // the one copy, when first needed (read() or the block counts)
+      const vs = vsDev;
+      let back: { summary: Int32Array; nPe: number; routes: Route[]; lists: () => VsLists } | undefined;
+      // the one copy, when first needed (read(), the block counts, or the PE heads' turn)
       const fetch = () => {
         if (back) return back;
         if (res.prepared.released) throw new InvalidArgumentError('the device plan was read for the first time after its prepared mask was released');
-        const { lists, prefix } = vsDev.read(done);
+        const { lists, prefix } = vs.read(done);
         kept?.settle?.(new Float64Array(prefix, 0, 1 + 2 * H));
         const ints = new Int32Array(prefix, headBytes, (bytes - headBytes) / 4);
         const routes = Array.from(ints.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
-        const nPe = ints[H];
         const s0 = (sumOff - headBytes) / 4;
         const summary = ints.slice(s0, s0 + H + 2);
-        const badRow = summary[H + 1];
-        if (badRow !== NO_BAD_ROW) {
-          // the device builds every row itself: a bad one is this backend's fault
-          throw new CrispError(
-            'BACKEND_ERROR',
-            `the device plan built a bad row (head ${Math.floor(badRow / Nb)} row ${badRow % Nb}); the mask was not written`,
-          );
-        }
-        let outcome: DevicePlanOutcome | undefined;
-        back = {
-          summary,
-          outcome: () => {
-            outcome ??= {
-              routes,
-              vs: lists(),
-              ...(nPe > 0 ? { peRows: this.#peRowsReader(res.prepared, { rowPtrD: part.rowPtrD, cols: part.cols, rows: nPe * Nb }, undefined, done) } : {}),
-            };
-            return outcome;
-          },
-        };
+        assertGoodRows(summary, H, Nb);
+        back = { summary, nPe: ints[H], routes, lists };
         return back;
       };
-      const res = this.#preparedResult(H, Nb, B, { ...e, headPtr: () => fetch().summary.subarray(0, H + 1) }, held, undefined);
-      return { prepared: res.prepared, read: () => fetch().outcome() };
+      const splitOf = side ? this.#splitPe(side, r, H, Nb, { routes: rt, list: hl, vs: vs.ptrs, done, nPe: () => fetch().nPe }) : undefined;
+      let split: SplitPlan | undefined;
+      const counts = (): Int32Array => {
+        const main = fetch().summary.subarray(0, H + 1);
+        const other = split?.headPtr();
+        // each head's blocks are in one of the two parts: the counts add
+        return other ? Int32Array.from(main, (x, h) => x + other[h]) : main;
+      };
+      const res = this.#preparedResult(H, Nb, B, { ...e, headPtr: counts }, held, undefined);
+      split = splitOf?.(res.prepared);
+      res.prepared.split = split;
+      let outcome: DevicePlanOutcome | undefined;
+      const read = (): DevicePlanOutcome => {
+        if (outcome) return outcome;
+        const { routes, lists, nPe } = fetch();
+        const peRows = (() => {
+          if (nPe === 0) return undefined;
+          if (part) return this.#peRowsReader(res.prepared, { rowPtrD: part.rowPtrD, cols: part.cols, rows: nPe * Nb }, undefined, done);
+          const q = (split as SplitPlan).queue();
+          return this.#peRowsReader(res.prepared, q.part!, undefined, q.done);
+        })();
+        outcome = { routes, vs: lists(), ...(peRows ? { peRows } : {}) };
+        return outcome;
+      };
+      return { prepared: res.prepared, read };
     } catch (e) {
       this.releaseBlocks(held);
       throw e;
     } finally {
       this.releaseBlocks(temp);
     }
+  }
+
+  /**
+   * A device plan's PE heads on the second stream, queued once when first needed: by
+   * sparseAttention right after it has launched the VS heads' attention (so the PE kernels,
+   * their rows' expansion and their attention run beside it instead of before it), or by a
+   * read of the plan. Needs the PE count on the host (the plan's one copy, which waits for the
+   * VS heads' expansion: by then the attention is queued behind it). The second stream first
+   * waits for the plan's end (`done`: the VS lists, and every statistics kernel that read
+   * scratch the pool may hand out again); the main stream then waits for the PE rows.
+   */
+  #splitPe(
+    side: Handle,
+    r: PeRequest,
+    H: number,
+    Nb: number,
+    at: { readonly routes: number; readonly list: number; readonly vs: readonly [number, number, number, number]; readonly done: unknown; readonly nPe: () => number },
+  ) {
+    return (prepared: CudaPreparedMask): SplitPlan => {
+      let queued: SplitQueued | undefined;
+      let headPtr: Int32Array | undefined;
+      const queue = (): SplitQueued => {
+        if (queued) return queued;
+        if (prepared.released) throw new InvalidArgumentError("the device plan's PE heads were asked for after its prepared mask was released");
+        const count = at.nPe();
+        if (count === 0) {
+          queued = { count };
+          return queued;
+        }
+        const temp: DeviceBlock[] = [];
+        try {
+          const summary = this.#scratch((H + 2) * 4);
+          prepared.held.blocks.push(summary);
+          queued = this.#onStream(side, () => {
+            check(this.#libs, this.#libs.cu.cuStreamWaitEvent(side, at.done, 0), 'cuStreamWaitEvent');
+            const part = this.#peParts(r, count, [{ ptr: at.list, count, first: 0 }])[0];
+            prepared.held.blocks.push(part.rowPtrD, part.cols);
+            const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: at.list };
+            const e = this.#expand(H, Nb, { device: at.vs }, rows, temp, summary.ptr, {
+              only: { routes: at.routes, want: 0 },
+              room: (count * Nb * (Nb + 1)) / 2,
+            });
+            prepared.held.blocks.push(e.rowPtr, e.cols);
+            // a ring of the second stream's own: a later record there is later on that stream
+            const done = this.#recordIn(this.#peEvents, side);
+            return { count, part, rowPtr: e.rowPtr.ptr, cols: e.cols.ptr, summary: summary.ptr, done };
+          });
+          // the main stream behind the PE rows before the pool hands their scratch out again
+          check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, queued.done, 0), 'cuStreamWaitEvent');
+        } finally {
+          this.releaseBlocks(temp);
+        }
+        return queued;
+      };
+      return {
+        routes: at.routes,
+        list: at.list,
+        side,
+        queue,
+        headPtr: () => {
+          if (headPtr) return headPtr;
+          const q = queue();
+          if (q.count === 0) headPtr = new Int32Array(H + 1);
+          else {
+            const summary = this.#readOnCopyStream(q.summary!, new Int32Array(H + 2), q.done);
+            assertGoodRows(summary, H, Nb);
+            headPtr = summary.subarray(0, H + 1);
+          }
+          return headPtr;
+        },
+      };
+    };
   }
 
   /** A CUDA event (flags: 0 timing, 2 CU_EVENT_DISABLE_TIMING). */
@@ -2062,11 +2197,20 @@ export class CudaBackend implements Backend {
     return ev;
   }
 
-  /** planOnDevice's second stream (flags 0, like the main one), made on first use. */
+  /**
+   * planOnDevice's second stream (flags 0, like the main one), made on first use, at the
+   * context's greatest priority: its PE kernels and the PE heads' attention run beside the VS
+   * heads' attention, and the block scheduler gives the SMs that attention frees to pending
+   * CTAs of higher-priority streams first (at equal priority the PE chain could wait behind
+   * the whole attention grid).
+   */
   #side(): Handle {
     if (!this.#sideStream) {
+      const least = [0];
+      const greatest = [0];
+      check(this.#libs, this.#libs.cu.cuCtxGetStreamPriorityRange(least, greatest), 'cuCtxGetStreamPriorityRange');
       const s = [null];
-      check(this.#libs, this.#libs.cu.cuStreamCreate(s, 0), 'cuStreamCreate');
+      check(this.#libs, this.#libs.cu.cuStreamCreateWithPriority(s, 0, greatest[0]), 'cuStreamCreateWithPriority');
       this.#sideStream = s[0];
     }
     return this.#sideStream;
@@ -2196,11 +2340,17 @@ export class CudaBackend implements Backend {
     return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
   }
 
+  /**
+   * One attention launch over rows (rowPtr, cols; 0, 0: dense). `heads` (crisp-common.cuh's
+   * cta_order): every head by default; `{ routes }` only the heads routed to VS there (the
+   * others leave at once); `{ list, count }` the `count` heads of a device list [count][heads].
+   */
   #runAttention(
     p: Prepared,
     B: number,
     rowPtr: number,
     cols: number,
+    heads?: { readonly routes: number } | { readonly list: number; readonly count: number },
   ): AttentionResult {
     const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
     const { keys: n, queries: m, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
@@ -2215,7 +2365,8 @@ export class CudaBackend implements Backend {
     const smem =
       B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
     const block = (B / lay.rowsPerWarp) * 32 + lay.producerThreads;
-    this.#launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, Nb - firstBlock], block, smem, [
+    const [gx, hsel, hmode] = !heads ? [H, 0, 0] : 'routes' in heads ? [H, heads.routes, 1] : [heads.count, heads.list, 2];
+    this.#launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [gx, Nb - firstBlock], block, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),
@@ -2229,6 +2380,8 @@ export class CudaBackend implements Backend {
       I(H),
       I(Hkv),
       F(scale * LOG2E),
+      P(hsel),
+      I(hmode),
     ]);
     // housekeeping while the kernel runs: old statistics to the host (#evictRetained)
     this.#evictRetained(1);
@@ -2264,7 +2417,23 @@ export class CudaBackend implements Backend {
         throw new MaskError('opts.prepared does not describe this mask (heads, blocks or block size differ)');
       }
       const p = this.#prepareAttention(q, k, v, opts, B);
-      return this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr);
+      const split = prepared.split;
+      if (!split) return this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr);
+      // A device plan on two streams: the VS heads' attention first; then the PE heads'
+      // kernels, rows and attention on the second stream, beside it (that attention also
+      // waits for what the main stream had queued before this call: writes to out, say);
+      // the main stream then waits for the second.
+      const before = this.#fence(this.#stream);
+      const res = this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr, { routes: split.routes });
+      const pe = split.queue();
+      if (pe.count > 0) {
+        this.#onStream(split.side, () => {
+          check(this.#libs, this.#libs.cu.cuStreamWaitEvent(split.side, before, 0), 'cuStreamWaitEvent');
+          this.#runAttention(p, B, pe.rowPtr as number, pe.cols as number, { list: split.list, count: pe.count });
+        });
+        this.#fence(split.side, this.#stream);
+      }
+      return res;
     }
     // Pointers and VS lists on the host; the BSR entries (tens of millions at 512k) on the
     // device while expanding (expand_count), which raises the same MaskError.
@@ -2312,7 +2481,7 @@ export class CudaBackend implements Backend {
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
     this.#modules.clear();
     this.#functions.clear();
-    for (const e of [...this.#doneEvents.events, ...this.#sideEvents.events]) cu.cuEventDestroy(e);
+    for (const e of [...this.#doneEvents.events, ...this.#sideEvents.events, ...this.#peEvents.events]) cu.cuEventDestroy(e);
     if (this.#sideStream) cu.cuStreamDestroy(this.#sideStream);
     for (const m of this.#marks) cu.cuEventDestroy(m.ev);
     cu.cuStreamDestroy(this.#stream);

@@ -40,6 +40,8 @@ export interface CudaDriver {
   readonly cuMemsetD32Async: Fn;
   readonly cuMemsetD16Async: Fn;
   readonly cuStreamCreate: Fn;
+  readonly cuStreamCreateWithPriority: Fn;
+  readonly cuCtxGetStreamPriorityRange: Fn;
   readonly cuStreamDestroy: Fn;
   readonly cuStreamSynchronize: Fn;
   readonly cuEventCreate: Fn;
@@ -180,6 +182,8 @@ function bind(): CudaLibs {
     cuMemsetD32Async: f(lib, 'int cuMemsetD32Async(uint64_t dst, unsigned int v, size_t n, void *stream)'),
     cuMemsetD16Async: f(lib, 'int cuMemsetD16Async(uint64_t dst, unsigned short v, size_t n, void *stream)'),
     cuStreamCreate: f(lib, 'int cuStreamCreate(_Out_ void **stream, unsigned int flags)'),
+    cuStreamCreateWithPriority: f(lib, 'int cuStreamCreateWithPriority(_Out_ void **stream, unsigned int flags, int priority)'),
+    cuCtxGetStreamPriorityRange: f(lib, 'int cuCtxGetStreamPriorityRange(_Out_ int *least, _Out_ int *greatest)'),
     cuStreamDestroy: first(lib, ['int cuStreamDestroy_v2(void *s)', 'int cuStreamDestroy(void *s)']),
     cuStreamSynchronize: f(lib, 'int cuStreamSynchronize(void *s)'),
     cuEventCreate: f(lib, 'int cuEventCreate(_Out_ void **ev, unsigned int flags)'),

@@ -24,34 +24,36 @@ function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead
 }
 
 describe('planOnDevice (stand-in driver)', () => {
-  it('queues statistics, routing, selection, PE rows and expansion, and reads them back only after an event behind them', async () => {
+  it('queues statistics, routing, selection and the VS heads\' rows, then the PE heads\' after one read behind an event', async () => {
     const { be, inputs, log } = setup();
     releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 })); // checks q, k once
     log.length = 0;
     const plan = await planPrefill(be, inputs, crisp, { minSparseLength: 0 });
     const launches = log.filter((e) => e.kind === 'launch').map((e) => e.name as string);
     const at = (name: string) => launches.findIndex((x) => x.startsWith(name));
-    // the expanded rows' scan (with their summary) between counting and writing them
-    const lastScan = launches.lastIndexOf('exclusive_scan_tiles');
-    expect(lastScan).toBeGreaterThan(at('expand_count'));
-    expect(lastScan).toBeLessThan(at('expand_write'));
+    const lastAt = (name: string) => launches.findLastIndex((x) => x.startsWith(name));
     for (const [a, b] of [
       ['proxy_wg_pass1f', 'route_cstruct'],
       ['route_cstruct', 'vs_select'],
-      ['vs_select', 'pe_q_means'],
-      ['pe_write', 'expand_count'],
+      ['vs_select', 'expand_count'],
       ['expand_count', 'expand_write'],
-    ]) {
+      ['expand_write', 'pe_q_means'],
+      ['pe_write', 'expand_count'],
+    ] as const) {
       expect(at(a), `${a} in ${launches.join(',')}`).toBeGreaterThanOrEqual(0);
-      expect(at(a), `${a} before ${b}`).toBeLessThan(at(b));
+      expect(at(a), `${a} before ${b}`).toBeLessThan(b === 'expand_count' && a === 'pe_write' ? lastAt(b) : at(b));
     }
-    // no synchronising read at all; the copies on the copy stream come after an event
-    // recorded behind the last kernel, which the copy stream waits for
+    // each expansion's scan (with its summary) between counting and writing its rows
+    expect(launches.slice(at('expand_count'), at('expand_write'))).toContain('exclusive_scan_tiles');
+    expect(launches.slice(lastAt('expand_count'), lastAt('expand_write'))).toContain('exclusive_scan_tiles');
+    // no synchronising read at all; the first copy (the plan's routes, PE count, lists and VS
+    // heads' summary) waits for an event behind the VS heads' rows, and only then are the PE
+    // heads queued (their count comes with it)
     expect(log.some((e) => e.kind === 'read')).toBe(false);
-    const last = log.findLastIndex((e) => e.kind === 'launch');
-    expect(log[last].name).toBe('expand_write');
+    const firstWrite = log.findIndex((e) => e.kind === 'launch' && e.name === 'expand_write');
     const firstCopy = log.findIndex((e) => e.kind === 'copyRead');
-    expect(log.slice(last, firstCopy).map((e) => e.kind)).toEqual(['launch', 'record', 'wait']);
+    expect(log.slice(firstWrite, firstCopy).map((e) => e.kind)).toEqual(['launch', 'record', 'wait']);
+    expect(log.findIndex((e) => e.kind === 'launch' && (e.name as string).startsWith('pe_'))).toBeGreaterThan(firstCopy);
     // zeros from the device: C_struct 0 routes every head to PE on both sides
     expect(plan.routing?.routes).toEqual(Array(H).fill('pe'));
     expect(plan.stats?.finite).toBe(true);
@@ -59,11 +61,11 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
-  it('runs the router and the PE kernels on a second stream beside the rest of the statistics, joined before the mask', async () => {
+  it('runs the router on a second stream beside the statistics, and the PE heads there beside the VS heads\' attention', async () => {
     const { be, inputs, log } = setup();
-    releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 }));
+    (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
     log.length = 0;
-    const plan = await planPrefill(be, inputs, crisp, { minSparseLength: 0 });
+    const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
     const main = log.find((e) => e.kind === 'launch')?.stream;
     const i = (pred: (e: (typeof log)[number]) => boolean) => log.findIndex(pred);
     const launch = (name: string) => i((e) => e.kind === 'launch' && (e.name as string).startsWith(name));
@@ -79,24 +81,28 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(log[cs + 1]).toMatchObject({ kind: 'record', stream: main });
     const firstRoute = log.indexOf(routes[0]);
     expect(log[firstRoute - 1]).toMatchObject({ kind: 'wait', stream: side });
-    // every PE kernel on the second stream, the statistics, selection and mask on the main one
-    for (const e of log.filter((x) => x.kind === 'launch')) {
-      const name = e.name as string;
-      const onSide = name.startsWith('pe_') || (log.indexOf(e) > launch('pe_row_kept') && log.indexOf(e) < launch('pe_write'));
-      if (e === routes[0] || onSide || name === 'pe_write') expect(e.stream, name).toBe(side);
-      else expect(e.stream, name).toBe(main);
-    }
-    // the main stream waits for the routes before vs_select and for the PE rows before expanding
+    // the main stream waits for the routes before vs_select
     expect(log.slice(firstRoute + 1, launch('vs_select')).map((e) => [e.kind, e.stream])).toEqual([
       ['record', side],
       ['wait', main],
       ['launch', main],
     ]);
-    expect(log.slice(launch('pe_write') + 1, launch('expand_count')).map((e) => [e.kind, e.stream])).toEqual([
-      ['record', side],
-      ['wait', main],
-    ]);
-    releasePlan(plan);
+    // two attention launches: the VS heads' on the main stream right behind their rows, then
+    // the PE heads' on the second stream behind the PE kernels and rows, which start there
+    // only once the plan's end is reached (a wait on the main stream's event)
+    const attn = log.filter((e) => e.kind === 'launch' && (e.name as string).startsWith('attn_'));
+    expect(attn.map((e) => e.stream)).toEqual([main, side]);
+    const vsAttn = log.indexOf(attn[0]);
+    expect(launch('pe_q_means')).toBeGreaterThan(vsAttn);
+    for (const e of log.slice(vsAttn + 1).filter((x) => x.kind === 'launch')) expect(e.stream, e.name as string).toBe(side);
+    for (const e of log.slice(0, vsAttn).filter((x) => x.kind === 'launch' && x !== routes[0])) expect(e.stream, e.name as string).toBe(main);
+    const firstPe = launch('pe_q_means');
+    expect(log.slice(vsAttn + 1, firstPe).filter((e) => e.kind === 'wait').map((e) => e.stream)).toContain(side);
+    // the main stream waits for the PE heads' attention before the call's end
+    const peAttn = log.indexOf(attn[1]);
+    expect(log.slice(peAttn + 1).some((e) => e.kind === 'wait' && e.stream === main)).toBe(true);
+    expect(r.plan.routing?.routes).toEqual(Array(H).fill('pe'));
+    r.output.dispose();
     be.dispose();
   });
 
@@ -177,7 +183,10 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(streamOf('pe_')).not.toHaveLength(0);
     expect(new Set(streamOf('pe_'))).toEqual(new Set(['side']));
     expect(streamOf('route_cstruct')).toEqual(['side', 'main']);
-    expect(new Set([...streamOf('proxy_'), ...streamOf('vs_'), ...streamOf('expand_'), ...streamOf('attn_')])).toEqual(new Set(['main']));
+    expect(new Set([...streamOf('proxy_'), ...streamOf('vs_')])).toEqual(new Set(['main']));
+    // each expansion and attention launch twice: the VS heads' on the main stream, the PE heads' on the second
+    expect(streamOf('expand_write')).toEqual(['main', 'side']);
+    expect(streamOf('attn_')).toEqual(['main', 'side']);
     be.dispose();
   });
 

@@ -35,7 +35,8 @@ export interface StandIn {
 /**
  * `onRead(out, kind)`: fill a device read (zeros otherwise). Reads of H + 2 ints (expand's
  * summary) and of a device plan's prefix with its list pointers (devicePlanPrefix) get a
- * clean bad-row flag by default, so masks expand without a MaskError.
+ * clean bad-row flag by default, so masks expand without a MaskError; the prefix also gets
+ * a full PE list (every head routed to PE, as the zeros' C_struct says).
  */
 export function standInDriver(
   opts: { heads?: number; onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => void } = {},
@@ -55,7 +56,12 @@ export function standInDriver(
   const plan = devicePlanPrefix(H);
   const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => {
     if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = NO_BAD_ROW;
-    if (out instanceof Int32Array && out.length === plan.ints) out[plan.badRow] = NO_BAD_ROW;
+    if (out instanceof Int32Array && out.length === plan.ints) {
+      out[plan.badRow] = NO_BAD_ROW;
+      // every head routed to PE, as the zeros' C_struct says: the device's PE list is full
+      out[plan.pe] = H;
+      for (let h = 0; h < H; h++) out[plan.pe + 1 + h] = h;
+    }
     opts.onRead?.(out, kind);
   };
   const cu = {
@@ -73,6 +79,12 @@ export function standInDriver(
     cuCtxSetCurrent: () => 0,
     cuCtxSynchronize: () => 0,
     cuStreamCreate: (s: unknown[]) => set(s, { stream: ++streams }),
+    cuStreamCreateWithPriority: (s: unknown[]) => set(s, { stream: ++streams }),
+    cuCtxGetStreamPriorityRange: (least: unknown[], greatest: unknown[]) => {
+      least[0] = 0;
+      greatest[0] = -5;
+      return 0;
+    },
     cuStreamDestroy: () => 0,
     cuStreamSynchronize: () => {
       log.push({ kind: 'sync' });
@@ -146,7 +158,7 @@ export function standInDriver(
  * Where a device plan's one copy (CudaBackend.planOnDevice: the statistics' head values, the
  * routes, the PE head list, expand's summary, then the VS list pointers) holds what, in ints.
  */
-export function devicePlanPrefix(H: number): { ints: number; routes: number; badRow: number } {
+export function devicePlanPrefix(H: number): { ints: number; routes: number; pe: number; badRow: number } {
   const { headBytes, sumOff, bytes } = devicePlanLayout(H);
-  return { ints: bytes / 4 + 2 * (H + 1), routes: headBytes / 4, badRow: sumOff / 4 + H + 1 };
+  return { ints: bytes / 4 + 2 * (H + 1), routes: headBytes / 4, pe: headBytes / 4 + H, badRow: sumOff / 4 + H + 1 };
 }
