@@ -7,10 +7,12 @@ conformance_pair() {
   shift 2
   timeout -s KILL 200 node .device/app/cuda-device-main.mjs --phase conformance --dtypes bf16 --confMaxN 16384 \
     --budget 190 "$@" --out "$out/$prefix-bf16" > "$out/$prefix-bf16.log" 2>&1 &
+  local pid=$!
   sleep 10
   timeout -s KILL 190 node .device/app/cuda-device-main.mjs --phase conformance --dtypes f16 --confMaxN 16384 \
     --budget 180 "$@" --out "$out/$prefix-f16" > "$out/$prefix-f16.log" 2>&1
-  wait
+  # that process only: a bare `wait` also waits for a caller's process substitution (a tee)
+  wait "$pid"
   grep -h "conformance cuda:" "$out/$prefix"-*.log
   grep -h FAIL "$out/$prefix"-*.log | head -n 10
 }

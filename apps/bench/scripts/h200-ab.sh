@@ -32,18 +32,21 @@ source .device/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 app=$(realpath .device/app)
 C="node $app/cuda-device-main.mjs"
+pids=()
 if [[ $checks == *,proxy,* ]]; then
   (
     timeout -s KILL 150 $C --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --budget 140 --out "$out/proxy-128k" > "$out/proxy-128k.log" 2>&1
     timeout -s KILL 60 $C --phase proxy --proxySmall 0 --proxyRef 0 --proxyNs 524288 --proxyLayouts wg --budget 55 --out "$out/proxy-512k" > "$out/proxy-512k.log" 2>&1
   ) &
+  pids+=($!)
 fi
 if [[ $checks == *,conf,* ]]; then
   # shellcheck disable=SC1091
   source apps/bench/scripts/conformance.sh
   conformance_pair "$out" conf
 fi
-wait
+# (a bare `wait` would also wait for the tee above, for ever)
+for p in "${pids[@]}"; do wait "$p"; done
 [[ $checks == *,proxy,* ]] && grep -hE "PASS|FAIL|bit diffs|fused vs two-pass" "$out"/proxy-*.log | cut -c1-400
 if [[ $checks == *,e2e,* ]]; then
   e2e() { # NAME DIR BUNDLE [flags]

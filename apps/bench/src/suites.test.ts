@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parseSizes, resolveConfig } from './index.js';
+import { warmupText } from './report.js';
 import { crossoverSuite } from './suites/crossover.js';
 import { type LatencyRow, steadySizeMs } from './suites/latency.js';
 import { constructedHead, syntheticCurve } from './suites/on-curve.js';
@@ -31,6 +32,15 @@ describe('parseSizes', () => {
   it('keeps at least 3 timed runs', () => {
     expect(() => resolveConfig({ reps: '2' })).toThrow(/reps/);
     expect(resolveConfig({ smoke: true, reps: '5' }).latency.reps).toBe(5);
+  });
+  it('warms the JIT with 300 prefills by default (none in the smoke run), and says so in the reports', () => {
+    expect(resolveConfig({}).latency.jitWarmup).toBe(300);
+    expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
+    expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);
+    expect(() => resolveConfig({ jitWarmup: '-1' })).toThrow(/jit-warmup/);
+    expect(warmupText({ warmup: 3, jitWarmup: 300 })).toMatch(/^3 warm-up \(GPU backends: after 300 untimed prefills at 8k/);
+    // results written before the option existed say nothing of it
+    expect(warmupText({ warmup: 1 })).toBe('1 warm-up');
   });
   it('takes the latency switches for fresh inputs and host timings, off by default', () => {
     expect(resolveConfig({}).latency).toMatchObject({ freshInputs: false, hostTimings: false });

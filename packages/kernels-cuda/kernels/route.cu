@@ -6,10 +6,10 @@
 //             non-finite statistics once it reads them).
 //
 // Output out [2H + 1] int: routes [H] (1 = VS, 0 = PE, as select.cu reads them), then the PE
-// head list [nPE][PE heads ascending] that pe.cu and spread_row_ptr (mask.cu) read. The
-// kernel also copies the statistics' head values [non-finite count][C_struct H][entropy H]
-// (f64, proxyStats' layout) to statsCopy, beside the routes and the VS list pointers, so the
-// plan's end reads them all in one copy.
+// head list [nPE][PE heads ascending] that pe.cu, expand_count and expand_write (mask.cu)
+// and the PE heads' attention read. The kernel also copies the statistics' head values
+// [non-finite count][C_struct H][entropy H] (f64, proxyStats' layout) to statsCopy, beside the
+// routes and the VS list pointers, so the plan's end reads them all in one copy.
 #include "crisp-common.cuh"
 
 // One CTA of 32 threads: routes in parallel, the list compacted in head order by one warp

@@ -294,9 +294,9 @@ interface DeviceStats {
   /** #mainLaunches when proxyStats returned: the second stream only if none came since */
   readonly launchesAtEnd?: number;
   /**
-   * proxyStats' scratch, given back only once planOnDevice's second stream has joined the
-   * main one (until then the pool must not hand it to the PE kernels beside the statistics
-   * kernels that still read it), or when the entry is dropped
+   * proxyStats' scratch, given back by planOnDevice once what its second stream runs later
+   * waits for the plan's end (until then the pool must not hand it to kernels there beside
+   * the statistics kernels that still read it), or when the entry is dropped
    */
   held?: DeviceBlock[];
 }
@@ -572,7 +572,7 @@ export class CudaBackend implements Backend {
     this.#releaseHeld(e);
   }
 
-  /** An entry's held scratch back to the pool (planOnDevice's second stream has joined, or none ran). */
+  /** An entry's held scratch back to the pool (planOnDevice has ordered its second stream, or none ran). */
   #releaseHeld(e: DeviceStats): void {
     if (e.held) this.releaseBlocks(e.held.splice(0));
   }
@@ -1321,7 +1321,7 @@ export class CudaBackend implements Backend {
               },
             }
           : {}),
-        // the scratch stays taken until the plan's second stream has joined (#releaseHeld)
+        // the scratch stays taken until planOnDevice has ordered its second stream (#releaseHeld)
         ...(cstructReady !== undefined ? { cstructReady, launchesAtEnd: this.#mainLaunches, held: blocks.splice(0) } : {}),
       };
       this.#deviceStats.push(entry);
@@ -1704,9 +1704,11 @@ export class CudaBackend implements Backend {
    * all heads' (`rows.rowPtr` [H·Nb + 1]) or a subset's (`rows.heads`, or `rows.headList`
    * already on the device as [count][heads]: rowPtr [heads·Nb + 1]; expand_count and
    * expand_write find each head's slot in the list, the other heads' rows are empty). Row
-   * entries are checked while counting (a MaskError names the first bad row). One upload (the VS lists, the bad-row
-   * flag, the heads) and one read (each head's first row pointer, the total and the flag):
-   * at 512k every synchronising copy costs a round trip, and the uploads wait for the stream.
+   * entries are checked while counting (a MaskError names the first bad row). One upload (the
+   * VS lists, the bad-row flag, the heads) and one read (each head's first row pointer, the
+   * total and the flag): at 512k every synchronising copy costs a round trip, and the uploads
+   * wait for the stream. `split` (nothing read): the rows of one route's heads only, in
+   * `room` ints.
    * Scratch goes to `temp`; the caller releases it and the returned blocks. `headPtr` [H + 1]:
    * head h's blocks are headPtr[h + 1] − headPtr[h].
    */
@@ -1942,16 +1944,19 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * The plan after the statistics as one queue of device work (core's planOnDevice): routes
-   * (route.cu) from the statistics' C_struct where proxyStats left it, VS selection
-   * (select.cu) on those routes, the PE kernels (pe.cu) over a head slot for every head
-   * (slots past the device's PE count leave at once), the union expanded and counted
-   * (mask.cu), an event behind the last kernel. Nothing is read here, so the caller queues
-   * the attention behind the plan; `read()` then brings the routes, the statistics' head
-   * values, expand's summary and the list pointers back in one copy on the copy stream
-   * (waiting for that event only), and the lists after them. Pooled maps for every head over
-   * PE_PART_BYTES (beyond Llama shapes at 512k): routed on the host from C_struct, then
-   * prepareMask (which reads as it goes).
+   * The plan after the statistics as device work (core's planOnDevice): routes (route.cu)
+   * from the statistics' C_struct where proxyStats left it, VS selection (select.cu) on those
+   * routes, then the rows expanded and counted (mask.cu), an event behind the last kernel.
+   * Nothing is read here, so the caller queues the attention behind the plan; `read()` then
+   * brings the routes, the PE count, the statistics' head values, expand's summary and the
+   * list pointers back in one copy on the copy stream (waiting for that event only), and the
+   * lists after them. Two streams (the statistics were the last work queued): the router on
+   * the second one beside the statistics' sums, the VS heads' rows only here, and the PE
+   * heads' kernels, rows and attention on the second stream beside the VS heads' attention
+   * (#splitPe: queued by sparseAttention, or by a read). One stream: the PE kernels over a
+   * head slot for every head (slots past the device's PE count leave at once) and every
+   * head's rows. Pooled maps for every head over PE_PART_BYTES (beyond Llama shapes at
+   * 512k): routed on the host from C_struct, then prepareMask (which reads as it goes).
    */
   async planOnDevice(req: DevicePlanRequest): Promise<DevicePlanResult> {
     this.#alive();

@@ -96,6 +96,8 @@ async function timePreset(
 
 /** The size of the JIT warm-up's prefills (BenchConfig.latency.jitWarmup). */
 export const JIT_WARMUP_N = 8192;
+/** The JIT warm-up stops here even short of its count (a slow backend: SwiftShader takes seconds a prefill). */
+export const JIT_WARMUP_MAX_MS = 30_000;
 
 /**
  * Untimed prefills at JIT_WARMUP_N, every timed preset in turn, through the same calls the
@@ -106,23 +108,43 @@ export const JIT_WARMUP_N = 8192;
 async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, shape: Shape, dtype: DType): Promise<void> {
   const c = ctx.config.latency;
   const t0 = performance.now();
-  let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
-  let out: import('@crisp/core').DeviceTensor | undefined;
+  let opened: SizeInputs | undefined;
   try {
-    inputs = await latencyInputs(b, c.profile, JIT_WARMUP_N, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs);
-    out = b.allocate(dtype, [JIT_WARMUP_N, shape.heads, shape.headDim]);
+    opened = await openInputs(ctx, b, JIT_WARMUP_N, shape, dtype);
+    const { inputs, out } = opened;
     const presets = LATENCY_PRESETS.filter((p) => c.gpuPresets.includes(p.name));
-    for (let i = 0; i < c.jitWarmup; i++) {
-      const policy = presets[i % presets.length];
+    let t1 = performance.now();
+    let done = 0;
+    // (the first prefill compiles the kernels: not counted against the cap)
+    while (done < c.jitWarmup && (done < 1 || performance.now() - t1 < JIT_WARMUP_MAX_MS)) {
+      const policy = presets[done % presets.length];
       // the output lands in `out`, as in the timed runs
       await withTimeout(sparsePrefill(b, inputs, policy, { minSparseLength: 0, out }), Math.max(c.budgetMs, 300_000), `${name} ${policy.name}`);
+      if (done === 0) t1 = performance.now();
+      done++;
     }
-    ctx.log(`  latency ${name}: JIT warm-up, ${c.jitWarmup} prefills at n=${JIT_WARMUP_N} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    ctx.log(
+      `  latency ${name}: JIT warm-up, ${done} prefills at n=${JIT_WARMUP_N} in ${((performance.now() - t0) / 1000).toFixed(1)} s${done < c.jitWarmup ? ` (stopped at ${JIT_WARMUP_MAX_MS / 1000} s)` : ''}`,
+    );
   } catch (e) {
     ctx.log(`  latency ${name}: JIT warm-up stopped (${message(e)})`);
   } finally {
-    out?.dispose();
-    inputs?.dispose();
+    opened?.out.dispose();
+    opened?.inputs.dispose();
+  }
+}
+
+type SizeInputs = { inputs: Awaited<ReturnType<typeof latencyInputs>>; out: import('@crisp/core').DeviceTensor };
+
+/** One size's q, k, v (the suite's input kind) and an output tensor; nothing is left allocated on failure. */
+async function openInputs(ctx: SuiteContext, b: Backend, n: number, shape: Shape, dtype: DType): Promise<SizeInputs> {
+  const c = ctx.config.latency;
+  const inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs);
+  try {
+    return { inputs, out: b.allocate(dtype, [n, shape.heads, shape.headDim]) };
+  } catch (e) {
+    inputs.dispose();
+    throw e;
   }
 }
 
@@ -196,16 +218,14 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
         continue;
       }
       const t0 = performance.now();
-      let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
-      let out: import('@crisp/core').DeviceTensor | undefined;
+      let opened: SizeInputs;
       try {
-        inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs);
-        out = b.allocate(dtype, [n, shape.heads, shape.headDim]);
+        opened = await openInputs(ctx, b, n, shape, dtype);
       } catch (e) {
         skip(e instanceof SkipError ? e.message : `inputs: ${message(e)}`);
-        inputs?.dispose();
         continue;
       }
+      const { inputs, out } = opened;
       const tGen = performance.now();
       const medians: number[] = [];
       try {
