@@ -2428,17 +2428,25 @@ export class CudaBackend implements Backend {
       // kernels, rows and attention on the second stream, beside it (that attention also
       // waits for what the main stream had queued before this call: writes to out, say);
       // the main stream then waits for the second.
-      const before = this.#fence(this.#stream);
-      const res = this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr, { routes: split.routes });
-      const pe = split.queue();
-      if (pe.count > 0) {
-        this.#onStream(split.side, () => {
-          check(this.#libs, this.#libs.cu.cuStreamWaitEvent(split.side, before, 0), 'cuStreamWaitEvent');
-          this.#runAttention(p, B, pe.rowPtr as number, pe.cols as number, { list: split.list, count: pe.count });
-        });
-        this.#fence(split.side, this.#stream);
+      try {
+        const before = this.#fence(this.#stream);
+        const res = this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr, { routes: split.routes });
+        const pe = split.queue();
+        if (pe.count > 0) {
+          this.#onStream(split.side, () => {
+            check(this.#libs, this.#libs.cu.cuStreamWaitEvent(split.side, before, 0), 'cuStreamWaitEvent');
+            this.#runAttention(p, B, pe.rowPtr as number, pe.cols as number, { list: split.list, count: pe.count });
+          });
+          this.#fence(split.side, this.#stream);
+        }
+        return res;
+      } catch (e) {
+        // (a failed launch, a bad row in the plan, no memory for the PE rows): the output is
+        // incomplete, and is not handed out
+        if (!opts.out) p.out.dispose();
+        p.lse?.dispose();
+        throw e;
       }
-      return res;
     }
     // Pointers and VS lists on the host; the BSR entries (tens of millions at 512k) on the
     // device while expanding (expand_count), which raises the same MaskError.

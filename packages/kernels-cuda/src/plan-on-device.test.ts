@@ -248,6 +248,27 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
+  it('rejects a two-stream plan whose VS heads\' rows came out bad once the PE heads are queued, and recovers', async () => {
+    const prefix = devicePlanPrefix(H);
+    let bad = false;
+    const { be, inputs, log } = setup((out, kind) => {
+      if (bad && kind === 'copyRead' && out instanceof Int32Array && out.length === prefix.ints) out[prefix.badRow] = 5;
+    });
+    (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
+    bad = true;
+    log.length = 0;
+    await expect(sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    // the VS heads' attention was launched, the PE heads' never were
+    const attn = log.filter((e) => e.kind === 'launch' && (e.name as string).startsWith('attn_'));
+    expect(attn).toHaveLength(1);
+    expect(log.some((e) => e.kind === 'launch' && (e.name as string).startsWith('pe_'))).toBe(false);
+    bad = false;
+    const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
+    expect(r.plan.routing?.routes).toEqual(Array(H).fill('pe'));
+    r.output.dispose();
+    be.dispose();
+  });
+
   it('fails the plan when the device routes differ from the host router, and releases the prepared mask', async () => {
     // the device says head 0 is VS (routes follow the statistics' head copy in the buffer
     // read with the list pointers); the statistics say C_struct 0 (PE)
