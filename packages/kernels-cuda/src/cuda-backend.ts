@@ -369,7 +369,7 @@ interface SplitPlan {
   readonly side: Handle;
   /** queues the PE heads' kernels and rows on the second stream (once) */
   readonly queue: () => SplitQueued;
-  /** the PE heads' row pointers at each head's start [H + 1] (zeros for VS heads) */
+  /** the PE heads' rows' pointer at each head's start [H + 1] (a VS head's rows are empty there) */
   readonly headPtr: () => Int32Array;
 }
 
