@@ -341,11 +341,13 @@ type ExpandRead = { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headP
 type ExpandUnread = { rowPtr: DeviceBlock; cols: DeviceBlock; summary: number };
 
 /**
- * A device plan's mask in two parts (#expand without a read): `only` keeps the rows of the
- * heads routed `want` in `routes` ([H] on the device, 1 = VS), the others empty; `room`: the
- * cols' size in ints when fewer than every head's causal triangle can be filled.
+ * #expand without a read: the summary left at `summary` on the device; `only` keeps the rows
+ * of the heads routed `want` in `routes` ([H] on the device, 1 = VS; a device plan's mask in
+ * two parts), the others empty; `room`: the cols' size in ints when fewer than every head's
+ * causal triangle can be filled.
  */
-interface ExpandSplit {
+interface ExpandUnreadAt {
+  readonly summary: number;
   readonly only?: { readonly routes: number; readonly want: 0 | 1 };
   readonly room?: number;
 }
@@ -373,14 +375,19 @@ interface SplitPlan {
   readonly headPtr: () => Int32Array;
 }
 
-/** What #splitPe queued: with PE heads (count > 0) their rows, summary and an event behind them. */
+/** What #splitPe queued: the PE count, and with PE heads their rows. */
 interface SplitQueued {
   readonly count: number;
-  readonly part?: PePart;
-  readonly rowPtr?: number;
-  readonly cols?: number;
-  readonly summary?: number;
-  readonly done?: unknown;
+  readonly rows?: SplitRows;
+}
+
+/** The PE heads' rows on the device (their PE part and expansion), summary, and an event behind them. */
+interface SplitRows {
+  readonly part: PePart;
+  readonly rowPtr: number;
+  readonly cols: number;
+  readonly summary: number;
+  readonly done: unknown;
 }
 
 /** A device plan's expansion summary [headPtr H + 1][total][bad row]: a bad row is this backend's fault. */
@@ -1707,31 +1714,14 @@ export class CudaBackend implements Backend {
    * entries are checked while counting (a MaskError names the first bad row). One upload (the
    * VS lists, the bad-row flag, the heads) and one read (each head's first row pointer, the
    * total and the flag): at 512k every synchronising copy costs a round trip, and the uploads
-   * wait for the stream. `split` (nothing read): the rows of one route's heads only, in
-   * `room` ints.
+   * wait for the stream. `unread`: nothing read (ExpandUnreadAt).
    * Scratch goes to `temp`; the caller releases it and the returned blocks. `headPtr` [H + 1]:
    * head h's blocks are headPtr[h + 1] − headPtr[h].
    */
   #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[]): ExpandRead;
-  #expand(
-    H: number,
-    Nb: number,
-    vsIn: ExpandVs,
-    rows: ExpandRows,
-    temp: DeviceBlock[],
-    summaryAt: number,
-    split?: ExpandSplit,
-  ): ExpandUnread;
-  #expand(
-    H: number,
-    Nb: number,
-    vsIn: ExpandVs,
-    rows: ExpandRows,
-    temp: DeviceBlock[],
-    summaryAt?: number,
-    split?: ExpandSplit,
-  ): ExpandRead | ExpandUnread {
-    const only = split?.only;
+  #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[], unread: ExpandUnreadAt): ExpandUnread;
+  #expand(H: number, Nb: number, vsIn: ExpandVs, rows: ExpandRows, temp: DeviceBlock[], unread?: ExpandUnreadAt): ExpandRead | ExpandUnread {
+    const only = unread?.only;
     const n = H * Nb;
     // [bad][verticalPtr H+1][vertical][slashPtr H+1][slash][count][heads] (VS lists already
     // on the device: their pointers)
@@ -1781,7 +1771,7 @@ export class CudaBackend implements Backend {
     this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [...union, P(counts.ptr), I(H), I(Nb), P(bad)]);
     const rowPtr = this.#scratch((n + 1) * 4);
     try {
-      let sumPtr = summaryAt;
+      let sumPtr = unread?.summary;
       if (sumPtr === undefined) {
         const sum = this.#scratch((H + 2) * 4);
         temp.push(sum);
@@ -1797,10 +1787,10 @@ export class CudaBackend implements Backend {
         this.#launch('mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, args);
         return cols;
       };
-      if (summaryAt !== undefined) {
+      if (unread) {
         // nothing read: room for every causal block (a valid row holds at most I + 1, a bad
         // one is counted 0, and expand_write leaves at once once a row was flagged bad)
-        return { rowPtr, cols: write(split?.room ?? (H * Nb * (Nb + 1)) / 2), summary: summaryAt };
+        return { rowPtr, cols: write(unread.room ?? (H * Nb * (Nb + 1)) / 2), summary: unread.summary };
       }
       const summary = this.#read(sumPtr, new Int32Array(H + 2));
       const badRow = summary[H + 1];
@@ -2031,13 +2021,14 @@ export class CudaBackend implements Backend {
         }
         return rt;
       };
-      let vsDev: DeviceVsSelection | undefined;
+      let vsDev: DeviceVsSelection;
       try {
         vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
       } finally {
         if (kept) {
           // the main stream waits for the second stream's router already, and what runs there
           // later waits for the end of this plan (#splitPe): the statistics' scratch can go back
+          // (only now: the router's output buffer, which the second stream writes, is taken)
           this.#releaseHeld(kept);
           // one plan a statistics object on the second stream: its event is a ring slot that
           // later fences reuse, so another plan on these statistics runs on the main stream
@@ -2052,19 +2043,18 @@ export class CudaBackend implements Backend {
       const part = side ? undefined : this.#peParts(r, H, [{ ptr: hl, count: H, first: 0, known: false }])[0];
       if (part) held.push(part.rowPtrD, part.cols);
       const e = part
-        ? this.#expand(H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp, summaryAt)
+        ? this.#expand(H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp, { summary: summaryAt })
         : // two streams: the VS heads now (the PE heads' rows empty), the PE heads in #splitPe
-          this.#expand(H, Nb, { device: vsDev.ptrs }, undefined, temp, summaryAt, { only: { routes: rt, want: 1 } });
+          this.#expand(H, Nb, { device: vsDev.ptrs }, undefined, temp, { summary: summaryAt, only: { routes: rt, want: 1 } });
       held.push(e.rowPtr, e.cols);
       this.#traceHost('planOnDevice: queued');
       const done = this.#recordDone();
-      const vs = vsDev;
       let back: { summary: Int32Array; nPe: number; routes: Route[]; lists: () => VsLists } | undefined;
       // the one copy, when first needed (read(), the block counts, or the PE heads' turn)
       const fetch = () => {
         if (back) return back;
         if (res.prepared.released) throw new InvalidArgumentError('the device plan was read for the first time after its prepared mask was released');
-        const { lists, prefix } = vs.read(done);
+        const { lists, prefix } = vsDev.read(done);
         kept?.settle?.(new Float64Array(prefix, 0, 1 + 2 * H));
         const ints = new Int32Array(prefix, headBytes, (bytes - headBytes) / 4);
         const routes = Array.from(ints.subarray(0, H), (x): Route => (x === 1 ? 'vs' : 'pe'));
@@ -2074,17 +2064,22 @@ export class CudaBackend implements Backend {
         back = { summary, nPe: ints[H], routes, lists };
         return back;
       };
-      const splitOf = side ? this.#splitPe(side, r, H, Nb, { routes: rt, list: hl, vs: vs.ptrs, done, nPe: () => fetch().nPe }) : undefined;
-      let split: SplitPlan | undefined;
       const counts = (): Int32Array => {
         const main = fetch().summary.subarray(0, H + 1);
-        const other = split?.headPtr();
+        const other = res.prepared.split?.headPtr();
         // each head's blocks are in one of the two parts: the counts add
         return other ? Int32Array.from(main, (x, h) => x + other[h]) : main;
       };
       const res = this.#preparedResult(H, Nb, B, { ...e, headPtr: counts }, held, undefined);
-      split = splitOf?.(res.prepared);
-      res.prepared.split = split;
+      if (side) {
+        res.prepared.split = this.#splitPe(side, r, H, Nb, res.prepared, {
+          routes: rt,
+          list: hl,
+          vs: vsDev.ptrs,
+          done,
+          nPe: () => fetch().nPe,
+        });
+      }
       let outcome: DevicePlanOutcome | undefined;
       const read = (): DevicePlanOutcome => {
         if (outcome) return outcome;
@@ -2092,8 +2087,8 @@ export class CudaBackend implements Backend {
         const peRows = (() => {
           if (nPe === 0) return undefined;
           if (part) return this.#peRowsReader(res.prepared, { rowPtrD: part.rowPtrD, cols: part.cols, rows: nPe * Nb }, undefined, done);
-          const q = (split as SplitPlan).queue();
-          return this.#peRowsReader(res.prepared, q.part!, undefined, q.done);
+          const q = res.prepared.split?.queue().rows;
+          return q ? this.#peRowsReader(res.prepared, q.part, undefined, q.done) : undefined;
         })();
         outcome = { routes, vs: lists(), ...(peRows ? { peRows } : {}) };
         return outcome;
@@ -2121,61 +2116,62 @@ export class CudaBackend implements Backend {
     r: PeRequest,
     H: number,
     Nb: number,
+    prepared: CudaPreparedMask,
     at: { readonly routes: number; readonly list: number; readonly vs: readonly [number, number, number, number]; readonly done: unknown; readonly nPe: () => number },
-  ) {
-    return (prepared: CudaPreparedMask): SplitPlan => {
-      let queued: SplitQueued | undefined;
-      let headPtr: Int32Array | undefined;
-      const queue = (): SplitQueued => {
-        if (queued) return queued;
-        if (prepared.released) throw new InvalidArgumentError("the device plan's PE heads were asked for after its prepared mask was released");
-        const count = at.nPe();
-        if (count === 0) {
-          queued = { count };
-          return queued;
-        }
-        const temp: DeviceBlock[] = [];
-        try {
-          const summary = this.#scratch((H + 2) * 4);
-          prepared.held.blocks.push(summary);
-          queued = this.#onStream(side, () => {
-            check(this.#libs, this.#libs.cu.cuStreamWaitEvent(side, at.done, 0), 'cuStreamWaitEvent');
-            const part = this.#peParts(r, count, [{ ptr: at.list, count, first: 0 }])[0];
-            prepared.held.blocks.push(part.rowPtrD, part.cols);
-            const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: at.list };
-            const e = this.#expand(H, Nb, { device: at.vs }, rows, temp, summary.ptr, {
-              only: { routes: at.routes, want: 0 },
-              room: (count * Nb * (Nb + 1)) / 2,
-            });
-            prepared.held.blocks.push(e.rowPtr, e.cols);
-            // a ring of the second stream's own: a later record there is later on that stream
-            const done = this.#recordIn(this.#peEvents, side);
-            return { count, part, rowPtr: e.rowPtr.ptr, cols: e.cols.ptr, summary: summary.ptr, done };
-          });
-          // the main stream behind the PE rows before the pool hands their scratch out again
-          check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, queued.done, 0), 'cuStreamWaitEvent');
-        } finally {
-          this.releaseBlocks(temp);
-        }
+  ): SplitPlan {
+    let queued: SplitQueued | undefined;
+    let headPtr: Int32Array | undefined;
+    const queue = (): SplitQueued => {
+      if (queued) return queued;
+      if (prepared.released) throw new InvalidArgumentError("the device plan's PE heads were asked for after its prepared mask was released");
+      const count = at.nPe();
+      if (count === 0) {
+        queued = { count };
         return queued;
-      };
-      return {
-        routes: at.routes,
-        list: at.list,
-        side,
-        queue,
-        headPtr: () => {
-          if (headPtr) return headPtr;
-          const q = queue();
-          if (q.count === 0) headPtr = new Int32Array(H + 1);
-          else {
-            const summary = this.#readOnCopyStream(q.summary!, new Int32Array(H + 2), q.done);
-            assertGoodRows(summary, H, Nb);
-            headPtr = summary.subarray(0, H + 1);
-          }
-          return headPtr;
-        },
-      };
+      }
+      const temp: DeviceBlock[] = [];
+      try {
+        const summary = this.#scratch((H + 2) * 4);
+        prepared.held.blocks.push(summary);
+        const rows = this.#onStream(side, (): SplitRows => {
+          check(this.#libs, this.#libs.cu.cuStreamWaitEvent(side, at.done, 0), 'cuStreamWaitEvent');
+          const part = this.#peParts(r, count, [{ ptr: at.list, count, first: 0 }])[0];
+          prepared.held.blocks.push(part.rowPtrD, part.cols);
+          const rows = { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: at.list };
+          const e = this.#expand(H, Nb, { device: at.vs }, rows, temp, {
+            summary: summary.ptr,
+            only: { routes: at.routes, want: 0 },
+            room: (count * Nb * (Nb + 1)) / 2,
+          });
+          prepared.held.blocks.push(e.rowPtr, e.cols);
+          // a ring of the second stream's own: a later record there is later on that stream
+          const done = this.#recordIn(this.#peEvents, side);
+          return { part, rowPtr: e.rowPtr.ptr, cols: e.cols.ptr, summary: summary.ptr, done };
+        });
+        queued = { count, rows };
+        // the main stream behind the PE rows before the pool hands their scratch out again
+        check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, rows.done, 0), 'cuStreamWaitEvent');
+      } finally {
+        this.releaseBlocks(temp);
+      }
+      return queued;
+    };
+    return {
+      routes: at.routes,
+      list: at.list,
+      side,
+      queue,
+      headPtr: () => {
+        if (headPtr) return headPtr;
+        const q = queue().rows;
+        if (!q) headPtr = new Int32Array(H + 1);
+        else {
+          const summary = this.#readOnCopyStream(q.summary, new Int32Array(H + 2), q.done);
+          assertGoodRows(summary, H, Nb);
+          headPtr = summary.subarray(0, H + 1);
+        }
+        return headPtr;
+      },
     };
   }
 
@@ -2432,10 +2428,11 @@ export class CudaBackend implements Backend {
         const before = this.#fence(this.#stream);
         const res = this.#runAttention(p, B, prepared.rowPtr.ptr, prepared.cols.ptr, { routes: split.routes });
         const pe = split.queue();
-        if (pe.count > 0) {
+        const rows = pe.rows;
+        if (rows) {
           this.#onStream(split.side, () => {
             check(this.#libs, this.#libs.cu.cuStreamWaitEvent(split.side, before, 0), 'cuStreamWaitEvent');
-            this.#runAttention(p, B, pe.rowPtr as number, pe.cols as number, { list: split.list, count: pe.count });
+            this.#runAttention(p, B, rows.rowPtr, rows.cols, { list: split.list, count: pe.count });
           });
           this.#fence(split.side, this.#stream);
         }
