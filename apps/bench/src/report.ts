@@ -1,5 +1,6 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
+import { JIT_WARMUP_N } from './suites/latency.js';
 import type { BenchResult } from './result.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
@@ -288,6 +289,6 @@ export function headline(r: BenchResult, linkBase: string): string {
  * before it existed have no jitWarmup and say nothing of it).
  */
 export function warmupText(l: { readonly warmup: number; readonly jitWarmup?: number }): string {
-  const jit = l.jitWarmup ? ` (GPU backends: after ${l.jitWarmup} untimed prefills at 8k, so their JavaScript runs JIT-optimised)` : '';
+  const jit = l.jitWarmup ? ` (GPU backends: after ${l.jitWarmup} untimed prefills at ${JIT_WARMUP_N / 1024}k, so their JavaScript runs JIT-optimised)` : '';
   return `${l.warmup} warm-up${jit}`;
 }
