@@ -291,6 +291,13 @@ interface DeviceStats {
    * the rest of the statistics still queued), where planOnDevice's second stream starts
    */
   cstructReady?: unknown;
+  /**
+   * Fused deferRead statistics: an event on the third stream (#tail) behind the kernels of the
+   * head values there (proxy_heads, the finiteness count; later planOnDevice's copy of them).
+   * The main stream waits for it before their scratch goes back (#releaseHeld) and before
+   * anything there reads them (#joinTail); a synchronous read waits for that stream anyway.
+   */
+  tailDone?: unknown;
   /** #mainLaunches when proxyStats returned: the second stream only if none came since */
   readonly launchesAtEnd?: number;
   /**
@@ -426,8 +433,11 @@ export interface TraceEntry {
   /** device times, ms after the first traced launch's start event */
   readonly startMs?: number;
   readonly endMs?: number;
-  /** a launch's stream: 'side' for a device plan's second stream (router and PE kernels) */
-  readonly stream?: 'main' | 'side';
+  /**
+   * a launch's stream: 'side' for a device plan's second stream (router and PE kernels),
+   * 'tail' for the third (the statistics' head values)
+   */
+  readonly stream?: 'main' | 'side' | 'tail';
 }
 
 /** events reused in turn (#recordIn) */
@@ -438,7 +448,7 @@ interface EventRing {
 
 interface TraceState {
   readonly events: Handle[];
-  readonly entries: { name: string; host: number; hostEnd?: number; ev?: number; stream?: 'main' | 'side' }[];
+  readonly entries: { name: string; host: number; hostEnd?: number; ev?: number; stream?: 'main' | 'side' | 'tail' }[];
   readonly t0: number;
   /** the next unused start event (events come in start/end pairs) */
   nextEvent: number;
@@ -474,6 +484,14 @@ export class CudaBackend implements Backend {
    * the statistics and the VS selection (created on first use)
    */
   #sideStream: Handle | undefined;
+  /**
+   * A third stream for the head values of fused deferRead statistics (proxy_heads, the
+   * finiteness count, planOnDevice's copy of them): nothing before the attention reads them,
+   * so the main stream goes on to the VS selection without them (created on first use)
+   */
+  #tailStream: Handle | undefined;
+  /** recorded on the third stream only, behind the statistics' head values (DeviceStats.tailDone) */
+  readonly #tailEvents: EventRing = { events: [], next: 0 };
   /** fences between the two streams, reused in turn (a wait is queued right after its record) */
   readonly #sideEvents: EventRing = { events: [], next: 0 };
   /** kernels launched on the main stream so far (planOnDevice's guard for its second stream) */
@@ -581,7 +599,17 @@ export class CudaBackend implements Backend {
 
   /** An entry's held scratch back to the pool (planOnDevice has ordered its second stream, or none ran). */
   #releaseHeld(e: DeviceStats): void {
+    // proxy_heads on the third stream reads the scratch: the main stream (where the pool's
+    // next users run) waits for it first
+    this.#joinTail(e);
     if (e.held) this.releaseBlocks(e.held.splice(0));
+  }
+
+  /** The main stream behind the entry's head values on the third stream (once). */
+  #joinTail(e: DeviceStats): void {
+    if (e.tailDone === undefined) return;
+    check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, e.tailDone, 0), 'cuStreamWaitEvent');
+    e.tailDone = undefined;
   }
 
   /** @internal STATS_FINALIZER: statistics collected before they were read. */
@@ -844,6 +872,7 @@ export class CudaBackend implements Backend {
     try {
       check(this.#libs, cu.cuStreamSynchronize(this.#stream), 'cuStreamSynchronize');
       if (this.#sideStream) check(this.#libs, cu.cuStreamSynchronize(this.#sideStream), 'cuStreamSynchronize');
+      if (this.#tailStream) check(this.#libs, cu.cuStreamSynchronize(this.#tailStream), 'cuStreamSynchronize');
       const first = tr.entries.find((e) => e.ev !== undefined);
       const rel = (e: Handle): number => {
         const ms = [0];
@@ -871,7 +900,7 @@ export class CudaBackend implements Backend {
       return undefined;
     }
     tr.nextEvent += 2;
-    tr.entries.push({ name, host: performance.now(), ev, stream: this.#cur === this.#stream ? 'main' : 'side' });
+    tr.entries.push({ name, host: performance.now(), ev, stream: this.#cur === this.#stream ? 'main' : this.#cur === this.#tailStream ? 'tail' : 'side' });
     check(this.#libs, this.#libs.cu.cuEventRecord(tr.events[ev], this.#cur), 'cuEventRecord');
     return tr.events[ev + 1];
   }
@@ -1091,6 +1120,8 @@ export class CudaBackend implements Backend {
     const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
     const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : []), ...(tickets ? [tickets] : [])];
     this.#traceHost('proxyStats: scratch taken');
+    // the third stream's end, when the head values went there (the scratch waits for it)
+    let tailDone: unknown;
     try {
       const scaleLog2 = scale * LOG2E;
       // wg (Hopper): B / 64 warpgroups, tiles at 1024-byte-aligned addresses (1024 bytes of
@@ -1222,26 +1253,38 @@ export class CudaBackend implements Backend {
         0,
         tokens ? [...sums, P(as ? as.ptr : 0), ...shape] : [...sums, ...shape],
       );
-      // (the fused pass: neither, C_struct is proxy_cstruct's)
-      this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
-        P(tokens ? av.ptr : 0),
-        P(win && !bins ? win.ptr : 0),
-        P(ent.ptr),
-        P(st),
-        I(n),
-        I(H),
-        I(b),
-        I(Nb),
-        I(opts.wSink),
-        I(opts.wLocal),
-        I(nParts),
-      ]);
-      check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr, 0, 2, this.#stream), 'cuMemsetD32Async');
-      this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(this.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
-        P(st),
-        I(outLen),
-        P(out.ptr),
-      ]);
+      // The head values (entropies, the pooled estimate's softmax) and the finiteness count.
+      // Fused deferRead statistics (a device plan's): on the third stream once the block sums
+      // are queued, as nothing before the attention reads them (the VS selection reads p_v and
+      // p_s), so the main stream goes on without them (~0.02 ms at 128k: NOTES, session 15).
+      const tail = cstructReady !== undefined ? this.#tail() : undefined;
+      if (tail) this.#fence(this.#stream, tail);
+      try {
+        this.#onStream(tail ?? this.#stream, () => {
+        // (the fused pass: neither av nor winPart, C_struct is proxy_cstruct's)
+        this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
+          P(tokens ? av.ptr : 0),
+          P(win && !bins ? win.ptr : 0),
+          P(ent.ptr),
+          P(st),
+          I(n),
+          I(H),
+          I(b),
+          I(Nb),
+          I(opts.wSink),
+          I(opts.wLocal),
+          I(nParts),
+        ]);
+        check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr, 0, 2, this.#cur), 'cuMemsetD32Async');
+        this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(this.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
+          P(st),
+          I(outLen),
+          P(out.ptr),
+        ]);
+        });
+      } finally {
+        if (tail) tailDone = this.#recordIn(this.#tailEvents, tail);
+      }
       // What routing reads comes back now: the count, C_struct and the entropies (2H + 1
       // values). The block statistics (3·H·Nb: 3 MB at 512k) come back when first read
       // (lazyBlockStats), as a device selection reads them where they are. deferRead (a plan
@@ -1328,8 +1371,9 @@ export class CudaBackend implements Backend {
               },
             }
           : {}),
-        // the scratch stays taken until planOnDevice has ordered its second stream (#releaseHeld)
-        ...(cstructReady !== undefined ? { cstructReady, launchesAtEnd: this.#mainLaunches, held: blocks.splice(0) } : {}),
+        // the scratch stays taken until planOnDevice has ordered its second stream and the main
+        // stream waits for the third (#releaseHeld)
+        ...(cstructReady !== undefined ? { cstructReady, tailDone, launchesAtEnd: this.#mainLaunches, held: blocks.splice(0) } : {}),
       };
       this.#deviceStats.push(entry);
       STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
@@ -1337,6 +1381,8 @@ export class CudaBackend implements Backend {
       this.#traceHost('proxyStats: returns');
       return stats;
     } finally {
+      // (on a failure: proxy_heads may be queued on the third stream, reading the scratch)
+      if (blocks.length > 0 && tailDone !== undefined) check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, tailDone, 0), 'cuStreamWaitEvent');
       for (const x of blocks) this.#pool.release(x);
     }
   }
@@ -2010,13 +2056,23 @@ export class CudaBackend implements Backend {
       const fill = (ptr: number) => {
         rt = ptr + headBytes;
         const args = [P(st), I(H), D64(route.tauProxy), P(ptr), P(rt)];
+        const tail = kept?.tailDone !== undefined ? this.#tailStream : undefined;
         if (side) {
           check(this.#libs, this.#libs.cu.cuStreamWaitEvent(side, kept!.cstructReady, 0), 'cuStreamWaitEvent');
           this.#onStream(side, () => this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1)]));
           this.#fence(side, this.#stream);
-          // the head values once the main stream has them all (count, entropies)
-          this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]);
+          // the head values' copy behind their kernels (count, entropies): on the third stream
+          // when they are there, which the main stream joins at the plan's end (#releaseHeld).
+          // (The buffer is new, but nothing released since proxyStats' fence can be in it: the
+          // statistics hold their scratch until then, and the plan releases nothing before.)
+          if (tail) {
+            this.#onStream(tail, () => this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]));
+            kept!.tailDone = this.#recordIn(this.#tailEvents, tail);
+          } else {
+            this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]);
+          }
         } else {
+          if (kept) this.#joinTail(kept);
           this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3)]);
         }
         return rt;
@@ -2024,16 +2080,13 @@ export class CudaBackend implements Backend {
       let vsDev: DeviceVsSelection;
       try {
         vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
+      } catch (e) {
+        if (kept) this.#releaseHeld(kept);
+        throw e;
       } finally {
-        if (kept) {
-          // the main stream waits for the second stream's router already, and what runs there
-          // later waits for the end of this plan (#splitPe): the statistics' scratch can go back
-          // (only now: the router's output buffer, which the second stream writes, is taken)
-          this.#releaseHeld(kept);
-          // one plan a statistics object on the second stream: its event is a ring slot that
-          // later fences reuse, so another plan on these statistics runs on the main stream
-          if (side) kept.cstructReady = undefined;
-        }
+        // one plan a statistics object on the second stream: its event is a ring slot that
+        // later fences reuse, so another plan on these statistics runs on the main stream
+        if (kept && side) kept.cstructReady = undefined;
       }
       temp.splice(temp.indexOf(vsDev.buf), 1);
       held.push(vsDev.buf);
@@ -2047,6 +2100,12 @@ export class CudaBackend implements Backend {
         : // two streams: the VS heads now (the PE heads' rows empty), the PE heads in #splitPe
           this.#expand(H, Nb, { device: vsDev.ptrs }, undefined, temp, { summary: summaryAt, only: { routes: rt, want: 1 } });
       held.push(e.rowPtr, e.cols);
+      // The main stream waits for the second stream's router already, and what runs there
+      // later waits for the end of this plan (#splitPe); it now also waits for the third
+      // stream's head values (#joinTail): the statistics' scratch can go back, and the plan's
+      // one copy (behind `done`) holds the head values. Not before the VS heads' rows: the
+      // third stream's kernels run beside the selection.
+      if (kept) this.#releaseHeld(kept);
       this.#traceHost('planOnDevice: queued');
       const done = this.#recordDone();
       let back: { summary: Int32Array; nPe: number; routes: Route[]; lists: () => VsLists } | undefined;
@@ -2095,6 +2154,8 @@ export class CudaBackend implements Backend {
       };
       return { prepared: res.prepared, read };
     } catch (e) {
+      const kept = this.#deviceStats.find((x) => x.ref.deref() === stats);
+      if (kept) this.#releaseHeld(kept);
       this.releaseBlocks(held);
       throw e;
     } finally {
@@ -2215,6 +2276,16 @@ export class CudaBackend implements Backend {
       this.#sideStream = s[0];
     }
     return this.#sideStream;
+  }
+
+  /** The third stream (#tailStream; flags 0 as the main one, default priority), made on first use. */
+  #tail(): Handle {
+    if (!this.#tailStream) {
+      const s = [null];
+      check(this.#libs, this.#libs.cu.cuStreamCreate(s, 0), 'cuStreamCreate');
+      this.#tailStream = s[0];
+    }
+    return this.#tailStream;
   }
 
   /**
@@ -2479,6 +2550,8 @@ export class CudaBackend implements Backend {
   async synchronize(): Promise<void> {
     this.#alive();
     check(this.#libs, this.#libs.cu.cuStreamSynchronize(this.#stream), 'cuStreamSynchronize');
+    // statistics' head values queued on the third stream with no plan after them to join it
+    if (this.#tailStream) check(this.#libs, this.#libs.cu.cuStreamSynchronize(this.#tailStream), 'cuStreamSynchronize');
   }
 
   dispose(): void {
@@ -2491,8 +2564,9 @@ export class CudaBackend implements Backend {
     for (const m of this.#modules.values()) cu.cuModuleUnload(m);
     this.#modules.clear();
     this.#functions.clear();
-    for (const e of [...this.#doneEvents.events, ...this.#sideEvents.events, ...this.#peEvents.events]) cu.cuEventDestroy(e);
+    for (const e of [...this.#doneEvents.events, ...this.#sideEvents.events, ...this.#peEvents.events, ...this.#tailEvents.events]) cu.cuEventDestroy(e);
     if (this.#sideStream) cu.cuStreamDestroy(this.#sideStream);
+    if (this.#tailStream) cu.cuStreamDestroy(this.#tailStream);
     for (const m of this.#marks) cu.cuEventDestroy(m.ev);
     cu.cuStreamDestroy(this.#stream);
     if (this.#copyStream) cu.cuStreamDestroy(this.#copyStream);

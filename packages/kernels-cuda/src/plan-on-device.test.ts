@@ -52,7 +52,8 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(log.some((e) => e.kind === 'read')).toBe(false);
     const firstWrite = log.findIndex((e) => e.kind === 'launch' && e.name === 'expand_write');
     const firstCopy = log.findIndex((e) => e.kind === 'copyRead');
-    expect(log.slice(firstWrite, firstCopy).map((e) => e.kind)).toEqual(['launch', 'record', 'wait']);
+    // (between them the main stream joins the third stream, where the statistics' head values are)
+    expect(log.slice(firstWrite, firstCopy).map((e) => e.kind)).toEqual(['launch', 'wait', 'record', 'wait']);
     expect(log.findIndex((e) => e.kind === 'launch' && (e.name as string).startsWith('pe_'))).toBeGreaterThan(firstCopy);
     // zeros from the device: C_struct 0 routes every head to PE on both sides
     expect(plan.routing?.routes).toEqual(Array(H).fill('pe'));
@@ -73,7 +74,20 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(routes).toHaveLength(2);
     const side = routes[0].stream;
     expect(side).not.toBe(main);
-    expect(routes[1].stream).toBe(main);
+    // the head values' copy on the third stream, behind proxy_heads and the finiteness count
+    const tail = routes[1].stream;
+    expect([main, side]).not.toContain(tail);
+    const onTail = log.filter((e) => e.kind === 'launch' && e.stream === tail).map((e) => e.name);
+    expect(onTail).toEqual(['proxy_heads', 'count_nonfinite_f64', 'route_cstruct']);
+    // the third stream starts behind the block sums (a fence on the main stream), and the main
+    // stream joins it behind the VS heads' rows, before the plan's end and their attention
+    const heads = launch('proxy_heads');
+    expect(log.slice(launch('proxy_blocks_b') + 1, heads).map((e) => [e.kind, e.stream])).toEqual([
+      ['record', main],
+      ['wait', tail],
+    ]);
+    const vsWrite = launch('expand_write');
+    expect(log[vsWrite + 1]).toMatchObject({ kind: 'wait', stream: main });
     // C_struct, then the fence the second stream waits for, before the statistics' other kernels
     const cs = launch('proxy_cstruct');
     expect(cs).toBe(launch('proxy_combine') + 1);
@@ -85,7 +99,8 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(log.slice(firstRoute + 1, launch('vs_select')).map((e) => [e.kind, e.stream])).toEqual([
       ['record', side],
       ['wait', main],
-      ['launch', main],
+      ['launch', tail],
+      ['record', tail],
     ]);
     // two attention launches: the VS heads' on the main stream right behind their rows, then
     // the PE heads' on the second stream behind the PE kernels and rows, which start there
@@ -95,7 +110,9 @@ describe('planOnDevice (stand-in driver)', () => {
     const vsAttn = log.indexOf(attn[0]);
     expect(launch('pe_q_means')).toBeGreaterThan(vsAttn);
     for (const e of log.slice(vsAttn + 1).filter((x) => x.kind === 'launch')) expect(e.stream, e.name as string).toBe(side);
-    for (const e of log.slice(0, vsAttn).filter((x) => x.kind === 'launch' && x !== routes[0])) expect(e.stream, e.name as string).toBe(main);
+    for (const e of log.slice(0, vsAttn).filter((x) => x.kind === 'launch' && x.stream !== tail && x !== routes[0])) {
+      expect(e.stream, e.name as string).toBe(main);
+    }
     const firstPe = launch('pe_q_means');
     expect(log.slice(vsAttn + 1, firstPe).filter((e) => e.kind === 'wait').map((e) => e.stream)).toContain(side);
     // the main stream waits for the PE heads' attention before the call's end
@@ -182,8 +199,10 @@ describe('planOnDevice (stand-in driver)', () => {
     const streamOf = (name: string) => launches.filter((e) => e.name.startsWith(name)).map((e) => e.stream);
     expect(streamOf('pe_')).not.toHaveLength(0);
     expect(new Set(streamOf('pe_'))).toEqual(new Set(['side']));
-    expect(streamOf('route_cstruct')).toEqual(['side', 'main']);
-    expect(new Set([...streamOf('proxy_'), ...streamOf('vs_')])).toEqual(new Set(['main']));
+    expect(streamOf('route_cstruct')).toEqual(['side', 'tail']);
+    expect(streamOf('proxy_heads')).toEqual(['tail']);
+    const others = launches.filter((e) => (e.name.startsWith('proxy_') && e.name !== 'proxy_heads') || e.name.startsWith('vs_'));
+    expect(new Set(others.map((e) => e.stream))).toEqual(new Set(['main']));
     // each expansion and attention launch twice: the VS heads' on the main stream, the PE heads' on the second
     expect(streamOf('expand_write')).toEqual(['main', 'side']);
     expect(streamOf('attn_')).toEqual(['main', 'side']);
