@@ -28,7 +28,7 @@ import {
 } from './mask.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy, Route, RoutingDecision, VsSelector } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
-import { assertFiniteStats, headSlice, type ProxyStats } from './stats.js';
+import { assertFiniteStats, headSlice, OPTIONAL_STATS, type OptionalStat, type ProxyStats } from './stats.js';
 import type { DeviceTensor } from './tensor.js';
 
 export interface PrefillInputs {
@@ -239,6 +239,7 @@ async function buildPlan(
     scale: opts.scale,
     tokenScores: needsTokens,
     ...(devicePlan ? { deferRead: true } : {}),
+    ...optionalStatsOf(policy),
   });
   if (devicePlan) {
     return devicePlanned(backend, inputs, policy, opts, deferRows, { t0, shape, B, Nb, stats, peK, routeRule, vsRule });
@@ -318,6 +319,18 @@ async function buildPlan(
     phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },
   };
   return { plan: p, complete: async () => p };
+}
+
+/** The optional statistics the policy's router declares it reads (all when it does not say). */
+function optionalStatsOf(policy: Policy): { optionalStats?: readonly OptionalStat[] } {
+  const declared = policy.router!.needs?.optionalStats;
+  if (declared === undefined) return {};
+  if (!Array.isArray(declared) || declared.some((x) => !OPTIONAL_STATS.includes(x))) {
+    throw new InvalidArgumentError(
+      `router ${policy.router!.name}: needs.optionalStats must list some of ${OPTIONAL_STATS.join(', ')}; got ${JSON.stringify(declared)}`,
+    );
+  }
+  return { optionalStats: declared };
 }
 
 /** The policy's router on the host, its H routes checked, and the PE heads ascending. */

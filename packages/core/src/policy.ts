@@ -3,7 +3,7 @@
  * they are swappable and identical on every backend. A user policy is an object with the
  * same shape as the built-ins (see @crisp/router and @crisp/select).
  */
-import type { ProxyStats } from './stats.js';
+import type { OptionalStat, ProxyStats } from './stats.js';
 
 export type Route = 'vs' | 'pe';
 
@@ -18,6 +18,13 @@ export interface StatsNeeds {
    */
   readonly wSink?: number;
   readonly wLocal?: number;
+  /**
+   * The optional statistics a router reads (ProxyStats' rowEntropy, pooledEstimate). When the
+   * router declares them, the pipeline asks the backend for these only (ProxyStatsOptions'
+   * optionalStats: the others are then computed only if someone reads them); undeclared, the
+   * backend computes all of them.
+   */
+  readonly optionalStats?: readonly OptionalStat[];
 }
 
 export interface RoutingDecision {

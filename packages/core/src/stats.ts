@@ -7,6 +7,13 @@
  */
 import { NonFiniteError } from './errors.js';
 
+/**
+ * The statistics a router may read that only some routers need: the row entropy (the entropy
+ * router) and the pooled estimate (FlexPrefill's JSD router; it needs the key block means).
+ */
+export type OptionalStat = 'rowEntropy' | 'pooledEstimate';
+export const OPTIONAL_STATS: readonly OptionalStat[] = Object.freeze(['rowEntropy', 'pooledEstimate']);
+
 export interface ProxyStatsOptions {
   readonly blockSize: number;
   /** tokens counted as the sink for C_struct (default 128) */
@@ -25,6 +32,14 @@ export interface ProxyStatsOptions {
    * Backends that cannot defer ignore it.
    */
   readonly deferRead?: boolean;
+  /**
+   * The optional statistics (OptionalStat) the caller will read; default all of them. A
+   * backend may skip the others in its passes (the CUDA backend's proxy pass skips the key
+   * block means and the entropy sums when neither is asked for), and then computes them when
+   * first read, which costs another pass over the keys and needs q and k unchanged. Every
+   * field is always there.
+   */
+  readonly optionalStats?: readonly OptionalStat[];
 }
 
 export interface ProxyStats {

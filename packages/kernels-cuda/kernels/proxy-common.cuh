@@ -37,8 +37,12 @@ struct CrispBool {
 // and, on tiles that hold keys of C_struct's window (win: keys < s0 or >= l0), sums the
 // window's: split += {hiA, loA, hiB, loB, winA, winB}, the thread's share. Window tiles must
 // come as EDGE tiles (EDGE's masking is harmless on unmasked scores).
+//
+// ENT false (the lean fused pass, for callers that do not read the row entropy): no t, one
+// FFMA a score fewer; tA and tB stay as they were. Every other sum is the same code, so the
+// same bits.
 #define PROXY_LAZY_LOG2 20
-template <bool EDGE, int LGB = 0>
+template <bool EDGE, int LGB = 0, bool ENT = true>
 __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
                                                 float scaleLog2, float& mA, float& mB, float& lA, float& lB,
                                                 float& tA, float& tB, float (&split)[6], int s0 = 0, int l0 = 0,
@@ -87,8 +91,10 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
           if (j * 8 + e <= cutB) hB += pb;
         }
         // a masked score is -inf with p = 0: count 0, not 0 · -inf
-        ttA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, ttA);
-        ttB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, ttB);
+        if (ENT) {
+          ttA = fmaf(pa, EDGE && x == CRISP_NEG_INF ? 0.f : x, ttA);
+          ttB = fmaf(pb, EDGE && y == CRISP_NEG_INF ? 0.f : y, ttB);
+        }
       }
     }
     if (!SPLIT) {
@@ -140,8 +146,10 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
   }
   lA = fmaf(lA, cA, tsA);
   lB = fmaf(lB, cB, tsB);
-  tA = fmaf(tA, cA, ttA);
-  tB = fmaf(tB, cB, ttB);
+  if (ENT) {
+    tA = fmaf(tA, cA, ttA);
+    tB = fmaf(tB, cB, ttB);
+  }
   if (LGB > 0) {
     split[0] += hA;
     split[1] += tsA - hA;

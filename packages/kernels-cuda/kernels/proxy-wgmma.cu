@@ -36,7 +36,9 @@ __device__ __forceinline__ void proxy_issue_s(float* s, u32 qBase, u32 kBase) {
   }
 }
 
-template <int D, int NWG, bool BF16, bool PASS1, int ST, bool FUSED = false>
+// LEAN (the fused pass only): no key block means, no proxy query mean and no entropy sums
+// (the pooled estimate and the row entropy are not wanted: NOTES.md, session 15).
+template <int D, int NWG, bool BF16, bool PASS1, int ST, bool FUSED = false, bool LEAN = false>
 __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
                                               float* pl, float* pt, float* qMean, float* kMean,
                                               const float* rowLse2, float* pv, float* slashPart, float* winPart,
@@ -62,6 +64,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   float* acc = fs + 2 * NW * P2B_VALS;
   float* tup = fs + 2 * KCH * D;
   static_assert(!FUSED || PASS1, "the fused pass is pass 1 with the block sums");
+  static_assert(!LEAN || FUSED, "the lean pass is a fused pass");
   const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
   const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
@@ -108,7 +111,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f, tA = 0.f, tB = 0.f;
   // each part's key block means by one head of the kv group, in turn (part % G): the same
   // sums, spread over the group instead of all in the CTAs of its first head
-  const bool doMeans = PASS1 && h % (H / Hkv) == part % (H / Hkv);
+  const bool doMeans = PASS1 && !LEAN && h % (H / Hkv) == part % (H / Hkv);
   const int kd = tid % D, khalf = tid / D;
   const int Nb = (n + BM - 1) / BM;
   float ksum[CPT];
@@ -138,7 +141,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
     const int ks = ps + tt * 64;
     if (PASS1) {
       if (tt == 0) {
-        if (part == 0 && tid < D) {
+        if (!LEAN && part == 0 && tid < D) {
           float sum = 0.f;
           for (int r = 0; r < b; r++) {
             sum += to_f32<BF16>(*reinterpret_cast<const u16*>(gQ + pswz(BM, r, tid >> 3) + (tid & 7) * 2));
@@ -171,9 +174,9 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
         float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         const bool win = FUSED && (ks < s0 || ks + 63 >= l0);
         if (edge || win) {
-          proxy_p1_update<true, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
+          proxy_p1_update<true, LGF, !LEAN>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         } else {
-          proxy_p1_update<false, LGF>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
+          proxy_p1_update<false, LGF, !LEAN>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         }
         if (FUSED) p1f_stash<BM>(tup, tt, rA, rB, mA, mB, split, win);
       } else {
@@ -207,14 +210,19 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   proxy_wg_body<D, NWG, BF16, false, 2>(q, k, nullptr, nullptr, nullptr, nullptr, nullptr, rowLse2, pv, slashPart, winPart, nullptr, n, H, Hkv, b, scaleLog2, wSink, wLocal);
 #define CRISP_PROXY_WG_CALL1F(D, NWG, BF16) \
   proxy_wg_body<D, NWG, BF16, true, 2, true>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+#define CRISP_PROXY_WG_CALL1L(D, NWG, BF16) \
+  proxy_wg_body<D, NWG, BF16, true, 2, true, true>(q, k, pm, pl, pt, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, scaleLog2, wSink, wLocal);
 #else
 #define CRISP_PROXY_WG_CALL1(D, NWG, BF16)
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16)
 #define CRISP_PROXY_WG_CALL1F(D, NWG, BF16)
+#define CRISP_PROXY_WG_CALL1L(D, NWG, BF16)
 #endif  // CRISP_WGMMA
 
 // `proxy_wg_pass1_<dtype>_d<D>_b<B>` and `proxy_wg_pass2b_...`: the arguments of proxy.cu's
-// pass 1 and pass 2b; B / 64 warpgroups; two stages of 64-key tiles.
+// pass 1 and pass 2b; B / 64 warpgroups; two stages of 64-key tiles. `proxy_wg_pass1f_...`
+// the fused pass, `proxy_wg_pass1l_...` the lean fused pass (the same arguments; it writes
+// neither qMean nor kMean, and pt stays 0).
 #define CRISP_PROXY_WG(SUF, D, NWG, BF16)                                                                        \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       proxy_wg_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,            \
@@ -226,6 +234,12 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
                             float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,  \
                             int wLocal) {                                                                        \
     CRISP_PROXY_WG_CALL1F(D, NWG, BF16)                                                                          \
+  }                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
+      proxy_wg_pass1l_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,           \
+                            float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,  \
+                            int wLocal) {                                                                        \
+    CRISP_PROXY_WG_CALL1L(D, NWG, BF16)                                                                          \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       proxy_wg_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,       \

@@ -639,7 +639,8 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
 // Block-level statistics from pass 2b, per (block J, head h), one warp: p_v[J] as pass 2b
 // wrote it, p_s[J] = Σ over the parts whose offset blocks include J, in part order (each
 // lane takes parts lane, lane + 32, ...; f64, then a butterfly), the pooled logit as in
-// proxy_blocks.
+// proxy_blocks (0 when qMean is null: the lean pass wrote no means, the pooled estimate is
+// not wanted).
 extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPart, const float* qMean,
                                          const float* kMean, double* out, int n, int H, int Hkv, int b, int B,
                                          int nParts, int D, float scale, int Nb) {
@@ -653,7 +654,7 @@ extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPar
     const int i = J - ((n - b - p * PART_KEYS - (PART_KEYS - 1)) >> lgB);
     if (i >= 0 && i < SB) sl += (double)slashPart[((size_t)h * nParts + p) * SB + i];
   }
-  for (int d = lane; d < D; d += 32) {
+  for (int d = lane; qMean != nullptr && d < D; d += 32) {
     lg += (double)qMean[(size_t)h * D + d] * (double)kMean[((size_t)kvh * Nb + J) * D + d];
   }
   sl = warp_sum_f64(sl);
@@ -669,7 +670,8 @@ extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPar
 // Per head, 256 threads, f64: C_struct = the mass of a_v over the sink (j < wSink) and the
 // local window (j >= n − wLocal), each key counted once where the two overlap (short n), as
 // the reference does (from pass 2b's per-part window sums when winPart is given; neither av
-// nor winPart: left as proxy_cstruct wrote it); the mean row entropy; the pooled estimate softmax_J of the logits
+// nor winPart: left as proxy_cstruct wrote it); the mean row entropy (0 when rowEntropy is
+// null: the lean pass, no entropy wanted); the pooled estimate softmax_J of the logits
 // proxy_blocks left in place. out = [C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb].
 extern "C" __global__ void proxy_heads(const float* av, const float* winPart, const float* rowEntropy, double* out,
                                       int n, int H, int b, int Nb, int wSink, int wLocal, int nParts) {
@@ -683,7 +685,7 @@ extern "C" __global__ void proxy_heads(const float* av, const float* winPart, co
     for (int j = t; j < s0; j += 256) a += av[(size_t)h * n + j];
     for (int j = (l0 > s0 ? l0 : s0) + t; j < n; j += 256) a += av[(size_t)h * n + j];
   }
-  for (int r = t; r < b; r += 256) e += rowEntropy[(size_t)h * b + r];
+  for (int r = t; rowEntropy != nullptr && r < b; r += 256) e += rowEntropy[(size_t)h * b + r];
   red[0][t] = a;
   red[1][t] = e;
   __syncthreads();

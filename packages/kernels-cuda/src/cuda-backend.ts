@@ -32,6 +32,7 @@ import {
   type PrepareMaskRequest,
   type ProxyStats,
   type ProxyStatsOptions,
+  OPTIONAL_STATS,
   type Route,
   ShapeError,
   type VsLists,
@@ -1060,6 +1061,11 @@ export class CudaBackend implements Backend {
   }
 
   async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
+    return this.#proxyStats(q, k, opts);
+  }
+
+  /** proxyStats' work, synchronous (the optional statistics' later pass calls it from a getter). */
+  #proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): ProxyStats {
     this.#alive();
     this.#traceHost('proxyStats()');
     const shape = this.#selectionShape(q, k);
@@ -1073,6 +1079,10 @@ export class CudaBackend implements Backend {
     }
     const scale = opts.scale ?? defaultScale(shape.headDim);
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
+    const wanted = opts.optionalStats ?? OPTIONAL_STATS;
+    if (!Array.isArray(wanted) || wanted.some((x) => !OPTIONAL_STATS.includes(x))) {
+      throw new InvalidArgumentError(`optionalStats must list some of ${OPTIONAL_STATS.join(', ')}; got ${JSON.stringify(opts.optionalStats)}`);
+    }
     const qt = this.#tensor(q, 'q');
     const kt = this.#tensor(k, 'k');
     this.#assertFinite(qt, 'q');
@@ -1107,18 +1117,26 @@ export class CudaBackend implements Backend {
     // the fused pass (block level): per (head, part, row) the part's bins, key blocks, offset
     // blocks and window relative to the row's part max, [H][nParts][NS][b]
     const fused = !tokens && this.proxyFused;
+    const wg = PROXY_LAYOUTS[this.proxyLayout].sm90a && this.#arch === 90;
+    // The lean fused pass (no key block means, no query mean, no entropy sums: 0.485 -> 0.429
+    // ms at 128k, session 15's ablation) when neither optional statistic is wanted, for a
+    // device plan's statistics (deferRead) whose PE heads run on the second stream beside the
+    // attention (H·Nb² within one PE part): their key block means then come from block_means
+    // there (0.09 ms at 128k), off the plan's critical path. Elsewhere the PE rows would read K
+    // on it, so the full pass.
+    const lean = fused && wg && Boolean(opts.deferRead) && wanted.length === 0 && H * Nb * Nb * 4 <= PE_PART_BYTES;
     const NS = 2 * (PART_KEYS / B) + 4;
     const bins = fused ? this.#scratch(H * nParts * NS * b * f4) : undefined;
     // proxy_cstruct's per-head tickets (its last CTA of a head sums the parts)
     const tickets = fused ? this.#scratch(H * 4) : undefined;
-    const qm = this.#scratch(H * D * f4);
-    const km = this.#scratch(Hkv * Nb * D * f4);
+    const qm = lean ? undefined : this.#scratch(H * D * f4);
+    const km = lean ? undefined : this.#scratch(Hkv * Nb * D * f4);
     // one more f64: the count of non-finite statistics (count_nonfinite_f64)
     // held by the statistics until read or collected (#deviceStats): taken in slabs of 16,
     // so that calls whose earlier statistics are not collected yet do not each pay a
     // cuMemAlloc (0.31 ms at 128k in session 8's trace)
     const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
-    const blocks = [pm, pl, pt, lse2, ent, av, sp, qm, km, out, ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : []), ...(tickets ? [tickets] : [])];
+    const blocks = [pm, pl, pt, lse2, ent, av, sp, out, ...(qm && km ? [qm, km] : []), ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : []), ...(tickets ? [tickets] : [])];
     this.#traceHost('proxyStats: scratch taken');
     // the third stream's end, when the head values went there (the scratch waits for it)
     let tailDone: unknown;
@@ -1128,13 +1146,12 @@ export class CudaBackend implements Backend {
       // slack). The mma.sync layout runs proxy.cu's passes off wg, and the token-score pass 2
       // always (wg's as w32); w32 gives each thread one column of the block means: it needs
       // d <= B threads, else w16
-      const wg = PROXY_LAYOUTS[this.proxyLayout].sm90a && this.#arch === 90;
       const w32 = this.proxyLayout !== 'w16' && D <= B;
       const kname = w32 ? `w32_${suf}` : suf;
       const mmaThreads = w32 ? B : B * 2;
       const threads = wg ? B * 2 : mmaThreads;
       const [file, p1, p2b] = wg
-        ? ['proxy-wgmma.cu', `proxy_wg_pass1${fused ? 'f' : ''}_${suf}`, `proxy_wg_pass2b_${suf}`]
+        ? ['proxy-wgmma.cu', `proxy_wg_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}`, `proxy_wg_pass2b_${suf}`]
         : ['proxy.cu', `proxy_pass1${fused ? 'f' : ''}_${kname}`, `proxy_pass2b_${kname}`];
       const slack = wg ? 1024 : 0;
       const kTiles = 2 * 64 * D * 2; // two 64-key K tiles (bf16/f16)
@@ -1149,8 +1166,8 @@ export class CudaBackend implements Backend {
         P(pm.ptr),
         P(pl.ptr),
         P(pt.ptr),
-        P(qm.ptr),
-        P(km.ptr),
+        P(qm ? qm.ptr : 0),
+        P(km ? km.ptr : 0),
         ...(bins ? [P(bins.ptr)] : []),
         I(n),
         I(H),
@@ -1243,7 +1260,8 @@ export class CudaBackend implements Backend {
       }
       // one warp per (block, head), 4 blocks a CTA: block sums from pass 2's token scores
       // (proxy_blocks, which also writes a_s when asked) or pass 2b's parts (proxy_blocks_b)
-      const sums = [P(av.ptr), P(sp.ptr), P(qm.ptr), P(km.ptr)];
+      // (the lean pass: no means, the pooled logits 0)
+      const sums = [P(av.ptr), P(sp.ptr), P(qm ? qm.ptr : 0), P(km ? km.ptr : 0)];
       const shape = [P(st), I(n), I(H), I(Hkv), I(b), I(B), I(nParts), I(D), F(scale), I(Nb)];
       this.#launch(
         'proxy.cu',
@@ -1265,7 +1283,8 @@ export class CudaBackend implements Backend {
         this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
           P(tokens ? av.ptr : 0),
           P(win && !bins ? win.ptr : 0),
-          P(ent.ptr),
+          // (the lean pass: no entropy sums, the entropy 0)
+          P(lean ? 0 : ent.ptr),
           P(st),
           I(n),
           I(H),
@@ -1318,27 +1337,39 @@ export class CudaBackend implements Backend {
           : {}),
       } as unknown as ProxyStats;
       // deferred: C_struct, the entropies and the device's finiteness verdict on first access
+      // (the lean pass's entropies are placeholders: see below)
       const headLazy = defer
-        ? deferFields(stats, ['cStruct', 'rowEntropy', 'finite'], () => {
-            const h = readHead();
-            return { cStruct: h.cStruct, rowEntropy: h.rowEntropy, finite: h.finite };
-          })
+        ? lean
+          ? deferFields(stats, ['cStruct', 'finite'], () => {
+              const h = readHead();
+              return { cStruct: h.cStruct, finite: h.finite };
+            })
+          : deferFields(stats, ['cStruct', 'rowEntropy', 'finite'], () => {
+              const h = readHead();
+              return { cStruct: h.cStruct, rowEntropy: h.rowEntropy, finite: h.finite };
+            })
         : undefined;
       // the block statistics: on first read (copy stream: their kernels finished before the
       // read above), or when the backend needs their buffer back (#releaseRetained)
+      const blockLoad = () => {
+        // deferred statistics: their kernels are done once the head values are read
+        headLazy?.materialize();
+        const all = this.#readOnCopyStream(st + 2 * H * 8, new Float64Array(3 * HNb));
+        return {
+          verticalBlocks: all.subarray(0, HNb),
+          slashBlocks: all.subarray(HNb, 2 * HNb),
+          pooledEstimate: all.subarray(2 * HNb, 3 * HNb),
+        };
+      };
+      // The lean pass left the optional statistics out (their slots hold finite placeholders,
+      // entropy 0 and a uniform pooled estimate, so that the finiteness count holds): they
+      // come from a full pass on first read, while q and k are the tensors these statistics
+      // were computed from.
+      if (lean) this.#optionalLater(stats, qt, kt, { blockSize: B, wSink: opts.wSink, wLocal: opts.wLocal, scale });
       const lazy = deferFields(
         stats,
-        ['verticalBlocks', 'slashBlocks', 'pooledEstimate'],
-        () => {
-          // deferred statistics: their kernels are done once the head values are read
-          headLazy?.materialize();
-          const all = this.#readOnCopyStream(st + 2 * H * 8, new Float64Array(3 * HNb));
-          return {
-            verticalBlocks: all.subarray(0, HNb),
-            slashBlocks: all.subarray(HNb, 2 * HNb),
-            pooledEstimate: all.subarray(2 * HNb, 3 * HNb),
-          };
-        },
+        lean ? (['verticalBlocks', 'slashBlocks'] as const) : (['verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const),
+        blockLoad,
         (e) =>
           new CrispError(
             'BACKEND_ERROR',
@@ -1353,7 +1384,7 @@ export class CudaBackend implements Backend {
       }
       // kept past this call: the statistics' buffer (the entry's) and the key block means (#kMeans)
       blocks.splice(blocks.indexOf(out), 1);
-      blocks.splice(blocks.indexOf(km), 1);
+      if (km) blocks.splice(blocks.indexOf(km), 1);
       // keep the buffer for a device selection on these statistics (prepareMask), and for
       // their block statistics until read
       const entry: DeviceStats = {
@@ -1377,7 +1408,7 @@ export class CudaBackend implements Backend {
       };
       this.#deviceStats.push(entry);
       STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
-      this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
+      if (km) this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
       this.#traceHost('proxyStats: returns');
       return stats;
     } finally {
@@ -1385,6 +1416,28 @@ export class CudaBackend implements Backend {
       if (blocks.length > 0 && tailDone !== undefined) check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, tailDone, 0), 'cuStreamWaitEvent');
       for (const x of blocks) this.#pool.release(x);
     }
+  }
+
+  /**
+   * The lean pass's statistics: rowEntropy and pooledEstimate from a full pass on first read
+   * (either field), on the same q and k if they are still the tensors and write versions the
+   * statistics came from; otherwise a typed error that says how to get them.
+   */
+  #optionalLater(stats: ProxyStats, qt: CudaTensor, kt: CudaTensor, opts: ProxyStatsOptions): void {
+    const q = new WeakRef(qt);
+    const k = new WeakRef(kt);
+    const versions = [qt.version, kt.version];
+    deferFields(stats, ['rowEntropy', 'pooledEstimate'], () => {
+      const q2 = q.deref();
+      const k2 = k.deref();
+      if (!q2 || !k2 || q2.disposed || k2.disposed || q2.version !== versions[0] || k2.version !== versions[1]) {
+        throw new InvalidArgumentError(
+          'proxy statistics: rowEntropy and pooledEstimate were left out of these statistics (optionalStats did not ask for them), and q or k has been released or written since, so they cannot be computed now; ask proxyStats for them (optionalStats) while the inputs are unchanged',
+        );
+      }
+      const full = this.#proxyStats(q2, k2, opts);
+      return { rowEntropy: full.rowEntropy, pooledEstimate: full.pooledEstimate };
+    });
   }
 
   // ---- PE rows ----------------------------------------------------------------------

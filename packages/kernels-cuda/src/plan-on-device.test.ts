@@ -33,7 +33,10 @@ describe('planOnDevice (stand-in driver)', () => {
     const at = (name: string) => launches.findIndex((x) => x.startsWith(name));
     const lastAt = (name: string) => launches.findLastIndex((x) => x.startsWith(name));
     for (const [a, b] of [
-      ['proxy_wg_pass1f', 'route_cstruct'],
+      // crisp's router reads C_struct alone: the lean pass, and the PE heads' key block means
+      // from block_means (on the second stream in sparsePrefill)
+      ['proxy_wg_pass1l', 'route_cstruct'],
+      ['block_means', 'pe_q_means'],
       ['route_cstruct', 'vs_select'],
       ['vs_select', 'expand_count'],
       ['expand_count', 'expand_write'],
@@ -206,6 +209,36 @@ describe('planOnDevice (stand-in driver)', () => {
     // each expansion and attention launch twice: the VS heads' on the main stream, the PE heads' on the second
     expect(streamOf('expand_write')).toEqual(['main', 'side']);
     expect(streamOf('attn_')).toEqual(['main', 'side']);
+    be.dispose();
+  });
+
+  it('runs the lean pass only when the router declares it reads no optional statistic, and computes those when first read', async () => {
+    const { be, inputs, log } = setup();
+    const pass = () => log.filter((e) => e.kind === 'launch' && (e.name as string).startsWith('proxy_wg_pass1')).map((e) => e.name);
+    // crisp's router (needs.optionalStats []): the lean pass; reading the entropy or the
+    // pooled estimate runs the full pass once, for both
+    const plan = await planPrefill(be, inputs, crisp, { minSparseLength: 0 });
+    expect(pass()).toEqual(['proxy_wg_pass1l_bf16_d128_b128']);
+    log.length = 0;
+    expect(plan.stats?.rowEntropy).toHaveLength(H);
+    expect(plan.stats?.pooledEstimate).toHaveLength(H * plan.numBlocks);
+    expect(pass()).toEqual(['proxy_wg_pass1f_bf16_d128_b128']);
+    releasePlan(plan);
+    // a router that does not declare what it reads: the full pass
+    log.length = 0;
+    const { needs: _n, ...undeclared } = crisp.router!;
+    const full = await planPrefill(be, inputs, { ...crisp, router: { ...undeclared, route: (s: ProxyStats) => crisp.router!.route(s) } }, { minSparseLength: 0 });
+    expect(pass()).toEqual(['proxy_wg_pass1f_bf16_d128_b128']);
+    releasePlan(full);
+    // once k is written, the left-out statistics can no longer be computed: a typed error
+    const lean = await planPrefill(be, inputs, crisp, { minSparseLength: 0 });
+    (inputs.k as CudaTensor).markWritten();
+    expect(() => lean.stats?.rowEntropy).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    releasePlan(lean);
+    // a bad request
+    await expect(
+      be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, optionalStats: ['entropy' as 'rowEntropy'] }),
+    ).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     be.dispose();
   });
 

@@ -1,4 +1,4 @@
-import { isCrispError, planPrefill, vsHead } from '@crisp/core';
+import { isCrispError, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { fixed } from '@crisp/router';
 import { describe, expect, it } from 'vitest';
@@ -65,5 +65,29 @@ describe('pipeline gates and PE minimum blocks', () => {
     expect(await code(planPrefill(be, { q, k }, { ...crisp, blockSize: 64, kMin: 128 }, { minSparseLength: Number.NaN }))).toBe(
       'INVALID_ARGUMENT',
     );
+  });
+});
+
+describe("the router's declared optional statistics", () => {
+  it('reach the backend as proxyStats options, and a malformed declaration is a typed error before any work', async () => {
+    const be = createReferenceBackend();
+    const x = mixedHeads({ n: 2048, heads: [{ kind: 'sink', strength: 10 }], seed: freshSeed() });
+    const q = be.upload(x.q);
+    const k = be.upload(x.k);
+    const seen: unknown[] = [];
+    const proxyStats = be.proxyStats.bind(be);
+    be.proxyStats = (qq, kk, opts) => {
+      seen.push(opts.optionalStats);
+      return proxyStats(qq, kk, opts);
+    };
+    await planPrefill(be, { q, k }, crisp, { minSparseLength: 0 });
+    // crisp's C_struct router reads neither; a router that does not say gets all of them
+    const { needs: _n, ...undeclared } = crisp.router!;
+    await planPrefill(be, { q, k }, { ...crisp, router: { ...undeclared, route: (s) => crisp.router!.route(s) } }, { minSparseLength: 0 });
+    expect(seen).toEqual([[], undefined]);
+    const bad = { ...crisp, router: { ...undeclared, route: (s: ProxyStats) => crisp.router!.route(s), needs: { optionalStats: ['entropy'] } } };
+    const err = await planPrefill(be, { q, k }, bad as unknown as typeof crisp, { minSparseLength: 0 }).catch((e) => e);
+    expect(isCrispError(err) && err.code).toBe('INVALID_ARGUMENT');
+    expect(seen).toHaveLength(2);
   });
 });

@@ -31,7 +31,8 @@ export interface CStructRouter extends Router {
  *
  * The windows travel to the backend through `needs.wSink` / `needs.wLocal`: the pipeline
  * computes proxy statistics with this router's windows (a policy-level `wSink`/`wLocal`
- * that disagrees is an error there, not silently ignored).
+ * that disagrees is an error there, not silently ignored). It reads C_struct alone, so
+ * `needs.optionalStats` is empty: backends may skip the entropy and the pooled estimate.
  */
 export function cStruct(opts: CStructOptions = {}): CStructRouter {
   const tauProxy = checkRange(opts.tauProxy ?? 0.2, 'tauProxy', 0, 1, 'in (0, 1) (the paper uses 0.2)');
@@ -43,7 +44,7 @@ export function cStruct(opts: CStructOptions = {}): CStructRouter {
     tauProxy,
     wSink,
     wLocal,
-    needs: Object.freeze({ wSink, wLocal }),
+    needs: Object.freeze({ wSink, wLocal, optionalStats: Object.freeze([]) }),
     route(stats: ProxyStats): RoutingDecision {
       checkStats(stats, name, ['cStruct']);
       const scores = Float64Array.from(stats.cStruct);

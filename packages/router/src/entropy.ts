@@ -42,6 +42,7 @@ export function entropy(opts: EntropyOptions = {}): EntropyRouter {
   return Object.freeze({
     name,
     maxSupportExponent,
+    needs: Object.freeze({ optionalStats: Object.freeze(['rowEntropy'] as const) }),
     route(stats: ProxyStats): RoutingDecision {
       checkStats(stats, name, ['rowEntropy']);
       const logN = Math.log(stats.n);

@@ -12,6 +12,7 @@ export function fixed(route: Route): Router & { readonly to: Route } {
   return Object.freeze({
     name,
     to: route,
+    needs: Object.freeze({ optionalStats: Object.freeze([]) }),
     route(stats: ProxyStats): RoutingDecision {
       checkStats(stats, name, []);
       const routes: Route[] = new Array(stats.heads).fill(route);

@@ -62,6 +62,7 @@ export function jsd(opts: JsdOptions = {}): JsdRouter {
   return Object.freeze({
     name,
     tau,
+    needs: Object.freeze({ optionalStats: Object.freeze(['pooledEstimate'] as const) }),
     route(stats: ProxyStats): RoutingDecision {
       checkStats(stats, name, ['verticalBlocks', 'pooledEstimate']);
       const H = stats.heads;

@@ -89,8 +89,8 @@ describe('cStruct', () => {
 
   it('declares its windows for the pipeline and validates its options', () => {
     const r = cStruct({ wSink: 64, wLocal: 256 });
-    expect(r.needs).toEqual({ wSink: 64, wLocal: 256 });
-    expect(cStruct().needs).toEqual({ wSink: 128, wLocal: 128 });
+    expect(r.needs).toEqual({ wSink: 64, wLocal: 256, optionalStats: [] });
+    expect(cStruct().needs).toEqual({ wSink: 128, wLocal: 128, optionalStats: [] });
     for (const tauProxy of [0, 1, -0.5, Number.NaN]) expect(errCode(() => cStruct({ tauProxy }))).toBe('INVALID_ARGUMENT');
     for (const wSink of [0, 1.5, -1]) expect(errCode(() => cStruct({ wSink }))).toBe('INVALID_ARGUMENT');
     expect(errCode(() => cStruct({ wLocal: 0 }))).toBe('INVALID_ARGUMENT');
@@ -177,5 +177,27 @@ describe('fixed and routingAgreement', () => {
     expect(errCode(() => routingAgreement(['vs'], ['vs', 'pe']))).toBe('INVALID_ARGUMENT');
     expect(errCode(() => routingAgreement([], []))).toBe('INVALID_ARGUMENT');
     expect(errCode(() => routingAgreement(['vs', 'x' as 'vs'], ['vs', 'pe']))).toBe('INVALID_ARGUMENT');
+  });
+});
+
+describe('declared optional statistics', () => {
+  it('each router routes without reading an optional statistic it does not declare', () => {
+    for (const r of [cStruct(), entropy(), jsd(), fixed('vs')]) {
+      const declared = r.needs?.optionalStats;
+      expect(declared, r.name).toBeDefined();
+      const s = { ...stats(3, 4, 10) };
+      // what a backend that skipped them hands over: the fields throw when read
+      for (const f of ['rowEntropy', 'pooledEstimate'] as const) {
+        if (declared?.includes(f)) continue;
+        Object.defineProperty(s, f, {
+          get() {
+            throw new Error(`${r.name} read ${f}`);
+          },
+        });
+      }
+      expect(r.route(s).routes, r.name).toHaveLength(4);
+    }
+    expect(entropy().needs?.optionalStats).toEqual(['rowEntropy']);
+    expect(jsd().needs?.optionalStats).toEqual(['pooledEstimate']);
   });
 });
