@@ -1087,10 +1087,7 @@ export class CudaBackend implements Backend {
     const kt = this.#tensor(k, 'k');
     this.#assertFinite(qt, 'q');
     this.#assertFinite(kt, 'k');
-    // room for this call's retained buffers: collected or surplus statistics and the last
-    // key block means go back to the pool first, so this call's blocks can reuse them
-    this.#releaseRetained(false);
-    this.#traceHost('proxyStats: checked, retained released');
+    this.#traceHost('proxyStats: checked');
     const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
@@ -1101,19 +1098,15 @@ export class CudaBackend implements Backend {
     // [C_struct H][row entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb], f64, written by
     // proxy_blocks and proxy_heads and downloaded in one copy.
     const outLen = 2 * H + 3 * H * Nb;
+    // The pass's own buffers first and the pass launched, then the rest (from an idle device
+    // the device waits for this host work: session 15, NOTES).
     const pm = this.#scratch(H * b * nParts * f4);
     const pl = this.#scratch(H * b * nParts * f4);
     const pt = this.#scratch(H * b * nParts * f4);
-    const lse2 = this.#scratch(H * b * f4);
-    const ent = this.#scratch(H * b * f4);
     // Token scores asked for: pass 2 writes a_v [H·n] and the parts' a_s; otherwise pass 2b
     // writes block scores and window sums only (SBP offset blocks a part).
     const tokens = Boolean(opts.tokenScores);
     const SBP = PART_KEYS / B + 3;
-    const av = this.#scratch(tokens ? H * n * f4 : H * Nb * f4);
-    const sp = this.#scratch(tokens ? H * nParts * SP * f4 : H * nParts * SBP * f4);
-    const win = tokens ? undefined : this.#scratch(H * nParts * f4);
-    const as = tokens ? this.#scratch(H * n * f4) : undefined;
     // the fused pass (block level): per (head, part, row) the part's bins, key blocks, offset
     // blocks and window relative to the row's part max, [H][nParts][NS][b]
     const fused = !tokens && this.proxyFused;
@@ -1127,16 +1120,14 @@ export class CudaBackend implements Backend {
     const lean = fused && wg && Boolean(opts.deferRead) && wanted.length === 0 && H * Nb * Nb * 4 <= PE_PART_BYTES;
     const NS = 2 * (PART_KEYS / B) + 4;
     const bins = fused ? this.#scratch(H * nParts * NS * b * f4) : undefined;
-    // proxy_cstruct's per-head tickets (its last CTA of a head sums the parts)
-    const tickets = fused ? this.#scratch(H * 4) : undefined;
     const qm = lean ? undefined : this.#scratch(H * D * f4);
     const km = lean ? undefined : this.#scratch(Hkv * Nb * D * f4);
-    // one more f64: the count of non-finite statistics (count_nonfinite_f64)
-    // held by the statistics until read or collected (#deviceStats): taken in slabs of 16,
-    // so that calls whose earlier statistics are not collected yet do not each pay a
-    // cuMemAlloc (0.31 ms at 128k in session 8's trace)
-    const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
-    const blocks = [pm, pl, pt, lse2, ent, av, sp, out, ...(qm && km ? [qm, km] : []), ...(as ? [as] : []), ...(win ? [win] : []), ...(bins ? [bins] : []), ...(tickets ? [tickets] : [])];
+    const blocks = [pm, pl, pt, ...(qm && km ? [qm, km] : []), ...(bins ? [bins] : [])];
+    const take = (bytes: number): DeviceBlock => {
+      const x = this.#scratch(bytes);
+      blocks.push(x);
+      return x;
+    };
     this.#traceHost('proxyStats: scratch taken');
     // the third stream's end, when the head values went there (the scratch waits for it)
     let tailDone: unknown;
@@ -1176,6 +1167,24 @@ export class CudaBackend implements Backend {
         F(scaleLog2),
         ...(bins ? [I(opts.wSink), I(opts.wLocal)] : []),
       ]);
+      // Collected or surplus statistics and the last key block means back to the pool (not
+      // before the launch: the pass's buffers may come from the pool's growth instead)
+      this.#releaseRetained(false);
+      this.#traceHost('proxyStats: retained released');
+      const lse2 = take(H * b * f4);
+      const ent = take(H * b * f4);
+      const av = take(tokens ? H * n * f4 : H * Nb * f4);
+      const sp = take(tokens ? H * nParts * SP * f4 : H * nParts * SBP * f4);
+      const win = tokens ? undefined : take(H * nParts * f4);
+      const as = tokens ? take(H * n * f4) : undefined;
+      // proxy_cstruct's per-head tickets (its last CTA of a head sums the parts)
+      const tickets = bins ? take(H * 4) : undefined;
+      // one more f64: the count of non-finite statistics (count_nonfinite_f64)
+      // held by the statistics until read or collected (#deviceStats): taken in slabs of 16,
+      // so that calls whose earlier statistics are not collected yet do not each pay a
+      // cuMemAlloc (0.31 ms at 128k in session 8's trace)
+      const out = this.#allocTraced(() => this.#pool.allocBatch((outLen + 1) * 8, 16));
+      blocks.push(out);
       this.#launch('proxy.cu', 'proxy_combine', [Math.ceil((H * b * 32) / 256)], 256, 0, [
         P(pm.ptr),
         P(pl.ptr),
