@@ -381,6 +381,9 @@ if (phase === 'proxy') {
           be.proxyFused = true;
         }
         be.proxyLayout = 'wg';
+        // the lean pass (a device plan's statistics when the router reads no optional
+        // statistic); the entropy and the pooled estimate from a full pass when read
+        blocks.push(await be.proxyStats(q, k, { ...opts, tokenScores: false, deferRead: true, optionalStats: [] }));
         const wgTokens = await be.proxyStats(q, k, opts);
         const vsF64 = [];
         const blockVsF64 = [];
@@ -456,6 +459,37 @@ if (phase === 'proxy') {
         be.proxyLayout = proxyLayout;
         be.proxyFused = true;
         log(`proxy n=${n}: fused vs two-pass block statistics, max |diff| ${JSON.stringify(PROXY_TIMED_LAYOUTS.map((l) => res[`${l}-fusedVs2pass`]))}`);
+        if (PROXY_TIMED_LAYOUTS.includes('wg')) {
+          // the lean pass (no optional statistics: a device plan's with the C_struct router)
+          // against the full fused pass: the same bits in every statistic it computes, and the
+          // optional ones, computed by a full pass when read, equal too
+          be.proxyLayout = 'wg';
+          const leanOpts = { ...opts, deferRead: true, optionalStats: [] as const };
+          await be.proxyStats(q, k, leanOpts);
+          const device = await timeIt(() => be.proxyStats(q, k, leanOpts), 5, 0);
+          be.startProfile();
+          await be.proxyStats(q, k, leanOpts);
+          const kernels = be.stopProfile();
+          const full = await be.proxyStats(q, k, opts);
+          const lean = await be.proxyStats(q, k, leanOpts);
+          const differ = (fields: readonly (keyof typeof full)[]) =>
+            Object.fromEntries(
+              fields.map((f) => {
+                const a = lean[f] as ArrayLike<number>;
+                const b = full[f] as ArrayLike<number>;
+                let c = Math.abs(a.length - b.length);
+                for (let i = 0; i < Math.min(a.length, b.length); i++) if (!Object.is(a[i], b[i])) c++;
+                return [f, c];
+              }),
+            );
+          const diffs = differ(['cStruct', 'verticalBlocks', 'slashBlocks']);
+          const later = differ(['rowEntropy', 'pooledEstimate']);
+          res.lean = { deviceMs: device, kernels, bitDiffsVsFull: diffs, optionalLaterBitDiffs: later };
+          log(
+            `proxy n=${n} wg lean: device ${median(device).toFixed(2)} ms; kernels ${kernels.map((x) => `${x.kernel} ${x.ms.toFixed(3)}`).join(', ')}; lean vs full bit diffs ${JSON.stringify(diffs)}, optional statistics read later vs full ${JSON.stringify(later)}`,
+          );
+          be.proxyLayout = proxyLayout;
+        }
         // (one layout timed: nothing to compare)
         res.layoutBitDiffs = PROXY_TIMED_LAYOUTS.length > 1 ? bitDiffs(got[PROXY_TIMED_LAYOUTS[0]], got[PROXY_TIMED_LAYOUTS[1]]) : {};
         const sh: ProxyShape = { n, H, Hkv, D, B, dtype: 'bf16' };
@@ -911,7 +945,7 @@ if (phase === 'all' || phase === 'bench') {
         const entries = be.stopTrace();
         trace = { entries, timings: tr.timings };
         // idle-before per stream: a device plan's router and PE kernels run on a second one
-        const prevEnd = { main: 0, side: -1 };
+        const prevEnd = { main: 0, side: -1, tail: -1 };
         for (const e of entries) {
           if (e.startMs === undefined) {
             log(`  trace ${n} host ${e.hostMs.toFixed(3)}..${e.hostEndMs?.toFixed(3)} ${e.name}`);
@@ -920,7 +954,7 @@ if (phase === 'all' || phase === 'bench') {
           const st = e.stream ?? 'main';
           const gap = prevEnd[st] < 0 ? 0 : e.startMs - prevEnd[st];
           log(
-            `  trace ${n} host ${e.hostMs.toFixed(3)} dev ${e.startMs.toFixed(3)}..${e.endMs!.toFixed(3)} (${(e.endMs! - e.startMs).toFixed(3)}) idle-before ${gap.toFixed(3)}${st === 'side' ? ' [side]' : ''} ${e.name}`,
+            `  trace ${n} host ${e.hostMs.toFixed(3)} dev ${e.startMs.toFixed(3)}..${e.endMs!.toFixed(3)} (${(e.endMs! - e.startMs).toFixed(3)}) idle-before ${gap.toFixed(3)}${st === 'main' ? '' : ` [${st}]`} ${e.name}`,
           );
           prevEnd[st] = e.endMs!;
         }
