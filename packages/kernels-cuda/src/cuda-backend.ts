@@ -288,8 +288,9 @@ interface DeviceStats {
    */
   readonly settle?: (head: Float64Array) => void;
   /**
-   * Fused deferRead statistics: an event behind proxy_cstruct (C_struct is on the device,
-   * the rest of the statistics still queued), where planOnDevice's second stream starts
+   * Fused deferRead statistics: an event behind proxy_cstruct on the third stream (C_struct
+   * is on the device, the rest of the statistics still queued), where planOnDevice's second
+   * stream starts
    */
   cstructReady?: unknown;
   /**
@@ -486,12 +487,13 @@ export class CudaBackend implements Backend {
    */
   #sideStream: Handle | undefined;
   /**
-   * A third stream for the head values of fused deferRead statistics (proxy_heads, the
-   * finiteness count, planOnDevice's copy of them): nothing before the attention reads them,
-   * so the main stream goes on to the VS selection without them (created on first use)
+   * A third stream for fused deferRead statistics: C_struct (which only the router reads)
+   * beside the block sums, then the head values (proxy_heads, the finiteness count,
+   * planOnDevice's copy of them), which nothing before the attention reads: the main stream
+   * goes from the combine to the block sums and the VS selection (created on first use)
    */
   #tailStream: Handle | undefined;
-  /** recorded on the third stream only, behind the statistics' head values (DeviceStats.tailDone) */
+  /** recorded on the third stream only: behind C_struct (cstructReady) and the head values (tailDone) */
   readonly #tailEvents: EventRing = { events: [], next: 0 };
   /** fences between the two streams, reused in turn (a wait is queued right after its record) */
   readonly #sideEvents: EventRing = { events: [], next: 0 };
@@ -1201,21 +1203,28 @@ export class CudaBackend implements Backend {
       const st = out.ptr + 8; // the statistics, after the non-finite count
       const defer = Boolean(opts.deferRead) && !as;
       let cstructReady: unknown;
+      // Fused deferRead statistics (a device plan's) use a third stream: C_struct there beside
+      // the block sums here, then an event where the plan's second stream starts its router;
+      // later the head values, which nothing before the attention reads (the VS selection
+      // reads p_v and p_s). The main stream goes from the combine to the block sums and the
+      // selection without either (NOTES, session 15).
+      const tail = bins && defer ? this.#tail() : undefined;
       if (bins) {
-        // C_struct first (routing needs nothing else), then an event where a device plan's
-        // second stream starts its router and PE kernels beside the rest of these kernels
-        this.#launch('proxy.cu', 'proxy_cstruct', [nParts, H], 32, 0, [
-          P(bins.ptr),
-          P(pm.ptr),
-          P(lse2.ptr),
-          P(win!.ptr),
-          P(tickets!.ptr),
-          P(st),
-          I(b),
-          I(B),
-          I(nParts),
-        ]);
-        if (defer) cstructReady = this.#fence(this.#stream);
+        if (tail) this.#fence(this.#stream, tail);
+        this.#onStream(tail ?? this.#stream, () =>
+          this.#launch('proxy.cu', 'proxy_cstruct', [nParts, H], 32, 0, [
+            P(bins.ptr),
+            P(pm.ptr),
+            P(lse2.ptr),
+            P(win!.ptr),
+            P(tickets!.ptr),
+            P(st),
+            I(b),
+            I(B),
+            I(nParts),
+          ]),
+        );
+        if (tail) cstructReady = this.#recordIn(this.#tailEvents, tail);
         // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs, the window's left out
         this.#launch('proxy.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
           P(bins.ptr),
@@ -1280,11 +1289,8 @@ export class CudaBackend implements Backend {
         0,
         tokens ? [...sums, P(as ? as.ptr : 0), ...shape] : [...sums, ...shape],
       );
-      // The head values (entropies, the pooled estimate's softmax) and the finiteness count.
-      // Fused deferRead statistics (a device plan's): on the third stream once the block sums
-      // are queued, as nothing before the attention reads them (the VS selection reads p_v and
-      // p_s), so the main stream goes on without them (~0.02 ms at 128k: NOTES, session 15).
-      const tail = cstructReady !== undefined ? this.#tail() : undefined;
+      // The head values (entropies, the pooled estimate's softmax) and the finiteness count:
+      // on the third stream, when there is one, once the block sums are queued
       if (tail) this.#fence(this.#stream, tail);
       try {
         this.#onStream(tail ?? this.#stream, () => {

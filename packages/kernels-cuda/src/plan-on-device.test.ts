@@ -77,11 +77,12 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(routes).toHaveLength(2);
     const side = routes[0].stream;
     expect(side).not.toBe(main);
-    // the head values' copy on the third stream, behind proxy_heads and the finiteness count
+    // the third stream: C_struct, then the head values and their copy (behind proxy_heads and
+    // the finiteness count)
     const tail = routes[1].stream;
     expect([main, side]).not.toContain(tail);
     const onTail = log.filter((e) => e.kind === 'launch' && e.stream === tail).map((e) => e.name);
-    expect(onTail).toEqual(['proxy_heads', 'count_nonfinite_f64', 'route_cstruct']);
+    expect(onTail).toEqual(['proxy_cstruct', 'proxy_heads', 'count_nonfinite_f64', 'route_cstruct']);
     // the third stream starts behind the block sums (a fence on the main stream), and the main
     // stream joins it behind the VS heads' rows, before the plan's end and their attention
     const heads = launch('proxy_heads');
@@ -91,11 +92,16 @@ describe('planOnDevice (stand-in driver)', () => {
     ]);
     const vsWrite = launch('expand_write');
     expect(log[vsWrite + 1]).toMatchObject({ kind: 'wait', stream: main });
-    // C_struct, then the fence the second stream waits for, before the statistics' other kernels
+    // C_struct on the third stream behind the combine (a fence on the main stream), then the
+    // fence the second stream's router waits for; the main stream goes on to the block sums
     const cs = launch('proxy_cstruct');
-    expect(cs).toBe(launch('proxy_combine') + 1);
-    expect(cs).toBeLessThan(launch('proxy_fused_sums'));
-    expect(log[cs + 1]).toMatchObject({ kind: 'record', stream: main });
+    expect(log.slice(launch('proxy_combine') + 1, cs + 2).map((e) => [e.kind, e.stream])).toEqual([
+      ['record', main],
+      ['wait', tail],
+      ['launch', tail],
+      ['record', tail],
+    ]);
+    expect(log[cs + 2]).toMatchObject({ kind: 'launch', name: 'proxy_fused_sums', stream: main });
     const firstRoute = log.indexOf(routes[0]);
     expect(log[firstRoute - 1]).toMatchObject({ kind: 'wait', stream: side });
     // the main stream waits for the routes before vs_select
@@ -204,7 +210,8 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(new Set(streamOf('pe_'))).toEqual(new Set(['side']));
     expect(streamOf('route_cstruct')).toEqual(['side', 'tail']);
     expect(streamOf('proxy_heads')).toEqual(['tail']);
-    const others = launches.filter((e) => (e.name.startsWith('proxy_') && e.name !== 'proxy_heads') || e.name.startsWith('vs_'));
+    expect(streamOf('proxy_cstruct')).toEqual(['tail']);
+    const others = launches.filter((e) => (e.name.startsWith('proxy_') && e.name !== 'proxy_heads' && e.name !== 'proxy_cstruct') || e.name.startsWith('vs_'));
     expect(new Set(others.map((e) => e.stream))).toEqual(new Set(['main']));
     // each expansion and attention launch twice: the VS heads' on the main stream, the PE heads' on the second
     expect(streamOf('expand_write')).toEqual(['main', 'side']);
