@@ -7,7 +7,7 @@ import { robustFloor } from '@crisp/select';
 // concentrated anywhere (low entropy), so sink-free concentrated heads still take VS.
 export const anchorsOrConcentrated: Router = {
   name: 'anchorsOrConcentrated',
-  needs: { wSink: 128, wLocal: 128 },
+  needs: { wSink: 128, wLocal: 128, optionalStats: ['rowEntropy'] },
   route(stats) {
     const scores = Float64Array.from(stats.cStruct, (c, h) => Math.max(c, 1 - stats.rowEntropy[h] / Math.log(stats.n)));
     return {
