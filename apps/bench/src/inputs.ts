@@ -128,7 +128,9 @@ export function cachingBackend(b: Backend): Backend {
           if (!stats || key !== statsKey) {
             statsKey = key;
             rows.clear();
-            stats = target.proxyStats(q, k, { ...o, tokenScores: true });
+            // shared by every policy: all the statistics, whatever the first one's router reads
+            const { optionalStats: _first, ...all } = o;
+            stats = target.proxyStats(q, k, { ...all, tokenScores: true });
           }
           return stats;
         };
