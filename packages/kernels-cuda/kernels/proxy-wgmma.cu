@@ -219,6 +219,14 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
 #define CRISP_PROXY_WG_CALL1L(D, NWG, BF16)
 #endif  // CRISP_WGMMA
 
+// A fused pass's entry (the full one and the lean one take the same arguments).
+#define CRISP_PROXY_WG_FUSED(NAME, CALL, D, NWG, BF16)                                                           \
+  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
+      NAME(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean, float* bins,  \
+           int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) {                               \
+    CALL(D, NWG, BF16)                                                                                           \
+  }
+
 // `proxy_wg_pass1_<dtype>_d<D>_b<B>` and `proxy_wg_pass2b_...`: the arguments of proxy.cu's
 // pass 1 and pass 2b; B / 64 warpgroups; two stages of 64-key tiles. `proxy_wg_pass1f_...`
 // the fused pass, `proxy_wg_pass1l_...` the lean fused pass (the same arguments; it writes
@@ -229,18 +237,8 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
                            float* kMean, int n, int H, int Hkv, int b, float scaleLog2) {                        \
     CRISP_PROXY_WG_CALL1(D, NWG, BF16)                                                                           \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
-      proxy_wg_pass1f_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,           \
-                            float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,  \
-                            int wLocal) {                                                                        \
-    CRISP_PROXY_WG_CALL1F(D, NWG, BF16)                                                                          \
-  }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
-      proxy_wg_pass1l_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,           \
-                            float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,  \
-                            int wLocal) {                                                                        \
-    CRISP_PROXY_WG_CALL1L(D, NWG, BF16)                                                                          \
-  }                                                                                                              \
+  CRISP_PROXY_WG_FUSED(proxy_wg_pass1f_##SUF, CRISP_PROXY_WG_CALL1F, D, NWG, BF16)                              \
+  CRISP_PROXY_WG_FUSED(proxy_wg_pass1l_##SUF, CRISP_PROXY_WG_CALL1L, D, NWG, BF16)                              \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       proxy_wg_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,       \
                             float* winPart, int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) { \
