@@ -1131,7 +1131,8 @@ export class CudaBackend implements Backend {
       return x;
     };
     this.#traceHost('proxyStats: scratch taken');
-    // the third stream's end, when the head values went there (the scratch waits for it)
+    // the third stream's last event (C_struct's, then the head values'), when it is used: on a
+    // failure the scratch waits for it
     let tailDone: unknown;
     try {
       const scaleLog2 = scale * LOG2E;
@@ -1224,7 +1225,10 @@ export class CudaBackend implements Backend {
             I(nParts),
           ]),
         );
-        if (tail) cstructReady = this.#recordIn(this.#tailEvents, tail);
+        if (tail) {
+          cstructReady = this.#recordIn(this.#tailEvents, tail);
+          tailDone = cstructReady;
+        }
         // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs, the window's left out
         this.#launch('proxy.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
           P(bins.ptr),
@@ -1294,27 +1298,27 @@ export class CudaBackend implements Backend {
       if (tail) this.#fence(this.#stream, tail);
       try {
         this.#onStream(tail ?? this.#stream, () => {
-        // (the fused pass: neither av nor winPart, C_struct is proxy_cstruct's)
-        this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
-          P(tokens ? av.ptr : 0),
-          P(win && !bins ? win.ptr : 0),
-          // (the lean pass: no entropy sums, the entropy 0)
-          P(lean ? 0 : ent.ptr),
-          P(st),
-          I(n),
-          I(H),
-          I(b),
-          I(Nb),
-          I(opts.wSink),
-          I(opts.wLocal),
-          I(nParts),
-        ]);
-        check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr, 0, 2, this.#cur), 'cuMemsetD32Async');
-        this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(this.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
-          P(st),
-          I(outLen),
-          P(out.ptr),
-        ]);
+          // (the fused pass: neither av nor winPart, C_struct is proxy_cstruct's)
+          this.#launch('proxy.cu', 'proxy_heads', [H], 256, 0, [
+            P(tokens ? av.ptr : 0),
+            P(win && !bins ? win.ptr : 0),
+            // (the lean pass: no entropy sums, the entropy 0)
+            P(lean ? 0 : ent.ptr),
+            P(st),
+            I(n),
+            I(H),
+            I(b),
+            I(Nb),
+            I(opts.wSink),
+            I(opts.wLocal),
+            I(nParts),
+          ]);
+          check(this.#libs, this.#libs.cu.cuMemsetD32Async(out.ptr, 0, 2, this.#cur), 'cuMemsetD32Async');
+          this.#launch('proxy.cu', 'count_nonfinite_f64', [Math.min(this.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
+            P(st),
+            I(outLen),
+            P(out.ptr),
+          ]);
         });
       } finally {
         if (tail) tailDone = this.#recordIn(this.#tailEvents, tail);
@@ -1427,7 +1431,7 @@ export class CudaBackend implements Backend {
       this.#traceHost('proxyStats: returns');
       return stats;
     } finally {
-      // (on a failure: proxy_heads may be queued on the third stream, reading the scratch)
+      // (on a failure: C_struct or proxy_heads may be queued on the third stream, reading the scratch)
       if (blocks.length > 0 && tailDone !== undefined) check(this.#libs, this.#libs.cu.cuStreamWaitEvent(this.#stream, tailDone, 0), 'cuStreamWaitEvent');
       for (const x of blocks) this.#pool.release(x);
     }
