@@ -608,6 +608,11 @@ function typedErrorsCase(dtype: DType, s: ShapeCase): ConformanceCase {
         be.proxyStats(d.q, d.k, { blockSize: 48, wSink: 64, wLocal: 64 }),
       ),
     );
+    lines.push(
+      await expectCode('an unknown optional statistic', 'INVALID_ARGUMENT', () =>
+        be.proxyStats(d.q, d.k, { blockSize: s.blockSize, wSink: 64, wLocal: 64, optionalStats: ['entropy' as 'rowEntropy'] }),
+      ),
+    );
     const gone = be.upload(x.v);
     gone.dispose();
     lines.push(await expectCode('download of a disposed tensor', 'DISPOSED', () => be.download(gone)));

@@ -28,7 +28,7 @@ import {
 } from './mask.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy, Route, RoutingDecision, VsSelector } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
-import { assertFiniteStats, headSlice, OPTIONAL_STATS, type OptionalStat, type ProxyStats } from './stats.js';
+import { assertFiniteStats, headSlice, type OptionalStat, type ProxyStats, wantedOptionalStats } from './stats.js';
 import type { DeviceTensor } from './tensor.js';
 
 export interface PrefillInputs {
@@ -325,12 +325,7 @@ async function buildPlan(
 function optionalStatsOf(policy: Policy): { optionalStats?: readonly OptionalStat[] } {
   const declared = policy.router!.needs?.optionalStats;
   if (declared === undefined) return {};
-  if (!Array.isArray(declared) || declared.some((x) => !OPTIONAL_STATS.includes(x))) {
-    throw new InvalidArgumentError(
-      `router ${policy.router!.name}: needs.optionalStats must list some of ${OPTIONAL_STATS.join(', ')}; got ${JSON.stringify(declared)}`,
-    );
-  }
-  return { optionalStats: declared };
+  return { optionalStats: wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`) };
 }
 
 /** The policy's router on the host, its H routes checked, and the PE heads ascending. */

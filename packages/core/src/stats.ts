@@ -5,7 +5,7 @@
  *
  * Shape legend: H heads, n keys, B block size, Nb = ceil(n / B).
  */
-import { NonFiniteError } from './errors.js';
+import { InvalidArgumentError, NonFiniteError } from './errors.js';
 
 /**
  * The statistics a router may read that only some routers need: the row entropy (the entropy
@@ -13,6 +13,19 @@ import { NonFiniteError } from './errors.js';
  */
 export type OptionalStat = 'rowEntropy' | 'pooledEstimate';
 export const OPTIONAL_STATS: readonly OptionalStat[] = Object.freeze(['rowEntropy', 'pooledEstimate']);
+
+/**
+ * The optional statistics asked for (`ProxyStatsOptions.optionalStats`; all of them when
+ * absent), checked: anything but a list of OptionalStat names is an InvalidArgumentError.
+ * `what` names the setting in the message.
+ */
+export function wantedOptionalStats(given: unknown, what = 'optionalStats'): readonly OptionalStat[] {
+  if (given === undefined) return OPTIONAL_STATS;
+  if (!Array.isArray(given) || given.some((x) => !OPTIONAL_STATS.includes(x))) {
+    throw new InvalidArgumentError(`${what} must list some of ${OPTIONAL_STATS.join(', ')}; got ${JSON.stringify(given)}`);
+  }
+  return given;
+}
 
 export interface ProxyStatsOptions {
   readonly blockSize: number;

@@ -32,7 +32,7 @@ import {
   type PrepareMaskRequest,
   type ProxyStats,
   type ProxyStatsOptions,
-  OPTIONAL_STATS,
+  wantedOptionalStats,
   type Route,
   ShapeError,
   type VsLists,
@@ -1081,10 +1081,7 @@ export class CudaBackend implements Backend {
     }
     const scale = opts.scale ?? defaultScale(shape.headDim);
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
-    const wanted = opts.optionalStats ?? OPTIONAL_STATS;
-    if (!Array.isArray(wanted) || wanted.some((x) => !OPTIONAL_STATS.includes(x))) {
-      throw new InvalidArgumentError(`optionalStats must list some of ${OPTIONAL_STATS.join(', ')}; got ${JSON.stringify(opts.optionalStats)}`);
-    }
+    const wanted = wantedOptionalStats(opts.optionalStats);
     const qt = this.#tensor(q, 'q');
     const kt = this.#tensor(k, 'k');
     this.#assertFinite(qt, 'q');

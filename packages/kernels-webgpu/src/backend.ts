@@ -39,6 +39,7 @@ import {
   numel,
   validateMask,
   wrapHost,
+  wantedOptionalStats,
 } from '@crisp/core';
 import { GpuContext, Usage } from './gpu.js';
 import { SMM_STAGED_WORKGROUP_BYTES, attentionSmmProgram } from './kernels/attention-smm.js';
@@ -446,6 +447,8 @@ export class WebGpuBackend implements Backend {
         throw new InvalidArgumentError(`${key} must be a non-negative integer number of tokens; got ${String(w)}`);
       }
     }
+    // (checked; this backend computes every statistic whatever is asked for)
+    wantedOptionalStats(opts.optionalStats);
     const scale = this.#checkScale(opts.scale, shape.headDim);
     const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
     const dtype = shape.dtype as StorageDType;

@@ -37,6 +37,7 @@ import {
   numel,
   validateMask,
   wrapHost,
+  wantedOptionalStats,
 } from '@crisp/core';
 import { attendMany, type HeadMajor, peRowsF64, proxyStatsF64, toHeadMajor } from './math.js';
 
@@ -185,6 +186,8 @@ class ReferenceBackend implements Backend {
         throw new InvalidArgumentError(`${key} must be a non-negative integer number of tokens; got ${String(w)}`);
       }
     }
+    // (checked; the reference computes every statistic whatever is asked for)
+    wantedOptionalStats(opts.optionalStats);
     const { shape, qf, kf } = this.#prepare(q, k, undefined);
     return proxyStatsF64(
       { q: qf, k: kf, scale: checkScale(opts.scale, shape.headDim) },
