@@ -15,9 +15,10 @@ import { loadCuda } from '../dist/ffi.js';
 const n = Number(process.argv[2] ?? 131072);
 const plans = Number(process.argv[3] ?? 100);
 // the primary context's scheduling flags (CU_CTX_SCHED_*: 0 auto, 1 spin, 2 yield, 4 blocking
-// sync) and, with warm > 0, a JavaScript busy loop of that many ms between the synchronize and
+// sync; not given: the backend's default, spin) and, with warm > 0, a JavaScript busy loop of that many ms between the synchronize and
 // the call (the device idle meanwhile): is the slow start of a call the host's or the GPU's?
-const sched = Number(process.argv[4] ?? 0);
+const schedArg = process.argv[4];
+const sched = Number(schedArg ?? 0);
 const warm = Number(process.argv[5] ?? 0);
 const H = 32;
 const Hkv = 8;
@@ -25,7 +26,7 @@ const D = 128;
 // every driver call logged with the host clock (a shim costs well under a microsecond): the
 // host's timeline of one prefill, without the trace mode's extra events
 const libs = loadCuda();
-if (sched) {
+if (schedArg !== undefined) {
   const lib = libs.koffi.load('libcuda.so.1');
   const setFlags = lib.func('int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags)');
   libs.cu.cuInit(0);
@@ -47,7 +48,8 @@ for (const name of Object.keys(libs.cu)) {
     return r;
   };
 }
-const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
+// (the flags set above, not the backend's default)
+const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', ...(schedArg !== undefined ? { schedule: 'auto' } : {}) });
 const med = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
 const us = (ms) => `${(ms * 1000).toFixed(1)} us`;
 

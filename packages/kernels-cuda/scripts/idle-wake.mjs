@@ -5,13 +5,26 @@
 // an empty launch, a mark. Prints the host time of the first record and of the launch, and the
 // device time between the two marks (which the launch's own delay is part of).
 //
+// `long`: the device first busy for 30 ms (a spin kernel) and the host in the synchronize
+// meanwhile, as after a 128k prefill's attention; the call's JavaScript is stood in for by a
+// fixed piece of work (`js us`, timed) between the mark and the launch. [sched]: the primary
+// context's scheduling flags (CU_CTX_SCHED_*: 0 auto, 1 spin, 4 blocking sync).
+//
 //   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/idle-wake.mjs .device/app/idle-wake.mjs
-//   (on the GPU machine, from the repository root) node .device/app/idle-wake.mjs
+//   (on the GPU machine, from the repository root) node .device/app/idle-wake.mjs [short|long] [sched]
 import { CudaBackend } from '../dist/cuda-backend.js';
 import { loadCuda } from '../dist/ffi.js';
 
+const mode = process.argv[2] ?? 'short';
+const sched = Number(process.argv[3] ?? 0);
 const libs = loadCuda();
-const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
+if (sched) {
+  libs.cu.cuInit(0);
+  const setFlags = libs.koffi.load('libcuda.so.1').func('int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags)');
+  console.log(`cuDevicePrimaryCtxSetFlags(0, ${sched}) -> ${setFlags(0, sched)}`);
+}
+// (the flags set above, or the driver's own with sched 0: session 15 measured these before the backend spun by default)
+const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', schedule: 'auto' });
 const spinHost = (ms) => {
   const t = performance.now();
   while (performance.now() - t < ms);
@@ -46,8 +59,56 @@ const run = async (idle, gap, busy) => {
     `idle ${idle} ms, gap ${gap} ms${busy ? `, device busy ${busy} ms` : ''}: record ${us(med(rec))} us, launch ${us(med(launch))} us, device between the marks ${us(med(dev))} us (medians of 40)`,
   );
 };
-for (const idle of [0, 0.05, 0.2, 1, 5]) await run(idle, 0.05, 0);
-for (const gap of [0, 0.005, 0.01, 0.02, 0.1, 0.2]) await run(1, gap, 0);
-// the device busy through the call (a head start): the baseline
-await run(1, 0.05, 3);
+// a fixed piece of JavaScript (map and object work, ~10-20 us warm)
+const work = () => {
+  const m = new Map();
+  for (let i = 0; i < 200; i++) m.set(`k${i}`, { i, v: [i, i + 1] });
+  let s = 0;
+  for (const [, o] of m) s += o.v[1];
+  return s;
+};
+const long = async (label) => {
+  const rec = [];
+  const js = [];
+  const launch = [];
+  const dev = [];
+  for (let i = 0; i < 40; i++) {
+    be.deviceSleep(30);
+    await be.synchronize();
+    const t0 = performance.now();
+    const m0 = be.mark();
+    const t1 = performance.now();
+    work();
+    const t2 = performance.now();
+    be.deviceSleep(0);
+    const t3 = performance.now();
+    const m1 = be.mark();
+    await be.synchronize();
+    rec.push(t1 - t0);
+    js.push(t2 - t1);
+    launch.push(t3 - t2);
+    dev.push(m1.msSince(m0));
+  }
+  console.log(
+    `${label}: record ${us(med(rec))} us, js ${us(med(js))} us, launch ${us(med(launch))} us, device between the marks ${us(med(dev))} us (medians of 40)`,
+  );
+};
+if (mode === 'long') {
+  await long(`sched ${sched}, after a 30 ms device spin and its synchronize`);
+  // the same with the work and the launch warm: the device busy 3 ms, no synchronize before
+  const js = [];
+  for (let i = 0; i < 40; i++) {
+    be.deviceSleep(3);
+    const t = performance.now();
+    work();
+    js.push(performance.now() - t);
+    await be.synchronize();
+  }
+  console.log(`sched ${sched}, the same JavaScript with no synchronize before it: ${us(med(js))} us`);
+} else {
+  for (const idle of [0, 0.05, 0.2, 1, 5]) await run(idle, 0.05, 0);
+  for (const gap of [0, 0.005, 0.01, 0.02, 0.1, 0.2]) await run(1, gap, 0);
+  // the device busy through the call (a head start): the baseline
+  await run(1, 0.05, 3);
+}
 be.dispose();

@@ -80,7 +80,24 @@ export interface CudaBackendOptions {
    * to f32 rounding; NOTES.md has both timings.
    */
   readonly proxyFused?: boolean;
+  /**
+   * How the host thread waits for the GPU in a synchronising call (the device's primary
+   * context's scheduling flags, CUDA_CTX_SCHED_*): `spin` (default) keeps the thread polling,
+   * so the next call starts with a warm thread and driver; `yield` and `blocking` give the CPU
+   * back while waiting; `auto` leaves the flags as they are (the driver's heuristic, or what
+   * another library in the process set). The flags are the primary context's, shared with
+   * every user of it in the process. On the H200 after a 30 ms synchronize, an event record
+   * and a launch took 5.7 and 11.6 us with `spin`, 32 and 59 us with the driver's default, 45
+   * and 67 us with `blocking` (NOTES.md, session 15): from an idle device that host time is
+   * part of a prefill's plan. A driver that refuses to change the flags (older ones while the
+   * context is active elsewhere in the process) leaves them as they were.
+   */
+  readonly schedule?: CudaSchedule;
 }
+
+/** CudaBackendOptions.schedule: the primary context's scheduling flags (CU_CTX_SCHED_SPIN 1, YIELD 2, BLOCKING_SYNC 4). */
+export type CudaSchedule = 'spin' | 'yield' | 'blocking' | 'auto';
+const SCHEDULE_FLAGS: Record<Exclude<CudaSchedule, 'auto'>, number> = { spin: 1, yield: 2, blocking: 4 };
 
 /**
  * Attention kernel layouts (same math, same results up to f32 summation order). In
@@ -685,6 +702,20 @@ export class CudaBackend implements Backend {
         'BACKEND_UNAVAILABLE',
         `${name} has compute capability ${major}.${minor}; the CRISP kernels need 8.0 or newer (bf16 tensor cores, cp.async)`,
       );
+    }
+    const schedule = opts.schedule ?? 'spin';
+    if (schedule !== 'auto' && !Object.hasOwn(SCHEDULE_FLAGS, schedule)) {
+      throw new InvalidArgumentError(`schedule must be one of spin, yield, blocking, auto; got ${String(schedule)}`);
+    }
+    if (schedule !== 'auto') {
+      // the scheduling bits only; the driver keeps the context's other flags as they are
+      const state = [0];
+      const active = [0];
+      check(libs, cu.cuDevicePrimaryCtxGetState(dev[0], state, active), 'cuDevicePrimaryCtxGetState');
+      const flags = (state[0] & ~7) | SCHEDULE_FLAGS[schedule];
+      // a driver that refuses (older ones do while the context is active elsewhere in the
+      // process) leaves the flags as they were: the backend works either way
+      if (flags !== state[0]) cu.cuDevicePrimaryCtxSetFlags(dev[0], flags);
     }
     const ctx = [null];
     check(libs, cu.cuDevicePrimaryCtxRetain(ctx, dev[0]), 'cuDevicePrimaryCtxRetain');

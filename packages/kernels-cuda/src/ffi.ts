@@ -23,6 +23,8 @@ export interface CudaDriver {
   readonly cuDeviceGetName: Fn;
   readonly cuDevicePrimaryCtxRetain: Fn;
   readonly cuDevicePrimaryCtxRelease: Fn;
+  readonly cuDevicePrimaryCtxSetFlags: Fn;
+  readonly cuDevicePrimaryCtxGetState: Fn;
   readonly cuCtxSetCurrent: Fn;
   readonly cuCtxSynchronize: Fn;
   readonly cuModuleLoadData: Fn;
@@ -162,6 +164,11 @@ function bind(): CudaLibs {
       'int cuDevicePrimaryCtxRelease_v2(int dev)',
       'int cuDevicePrimaryCtxRelease(int dev)',
     ]),
+    cuDevicePrimaryCtxSetFlags: first(lib, [
+      'int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags)',
+      'int cuDevicePrimaryCtxSetFlags(int dev, unsigned int flags)',
+    ]),
+    cuDevicePrimaryCtxGetState: f(lib, 'int cuDevicePrimaryCtxGetState(int dev, _Out_ unsigned int *flags, _Out_ int *active)'),
     cuCtxSetCurrent: f(lib, 'int cuCtxSetCurrent(void *ctx)'),
     cuCtxSynchronize: f(lib, 'int cuCtxSynchronize()'),
     cuModuleLoadData: f(lib, 'int cuModuleLoadData(_Out_ void **mod, const void *image)'),

@@ -9,6 +9,6 @@ export {
   defaultProxyLayout,
   PROXY_LAYOUTS,
 } from './cuda-backend.js';
-export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, ProxyLayout, TraceEntry } from './cuda-backend.js';
+export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, CudaSchedule, ProxyLayout, TraceEntry } from './cuda-backend.js';
 export { cudaAvailability } from './availability.js';
 export { defaultCacheDir, defaultKernelDir } from './compile.js';

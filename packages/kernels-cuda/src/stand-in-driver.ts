@@ -12,9 +12,10 @@ import { devicePlanLayout, NO_BAD_ROW } from './plan-layout.js';
 export interface StandInEvent {
   /**
    * 'launch' (kernel name), 'read' (a synchronous copy to the host), 'copyRead' (on a stream),
-   * 'record' (an event recorded), 'wait' (a stream made to wait for an event)
+   * 'record' (an event recorded), 'wait' (a stream made to wait for an event), 'ctxFlags'
+   * (the primary context's flags set: name holds them)
    */
-  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait';
+  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait' | 'ctxFlags';
   readonly name?: string;
   readonly bytes?: number;
   /** performance.now() at a launch */
@@ -47,6 +48,8 @@ export function standInDriver(
   const log: StandInEvent[] = [];
   let next = 1 << 20;
   let streams = 0;
+  // the primary context's scheduling flags (cuDevicePrimaryCtxSetFlags)
+  let ctxFlags = 0;
   const sid = (s: unknown) => (s as { stream?: number } | null)?.stream;
   const set = (a: unknown[], x: unknown) => {
     a[0] = x;
@@ -76,6 +79,16 @@ export function standInDriver(
     cuDriverGetVersion: (v: number[]) => set(v, 12080),
     cuDevicePrimaryCtxRetain: (c: unknown[]) => set(c, {}),
     cuDevicePrimaryCtxRelease: () => 0,
+    cuDevicePrimaryCtxSetFlags: (_dev: number, flags: number) => {
+      ctxFlags = flags;
+      log.push({ kind: 'ctxFlags', name: String(flags) });
+      return 0;
+    },
+    cuDevicePrimaryCtxGetState: (_dev: number, flags: number[], active: number[]) => {
+      flags[0] = ctxFlags;
+      active[0] = 1;
+      return 0;
+    },
     cuCtxSetCurrent: () => 0,
     cuCtxSynchronize: () => 0,
     cuStreamCreate: (s: unknown[]) => set(s, { stream: ++streams }),
