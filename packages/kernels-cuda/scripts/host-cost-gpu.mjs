@@ -15,7 +15,7 @@ import { loadCuda } from '../dist/ffi.js';
 const n = Number(process.argv[2] ?? 131072);
 const plans = Number(process.argv[3] ?? 100);
 // the primary context's scheduling flags (CU_CTX_SCHED_*: 0 auto, 1 spin, 2 yield, 4 blocking
-// sync; not given: the backend's default, spin) and, with warm > 0, a JavaScript busy loop of that many ms between the synchronize and
+// sync; not given: the backend's default, which leaves them alone) and, with warm > 0, a JavaScript busy loop of that many ms between the synchronize and
 // the call (the device idle meanwhile): is the slow start of a call the host's or the GPU's?
 const schedArg = process.argv[4];
 const sched = Number(schedArg ?? 0);

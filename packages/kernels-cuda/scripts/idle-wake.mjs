@@ -23,7 +23,7 @@ if (sched) {
   const setFlags = libs.koffi.load('libcuda.so.1').func('int cuDevicePrimaryCtxSetFlags_v2(int dev, unsigned int flags)');
   console.log(`cuDevicePrimaryCtxSetFlags(0, ${sched}) -> ${setFlags(0, sched)}`);
 }
-// (the flags set above, or the driver's own with sched 0: session 15 measured these before the backend spun by default)
+// (the flags set above, or the driver's own with sched 0)
 const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', schedule: 'auto' });
 const spinHost = (ms) => {
   const t = performance.now();

@@ -82,15 +82,16 @@ export interface CudaBackendOptions {
   readonly proxyFused?: boolean;
   /**
    * How the host thread waits for the GPU in a synchronising call (the device's primary
-   * context's scheduling flags, CUDA_CTX_SCHED_*): `spin` (default) keeps the thread polling,
-   * so the next call starts with a warm thread and driver; `yield` and `blocking` give the CPU
-   * back while waiting; `auto` leaves the flags as they are (the driver's heuristic, or what
-   * another library in the process set). The flags are the primary context's, shared with
-   * every user of it in the process. On the H200 after a 30 ms synchronize, an event record
-   * and a launch took 5.7 and 11.6 us with `spin`, 32 and 59 us with the driver's default, 45
-   * and 67 us with `blocking` (NOTES.md, session 15): from an idle device that host time is
-   * part of a prefill's plan. A driver that refuses to change the flags (older ones while the
-   * context is active elsewhere in the process) leaves them as they were.
+   * context's scheduling flags, CU_CTX_SCHED_*): `auto` (default) leaves the flags as they
+   * are (the driver's heuristic, or what another library in the process set); `spin` keeps the
+   * thread polling, so the next call starts with a warm thread and driver; `yield` and
+   * `blocking` give the CPU back while waiting. The flags are the primary context's, shared
+   * with every user of it in the process, hence not changed unless asked. On the H200 after a
+   * 30 ms synchronize, an event record and a launch took 5.7 and 11.6 us with `spin`, 32 and
+   * 59 us with the driver's default, 45 and 67 us with `blocking` (NOTES.md, session 15):
+   * from an idle device that host time is part of a prefill's plan (a whole prefill with
+   * `spin` is not measured yet). A driver that refuses to change the flags (older ones while
+   * the context is active elsewhere in the process) leaves them as they were.
    */
   readonly schedule?: CudaSchedule;
 }
@@ -703,7 +704,7 @@ export class CudaBackend implements Backend {
         `${name} has compute capability ${major}.${minor}; the CRISP kernels need 8.0 or newer (bf16 tensor cores, cp.async)`,
       );
     }
-    const schedule = opts.schedule ?? 'spin';
+    const schedule = opts.schedule ?? 'auto';
     if (schedule !== 'auto' && !Object.hasOwn(SCHEDULE_FLAGS, schedule)) {
       throw new InvalidArgumentError(`schedule must be one of spin, yield, blocking, auto; got ${String(schedule)}`);
     }

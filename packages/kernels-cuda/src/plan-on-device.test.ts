@@ -188,14 +188,15 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
-  it("sets the primary context's scheduling flags to spin by default, keeps them with 'auto', and rejects an unknown schedule", () => {
+  it("leaves the primary context's scheduling flags alone by default, sets the one asked for, and rejects an unknown schedule", () => {
     const flagsSet = (schedule?: string) => {
       const s = standInDriver({ heads: H });
       const be = new CudaBackend(s.libs, { cacheDir: null, ...(schedule ? { schedule: schedule as 'spin' } : {}) });
       be.dispose();
       return s.log.filter((e) => e.kind === 'ctxFlags').map((e) => e.name);
     };
-    expect(flagsSet()).toEqual(['1']);
+    expect(flagsSet()).toEqual([]);
+    expect(flagsSet('spin')).toEqual(['1']);
     expect(flagsSet('blocking')).toEqual(['4']);
     expect(flagsSet('yield')).toEqual(['2']);
     expect(flagsSet('auto')).toEqual([]);
