@@ -34,29 +34,32 @@ const us = (ms) => (ms * 1000).toFixed(1);
 
 be.deviceSleep(0);
 await be.synchronize();
+// One timed call: a mark, `between` (host work), an empty launch, a mark, then a synchronize:
+// the host time of the record, of `between` and of the launch, and the device time between
+// the two marks.
+const once = async (between) => {
+  const t0 = performance.now();
+  const m0 = be.mark();
+  const t1 = performance.now();
+  between();
+  const t2 = performance.now();
+  be.deviceSleep(0);
+  const t3 = performance.now();
+  const m1 = be.mark();
+  await be.synchronize();
+  return { rec: t1 - t0, js: t2 - t1, launch: t3 - t2, dev: m1.msSince(m0) };
+};
+const medianOf = (runs, key) => us(med(runs.map((r) => r[key])));
 const run = async (idle, gap, busy) => {
-  const rec = [];
-  const launch = [];
-  const dev = [];
+  const runs = [];
   for (let i = 0; i < 40; i++) {
     await be.synchronize();
     if (busy) be.deviceSleep(busy);
     spinHost(idle);
-    const t0 = performance.now();
-    const m0 = be.mark();
-    const t1 = performance.now();
-    spinHost(gap);
-    const t2 = performance.now();
-    be.deviceSleep(0);
-    const t3 = performance.now();
-    const m1 = be.mark();
-    await be.synchronize();
-    rec.push(t1 - t0);
-    launch.push(t3 - t2);
-    dev.push(m1.msSince(m0));
+    runs.push(await once(() => spinHost(gap)));
   }
   console.log(
-    `idle ${idle} ms, gap ${gap} ms${busy ? `, device busy ${busy} ms` : ''}: record ${us(med(rec))} us, launch ${us(med(launch))} us, device between the marks ${us(med(dev))} us (medians of 40)`,
+    `idle ${idle} ms, gap ${gap} ms${busy ? `, device busy ${busy} ms` : ''}: record ${medianOf(runs, 'rec')} us, launch ${medianOf(runs, 'launch')} us, device between the marks ${medianOf(runs, 'dev')} us (medians of 40)`,
   );
 };
 // a fixed piece of JavaScript (map and object work, ~10-20 us warm)
@@ -68,29 +71,14 @@ const work = () => {
   return s;
 };
 const long = async (label) => {
-  const rec = [];
-  const js = [];
-  const launch = [];
-  const dev = [];
+  const runs = [];
   for (let i = 0; i < 40; i++) {
     be.deviceSleep(30);
     await be.synchronize();
-    const t0 = performance.now();
-    const m0 = be.mark();
-    const t1 = performance.now();
-    work();
-    const t2 = performance.now();
-    be.deviceSleep(0);
-    const t3 = performance.now();
-    const m1 = be.mark();
-    await be.synchronize();
-    rec.push(t1 - t0);
-    js.push(t2 - t1);
-    launch.push(t3 - t2);
-    dev.push(m1.msSince(m0));
+    runs.push(await once(work));
   }
   console.log(
-    `${label}: record ${us(med(rec))} us, js ${us(med(js))} us, launch ${us(med(launch))} us, device between the marks ${us(med(dev))} us (medians of 40)`,
+    `${label}: record ${medianOf(runs, 'rec')} us, js ${medianOf(runs, 'js')} us, launch ${medianOf(runs, 'launch')} us, device between the marks ${medianOf(runs, 'dev')} us (medians of 40)`,
   );
 };
 if (mode === 'long') {
