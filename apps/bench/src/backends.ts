@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import type { Backend } from '@crisp/core';
-import { cudaAvailability, createCudaBackend } from '@crisp/kernels-cuda';
+import { type CudaSchedule, cudaAvailability, createCudaBackend } from '@crisp/kernels-cuda';
 import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
 import { createReferenceBackend } from '@crisp/reference';
 import type { BackendName } from './config.js';
@@ -19,7 +19,11 @@ export interface OpenBackend {
   readonly shippedCrossover?: number;
 }
 
-export async function openBackend(name: BackendName, repoRoot: string | undefined): Promise<OpenBackend> {
+export async function openBackend(
+  name: BackendName,
+  repoRoot: string | undefined,
+  opts: { readonly cudaSchedule?: CudaSchedule } = {},
+): Promise<OpenBackend> {
   try {
     if (name === 'reference') {
       const backend = createReferenceBackend();
@@ -41,12 +45,15 @@ export async function openBackend(name: BackendName, repoRoot: string | undefine
     if (!a.available) return { name, reason: a.reason ?? 'no CUDA driver' };
     // In a bundle the package's own kernels/ folder is not next to the code: point at the
     // repository's copy (resolved from the repo root, i.e. from where the command runs).
-    const backend = await createCudaBackend(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {});
+    const schedule = opts.cudaSchedule ?? 'auto';
+    const backend = await createCudaBackend({ ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}), schedule });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
+    // (the host thread's wait named when it is not the driver's own)
+    const wait = schedule === 'auto' ? '' : `; host thread waits: ${schedule}`;
     return {
       name,
       backend,
-      device: info ? `${info.name ?? ''} (driver API ${info.driverVersion ?? '?'})` : undefined,
+      device: info ? `${info.name ?? ''} (driver API ${info.driverVersion ?? '?'}${wait})` : undefined,
       shippedCrossover: backend.sparseCrossover,
     };
   } catch (e) {

@@ -5,6 +5,7 @@
  * time budget stops it). Every size list can be overridden from the command line.
  */
 import type { DType } from '@crisp/core';
+import type { CudaSchedule } from '@crisp/kernels-cuda';
 import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
@@ -21,6 +22,11 @@ export interface Shape {
 export interface BenchConfig {
   readonly mode: 'smoke' | 'full';
   readonly seed: number;
+  /**
+   * the CUDA backend's `schedule` (how the host thread waits for the GPU: the primary
+   * context's scheduling flags); auto leaves them as they are
+   */
+  readonly cudaSchedule: CudaSchedule;
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];
@@ -88,6 +94,7 @@ export interface BenchConfig {
 }
 
 const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'flexPrefill'];
+export const CUDA_SCHEDULES: readonly CudaSchedule[] = ['auto', 'spin', 'yield', 'blocking'];
 
 const pow2 = (from: number, to: number): number[] => {
   const out: number[] = [];
@@ -100,6 +107,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
     return {
       mode,
       seed: 7,
+      cudaSchedule: 'auto',
       suites: SUITE_NAMES,
       latency: {
         sizes: [1152],
@@ -127,6 +135,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
   return {
     mode,
     seed: 7,
+    cudaSchedule: 'auto',
     suites: SUITE_NAMES,
     latency: {
       sizes: pow2(8192, 524288),

@@ -35,6 +35,9 @@ describe('parseSizes', () => {
   });
   it('warms the JIT with 300 prefills by default (none in the smoke run), and says so in the reports', () => {
     expect(resolveConfig({}).latency.jitWarmup).toBe(300);
+    expect(resolveConfig({}).cudaSchedule).toBe('auto');
+    expect(resolveConfig({ cudaSchedule: 'spin' }).cudaSchedule).toBe('spin');
+    expect(() => resolveConfig({ cudaSchedule: 'busy' })).toThrow(/unknown CUDA schedule 'busy'/);
     expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
     expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);
     expect(() => resolveConfig({ jitWarmup: '-1' })).toThrow(/jit-warmup/);
