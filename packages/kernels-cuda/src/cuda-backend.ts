@@ -1386,16 +1386,12 @@ export class CudaBackend implements Backend {
       } as unknown as ProxyStats;
       // deferred: C_struct, the entropies and the device's finiteness verdict on first access
       // (the lean pass's entropies are placeholders: see below)
+      const headLoad = () => {
+        const h = readHead();
+        return { cStruct: h.cStruct, rowEntropy: h.rowEntropy, finite: h.finite };
+      };
       const headLazy = defer
-        ? lean
-          ? deferFields(stats, ['cStruct', 'finite'], () => {
-              const h = readHead();
-              return { cStruct: h.cStruct, finite: h.finite };
-            })
-          : deferFields(stats, ['cStruct', 'rowEntropy', 'finite'], () => {
-              const h = readHead();
-              return { cStruct: h.cStruct, rowEntropy: h.rowEntropy, finite: h.finite };
-            })
+        ? deferFields(stats, lean ? (['cStruct', 'finite'] as const) : (['cStruct', 'rowEntropy', 'finite'] as const), headLoad)
         : undefined;
       // the block statistics: on first read (copy stream: their kernels finished before the
       // read above), or when the backend needs their buffer back (#releaseRetained)
