@@ -2132,10 +2132,10 @@ export class CudaBackend implements Backend {
     this.#assertFinite(r.kt, 'k');
     const temp: DeviceBlock[] = [];
     const held: DeviceBlock[] = [];
+    // the statistics' head values [non-finite count][C_struct H][entropy H] where proxyStats
+    // left them, else uploaded
+    const kept = this.#deviceStats.find((x) => x.ref.deref() === stats);
     try {
-      // the statistics' head values [non-finite count][C_struct H][entropy H] where proxyStats
-      // left them, else uploaded
-      const kept = this.#deviceStats.find((x) => x.ref.deref() === stats);
       const st = kept
         ? kept.block.ptr
         : this.#uploadTemp(Float64Array.from([0, ...stats.cStruct, ...stats.rowEntropy]), temp);
@@ -2177,9 +2177,6 @@ export class CudaBackend implements Backend {
       let vsDev: DeviceVsSelection;
       try {
         vsDev = this.#selectOnDevice({ rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
-      } catch (e) {
-        if (kept) this.#releaseHeld(kept);
-        throw e;
       } finally {
         // one plan a statistics object on the second stream: its event is a ring slot that
         // later fences reuse, so another plan on these statistics runs on the main stream
@@ -2251,7 +2248,7 @@ export class CudaBackend implements Backend {
       };
       return { prepared: res.prepared, read };
     } catch (e) {
-      const kept = this.#deviceStats.find((x) => x.ref.deref() === stats);
+      // (the statistics' scratch too, once the main stream is behind the third stream)
       if (kept) this.#releaseHeld(kept);
       this.releaseBlocks(held);
       throw e;
