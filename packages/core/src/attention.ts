@@ -26,16 +26,18 @@ interface Shaped {
 }
 
 /** Check q, k, v agree and describe one layer's attention problem. */
-export function attentionShape(q: Shaped, k: Shaped, v: Shaped): AttentionShape {
-  for (const [name, t] of [
-    ['q', q],
-    ['k', k],
-    ['v', v],
-  ] as const) {
-    if (!t || !Array.isArray(t.shape) || t.shape.length !== 3) {
-      throw new ShapeError(`${name} must have rank 3 ([rows, heads, headDim]); got shape [${t?.shape}]`);
-    }
+function assertRank3(name: string, t: Shaped): void {
+  if (!t || !Array.isArray(t.shape) || t.shape.length !== 3) {
+    throw new ShapeError(`${name} must have rank 3 ([rows, heads, headDim]); got shape [${t?.shape}]`);
   }
+}
+
+export function attentionShape(q: Shaped, k: Shaped, v: Shaped): AttentionShape {
+  // (three calls, not a loop over [name, tensor] pairs: this runs before every prefill's first
+  // launch, where allocations cost on a cold host: kernels-cuda NOTES, session 16)
+  assertRank3('q', q);
+  assertRank3('k', k);
+  assertRank3('v', v);
   if (q.dtype !== k.dtype || q.dtype !== v.dtype) {
     throw new DTypeError(`q, k and v must share a dtype; got ${q.dtype}, ${k.dtype}, ${v.dtype}`);
   }

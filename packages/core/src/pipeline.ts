@@ -28,7 +28,7 @@ import {
 } from './mask.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy, Route, RoutingDecision, VsSelector } from './policy.js';
 import { topKIndices, unionSorted } from './ranking.js';
-import { assertFiniteStats, headSlice, type OptionalStat, type ProxyStats, wantedOptionalStats } from './stats.js';
+import { assertFiniteStats, headSlice, type OptionalStat, type ProxyStats, type ProxyStatsOptions, wantedOptionalStats } from './stats.js';
 import type { DeviceTensor } from './tensor.js';
 
 export interface PrefillInputs {
@@ -232,15 +232,18 @@ async function buildPlan(
     !needsTokens &&
     vsRule.kMin % B === 0 &&
     backend.deviceSelectors?.includes(vsRule.kind) === true;
-  const stats = await backend.proxyStats(inputs.q, inputs.k, {
+  // (one object literal, no spreads: from an idle device the host's time to the pass's launch
+  // counts in the plan, and allocations cost most on a cold host: kernels-cuda NOTES, session 16)
+  const statsOpts: ProxyStatsOptions = {
     blockSize: B,
     wSink: statsWindow(policy, 'wSink'),
     wLocal: statsWindow(policy, 'wLocal'),
     scale: opts.scale,
     tokenScores: needsTokens,
-    ...(devicePlan ? { deferRead: true } : {}),
-    ...optionalStatsOf(policy),
-  });
+    deferRead: devicePlan,
+    optionalStats: optionalStatsOf(policy),
+  };
+  const stats = await backend.proxyStats(inputs.q, inputs.k, statsOpts);
   if (devicePlan) {
     return devicePlanned(backend, inputs, policy, opts, deferRows, { t0, shape, B, Nb, stats, peK, routeRule, vsRule });
   }
@@ -321,11 +324,11 @@ async function buildPlan(
   return { plan: p, complete: async () => p };
 }
 
-/** The optional statistics the policy's router declares it reads (all when it does not say). */
-function optionalStatsOf(policy: Policy): { optionalStats?: readonly OptionalStat[] } {
+/** The optional statistics the policy's router declares it reads (undefined: it does not say, so all). */
+function optionalStatsOf(policy: Policy): readonly OptionalStat[] | undefined {
   const declared = policy.router!.needs?.optionalStats;
-  if (declared === undefined) return {};
-  return { optionalStats: wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`) };
+  if (declared === undefined || (Array.isArray(declared) && declared.length === 0)) return declared;
+  return wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`);
 }
 
 /** The policy's router on the host, its H routes checked, and the PE heads ascending. */

@@ -475,6 +475,29 @@ interface TraceState {
 }
 
 type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
+function assertWindow(name: string, w: number): void {
+  if (!Number.isInteger(w) || w < 0) throw new InvalidArgumentError(`${name} must be a non-negative integer; got ${w}`);
+}
+
+/** CudaBackend.mark's DeviceMark: the ring slot its event was recorded in, and the slot's generation then. */
+class CudaMark implements DeviceMark {
+  constructor(
+    readonly owner: CudaBackend,
+    readonly slot: { readonly ev: unknown; readonly gen: number },
+    readonly gen: number,
+  ) {}
+
+  msSince(earlier: DeviceMark): number {
+    return markElapsed(this.owner, this, earlier);
+  }
+}
+
+/** CudaBackend's #markElapsed, set in its static block (module-private, not on the class's API). */
+let markElapsed: (be: CudaBackend, later: CudaMark, earlier: DeviceMark) => number;
+
+/** kernelParams: at most MAX_ARGS arguments; their pointers at bytes 0.., their values from ARG_VALUES (#argMem) */
+const MAX_ARGS = 64;
+const ARG_VALUES = 512;
 const P = (x: number): Arg => ['p', x];
 const I = (x: number): Arg => ['i', x];
 const F = (x: number): Arg => ['f', x];
@@ -528,7 +551,6 @@ export class CudaBackend implements Backend {
   readonly #fnSmem = new Map<string, number>();
   readonly #argMem: Handle;
   readonly #argView: DataView;
-  readonly #argBase: bigint;
   #disposed = false;
   /** a second stream for copies that overlap kernels (PE rows to the host during attention) */
   #copyStream: Handle | undefined;
@@ -539,7 +561,6 @@ export class CudaBackend implements Backend {
   /** timing events behind marks (mark()), reused in turn; gen tells a reused slot */
   readonly #marks: { ev: unknown; gen: number }[] = [];
   #markNext = 0;
-  readonly #markOf = new WeakMap<DeviceMark, { slot: { ev: unknown; gen: number }; gen: number }>();
   readonly #checkFinite: boolean;
   /** the attention kernel layout launched by sparseAttention and denseAttention (a tuning knob) */
   #variant: AttentionVariant;
@@ -753,7 +774,11 @@ export class CudaBackend implements Backend {
     this.proxyFused = opts.proxyFused ?? true;
     this.#argMem = libs.koffi.alloc('uint8_t', 4096);
     this.#argView = new DataView(libs.koffi.view(this.#argMem, 4096));
-    this.#argBase = BigInt(libs.koffi.address(this.#argMem));
+    // cuLaunchKernel's kernelParams: slot i's pointer (bytes 8i) points at its value (bytes
+    // ARG_VALUES + 8i). The pointers never change, so they are written once here, and a
+    // launch writes only the values (session 16: no BigInt a launch on the host path).
+    const base = BigInt(libs.koffi.address(this.#argMem));
+    for (let i = 0; i < MAX_ARGS; i++) this.#argView.setBigUint64(i * 8, base + BigInt(ARG_VALUES + i * 8), true);
   }
 
   // ---- plumbing ---------------------------------------------------------------------
@@ -825,16 +850,17 @@ export class CudaBackend implements Backend {
     if (want !== undefined && want !== args.length) {
       throw new CrispError('BACKEND_ERROR', `${name} (${file}) takes ${want} arguments; the backend passed ${args.length}`);
     }
+    if (args.length > MAX_ARGS) throw new CrispError('BACKEND_ERROR', `${name} takes ${args.length} arguments; launches carry at most ${MAX_ARGS}`);
     const v = this.#argView;
-    let off = 512;
-    for (let i = 0; i < args.length; i++) {
+    for (let i = 0, off = ARG_VALUES; i < args.length; i++, off += 8) {
       const [t, x] = args[i];
-      v.setBigUint64(i * 8, this.#argBase + BigInt(off), true);
-      if (t === 'p' || t === 'u64') v.setBigUint64(off, BigInt(x), true);
-      else if (t === 'i') v.setInt32(off, x, true);
+      if (t === 'p' || t === 'u64') {
+        // a 64-bit value as two 32-bit halves (device pointers and sizes are below 2^53)
+        v.setUint32(off, x % 4294967296, true);
+        v.setUint32(off + 4, Math.floor(x / 4294967296), true);
+      } else if (t === 'i') v.setInt32(off, x, true);
       else if (t === 'f') v.setFloat32(off, x, true);
       else v.setFloat64(off, x, true);
-      off += 8;
     }
     const [gx, gy = 1, gz = 1] = grid;
     if (gx < 1 || gy < 1 || gz < 1 || gy > 65535 || gz > 65535) {
@@ -951,6 +977,8 @@ export class CudaBackend implements Backend {
   }
 
   #scratch(bytes: number): DeviceBlock {
+    // (no closure unless tracing: this runs several times before a prefill's first launch)
+    if (!this.#trace) return this.#pool.alloc(Math.max(4, bytes));
     return this.#allocTraced(() => this.#pool.alloc(Math.max(4, bytes)));
   }
 
@@ -1105,12 +1133,8 @@ export class CudaBackend implements Backend {
     const shape = this.#selectionShape(q, k);
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
-    for (const [nm, w] of [
-      ['wSink', opts.wSink],
-      ['wLocal', opts.wLocal],
-    ] as const) {
-      if (!Number.isInteger(w) || w < 0) throw new InvalidArgumentError(`${nm} must be a non-negative integer; got ${w}`);
-    }
+    assertWindow('wSink', opts.wSink);
+    assertWindow('wLocal', opts.wLocal);
     const scale = opts.scale ?? defaultScale(shape.headDim);
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
     const wanted = wantedOptionalStats(opts.optionalStats);
@@ -2418,21 +2442,27 @@ export class CudaBackend implements Backend {
     const gen = this.#markNext;
     slot.gen = gen;
     check(this.#libs, this.#libs.cu.cuEventRecord(slot.ev, this.#stream), 'cuEventRecord');
-    const mark: DeviceMark = {
-      msSince: (earlier: DeviceMark): number => {
-        const from = this.#markOf.get(earlier);
-        if (!from) throw new InvalidArgumentError('msSince takes a mark from the same CUDA backend');
-        if (slot.gen !== gen || from.slot.gen !== from.gen) {
-          throw new InvalidArgumentError(`a mark is good for the next ${MARK_EVENTS} marks of its backend; this one was reused`);
-        }
-        this.#alive();
-        const ms = [0];
-        check(this.#libs, this.#libs.cu.cuEventElapsedTime(ms, from.slot.ev, slot.ev), 'cuEventElapsedTime');
-        return ms[0];
-      },
-    };
-    this.#markOf.set(mark, { slot, gen });
-    return mark;
+    // a plain object whose fields say where it was recorded (no closure, no WeakMap entry: the
+    // first mark of a prefill runs on the host path to the first launch: NOTES, session 16)
+    return new CudaMark(this, slot, gen);
+  }
+
+  static {
+    markElapsed = (be, later, earlier) => be.#markElapsed(later, earlier);
+  }
+
+  /** CudaMark.msSince: `later` minus `earlier` on the device timeline. */
+  #markElapsed(later: CudaMark, earlier: DeviceMark): number {
+    if (!(earlier instanceof CudaMark) || earlier.owner !== this) {
+      throw new InvalidArgumentError('msSince takes a mark from the same CUDA backend');
+    }
+    if (later.slot.gen !== later.gen || earlier.slot.gen !== earlier.gen) {
+      throw new InvalidArgumentError(`a mark is good for the next ${MARK_EVENTS} marks of its backend; this one was reused`);
+    }
+    this.#alive();
+    const ms = [0];
+    check(this.#libs, this.#libs.cu.cuEventElapsedTime(ms, earlier.slot.ev, later.slot.ev), 'cuEventElapsedTime');
+    return ms[0];
   }
 
   /**

@@ -21,6 +21,11 @@ export interface StandInEvent {
   /** performance.now() at a launch */
   readonly at?: number;
   /**
+   * a launch's first `decodeArgs` kernel arguments (standInDriver's option), each slot's 8
+   * bytes read through cuLaunchKernel's kernelParams as [low 32 bits, high 32 bits]
+   */
+  readonly args?: readonly (readonly [number, number])[];
+  /**
    * the stream of a launch, a record or a wait (the stream made to wait): streams are
    * numbered in creation order from 1 (the backend's main stream is 1)
    */
@@ -40,13 +45,31 @@ export interface StandIn {
  * a full PE list (every head routed to PE, as the zeros' C_struct says).
  */
 export function standInDriver(
-  opts: { heads?: number; onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => void } = {},
+  opts: {
+    heads?: number;
+    onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => void;
+    /** the first device address handed out (default 2^20) */
+    baseAddress?: number;
+    /** log each launch's first `decodeArgs` arguments (StandInEvent.args; default none) */
+    decodeArgs?: number;
+  } = {},
 ): StandIn {
   const require = createRequire(import.meta.url);
   const koffi = require('koffi');
   const H = opts.heads ?? 32;
   const log: StandInEvent[] = [];
-  let next = 1 << 20;
+  let next = opts.baseAddress ?? 1 << 20;
+  const decodeArgs = opts.decodeArgs ?? 0;
+  // kernelParams[i] is a host pointer to argument i's bytes
+  const argsOf = (params: unknown): [number, number][] => {
+    const ptrs = koffi.decode(params, 'uint64_t', decodeArgs) as BigUint64Array;
+    const base = koffi.address(params) as bigint;
+    // (read relative to kernelParams: koffi reads raw memory at an offset from a pointer)
+    return Array.from(ptrs, (p) => {
+      const [lo, hi] = koffi.decode(params, Number(p - base), 'uint32_t', 2) as Uint32Array;
+      return [lo, hi];
+    });
+  };
   let streams = 0;
   // the primary context's scheduling flags (cuDevicePrimaryCtxSetFlags)
   let ctxFlags = 0;
@@ -131,7 +154,8 @@ export function standInDriver(
     cuFuncSetAttribute: () => 0,
     cuLaunchKernel: (f: { name: string }, ...rest: unknown[]) => {
       // (f, grid x y z, block x y z, shared bytes, stream, args, extra)
-      log.push({ kind: 'launch', name: f.name, at: performance.now(), stream: sid(rest[7]) });
+      const at = performance.now();
+      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
       return 0;
     },
     cuMemcpyHtoD: () => 0,

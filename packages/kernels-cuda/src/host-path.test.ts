@@ -1,0 +1,54 @@
+/**
+ * The host path's plumbing (stand-in driver, no GPU). What a launch hands the kernel: each argument's bytes read back
+ * through cuLaunchKernel's kernelParams, with device addresses above 2^32 (the high half of a
+ * pointer must arrive too). The kernels' arithmetic on these arguments is the conformance
+ * suite's, on the H200. Device marks: which pairs msSince takes.
+ */
+import { describe, expect, it } from 'vitest';
+import { CudaBackend, type CudaTensor } from './cuda-backend.js';
+import { standInDriver } from './stand-in-driver.js';
+
+const split = (x: number): [number, number] => [x % 2 ** 32, Math.floor(x / 2 ** 32)];
+
+describe('kernel arguments (stand-in driver)', () => {
+  it("passes pointers above 2^32, ints and floats through kernelParams, launch after launch", async () => {
+    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 2 ** 33 + 4096, decodeArgs: 15 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const n = 8192;
+    const q = be.allocate('bf16', [n, 8, 128]) as CudaTensor;
+    const k = be.allocate('bf16', [n, 2, 128]) as CudaTensor;
+    expect(q.ptr).toBeGreaterThan(2 ** 40);
+    for (let round = 0; round < 2; round++) {
+      s.log.length = 0;
+      await be.proxyStats(q, k, { blockSize: 128, wSink: 128 + round, wLocal: 256, deferRead: true, optionalStats: [] });
+      const pass = s.log.find((e) => e.kind === 'launch' && /^proxy_(wg_)?pass1/.test(e.name ?? ''));
+      expect(pass?.args).toBeDefined();
+      const a = pass!.args!;
+      expect(a[0]).toEqual(split(q.ptr));
+      expect(a[1]).toEqual(split(k.ptr));
+      // n, H, Hkv, b as int32 in the low half; then scale·log2(e) as a float32; the windows
+      expect([a[8][0], a[9][0], a[10][0], a[11][0]]).toEqual([n, 8, 2, 128]);
+      const f = new DataView(new ArrayBuffer(4));
+      f.setUint32(0, a[12][0], true);
+      expect(f.getFloat32(0, true)).toBeCloseTo(Math.LOG2E / Math.sqrt(128), 6);
+      expect([a[13][0], a[14][0]]).toEqual([128 + round, 256]);
+    }
+    be.dispose();
+  });
+});
+
+describe('device marks (stand-in driver)', () => {
+  it('msSince takes a mark of the same backend that is still in the ring; others are typed errors', () => {
+    const a = new CudaBackend(standInDriver().libs, { cacheDir: null });
+    const b = new CudaBackend(standInDriver().libs, { cacheDir: null });
+    const m0 = a.mark();
+    const m1 = a.mark();
+    expect(m1.msSince(m0)).toBe(0); // the stand-in's elapsed time
+    expect(() => m1.msSince(b.mark())).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    expect(() => m1.msSince({ msSince: () => 0 })).toThrow(/same CUDA backend/);
+    for (let i = 0; i < 64; i++) a.mark();
+    expect(() => m1.msSince(m0)).toThrow(/good for the next 64 marks/);
+    a.dispose();
+    b.dispose();
+  });
+});
