@@ -15,7 +15,9 @@
 #   .device/$BASE/, .device/new/   each commit's packages/kernels-cuda/kernels and a
 #                                  pnpm-workspace.yaml (crisp-bench's repository root; both run
 #                                  without the PyTorch peer)
-# Usage: bash apps/bench/scripts/h200-ab.sh OUT   (set CRISP_GIT_COMMIT)
+# Usage: bash apps/bench/scripts/h200-ab.sh OUT   (set CRISP_GIT_COMMIT to this tree's commit and
+# BASE_COMMIT to the earlier one: each bundle's results are labelled with its own; session 16's
+# r2 ran before BASE_COMMIT existed and its earlier runs were relabelled by hand)
 # Everything is written under /tmp/h200-ab and comes back as OUT/h200-ab.tgz (the device tool
 # returns at most 8 files), beside OUT/summary.txt (what this script prints).
 set -u
@@ -76,7 +78,7 @@ bench() { # NAME DIR BUNDLE INPUTS
 }
 for inputs in ${AB_INPUTS:-synth}; do
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
-    bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
+    CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
     bench "new-$inputs-$r" .device/new "$app/crisp-bench.mjs" "$inputs"
   done
 done
