@@ -292,19 +292,48 @@ __device__ __forceinline__ float fused_bin_sum(Wt wt, const float* x, int b) {
 // the row sees), then each bin's Σ_r weight · bin, rows in order (lanes take r, r + 32, ...,
 // then a butterfly), one warp a bin. Outputs as pass 2b's: pv [H][Nb] (a key block lies in
 // one part), slashPart [H][nParts][SB]; the window bin is proxy_cstruct's.
-extern "C" __global__ void proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2, float* pv,
-                                           float* slashPart, int n, int H, int b, int B, int nParts) {
-  __shared__ float wt[128];
+// A warp's bins (warp, warp + 8, ...: at most FS_BINS) are loaded before the weights are
+// computed, so its loads are all in flight at once: the kernel was a chain of load latencies
+// (weights, then each bin in turn), 0.024 ms at 128k (session 16). The sums are the same
+// fmaf's in the same order (fused_bin_sum's), so the same bits. b <= FS_ROWS (B is 64 or 128).
+#define FS_BINS 5
+#define FS_ROWS 128
+extern "C" __global__ void __launch_bounds__(256) proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2,
+                                                                    float* pv, float* slashPart, int n, int H, int b,
+                                                                    int B, int nParts) {
+  __shared__ float wt[FS_ROWS];
   const int part = blockIdx.x, h = blockIdx.y;
   const int lgB = B == 128 ? 7 : 6;
   const int NV = PART_KEYS >> lgB, SB = NV + 3, NS = NV + SB + 1;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5;
+  // this warp's bins' values, rows lane, lane + 32, ... (0 past b or past the last bin)
+  const float* base = bins + ((size_t)h * nParts + part) * NS * b;
+  float x[FS_BINS][FS_ROWS / 32];
+#pragma unroll
+  for (int k = 0; k < FS_BINS; k++) {
+    const int i = warp + k * NW;
+#pragma unroll
+    for (int j = 0; j < FS_ROWS / 32; j++) {
+      const int r = lane + 32 * j;
+      x[k][j] = i < NV + SB && r < b ? base[(size_t)i * b + r] : 0.f;
+    }
+  }
   const float invB = 1.f / (float)b;
   for (int r = threadIdx.x; r < b; r += blockDim.x) wt[r] = fused_row_weight(pm, rowLse2, h, b, r, part, nParts, invB);
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, NW = blockDim.x >> 5;
   const int Nb = (n + B - 1) >> lgB;
-  for (int i = warp; i < NV + SB; i += NW) {
-    const float sum = fused_bin_sum([&](int r) { return wt[r]; }, bins + (((size_t)h * nParts + part) * NS + i) * b, b);
+#pragma unroll
+  for (int k = 0; k < FS_BINS; k++) {
+    const int i = warp + k * NW;
+    if (i >= NV + SB) break;  // uniform in the warp
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < FS_ROWS / 32; j++) {
+      const int r = lane + 32 * j;
+      if (r < b) sum = fmaf(wt[r], x[k][j], sum);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane != 0) continue;
     if (i < NV) {
       const int J = ((part * PART_KEYS) >> lgB) + i;
@@ -636,34 +665,58 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
   }
 }
 
-// Block-level statistics from pass 2b, per (block J, head h), one warp: p_v[J] as pass 2b
-// wrote it, p_s[J] = Σ over the parts whose offset blocks include J, in part order (each
-// lane takes parts lane, lane + 32, ...; f64, then a butterfly), the pooled logit as in
-// proxy_blocks (0 when qMean is null: the lean pass wrote no means, the pooled estimate is
-// not wanted).
-extern "C" __global__ void proxy_blocks_b(const float* pv, const float* slashPart, const float* qMean,
-                                         const float* kMean, double* out, int n, int H, int Hkv, int b, int B,
-                                         int nParts, int D, float scale, int Nb) {
-  const int J = blockIdx.x * 4 + (threadIdx.x >> 5), h = blockIdx.y, lane = threadIdx.x & 31;
-  if (J >= Nb) return;  // whole warps
+// Block-level statistics from pass 2b, per (block J, head h): p_v[J] as pass 2b wrote it,
+// p_s[J] = Σ over the parts whose offset blocks include J, in part order (each lane takes
+// parts lane, lane + 32, ...; f64, then a butterfly), the pooled logit as in proxy_blocks (0
+// when qMean is null: the lean pass wrote no means, the pooled estimate is not wanted).
+// One warp takes BB_J consecutive blocks, its loads for all of them in flight together (one
+// block a warp was a chain of load latencies: 0.017 ms at 128k, session 16); each block's sums
+// are the same adds in the same order as before, so the same bits. Grid [ceil(Nb / (4·BB_J)),
+// H], 128 threads.
+#define BB_J 4
+extern "C" __global__ void __launch_bounds__(128) proxy_blocks_b(const float* pv, const float* slashPart,
+                                                                  const float* qMean, const float* kMean, double* out,
+                                                                  int n, int H, int Hkv, int b, int B, int nParts,
+                                                                  int D, float scale, int Nb) {
+  const int J0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * BB_J, h = blockIdx.y, lane = threadIdx.x & 31;
+  if (J0 >= Nb) return;  // whole warps
   const int kvh = h / (H / Hkv);
   const int lgB = B == 128 ? 7 : 6;
   const int SB = PART_KEYS / B + 3;
-  double sl = 0.0, lg = 0.0;
+  // lane j < BB_J writes block J0 + j's outputs: its p_v first
+  const float pvj = lane < BB_J && J0 + lane < Nb ? pv[(size_t)h * Nb + J0 + lane] : 0.f;
+  double sl[BB_J], lg[BB_J];
+#pragma unroll
+  for (int j = 0; j < BB_J; j++) sl[j] = lg[j] = 0.0;
+  const float* sp = slashPart + (size_t)h * nParts * SB;
   for (int p = lane; p < nParts; p += 32) {
-    const int i = J - ((n - b - p * PART_KEYS - (PART_KEYS - 1)) >> lgB);
-    if (i >= 0 && i < SB) sl += (double)slashPart[((size_t)h * nParts + p) * SB + i];
+    const int i0 = J0 - ((n - b - p * PART_KEYS - (PART_KEYS - 1)) >> lgB);
+#pragma unroll
+    for (int j = 0; j < BB_J; j++) {
+      if (i0 + j >= 0 && i0 + j < SB) sl[j] += (double)sp[(size_t)p * SB + i0 + j];
+    }
   }
   for (int d = lane; qMean != nullptr && d < D; d += 32) {
-    lg += (double)qMean[(size_t)h * D + d] * (double)kMean[((size_t)kvh * Nb + J) * D + d];
+    const double qd = (double)qMean[(size_t)h * D + d];
+#pragma unroll
+    for (int j = 0; j < BB_J; j++) {
+      if (J0 + j < Nb) lg[j] += qd * (double)kMean[((size_t)kvh * Nb + J0 + j) * D + d];
+    }
   }
-  sl = warp_sum_f64(sl);
-  lg = warp_sum_f64(lg);
-  if (lane == 0) {
-    const size_t HNb = (size_t)H * Nb;
-    out[2 * H + (size_t)h * Nb + J] = (double)pv[(size_t)h * Nb + J];
-    out[2 * H + HNb + (size_t)h * Nb + J] = sl;
-    out[2 * H + 2 * HNb + (size_t)h * Nb + J] = lg * (double)scale;  // logits; proxy_heads normalises
+#pragma unroll
+  for (int j = 0; j < BB_J; j++) {
+    sl[j] = warp_sum_f64(sl[j]);
+    if (qMean != nullptr) lg[j] = warp_sum_f64(lg[j]);  // (else 0, as the sum of zeros was)
+  }
+  const size_t HNb = (size_t)H * Nb;
+#pragma unroll
+  for (int j = 0; j < BB_J; j++) {
+    if (lane == j && J0 + j < Nb) {
+      const size_t at = (size_t)h * Nb + J0 + j;
+      out[2 * H + at] = (double)pvj;
+      out[2 * H + HNb + at] = sl[j];
+      out[2 * H + 2 * HNb + at] = lg[j] * (double)scale;  // logits; proxy_heads normalises
+    }
   }
 }
 

@@ -1341,7 +1341,8 @@ export class CudaBackend implements Backend {
       this.#launch(
         'proxy.cu',
         tokens ? 'proxy_blocks' : 'proxy_blocks_b',
-        [Math.ceil(Nb / 4), H],
+        // (proxy_blocks: a block a warp; proxy_blocks_b: BB_J = 4 blocks a warp)
+        [Math.ceil(Nb / (tokens ? 4 : 16)), H],
         128,
         0,
         tokens ? [...sums, P(as ? as.ptr : 0), ...shape] : [...sums, ...shape],
