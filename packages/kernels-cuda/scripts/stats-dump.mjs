@@ -1,0 +1,39 @@
+// The proxy statistics of one fixed input, written as raw f64 bytes, so two builds can be
+// compared bit for bit on the GPU machine (session 16: the block-sum kernels' rewrite must not
+// change a bit). The llama-like device fill (seed 7) at n keys, H = 32, Hkv = 8, d = 128, bf16,
+// B = 128; the lean pass (deferRead, no optional statistics) and the full pass (all of them).
+// Writes OUT.lean.f64 (C_struct, p_v, p_s) and OUT.full.f64 (C_struct, p_v, p_s, pooled
+// estimate, row entropy).
+//
+//   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/stats-dump.mjs .device/app/stats-dump.mjs
+//   (on the GPU machine, from the repository root) node .device/app/stats-dump.mjs OUT [n]
+import { writeFileSync } from 'node:fs';
+import { CudaBackend } from '../dist/cuda-backend.js';
+import { loadCuda } from '../dist/ffi.js';
+
+const outBase = process.argv[2];
+if (!outBase) throw new Error('usage: stats-dump.mjs OUT [n]');
+const n = Number(process.argv[3] ?? 131072);
+const be = new CudaBackend(loadCuda(), { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
+const q = be.allocate('bf16', [n, 32, 128]);
+const k = be.allocate('bf16', [n, 8, 128]);
+const v = be.allocate('bf16', [n, 8, 128]);
+be.fillLlamaLike(q, k, v, 7);
+const opts = { blockSize: 128, wSink: 128, wLocal: 128 };
+const cat = (arrays) => {
+  const all = new Float64Array(arrays.reduce((a, x) => a + x.length, 0));
+  let at = 0;
+  for (const x of arrays) {
+    all.set(x, at);
+    at += x.length;
+  }
+  return all;
+};
+const lean = await be.proxyStats(q, k, { ...opts, deferRead: true, optionalStats: [] });
+const l = cat([lean.cStruct, lean.verticalBlocks, lean.slashBlocks]);
+writeFileSync(`${outBase}.lean.f64`, l);
+const full = await be.proxyStats(q, k, opts);
+const f = cat([full.cStruct, full.verticalBlocks, full.slashBlocks, full.pooledEstimate, full.rowEntropy]);
+writeFileSync(`${outBase}.full.f64`, f);
+console.log(`n=${n}: lean ${l.length} values, full ${f.length} values, C_struct[0..3] ${[...full.cStruct.slice(0, 4)].map((x) => x.toFixed(6)).join(' ')}`);
+be.dispose();
