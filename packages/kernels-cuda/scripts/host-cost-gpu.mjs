@@ -11,6 +11,7 @@ import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { CudaBackend } from '../dist/cuda-backend.js';
 import { loadCuda } from '../dist/ffi.js';
+import { llamaLayer } from './gpu-layer.mjs';
 
 const n = Number(process.argv[2] ?? 131072);
 const plans = Number(process.argv[3] ?? 100);
@@ -20,9 +21,6 @@ const plans = Number(process.argv[3] ?? 100);
 const schedArg = process.argv[4];
 const sched = Number(schedArg ?? 0);
 const warm = Number(process.argv[5] ?? 0);
-const H = 32;
-const Hkv = 8;
-const D = 128;
 // every driver call logged with the host clock (a shim costs well under a microsecond): the
 // host's timeline of one prefill, without the trace mode's extra events
 const libs = loadCuda();
@@ -71,12 +69,7 @@ for (const [what, call] of [
   console.log(`${what}: ${us(med(per))} each (median of 5 x 500, device busy)`);
 }
 
-const q = be.allocate('bf16', [n, H, D]);
-const k = be.allocate('bf16', [n, Hkv, D]);
-const v = be.allocate('bf16', [n, Hkv, D]);
-be.fillLlamaLike(q, k, v, 7);
-const out = be.allocate('bf16', [n, H, D]);
-const inputs = { q, k, v };
+const { inputs, out } = llamaLayer(be, n);
 const marks = [];
 const mark = be.mark.bind(be);
 be.mark = () => {

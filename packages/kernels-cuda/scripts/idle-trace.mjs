@@ -13,20 +13,13 @@ import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { CudaBackend } from '../dist/cuda-backend.js';
 import { loadCuda } from '../dist/ffi.js';
+import { llamaLayer } from './gpu-layer.mjs';
 
 const n = Number(process.argv[2] ?? 131072);
 const reps = Number(process.argv[3] ?? 15);
-const H = 32;
-const Hkv = 8;
-const D = 128;
 const libs = loadCuda();
 const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
-const q = be.allocate('bf16', [n, H, D]);
-const k = be.allocate('bf16', [n, Hkv, D]);
-const v = be.allocate('bf16', [n, Hkv, D]);
-be.fillLlamaLike(q, k, v, 7);
-const out = be.allocate('bf16', [n, H, D]);
-const inputs = { q, k, v };
+const { inputs, out } = llamaLayer(be, n);
 // the host's time in the prefill's first event record (its first mark) and first launch (the pass)
 let capture = false;
 let firstCalls = {};
