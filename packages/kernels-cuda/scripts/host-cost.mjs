@@ -5,7 +5,11 @@
 // adds ~5-10 us a launch). The device reads come back as zeros (C_struct 0: every head routes
 // to PE, and the device's PE list is empty).
 //
-//   pnpm -F @crisp/kernels-cuda build && node packages/kernels-cuda/scripts/host-cost.mjs [n] [plans]
+//   pnpm -F @crisp/kernels-cuda build && node packages/kernels-cuda/scripts/host-cost.mjs [n] [plans] [sleepMs]
+// sleepMs > 0: the process sleeps that long before each prefill (a timer, so the thread idles),
+// as the host does while the GPU runs the previous call's attention: the host's path then
+// starts cold (session 16: 0.064-0.092 ms to the first launch after 30 ms, 0.010-0.013 back to
+// back, before that session's changes).
 //   node --cpu-prof --cpu-prof-dir=/tmp/prof packages/kernels-cuda/scripts/host-cost.mjs
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
@@ -14,6 +18,7 @@ import { standInDriver } from '../dist/stand-in-driver.js';
 
 const n = Number(process.argv[2] ?? 131072);
 const plans = Number(process.argv[3] ?? 400);
+const sleepMs = Number(process.argv[4] ?? 0);
 const H = 32;
 const Hkv = 8;
 const D = 128;
@@ -31,6 +36,7 @@ log.length = 0;
 const first = [];
 const queued = [];
 for (let i = 0; i < plans; i++) {
+  if (sleepMs > 0) await new Promise((resolve) => setTimeout(resolve, sleepMs));
   const from = log.length;
   const t0 = performance.now();
   const r = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
@@ -41,7 +47,7 @@ for (let i = 0; i < plans; i++) {
 }
 const med = (a) => [...a].sort((x, y) => x - y)[a.length >> 1].toFixed(3);
 console.log(
-  `host cost of a CRISP prefill, n=${n} H=${H} Hkv=${Hkv} d=${D}, stand-in driver (median of ${plans}): ${med(first)} ms to the first launch, ${med(queued)} ms to the attention's launch`,
+  `host cost of a CRISP prefill, n=${n} H=${H} Hkv=${Hkv} d=${D}, stand-in driver (median of ${plans}${sleepMs > 0 ? `, each after ${sleepMs} ms asleep` : ''}): ${med(first)} ms to the first launch, ${med(queued)} ms to the attention's launch`,
 );
 const per = {};
 for (const e of log) per[e.kind] = (per[e.kind] ?? 0) + 1 / plans;
