@@ -327,8 +327,7 @@ async function buildPlan(
 /** The optional statistics the policy's router declares it reads (undefined: it does not say, so all). */
 function optionalStatsOf(policy: Policy): readonly OptionalStat[] | undefined {
   const declared = policy.router!.needs?.optionalStats;
-  if (declared === undefined || (Array.isArray(declared) && declared.length === 0)) return declared;
-  return wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`);
+  return declared === undefined ? undefined : wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`);
 }
 
 /** The policy's router on the host, its H routes checked, and the PE heads ascending. */

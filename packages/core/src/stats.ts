@@ -27,6 +27,22 @@ export function wantedOptionalStats(given: unknown, what = 'optionalStats'): rea
   return given;
 }
 
+/**
+ * proxyStats' sink and local windows: non-negative integer token counts, else an
+ * InvalidArgumentError (every backend checks its options with this before any work).
+ */
+export function assertStatsWindows(opts: { readonly wSink: unknown; readonly wLocal: unknown }): void {
+  // (two calls, no loop over pairs: this runs on a prefill's host path before its first launch)
+  assertWindow('wSink', opts.wSink);
+  assertWindow('wLocal', opts.wLocal);
+}
+
+function assertWindow(key: string, w: unknown): void {
+  if (typeof w !== 'number' || !Number.isInteger(w) || w < 0) {
+    throw new InvalidArgumentError(`${key} must be a non-negative integer number of tokens; got ${String(w)}`);
+  }
+}
+
 export interface ProxyStatsOptions {
   readonly blockSize: number;
   /** tokens counted as the sink for C_struct (default 128) */

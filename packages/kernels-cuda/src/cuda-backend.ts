@@ -5,6 +5,7 @@
  * Nb = ceil(n / B), b = min(B, n) proxy rows.
  */
 import {
+  assertStatsWindows,
   assertFiniteStats,
   type AttentionOptions,
   type AttentionResult,
@@ -475,10 +476,6 @@ interface TraceState {
 }
 
 type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
-function assertWindow(name: string, w: number): void {
-  if (!Number.isInteger(w) || w < 0) throw new InvalidArgumentError(`${name} must be a non-negative integer; got ${w}`);
-}
-
 /** CudaBackend.mark's DeviceMark: the ring slot its event was recorded in, and the slot's generation then. */
 class CudaMark implements DeviceMark {
   constructor(
@@ -1133,8 +1130,7 @@ export class CudaBackend implements Backend {
     const shape = this.#selectionShape(q, k);
     const B = opts?.blockSize;
     assertBlockSize(B, this.capabilities.blockSizes);
-    assertWindow('wSink', opts.wSink);
-    assertWindow('wLocal', opts.wLocal);
+    assertStatsWindows(opts);
     const scale = opts.scale ?? defaultScale(shape.headDim);
     if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
     const wanted = wantedOptionalStats(opts.optionalStats);

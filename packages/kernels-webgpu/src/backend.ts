@@ -6,6 +6,7 @@
  * B block size (64 or 128), Nb = ceil(n / B), d in {64, 128}.
  */
 import {
+  assertStatsWindows,
   type AttentionOptions,
   type AttentionResult,
   type AttentionShape,
@@ -441,12 +442,7 @@ export class WebGpuBackend implements Backend {
     const { shape, qt, kt } = this.#prepare(q, k, undefined);
     if (!opts || typeof opts !== 'object') throw new InvalidArgumentError('proxyStats needs options ({ blockSize, wSink, wLocal })');
     assertBlockSize(opts.blockSize, this.capabilities.blockSizes);
-    for (const key of ['wSink', 'wLocal'] as const) {
-      const w = opts[key];
-      if (typeof w !== 'number' || !Number.isInteger(w) || w < 0) {
-        throw new InvalidArgumentError(`${key} must be a non-negative integer number of tokens; got ${String(w)}`);
-      }
-    }
+    assertStatsWindows(opts);
     // (checked; this backend computes every statistic whatever is asked for)
     wantedOptionalStats(opts.optionalStats);
     const scale = this.#checkScale(opts.scale, shape.headDim);

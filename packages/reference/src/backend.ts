@@ -6,6 +6,7 @@
  * Shape legend: q [m, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import {
+  assertStatsWindows,
   type AttentionOptions,
   type AttentionResult,
   type AttentionShape,
@@ -180,12 +181,7 @@ class ReferenceBackend implements Backend {
   async proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
     if (!opts || typeof opts !== 'object') throw new InvalidArgumentError('proxyStats needs options ({ blockSize, wSink, wLocal })');
     assertBlockSize(opts.blockSize, this.capabilities.blockSizes);
-    for (const key of ['wSink', 'wLocal'] as const) {
-      const w = opts[key];
-      if (!Number.isInteger(w) || w < 0) {
-        throw new InvalidArgumentError(`${key} must be a non-negative integer number of tokens; got ${String(w)}`);
-      }
-    }
+    assertStatsWindows(opts);
     // (checked; the reference computes every statistic whatever is asked for)
     wantedOptionalStats(opts.optionalStats);
     const { shape, qf, kf } = this.#prepare(q, k, undefined);
