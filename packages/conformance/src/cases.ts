@@ -609,6 +609,16 @@ function typedErrorsCase(dtype: DType, s: ShapeCase): ConformanceCase {
       ),
     );
     lines.push(
+      await expectCode('a negative sink window', 'INVALID_ARGUMENT', () =>
+        be.proxyStats(d.q, d.k, { blockSize: s.blockSize, wSink: -1, wLocal: 64 }),
+      ),
+    );
+    lines.push(
+      await expectCode('a fractional local window', 'INVALID_ARGUMENT', () =>
+        be.proxyStats(d.q, d.k, { blockSize: s.blockSize, wSink: 64, wLocal: 1.5 }),
+      ),
+    );
+    lines.push(
       await expectCode('an unknown optional statistic', 'INVALID_ARGUMENT', () =>
         be.proxyStats(d.q, d.k, { blockSize: s.blockSize, wSink: 64, wLocal: 64, optionalStats: ['entropy' as 'rowEntropy'] }),
       ),
