@@ -204,6 +204,166 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
     p2b_write<LGB, NV, SB, NT>(acc, pv, slashPart, winPart, h, part, nParts, ps, n, b);
   }
 }
+// The lean fused pass, overlapped and persistent (session 16's design, NOTES.md; written
+// without a GPU at hand, not yet run): one CTA an SM (2 warpgroups of 64 proxy rows, up to 255
+// registers a thread), grid [H, P]: CTA (h, y) walks parts y, y + P, ... of head h with Q
+// staged once, the K tiles in OV_ST cp.async stages prefetched across part boundaries. Two
+// accumulators: tile g + 1's wgmma is issued before tile g's softmax statistics, which run
+// while it computes (today's pass waits for each tile's MMA before its softmax). Per tile the
+// same proxy_p1_update and p1f_stash as proxy_wg_body's lean pass, per part the same sweep and
+// row stores, on the same values in the same order: the statistics must be the lean pass's
+// bit for bit (scripts/stats-dump.mjs). B = 128 only (NWG = 2).
+#define OV_ST 4
+template <int D, bool BF16>
+__device__ __forceinline__ void proxy_wgo_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
+                                               float* pl, float* pt, float* bins, int n, int H, int Hkv, int b,
+                                               float scaleLog2, int wSink, int wLocal) {
+  constexpr int BM = 128, NT = 256, CH = D / 8, LGB = 7;
+  constexpr u32 QBYTES = BM * D * 2, TBYTES = 64 * D * 2;
+  constexpr u32 TUPBYTES = PART_TILES * P1F_SLOTS * BM * 4;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 base = smem_addr(smem);
+  const u32 sQ = (base + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
+  const u32 sK = sQ + QBYTES;
+  // two tile tables (a part's sweep reads one while the next part stashes into the other),
+  // then the sweep's sums [NS][BM]
+  float* tups = reinterpret_cast<float*>(smem + (sK - base) + OV_ST * TBYTES);
+  float* sweepAcc = tups + 2 * (TUPBYTES / 4);
+  const int h = blockIdx.x, y = blockIdx.y, P = gridDim.y;
+  const int nParts = (n + PART_KEYS - 1) / PART_KEYS;
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
+  const int posA = n - b + rA, posB = n - b + rB;
+  const size_t kStride = (size_t)Hkv * D;
+  const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
+  // this CTA's tiles, all parts in a row: part y + i·P holds tiles of ceil((n − ps) / 64),
+  // at most PART_TILES
+  auto tilesOf = [&](int part) {
+    const int t = (n - part * PART_KEYS + 63) / 64;
+    return t < PART_TILES ? t : PART_TILES;
+  };
+  int G = 0;
+  for (int part = y; part < nParts; part += P) G += tilesOf(part);
+  if (G == 0) return;  // more CTAs than parts (uniform in the CTA)
+  // the loader's position (tile g + OV_ST − 1 ahead of the MMA)
+  constexpr int RSTEP = NT / CH, LOADS = 64 / RSTEP;
+  static_assert(NT % CH == 0 && RSTEP % 8 == 0 && 64 % RSTEP == 0, "a thread's chunks share one swizzle term");
+  const int lr = tid / CH, lch = tid % CH;
+  const u32 dOff = pswz(64, lr, lch);
+  const u16* kBaseG = k + (size_t)kvh * D + lch * 8;
+  int ldPart = y, ldT = 0, ldN = tilesOf(y), ldG = 0;
+  auto loadNext = [&]() {
+    if (ldG < G) {
+      const int ks = ldPart * PART_KEYS + ldT * 64;
+      const u32 dst = sK + (ldG % OV_ST) * TBYTES + dOff;
+      if (ks + 64 <= n) {
+        const u16* src = kBaseG + (size_t)(ks + lr) * kStride;
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) cp_async16(dst + i * RSTEP * 128, src + (size_t)i * RSTEP * kStride, 16);
+      } else {
+#pragma unroll
+        for (int i = 0; i < LOADS; i++) {
+          const int key = ks + lr + i * RSTEP;
+          cp_async16(dst + i * RSTEP * 128, kBaseG + (size_t)(key < n ? key : n - 1) * kStride, key < n ? 16 : 0);
+        }
+      }
+      ldG++;
+      if (++ldT == ldN) {
+        ldT = 0;
+        ldPart += P;
+        ldN = ldPart < nParts ? tilesOf(ldPart) : 0;
+      }
+    }
+    cp_async_commit();  // (empty groups past the end keep the counting uniform)
+  };
+  stage_q<BM, D, NT>(q, n - b, n, 0, (size_t)H * D, h, tid, [&](int r, int ch) { return sQ + pswz(BM, r, ch); });
+#pragma unroll
+  for (int t = 0; t < OV_ST - 1; t++) loadNext();  // group 0 also holds Q
+  const u32 qBase = sQ + wg * 64 * 128;
+  auto issue = [&](float* acc, int g) {
+    reg_fence<32>(acc);
+    wgmma_fence();
+    proxy_issue_s<D, 64, BM, BF16>(acc, qBase, sK + (g % OV_ST) * TBYTES);
+    wgmma_commit();
+  };
+  // the softmax side's position: part cp of tile cT (of cN), its tile table
+  int cPart = y, cT = 0, cN = tilesOf(y), cTab = 0;
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f, tA = 0.f, tB = 0.f;
+  // tile g's statistics from acc (its MMA done), then, at a part's end, the part's sweep and rows
+  auto consume = [&](const float* acc) {
+    // (a copy: the statistics work in place, and an accumulator must not be written by other
+    // instructions while a wgmma pipeline is open, or ptxas serialises the MMAs)
+    // (each value read by an asm volatile: ordered after the wgmma wait before it, as the wg
+    // pass's reg_fence after its wait orders its reads)
+    float sf[8][4];
+#pragma unroll
+    for (int i = 0; i < 32; i++) asm volatile("mov.b32 %0, %1;" : "=f"(sf[i >> 2][i & 3]) : "f"(acc[i]));
+    const int ps = cPart * PART_KEYS, ks = ps + cT * 64;
+    const bool edge = ks + 63 > n - b || b < BM;
+    float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const bool win = ks < s0 || ks + 63 >= l0;
+    if (edge || win) {
+      proxy_p1_update<true, LGB, false>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
+    } else {
+      proxy_p1_update<false, LGB, false>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
+    }
+    float* tup = tups + cTab * (TUPBYTES / 4);
+    p1f_stash<BM>(tup, cT, rA, rB, mA, mB, split, win);
+    if (++cT == cN) {
+      __syncthreads();  // every warp's stash of the part's last tile
+      p1f_sweep<LGB, BM, NT>(tup, sweepAcc, bins, h, cPart, nParts, ps, cN, n, b);
+      p1_store_rows(pm, pl, pt, h, b, nParts, cPart, rA, rB, mA, mB, lA, lB, tA, tB, scaleLog2);
+      mA = mB = CRISP_NEG_INF;
+      lA = lB = tA = tB = 0.f;
+      cT = 0;
+      cPart += P;
+      cN = cPart < nParts ? tilesOf(cPart) : 0;
+      cTab ^= 1;
+      // (the sweep's sums are read back by the same thread that wrote them, and the next
+      // part's sweep comes after sixteen more barriers: no barrier here)
+    }
+  };
+  float s0a[32], s1a[32];
+#pragma unroll
+  for (int i = 0; i < 32; i++) s0a[i] = s1a[i] = 0.f;
+  // tile 0 (and Q) landed, then its MMA
+  cp_async_wait<OV_ST - 2>();
+  fence_proxy_async();
+  __syncthreads();
+  issue(s0a, 0);
+  // Tile g's MMA is in flight in its accumulator: wait for tile g + 1 (every thread's copies:
+  // the barrier; also every warp is past tile g − 1's MMA, whose stage takes tile g + OV_ST − 1),
+  // issue its MMA into the other accumulator, wait for tile g's, then tile g's statistics. Two
+  // steps a loop iteration, so each accumulator is a fixed register array.
+  auto next = [&](int g, float* nxt) {
+    cp_async_wait<OV_ST - 3>();
+    fence_proxy_async();
+    __syncthreads();
+    loadNext();
+    issue(nxt, g + 1);
+    wgmma_wait1();
+  };
+  for (int g = 0;; g += 2) {
+    if (g + 1 >= G) {
+      wgmma_wait0();
+      consume(s0a);
+      break;
+    }
+    next(g, s1a);
+    consume(s0a);
+    if (g + 2 >= G) {
+      wgmma_wait0();
+      consume(s1a);
+      break;
+    }
+    next(g + 1, s0a);
+    consume(s1a);
+  }
+  cp_async_wait<0>();
+}
+#define CRISP_PROXY_WGO_CALL(D, BF16) \
+  proxy_wgo_body<D, BF16>(q, k, pm, pl, pt, bins, n, H, Hkv, b, scaleLog2, wSink, wLocal);
 #define CRISP_PROXY_WG_CALL1(D, NWG, BF16) \
   proxy_wg_body<D, NWG, BF16, true, 2>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, nullptr, n, H, Hkv, b, scaleLog2, 0, 0);
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16) \
@@ -217,6 +377,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16)
 #define CRISP_PROXY_WG_CALL1F(D, NWG, BF16)
 #define CRISP_PROXY_WG_CALL1L(D, NWG, BF16)
+#define CRISP_PROXY_WGO_CALL(D, BF16)
 #endif  // CRISP_WGMMA
 
 // A fused pass's entry (the full one and the lean one take the same arguments).
@@ -253,3 +414,17 @@ CRISP_PROXY_WG(f16_d64_b64, 64, 1, false)
 CRISP_PROXY_WG(f16_d64_b128, 64, 2, false)
 CRISP_PROXY_WG(f16_d128_b64, 128, 1, false)
 CRISP_PROXY_WG(f16_d128_b128, 128, 2, false)
+
+// `proxy_wgo_pass1l_<dtype>_d<D>_b128`: the overlapped persistent lean pass (above), grid [H, P],
+// 256 threads, one CTA an SM; the lean pass's arguments (qMean and kMean unused).
+#define CRISP_PROXY_WGO(SUF, D, BF16)                                                                            \
+  extern "C" __global__ void __launch_bounds__(256, 1)                                                           \
+      proxy_wgo_pass1l_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,         \
+                             float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink, \
+                             int wLocal) {                                                                       \
+    CRISP_PROXY_WGO_CALL(D, BF16)                                                                                \
+  }
+CRISP_PROXY_WGO(bf16_d64_b128, 64, true)
+CRISP_PROXY_WGO(bf16_d128_b128, 128, true)
+CRISP_PROXY_WGO(f16_d64_b128, 64, false)
+CRISP_PROXY_WGO(f16_d128_b128, 128, false)

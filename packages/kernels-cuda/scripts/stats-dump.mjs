@@ -6,20 +6,19 @@
 // estimate, row entropy).
 //
 //   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/stats-dump.mjs .device/app/stats-dump.mjs
-//   (on the GPU machine, from the repository root) node .device/app/stats-dump.mjs OUT [n]
+//   (on the GPU machine, from the repository root) node .device/app/stats-dump.mjs OUT [n] [layouts]
+//   e.g. `... OUT 131072 wg,wgo`: the overlapped lean pass against the wg one, in one process
 import { writeFileSync } from 'node:fs';
 import { CudaBackend } from '../dist/cuda-backend.js';
 import { loadCuda } from '../dist/ffi.js';
 
 const outBase = process.argv[2];
-if (!outBase) throw new Error('usage: stats-dump.mjs OUT [n]');
+if (!outBase) throw new Error('usage: stats-dump.mjs OUT [n] [layouts]');
 const n = Number(process.argv[3] ?? 131072);
-const be = new CudaBackend(loadCuda(), { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
-const q = be.allocate('bf16', [n, 32, 128]);
-const k = be.allocate('bf16', [n, 8, 128]);
-const v = be.allocate('bf16', [n, 8, 128]);
-be.fillLlamaLike(q, k, v, 7);
-const opts = { blockSize: 128, wSink: 128, wLocal: 128 };
+// layouts (comma-separated proxyLayout values): each one's files get its name, and with two or
+// more the first is compared with the others here, byte for byte
+const layouts = process.argv[4] ? process.argv[4].split(',') : [undefined];
+const libs = loadCuda();
 const cat = (arrays) => {
   const all = new Float64Array(arrays.reduce((a, x) => a + x.length, 0));
   let at = 0;
@@ -29,11 +28,41 @@ const cat = (arrays) => {
   }
   return all;
 };
-const lean = await be.proxyStats(q, k, { ...opts, deferRead: true, optionalStats: [] });
-const l = cat([lean.cStruct, lean.verticalBlocks, lean.slashBlocks]);
-writeFileSync(`${outBase}.lean.f64`, l);
-const full = await be.proxyStats(q, k, opts);
-const f = cat([full.cStruct, full.verticalBlocks, full.slashBlocks, full.pooledEstimate, full.rowEntropy]);
-writeFileSync(`${outBase}.full.f64`, f);
-console.log(`n=${n}: lean ${l.length} values, full ${f.length} values, C_struct[0..3] ${[...full.cStruct.slice(0, 4)].map((x) => x.toFixed(6)).join(' ')}`);
-be.dispose();
+const dumps = [];
+for (const layout of layouts) {
+  const be = new CudaBackend(libs, {
+    kernelDir: 'packages/kernels-cuda/kernels',
+    cacheDir: '/tmp/crisp-cubin',
+    ...(layout ? { proxyLayout: layout } : {}),
+  });
+  const q = be.allocate('bf16', [n, 32, 128]);
+  const k = be.allocate('bf16', [n, 8, 128]);
+  const v = be.allocate('bf16', [n, 8, 128]);
+  be.fillLlamaLike(q, k, v, 7);
+  const opts = { blockSize: 128, wSink: 128, wLocal: 128 };
+  const lean = await be.proxyStats(q, k, { ...opts, deferRead: true, optionalStats: [] });
+  const l = cat([lean.cStruct, lean.verticalBlocks, lean.slashBlocks]);
+  const full = await be.proxyStats(q, k, opts);
+  const f = cat([full.cStruct, full.verticalBlocks, full.slashBlocks, full.pooledEstimate, full.rowEntropy]);
+  const tag = layout ? `.${layout}` : '';
+  writeFileSync(`${outBase}${tag}.lean.f64`, l);
+  writeFileSync(`${outBase}${tag}.full.f64`, f);
+  console.log(
+    `n=${n}${layout ? ` ${layout}` : ''}: lean ${l.length} values, full ${f.length} values, C_struct[0..3] ${[...full.cStruct.slice(0, 4)].map((x) => x.toFixed(6)).join(' ')}`,
+  );
+  dumps.push({ layout, l, f });
+  be.dispose();
+}
+const differing = (a, b) => {
+  const x = new Uint8Array(a.buffer);
+  const y = new Uint8Array(b.buffer);
+  let d = 0;
+  for (let i = 0; i < a.length; i++) if (x.subarray(i * 8, i * 8 + 8).some((v, j) => v !== y[i * 8 + j])) d++;
+  return d;
+};
+for (const o of dumps.slice(1)) {
+  for (const key of ['l', 'f']) {
+    const d = differing(dumps[0][key], o[key]);
+    console.log(`${o.layout} vs ${dumps[0].layout}, ${key === 'l' ? 'lean' : 'full'}: ${d === 0 ? 'identical' : `${d} of ${o[key].length} values differ`}`);
+  }
+}
