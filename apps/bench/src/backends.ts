@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import type { Backend } from '@crisp/core';
-import { type CudaSchedule, cudaAvailability, createCudaBackend } from '@crisp/kernels-cuda';
+import { type CudaSchedule, cudaAvailability, createCudaBackend, type ProxyLayout } from '@crisp/kernels-cuda';
 import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
 import { createReferenceBackend } from '@crisp/reference';
 import type { BackendName } from './config.js';
@@ -22,7 +22,7 @@ export interface OpenBackend {
 export async function openBackend(
   name: BackendName,
   repoRoot: string | undefined,
-  opts: { readonly cudaSchedule?: CudaSchedule } = {},
+  opts: { readonly cudaSchedule?: CudaSchedule; readonly proxyLayout?: ProxyLayout } = {},
 ): Promise<OpenBackend> {
   try {
     if (name === 'reference') {
@@ -46,10 +46,10 @@ export async function openBackend(
     // In a bundle the package's own kernels/ folder is not next to the code: point at the
     // repository's copy (resolved from the repo root, i.e. from where the command runs).
     const schedule = opts.cudaSchedule ?? 'auto';
-    const backend = await createCudaBackend({ ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}), schedule });
+    const backend = await createCudaBackend({ ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}), schedule, ...(opts.proxyLayout ? { proxyLayout: opts.proxyLayout } : {}) });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
     // (the host thread's wait named when it is not the driver's own)
-    const wait = schedule === 'auto' ? '' : `; host thread waits: ${schedule}`;
+    const wait = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}`;
     return {
       name,
       backend,

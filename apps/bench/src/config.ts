@@ -5,7 +5,7 @@
  * time budget stops it). Every size list can be overridden from the command line.
  */
 import type { DType } from '@crisp/core';
-import type { CudaSchedule } from '@crisp/kernels-cuda';
+import type { CudaSchedule, ProxyLayout } from '@crisp/kernels-cuda';
 import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
@@ -27,6 +27,8 @@ export interface BenchConfig {
    * context's scheduling flags); auto leaves them as they are
    */
   readonly cudaSchedule: CudaSchedule;
+  /** the CUDA backend's `proxyLayout` (undefined: the backend's default for the GPU) */
+  readonly cudaProxyLayout?: ProxyLayout;
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

@@ -5,6 +5,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
+import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
 import { type OpenBackend, openBackend } from './backends.js';
 import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, parseSizes, SUITE_NAMES, type SuiteName, type Shape } from './config.js';
 import { type SuiteContext, message } from './context.js';
@@ -62,6 +63,7 @@ function program(): Command {
     .option('--host-timings', "latency: plan and attention times from the host clock, the backend's device marks unused")
     .option('--seed <seed>', 'scenario seed')
     .option('--cuda-schedule <mode>', "CUDA: how the host thread waits for the GPU (the primary context's scheduling flags): auto (default: left as they are), spin, yield or blocking")
+    .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); e.g. wgo, the overlapped lean pass")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
     .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')
@@ -96,6 +98,9 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
     ...base,
     seed: num(o.seed, 'seed', 0) ?? base.seed,
     cudaSchedule: typeof o.cudaSchedule === 'string' ? list(o.cudaSchedule, CUDA_SCHEDULES, 'CUDA schedule')[0] : base.cudaSchedule,
+    ...(typeof o.cudaProxyLayout === 'string'
+      ? { cudaProxyLayout: list(o.cudaProxyLayout, Object.keys(PROXY_LAYOUTS) as ProxyLayout[], 'CUDA proxy layout')[0] }
+      : {}),
     suites: typeof o.suites === 'string' ? list(o.suites, SUITE_NAMES, 'suite') : base.suites,
     latency: {
       ...base.latency,
@@ -186,7 +191,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   const opened: OpenBackend[] = [];
   try {
     for (const name of names) {
-      const ob = await openBackend(name, repoRoot, { cudaSchedule: config.cudaSchedule });
+      const ob = await openBackend(name, repoRoot, { cudaSchedule: config.cudaSchedule, ...(config.cudaProxyLayout ? { proxyLayout: config.cudaProxyLayout } : {}) });
       log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
       opened.push(ob);
     }

@@ -8,7 +8,9 @@
 // minus the span from the pass's start to the last plan kernel's end).
 //
 //   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/idle-trace.mjs .device/app/idle-trace.mjs
-//   (on the GPU machine, from the repository root) node .device/app/idle-trace.mjs [n] [reps]
+//   (on the GPU machine, from the repository root) node .device/app/idle-trace.mjs [n] [reps] [layouts] [modes]
+//   layouts: comma-separated proxyLayout values, each its own backend in this process (e.g.
+//   wg,wgo); modes: comma-separated mode names (below; default all), e.g. 'idle,head start 3 ms'
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { CudaBackend } from '../dist/cuda-backend.js';
@@ -17,9 +19,9 @@ import { llamaLayer } from './gpu-layer.mjs';
 
 const n = Number(process.argv[2] ?? 131072);
 const reps = Number(process.argv[3] ?? 15);
+const layouts = process.argv[4] ? process.argv[4].split(',') : [undefined];
+const only = process.argv[5] ? process.argv[5].split(',') : undefined;
 const libs = loadCuda();
-const be = new CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' });
-const { inputs, out } = llamaLayer(be, n);
 // the host's time in the prefill's first event record (its first mark) and first launch (the pass)
 let capture = false;
 let firstCalls = {};
@@ -33,17 +35,25 @@ for (const name of ['cuEventRecord', 'cuLaunchKernel']) {
   };
 }
 const med = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
+for (const layout of layouts) {
+const be = new CudaBackend(libs, {
+  kernelDir: 'packages/kernels-cuda/kernels',
+  cacheDir: '/tmp/crisp-cubin',
+  ...(layout ? { proxyLayout: layout } : {}),
+});
+const { inputs, out } = llamaLayer(be, n);
 for (let i = 0; i < 20; i++) await sparsePrefill(be, inputs, crisp, { minSparseLength: 0, out });
 // what runs between the previous prefill's synchronize and the traced one: nothing (idle), one
 // driver call of the host's (an unused mark, a context synchronize on the drained device, an
 // empty launch), or a 3 ms spin kernel (a head start)
-const modes = {
+const allModes = {
   idle: () => {},
   'idle, a mark first': () => be.mark(),
   'idle, cuCtxSynchronize first': () => libs.cu.cuCtxSynchronize(),
   'idle, an empty launch first': () => be.deviceSleep(0),
   'head start 3 ms': () => be.deviceSleep(3),
 };
+const modes = Object.fromEntries(Object.entries(allModes).filter(([m]) => !only || only.includes(m)));
 
 const res = {};
 for (const [mode, before] of Object.entries(modes)) {
@@ -88,8 +98,8 @@ for (const [mode, before] of Object.entries(modes)) {
   }
   res[mode] = { per, plan: med(plan), wait: med(wait), rec: med(rec), launch: med(launch), untraced: med(untraced) };
 }
-const names = [...res.idle.per.keys()];
-console.log(`n=${n}, ${reps} traced prefills each, medians (ms): ${Object.keys(modes).join(' | ')}`);
+const names = [...Object.values(res)[0].per.keys()];
+console.log(`layout ${be.proxyLayout}: n=${n}, ${reps} traced prefills each, medians (ms): ${Object.keys(modes).join(' | ')}`);
 for (const key of names) {
   const cols = Object.keys(modes).map((m) => {
     const a = res[m].per.get(key);
@@ -101,3 +111,4 @@ for (const [mode, x] of Object.entries(res)) {
   console.log(`${mode}: untraced plan ${x.untraced.toFixed(3)} ms; traced plan ${x.plan.toFixed(3)} ms, of which the device waits before the pass (plan minus the pass-to-last-kernel span) ${x.wait.toFixed(3)} ms; host: first record ${(x.rec * 1000).toFixed(1)} us, first launch ${(x.launch * 1000).toFixed(1)} us`);
 }
 be.dispose();
+}
