@@ -63,7 +63,7 @@ function program(): Command {
     .option('--host-timings', "latency: plan and attention times from the host clock, the backend's device marks unused")
     .option('--seed <seed>', 'scenario seed')
     .option('--cuda-schedule <mode>', "CUDA: how the host thread waits for the GPU (the primary context's scheduling flags): auto (default: left as they are), spin, yield or blocking")
-    .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); e.g. wgo, the overlapped lean pass")
+    .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); w32 (every GPU) or wg (sm_90 wgmma)")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
     .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')

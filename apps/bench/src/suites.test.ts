@@ -39,7 +39,7 @@ describe('parseSizes', () => {
     expect(resolveConfig({ cudaSchedule: 'spin' }).cudaSchedule).toBe('spin');
     expect(() => resolveConfig({ cudaSchedule: 'busy' })).toThrow(/unknown CUDA schedule 'busy'/);
     expect(resolveConfig({}).cudaProxyLayout).toBeUndefined();
-    expect(resolveConfig({ cudaProxyLayout: 'wgo' }).cudaProxyLayout).toBe('wgo');
+    expect(resolveConfig({ cudaProxyLayout: 'w32' }).cudaProxyLayout).toBe('w32');
     expect(() => resolveConfig({ cudaProxyLayout: 'w64' })).toThrow(/unknown CUDA proxy layout 'w64'/);
     expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
     expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);

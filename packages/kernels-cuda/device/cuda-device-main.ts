@@ -383,14 +383,7 @@ if (phase === 'proxy') {
         be.proxyLayout = 'wg';
         // the lean pass (a device plan's statistics when the router reads no optional
         // statistic); the entropy and the pooled estimate from a full pass when read
-        const leanOpts = { ...opts, tokenScores: false, deferRead: true, optionalStats: [] as const };
-        const wgLean = await be.proxyStats(q, k, leanOpts);
-        blocks.push(wgLean);
-        // the overlapped persistent lean pass (wgo; at B = 64 it is wg's): wg's lean bits
-        be.proxyLayout = 'wgo';
-        const wgoLean = await be.proxyStats(q, k, leanOpts);
-        const wgoVsWg = bitDiffs(wgoLean, wgLean);
-        be.proxyLayout = 'wg';
+        blocks.push(await be.proxyStats(q, k, { ...opts, tokenScores: false, deferRead: true, optionalStats: [] }));
         const wgTokens = await be.proxyStats(q, k, opts);
         const vsF64 = [];
         const blockVsF64 = [];
@@ -412,11 +405,10 @@ if (phase === 'proxy') {
         const lateVsEarly = bitDiffs(late, { ...early });
         const worst = Math.max(...vsF64.flatMap((r) => PROXY_FIELDS.map((f) => r[f])));
         const blockWorst = Math.max(...blockVsF64.flatMap((r) => BLOCK_FIELDS.map((f) => r[f])));
-        const pass =
-          worst <= 2e-5 && blockWorst <= 2e-5 && Object.values(lateVsEarly).every((c) => c === 0) && Object.values(wgoVsWg).every((c) => c === 0);
-        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), lateVsEarly, wgoVsWg, worstVsF64: worst, blockWorstVsF64: blockWorst, pass, vsF64, blockVsF64 };
+        const pass = worst <= 2e-5 && blockWorst <= 2e-5 && Object.values(lateVsEarly).every((c) => c === 0);
+        const r = { ...sh, layoutBitDiffs: bitDiffs(a, c), lateVsEarly, worstVsF64: worst, blockWorstVsF64: blockWorst, pass, vsF64, blockVsF64 };
         log(
-          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; read after dispose vs at once ${JSON.stringify(lateVsEarly)}; lean wgo vs wg bit diffs ${JSON.stringify(wgoVsWg)}; worst vs f64 ${worst.toExponential(2)}, block level (fused and two-pass, 3 layouts) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
+          `proxy ${JSON.stringify(sh)}: w16 vs w32 bit diffs ${JSON.stringify(r.layoutBitDiffs)}; read after dispose vs at once ${JSON.stringify(lateVsEarly)}; worst vs f64 ${worst.toExponential(2)}, block level (fused and two-pass, 3 layouts) ${blockWorst.toExponential(2)} ${pass ? 'PASS' : 'FAIL'}`,
         );
         out.push(r);
       } finally {
@@ -495,18 +487,6 @@ if (phase === 'proxy') {
           res.lean = { deviceMs: device, kernels, bitDiffsVsFull: diffs, optionalLaterBitDiffs: later };
           log(
             `proxy n=${n} wg lean: device ${median(device).toFixed(2)} ms; kernels ${kernels.map((x) => `${x.kernel} ${x.ms.toFixed(3)}`).join(', ')}; lean vs full bit diffs ${JSON.stringify(diffs)}, optional statistics read later vs full ${JSON.stringify(later)}`,
-          );
-          // the overlapped persistent lean pass (wgo) against wg's: the same bits, its time
-          be.proxyLayout = 'wgo';
-          await be.proxyStats(q, k, leanOpts);
-          const oDevice = await timeIt(() => be.proxyStats(q, k, leanOpts), 5, 0);
-          be.startProfile();
-          await be.proxyStats(q, k, leanOpts);
-          const oKernels = be.stopProfile();
-          const oBits = bitDiffs(await be.proxyStats(q, k, leanOpts), lean);
-          res.leanWgo = { deviceMs: oDevice, kernels: oKernels, bitDiffsVsWgLean: oBits };
-          log(
-            `proxy n=${n} wgo lean: device ${median(oDevice).toFixed(2)} ms; kernels ${oKernels.map((x) => `${x.kernel} ${x.ms.toFixed(3)}`).join(', ')}; vs wg lean bit diffs ${JSON.stringify(oBits)}`,
           );
           be.proxyLayout = proxyLayout;
         }

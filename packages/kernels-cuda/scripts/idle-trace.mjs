@@ -10,7 +10,7 @@
 //   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/idle-trace.mjs .device/app/idle-trace.mjs
 //   (on the GPU machine, from the repository root) node .device/app/idle-trace.mjs [n] [reps] [layouts] [modes]
 //   layouts: comma-separated proxyLayout values, each its own backend in this process (e.g.
-//   wg,wgo); modes: comma-separated mode names (below; default all), e.g. 'idle,head start 3 ms'
+//   w32,wg); modes: comma-separated mode names (below; default all), e.g. 'idle,head start 3 ms'
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { CudaBackend } from '../dist/cuda-backend.js';

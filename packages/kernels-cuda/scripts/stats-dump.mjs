@@ -7,7 +7,8 @@
 //
 //   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/stats-dump.mjs .device/app/stats-dump.mjs
 //   (on the GPU machine, from the repository root) node .device/app/stats-dump.mjs OUT [n] [layouts]
-//   e.g. `... OUT 131072 wg,wgo`: the overlapped lean pass against the wg one, in one process
+//   e.g. `... OUT 131072 w32,wg`: two layouts' statistics compared in one process (session 17
+//   checked the overlapped lean pass, layout wgo, on branch wip/overlap-pass this way)
 import { writeFileSync } from 'node:fs';
 import { CudaBackend } from '../dist/cuda-backend.js';
 import { loadCuda } from '../dist/ffi.js';

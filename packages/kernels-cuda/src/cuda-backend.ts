@@ -155,12 +155,6 @@ export const PROXY_LAYOUTS = {
   w16: { rowsPerWarp: 16, sm90a: false },
   w32: { rowsPerWarp: 32, sm90a: false },
   wg: { rowsPerWarp: 16, sm90a: true },
-  /**
-   * EXPERIMENTAL (branch wip/overlap-pass, not yet run on a GPU): wg, with the lean fused pass
-   * (B = 128) overlapped and persistent (proxy_wgo_pass1l_*: NOTES.md, session 16); every
-   * other pass is wg's
-   */
-  wgo: { rowsPerWarp: 16, sm90a: true },
 } as const;
 export type ProxyLayout = keyof typeof PROXY_LAYOUTS;
 /** The portable proxy layout (every GPU): `w32`. */
@@ -1199,25 +1193,17 @@ export class CudaBackend implements Backend {
       const kname = w32 ? `w32_${suf}` : suf;
       const mmaThreads = w32 ? B : B * 2;
       const threads = wg ? B * 2 : mmaThreads;
-      // the overlapped persistent lean pass: one CTA an SM, CTA (h, y) walks parts y, y + P, ...
-      const overlap = lean && this.proxyLayout === 'wgo' && B === 128;
       const [file, p1, p2b] = wg
-        ? ['proxy-wgmma.cu', `proxy_wg${overlap ? 'o' : ''}_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}`, `proxy_wg_pass2b_${suf}`]
+        ? ['proxy-wgmma.cu', `proxy_wg_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}`, `proxy_wg_pass2b_${suf}`]
         : ['proxy.cu', `proxy_pass1${fused ? 'f' : ''}_${kname}`, `proxy_pass2b_${kname}`];
       const slack = wg ? 1024 : 0;
       const kTiles = 2 * 64 * D * 2; // two 64-key K tiles (bf16/f16)
       // Q rows, K tiles, the block means' two chunk partials per column for two blocks; the
-      // fused pass's per-tile table (16 tiles x 4 values x B rows). Overlapped: Q rows, four K
-      // stages, two tile tables and the sweep's sums [NS][B]
-      const smem1 = overlap
-        ? slack + B * D * 2 + 4 * 64 * D * 2 + 2 * (PART_KEYS / 64) * 4 * B * f4 + NS * B * f4
-        : slack + B * D * 2 + kTiles + 4 * D * f4 + (fused ? (PART_KEYS / 64) * 4 * B * f4 : 0);
-      const grid1: [number, number] = overlap
-        ? [H, Math.max(1, Math.min(nParts, Math.floor(this.info.multiprocessors / H)))]
-        : [H, nParts];
+      // fused pass's per-tile table (16 tiles x 4 values x B rows)
+      const smem1 = slack + B * D * 2 + kTiles + 4 * D * f4 + (fused ? (PART_KEYS / 64) * 4 * B * f4 : 0);
       this.#traceHost('proxyStats: launching the pass');
       // pass 1: grid [H, nParts], heads fastest (a kv group's query heads share K tiles in L2)
-      this.#launch(file, p1, grid1, threads, smem1, [
+      this.#launch(file, p1, [H, nParts], threads, smem1, [
         P(qt.ptr),
         P(kt.ptr),
         P(pm.ptr),

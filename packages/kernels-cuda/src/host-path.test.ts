@@ -52,21 +52,3 @@ describe('device marks (stand-in driver)', () => {
     b.dispose();
   });
 });
-
-describe('the overlapped lean pass (wgo, experimental; stand-in driver)', () => {
-  it('launches proxy_wgo_pass1l on [H, SMs / H] for lean statistics at B = 128, and wg kernels otherwise', async () => {
-    const s = standInDriver({ heads: 32 });
-    const be = new CudaBackend(s.libs, { cacheDir: null, proxyLayout: 'wgo' });
-    const n = 131072;
-    const q = be.allocate('bf16', [n, 32, 128]);
-    const k = be.allocate('bf16', [n, 8, 128]);
-    await be.proxyStats(q, k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true, optionalStats: [] });
-    const pass = (from: number) => s.log.slice(from).find((e) => e.kind === 'launch' && /pass1/.test(e.name ?? ''));
-    // the stand-in has 132 SMs: 4 CTAs a head
-    expect(pass(0)).toMatchObject({ name: 'proxy_wgo_pass1l_bf16_d128_b128', grid: [32, 4, 1] });
-    const from = s.log.length;
-    await be.proxyStats(q, k, { blockSize: 64, wSink: 128, wLocal: 128, deferRead: true, optionalStats: [] });
-    expect(pass(from)).toMatchObject({ name: 'proxy_wg_pass1l_bf16_d128_b64', grid: [32, 128, 1] });
-    be.dispose();
-  });
-});
