@@ -9,21 +9,6 @@
 // attention and its PE heads beside it).
 #include "crisp-common.cuh"
 
-__device__ __forceinline__ int upper_bound_le(const int* a, int lo, int hi, int x) {
-  // first index in [lo, hi) with a[i] > x
-  while (lo < hi) {
-    const int mid = (lo + hi) >> 1;
-    if (a[mid] <= x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-__device__ __forceinline__ bool contains(const int* a, int lo, int hi, int x) {
-  const int i = upper_bound_le(a, lo, hi, x);
-  return i > lo && a[i - 1] == x;
-}
-
 // Row (h, I)'s entries in the block rows: rPtr is every head's [H·Nb + 1], or, with a head
 // list hl = [nh][heads ascending] (uploaded, or written by the device router), the listed
 // heads' [nh·Nb + 1], and the other heads' rows are empty (what spread_row_ptr did as a
@@ -44,20 +29,56 @@ __device__ __forceinline__ void row_range(const int* rPtr, const int* hl, int h,
   re = rPtr[row + 1];
 }
 
-// The row's length, one warp per row. A thread per row (a three-way merge) made a warp's 32
-// threads walk 32 different rows, uncoalesced, and wait for the longest (PE rows reach Nb entries):
-// 2.5 ms at 512k on the H200, the plan's largest kernel. Here the lanes stride over the row's
-// own cols, and the union's size is |R| + |V \ R| + |S \ (R ∪ V)|, each lane testing its
-// share of the row's vertical blocks and slash blocks by binary search (the host validated
-// V and S as strictly increasing; R is validated here). Same count as the set union.
-// Also validates the BSR entries (the host checked rowPtr, not the entries: at 512k there
-// are tens of millions): each row's cols strictly increasing and inside [0, I]. The first
-// offending row (lowest index) lands in *bad, which the host initialises to CRISP_NO_BAD_ROW.
+// Row (h, I)'s union of its own cols, its vertical blocks J <= I and its slash blocks I - O
+// (O <= I) as bits in a bitmap of the row's key blocks [0, I] in shared memory (ceil(Nb / 32)
+// words a warp), one warp per row. The lanes stride over each sorted list and stop at the
+// first entry past the row (no binary search: a search's ~10 dependent global loads a row were
+// most of both kernels' time, session 17). Sorted lists: the host validated V and S as
+// strictly increasing; the row's own cols are validated by expand_count (every bit lands
+// inside [0, I]). Returns W, the words holding [0, I].
+__device__ __forceinline__ int row_bitmap(u32* bits, const int* vPtr, const int* vert, const int* sPtr,
+                                          const int* slash, const int* rCols, int ri, int re, int h, int I,
+                                          int lane) {
+  const int W = (I >> 5) + 1;
+  for (int w = lane; w < W; w += 32) bits[w] = 0u;
+  __syncwarp();
+  for (int p = ri + lane; p < re; p += 32) {
+    const int c = rCols[p];
+    atomicOr(&bits[c >> 5], 1u << (c & 31));
+  }
+  if (vPtr != nullptr) {
+    // (warp-uniform trip counts: the vote needs every lane)
+    const int v1 = vPtr[h + 1], s1 = sPtr[h + 1];
+    for (int i0 = vPtr[h]; i0 < v1; i0 += 32) {
+      const int c = i0 + lane < v1 ? vert[i0 + lane] : 0x7fffffff;
+      if (__all_sync(0xffffffffu, c > I)) break;  // (sorted: every later entry is past the row too)
+      if (c <= I) atomicOr(&bits[c >> 5], 1u << (c & 31));
+    }
+    for (int i0 = sPtr[h]; i0 < s1; i0 += 32) {
+      const int o = i0 + lane < s1 ? slash[i0 + lane] : 0x7fffffff;
+      if (__all_sync(0xffffffffu, o > I)) break;
+      if (o <= I) {
+        const int c = I - o;
+        atomicOr(&bits[c >> 5], 1u << (c & 31));
+      }
+    }
+  }
+  __syncwarp();
+  return W;
+}
+
+// The row's length (the union's popcount), one warp per row. Also validates the BSR entries
+// (the host checked rowPtr, not the entries: at 512k there are tens of millions): each row's
+// cols strictly increasing and inside [0, I]. The first offending row (lowest index) lands in
+// *bad, which the host initialises to CRISP_NO_BAD_ROW. (Before session 17 the lanes counted
+// |R| + |V \ R| + |S \ (R ∪ V)| by binary searches; before that a thread walked a row, 2.5 ms
+// at 512k.)
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
                                        int* counts, int H, int Nb, int* bad) {
-  const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);  // uniform in the warp
-  const int lane = threadIdx.x & 31;
+  extern __shared__ u32 bitmaps[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // uniform in the warp
   if (row >= H * Nb) return;
   const int I = row % Nb, h = row / Nb;
   if (route != nullptr && route[h] != want) {
@@ -82,30 +103,24 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
       return;
     }
   }
-  int extra = 0;
-  if (vPtr != nullptr) {
-    const int v0 = vPtr[h], v1 = upper_bound_le(vert, v0, vPtr[h + 1], I);
-    for (int i = v0 + lane; i < v1; i += 32) extra += !contains(rCols, ri, re, vert[i]);
-    const int s0 = sPtr[h], s1 = upper_bound_le(slash, s0, sPtr[h + 1], I);
-    for (int i = s0 + lane; i < s1; i += 32) {
-      const int j = I - slash[i];
-      extra += !contains(rCols, ri, re, j) && !contains(vert, v0, v1, j);
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) extra += __shfl_xor_sync(0xffffffffu, extra, o);
-  if (lane == 0) counts[row] = (re - ri) + extra;
+  const int words = (Nb + 31) >> 5;
+  u32* bits = bitmaps + warp * words;
+  const int W = row_bitmap(bits, vPtr, vert, sPtr, slash, rCols, ri, re, h, I, lane);
+  int c = 0;
+  for (int w = lane; w < W; w += 32) c += __popc(bits[w]);
+  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+  if (lane == 0) counts[row] = c;
 }
 
-// The row's union, one warp per row, through a bitmap of the row's key blocks [0, I] in shared
-// memory (ceil(Nb / 32) words a warp): the lanes set the bits of their share of the row's own
-// cols, its vertical blocks J <= I and its slash blocks I - O (O <= I), then walk the words 32
-// at a time (popcount, warp prefix sum) and write each word's set bits in ascending order.
-// Sorted and free of duplicates by construction, so the length is expand_count's. A thread
-// per row (a three-way merge of the sorted lists) walked 32 rows at once, uncoalesced, at the
-// pace of the longest: 0.73 ms at 512k on the H200 (synth), 3.6 ms on denser masks. Runs
-// after expand_count has validated the rows' entries: the host reads *bad first, or (a plan
-// that reads nothing back) every warp leaves once a row was flagged bad, so no bit lands
-// outside its row's bitmap and no row outside the room the host made (I + 1 a row).
+// The row's union written in ascending order, one warp per row, from the same bitmap as
+// expand_count's (so its length is expand_count's): the warp takes the words 32 at a time and
+// walks the non-empty ones, each a coalesced store of its set bits (lane l writes key block
+// 32w + l when bit l is set, at the popcount of the bits below it). Runs after expand_count has
+// validated the rows' entries: the host reads *bad first, or (a plan that reads nothing back)
+// every warp leaves once a row was flagged bad, so no bit lands outside its row's bitmap and no
+// row outside the room the host made (I + 1 a row). (A lane serially writing its own word's
+// bits, stores scattered over the row, and binary searches for the lists' ends: session 16's
+// 0.058 ms at 128k; a thread a row before that: 0.73 ms at 512k.)
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
                                        const int* outPtr, int* outCols, int H, int Nb, const int* bad) {
@@ -117,48 +132,23 @@ extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const 
   if (row >= H * Nb) return;
   const int I = row % Nb, h = row / Nb;
   if (route != nullptr && route[h] != want) return;  // expand_count's empty row
+  int ri = 0, re = 0;
+  if (rPtr != nullptr) row_range(rPtr, hl, h, I, Nb, ri, re);
   u32* bits = bitmaps + warp * words;
-  const int W = (I >> 5) + 1;  // the words holding [0, I]
-  for (int w = lane; w < W; w += 32) bits[w] = 0u;
-  __syncwarp();
-  if (rPtr != nullptr) {
-    int ri, re;
-    row_range(rPtr, hl, h, I, Nb, ri, re);
-    for (int p = ri + lane; p < re; p += 32) {
-      const int c = rCols[p];
-      atomicOr(&bits[c >> 5], 1u << (c & 31));
-    }
-  }
-  if (vPtr != nullptr) {
-    const int v0 = vPtr[h], v1 = upper_bound_le(vert, v0, vPtr[h + 1], I);
-    for (int i = v0 + lane; i < v1; i += 32) {
-      const int c = vert[i];
-      atomicOr(&bits[c >> 5], 1u << (c & 31));
-    }
-    const int s0 = sPtr[h], s1 = upper_bound_le(slash, s0, sPtr[h + 1], I);
-    for (int i = s0 + lane; i < s1; i += 32) {
-      const int c = I - slash[i];
-      atomicOr(&bits[c >> 5], 1u << (c & 31));
-    }
-  }
-  __syncwarp();
+  const int W = row_bitmap(bits, vPtr, vert, sPtr, slash, rCols, ri, re, h, I, lane);
   int* out = outCols + outPtr[row];
   int base = 0;
+  const u32 below = (1u << lane) - 1u;
   for (int w0 = 0; w0 < W; w0 += 32) {
-    const int w = w0 + lane;
-    u32 x = w < W ? bits[w] : 0u;
-    const int c = __popc(x);
-    int incl = c;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
+    const u32 x = w0 + lane < W ? bits[w0 + lane] : 0u;
+    u32 nz = __ballot_sync(0xffffffffu, x != 0u);
+    while (nz != 0u) {
+      const int k = __ffs(nz) - 1;
+      nz &= nz - 1u;
+      const u32 word = __shfl_sync(0xffffffffu, x, k);
+      if ((word >> lane) & 1u) out[base + __popc(word & below)] = ((w0 + k) << 5) + lane;
+      base += __popc(word);
     }
-    int pos = base + incl - c;
-    while (x != 0u) {
-      out[pos++] = (w << 5) + __ffs(x) - 1;
-      x &= x - 1u;
-    }
-    base += __shfl_sync(0xffffffffu, incl, 31);
   }
 }
 

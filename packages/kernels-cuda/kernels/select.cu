@@ -19,9 +19,12 @@
 __device__ __forceinline__ bool sel_before(double v, int i, double w, int j) { return v > w || (v == w && i < j); }
 
 // Set the bits of the k best blocks of p (k < Nb), one block-wide argmax a round: round r
-// takes the best block ranked after round r − 1's winner.
+// takes the best block ranked after round r − 1's winner. A round: each thread's best of its
+// strided blocks, each warp's by shuffles, then every thread the best of the warps' (sv, si:
+// one slot a warp). "Before" is a total order (score, then index), so the winner is the same
+// in any reduction order. (A shared-memory tree, 9 barriers a round, until session 17.)
 __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double* sv, int* si) {
-  const int t = threadIdx.x;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   double pv = __longlong_as_double(0x7ff0000000000000ULL);  // +inf, index −1: before everything
   int pi = -1;
   for (int r = 0; r < k; r++) {
@@ -34,23 +37,32 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
         bi = J;
       }
     }
-    sv[t] = bv;
-    si[t] = bi;
-    __syncthreads();
-    for (int w = SEL_T / 2; w > 0; w >>= 1) {
-      if (t < w) {
-        const int i2 = si[t + w];
-        if (i2 != 0x7fffffff && (si[t] == 0x7fffffff || sel_before(sv[t + w], i2, sv[t], si[t]))) {
-          sv[t] = sv[t + w];
-          si[t] = i2;
-        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi != 0x7fffffff && (bi == 0x7fffffff || sel_before(ov, oi, bv, bi))) {
+        bv = ov;
+        bi = oi;
       }
-      __syncthreads();
     }
-    pv = sv[0];
-    pi = si[0];
-    if (t == 0 && pi != 0x7fffffff) bits[pi >> 5] |= 1u << (pi & 31);
+    if (lane == 0) {
+      sv[warp] = bv;
+      si[warp] = bi;
+    }
     __syncthreads();
+#pragma unroll
+    for (int w = 0; w < SEL_T / 32; w++) {
+      const int wi = si[w];
+      if (wi != 0x7fffffff && (bi == 0x7fffffff || sel_before(sv[w], wi, bv, bi))) {
+        bv = sv[w];
+        bi = wi;
+      }
+    }
+    pv = bv;
+    pi = bi;
+    if (t == 0 && pi != 0x7fffffff) bits[pi >> 5] |= 1u << (pi & 31);
+    __syncthreads();  // (every thread has read the slots before the next round writes them)
   }
 }
 

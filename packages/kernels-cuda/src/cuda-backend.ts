@@ -1928,11 +1928,11 @@ export class CudaBackend implements Backend {
     const hl = rows?.heads || rows?.headList !== undefined ? (rows.headList ?? at(headsOff)) : 0;
     const counts = this.#scratch(n * 4);
     temp.push(counts);
-    // a warp per row, 4 rows a 128-thread block; expand_write holds a bitmap of Nb bits a warp
+    // a warp per row, 4 rows a 128-thread block, each warp a bitmap of the row's Nb bits
     const words = Math.ceil(Nb / 32);
     // the union's parts, as expand_count and expand_write take them
     const union = [P(vPtr), P(vert), P(sPtr), P(slash), P(rPtr), P(rCols), P(hl), P(only?.routes ?? 0), I(only?.want ?? 0)];
-    this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 0, [...union, P(counts.ptr), I(H), I(Nb), P(bad)]);
+    this.#launch('mask.cu', 'expand_count', [Math.ceil(n / 4)], 128, 4 * words * 4, [...union, P(counts.ptr), I(H), I(Nb), P(bad)]);
     const rowPtr = this.#scratch((n + 1) * 4);
     try {
       let sumPtr = unread?.summary;
