@@ -41,12 +41,19 @@ struct CrispBool {
 // ENT false (the lean fused pass, for callers that do not read the row entropy): no t, one
 // FFMA a score fewer; tA and tB stay as they were. Every other sum is the same code, so the
 // same bits.
+//
+// rest: called before the first read of fragment columns j >= 4 (s[4..7]) on each path (the
+// tile max, the exp loop's second half); a caller whose MMA delivers the tile's second half
+// later waits for it there (the lean wgmma pass, session 17). The default does nothing.
 #define PROXY_LAZY_LOG2 20
-template <bool EDGE, int LGB = 0, bool ENT = true>
+struct ProxyNoWait {
+  __device__ __forceinline__ void operator()() const {}
+};
+template <bool EDGE, int LGB = 0, bool ENT = true, typename Rest = ProxyNoWait>
 __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
                                                 float scaleLog2, float& mA, float& mB, float& lA, float& lB,
                                                 float& tA, float& tB, float (&split)[6], int s0 = 0, int l0 = 0,
-                                                bool win = false) {
+                                                bool win = false, Rest rest = Rest{}) {
   const int lane = threadIdx.x & 31;
   if (EDGE) {
 #pragma unroll
@@ -80,6 +87,7 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
     ttB = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
+      if (j == 4) rest();
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         const float x = s[j][e], y = s[j][2 + e];
@@ -118,6 +126,7 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
 #pragma unroll 1
   for (;;) {
     if (exact) {
+      rest();
       float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
 #pragma unroll
       for (int j = 0; j < 8; j++) {
@@ -369,24 +378,31 @@ __device__ __forceinline__ void p2b_write(const float* acc, float* pv, float* sl
 // bins [H][nParts][NV + SB + 1][b]. Fixed order everywhere: reproducible bits.
 #define P1F_SLOTS 4
 
-// The quad's sums of rows rA and rB for tile tt into tup.
+// The quad's sums of rows rA and rB for tile tt into tup. The four sums (hi and lo of each
+// row) reduce-scatter over the quad: lane q ends with sum q of (hA, hB, oA, oB) in three
+// shuffles (eight as four quad_sums, whose latency the pass stalled on: Nsight Compute,
+// session 17). Each is ((l0 + l1) + (l2 + l3)) as quad_sum's lane 0 has it, up to the order
+// of the two terms of an addition, which IEEE addition ignores: the same bits.
 template <int BM>
 __device__ __forceinline__ void p1f_stash(float* tup, int tt, int rA, int rB, float mA, float mB,
                                           const float (&split)[6], bool win = true) {
-  const float hA = quad_sum(split[0]), oA = quad_sum(split[1]);
-  const float hB = quad_sum(split[2]), oB = quad_sum(split[3]);
+  const int q = threadIdx.x & 3;
+  const bool odd = (q & 1) != 0, upper = (q & 2) != 0;
+  // xor 1: even lanes keep row A's pair (hi, lo), odd lanes row B's
+  const float k0 = odd ? split[2] : split[0], k1 = odd ? split[3] : split[1];
+  const float x0 = odd ? split[0] : split[2], x1 = odd ? split[1] : split[3];
+  const float p0 = k0 + __shfl_xor_sync(0xffffffffu, x0, 1);
+  const float p1 = k1 + __shfl_xor_sync(0xffffffffu, x1, 1);
+  // xor 2: lanes 0 and 1 keep hi, lanes 2 and 3 lo
+  const float v = (upper ? p1 : p0) + __shfl_xor_sync(0xffffffffu, upper ? p0 : p1, 2);
   // the window's sums are zero off window tiles (win: CTA-uniform, so the shuffles may skip)
   const float wA = win ? quad_sum(split[4]) : 0.f, wB = win ? quad_sum(split[5]) : 0.f;
-  if ((threadIdx.x & 3) == 0) {
-    float* t = tup + tt * P1F_SLOTS * BM;
-    t[rA] = mA;
-    t[BM + rA] = hA;
-    t[2 * BM + rA] = oA;
-    t[3 * BM + rA] = wA;
-    t[rB] = mB;
-    t[BM + rB] = hB;
-    t[2 * BM + rB] = oB;
-    t[3 * BM + rB] = wB;
+  float* t = tup + tt * P1F_SLOTS * BM;
+  const int r = odd ? rB : rA;
+  t[(upper ? 2 : 1) * BM + r] = v;
+  if (!upper) {
+    t[r] = odd ? mB : mA;
+    t[3 * BM + r] = odd ? wB : wA;
   }
 }
 
