@@ -41,19 +41,12 @@ struct CrispBool {
 // ENT false (the lean fused pass, for callers that do not read the row entropy): no t, one
 // FFMA a score fewer; tA and tB stay as they were. Every other sum is the same code, so the
 // same bits.
-//
-// rest: called before the first read of fragment columns j >= 4 (s[4..7]) on each path (the
-// tile max, the exp loop's second half); a caller whose MMA delivers the tile's second half
-// later waits for it there (the lean wgmma pass, session 17). The default does nothing.
 #define PROXY_LAZY_LOG2 20
-struct ProxyNoWait {
-  __device__ __forceinline__ void operator()() const {}
-};
-template <bool EDGE, int LGB = 0, bool ENT = true, typename Rest = ProxyNoWait>
+template <bool EDGE, int LGB = 0, bool ENT = true>
 __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA, int rB, int posA, int posB, int b,
                                                 float scaleLog2, float& mA, float& mB, float& lA, float& lB,
                                                 float& tA, float& tB, float (&split)[6], int s0 = 0, int l0 = 0,
-                                                bool win = false, Rest rest = Rest{}) {
+                                                bool win = false) {
   const int lane = threadIdx.x & 31;
   if (EDGE) {
 #pragma unroll
@@ -87,7 +80,6 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
     ttB = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-      if (j == 4) rest();
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         const float x = s[j][e], y = s[j][2 + e];
@@ -126,7 +118,6 @@ __device__ __forceinline__ void proxy_p1_update(float (&s)[8][4], int ks, int rA
 #pragma unroll 1
   for (;;) {
     if (exact) {
-      rest();
       float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
 #pragma unroll
       for (int j = 0; j < 8; j++) {

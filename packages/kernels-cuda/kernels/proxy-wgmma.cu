@@ -25,15 +25,13 @@
 // the address field is (addr & 0x3FFFF) >> 4 in the low 14 bits, and every operand lies
 // below 256 KiB of shared memory, so adding (offset >> 4) never carries out of it. Two
 // descriptors a tile instead of sixteen (the pass is issue-bound: NOTES.md, session 8).
-// KROWS: the key rows of the K tile's panels (BN unless a part of the tile's keys is issued:
-// the lean pass's halves, BN = 32 of KROWS = 64).
-template <int D, int BN, int BM, bool BF16, int KROWS = BN>
+template <int D, int BN, int BM, bool BF16>
 __device__ __forceinline__ void proxy_issue_s(float* s, u32 qBase, u32 kBase) {
   const u64 da = gmma_desc(qBase, 16, 1024), db = gmma_desc(kBase, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
     const u32 pOff = (kk & 3) * 32;  // 16 columns = 32 bytes inside a panel
-    wgmma_ss<BN, BF16>(s, da + (((kk >> 2) * BM * 128 + pOff) >> 4), db + (((kk >> 2) * KROWS * 128 + pOff) >> 4),
+    wgmma_ss<BN, BF16>(s, da + (((kk >> 2) * BM * 128 + pOff) >> 4), db + (((kk >> 2) * BN * 128 + pOff) >> 4),
                        kk > 0 ? 1 : 0);
   }
 }
@@ -157,50 +155,14 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
     }
     if (tt < nT) {
       const u32 kBase = sK + (tt % ST) * TBYTES;
-      const bool edge = ks + 63 > n - b || b < BM;
       reg_fence<32>(s);
       wgmma_fence();
-      // The lean pass issues the tile as two halves of 32 keys (two groups): a common tile's
-      // update starts on the first half's scores while the second half's MMA runs, and waits
-      // for it before the fragment columns j >= 4 (session 17: the MMA's wait was the pass's
-      // largest stall). Edge and window tiles wait for both at once.
-      // The update reads a copy of the scores made by asm volatile moves after each wait (read
-      // in place while the second half's MMA is open, ptxas serialises the MMAs: C7514).
-      constexpr bool HALVES = PASS1 && LEAN;
-      const bool winTile = FUSED && (ks < s0 || ks + 63 >= l0);
-      float c[HALVES ? 32 : 1];
-      auto copy = [&](int from, int to) {
-#pragma unroll
-        for (int i = 0; i < 32; i++)
-          if (i >= from && i < to) asm volatile("mov.b32 %0, %1;" : "=f"(c[HALVES ? i : 0]) : "f"(s[i]));
-      };
-      if (HALVES) {
-        proxy_issue_s<D, 32, BM, BF16, 64>(s, qBase, kBase);
-        wgmma_commit();
-        proxy_issue_s<D, 32, BM, BF16, 64>(s + 16, qBase, kBase + 32 * 128);
-        wgmma_commit();
-        if (edge || winTile) {
-          wgmma_wait0();
-          copy(0, 32);
-        } else {
-          wgmma_wait1();
-          copy(0, 16);
-        }
-      } else {
-        proxy_issue_s<D, 64, BM, BF16>(s, qBase, kBase);
-        wgmma_commit();
-        wgmma_wait0();
-        reg_fence<32>(s);
-      }
-      // (called once or twice a tile, after the copy of the first half: the second copy is
-      // the same values again)
-      auto rest = [&]() {
-        if (HALVES) {
-          wgmma_wait0();
-          copy(16, 32);
-        }
-      };
-      float(&sf)[8][4] = *reinterpret_cast<float(*)[8][4]>(HALVES ? c : s);
+      proxy_issue_s<D, 64, BM, BF16>(s, qBase, kBase);
+      wgmma_commit();
+      wgmma_wait0();
+      reg_fence<32>(s);
+      float(&sf)[8][4] = *reinterpret_cast<float(*)[8][4]>(s);
+      const bool edge = ks + 63 > n - b || b < BM;
       if (PASS1) {
         if (doMeans && khalf < TPC) {
           const unsigned char* kt = gK + (tt % ST) * TBYTES;
@@ -210,11 +172,11 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
         }
         constexpr int LGF = FUSED ? LGB : 0;
         float split[6] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        const bool win = winTile;
+        const bool win = FUSED && (ks < s0 || ks + 63 >= l0);
         if (edge || win) {
           proxy_p1_update<true, LGF, !LEAN>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         } else {
-          proxy_p1_update<false, LGF, !LEAN>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win, rest);
+          proxy_p1_update<false, LGF, !LEAN>(sf, ks, rA, rB, posA, posB, b, scaleLog2, mA, mB, lA, lB, tA, tB, split, s0, l0, win);
         }
         if (FUSED) p1f_stash<BM>(tup, tt, rA, rB, mA, mB, split, win);
       } else {

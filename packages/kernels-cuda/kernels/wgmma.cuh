@@ -13,21 +13,6 @@
 #ifdef CRISP_WGMMA
 // ---- wgmma wrappers (generated: m64n64k16 / m64n128k16, f32 accumulators) -------------
 // ss: A and B from shared memory, both K-major. rs: A from registers, B N-major.
-// m64n32k16 (the proxy pass's half tiles, session 17): 16 accumulators
-__device__ __forceinline__ void wgmma_ss_n32_bf16(float* d, u64 da, u64 db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
-__device__ __forceinline__ void wgmma_ss_n32_f16(float* d, u64 da, u64 db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(da), "l"(db), "r"(accumulate));
-}
 __device__ __forceinline__ void wgmma_ss_n64_bf16(float* d, u64 da, u64 db, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -88,8 +73,6 @@ __device__ __forceinline__ void wgmma_rs_n128_f16(float* d, const u32 (&a)[4], u
 
 template <int N, bool BF16>
 __device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int acc) {
-  if (N == 32 && BF16) wgmma_ss_n32_bf16(d, da, db, acc);
-  if (N == 32 && !BF16) wgmma_ss_n32_f16(d, da, db, acc);
   if (N == 64 && BF16) wgmma_ss_n64_bf16(d, da, db, acc);
   if (N == 64 && !BF16) wgmma_ss_n64_f16(d, da, db, acc);
   if (N == 128 && BF16) wgmma_ss_n128_bf16(d, da, db, acc);
