@@ -8,7 +8,9 @@
 #     this tree at 512k on the device fill).
 #   A/B: crisp-bench --presets crisp --sizes 128k, the earlier bundle then this one, AB_ROUNDS
 #     rounds (default 2) on each of AB_INPUTS (default synth); AB_FLAGS is passed to both (the
-#     earlier bundle must know the flags).
+#     earlier bundle must know the flags); AB_ORDER=abba alternates which one goes first.
+#   Never a bare `wait` in these scripts: it also waits for the `tee` below, for ever (session
+#   17's r6 spent its device time that way); wait for the background jobs' pids.
 # Set up first (packing as in h200.sh), BASE naming the earlier commit (default old):
 #   .device/app/crisp-bench.mjs, .device/app/crisp-bench-$BASE.mjs   the two bundles
 #   .device/app/cuda-device-main-$BASE.mjs                          (e2e) the earlier bundle
@@ -76,9 +78,16 @@ bench() { # NAME DIR BUNDLE INPUTS
     console.log(`  median total ${r.ms.median.toFixed(3)} ms, plan ${r.planMs.toFixed(3)} ms (${(100 * r.planMs / r.ms.median).toFixed(2)}%), attention ${r.attentionMs.toFixed(3)} ms`)' \
     "$out/$name/bench.json" 2>/dev/null || echo "  (no bench.json)"
 }
+# AB_ORDER=abba: the earlier bundle first in odd rounds, this one first in even rounds (session
+# 17: a fixed order can put a drift between calls' minutes on one side)
 for inputs in ${AB_INPUTS:-synth}; do
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
-    CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
-    bench "new-$inputs-$r" .device/new "$app/crisp-bench.mjs" "$inputs"
+    if [[ ${AB_ORDER:-ab} == abba && $((r % 2)) -eq 0 ]]; then
+      bench "new-$inputs-$r" .device/new "$app/crisp-bench.mjs" "$inputs"
+      CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
+    else
+      CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
+      bench "new-$inputs-$r" .device/new "$app/crisp-bench.mjs" "$inputs"
+    fi
   done
 done
