@@ -67,7 +67,8 @@ __device__ __forceinline__ int row_bitmap(u32* bits, const int* vPtr, const int*
   return W;
 }
 
-// The row's length (the union's popcount), one warp per row. Also validates the BSR entries
+// The row's length (the union's popcount; a row of BSR entries alone, their count), one warp
+// per row. Also validates the BSR entries
 // (the host checked rowPtr, not the entries: at 512k there are tens of millions): each row's
 // cols strictly increasing and inside [0, I]. The first offending row (lowest index) lands in
 // *bad, which the host initialises to CRISP_NO_BAD_ROW. (Before session 17 the lanes counted
@@ -102,6 +103,11 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
       }
       return;
     }
+  }
+  if (vPtr == nullptr) {
+    // the row's own cols alone, strictly increasing (checked above): no union to count
+    if (lane == 0) counts[row] = re - ri;
+    return;
   }
   const int words = (Nb + 31) >> 5;
   u32* bits = bitmaps + warp * words;

@@ -18,6 +18,14 @@
 // (v, i) ranks before (w, j): higher score first, ties toward the lower index.
 __device__ __forceinline__ bool sel_before(double v, int i, double w, int j) { return v > w || (v == w && i < j); }
 
+// (v, i) into the best so far (bv, bi) when it ranks before it; 0x7fffffff: no block.
+__device__ __forceinline__ void sel_keep(double& bv, int& bi, double v, int i) {
+  if (i != 0x7fffffff && (bi == 0x7fffffff || sel_before(v, i, bv, bi))) {
+    bv = v;
+    bi = i;
+  }
+}
+
 // Set the bits of the k best blocks of p (k < Nb), one block-wide argmax a round: round r
 // takes the best block ranked after round r − 1's winner. A round: each thread's best of its
 // strided blocks, each warp's by shuffles, then every thread the best of the warps' (sv, si:
@@ -32,19 +40,13 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
     int bi = 0x7fffffff;  // none
     for (int J = t; J < Nb; J += SEL_T) {
       const double v = p[J];
-      if (sel_before(pv, pi, v, J) && (bi == 0x7fffffff || sel_before(v, J, bv, bi))) {
-        bv = v;
-        bi = J;
-      }
+      if (sel_before(pv, pi, v, J)) sel_keep(bv, bi, v, J);  // (blocks ranked after the last winner)
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
       const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi != 0x7fffffff && (bi == 0x7fffffff || sel_before(ov, oi, bv, bi))) {
-        bv = ov;
-        bi = oi;
-      }
+      sel_keep(bv, bi, ov, oi);
     }
     if (lane == 0) {
       sv[warp] = bv;
@@ -52,13 +54,7 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
     }
     __syncthreads();
 #pragma unroll
-    for (int w = 0; w < SEL_T / 32; w++) {
-      const int wi = si[w];
-      if (wi != 0x7fffffff && (bi == 0x7fffffff || sel_before(sv[w], wi, bv, bi))) {
-        bv = sv[w];
-        bi = wi;
-      }
-    }
+    for (int w = 0; w < SEL_T / 32; w++) sel_keep(bv, bi, sv[w], si[w]);
     pv = bv;
     pi = bi;
     if (t == 0 && pi != 0x7fffffff) bits[pi >> 5] |= 1u << (pi & 31);
@@ -72,8 +68,8 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
                                                               int H, int Nb, double alpha, int kBlocks, int peK,
                                                               int* lists, int* counts) {
   extern __shared__ u32 bits[];
-  __shared__ double sv[SEL_T];
-  __shared__ int si[SEL_T];
+  __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
+  __shared__ int si[SEL_T / 32];
   __shared__ int red[SEL_T / 32];
   const int dir = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
   const int words = (Nb + 31) >> 5;
