@@ -48,12 +48,12 @@ export async function openBackend(
     const schedule = opts.cudaSchedule ?? 'auto';
     const backend = await createCudaBackend({ ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}), schedule, ...(opts.proxyLayout ? { proxyLayout: opts.proxyLayout } : {}) });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
-    // (the host thread's wait named when it is not the driver's own)
-    const wait = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}`;
+    // (the host thread's wait named when it is not the driver's own, the proxy layout when asked for)
+    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}`;
     return {
       name,
       backend,
-      device: info ? `${info.name ?? ''} (driver API ${info.driverVersion ?? '?'}${wait})` : undefined,
+      device: info ? `${info.name ?? ''} (driver API ${info.driverVersion ?? '?'}${notes})` : undefined,
       shippedCrossover: backend.sparseCrossover,
     };
   } catch (e) {

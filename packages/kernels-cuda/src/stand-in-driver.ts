@@ -20,8 +20,6 @@ export interface StandInEvent {
   readonly bytes?: number;
   /** performance.now() at a launch */
   readonly at?: number;
-  /** a launch's grid [x, y, z] */
-  readonly grid?: readonly [number, number, number];
   /**
    * a launch's first `decodeArgs` kernel arguments (standInDriver's option), each slot's 8
    * bytes read through cuLaunchKernel's kernelParams as [low 32 bits, high 32 bits]
@@ -157,8 +155,7 @@ export function standInDriver(
     cuLaunchKernel: (f: { name: string }, ...rest: unknown[]) => {
       // (f, grid x y z, block x y z, shared bytes, stream, args, extra)
       const at = performance.now();
-      const grid = [Number(rest[0]), Number(rest[1]), Number(rest[2])] as const;
-      log.push({ kind: 'launch', name: f.name, at, grid, stream: sid(rest[7]), ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
+      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
       return 0;
     },
     cuMemcpyHtoD: () => 0,
