@@ -22,7 +22,7 @@ export interface OpenBackend {
 export async function openBackend(
   name: BackendName,
   repoRoot: string | undefined,
-  opts: { readonly cudaSchedule?: CudaSchedule; readonly proxyLayout?: ProxyLayout } = {},
+  opts: { readonly cudaSchedule?: CudaSchedule; readonly proxyLayout?: ProxyLayout; readonly programmaticLaunch?: boolean } = {},
 ): Promise<OpenBackend> {
   try {
     if (name === 'reference') {
@@ -46,10 +46,17 @@ export async function openBackend(
     // In a bundle the package's own kernels/ folder is not next to the code: point at the
     // repository's copy (resolved from the repo root, i.e. from where the command runs).
     const schedule = opts.cudaSchedule ?? 'auto';
-    const backend = await createCudaBackend({ ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}), schedule, ...(opts.proxyLayout ? { proxyLayout: opts.proxyLayout } : {}) });
+    const backend = await createCudaBackend({
+      ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}),
+      schedule,
+      ...(opts.proxyLayout ? { proxyLayout: opts.proxyLayout } : {}),
+      ...(opts.programmaticLaunch === undefined ? {} : { programmaticLaunch: opts.programmaticLaunch }),
+    });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
-    // (the host thread's wait named when it is not the driver's own, the proxy layout when asked for)
-    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}`;
+    const pdl = (backend as { programmaticLaunch?: boolean }).programmaticLaunch;
+    // (the host thread's wait named when it is not the driver's own, the proxy layout when
+    // asked for, the programmatic launches when off)
+    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}`;
     return {
       name,
       backend,

@@ -29,6 +29,8 @@ export interface BenchConfig {
   readonly cudaSchedule: CudaSchedule;
   /** the CUDA backend's `proxyLayout` (undefined: the backend's default for the GPU) */
   readonly cudaProxyLayout?: ProxyLayout;
+  /** the CUDA backend's `programmaticLaunch` (undefined: the backend's default, on where the GPU and driver have it) */
+  readonly cudaPdl?: boolean;
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

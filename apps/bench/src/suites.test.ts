@@ -41,6 +41,10 @@ describe('parseSizes', () => {
     expect(resolveConfig({}).cudaProxyLayout).toBeUndefined();
     expect(resolveConfig({ cudaProxyLayout: 'w32' }).cudaProxyLayout).toBe('w32');
     expect(() => resolveConfig({ cudaProxyLayout: 'w64' })).toThrow(/unknown CUDA proxy layout 'w64'/);
+    expect(resolveConfig({}).cudaPdl).toBeUndefined();
+    expect(resolveConfig({ cudaPdl: 'off' }).cudaPdl).toBe(false);
+    expect(resolveConfig({ cudaPdl: 'on' }).cudaPdl).toBe(true);
+    expect(() => resolveConfig({ cudaPdl: 'maybe' })).toThrow(/maybe/);
     expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
     expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);
     expect(() => resolveConfig({ jitWarmup: '-1' })).toThrow(/jit-warmup/);

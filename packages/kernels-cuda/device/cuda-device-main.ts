@@ -95,12 +95,17 @@ const causalFlops = (n: number, H: number, d: number) => 2 * n * n * H * d; // 4
 
 /** proxy statistics kernel layout for every phase (the proxy phase times both) */
 const proxyLayoutArg = (arg('proxyLayout', '') || undefined) as ProxyLayout | undefined;
+/** --pdl off: every kernel launched plainly (CudaBackendOptions.programmaticLaunch), for A/B runs */
+const pdlArg = arg('pdl', 'on');
+if (pdlArg !== 'on' && pdlArg !== 'off') throw new Error(`--pdl must be on or off; got ${pdlArg}`);
 const be: CudaBackend = await createCudaBackend({
   kernelDir: 'packages/kernels-cuda/kernels',
   cacheDir: '/tmp/crisp-cubin',
   ...(variantArg ? { attentionVariant: variantArg } : {}),
   ...(proxyLayoutArg ? { proxyLayout: proxyLayoutArg } : {}),
+  programmaticLaunch: pdlArg === 'on',
 });
+log(`programmatic launches: ${be.programmaticLaunch ? 'on' : 'off'}${pdlArg === 'on' && !be.programmaticLaunch ? ' (the GPU or driver lacks them)' : ''}`);
 /** the backend's proxy layout (the GPU's default unless --proxyLayout) */
 const proxyLayout = be.proxyLayout;
 const variant = be.attentionVariant;

@@ -15,6 +15,28 @@ typedef unsigned long long u64;
 // the host's NO_BAD_ROW (src/plan-layout.ts)
 #define CRISP_NO_BAD_ROW 0x7fffffff
 
+// Programmatic dependent launch (sm_90 and later; nothing elsewhere). The host launches the
+// kernels that start with CRISP_PDL_ENTRY with the programmatic-serialisation attribute
+// (PDL_KERNELS in src/cuda-backend.ts): such a grid may be scheduled while the kernel before
+// it in the stream still runs, once every CTA of that kernel has passed its trigger; its
+// griddepcontrol.wait then holds each CTA until that kernel has finished and its writes are
+// visible. So the wait comes before any global read or write, and a kernel launched without
+// the attribute waits for nothing there. The trigger lets the next kernel's launch overlap
+// this one's work (it changes no ordering: the next kernel still waits for all of this one).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+#define CRISP_PDL_ENTRY() \
+  pdl_wait();             \
+  pdl_trigger()
+
 __device__ __forceinline__ u32 smem_addr(const void* p) {
   u32 r;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));

@@ -77,6 +77,7 @@ __device__ __forceinline__ int row_bitmap(u32* bits, const int* vPtr, const int*
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
                                        int* counts, int H, int Nb, int* bad) {
+  CRISP_PDL_ENTRY();
   extern __shared__ u32 bitmaps[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row = blockIdx.x * (blockDim.x >> 5) + warp;  // uniform in the warp
@@ -130,6 +131,7 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
                                        const int* outPtr, int* outCols, int H, int Nb, const int* bad) {
+  CRISP_PDL_ENTRY();
   if (*bad != CRISP_NO_BAD_ROW) return;
   extern __shared__ u32 bitmaps[];
   const int words = (Nb + 31) >> 5;
@@ -186,6 +188,7 @@ __device__ __forceinline__ void scan_load(const int* in, int N, int i0, u32 (&v)
 }
 
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(const int* in, int* tileSums, int N) {
+  CRISP_PDL_ENTRY();
   __shared__ u32 red[SCAN_THREADS / 32];
   u32 v[SCAN_ITEMS];
   scan_load(in, N, blockIdx.x * SCAN_TILE + threadIdx.x * SCAN_ITEMS, v);
@@ -202,6 +205,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(c
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(const int* in, const int* tileSums,
                                                                                  int* out, int N, int* summary,
                                                                                  int Nb, const int* bad) {
+  CRISP_PDL_ENTRY();
   __shared__ u32 red[SCAN_THREADS / 32];
   const int t = threadIdx.x;
   const int i0 = blockIdx.x * SCAN_TILE + t * SCAN_ITEMS;

@@ -44,6 +44,8 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
                                               const float* rowLse2, float* pv, float* slashPart, float* winPart,
                                               float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,
                                               int wLocal) {
+  // (the kernel after it, proxy_combine, is launched programmatically: CRISP_PDL_ENTRY)
+  pdl_trigger();
   constexpr int BM = 64 * NWG, NT = NWG * 128, NW = NWG * 4, CH = D / 8;
   constexpr int LGB = BM == 128 ? 7 : 6;
   constexpr u32 QBYTES = BM * D * 2, TBYTES = 64 * D * 2;

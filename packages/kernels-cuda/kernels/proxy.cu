@@ -132,6 +132,8 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
                                                  float* pl, float* pt, float* qMean, float* kMean, float* bins,
                                                  int n, int H, int Hkv, int b, float scaleLog2, int wSink,
                                                  int wLocal) {
+  // (the kernel after it, proxy_combine, is launched programmatically: CRISP_PDL_ENTRY)
+  pdl_trigger();
   constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
   static_assert(NT >= D, "the block means give each thread one column");
   // Block means: each column of a tile in two 32-row chunks, one accumulator per chunk
@@ -241,6 +243,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
 // CTA 0 also zeroes `zero[0 .. nZero)` (proxy_cstruct's tickets, so they need no memset).
 extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const float* pt, float* rowLse2,
                                         float* rowEntropy, int H, int b, int nParts, unsigned* zero, int nZero) {
+  CRISP_PDL_ENTRY();
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < nZero; i += blockDim.x) zero[i] = 0u;
   }
@@ -301,6 +304,7 @@ __device__ __forceinline__ float fused_bin_sum(Wt wt, const float* x, int b) {
 extern "C" __global__ void __launch_bounds__(256) proxy_fused_sums(const float* bins, const float* pm, const float* rowLse2,
                                                                     float* pv, float* slashPart, int n, int H, int b,
                                                                     int B, int nParts) {
+  CRISP_PDL_ENTRY();
   __shared__ float wt[FS_ROWS];
   const int part = blockIdx.x, h = blockIdx.y;
   const int lgB = B == 128 ? 7 : 6;
@@ -678,6 +682,7 @@ extern "C" __global__ void __launch_bounds__(128) proxy_blocks_b(const float* pv
                                                                   const float* qMean, const float* kMean, double* out,
                                                                   int n, int H, int Hkv, int b, int B, int nParts,
                                                                   int D, float scale, int Nb) {
+  CRISP_PDL_ENTRY();
   const int J0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * BB_J, h = blockIdx.y, lane = threadIdx.x & 31;
   if (J0 >= Nb) return;  // whole warps
   const int kvh = h / (H / Hkv);

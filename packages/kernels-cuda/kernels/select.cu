@@ -67,6 +67,7 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
 extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, const double* ps, const int* routes,
                                                               int H, int Nb, double alpha, int kBlocks, int peK,
                                                               int* lists, int* counts) {
+  CRISP_PDL_ENTRY();
   extern __shared__ u32 bits[];
   __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
   __shared__ int si[SEL_T / 32];
@@ -139,6 +140,7 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
 // (ptrs exclusive sums of the counts in head order). Grid (2, H), SEL_T threads.
 extern "C" __global__ void __launch_bounds__(SEL_T) vs_pack(const int* lists, const int* counts, int H, int Nb,
                                                             int* buf) {
+  CRISP_PDL_ENTRY();
   const int dir = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
   int off = 0;
   for (int g = 0; g < h; g++) off += counts[dir * H + g];

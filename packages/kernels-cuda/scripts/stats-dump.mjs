@@ -9,6 +9,8 @@
 //   (on the GPU machine, from the repository root) node .device/app/stats-dump.mjs OUT [n] [layouts]
 //   e.g. `... OUT 131072 w32,wg`: two layouts' statistics compared in one process (session 17
 //   checked the overlapped lean pass, layout wgo, on branch wip/overlap-pass this way)
+//   A layout with `-nopdl` after it (e.g. `wg,wg-nopdl`) runs with programmaticLaunch off: the
+//   same kernels launched plainly (session 18 checked the programmatic launches this way)
 import { writeFileSync } from 'node:fs';
 import { CudaBackend } from '../dist/cuda-backend.js';
 import { loadCuda } from '../dist/ffi.js';
@@ -31,10 +33,13 @@ const cat = (arrays) => {
 };
 const dumps = [];
 for (const layout of layouts) {
+  const plain = layout?.endsWith('-nopdl') ?? false;
+  const proxyLayout = plain ? layout.slice(0, -'-nopdl'.length) : layout;
   const be = new CudaBackend(libs, {
     kernelDir: 'packages/kernels-cuda/kernels',
     cacheDir: '/tmp/crisp-cubin',
-    ...(layout ? { proxyLayout: layout } : {}),
+    ...(proxyLayout ? { proxyLayout } : {}),
+    ...(plain ? { programmaticLaunch: false } : {}),
   });
   const q = be.allocate('bf16', [n, 32, 128]);
   const k = be.allocate('bf16', [n, 8, 128]);

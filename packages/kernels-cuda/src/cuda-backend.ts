@@ -95,6 +95,15 @@ export interface CudaBackendOptions {
    * the context is active elsewhere in the process) leaves them as they were.
    */
   readonly schedule?: CudaSchedule;
+  /**
+   * Launch the device plan's small kernels after the proxy pass (PDL_KERNELS) with
+   * programmatic stream serialisation (default true; used on compute capability 9.0 and
+   * later with a driver that has cuLaunchKernelEx, else off). Each of them may then be
+   * scheduled while the kernel before it finishes, and waits on the device (griddepcontrol)
+   * for that kernel's end before it reads anything: the same order and results, less time
+   * between the kernels. False launches every kernel with cuLaunchKernel.
+   */
+  readonly programmaticLaunch?: boolean;
 }
 
 /** CudaBackendOptions.schedule: the primary context's scheduling flags (CU_CTX_SCHED_SPIN 1, YIELD 2, BLOCKING_SYNC 4). */
@@ -492,6 +501,31 @@ class CudaMark implements DeviceMark {
 /** CudaBackend's #markElapsed, set in its static block (module-private, not on the class's API). */
 let markElapsed: (be: CudaBackend, later: CudaMark, earlier: DeviceMark) => number;
 
+/**
+ * The kernels launched with programmatic stream serialisation (programmaticLaunch): each
+ * starts with CRISP_PDL_ENTRY (kernels/crisp-common.cuh), the device-side wait for the
+ * kernel before it, so a launch may overlap that kernel's last moments without reading or
+ * writing anything early (kernels-compile.test.ts checks every one begins so). The device
+ * plan's chain on the main stream: the combine, the block sums, the VS selection and the
+ * expansion.
+ */
+export const PDL_KERNELS: ReadonlySet<string> = new Set([
+  'proxy_combine',
+  'proxy_fused_sums',
+  'proxy_blocks_b',
+  'vs_select',
+  'vs_pack',
+  'expand_count',
+  'exclusive_scan_sums',
+  'exclusive_scan_tiles',
+  'expand_write',
+]);
+/** CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h) */
+const ATTR_PROGRAMMATIC_SERIALIZATION = 6;
+/** #launchCfg's bytes: CUlaunchConfig at 0 (56 bytes), its one CUlaunchAttribute at 64 (72 bytes) */
+const CFG_BYTES = 192;
+const CFG_ATTR = 64;
+
 /** kernelParams: at most MAX_ARGS arguments; their pointers at bytes 0.., their values from ARG_VALUES (#argMem) */
 const MAX_ARGS = 64;
 const ARG_VALUES = 512;
@@ -548,6 +582,12 @@ export class CudaBackend implements Backend {
   readonly #fnSmem = new Map<string, number>();
   readonly #argMem: Handle;
   readonly #argView: DataView;
+  /** cuLaunchKernelEx's CUlaunchConfig and attribute (programmatic launches), or none */
+  readonly #launchCfg: { mem: Handle; view: DataView } | undefined;
+  /** whether the plan's small kernels are launched programmatically (CudaBackendOptions.programmaticLaunch) */
+  readonly programmaticLaunch: boolean;
+  /** the streams' handles as addresses, for CUlaunchConfig.hStream */
+  readonly #streamAddr = new Map<unknown, bigint>();
   #disposed = false;
   /** a second stream for copies that overlap kernels (PE rows to the host during attention) */
   #copyStream: Handle | undefined;
@@ -776,6 +816,18 @@ export class CudaBackend implements Backend {
     // launch writes only the values (session 16: no BigInt a launch on the host path).
     const base = BigInt(libs.koffi.address(this.#argMem));
     for (let i = 0; i < MAX_ARGS; i++) this.#argView.setBigUint64(i * 8, base + BigInt(ARG_VALUES + i * 8), true);
+    if ((opts.programmaticLaunch ?? true) && major >= 9 && cu.cuLaunchKernelEx) {
+      // The config's attribute list (one attribute, programmatic serialisation allowed) is
+      // written once; a launch writes the grid, block, shared bytes and stream
+      const mem = libs.koffi.alloc('uint8_t', CFG_BYTES);
+      const view = new DataView(libs.koffi.view(mem, CFG_BYTES));
+      view.setBigUint64(40, BigInt(libs.koffi.address(mem)) + BigInt(CFG_ATTR), true);
+      view.setUint32(48, 1, true);
+      view.setUint32(CFG_ATTR, ATTR_PROGRAMMATIC_SERIALIZATION, true);
+      view.setUint32(CFG_ATTR + 8, 1, true);
+      this.#launchCfg = { mem, view };
+    }
+    this.programmaticLaunch = this.#launchCfg !== undefined;
   }
 
   // ---- plumbing ---------------------------------------------------------------------
@@ -834,6 +886,16 @@ export class CudaBackend implements Backend {
     return f;
   }
 
+  /** a stream handle's address (CUlaunchConfig.hStream), looked up once a stream */
+  #addressOf(stream: unknown): bigint {
+    let a = this.#streamAddr.get(stream);
+    if (a === undefined) {
+      a = BigInt(this.#libs.koffi.address(stream));
+      this.#streamAddr.set(stream, a);
+    }
+    return a;
+  }
+
   #launch(
     file: string,
     name: string,
@@ -867,11 +929,25 @@ export class CudaBackend implements Backend {
     if (this.#cur === this.#stream) this.#mainLaunches++;
     if (prof) check(this.#libs, this.#libs.cu.cuEventRecord(prof.a, this.#cur), 'cuEventRecord');
     const tr = this.#trace ? this.#traceMark(name) : undefined;
-    check(
-      this.#libs,
-      this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#cur, this.#argMem, null),
-      `cuLaunchKernel(${name})`,
-    );
+    const cfg = this.#launchCfg;
+    if (cfg && PDL_KERNELS.has(name)) {
+      const c = cfg.view;
+      c.setUint32(0, gx, true);
+      c.setUint32(4, gy, true);
+      c.setUint32(8, gz, true);
+      c.setUint32(12, block, true);
+      c.setUint32(16, 1, true);
+      c.setUint32(20, 1, true);
+      c.setUint32(24, smem, true);
+      c.setBigUint64(32, this.#addressOf(this.#cur), true);
+      check(this.#libs, this.#libs.cu.cuLaunchKernelEx!(cfg.mem, f, this.#argMem, null), `cuLaunchKernelEx(${name})`);
+    } else {
+      check(
+        this.#libs,
+        this.#libs.cu.cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, this.#cur, this.#argMem, null),
+        `cuLaunchKernel(${name})`,
+      );
+    }
     if (tr) check(this.#libs, this.#libs.cu.cuEventRecord(tr, this.#cur), 'cuEventRecord');
     if (prof) {
       const cu = this.#libs.cu;
@@ -2692,6 +2768,7 @@ export class CudaBackend implements Backend {
     cu.cuStreamDestroy(this.#stream);
     if (this.#copyStream) cu.cuStreamDestroy(this.#copyStream);
     this.#libs.koffi.free(this.#argMem);
+    if (this.#launchCfg) this.#libs.koffi.free(this.#launchCfg.mem);
     cu.cuDevicePrimaryCtxRelease(this.info.ordinal);
   }
 

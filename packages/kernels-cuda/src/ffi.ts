@@ -32,6 +32,11 @@ export interface CudaDriver {
   readonly cuModuleGetFunction: Fn;
   readonly cuFuncSetAttribute: Fn;
   readonly cuLaunchKernel: Fn;
+  /**
+   * cuLaunchKernelEx (CUDA 12.0 and later drivers; absent on older ones): a launch with
+   * attributes, here programmatic stream serialisation (CudaBackendOptions.programmaticLaunch)
+   */
+  readonly cuLaunchKernelEx?: Fn;
   readonly cuMemAlloc: Fn;
   readonly cuMemFree: Fn;
   readonly cuMemGetInfo: Fn;
@@ -152,6 +157,13 @@ function bind(): CudaLibs {
     }
     throw err;
   };
+  const optional = (l: Handle, proto: string): Fn | undefined => {
+    try {
+      return l.func(proto);
+    } catch {
+      return undefined;
+    }
+  };
   const cu: CudaDriver = {
     cuInit: f(lib, 'int cuInit(unsigned int flags)'),
     cuDriverGetVersion: f(lib, 'int cuDriverGetVersion(_Out_ int *v)'),
@@ -179,6 +191,7 @@ function bind(): CudaLibs {
       lib,
       'int cuLaunchKernel(void *fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, void *stream, void *params, void *extra)',
     ),
+    cuLaunchKernelEx: optional(lib, 'int cuLaunchKernelEx(const void *config, void *fn, void *params, void *extra)'),
     cuMemAlloc: f(lib, 'int cuMemAlloc_v2(_Out_ uint64_t *ptr, size_t bytes)'),
     cuMemFree: f(lib, 'int cuMemFree_v2(uint64_t ptr)'),
     cuMemGetInfo: f(lib, 'int cuMemGetInfo_v2(_Out_ size_t *free, _Out_ size_t *total)'),

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { defaultKernelDir, kernelSource } from './compile.js';
+import { PDL_KERNELS } from './cuda-backend.js';
 
 const run = promisify(execFile);
 const NVCC = [process.env.NVCC, '/usr/local/bin/nvcc', '/usr/local/cuda/bin/nvcc'].find((p) => p && existsSync(p));
@@ -49,6 +50,26 @@ describe('kernel sources', () => {
     expect(src).toContain('__device__ __forceinline__ void cp_async16');
     expect(src).toContain('__device__ __forceinline__ u64 gmma_desc');
     expect(src).toContain('__device__ __forceinline__ void p2b_rows');
+  });
+});
+
+describe('programmatic launches', () => {
+  // A kernel launched with programmatic serialisation may run beside the kernel before it:
+  // it must wait (CRISP_PDL_ENTRY) before touching memory. Every such kernel begins with the
+  // wait, and every kernel that waits is launched so (else the wait is dead code).
+  const sources = files.map((f) => kernelSource(kernelDir, f)).join('\n');
+  const entries = new Map<string, string>();
+  for (const m of sources.matchAll(/extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\s*\(/g)) {
+    const open = sources.indexOf('{', m.index + m[0].length);
+    entries.set(m[1], sources.slice(open + 1, open + 400));
+  }
+  it('every kernel in PDL_KERNELS starts with CRISP_PDL_ENTRY, and no other kernel has it', () => {
+    for (const name of PDL_KERNELS) {
+      expect(entries.has(name), name).toBe(true);
+      expect(entries.get(name)?.trimStart().startsWith('CRISP_PDL_ENTRY();'), name).toBe(true);
+    }
+    const waiting = [...entries].filter(([, body]) => body.includes('CRISP_PDL_ENTRY')).map(([name]) => name);
+    expect(new Set(waiting)).toEqual(PDL_KERNELS);
   });
 });
 

@@ -8,7 +8,7 @@
 import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { describe, expect, it, vi } from 'vitest';
-import { CudaBackend, type CudaTensor } from './cuda-backend.js';
+import { CudaBackend, type CudaTensor, PDL_KERNELS } from './cuda-backend.js';
 import { devicePlanPrefix, standInDriver } from './stand-in-driver.js';
 
 const H = 8;
@@ -16,9 +16,9 @@ const Hkv = 2;
 const D = 128;
 const n = 8192;
 
-function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead']) {
+function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead'], programmaticLaunch?: boolean) {
   const s = standInDriver({ heads: H, onRead });
-  const be = new CudaBackend(s.libs, { cacheDir: null });
+  const be = new CudaBackend(s.libs, { cacheDir: null, ...(programmaticLaunch === undefined ? {} : { programmaticLaunch }) });
   const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
   return { ...s, be, inputs };
 }
@@ -63,6 +63,32 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(plan.stats?.finite).toBe(true);
     releasePlan(plan);
     be.dispose();
+  });
+
+  it('launches the chain after the proxy pass programmatically (PDL_KERNELS), on the stream and with the arguments of a plain launch', async () => {
+    const runs = [];
+    for (const pdl of [true, false]) {
+      const { be, inputs, log } = setup(undefined, pdl);
+      expect(be.programmaticLaunch).toBe(pdl);
+      (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
+      log.length = 0;
+      (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
+      runs.push(log.filter((e) => e.kind === 'launch'));
+      be.dispose();
+    }
+    const [on, off] = runs;
+    // the same launches in the same order on the same streams either way
+    expect(on.map((e) => [e.name, e.stream])).toEqual(off.map((e) => [e.name, e.stream]));
+    const programmatic = on.filter((e) => e.attributes !== undefined);
+    // each of the chain's kernels ran (but the scans' tile sums: one tile at this n), and
+    // exactly those went through cuLaunchKernelEx, each with the one attribute: programmatic
+    // stream serialisation allowed
+    expect(on.some((e) => e.name === 'exclusive_scan_sums')).toBe(false);
+    expect(new Set(programmatic.map((e) => e.name))).toEqual(new Set([...PDL_KERNELS].filter((x) => x !== 'exclusive_scan_sums')));
+    expect(on.filter((e) => PDL_KERNELS.has(e.name as string)).every((e) => e.attributes !== undefined)).toBe(true);
+    for (const e of programmatic) expect(e.attributes, e.name).toEqual([[6, 1]]);
+    expect(on.find((e) => (e.name as string).startsWith('proxy_wg_pass1'))?.attributes).toBeUndefined();
+    expect(off.every((e) => e.attributes === undefined)).toBe(true);
   });
 
   it('runs the router on a second stream beside the statistics, and the PE heads there beside the VS heads\' attention', async () => {

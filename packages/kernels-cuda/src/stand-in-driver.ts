@@ -30,6 +30,11 @@ export interface StandInEvent {
    * numbered in creation order from 1 (the backend's main stream is 1)
    */
   readonly stream?: number;
+  /**
+   * a launch through cuLaunchKernelEx: its attributes as [id, first 32 bits of the value]
+   * (read at the config's attribute list; [6, 1]: programmatic stream serialisation)
+   */
+  readonly attributes?: readonly (readonly [number, number])[];
 }
 
 export interface StandIn {
@@ -71,9 +76,17 @@ export function standInDriver(
     });
   };
   let streams = 0;
+  // streams are real host pointers (a launch config names its stream by address), numbered
+  // in creation order from 1
+  const streamIds = new Map<bigint, number>();
+  const newStream = (out: unknown[]) => {
+    const p = koffi.alloc('uint8_t', 8);
+    streamIds.set(BigInt(koffi.address(p)), ++streams);
+    return set(out, p);
+  };
   // the primary context's scheduling flags (cuDevicePrimaryCtxSetFlags)
   let ctxFlags = 0;
-  const sid = (s: unknown) => (s as { stream?: number } | null)?.stream;
+  const sid = (s: unknown) => (s ? streamIds.get(BigInt(koffi.address(s))) : undefined);
   const set = (a: unknown[], x: unknown) => {
     a[0] = x;
     return 0;
@@ -114,8 +127,8 @@ export function standInDriver(
     },
     cuCtxSetCurrent: () => 0,
     cuCtxSynchronize: () => 0,
-    cuStreamCreate: (s: unknown[]) => set(s, { stream: ++streams }),
-    cuStreamCreateWithPriority: (s: unknown[]) => set(s, { stream: ++streams }),
+    cuStreamCreate: (s: unknown[]) => newStream(s),
+    cuStreamCreateWithPriority: (s: unknown[]) => newStream(s),
     cuCtxGetStreamPriorityRange: (least: unknown[], greatest: unknown[]) => {
       least[0] = 0;
       greatest[0] = -5;
@@ -156,6 +169,17 @@ export function standInDriver(
       // (f, grid x y z, block x y z, shared bytes, stream, args, extra)
       const at = performance.now();
       log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
+      return 0;
+    },
+    cuLaunchKernelEx: (config: unknown, f: { name: string }, params: unknown) => {
+      // CUlaunchConfig: grid, block, shared bytes (7 uint32), the stream's address at byte 32,
+      // the attribute list's address at 40 and its length at 48
+      const at = performance.now();
+      const stream = streamIds.get(BigInt(koffi.decode(config, 32, 'uint64_t')));
+      const nAttrs = koffi.decode(config, 48, 'uint32_t') as number;
+      const attrs = koffi.decode(config, 64, 'uint32_t', 4 * nAttrs) as Uint32Array;
+      const attributes = Array.from({ length: nAttrs }, (_, i) => [attrs[4 * i], attrs[4 * i + 2]] as const);
+      log.push({ kind: 'launch', name: f.name, at, stream, attributes, ...(decodeArgs > 0 ? { args: argsOf(params) } : {}) });
       return 0;
     },
     cuMemcpyHtoD: () => 0,
