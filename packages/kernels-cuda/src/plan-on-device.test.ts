@@ -77,8 +77,10 @@ describe('planOnDevice (stand-in driver)', () => {
       be.dispose();
     }
     const [on, off] = runs;
-    // the same launches in the same order on the same streams either way
-    expect(on.map((e) => [e.name, e.stream])).toEqual(off.map((e) => [e.name, e.stream]));
+    // the same launches in the same order on the same streams, with the same grids, blocks and
+    // shared bytes, either way
+    expect(on.map((e) => [e.name, e.stream, e.shape])).toEqual(off.map((e) => [e.name, e.stream, e.shape]));
+    expect(on.every((e) => e.shape?.length === 7 && e.shape.every((x) => x >= 0))).toBe(true);
     const programmatic = on.filter((e) => e.attributes !== undefined);
     // each of the chain's kernels ran (but the scans' tile sums: one tile at this n), and
     // exactly those went through cuLaunchKernelEx, each with the one attribute: programmatic

@@ -35,6 +35,8 @@ export interface StandInEvent {
    * (read at the config's attribute list; [6, 1]: programmatic stream serialisation)
    */
   readonly attributes?: readonly (readonly [number, number])[];
+  /** a launch's grid x, y, z, block x, y, z and dynamic shared bytes, through either call */
+  readonly shape?: readonly number[];
 }
 
 export interface StandIn {
@@ -168,18 +170,24 @@ export function standInDriver(
     cuLaunchKernel: (f: { name: string }, ...rest: unknown[]) => {
       // (f, grid x y z, block x y z, shared bytes, stream, args, extra)
       const at = performance.now();
-      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
+      const shape = rest.slice(0, 7).map(Number);
+      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), shape, ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
       return 0;
     },
     cuLaunchKernelEx: (config: unknown, f: { name: string }, params: unknown) => {
       // CUlaunchConfig: grid, block, shared bytes (7 uint32), the stream's address at byte 32,
-      // the attribute list's address at 40 and its length at 48
+      // the attribute list's address at 40 and its length at 48; a CUlaunchAttribute is 72
+      // bytes, its id first and its value from byte 8 (read relative to the config's address)
       const at = performance.now();
+      const shape = Array.from(koffi.decode(config, 'uint32_t', 7) as Uint32Array);
       const stream = streamIds.get(BigInt(koffi.decode(config, 32, 'uint64_t')));
+      const list = Number(BigInt(koffi.decode(config, 40, 'uint64_t')) - BigInt(koffi.address(config)));
       const nAttrs = koffi.decode(config, 48, 'uint32_t') as number;
-      const attrs = koffi.decode(config, 64, 'uint32_t', 4 * nAttrs) as Uint32Array;
-      const attributes = Array.from({ length: nAttrs }, (_, i) => [attrs[4 * i], attrs[4 * i + 2]] as const);
-      log.push({ kind: 'launch', name: f.name, at, stream, attributes, ...(decodeArgs > 0 ? { args: argsOf(params) } : {}) });
+      const attributes = Array.from(
+        { length: nAttrs },
+        (_, i) => [koffi.decode(config, list + 72 * i, 'uint32_t') as number, koffi.decode(config, list + 72 * i + 8, 'uint32_t') as number] as const,
+      );
+      log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...(decodeArgs > 0 ? { args: argsOf(params) } : {}) });
       return 0;
     },
     cuMemcpyHtoD: () => 0,
