@@ -8,7 +8,9 @@
 #     this tree at 512k on the device fill).
 #   A/B: crisp-bench --presets crisp --sizes 128k, the earlier bundle then this one, AB_ROUNDS
 #     rounds (default 2) on each of AB_INPUTS (default synth); AB_FLAGS is passed to both (the
-#     earlier bundle must know the flags); AB_ORDER=abba alternates which one goes first.
+#     earlier bundle must know the flags), BASE_FLAGS to the earlier side only (e.g. `--cuda-pdl
+#     off` when the earlier kernels lack CRISP_PDL_ENTRY and one bundle serves both sides);
+#     AB_ORDER=abba alternates which one goes first.
 #   Never a bare `wait` in these scripts: it also waits for the `tee` below, for ever (session
 #   17's r6 spent its device time that way); wait for the background jobs' pids.
 # Set up first (packing as in h200.sh), BASE naming the earlier commit (default old):
@@ -34,6 +36,15 @@ trap 'tar czf "$dest/h200-ab.tgz" -C /tmp h200-ab' EXIT
 # shellcheck disable=SC1091
 source .device/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
+# What may tell one call's machine from another's (from an idle device the 128k plan reads
+# 0.03-0.06 ms apart between calls for the same kernels, session 18): the GPU's clocks and
+# limits, its serial, the host's CPU
+{
+  nvidia-smi --query-gpu=serial,pci.bus_id,pstate,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.draw,power.limit,temperature.gpu --format=csv
+  # (a separate query: older drivers name this field clocks_throttle_reasons.active)
+  nvidia-smi --query-gpu=clocks_event_reasons.active --format=csv
+  lscpu | grep -E "Model name|^CPU\(s\)|MHz"
+} > "$out/machine.txt" 2>&1
 app=$(realpath .device/app)
 C="node $app/cuda-device-main.mjs"
 pids=()
@@ -66,11 +77,12 @@ if [[ $checks == *,e2e,* ]]; then
   [ -f "$app/cuda-device-main-$base.mjs" ] && e2e "e2e-$base" ".device/$base" "$app/cuda-device-main-$base.mjs" --e2e 131072 --inputs synth --headstart 3
   [ -n "${E2E_BIG:-}" ] && e2e e2e-new-512k . "$app/cuda-device-main.mjs" --e2e 524288 --inputs fill
 fi
-bench() { # NAME DIR BUNDLE INPUTS
+bench() { # NAME DIR BUNDLE INPUTS [flags]
   local name=$1 dir=$2 bundle=$3 inputs=$4
+  shift 4
   # shellcheck disable=SC2086
   (cd "$dir" && timeout -s KILL 100 node "$bundle" --backends cuda --suites latency --latency-inputs "$inputs" \
-    --presets crisp --max-host-values 1e12 --sizes 128k --reps 20 --warmup 3 --deadline-s 90 ${AB_FLAGS:-} \
+    --presets crisp --max-host-values 1e12 --sizes 128k --reps 20 --warmup 3 --deadline-s 90 ${AB_FLAGS:-} "$@" \
     --out "$out/$name" > "$out/$name.log" 2>&1)
   echo "$name: $(grep -E "latency cuda n=131072 crisp" "$out/$name.log" | tail -n 1)"
   # the medians unrounded
@@ -84,9 +96,11 @@ for inputs in ${AB_INPUTS:-synth}; do
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
     if [[ ${AB_ORDER:-ab} == abba && $((r % 2)) -eq 0 ]]; then
       bench "new-$inputs-$r" .device/new "$app/crisp-bench.mjs" "$inputs"
-      CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
+      # shellcheck disable=SC2086
+      CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs" ${BASE_FLAGS:-}
     else
-      CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs"
+      # shellcheck disable=SC2086
+      CRISP_GIT_COMMIT=${BASE_COMMIT:-$base} bench "$base-$inputs-$r" ".device/$base" "$app/crisp-bench-$base.mjs" "$inputs" ${BASE_FLAGS:-}
       bench "new-$inputs-$r" .device/new "$app/crisp-bench.mjs" "$inputs"
     fi
   done
