@@ -5,7 +5,8 @@
 #     float64 (n <= 16k), beside the proxy statistics' checks (small shapes and 128k against
 #     float64, 512k fused vs two-pass); CRISP end to end at 128k on the synth layer with a 3 ms
 #     device head start, for this tree and the earlier one (E2E_ARGS adds flags; E2E_BIG=1 adds
-#     this tree at 512k on the device fill).
+#     this tree at 512k on the device fill); `bits` (not by default): the statistics of one
+#     input through the earlier tree's kernels and this one's, compared byte for byte.
 #   A/B: crisp-bench --presets crisp --sizes 128k, the earlier bundle then this one, AB_ROUNDS
 #     rounds (default 2) on each of AB_INPUTS (default synth); AB_FLAGS is passed to both (the
 #     earlier bundle must know the flags), BASE_FLAGS to the earlier side only (e.g. `--cuda-pdl
@@ -54,6 +55,20 @@ if [[ $checks == *,proxy,* ]]; then
     timeout -s KILL 60 $C --phase proxy --proxySmall 0 --proxyRef 0 --proxyNs 524288 --proxyLayouts wg --budget 55 --out "$out/proxy-512k" > "$out/proxy-512k.log" 2>&1
   ) &
   pids+=($!)
+fi
+if [[ $checks == *,bits,* ]]; then
+  # the statistics of one input (stats-dump: llama fill, 128k) through each tree's kernels,
+  # compared byte for byte (a change meant to keep every bit; BITS_LAYOUTS, default wg, is
+  # stats-dump's layout list, e.g. wg-nopdl for kernels without the device-side wait)
+  for w in "$base" new; do
+    (cd ".device/$w" && timeout -s KILL 120 node "$app/stats-dump.mjs" "$out/bits-$w" 131072 "${BITS_LAYOUTS:-wg}" > "$out/bits-$w.log" 2>&1)
+    echo "bits $w: rc $? $(head -c 300 "$out/bits-$w.log")"
+  done
+  for f in "$out/bits-$base".*.f64; do
+    g=$out/bits-new${f#"$out/bits-$base"}
+    if cmp -s "$f" "$g"; then echo "bits ${g##*/}: identical ($(stat -c %s "$f") bytes)"; else echo "bits ${g##*/}: DIFFER"; fi
+  done
+  rm -f "$out"/bits-*.f64
 fi
 if [[ $checks == *,conf,* ]]; then
   # shellcheck disable=SC1091
