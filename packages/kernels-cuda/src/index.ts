@@ -7,6 +7,7 @@ export {
   defaultAttentionVariant,
   DEFAULT_PROXY_LAYOUT,
   defaultProxyLayout,
+  PDL_KERNELS,
   PROXY_LAYOUTS,
 } from './cuda-backend.js';
 export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, CudaSchedule, ProxyLayout, TraceEntry } from './cuda-backend.js';
