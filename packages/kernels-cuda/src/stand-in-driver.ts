@@ -88,6 +88,8 @@ export function standInDriver(
   };
   // the primary context's scheduling flags (cuDevicePrimaryCtxSetFlags)
   let ctxFlags = 0;
+  // cuLaunchKernelEx: a view of each launch config (and its attribute list) met, by buffer
+  const configViews = new Map<unknown, { view: DataView; list: number }>();
   const sid = (s: unknown) => (s ? streamIds.get(BigInt(koffi.address(s))) : undefined);
   const set = (a: unknown[], x: unknown) => {
     a[0] = x;
@@ -177,16 +179,21 @@ export function standInDriver(
     cuLaunchKernelEx: (config: unknown, f: { name: string }, params: unknown) => {
       // CUlaunchConfig: grid, block, shared bytes (7 uint32), the stream's address at byte 32,
       // the attribute list's address at 40 and its length at 48; a CUlaunchAttribute is 72
-      // bytes, its id first and its value from byte 8 (read relative to the config's address)
+      // bytes, its id first and its value from byte 8. Read through one view of the config
+      // and its list (the backend passes the same buffer each time; a view a call, or koffi
+      // decodes, would make the stand-in's launch the host path's largest cost in host-cost.mjs)
       const at = performance.now();
-      const shape = Array.from(koffi.decode(config, 'uint32_t', 7) as Uint32Array);
-      const stream = streamIds.get(BigInt(koffi.decode(config, 32, 'uint64_t')));
-      const list = Number(BigInt(koffi.decode(config, 40, 'uint64_t')) - BigInt(koffi.address(config)));
-      const nAttrs = koffi.decode(config, 48, 'uint32_t') as number;
-      const attributes = Array.from(
-        { length: nAttrs },
-        (_, i) => [koffi.decode(config, list + 72 * i, 'uint32_t') as number, koffi.decode(config, list + 72 * i + 8, 'uint32_t') as number] as const,
-      );
+      let c = configViews.get(config);
+      if (!c) {
+        const list = Number(BigInt(koffi.decode(config, 40, 'uint64_t')) - BigInt(koffi.address(config)));
+        const end = list + 72 * (koffi.decode(config, 48, 'uint32_t') as number);
+        c = { view: new DataView(koffi.view(config, Math.max(56, end))), list };
+        configViews.set(config, c);
+      }
+      const v = c.view;
+      const shape = [0, 4, 8, 12, 16, 20, 24].map((o) => v.getUint32(o, true));
+      const stream = streamIds.get(v.getBigUint64(32, true));
+      const attributes = Array.from({ length: v.getUint32(48, true) }, (_, i) => [v.getUint32(c.list + 72 * i, true), v.getUint32(c.list + 72 * i + 8, true)] as const);
       log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...(decodeArgs > 0 ? { args: argsOf(params) } : {}) });
       return 0;
     },
