@@ -584,8 +584,6 @@ export class CudaBackend implements Backend {
   readonly #argView: DataView;
   /** cuLaunchKernelEx's CUlaunchConfig and attribute (programmatic launches), or none */
   readonly #launchCfg: { mem: Handle; view: DataView } | undefined;
-  /** whether the plan's small kernels are launched programmatically (CudaBackendOptions.programmaticLaunch) */
-  readonly programmaticLaunch: boolean;
   /** the streams' handles as addresses, for CUlaunchConfig.hStream */
   readonly #streamAddr = new Map<unknown, bigint>();
   #disposed = false;
@@ -817,17 +815,24 @@ export class CudaBackend implements Backend {
     const base = BigInt(libs.koffi.address(this.#argMem));
     for (let i = 0; i < MAX_ARGS; i++) this.#argView.setBigUint64(i * 8, base + BigInt(ARG_VALUES + i * 8), true);
     if ((opts.programmaticLaunch ?? true) && major >= 9 && cu.cuLaunchKernelEx) {
-      // The config's attribute list (one attribute, programmatic serialisation allowed) is
-      // written once; a launch writes the grid, block, shared bytes and stream
+      // The config's block y and z (1) and attribute list (one attribute, programmatic
+      // serialisation allowed) are written once; a launch writes the grid, the block's x, the
+      // shared bytes and the stream
       const mem = libs.koffi.alloc('uint8_t', CFG_BYTES);
       const view = new DataView(libs.koffi.view(mem, CFG_BYTES));
+      view.setUint32(16, 1, true);
+      view.setUint32(20, 1, true);
       view.setBigUint64(40, BigInt(libs.koffi.address(mem)) + BigInt(CFG_ATTR), true);
       view.setUint32(48, 1, true);
       view.setUint32(CFG_ATTR, ATTR_PROGRAMMATIC_SERIALIZATION, true);
       view.setUint32(CFG_ATTR + 8, 1, true);
       this.#launchCfg = { mem, view };
     }
-    this.programmaticLaunch = this.#launchCfg !== undefined;
+  }
+
+  /** whether the plan's small kernels are launched programmatically (CudaBackendOptions.programmaticLaunch) */
+  get programmaticLaunch(): boolean {
+    return this.#launchCfg !== undefined;
   }
 
   // ---- plumbing ---------------------------------------------------------------------
@@ -936,8 +941,6 @@ export class CudaBackend implements Backend {
       c.setUint32(4, gy, true);
       c.setUint32(8, gz, true);
       c.setUint32(12, block, true);
-      c.setUint32(16, 1, true);
-      c.setUint32(20, 1, true);
       c.setUint32(24, smem, true);
       c.setBigUint64(32, this.#addressOf(this.#cur), true);
       check(this.#libs, this.#libs.cu.cuLaunchKernelEx!(cfg.mem, f, this.#argMem, null), `cuLaunchKernelEx(${name})`);
