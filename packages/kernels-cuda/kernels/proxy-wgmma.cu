@@ -69,7 +69,11 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   static_assert(!LEAN || FUSED, "the lean pass is a fused pass");
   const int h = blockIdx.x, part = blockIdx.y, nParts = gridDim.y;
   const int kvh = h / (H / Hkv);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // the warpgroup as a value the compiler knows is warp-uniform (a shuffle from lane 0): its
+  // Q descriptors then stay in uniform registers instead of being moved there at each k-step
+  // (two R2URs and two moves a k-step, ~40 instructions a tile: session 17's SASS, NOTES.md)
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
   const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
   const int posA = n - b + rA, posB = n - b + rB;
   const int ps = part * PART_KEYS;
@@ -85,13 +89,18 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   const int lr = tid / CH, lch = tid % CH;
   const u32 dOff = pswz(64, lr, lch);
   const u16* kBaseG = k + (size_t)kvh * D + lch * 8;
+  // Tiles are loaded in order, one at a time (t = 0, 1, ...): the source of a full tile's
+  // first chunk is a pointer advanced by a tile each call, not a 64-bit product a tile (the
+  // loads' address arithmetic was ~22 instructions a tile: session 17's SASS)
+  const u16* kNext = kBaseG + (size_t)(ps + lr) * kStride;
+  const size_t kTileStep = (size_t)64 * kStride, kChunkStep = (size_t)RSTEP * kStride;
   auto loadK = [&](int t) {
     const int ks = ps + t * 64;
     const u32 dst = sK + (t % ST) * TBYTES + dOff;
     if (ks + 64 <= n) {
-      const u16* src = kBaseG + (size_t)(ks + lr) * kStride;
 #pragma unroll
-      for (int i = 0; i < LOADS; i++) cp_async16(dst + i * RSTEP * 128, src + (size_t)i * RSTEP * kStride, 16);
+      for (int i = 0; i < LOADS; i++) cp_async16(dst + i * RSTEP * 128, kNext + i * kChunkStep, 16);
+      kNext += kTileStep;
     } else {
 #pragma unroll
       for (int i = 0; i < LOADS; i++) {
