@@ -157,6 +157,19 @@ __device__ __forceinline__ void stage_q(const u16* q, int q0, int n, int off, si
   }
 }
 
+// Butterfly sum and max over a warp's 32 lanes (xor 16, 8, 4, 2, 1): every lane ends with
+// the same value, added in the same order on every GPU.
+template <class T>
+__device__ __forceinline__ T warp_sum(T x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -170,7 +183,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // every thread. It starts with a barrier, so red may be reused from one call to the next.
 template <int NT, class T>
 __device__ __forceinline__ T cta_sum(T x, T* red) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  x = warp_sum(x);
   __syncthreads();  // red may still be read from a previous call
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
   __syncthreads();

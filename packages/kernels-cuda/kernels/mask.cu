@@ -115,7 +115,7 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
   const int W = row_bitmap(bits, vPtr, vert, sPtr, slash, rCols, ri, re, h, I, lane);
   int c = 0;
   for (int w = lane; w < W; w += 32) c += __popc(bits[w]);
-  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+  c = warp_sum(c);
   if (lane == 0) counts[row] = c;
 }
 
@@ -264,6 +264,6 @@ extern "C" __global__ void count_nonfinite(const u16* x, u64 count, u32 expMask,
     for (int j = 0; j < 4; j++) c += ((words[j] & expMask) == expMask) + (((words[j] >> 16) & expMask) == expMask);
   }
   for (u64 i = chunks * 8 + tid; i < count; i += stride) c += ((u32)x[i] & expMask) == expMask;
-  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+  c = warp_sum(c);
   if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(out, c);
 }

@@ -314,10 +314,7 @@ __device__ __forceinline__ void p2b_stash(float* red, int buf, const float (&bin
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float vals[P2B_VALS] = {bins[0] + bins[1] + bins[2], bins[0], bins[1], bins[2], w};
 #pragma unroll
-  for (int i = 0; i < P2B_VALS; i++) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) vals[i] += __shfl_xor_sync(0xffffffffu, vals[i], o);
-  }
+  for (int i = 0; i < P2B_VALS; i++) vals[i] = warp_sum(vals[i]);
   if (lane == 0) {
 #pragma unroll
     for (int i = 0; i < P2B_VALS; i++) red[(buf * NW + warp) * P2B_VALS + i] = vals[i];

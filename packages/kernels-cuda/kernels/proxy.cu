@@ -252,7 +252,7 @@ extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const
   const float* m = pm + (size_t)w * nParts;
   float M = CRISP_NEG_INF;
   for (int p = lane; p < nParts; p += 32) M = fmaxf(M, m[p]);
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  M = warp_max(M);
   float L = 0.f, T = 0.f;
   for (int p = lane; p < nParts; p += 32) {
     if (m[p] == CRISP_NEG_INF) continue;
@@ -260,10 +260,8 @@ extern "C" __global__ void proxy_combine(const float* pm, const float* pl, const
     L += pl[(size_t)w * nParts + p] * c;
     T += pt[(size_t)w * nParts + p] * c;
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    L += __shfl_xor_sync(0xffffffffu, L, o);
-    T += __shfl_xor_sync(0xffffffffu, T, o);
-  }
+  L = warp_sum(L);
+  T = warp_sum(T);
   if (lane == 0) {
     const float lse2 = M + log2f(L);
     rowLse2[w] = lse2;
@@ -285,9 +283,7 @@ __device__ __forceinline__ float fused_bin_sum(Wt wt, const float* x, int b) {
   const int lane = threadIdx.x & 31;
   float sum = 0.f;
   for (int r = lane; r < b; r += 32) sum = fmaf(wt(r), x[r], sum);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  return sum;
+  return warp_sum(sum);
 }
 
 // The fused pass's bins to block scores, per (part, head), 256 threads: row r's weight
@@ -336,8 +332,7 @@ extern "C" __global__ void __launch_bounds__(256) proxy_fused_sums(const float* 
       const int r = lane + 32 * j;
       if (r < b) sum = fmaf(wt[r], x[k][j], sum);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = warp_sum(sum);
     if (lane != 0) continue;
     if (i < NV) {
       const int J = ((part * PART_KEYS) >> lgB) + i;
@@ -624,12 +619,6 @@ __device__ __forceinline__ void proxy_pass2b_body(const u16* __restrict__ q, con
 // = their sum; FlexPrefill's pooled logit mean(Q̂) · K̄_J · scale. f64: each lane sums its
 // tokens (lane, lane + 32, ...) in order, then a butterfly over the lanes (every lane ends
 // with the same value); out is the host's f64 buffer.
-__device__ __forceinline__ double warp_sum_f64(double x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart, const float* qMean,
                                        const float* kMean, float* as, double* out, int n, int H, int Hkv, int b,
                                        int B, int nParts, int D, float scale, int Nb) {
@@ -658,9 +647,9 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
   for (int d = lane; d < D; d += 32) {
     lg += (double)qMean[(size_t)h * D + d] * (double)kMean[((size_t)kvh * Nb + J) * D + d];
   }
-  v = warp_sum_f64(v);
-  sl = warp_sum_f64(sl);
-  lg = warp_sum_f64(lg);
+  v = warp_sum(v);
+  sl = warp_sum(sl);
+  lg = warp_sum(lg);
   if (lane == 0) {
     const size_t HNb = (size_t)H * Nb;
     out[2 * H + (size_t)h * Nb + J] = v;
@@ -710,8 +699,8 @@ extern "C" __global__ void __launch_bounds__(128) proxy_blocks_b(const float* pv
   }
 #pragma unroll
   for (int j = 0; j < BB_J; j++) {
-    sl[j] = warp_sum_f64(sl[j]);
-    if (qMean != nullptr) lg[j] = warp_sum_f64(lg[j]);  // (else 0, as the sum of zeros was)
+    sl[j] = warp_sum(sl[j]);
+    if (qMean != nullptr) lg[j] = warp_sum(lg[j]);  // (else 0, as the sum of zeros was)
   }
   const size_t HNb = (size_t)H * Nb;
 #pragma unroll
@@ -788,7 +777,7 @@ extern "C" __global__ void proxy_heads(const float* av, const float* winPart, co
 extern "C" __global__ void count_nonfinite_f64(const double* x, int count, double* flag) {
   int c = 0;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) c += !isfinite(x[i]);
-  for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+  c = warp_sum(c);
   if ((threadIdx.x & 31) == 0 && c != 0) atomicAdd(flag, (double)c);
 }
 
