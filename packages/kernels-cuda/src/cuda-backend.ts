@@ -615,6 +615,15 @@ export class CudaBackend implements Backend {
    * downloaded first, if the object is alive). dispose downloads what is left.
    */
   #deviceStats: DeviceStats[] = [];
+  /** the blocks' bytes of #deviceStats (kept as entries come and go, not summed a call) */
+  #deviceStatsBytes = 0;
+  /**
+   * Entries that may still hold scratch or a third-stream event (#releaseHeld): those pushed
+   * since the last #releaseRetained, so that it does not walk every kept entry (it runs
+   * between the proxy pass's launch and the next one's; over 127 entries it cost ~7 us there,
+   * ~40 us with the host thread just woken: NOTES.md, session 19)
+   */
+  #statsHolding: DeviceStats[] = [];
   /**
    * The key block means the last proxyStats computed (pass 1 takes them from the K tiles it
    * already holds): the PE rows of the same k (same tensor, same write version, same B)
@@ -633,7 +642,8 @@ export class CudaBackend implements Backend {
     if (this.#kMeans) this.#pool.release(this.#kMeans.block);
     this.#kMeans = undefined;
     // scratch held for a plan that never came (a plan after this call runs without the second stream)
-    for (const e of this.#deviceStats) this.#releaseHeld(e);
+    for (const e of this.#statsHolding) this.#releaseHeld(e);
+    this.#statsHolding.length = 0;
     this.#evictRetained(disposing ? 0 : 2);
   }
 
@@ -648,14 +658,16 @@ export class CudaBackend implements Backend {
    */
   #evictRetained(factor: number): void {
     const list = this.#deviceStats;
-    for (let i = list.length - 1; i >= 0; i--) {
-      if (list[i].ref.deref() === undefined) this.#dropStats(list.splice(i, 1)[0]);
-    }
     const keep = factor === 0 ? 0 : factor * DEVICE_STATS_KEPT - 1;
-    let bytes = list.reduce((a, e) => a + e.block.size, 0);
-    while (list.length > keep || (list.length > 0 && bytes > factor * DEVICE_STATS_BYTES)) {
-      const e = list.shift() as DeviceStats;
-      bytes -= e.block.size;
+    const over = () => list.length > keep || (list.length > 0 && this.#deviceStatsBytes > factor * DEVICE_STATS_BYTES);
+    // Under the caps nothing is walked: collected statistics leave through STATS_FINALIZER.
+    // Over them, the collected ones whose finalizer has not run yet go first (no download).
+    if (!over()) return;
+    for (let i = list.length - 1; i >= 0; i--) {
+      if (list[i].ref.deref() === undefined) this.#dropStats(this.#removeStats(i));
+    }
+    while (over()) {
+      const e = this.#removeStats(0);
       try {
         e.materialize();
       } catch (err) {
@@ -666,6 +678,13 @@ export class CudaBackend implements Backend {
       }
       this.#dropStats(e);
     }
+  }
+
+  /** Entry i out of #deviceStats (its bytes out of the count). */
+  #removeStats(i: number): DeviceStats {
+    const e = this.#deviceStats.splice(i, 1)[0] as DeviceStats;
+    this.#deviceStatsBytes -= e.block.size;
+    return e;
   }
 
   #dropStats(e: DeviceStats): void {
@@ -692,8 +711,8 @@ export class CudaBackend implements Backend {
   /** @internal STATS_FINALIZER: statistics collected before they were read. */
   releaseCollectedStats(e: DeviceStats): void {
     if (this.#disposed) return;
-    const i = this.#deviceStats.indexOf(e);
-    if (i >= 0) this.#dropStats(this.#deviceStats.splice(i, 1)[0]);
+    const i = this.#deviceStats.lastIndexOf(e);
+    if (i >= 0) this.#dropStats(this.#removeStats(i));
   }
 
   #profile: { a: Handle; b: Handle; totals: Map<string, { calls: number; ms: number }> } | undefined;
@@ -1551,6 +1570,8 @@ export class CudaBackend implements Backend {
         ...(cstructReady !== undefined ? { cstructReady, tailDone, launchesAtEnd: this.#mainLaunches, held: blocks.splice(0) } : {}),
       };
       this.#deviceStats.push(entry);
+      this.#deviceStatsBytes += entry.block.size;
+      if (entry.held !== undefined || entry.tailDone !== undefined) this.#statsHolding.push(entry);
       STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
       if (km) this.#kMeans = { block: km, k: new WeakRef(kt), version: kt.version, B };
       this.#traceHost('proxyStats: returns');
@@ -1896,7 +1917,7 @@ export class CudaBackend implements Backend {
     const HNb = H * Nb;
     let pv: number;
     let ps: number;
-    const kept = this.#deviceStats.find((e) => e.ref.deref() === stats);
+    const kept = this.#deviceStats.findLast((e) => e.ref.deref() === stats);
     if (kept) {
       pv = kept.block.ptr + 8 + 2 * H * 8; // after the non-finite count, C_struct and the entropies
       ps = pv + HNb * 8;
@@ -2214,7 +2235,7 @@ export class CudaBackend implements Backend {
     }
     if (H * Nb * Nb * 4 > PE_PART_BYTES) {
       // routed on the host: no second stream, so the statistics' held scratch can go back now
-      const entry = this.#deviceStats.find((x) => x.ref.deref() === stats);
+      const entry = this.#deviceStats.findLast((x) => x.ref.deref() === stats);
       if (entry) this.#releaseHeld(entry);
       const routes = Array.from(stats.cStruct, (c): Route => (c >= route.tauProxy ? 'vs' : 'pe'));
       const heads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
@@ -2234,7 +2255,7 @@ export class CudaBackend implements Backend {
     const held: DeviceBlock[] = [];
     // the statistics' head values [non-finite count][C_struct H][entropy H] where proxyStats
     // left them, else uploaded
-    const kept = this.#deviceStats.find((x) => x.ref.deref() === stats);
+    const kept = this.#deviceStats.findLast((x) => x.ref.deref() === stats);
     try {
       const st = kept
         ? kept.block.ptr
@@ -2264,6 +2285,7 @@ export class CudaBackend implements Backend {
           // statistics hold their scratch until then, and the plan releases nothing before.)
           if (tail) {
             this.#onStream(tail, () => this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]));
+            // (kept held an event already, so it is in #statsHolding: #releaseRetained joins this one)
             kept!.tailDone = this.#recordIn(this.#tailEvents, tail);
           } else {
             this.#launch('route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]);

@@ -1,0 +1,65 @@
+/**
+ * Statistics kept on the device (stand-in driver, no GPU): a plan's statistics keep their block
+ * scores in a device buffer until read; past 127 kept ones (DEVICE_STATS_KEPT x 2 - 1) the
+ * oldest live ones are downloaded into their objects and their buffers go back, and statistics
+ * the program has let go of leave without a download. Session 19 made proxyStats stop walking
+ * every kept entry on each call (the walk sat between the proxy pass's launch and the next
+ * launch); these tests hold what the walk did.
+ */
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { describe, expect, it } from 'vitest';
+import { CudaBackend, type CudaTensor } from './cuda-backend.js';
+import { standInDriver } from './stand-in-driver.js';
+
+const n = 8192;
+const H = 8;
+const B = 128;
+const Nb = n / B;
+// the block statistics' download: p_v, p_s and the pooled estimate, H·Nb f64 each
+const blockBytes = 3 * H * Nb * 8;
+const opts = { blockSize: B, wSink: 128, wLocal: 256, deferRead: true, optionalStats: [] } as const;
+
+function setup() {
+  const s = standInDriver({ heads: H });
+  const be = new CudaBackend(s.libs, { cacheDir: null });
+  const q = be.allocate('bf16', [n, H, 128]) as CudaTensor;
+  const k = be.allocate('bf16', [n, 2, 128]) as CudaTensor;
+  const downloads = () => s.log.filter((e) => (e.kind === 'read' || e.kind === 'copyRead') && e.bytes === blockBytes).length;
+  return { s, be, q, k, downloads };
+}
+
+describe('statistics kept on the device (stand-in driver)', () => {
+  it('past 127 kept statistics the oldest live ones are downloaded, once each and oldest first; the rest stay on the device', async () => {
+    const { be, q, k, downloads } = setup();
+    const kept = [];
+    for (let i = 0; i < 130; i++) kept.push(await be.proxyStats(q, k, opts));
+    // calls 128 and 129 each found 128 kept: one download each (calls 0 and 1's statistics)
+    expect(downloads()).toBe(2);
+    void kept[0].verticalBlocks;
+    void kept[1].slashBlocks;
+    expect(downloads()).toBe(2); // already in their objects
+    void kept[2].verticalBlocks;
+    expect(downloads()).toBe(3); // still on the device until read
+    void kept[129].verticalBlocks;
+    expect(downloads()).toBe(4);
+    be.dispose();
+  });
+
+  it('statistics the program let go of are not downloaded when newer ones need the room', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    const { be, q, k, downloads } = setup();
+    for (let i = 0; i < 140; i++) {
+      await be.proxyStats(q, k, opts);
+      if (i % 16 === 15) {
+        // collected after a turn of the event loop; their finalizers run on a later one
+        await new Promise((r) => setTimeout(r, 0));
+        gc();
+        await new Promise((r) => setTimeout(r, 0));
+      }
+    }
+    expect(downloads()).toBe(0);
+    be.dispose();
+  });
+});
