@@ -648,9 +648,9 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * Collected statistics release their buffers; beyond `factor` x (DEVICE_STATS_KEPT,
-   * DEVICE_STATS_BYTES) (factor 0: all) the oldest live ones are downloaded into their
-   * objects and released. A plan's statistics are not read back unless someone asks, and
+   * Beyond `factor` x (DEVICE_STATS_KEPT, DEVICE_STATS_BYTES) (factor 0: all), collected
+   * statistics release their buffers and then the oldest live ones are downloaded into their
+   * objects and released (under the caps, collected ones leave through STATS_FINALIZER). A plan's statistics are not read back unless someone asks, and
    * the garbage collector clears their WeakRefs late, so in a loop of plans one such download
    * (3·H·Nb f64: 0.8 MB at 128k) a plan is the steady state: at the start of proxyStats it
    * cost ~0.2 ms of the plan (session 9), after an attention launch it runs while the kernel
