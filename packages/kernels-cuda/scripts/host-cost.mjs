@@ -11,6 +11,9 @@
 // starts cold (session 16: 0.064-0.092 ms to the first launch after 30 ms, 0.010-0.013 back to
 // back, before that session's changes).
 //   node --cpu-prof --cpu-prof-dir=/tmp/prof packages/kernels-cuda/scripts/host-cost.mjs
+// A fourth argument `timeline` also prints each launch of a prefill with its median time from
+// the call (session 19: where the host's cold path goes between the proxy pass's launch and
+// the plan's last one), e.g. `host-cost.mjs 131072 150 30 timeline`.
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { CudaBackend } from '../dist/cuda-backend.js';
@@ -19,6 +22,7 @@ import { standInDriver } from '../dist/stand-in-driver.js';
 const n = Number(process.argv[2] ?? 131072);
 const plans = Number(process.argv[3] ?? 400);
 const sleepMs = Number(process.argv[4] ?? 0);
+const timeline = process.argv[5] === 'timeline';
 const H = 32;
 const Hkv = 8;
 const D = 128;
@@ -35,6 +39,8 @@ for (let i = 0; i < 50; i++) (await sparsePrefill(be, inputs, policy, { minSpars
 log.length = 0;
 const first = [];
 const queued = [];
+// each prefill's launches: [name, ms from the call]
+const launchTimes = [];
 for (let i = 0; i < plans; i++) {
   if (sleepMs > 0) await new Promise((resolve) => setTimeout(resolve, sleepMs));
   const from = log.length;
@@ -43,12 +49,20 @@ for (let i = 0; i < plans; i++) {
   const launches = log.slice(from).filter((e) => e.kind === 'launch');
   first.push(launches[0].at - t0);
   queued.push(launches.find((e) => e.name.startsWith('attn_')).at - t0);
+  if (timeline) launchTimes.push(launches.map((e) => [e.name, e.at - t0]));
   r.output.dispose();
 }
 const med = (a) => [...a].sort((x, y) => x - y)[a.length >> 1].toFixed(3);
 console.log(
   `host cost of a CRISP prefill, n=${n} H=${H} Hkv=${Hkv} d=${D}, stand-in driver (median of ${plans}${sleepMs > 0 ? `, each after ${sleepMs} ms asleep` : ''}): ${med(first)} ms to the first launch, ${med(queued)} ms to the attention's launch`,
 );
+if (timeline) {
+  // (prefills launch the same kernels in the same order here: the stand-in's reads are zeros)
+  const count = Math.min(...launchTimes.map((l) => l.length));
+  const rows = [];
+  for (let j = 0; j < count; j++) rows.push(`  ${launchTimes[0][j][0].padEnd(44)} ${(1000 * Number(med(launchTimes.map((l) => l[j][1])))).toFixed(0)} us`);
+  console.log(`launches, median time from the call:\n${rows.join('\n')}`);
+}
 const per = {};
 for (const e of log) per[e.kind] = (per[e.kind] ?? 0) + 1 / plans;
 console.log(`launches and reads a prefill: ${JSON.stringify(per)}`);
