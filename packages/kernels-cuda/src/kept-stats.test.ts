@@ -46,6 +46,8 @@ describe('statistics kept on the device (stand-in driver)', () => {
     be.dispose();
   });
 
+  // (fails if the backend holds its statistics objects strongly anywhere: they would not be
+  // collected, and the eviction past the cap would download them)
   it('statistics the program let go of are not downloaded when newer ones need the room', async () => {
     v8.setFlagsFromString('--expose-gc');
     const gc = vm.runInNewContext('gc') as () => void;
