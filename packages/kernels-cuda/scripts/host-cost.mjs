@@ -52,7 +52,8 @@ for (let i = 0; i < plans; i++) {
   if (timeline) launchTimes.push(launches.map((e) => [e.name, e.at - t0]));
   r.output.dispose();
 }
-const med = (a) => [...a].sort((x, y) => x - y)[a.length >> 1].toFixed(3);
+const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
+const med = (a) => median(a).toFixed(3);
 console.log(
   `host cost of a CRISP prefill, n=${n} H=${H} Hkv=${Hkv} d=${D}, stand-in driver (median of ${plans}${sleepMs > 0 ? `, each after ${sleepMs} ms asleep` : ''}): ${med(first)} ms to the first launch, ${med(queued)} ms to the attention's launch`,
 );
@@ -60,7 +61,7 @@ if (timeline) {
   // (prefills launch the same kernels in the same order here: the stand-in's reads are zeros)
   const count = Math.min(...launchTimes.map((l) => l.length));
   const rows = [];
-  for (let j = 0; j < count; j++) rows.push(`  ${launchTimes[0][j][0].padEnd(44)} ${(1000 * Number(med(launchTimes.map((l) => l[j][1])))).toFixed(0)} us`);
+  for (let j = 0; j < count; j++) rows.push(`  ${launchTimes[0][j][0].padEnd(44)} ${(1000 * median(launchTimes.map((l) => l[j][1]))).toFixed(1)} us`);
   console.log(`launches, median time from the call:\n${rows.join('\n')}`);
 }
 const per = {};

@@ -650,8 +650,8 @@ export class CudaBackend implements Backend {
   /**
    * Beyond `factor` x (DEVICE_STATS_KEPT, DEVICE_STATS_BYTES) (factor 0: all), collected
    * statistics release their buffers and then the oldest live ones are downloaded into their
-   * objects and released (under the caps, collected ones leave through STATS_FINALIZER). A plan's statistics are not read back unless someone asks, and
-   * the garbage collector clears their WeakRefs late, so in a loop of plans one such download
+   * objects and released (under the caps, collected ones leave through STATS_FINALIZER). A
+   * plan's statistics are not read back unless someone asks, and the garbage collector clears their WeakRefs late, so in a loop of plans one such download
    * (3·H·Nb f64: 0.8 MB at 128k) a plan is the steady state: at the start of proxyStats it
    * cost ~0.2 ms of the plan (session 9), after an attention launch it runs while the kernel
    * does. On dispose (factor 0) a failed download is kept for the getters to throw.
@@ -659,14 +659,13 @@ export class CudaBackend implements Backend {
   #evictRetained(factor: number): void {
     const list = this.#deviceStats;
     const keep = factor === 0 ? 0 : factor * DEVICE_STATS_KEPT - 1;
-    const over = () => list.length > keep || (list.length > 0 && this.#deviceStatsBytes > factor * DEVICE_STATS_BYTES);
     // Under the caps nothing is walked: collected statistics leave through STATS_FINALIZER.
     // Over them, the collected ones whose finalizer has not run yet go first (no download).
-    if (!over()) return;
+    if (!this.#overStatsCaps(keep, factor)) return;
     for (let i = list.length - 1; i >= 0; i--) {
       if (list[i].ref.deref() === undefined) this.#dropStats(this.#removeStats(i));
     }
-    while (over()) {
+    while (this.#overStatsCaps(keep, factor)) {
       const e = this.#removeStats(0);
       try {
         e.materialize();
@@ -678,6 +677,12 @@ export class CudaBackend implements Backend {
       }
       this.#dropStats(e);
     }
+  }
+
+  /** More than `keep` kept statistics, or more than factor x DEVICE_STATS_BYTES of them (a method, not a closure a call: proxyStats runs this) */
+  #overStatsCaps(keep: number, factor: number): boolean {
+    const n = this.#deviceStats.length;
+    return n > keep || (n > 0 && this.#deviceStatsBytes > factor * DEVICE_STATS_BYTES);
   }
 
   /** Entry i out of #deviceStats (its bytes out of the count). */
