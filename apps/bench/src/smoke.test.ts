@@ -65,6 +65,11 @@ describe('crisp-bench --smoke', () => {
       expect(r.ms.max).toBeGreaterThanOrEqual(r.ms.median);
       expect(r.density).toBeGreaterThan(0);
       expect(r.density).toBeLessThanOrEqual(1);
+      // every timed run's plan, whose median is the row's planMs
+      expect(r.planRuns?.planMs).toHaveLength(r.ms.runs);
+      const sorted = [...(r.planRuns?.planMs ?? [])].sort((a, b) => a - b);
+      const mid = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+      expect(mid).toBeCloseTo(r.planMs, 2);
       // the length gate is off in this suite: sparse presets really ran sparse
       if (r.preset !== 'dense') expect(r.denseReason).toBeUndefined();
     }

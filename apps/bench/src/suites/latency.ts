@@ -5,6 +5,7 @@
  * (minSparseLength 0) so the sparse presets always take the sparse path: this suite is
  * what measures where that path starts to pay. Median of `reps` runs after `warmup`.
  */
+import { PerformanceObserver } from 'node:perf_hooks';
 import { type Backend, type DType, type Policy, numBlocks, sparsePrefill } from '@crisp/core';
 import { crisp, crispFast, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
@@ -30,6 +31,16 @@ export interface LatencyRow {
   readonly planMs: number;
   /** planMs split by phase (median ms each), when @crisp/core reports the split */
   readonly planPhases?: Record<string, number>;
+  /**
+   * Each timed run's planMs and its phases, in run order (ms, 3 decimals): whether a median
+   * sits in one mode of a bimodal plan or between two, and which phase moves
+   */
+  readonly planRuns?: {
+    readonly planMs: number[];
+    readonly phases?: Record<string, number[]>;
+    /** the garbage collector's pauses that began inside each run (ms; node:perf_hooks 'gc' entries) */
+    readonly gcMs?: number[];
+  };
   /** the attention call alone (median; sparse kernel + mask expansion, or dense) */
   readonly attentionMs?: number;
   readonly density: number;
@@ -64,7 +75,15 @@ async function timePreset(
   warmup: number,
   timeoutMs: number,
   fresh: boolean,
-): Promise<{ ms: Spread; planMs: number; planPhases?: Record<string, number>; attentionMs: number; density: number; denseReason?: string }> {
+): Promise<{
+  ms: Spread;
+  planMs: number;
+  planPhases?: Record<string, number>;
+  planRuns: NonNullable<LatencyRow['planRuns']>;
+  attentionMs: number;
+  density: number;
+  denseReason?: string;
+}> {
   const once = (ms = timeoutMs) => {
     // a new layer's tensors: backends that check inputs once per version (CUDA) check again
     if (fresh) for (const t of [inputs.q, inputs.k, inputs.v]) (t as { markWritten?: () => void }).markWritten?.();
@@ -79,10 +98,14 @@ async function timePreset(
   let density = 1;
   let denseReason: string | undefined;
   const phases = new Map<string, number[]>();
+  const windows: [number, number][] = [];
+  const gc = gcPauses();
   for (let i = 0; i < reps; i++) {
     const t0 = performance.now();
     const r = await once();
-    total.push(performance.now() - t0);
+    const t1 = performance.now();
+    windows.push([t0, t1]);
+    total.push(t1 - t0);
     plan.push(r.timings.planMs);
     attention.push(r.timings.attentionMs);
     density = r.plan.overallDensity;
@@ -91,7 +114,36 @@ async function timePreset(
     if (r.plan.phases) for (const [k, v] of Object.entries(r.plan.phases)) phases.set(k, [...(phases.get(k) ?? []), v]);
   }
   const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
-  return { ms: spread(total), planMs: spread(plan).median, planPhases, attentionMs: spread(attention).median, density, denseReason };
+  const ms3 = (v: number[]) => v.map((x) => Math.round(x * 1000) / 1000);
+  const pauses = await gc.stop();
+  const gcMs = windows.map(([a, b]) => pauses.reduce((s, p) => s + (p.start >= a && p.start < b ? p.ms : 0), 0));
+  const planRuns = {
+    planMs: ms3(plan),
+    ...(phases.size ? { phases: Object.fromEntries([...phases].map(([k, v]) => [k, ms3(v)])) } : {}),
+    ...(pauses.length ? { gcMs: ms3(gcMs) } : {}),
+  };
+  return { ms: spread(total), planMs: spread(plan).median, planPhases, planRuns, attentionMs: spread(attention).median, density, denseReason };
+}
+
+/**
+ * The garbage collector's pauses from now until stop() (start on performance.now()'s clock,
+ * duration): which timed runs a collection fell into. Node delivers the entries after a task,
+ * so stop() waits one timer before it takes what is left.
+ */
+function gcPauses(): { stop(): Promise<{ start: number; ms: number }[]> } {
+  const got: { start: number; ms: number }[] = [];
+  const obs = new PerformanceObserver((l) => {
+    for (const e of l.getEntries()) got.push({ start: e.startTime, ms: e.duration });
+  });
+  obs.observe({ entryTypes: ['gc'] });
+  return {
+    async stop() {
+      await new Promise((r) => setTimeout(r, 20));
+      for (const e of obs.takeRecords()) got.push({ start: e.startTime, ms: e.duration });
+      obs.disconnect();
+      return got;
+    },
+  };
 }
 
 /** The size of the JIT warm-up's prefills (BenchConfig.latency.jitWarmup). */
