@@ -305,10 +305,15 @@ const PREPARED_FINALIZER = new FinalizationRegistry<{ owner: CudaBackend; held: 
 
 /** Statistics whose block scores are on the device only (CudaBackend.#deviceStats). */
 interface DeviceStats {
-  readonly ref: WeakRef<ProxyStats>;
   readonly block: DeviceBlock;
-  /** downloads the block statistics into the object, if it is still alive and unread */
+  /**
+   * downloads the block statistics for the object's getters, unless they were read (it cannot
+   * tell whether the object is still alive: the entry holds no reference to it, not even a
+   * WeakRef, see deferred-fields.ts)
+   */
   readonly materialize: () => void;
+  /** out of #deviceStats, its block released (#dropStats) */
+  dropped?: boolean;
   /**
    * deferRead statistics: their head values [non-finite count][C_struct H][entropy H] as a
    * later copy brought them (planOnDevice's, route.cu copies them), so reading the fields
@@ -340,8 +345,9 @@ interface DeviceStats {
 /**
  * At most this many statistics, and this many bytes of them, keep their block scores on the
  * device only (256 MiB: ~85 plans at 512k, ~340 at 128k). Older ones are downloaded into
- * their objects when newer ones need the room, if the objects are still alive; a plan loop
- * whose statistics are collected by then never downloads them. With a cap of 4 (session 7,
+ * their objects when newer ones need the room, unless the objects' collection was reported
+ * first (FinalizationRegistry); a plan loop whose statistics are collected and reported by
+ * then never downloads them. With a cap of 4 (session 7,
  * run 3) a loop that dropped its plans still downloaded one a call (the objects were not
  * collected yet): proxyStats wall at 128k 0.75 -> 1.0 ms.
  */
@@ -612,7 +618,8 @@ export class CudaBackend implements Backend {
    * until read (a getter downloads them; a device selection for those statistics reads them
    * in place), until the statistics object is collected (FinalizationRegistry), or until
    * newer ones need the room (DEVICE_STATS_KEPT, DEVICE_STATS_BYTES; then they are
-   * downloaded first, if the object is alive). dispose downloads what is left.
+   * downloaded first: the entry cannot tell whether the object is still alive). dispose
+   * downloads what is left.
    */
   #deviceStats: DeviceStats[] = [];
   /** the blocks' bytes of #deviceStats (kept as entries come and go, not summed a call) */
@@ -624,6 +631,19 @@ export class CudaBackend implements Backend {
    * ~40 us with the host thread just woken: NOTES.md, session 19)
    */
   #statsHolding: DeviceStats[] = [];
+  /**
+   * Each kept statistics object's entry (#keptStats). A WeakMap, not a WeakRef in the entry:
+   * a WeakRef keeps its target alive to the end of the job that made it, and a loop of awaited
+   * prefills is one job (session 20: 200 prefills at 128k held 103 MB of downloaded statistics
+   * that no collection could free until the loop returned).
+   */
+  #statsEntry = new WeakMap<ProxyStats, DeviceStats>();
+
+  /** The entry whose device buffer still holds these statistics, if any. */
+  #keptStats(stats: ProxyStats): DeviceStats | undefined {
+    const e = this.#statsEntry.get(stats);
+    return e && !e.dropped ? e : undefined;
+  }
   /**
    * The key block means the last proxyStats computed (pass 1 takes them from the K tiles it
    * already holds): the PE rows of the same k (same tensor, same write version, same B)
@@ -648,23 +668,19 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * Beyond `factor` x (DEVICE_STATS_KEPT, DEVICE_STATS_BYTES) (factor 0: all), collected
-   * statistics release their buffers and then the oldest live ones are downloaded into their
-   * objects and released (under the caps, collected ones leave through STATS_FINALIZER). A
-   * plan's statistics are not read back unless someone asks, and the garbage collector clears their WeakRefs late, so in a loop of plans one such download
-   * (3·H·Nb f64: 0.8 MB at 128k) a plan is the steady state: at the start of proxyStats it
-   * cost ~0.2 ms of the plan (session 9), after an attention launch it runs while the kernel
-   * does. On dispose (factor 0) a failed download is kept for the getters to throw.
+   * Beyond `factor` x (DEVICE_STATS_KEPT, DEVICE_STATS_BYTES) (factor 0: all), the oldest
+   * kept statistics are downloaded for their objects and their buffers released. A plan's
+   * statistics are not read back unless someone asks, and the garbage collector reports
+   * collected ones late (or, in a loop of awaited prefills, not until the loop yields), so in
+   * a loop of plans one such download (3·H·Nb f64: 0.8 MB at 128k) a plan is the steady state:
+   * at the start of proxyStats it cost ~0.2 ms of the plan (session 9), after an attention
+   * launch it runs while the kernel does. On dispose (factor 0) a failed download is kept for
+   * the getters to throw.
    */
   #evictRetained(factor: number): void {
-    const list = this.#deviceStats;
     const keep = factor === 0 ? 0 : factor * DEVICE_STATS_KEPT - 1;
-    // Under the caps nothing is walked: collected statistics leave through STATS_FINALIZER.
-    // Over them, the collected ones whose finalizer has not run yet go first (no download).
-    if (!this.#overStatsCaps(keep, factor)) return;
-    for (let i = list.length - 1; i >= 0; i--) {
-      if (list[i].ref.deref() === undefined) this.#dropStats(this.#removeStats(i));
-    }
+    // Collected statistics leave through STATS_FINALIZER (after a collection, in a later
+    // task); the entries cannot tell a collected object from a live one themselves.
     while (this.#overStatsCaps(keep, factor)) {
       const e = this.#removeStats(0);
       try {
@@ -693,6 +709,7 @@ export class CudaBackend implements Backend {
   }
 
   #dropStats(e: DeviceStats): void {
+    e.dropped = true;
     STATS_FINALIZER.unregister(e);
     this.#pool.release(e.block);
     this.#releaseHeld(e);
@@ -1556,7 +1573,6 @@ export class CudaBackend implements Backend {
       // keep the buffer for a device selection on these statistics (prepareMask), and for
       // their block statistics until read
       const entry: DeviceStats = {
-        ref: new WeakRef(stats),
         block: out,
         materialize: () => {
           headLazy?.materialize();
@@ -1575,6 +1591,7 @@ export class CudaBackend implements Backend {
         ...(cstructReady !== undefined ? { cstructReady, tailDone, launchesAtEnd: this.#mainLaunches, held: blocks.splice(0) } : {}),
       };
       this.#deviceStats.push(entry);
+      this.#statsEntry.set(stats, entry);
       this.#deviceStatsBytes += entry.block.size;
       if (entry.held !== undefined || entry.tailDone !== undefined) this.#statsHolding.push(entry);
       STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
@@ -1922,7 +1939,7 @@ export class CudaBackend implements Backend {
     const HNb = H * Nb;
     let pv: number;
     let ps: number;
-    const kept = this.#deviceStats.findLast((e) => e.ref.deref() === stats);
+    const kept = this.#keptStats(stats);
     if (kept) {
       pv = kept.block.ptr + 8 + 2 * H * 8; // after the non-finite count, C_struct and the entropies
       ps = pv + HNb * 8;
@@ -2240,7 +2257,7 @@ export class CudaBackend implements Backend {
     }
     if (H * Nb * Nb * 4 > PE_PART_BYTES) {
       // routed on the host: no second stream, so the statistics' held scratch can go back now
-      const entry = this.#deviceStats.findLast((x) => x.ref.deref() === stats);
+      const entry = this.#keptStats(stats);
       if (entry) this.#releaseHeld(entry);
       const routes = Array.from(stats.cStruct, (c): Route => (c >= route.tauProxy ? 'vs' : 'pe'));
       const heads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
@@ -2260,7 +2277,7 @@ export class CudaBackend implements Backend {
     const held: DeviceBlock[] = [];
     // the statistics' head values [non-finite count][C_struct H][entropy H] where proxyStats
     // left them, else uploaded
-    const kept = this.#deviceStats.findLast((x) => x.ref.deref() === stats);
+    const kept = this.#keptStats(stats);
     try {
       const st = kept
         ? kept.block.ptr

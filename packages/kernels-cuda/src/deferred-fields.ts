@@ -3,15 +3,20 @@
  * until someone reads them).
  *
  * `deferFields(target, fields, load)` defines each field as an enumerable getter. The first
- * read of any of them, or `materialize()`, calls `load` once and turns every field into a
- * plain read-only value; after that the object is an ordinary one (spread, JSON, identity of
- * its arrays). The handle holds the target weakly, so a registry of handles does not keep the
- * objects alive; `materialize()` on a collected or already loaded target does nothing. A load
- * that fails inside `materialize()` is passed through `wrap`, kept, and thrown again by every
- * later read (the source is gone by then); a failing read-triggered load just throws.
+ * read of any of them calls `load` once (unless `materialize()` did) and turns every field
+ * into a plain read-only value; after that the object is an ordinary one (spread, JSON,
+ * identity of its arrays). `materialize()` calls `load` now and keeps the values for the
+ * getters (the device buffer behind them can go); it does nothing once loaded. A load that
+ * fails inside `materialize()` is passed through `wrap`, kept, and thrown again by every later
+ * read and materialize (the source is gone by then); a failing read-triggered load just throws.
+ *
+ * The handle holds no reference to the target, not even a WeakRef: a WeakRef keeps its target
+ * alive to the end of the job that made it, and a loop of awaited prefills is one job, so
+ * every statistics object of such a loop stayed alive (with what materialize downloaded into
+ * it: 0.8 MB a plan at 128k) until the loop returned (NOTES.md, session 20).
  */
 export interface DeferredFields {
-  /** Load now if the target is alive and not loaded yet. */
+  /** Load now unless loaded already; the values wait in the handle for the first read. */
   materialize(): void;
 }
 
@@ -21,12 +26,12 @@ export function deferFields<T extends object, K extends keyof T & string>(
   load: () => Pick<T, K>,
   wrap: (e: unknown) => Error = (e) => (e instanceof Error ? e : new Error(String(e))),
 ): DeferredFields {
-  const ref = new WeakRef(target);
+  let values: Pick<T, K> | undefined;
   let failure: Error | undefined;
   const fill = (t: T): void => {
     if (!fields.some((f) => Object.getOwnPropertyDescriptor(t, f)?.get)) return;
     if (failure) throw failure;
-    const values = load();
+    values ??= load();
     for (const f of fields) {
       Object.defineProperty(t, f, { value: values[f], enumerable: true, writable: false, configurable: false });
     }
@@ -45,12 +50,12 @@ export function deferFields<T extends object, K extends keyof T & string>(
   }
   return {
     materialize(): void {
-      const t = ref.deref();
-      if (!t) return;
+      if (values !== undefined) return;
+      if (failure) throw failure;
       try {
-        fill(t);
+        values = load();
       } catch (e) {
-        failure = failure ?? wrap(e);
+        failure = wrap(e);
         throw failure;
       }
     },

@@ -1,10 +1,11 @@
 /**
  * Statistics kept on the device (stand-in driver, no GPU): a plan's statistics keep their block
  * scores in a device buffer until read; past 127 kept ones (DEVICE_STATS_KEPT x 2 - 1) the
- * oldest live ones are downloaded into their objects and their buffers go back, and statistics
- * the program has let go of leave without a download. Session 19 made proxyStats stop walking
- * every kept entry on each call (the walk sat between the proxy pass's launch and the next
- * launch); these tests hold what the walk did.
+ * oldest ones are downloaded for their objects and their buffers go back, and statistics the
+ * program has let go of leave without a download once their collection is reported. Session 19
+ * made proxyStats stop walking every kept entry on each call (the walk sat between the proxy
+ * pass's launch and the next launch); these tests hold what the walk did. Session 20 took the
+ * WeakRef out of the entries (a loop of awaited calls kept every statistics object alive).
  */
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -62,6 +63,27 @@ describe('statistics kept on the device (stand-in driver)', () => {
       }
     }
     expect(downloads()).toBe(0);
+    be.dispose();
+  });
+
+  // (fails if the backend makes a WeakRef to its statistics: V8 keeps a WeakRef's target alive
+  // to the end of the job that made it, so a loop of awaited calls, one job, kept all of them,
+  // with what the eviction downloaded into them)
+  it('a loop of awaited calls does not keep its statistics alive, downloaded ones included', async () => {
+    v8.setFlagsFromString('--expose-gc');
+    const gc = vm.runInNewContext('gc') as () => void;
+    const { be, q, k, downloads } = setup();
+    let collected = 0;
+    const registry = new FinalizationRegistry(() => {
+      collected++;
+    });
+    for (let i = 0; i < 140; i++) registry.register(await be.proxyStats(q, k, opts), i);
+    // past the cap, the oldest were downloaded (the backend cannot tell that they are garbage)
+    expect(downloads()).toBe(12);
+    // collected in the same job; the registry reports it in later tasks
+    gc();
+    for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
+    expect(collected).toBeGreaterThanOrEqual(139);
     be.dispose();
   });
 });
