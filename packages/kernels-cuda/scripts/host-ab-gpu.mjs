@@ -1,0 +1,80 @@
+// Two builds of the CUDA backend's host code in one process, their prefills alternated from an
+// idle device (the GPU machine): the paired difference of their plans (device marks), free of
+// the drift between processes and minutes that moves crisp-bench's from-idle plan by ±0.05 ms
+// (session 20: run medians 0.56-0.67 ms on the same code within one call). Each build is a
+// bundle exporting CudaBackend (and the first one loadCuda, whose driver bindings both use):
+//
+//   printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\n" > packages/kernels-cuda/ab-entry.ts
+//   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/ab-entry.ts .device/app/ab-new.mjs
+//   (the same with the other commit's src/cuda-backend.ts for ab-old.mjs; then remove ab-entry.ts)
+//   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/host-ab-gpu.mjs .device/app/host-ab-gpu.mjs
+//   (on the GPU machine, from the repository root)
+//   node .device/app/host-ab-gpu.mjs .device/app/ab-old.mjs .device/app/ab-new.mjs [n] [pairs]
+//
+// Each pair runs A then B or B then A (alternating), each prefill after both backends have
+// drained the device. Printed: each build's median plan and phases, the median of the paired
+// differences B − A, and in how many pairs B was faster.
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { sparsePrefill } from '@crisp/core';
+import { crisp } from '@crisp/presets';
+import { llamaLayer } from './gpu-layer.mjs';
+
+const [pa, pb] = process.argv.slice(2, 4);
+if (!pa || !pb) {
+  console.error('usage: host-ab-gpu.mjs <build A bundle> <build B bundle> [n=131072] [pairs=60]');
+  process.exit(2);
+}
+const n = Number(process.argv[4] ?? 131072);
+const pairs = Number(process.argv[5] ?? 60);
+const A = await import(pathToFileURL(resolve(pa)).href);
+const B = await import(pathToFileURL(resolve(pb)).href);
+// (CRISP_AB_STAND_IN=1: the stand-in driver, to check this script's plumbing without a GPU;
+// the bundles then export standInDriver too)
+const libs = process.env.CRISP_AB_STAND_IN ? A.standInDriver({ heads: 32 }).libs : A.loadCuda();
+const opts = { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' };
+const builds = [
+  { name: 'A', be: new A.CudaBackend(libs, opts) },
+  { name: 'B', be: new B.CudaBackend(libs, opts) },
+];
+for (const b of builds) {
+  b.layer = llamaLayer(b.be, n);
+  b.plan = [];
+  b.stats = [];
+  b.after = [];
+}
+const drain = async () => {
+  for (const b of builds) await b.be.synchronize();
+};
+const once = async (b, keep) => {
+  await drain();
+  const r = await sparsePrefill(b.be, b.layer.inputs, crisp, { minSparseLength: 0, out: b.layer.out });
+  if (!keep) return;
+  b.plan.push(r.timings.planMs);
+  b.stats.push(r.plan.phases?.statsMs ?? Number.NaN);
+  b.after.push(r.plan.phases?.peRowsMs ?? Number.NaN);
+};
+// warm-up: the kernels compiled or loaded, the JavaScript of both builds optimised
+for (let i = 0; i < 30; i++) for (const b of builds) await once(b, false);
+for (let i = 0; i < pairs; i++) {
+  const order = i % 2 ? [builds[1], builds[0]] : builds;
+  for (const b of order) await once(b, true);
+}
+const med = (a) => {
+  const s = [...a].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const f3 = (x) => x.toFixed(3);
+for (const b of builds) {
+  console.log(`${b.name} (${b.name === 'A' ? pa : pb}): plan median ${f3(med(b.plan))} ms, statistics ${f3(med(b.stats))}, after them ${f3(med(b.after))} (${pairs} prefills)`);
+}
+const d = builds[1].plan.map((x, i) => x - builds[0].plan[i]);
+const dAfter = builds[1].after.map((x, i) => x - builds[0].after[i]);
+const dStats = builds[1].stats.map((x, i) => x - builds[0].stats[i]);
+console.log(
+  `B − A, paired: plan median ${f3(med(d))} ms (statistics ${f3(med(dStats))}, after them ${f3(med(dAfter))}); B faster in ${d.filter((x) => x < 0).length} of ${pairs} pairs`,
+);
+// by halves: whether the difference holds over the run
+const h = pairs >> 1;
+console.log(`  first half ${f3(med(d.slice(0, h)))} ms, second half ${f3(med(d.slice(h)))} ms`);
+for (const b of builds) b.be.dispose();
