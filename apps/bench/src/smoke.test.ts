@@ -67,6 +67,7 @@ describe('crisp-bench --smoke', () => {
       expect(r.density).toBeLessThanOrEqual(1);
       // every timed run's plan, whose median is the row's planMs
       expect(r.planRuns?.planMs).toHaveLength(r.ms.runs);
+      expect(Math.max(...(r.planRuns?.totalMs ?? []))).toBeCloseTo(r.ms.max, 2);
       const sorted = [...(r.planRuns?.planMs ?? [])].sort((a, b) => a - b);
       const mid = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
       expect(mid).toBeCloseTo(r.planMs, 2);

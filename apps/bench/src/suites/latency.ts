@@ -37,6 +37,9 @@ export interface LatencyRow {
    */
   readonly planRuns?: {
     readonly planMs: number[];
+    /** each timed run's total and attention (ms): whether a slow plan comes with a slow run (the GPU's clock) or alone */
+    readonly totalMs?: number[];
+    readonly attentionMs?: number[];
     readonly phases?: Record<string, number[]>;
     /** the garbage collector's pauses that began inside each run (ms; node:perf_hooks 'gc' entries) */
     readonly gcMs?: number[];
@@ -119,6 +122,8 @@ async function timePreset(
   const gcMs = windows.map(([a, b]) => pauses.reduce((s, p) => s + (p.start >= a && p.start < b ? p.ms : 0), 0));
   const planRuns = {
     planMs: ms3(plan),
+    totalMs: ms3(total),
+    attentionMs: ms3(attention),
     ...(phases.size ? { phases: Object.fromEntries([...phases].map(([k, v]) => [k, ms3(v)])) } : {}),
     ...(pauses.length ? { gcMs: ms3(gcMs) } : {}),
   };
