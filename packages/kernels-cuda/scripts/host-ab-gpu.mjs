@@ -14,6 +14,13 @@
 // Each pair runs A then B or B then A (alternating), each prefill after both backends have
 // drained the device. Printed: each build's median plan and phases, the median of the paired
 // differences B − A, and in how many pairs B was faster.
+//
+// A build may carry the context's scheduling flags while it waits for the device before its
+// prefill, `bundle.mjs#sched=spin` (auto, spin, yield, blocking; set with cuCtxSetFlags, CUDA
+// 12.1+, on the shared primary context, then 30 ms of device work waited for before each of
+// that build's prefills): the same build twice with two flags is an in-process A/B of the host
+// thread's wait (session 16 compared spin and auto in separate processes only, whose levels
+// differ by more than what it measured).
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { sparsePrefill } from '@crisp/core';
@@ -27,16 +34,38 @@ if (!pa || !pb) {
 }
 const n = Number(process.argv[4] ?? 131072);
 const pairs = Number(process.argv[5] ?? 60);
-const A = await import(pathToFileURL(resolve(pa)).href);
-const B = await import(pathToFileURL(resolve(pb)).href);
+const SCHED = { auto: 0, spin: 1, yield: 2, blocking: 4 };
+const variant = (arg) => {
+  const [path, opt] = arg.split('#');
+  const sched = opt?.startsWith('sched=') ? opt.slice(6) : undefined;
+  if (sched !== undefined && !Object.hasOwn(SCHED, sched)) throw new Error(`unknown sched ${sched} in ${arg} (auto, spin, yield, blocking)`);
+  return { path, sched };
+};
+const va = variant(pa);
+const vb = variant(pb);
+const A = await import(pathToFileURL(resolve(va.path)).href);
+const B = await import(pathToFileURL(resolve(vb.path)).href);
 // (CRISP_AB_STAND_IN=1: the stand-in driver, to check this script's plumbing without a GPU;
 // the bundles then export standInDriver too)
 const libs = process.env.CRISP_AB_STAND_IN ? A.standInDriver({ heads: 32 }).libs : A.loadCuda();
 const opts = { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' };
 const builds = [
-  { name: 'A', be: new A.CudaBackend(libs, opts) },
-  { name: 'B', be: new B.CudaBackend(libs, opts) },
+  { name: 'A', be: new A.CudaBackend(libs, opts), sched: va.sched },
+  { name: 'B', be: new B.CudaBackend(libs, opts), sched: vb.sched },
 ];
+// the scheduling flags, when a build names them (the backends made the primary context current)
+let setSched;
+if (va.sched !== undefined || vb.sched !== undefined) {
+  const lib = libs.koffi.load('libcuda.so.1');
+  const getFlags = lib.func('int cuCtxGetFlags(_Out_ unsigned int* flags)');
+  const setFlags = lib.func('int cuCtxSetFlags(unsigned int flags)');
+  setSched = (name) => {
+    const cur = [0];
+    const r1 = getFlags(cur);
+    const r2 = setFlags((cur[0] & ~7) | SCHED[name ?? 'auto']);
+    if (r1 !== 0 || r2 !== 0) throw new Error(`cuCtxGetFlags/cuCtxSetFlags failed (${r1}, ${r2})`);
+  };
+}
 for (const b of builds) {
   b.layer = llamaLayer(b.be, n);
   b.plan = [];
@@ -47,6 +76,12 @@ const drain = async () => {
   for (const b of builds) await b.be.synchronize();
 };
 const once = async (b, keep) => {
+  if (setSched) {
+    // the wait before the call is what the flags change: 30 ms of device work waited for
+    // under this build's flags (as after an attention's synchronize), then the prefill
+    setSched(b.sched);
+    b.be.deviceSleep(30);
+  }
   await drain();
   const r = await sparsePrefill(b.be, b.layer.inputs, crisp, { minSparseLength: 0, out: b.layer.out });
   if (!keep) return;
