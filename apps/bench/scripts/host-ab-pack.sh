@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Bundles the CUDA backend's host code of each given commit for host-ab-gpu.mjs (two builds in
+# one process on the GPU machine, their prefills alternated from an idle device), and the
+# script itself:
+#   bash apps/bench/scripts/host-ab-pack.sh 7c2feea HEAD
+# writes .device/app/ab-<short commit>.mjs for each and .device/app/host-ab-gpu.mjs; then, after
+# packing `.device` (../shared/device/pack.sh) and on the GPU machine from the repository root:
+#   node .device/app/host-ab-gpu.mjs .device/app/ab-7c2feea.mjs .device/app/ab-<head>.mjs 131072 200
+# Each commit is checked out in a temporary worktree with its own install (pnpm, offline from
+# the store this checkout filled), so builds that differ in any package bundle as they were.
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 COMMIT [COMMIT...]" >&2; exit 2; }
+root=$(git rev-parse --show-toplevel)
+cd "$root"
+mkdir -p .device/app
+node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/host-ab-gpu.mjs .device/app/host-ab-gpu.mjs
+for c in "$@"; do
+  short=$(git rev-parse --short "$c")
+  wt=$(mktemp -d /tmp/crisp-ab-XXXXXX)
+  git worktree add --detach "$wt" "$short" >/dev/null
+  (
+    cd "$wt"
+    pnpm install --frozen-lockfile --offline --ignore-scripts >/dev/null
+    printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\n" > packages/kernels-cuda/ab-entry.ts
+    node apps/bench/scripts/bundle.mjs packages/kernels-cuda/ab-entry.ts "$root/.device/app/ab-$short.mjs"
+  )
+  git worktree remove --force "$wt"
+  echo "$c -> .device/app/ab-$short.mjs"
+done
