@@ -105,7 +105,11 @@ async function timePreset(
   const gc = gcPauses();
   for (let i = 0; i < reps; i++) {
     const t0 = performance.now();
-    const r = await once();
+    // (a failed run: the observer goes too)
+    const r = await once().catch((e: unknown) => {
+      void gc.stop();
+      throw e;
+    });
     const t1 = performance.now();
     windows.push([t0, t1]);
     total.push(t1 - t0);
