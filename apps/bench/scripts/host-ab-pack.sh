@@ -6,7 +6,7 @@
 # writes .device/app/ab-<short commit>.mjs for each and .device/app/host-ab-gpu.mjs; then, after
 # packing `.device` (../shared/device/pack.sh) and on the GPU machine from the repository root:
 #   node .device/app/host-ab-gpu.mjs .device/app/ab-7c2feea.mjs .device/app/ab-<head>.mjs 131072 200
-# Each commit is checked out in a temporary worktree with its own install (pnpm, offline from
+# Commits only (the working tree's changes are not in them). Each commit is checked out in a temporary worktree with its own install (pnpm, offline from
 # the store this checkout filled), so builds that differ in any package bundle as they were.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 COMMIT [COMMIT...]" >&2; exit 2; }
@@ -21,7 +21,8 @@ for c in "$@"; do
   (
     cd "$wt"
     pnpm install --frozen-lockfile --offline --ignore-scripts >/dev/null
-    printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\n" > packages/kernels-cuda/ab-entry.ts
+    # (standInDriver: CRISP_AB_STAND_IN=1 runs host-ab-gpu.mjs here, without a GPU)
+    printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\nexport { standInDriver } from './src/stand-in-driver.ts';\n" > packages/kernels-cuda/ab-entry.ts
     node apps/bench/scripts/bundle.mjs packages/kernels-cuda/ab-entry.ts "$root/.device/app/ab-$short.mjs"
   )
   git worktree remove --force "$wt"

@@ -4,12 +4,10 @@
 // (session 20: run medians 0.56-0.67 ms on the same code within one call). Each build is a
 // bundle exporting CudaBackend (and the first one loadCuda, whose driver bindings both use):
 //
-//   printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\n" > packages/kernels-cuda/ab-entry.ts
-//   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/ab-entry.ts .device/app/ab-new.mjs
-//   (the same with the other commit's src/cuda-backend.ts for ab-old.mjs; then remove ab-entry.ts)
-//   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/host-ab-gpu.mjs .device/app/host-ab-gpu.mjs
+//   bash apps/bench/scripts/host-ab-pack.sh 7c2feea HEAD   (.device/app/ab-<commit>.mjs each,
+//   and this script as .device/app/host-ab-gpu.mjs; apps/bench/scripts/h200-host-ab.sh runs them)
 //   (on the GPU machine, from the repository root)
-//   node .device/app/host-ab-gpu.mjs .device/app/ab-old.mjs .device/app/ab-new.mjs [n] [pairs]
+//   node .device/app/host-ab-gpu.mjs .device/app/ab-7c2feea.mjs .device/app/ab-<head>.mjs [n] [pairs]
 //
 // Each pair runs A then B or B then A (alternating), each prefill after both backends have
 // drained the device. Printed: each build's median plan and phases, the median of the paired
@@ -48,7 +46,9 @@ const B = await import(pathToFileURL(resolve(vb.path)).href);
 // (CRISP_AB_STAND_IN=1: the stand-in driver, to check this script's plumbing without a GPU;
 // the bundles then export standInDriver too)
 const libs = process.env.CRISP_AB_STAND_IN ? A.standInDriver({ heads: 32 }).libs : A.loadCuda();
-const opts = { kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin' };
+// (the default kernel cache, ~/.cache/crisp/cuda, which crisp-bench shares: its first run then
+// compiles nothing; none for the stand-in, whose compiler returns no real code)
+const opts = { kernelDir: 'packages/kernels-cuda/kernels', ...(process.env.CRISP_AB_STAND_IN ? { cacheDir: null } : {}) };
 const builds = [
   { name: 'A', be: new A.CudaBackend(libs, opts), sched: va.sched },
   { name: 'B', be: new B.CudaBackend(libs, opts), sched: vb.sched },
