@@ -6,8 +6,9 @@
 # writes .device/app/ab-<short commit>.mjs for each and .device/app/host-ab-gpu.mjs; then, after
 # packing `.device` (../shared/device/pack.sh) and on the GPU machine from the repository root:
 #   node .device/app/host-ab-gpu.mjs .device/app/ab-7c2feea.mjs .device/app/ab-<head>.mjs 131072 200
-# Commits only (the working tree's changes are not in them). Each commit is checked out in a temporary worktree with its own install (pnpm, offline from
-# the store this checkout filled), so builds that differ in any package bundle as they were.
+# Commits only (the working tree's changes are not in them). Each commit is checked out in a
+# temporary worktree with its own install (pnpm, offline from the store this checkout filled),
+# so builds that differ in any package bundle as they were.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 COMMIT [COMMIT...]" >&2; exit 2; }
 root=$(git rev-parse --show-toplevel)
