@@ -187,6 +187,22 @@ const fixtures: { name: string; factory: () => Backend; filter: RegExp; mustFail
     filter: /^denseAttention\//,
     mustFail: /^denseAttention\//,
   },
+  {
+    // what the CUDA backend did until session 20: a WeakRef keeps its target to the job's end
+    name: 'a backend that keeps a WeakRef to every plan statistics object',
+    factory: (() => {
+      const kept: WeakRef<ProxyStats>[] = [];
+      return wrap('weakref-stats', (ref) => ({
+        proxyStats: async (q, k, opts): Promise<ProxyStats> => {
+          const s = await ref.proxyStats(q, k, opts);
+          kept.push(new WeakRef(s));
+          return s;
+        },
+      }));
+    })(),
+    filter: /^pipeline\/lifetime\//,
+    mustFail: /^pipeline\/lifetime\//,
+  },
 ];
 
 describe('the suite catches broken backends', () => {
@@ -228,7 +244,7 @@ describe('runConformance', () => {
   it('checks sampled query rows above fullCheckLimit (the large-n path)', async () => {
     const r = await runConformance(() => createReferenceBackend(), {
       dtypes: ['f16'],
-      filter: /^(denseAttention\/n200|sparseAttention\/mixed\/n200|pipeline\/.*n1100)/,
+      filter: /^(denseAttention\/n200|sparseAttention\/mixed\/n200|pipeline\/(?!lifetime\/).*n1100)/,
       policies: [crispSmall],
       fullCheckLimit: 150,
       sampleCount: 7,
