@@ -9,6 +9,7 @@
  */
 import v8 from 'node:v8';
 import vm from 'node:vm';
+import { formatReport, runConformance } from '@crisp/conformance';
 import { describe, expect, it } from 'vitest';
 import { CudaBackend, type CudaTensor } from './cuda-backend.js';
 import { standInDriver } from './stand-in-driver.js';
@@ -85,5 +86,16 @@ describe('statistics kept on the device (stand-in driver)', () => {
     for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
     expect(collected).toBeGreaterThanOrEqual(139);
     be.dispose();
+  });
+
+  // the same through the whole pipeline, as @crisp/conformance checks every backend (the GPU
+  // runs it too; the stand-in's reads are zeros, which does not matter for lifetimes)
+  it('passes the conformance lifetime case (awaited prefills in one job) on the stand-in driver', async () => {
+    const r = await runConformance(() => new CudaBackend(standInDriver({ heads: 4 }).libs, { cacheDir: null }), {
+      filter: /^pipeline\/lifetime\//,
+      dtypes: ['bf16'],
+    });
+    expect(r.results.length).toBe(1);
+    expect(r.passed, formatReport(r)).toBe(true);
   });
 });
