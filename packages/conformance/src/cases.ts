@@ -782,9 +782,11 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       }
       if (use !== 'primitives' && !chunked) {
         for (const p of o.policies) out.push(pipelineCase(dtype, s, p));
-        // once a dtype, on the first shape the pipeline runs on
-        if (o.policies.length > 0 && !out.some((c) => c.dtype === dtype && c.name.startsWith('pipeline/lifetime/'))) {
-          out.push(lifetimeCase(dtype, s, o.policies[0]));
+        // once a dtype, on the first shape the pipeline runs on, with the first policy that
+        // routes (a sparse plan, so one with statistics)
+        const sparse = o.policies.find((p) => p.router !== undefined);
+        if (sparse && !out.some((c) => c.dtype === dtype && c.name.startsWith('pipeline/lifetime/'))) {
+          out.push(lifetimeCase(dtype, s, sparse));
         }
       }
     });
