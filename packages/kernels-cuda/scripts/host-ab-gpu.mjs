@@ -112,4 +112,18 @@ console.log(
 // by halves: whether the difference holds over the run
 const h = pairs >> 1;
 console.log(`  first half ${f3(med(d.slice(0, h)))} ms, second half ${f3(med(d.slice(h)))} ms`);
+// a 95% interval for the paired median (bootstrap over pairs, a fixed seed: the same data give
+// the same interval); session 20's A/A control read −0.001 ms, so slot B's own bias is ~0.002 ms:
+// compare both slot orders before calling a difference
+let seed = 0x2545f491;
+const rand = () => {
+  seed ^= seed << 13;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5;
+  return (seed >>> 0) / 2 ** 32;
+};
+const boots = [];
+for (let i = 0; i < 2000; i++) boots.push(med(Array.from(d, () => d[Math.floor(rand() * d.length)])));
+boots.sort((x, y) => x - y);
+console.log(`  95% interval of the paired median (bootstrap): [${f3(boots[49])}, ${f3(boots[1949])}] ms`);
 for (const b of builds) b.be.dispose();
