@@ -101,9 +101,7 @@ bench() { # NAME DIR BUNDLE INPUTS [flags]
     --out "$out/$name" > "$out/$name.log" 2>&1)
   echo "$name: $(grep -E "latency cuda n=131072 crisp" "$out/$name.log" | tail -n 1)"
   # the medians unrounded
-  node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).suites.latency.rows[0];
-    console.log(`  median total ${r.ms.median.toFixed(3)} ms, plan ${r.planMs.toFixed(3)} ms (${(100 * r.planMs / r.ms.median).toFixed(2)}%), attention ${r.attentionMs.toFixed(3)} ms`)' \
-    "$out/$name/bench.json" 2>/dev/null || echo "  (no bench.json)"
+  node apps/bench/scripts/latency-row.mjs "$out/$name/bench.json"
 }
 # AB_ORDER=abba: the earlier bundle first in odd rounds, this one first in even rounds (session
 # 17: a fixed order can put a drift between calls' minutes on one side)

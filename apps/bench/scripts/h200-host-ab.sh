@@ -60,11 +60,8 @@ for i in $(seq 1 "${BENCH:-0}"); do
   timeout -s KILL 75 node .device/app/crisp-bench.mjs --backends cuda --suites latency --latency-inputs synth \
     --presets crisp --max-host-values 1e12 --sizes 128k --reps 30 --warmup 3 --deadline-s 70 ${BENCH_FLAGS:-} \
     --out "$out/bench-$i" > "$out/bench-$i.log" 2>&1
-  node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).suites.latency.rows[0];
-    const p = r.planRuns, f = (v) => (v ?? []).map((x) => x.toFixed(2)).join(" ");
-    console.log(`bench-'"$i"': plan ${r.planMs.toFixed(3)} ms (${(100 * r.planMs / r.ms.median).toFixed(2)}%), statistics ${r.planPhases.statsMs.toFixed(3)}, after ${r.planPhases.peRowsMs.toFixed(3)}`);
-    console.log(`  plan  ${f(p.planMs)}`); console.log(`  total ${f(p.totalMs)}`); console.log(`  gc    ${p.gcMs ? f(p.gcMs) : "none"}`)' \
-    "$out/bench-$i/bench.json" 2>/dev/null || { echo "bench-$i: no bench.json"; tail -n 3 "$out/bench-$i.log"; }
+  echo "bench-$i:"
+  node apps/bench/scripts/latency-row.mjs "$out/bench-$i/bench.json" || tail -n 3 "$out/bench-$i.log"
   echo "[$(since) s]"
 done
 echo "done [$(since) s]"
