@@ -566,9 +566,10 @@ function pipelineCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCa
 
 /**
  * A full garbage collection on demand: `gc` when Node runs with --expose-gc, else the V8 flag
- * set now and a fresh context's `gc` (Node only); undefined where neither exists.
+ * set now and a fresh context's `gc` (the flag must be set before a context reads `gc`; Node
+ * only); undefined where neither exists. Lifetime tests elsewhere use it too.
  */
-async function collector(): Promise<(() => void) | undefined> {
+export async function garbageCollector(): Promise<(() => void) | undefined> {
   const g = (globalThis as { gc?: () => void }).gc;
   if (typeof g === 'function') return g;
   try {
@@ -594,7 +595,7 @@ function lifetimeCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCa
   const B = policy.blockSize ?? 128;
   const shape = { ...s, blockSize: B };
   return makeCase(`pipeline/lifetime/${policy.name}/${shapeName(shape)}/${dtype}`, dtype, shape, B, async (ctx, r) => {
-    const gc = await collector();
+    const gc = await garbageCollector();
     if (!gc) return { passed: true, skipped: 'no way to run a garbage collection here (Node with node:v8 needed)', maxError: 0, tolerance: 0, detail: '' };
     const x = attentionInputs(r, dtype, s);
     const d = upload(ctx.backend, x);

@@ -14,6 +14,7 @@ export {
   type CaseContext,
   type CaseOutcome,
   type ConformanceCase,
+  garbageCollector,
   LARGE_SIZES,
   randomMask,
   type ShapeCase,

@@ -7,9 +7,7 @@
  * pass's launch and the next launch); these tests hold what the walk did. Session 20 took the
  * WeakRef out of the entries (a loop of awaited calls kept every statistics object alive).
  */
-import v8 from 'node:v8';
-import vm from 'node:vm';
-import { formatReport, runConformance } from '@crisp/conformance';
+import { formatReport, garbageCollector, runConformance } from '@crisp/conformance';
 import { describe, expect, it } from 'vitest';
 import { CudaBackend, type CudaTensor } from './cuda-backend.js';
 import { standInDriver } from './stand-in-driver.js';
@@ -21,6 +19,13 @@ const Nb = n / B;
 // the block statistics' download: p_v, p_s and the pooled estimate, H·Nb f64 each
 const blockBytes = 3 * H * Nb * 8;
 const opts = { blockSize: B, wSink: 128, wLocal: 256, deferRead: true, optionalStats: [] } as const;
+
+/** A full collection on demand (these tests run in Node, where there is one). */
+async function collector(): Promise<() => void> {
+  const gc = await garbageCollector();
+  if (!gc) throw new Error('no garbage collection on demand in this runtime');
+  return gc;
+}
 
 function setup() {
   const s = standInDriver({ heads: H });
@@ -51,8 +56,7 @@ describe('statistics kept on the device (stand-in driver)', () => {
   // (fails if the backend holds its statistics objects strongly anywhere: they would not be
   // collected, and the eviction past the cap would download them)
   it('statistics the program let go of are not downloaded when newer ones need the room', async () => {
-    v8.setFlagsFromString('--expose-gc');
-    const gc = vm.runInNewContext('gc') as () => void;
+    const gc = await collector();
     const { be, q, k, downloads } = setup();
     for (let i = 0; i < 140; i++) {
       await be.proxyStats(q, k, opts);
@@ -71,8 +75,7 @@ describe('statistics kept on the device (stand-in driver)', () => {
   // to the end of the job that made it, so a loop of awaited calls, one job, kept all of them,
   // with what the eviction downloaded into them)
   it('a loop of awaited calls does not keep its statistics alive, downloaded ones included', async () => {
-    v8.setFlagsFromString('--expose-gc');
-    const gc = vm.runInNewContext('gc') as () => void;
+    const gc = await collector();
     const { be, q, k, downloads } = setup();
     let collected = 0;
     const registry = new FinalizationRegistry(() => {
