@@ -347,9 +347,9 @@ interface DeviceStats {
  * device only (256 MiB: ~85 plans at 512k, ~340 at 128k). Older ones are downloaded into
  * their objects when newer ones need the room, unless the objects' collection was reported
  * first (FinalizationRegistry); a plan loop whose statistics are collected and reported by
- * then never downloads them. With a cap of 4 (session 7,
- * run 3) a loop that dropped its plans still downloaded one a call (the objects were not
- * collected yet): proxyStats wall at 128k 0.75 -> 1.0 ms.
+ * then never downloads them. With a cap of 4 (session 7, run 3) a loop that dropped its plans
+ * still downloaded one a call (the objects were not collected yet): proxyStats wall at 128k
+ * 0.75 -> 1.0 ms.
  */
 const DEVICE_STATS_KEPT = 64;
 /** fences behind device plans, reused in turn (a reused one is recorded later: waiting on it is still safe) */
