@@ -145,7 +145,7 @@ async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly numbe
         backend: 'cuda',
         peer,
         status: rows.some((x) => x.peer === peer) ? 'ran' : 'failed',
-        detail: `torch ${res.torch ?? '?'}, cuDNN ${res.cudnn ?? '?'}${errors.length ? `; ${errors.join('; ')}` : ''}`,
+        detail: `torch ${res.torch ?? '?'}, cuDNN ${res.cudnn ?? '?'}${errors.length ? `; ${errors.join('; ')}` : res.runs.length ? '' : '; the peer script timed no size'}`,
         command,
       });
     }
@@ -217,32 +217,32 @@ export async function densePeers(
   const notes: PeerNote[] = [];
   const c = ctx.config.latency;
   for (const ob of backends) {
-    if (!ob.backend) continue;
+    if (!ob.backend || (ob.name !== 'cuda' && ob.name !== 'webgpu')) continue;
+    const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['tfjs-webgpu'];
+    const absent = (detail: string) => notes.push(...names.map((peer) => ({ backend: ob.name, peer, status: 'absent' as const, detail })));
+    // The peers are timed at the sizes CRISP's dense kernel was: none (a run without the dense
+    // preset, or every size skipped) leaves nothing to compare, so no peer process starts.
+    const sizes = measured.get(ob.name) ?? [];
+    if (!sizes.length) {
+      absent(`not run: no size had CRISP's dense kernel timed on ${ob.name} (the peers are timed at those sizes; add dense to --presets)`);
+      continue;
+    }
     // The peers share the latency budget's length, cut to what the run's deadline leaves.
     const budgetMs = Math.min(c.budgetMs, timeLeft(ctx));
-    if ((ob.name === 'cuda' || ob.name === 'webgpu') && budgetMs < 5_000) {
-      const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['tfjs-webgpu'];
-      notes.push(...names.map((peer) => ({ backend: ob.name, peer, status: 'absent' as const, detail: `not run: ${Math.round(Math.max(budgetMs, 0) / 1000)} s left before --deadline-s` })));
+    if (budgetMs < 5_000) {
+      absent(`not run: ${Math.round(Math.max(budgetMs, 0) / 1000)} s left before --deadline-s`);
       continue;
     }
     if (ob.name === 'cuda') {
       if (!peerScript) {
-        notes.push(
-          ...['torch-sdpa-flash', 'torch-sdpa-cudnn'].map((peer) => ({
-            backend: 'cuda',
-            peer,
-            status: 'absent' as const,
-            detail: `peer script ${SDPA_PEER_SCRIPT} not found (pass --peer-script)`,
-          })),
-        );
+        absent(`peer script ${SDPA_PEER_SCRIPT} not found (pass --peer-script)`);
         continue;
       }
-      const sizes = measured.get('cuda') ?? [];
       const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, c.reps, Math.round(budgetMs / 1000));
       rows.push(...r.rows);
       notes.push(...r.notes);
     } else if (ob.name === 'webgpu') {
-      const r = await tfjsWebgpuPeer(ctx, measured.get('webgpu') ?? [], c.shape, c.reps, c.warmup, budgetMs);
+      const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, budgetMs);
       rows.push(...r.rows);
       notes.push(...r.notes);
     }
