@@ -1,7 +1,8 @@
 /**
  * NVRTC compilation with an on-disk cubin cache. Kernel sources are the package's
- * `kernels/*.cu` files; `#include "crisp-common.cuh"` is spliced in here so NVRTC needs
- * no include paths. Cache key: sha256 of (source, options, architecture, NVRTC version).
+ * `kernels/*.cu` files, embedded in the build (kernel-sources.generated.ts) unless a
+ * `kernelDir` is given; `#include "crisp-common.cuh"` is spliced in here so NVRTC needs no
+ * include paths. Cache key: sha256 of (source, options, architecture, NVRTC version).
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
@@ -10,8 +11,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CrispError } from '@crisp/core';
 import type { CudaLibs } from './ffi.js';
+import { KERNEL_SOURCES } from './kernel-sources.generated.js';
 
-/** The folder holding the shipped .cu sources (next to src/ and dist/). */
+/** The folder holding the shipped .cu sources (next to src/ and dist/; the build embeds the same text). */
 export function defaultKernelDir(): string {
   return fileURLToPath(new URL('../kernels/', import.meta.url));
 }
@@ -21,20 +23,28 @@ export function defaultCacheDir(): string {
   return join(base, 'crisp', 'cuda');
 }
 
-/** Read a kernel file with its includes spliced in (one level: the common header). */
-export function kernelSource(kernelDir: string, file: string): string {
-  let src: string;
-  try {
-    src = readFileSync(join(kernelDir, file), 'utf8');
-  } catch (e) {
-    throw new CrispError(
-      'BACKEND_UNAVAILABLE',
-      `CUDA kernel source ${file} not found in ${kernelDir} (${(e as Error).message}); pass kernelDir to createCudaBackend`,
-    );
-  }
-  return src.replace(/^#include "([\w.-]+)"\s*$/gm, (_m, inc: string) =>
-    readFileSync(join(kernelDir, inc), 'utf8').replace(/^#pragma once\s*$/m, ''),
-  );
+/**
+ * A kernel file with its includes spliced in (one level: the common headers): from `kernelDir`
+ * when given (a folder of edited sources), otherwise the sources embedded in the build, which
+ * need no file next to the code (an application bundle carries them).
+ */
+export function kernelSource(kernelDir: string | undefined, file: string): string {
+  const read = (name: string): string => {
+    if (kernelDir === undefined) {
+      const src = Object.hasOwn(KERNEL_SOURCES, name) ? KERNEL_SOURCES[name] : undefined;
+      if (src === undefined) throw new CrispError('BACKEND_UNAVAILABLE', `CUDA kernel source ${name} is not among the embedded kernels (${Object.keys(KERNEL_SOURCES).join(', ')})`);
+      return src;
+    }
+    try {
+      return readFileSync(join(kernelDir, name), 'utf8');
+    } catch (e) {
+      throw new CrispError(
+        'BACKEND_UNAVAILABLE',
+        `CUDA kernel source ${name} not found in ${kernelDir} (${(e as Error).message}); kernelDir must hold the package's kernels/ files (leave it unset to compile the embedded ones)`,
+      );
+    }
+  };
+  return read(file).replace(/^#include "([\w.-]+)"\s*$/gm, (_m, inc: string) => read(inc).replace(/^#pragma once\s*$/m, ''));
 }
 
 /**

@@ -51,7 +51,7 @@ import {
   spreadRowPtr,
   validateMask,
 } from '@crisp/core';
-import { compileCubin, defaultCacheDir, defaultKernelDir, kernelParamCounts, kernelSource } from './compile.js';
+import { compileCubin, defaultCacheDir, kernelParamCounts, kernelSource } from './compile.js';
 import { deferFields } from './deferred-fields.js';
 import { type CudaLibs, type Handle, check, loadCuda } from './ffi.js';
 import { devicePlanLayout, NO_BAD_ROW } from './plan-layout.js';
@@ -62,7 +62,10 @@ export interface CudaBackendOptions {
   readonly device?: number;
   /** where compiled cubins are cached; null disables the cache (default ~/.cache/crisp/cuda) */
   readonly cacheDir?: string | null;
-  /** folder holding the .cu sources (default: the package's kernels/; set it for bundles) */
+  /**
+   * folder to compile the .cu sources from (default: the package's kernels/ as embedded in the
+   * build, which an application bundle carries; set it to try edited kernels)
+   */
   readonly kernelDir?: string;
   /** override the measured sparse/dense crossover (keys) */
   readonly sparseCrossover?: number;
@@ -579,7 +582,7 @@ export class CudaBackend implements Backend {
   #mainLaunches = 0;
   readonly #arch: number;
   readonly #cacheDir: string | null;
-  readonly #kernelDir: string;
+  readonly #kernelDir: string | undefined;
   readonly #modules = new Map<string, Handle>();
   readonly #functions = new Map<string, Handle>();
   /** each loaded file's kernels' parameter counts (kernelParamCounts), checked at every launch */
@@ -837,7 +840,7 @@ export class CudaBackend implements Backend {
     });
     this.#arch = major * 10 + minor;
     this.#cacheDir = opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir;
-    this.#kernelDir = opts.kernelDir ?? defaultKernelDir();
+    this.#kernelDir = opts.kernelDir;
     this.#pool = new DevicePool(libs);
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
     this.#checkFinite = opts.checkFinite ?? true;
