@@ -24,6 +24,11 @@ for c in "$@"; do
     pnpm install --frozen-lockfile --offline --ignore-scripts >/dev/null
     # (standInDriver: CRISP_AB_STAND_IN=1 runs host-ab-gpu.mjs here, without a GPU)
     printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\nexport { standInDriver } from './src/stand-in-driver.ts';\n" > packages/kernels-cuda/ab-entry.ts
+    # (a commit that embeds its kernel sources hands them over: host-ab-gpu.mjs then compiles
+    # that build's own kernels, so kernel changes compare in one process too)
+    if [ -f packages/kernels-cuda/src/kernel-sources.generated.ts ]; then
+      printf "export { KERNEL_SOURCES } from './src/kernel-sources.generated.ts';\n" >> packages/kernels-cuda/ab-entry.ts
+    fi
     node apps/bench/scripts/bundle.mjs packages/kernels-cuda/ab-entry.ts "$root/.device/app/ab-$short.mjs"
   )
   git worktree remove --force "$wt"

@@ -1,7 +1,8 @@
-// Two builds of the CUDA backend's host code in one process, their prefills alternated from an
-// idle device (the GPU machine): the paired difference of their plans (device marks), free of
-// the drift between processes and minutes that moves crisp-bench's from-idle plan by ±0.05 ms
-// (session 20: run medians 0.56-0.67 ms on the same code within one call). Each build is a
+// Two builds of the CUDA backend (their host code, and their kernels where both embed them) in
+// one process, their prefills alternated from an idle device (the GPU machine): the paired
+// difference of their plans (device marks), free of the drift between processes and minutes
+// that moves crisp-bench's from-idle plan by ±0.05 ms (session 20: run medians 0.56-0.67 ms on
+// the same code within one call). Each build is a
 // bundle exporting CudaBackend (and the first one loadCuda, whose driver bindings both use):
 //
 //   bash apps/bench/scripts/host-ab-pack.sh 7c2feea HEAD   (.device/app/ab-<commit>.mjs each,
@@ -48,10 +49,22 @@ const B = await import(pathToFileURL(resolve(vb.path)).href);
 const libs = process.env.CRISP_AB_STAND_IN ? A.standInDriver({ heads: 32 }).libs : A.loadCuda();
 // (the default kernel cache, ~/.cache/crisp/cuda, which crisp-bench shares: its first run then
 // compiles nothing; none for the stand-in, whose compiler returns no real code)
-const opts = { kernelDir: 'packages/kernels-cuda/kernels', ...(process.env.CRISP_AB_STAND_IN ? { cacheDir: null } : {}) };
+// Kernels: a build that embeds its sources (0a9573f on; host-ab-pack.sh exports them as
+// KERNEL_SOURCES) compiles its own, so two commits' kernels compare in one process too; an
+// older build compiles this tree's packages/kernels-cuda/kernels.
+const optsFor = (M) => ({
+  ...(M.KERNEL_SOURCES ? {} : { kernelDir: 'packages/kernels-cuda/kernels' }),
+  ...(process.env.CRISP_AB_STAND_IN ? { cacheDir: null } : {}),
+});
+for (const [name, M, p] of [
+  ['A', A, pa],
+  ['B', B, pb],
+]) {
+  console.log(`${name} (${p}): ${M.KERNEL_SOURCES ? 'its own embedded kernels' : "this tree's packages/kernels-cuda/kernels"}`);
+}
 const builds = [
-  { name: 'A', be: new A.CudaBackend(libs, opts), sched: va.sched },
-  { name: 'B', be: new B.CudaBackend(libs, opts), sched: vb.sched },
+  { name: 'A', be: new A.CudaBackend(libs, optsFor(A)), sched: va.sched },
+  { name: 'B', be: new B.CudaBackend(libs, optsFor(B)), sched: vb.sched },
 ];
 // the scheduling flags, when a build names them (the backends made the primary context current)
 let setSched;
