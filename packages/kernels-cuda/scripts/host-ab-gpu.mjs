@@ -36,7 +36,9 @@ const pairs = Number(process.argv[5] ?? 60);
 const SCHED = { auto: 0, spin: 1, yield: 2, blocking: 4 };
 const variant = (arg) => {
   const [path, opt] = arg.split('#');
+  if (opt === 'wait=poll') return { path, poll: true };
   const sched = opt?.startsWith('sched=') ? opt.slice(6) : undefined;
+  if (opt !== undefined && sched === undefined) throw new Error(`unknown option ${opt} in ${arg} (sched=..., wait=poll)`);
   if (sched !== undefined && !Object.hasOwn(SCHED, sched)) throw new Error(`unknown sched ${sched} in ${arg} (auto, spin, yield, blocking)`);
   return { path, sched };
 };
@@ -63,9 +65,17 @@ for (const [name, M, p] of [
   console.log(`${name} (${p}): ${M.KERNEL_SOURCES ? 'its own embedded kernels' : "this tree's packages/kernels-cuda/kernels"}`);
 }
 const builds = [
-  { name: 'A', be: new A.CudaBackend(libs, optsFor(A)), sched: va.sched },
-  { name: 'B', be: new B.CudaBackend(libs, optsFor(B)), sched: vb.sched },
+  { name: 'A', be: new A.CudaBackend(libs, optsFor(A)), sched: va.sched, poll: va.poll },
+  { name: 'B', be: new B.CudaBackend(libs, optsFor(B)), sched: vb.sched, poll: vb.poll },
 ];
+// `#wait=poll` (session 21): that build waits for its 30 ms of device work by polling an event
+// from JavaScript (cuEventQuery until it is reached) instead of inside cuStreamSynchronize,
+// whose spin may let the VM deschedule the vCPU (the host's JavaScript and first driver calls
+// after a wait ran several times slower than warm in every H200 log, with CUDA's spin on)
+let eventQuery;
+if (va.poll || vb.poll) {
+  eventQuery = process.env.CRISP_AB_STAND_IN ? () => 0 : libs.koffi.load('libcuda.so.1').func('int cuEventQuery(void *ev)');
+}
 // the scheduling flags, when a build names them (the backends made the primary context current)
 let setSched;
 if (va.sched !== undefined || vb.sched !== undefined) {
@@ -94,6 +104,19 @@ const once = async (b, keep) => {
     // under this build's flags (as after an attention's synchronize), then the prefill
     setSched(b.sched);
     b.be.deviceSleep(30);
+  } else if (eventQuery) {
+    b.be.deviceSleep(30);
+    if (b.poll) {
+      const m = b.be.mark();
+      let polls = 0;
+      for (;;) {
+        const r = eventQuery(m.slot.ev);
+        if (r === 0) break;
+        if (r !== 600) throw new Error(`cuEventQuery returned ${r}`);
+        polls++;
+      }
+      b.polls = (b.polls ?? 0) + polls;
+    }
   }
   await drain();
   const r = await sparsePrefill(b.be, b.layer.inputs, crisp, { minSparseLength: 0, out: b.layer.out });
@@ -113,6 +136,7 @@ const med = (a) => {
   return s.length % 2 ? s[(s.length - 1) >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 const f3 = (x) => x.toFixed(3);
+for (const b of builds) if (b.poll) console.log(`${b.name}: ${Math.round((b.polls ?? 0) / (30 + pairs))} event queries a wait (mean)`);
 for (const b of builds) {
   console.log(`${b.name} (${b.name === 'A' ? pa : pb}): plan median ${f3(med(b.plan))} ms, statistics ${f3(med(b.stats))}, after them ${f3(med(b.after))} (${pairs} prefills)`);
 }
