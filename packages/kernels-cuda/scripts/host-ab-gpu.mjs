@@ -2,8 +2,8 @@
 // one process, their prefills alternated from an idle device (the GPU machine): the paired
 // difference of their plans (device marks), free of the drift between processes and minutes
 // that moves crisp-bench's from-idle plan by ±0.05 ms (session 20: run medians 0.56-0.67 ms on
-// the same code within one call). Each build is a
-// bundle exporting CudaBackend (and the first one loadCuda, whose driver bindings both use):
+// the same code within one call). Each build is a bundle exporting CudaBackend (and the first
+// one loadCuda, whose driver bindings both use):
 //
 //   bash apps/bench/scripts/host-ab-pack.sh 7c2feea HEAD   (.device/app/ab-<commit>.mjs each,
 //   and this script as .device/app/host-ab-gpu.mjs; apps/bench/scripts/h200-host-ab.sh runs them)
