@@ -6,7 +6,8 @@
 #   bash apps/bench/scripts/h200-host-ab.sh OUT "A B" ["A B" ...]
 # Each "A B" is two variants for host-ab-gpu.mjs, each a bundle under .device/app, optionally
 # with `#sched=spin|yield|blocking|auto` (the context's scheduling flags while that build waits
-# before its prefills); every pair runs in both slot orders (A B, then B A).
+# before its prefills) or `#wait=poll` (it waits by polling an event from JavaScript); builds
+# that embed their kernels (0a9573f on) run their own; every pair runs in both slot orders.
 #   CONF=1      conformance bf16 and f16 against float64 first (n <= 16k; ~190 s)
 #   BENCH=k     then k crisp-bench runs (.device/app/crisp-bench.mjs, 128k synth from idle,
 #               30 reps, each rep's plan in planRuns; BENCH_FLAGS adds flags)
