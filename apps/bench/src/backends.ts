@@ -43,8 +43,9 @@ export async function openBackend(
     }
     const a = cudaAvailability();
     if (!a.available) return { name, reason: a.reason ?? 'no CUDA driver' };
-    // In a bundle the package's own kernels/ folder is not next to the code: point at the
-    // repository's copy (resolved from the repo root, i.e. from where the command runs).
+    // From a checkout, compile the repository's kernels/ (resolved from the repo root, i.e.
+    // from where the command runs): an edited kernel is benchmarked as it stands, without
+    // regenerating the copy embedded in the build (which the backend uses otherwise).
     const schedule = opts.cudaSchedule ?? 'auto';
     const backend = await createCudaBackend({
       ...(repoRoot ? { kernelDir: join(repoRoot, 'packages/kernels-cuda/kernels') } : {}),

@@ -24,7 +24,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
-import { llamaLayer } from './gpu-layer.mjs';
+import { buildDriver, buildOptions, llamaLayer } from './gpu-layer.mjs';
 
 const [pa, pb] = process.argv.slice(2, 4);
 if (!pa || !pb) {
@@ -48,16 +48,8 @@ const A = await import(pathToFileURL(resolve(va.path)).href);
 const B = await import(pathToFileURL(resolve(vb.path)).href);
 // (CRISP_AB_STAND_IN=1: the stand-in driver, to check this script's plumbing without a GPU;
 // the bundles then export standInDriver too)
-const libs = process.env.CRISP_AB_STAND_IN ? A.standInDriver({ heads: 32 }).libs : A.loadCuda();
-// (the default kernel cache, ~/.cache/crisp/cuda, which crisp-bench shares: its first run then
-// compiles nothing; none for the stand-in, whose compiler returns no real code)
-// Kernels: a build that embeds its sources (0a9573f on; host-ab-pack.sh exports them as
-// KERNEL_SOURCES) compiles its own, so two commits' kernels compare in one process too; an
-// older build compiles this tree's packages/kernels-cuda/kernels.
-const optsFor = (M) => ({
-  ...(M.KERNEL_SOURCES ? {} : { kernelDir: 'packages/kernels-cuda/kernels' }),
-  ...(process.env.CRISP_AB_STAND_IN ? { cacheDir: null } : {}),
-});
+const libs = buildDriver(A);
+// (each build its own embedded kernels where it has them: buildOptions)
 for (const [name, M, p] of [
   ['A', A, pa],
   ['B', B, pb],
@@ -65,8 +57,8 @@ for (const [name, M, p] of [
   console.log(`${name} (${p}): ${M.KERNEL_SOURCES ? 'its own embedded kernels' : "this tree's packages/kernels-cuda/kernels"}`);
 }
 const builds = [
-  { name: 'A', be: new A.CudaBackend(libs, optsFor(A)), sched: va.sched, poll: va.poll },
-  { name: 'B', be: new B.CudaBackend(libs, optsFor(B)), sched: vb.sched, poll: vb.poll },
+  { name: 'A', be: new A.CudaBackend(libs, buildOptions(A)), sched: va.sched, poll: va.poll },
+  { name: 'B', be: new B.CudaBackend(libs, buildOptions(B)), sched: vb.sched, poll: vb.poll },
 ];
 // `#wait=poll` (session 21): that build waits for its 30 ms of device work by polling an event
 // from JavaScript (cuEventQuery until it is reached) instead of inside cuStreamSynchronize,

@@ -14,7 +14,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
-import { llamaLayer } from './gpu-layer.mjs';
+import { buildDriver, buildOptions, llamaLayer } from './gpu-layer.mjs';
 
 const [bundle, nArg, countArg] = process.argv.slice(2);
 if (!bundle || typeof globalThis.gc !== 'function') {
@@ -24,9 +24,7 @@ if (!bundle || typeof globalThis.gc !== 'function') {
 const n = Number(nArg ?? 131072);
 const count = Number(countArg ?? 400);
 const M = await import(pathToFileURL(resolve(bundle)).href);
-const standIn = Boolean(process.env.CRISP_AB_STAND_IN);
-const libs = standIn ? M.standInDriver({ heads: 32 }).libs : M.loadCuda();
-const be = new M.CudaBackend(libs, { kernelDir: 'packages/kernels-cuda/kernels', ...(standIn ? { cacheDir: null } : {}) });
+const be = new M.CudaBackend(buildDriver(M), buildOptions(M));
 const { inputs, out } = llamaLayer(be, n);
 const mb = (x) => (x / 2 ** 20).toFixed(1);
 const show = (label) => {
