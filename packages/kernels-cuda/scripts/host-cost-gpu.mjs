@@ -9,8 +9,8 @@
 // Session 13's results: apps/bench/results/cuda-h200-session13/diag/host.
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
-import { CudaBackend } from '../dist/cuda-backend.js';
-import { loadCuda } from '../dist/ffi.js';
+import { CudaBackend } from '../src/cuda-backend.ts';
+import { loadCuda } from '../src/ffi.ts';
 import { llamaLayer } from './gpu-layer.mjs';
 
 const n = Number(process.argv[2] ?? 131072);

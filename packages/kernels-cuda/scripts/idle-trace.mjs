@@ -13,8 +13,8 @@
 //   w32,wg); modes: comma-separated mode names (below; default all), e.g. 'idle,head start 3 ms'
 import { sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
-import { CudaBackend } from '../dist/cuda-backend.js';
-import { loadCuda } from '../dist/ffi.js';
+import { CudaBackend } from '../src/cuda-backend.ts';
+import { loadCuda } from '../src/ffi.ts';
 import { llamaLayer } from './gpu-layer.mjs';
 
 const n = Number(process.argv[2] ?? 131072);

@@ -12,8 +12,8 @@
 //
 //   node apps/bench/scripts/bundle.mjs packages/kernels-cuda/scripts/idle-wake.mjs .device/app/idle-wake.mjs
 //   (on the GPU machine, from the repository root) node .device/app/idle-wake.mjs [short|long] [sched]
-import { CudaBackend } from '../dist/cuda-backend.js';
-import { loadCuda } from '../dist/ffi.js';
+import { CudaBackend } from '../src/cuda-backend.ts';
+import { loadCuda } from '../src/ffi.ts';
 
 const mode = process.argv[2] ?? 'short';
 const sched = Number(process.argv[3] ?? 0);

@@ -12,8 +12,8 @@
 //   A layout with `-nopdl` after it (e.g. `wg,wg-nopdl`) runs with programmaticLaunch off: the
 //   same kernels launched plainly (session 18 checked the programmatic launches this way)
 import { writeFileSync } from 'node:fs';
-import { CudaBackend } from '../dist/cuda-backend.js';
-import { loadCuda } from '../dist/ffi.js';
+import { CudaBackend } from '../src/cuda-backend.ts';
+import { loadCuda } from '../src/ffi.ts';
 
 const outBase = process.argv[2];
 if (!outBase) throw new Error('usage: stats-dump.mjs OUT [n] [layouts]');
