@@ -43,9 +43,11 @@ export interface BenchConfig {
     /**
      * GPU backends: this many untimed prefills at n = JIT_WARMUP_N (every timed preset in
      * turn) before the first size, so that the timed calls run the JavaScript JIT's optimised
-     * code, as a serving loop's would (V8 tiers a function up after hundreds of calls; the
-     * plan's host time fell from 1.18 to ~0.9 ms over ~200 calls on the H200 host: session 13).
-     * 0: the timed calls start from cold code.
+     * code, as a serving loop's would (V8 tiers a function up by the bytecode it has run, so
+     * the functions a prefill calls once, such as the plan's checks before the proxy pass, need
+     * ~1,000 calls: at 300 they were not optimised yet, and 2,000 took ~0.02 ms off the 128k
+     * plan from an idle H200: kernels-cuda NOTES, session 22). 0: the timed calls start from
+     * cold code.
      */
     readonly jitWarmup: number;
     /** per backend: stop growing n once the projected time of the next size exceeds what is left */
@@ -148,7 +150,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       referenceShape: { heads: 2, kvHeads: 1, headDim: 64 },
       reps: 3,
       warmup: 1,
-      jitWarmup: 300,
+      jitWarmup: 2000,
       budgetMs: 240_000,
       profile: 'llama-like',
       presets: ALL_PRESETS,

@@ -33,8 +33,8 @@ describe('parseSizes', () => {
     expect(() => resolveConfig({ reps: '2' })).toThrow(/reps/);
     expect(resolveConfig({ smoke: true, reps: '5' }).latency.reps).toBe(5);
   });
-  it('warms the JIT with 300 prefills by default (none in the smoke run), and says so in the reports', () => {
-    expect(resolveConfig({}).latency.jitWarmup).toBe(300);
+  it('warms the JIT with 2000 prefills by default (none in the smoke run), and says so in the reports', () => {
+    expect(resolveConfig({}).latency.jitWarmup).toBe(2000);
     expect(resolveConfig({}).cudaSchedule).toBe('auto');
     expect(resolveConfig({ cudaSchedule: 'spin' }).cudaSchedule).toBe('spin');
     expect(() => resolveConfig({ cudaSchedule: 'busy' })).toThrow(/unknown CUDA schedule 'busy'/);
