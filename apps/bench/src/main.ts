@@ -55,7 +55,7 @@ function program(): Command {
     .option('--presets <list>', 'latency presets (default dense,crisp,crispFast,flexPrefill)')
     .option('--reps <count>', 'timed runs per measurement (>= 3)')
     .option('--warmup <count>', 'untimed runs first')
-    .option('--jit-warmup <count>', 'GPU backends: untimed prefills at 8k before the first size (at most 30 s after the first), so the timed calls run JIT-optimised JavaScript (default 2000: functions a prefill calls once need ~1,000 calls before V8 optimises them; 0: cold)')
+    .option('--jit-warmup <count>', 'GPU backends: untimed prefills at 8k before the first size (at most 30 s after one prefill of each preset, which compile the kernels), so the timed calls run JIT-optimised JavaScript (default 2000: functions a prefill calls once need ~1,000 calls before V8 optimises them; 0: cold)')
     .option('--budget-s <seconds>', 'latency time budget per backend; larger sizes are skipped once the projection exceeds it')
     .option('--latency-inputs <kind>', 'auto (default), fill (the llama fill on every backend and size: comparable across GPUs) or synth')
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')

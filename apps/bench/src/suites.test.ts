@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { parseSizes, resolveConfig } from './index.js';
 import { warmupText } from './report.js';
 import { crossoverSuite } from './suites/crossover.js';
-import { type LatencyRow, steadySizeMs } from './suites/latency.js';
+import { JIT_WARMUP_MAX_MS, jitWarmupGoesOn, type LatencyRow, steadySizeMs } from './suites/latency.js';
 import { constructedHead, syntheticCurve } from './suites/on-curve.js';
 
 const row = (backend: string, preset: string, n: number, median: number): LatencyRow => ({
@@ -51,6 +51,19 @@ describe('parseSizes', () => {
     expect(warmupText({ warmup: 3, jitWarmup: 300 })).toMatch(/^3 warm-up \(GPU backends: after 300 untimed prefills at 8k/);
     // results written before the option existed say nothing of it
     expect(warmupText({ warmup: 1 })).toBe('1 warm-up');
+  });
+  it("caps the JIT warm-up's time from the end of its first round, so kernel compiles do not use it up", () => {
+    const late = JIT_WARMUP_MAX_MS + 1;
+    // the first round (one prefill a preset, each compiling its kernels) runs whatever it took
+    expect([0, 1, 2, 3].map((done) => jitWarmupGoesOn(done, 2000, 4, late))).toEqual([true, true, true, true]);
+    // after it, the cap counts
+    expect(jitWarmupGoesOn(4, 2000, 4, late)).toBe(false);
+    expect(jitWarmupGoesOn(4, 2000, 4, JIT_WARMUP_MAX_MS - 1)).toBe(true);
+    expect(jitWarmupGoesOn(1999, 2000, 4, 0)).toBe(true);
+    // the count, and nothing to warm
+    expect(jitWarmupGoesOn(2000, 2000, 4, 0)).toBe(false);
+    expect(jitWarmupGoesOn(2, 2, 4, 0)).toBe(false);
+    expect(jitWarmupGoesOn(0, 2000, 0, 0)).toBe(false);
   });
   it('takes the latency switches for fresh inputs and host timings, off by default', () => {
     expect(resolveConfig({}).latency).toMatchObject({ freshInputs: false, hostTimings: false });
