@@ -518,6 +518,22 @@ let markElapsed: (be: CudaBackend, later: CudaMark, earlier: DeviceMark) => numb
  * plan's chain on the main stream: the combine, the block sums, the VS selection and the
  * expansion.
  */
+/** The proxy passes' kernels for one configuration (CudaBackend's #passNames). */
+interface PassNames {
+  readonly dtype: DType;
+  readonly D: number;
+  readonly B: number;
+  readonly w32: boolean;
+  readonly wg: boolean;
+  readonly lean: boolean;
+  readonly fused: boolean;
+  /** the mma.sync passes' kernel suffix (w32_ or not, dtype, d, B) */
+  readonly kname: string;
+  readonly file: 'proxy.cu' | 'proxy-wgmma.cu';
+  readonly p1: string;
+  readonly p2b: string;
+}
+
 export const PDL_KERNELS: ReadonlySet<string> = new Set([
   'proxy_combine',
   'proxy_fused_sums',
@@ -584,11 +600,12 @@ export class CudaBackend implements Backend {
   readonly #cacheDir: string | null;
   readonly #kernelDir: string | undefined;
   readonly #modules = new Map<string, Handle>();
-  readonly #functions = new Map<string, Handle>();
+  /** loaded kernels by file, then name, with the dynamic shared memory each was raised to */
+  readonly #functions = new Map<string, Map<string, { f: Handle; smem: number }>>();
   /** each loaded file's kernels' parameter counts (kernelParamCounts), checked at every launch */
   readonly #paramCounts = new Map<string, Map<string, number>>();
-  /** the dynamic shared memory limit set on a function (over the default 48 KiB) */
-  readonly #fnSmem = new Map<string, number>();
+  /** #passNames' last configuration */
+  #lastPassNames: PassNames | undefined;
   readonly #argMem: Handle;
   readonly #argView: DataView;
   /** cuLaunchKernelEx's CUlaunchConfig and attribute (programmatic launches), or none */
@@ -897,19 +914,28 @@ export class CudaBackend implements Backend {
 
   /** A kernel, compiled and loaded on first use (#loadFn), its shared memory limit raised as needed. */
   #fn(file: string, name: string, dynSmem = 0): Handle {
-    const key = `${file}:${name}`;
-    let f = this.#functions.get(key);
-    if (!f) f = this.#loadFn(file, name, key);
-    // over 48 KiB, raised as a launch needs it (pe_logits' grows with d)
-    if (dynSmem > 48 * 1024 && dynSmem > (this.#fnSmem.get(key) ?? 0)) {
-      // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-      check(this.#libs, this.#libs.cu.cuFuncSetAttribute(f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
-      this.#fnSmem.set(key, dynSmem);
+    // by file, then name: no key string built a launch (a prefill's first launch runs on a
+    // cold host, where each runtime path touched costs: NOTES, session 23)
+    let byName = this.#functions.get(file);
+    if (!byName) {
+      byName = new Map();
+      this.#functions.set(file, byName);
     }
-    return f;
+    let fn = byName.get(name);
+    if (!fn) {
+      fn = { f: this.#loadFn(file, name), smem: 0 };
+      byName.set(name, fn);
+    }
+    // over 48 KiB, raised as a launch needs it (pe_logits' grows with d)
+    if (dynSmem > 48 * 1024 && dynSmem > fn.smem) {
+      // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+      check(this.#libs, this.#libs.cu.cuFuncSetAttribute(fn.f, 8, dynSmem), `cuFuncSetAttribute(${name})`);
+      fn.smem = dynSmem;
+    }
+    return fn.f;
   }
 
-  #loadFn(file: string, name: string, key: string): Handle {
+  #loadFn(file: string, name: string): Handle {
     let mod = this.#modules.get(file);
     if (!mod) {
       const src = kernelSource(this.#kernelDir, file);
@@ -930,9 +956,7 @@ export class CudaBackend implements Backend {
     }
     const out = [null];
     check(this.#libs, this.#libs.cu.cuModuleGetFunction(out, mod, name), `cuModuleGetFunction(${name})`);
-    const f = out[0];
-    this.#functions.set(key, f);
-    return f;
+    return out[0];
   }
 
   /** a stream handle's address (CUlaunchConfig.hStream), looked up once a stream */
@@ -1246,6 +1270,25 @@ export class CudaBackend implements Backend {
     return this.#proxyStats(q, k, opts);
   }
 
+  /**
+   * The proxy passes' kernel names for a configuration, kept for the last one asked (a model's
+   * layers ask for the same one): the same string objects each call, so no names are built
+   * and hashed on the host's path to the pass's launch (NOTES, session 23).
+   */
+  #passNames(dtype: DType, D: number, B: number, w32: boolean, wg: boolean, lean: boolean, fused: boolean): PassNames {
+    const c = this.#lastPassNames;
+    if (c && c.dtype === dtype && c.D === D && c.B === B && c.w32 === w32 && c.wg === wg && c.lean === lean && c.fused === fused) {
+      return c;
+    }
+    const suf = `${dtype}_d${D}_b${B}`;
+    const kname = w32 ? `w32_${suf}` : suf;
+    const names: PassNames = wg
+      ? { dtype, D, B, w32, wg, lean, fused, kname, file: 'proxy-wgmma.cu', p1: `proxy_wg_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}`, p2b: `proxy_wg_pass2b_${suf}` }
+      : { dtype, D, B, w32, wg, lean, fused, kname, file: 'proxy.cu', p1: `proxy_pass1${fused ? 'f' : ''}_${kname}`, p2b: `proxy_pass2b_${kname}` };
+    this.#lastPassNames = names;
+    return names;
+  }
+
   /** proxyStats' work, synchronous (the optional statistics' later pass calls it from a getter). */
   #proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): ProxyStats {
     this.#alive();
@@ -1266,7 +1309,7 @@ export class CudaBackend implements Backend {
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
     const nParts = Math.ceil(n / PART_KEYS);
-    const suf = `${dtype}_d${D}_b${B}`;
+
     const SP = PART_KEYS + B;
     const f4 = 4;
     // [C_struct H][row entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb], f64, written by
@@ -1313,12 +1356,9 @@ export class CudaBackend implements Backend {
       // always (wg's as w32); w32 gives each thread one column of the block means: it needs
       // d <= B threads, else w16
       const w32 = this.proxyLayout !== 'w16' && D <= B;
-      const kname = w32 ? `w32_${suf}` : suf;
       const mmaThreads = w32 ? B : B * 2;
       const threads = wg ? B * 2 : mmaThreads;
-      const [file, p1, p2b] = wg
-        ? ['proxy-wgmma.cu', `proxy_wg_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}`, `proxy_wg_pass2b_${suf}`]
-        : ['proxy.cu', `proxy_pass1${fused ? 'f' : ''}_${kname}`, `proxy_pass2b_${kname}`];
+      const { file, p1, p2b, kname } = this.#passNames(dtype, D, B, w32, wg, lean, fused);
       const slack = wg ? 1024 : 0;
       const kTiles = 2 * 64 * D * 2; // two 64-key K tiles (bf16/f16)
       // Q rows, K tiles, the block means' two chunk partials per column for two blocks; the

@@ -91,3 +91,49 @@ describe("the router's declared optional statistics", () => {
     expect(seen).toHaveLength(2);
   });
 });
+
+describe("a policy's derived plan inputs (validated and derived once for a frozen policy)", () => {
+  it('checks a mutable policy on every call, a frozen one once, and passes a scale given per call', async () => {
+    const be = createReferenceBackend();
+    const x = mixedHeads({ n: 1024, heads: [{ kind: 'sink', strength: 10 }], seed: freshSeed() });
+    const q = be.upload(x.q);
+    const k = be.upload(x.k);
+    const seen: { scale?: number; wSink: number }[] = [];
+    const proxyStats = be.proxyStats.bind(be);
+    be.proxyStats = (qq, kk, opts) => {
+      seen.push({ scale: opts.scale, wSink: opts.wSink });
+      return proxyStats(qq, kk, opts);
+    };
+    const code = (p: Promise<unknown>) => p.then(
+      () => 'resolved',
+      (e) => (isCrispError(e) ? e.code : String(e)),
+    );
+    // a mutable policy changed between calls: the second call sees the change
+    const mutable: { -readonly [K in keyof typeof crisp]: (typeof crisp)[K] } = { ...crisp, blockSize: 64, kMin: 256 };
+    expect(await code(planPrefill(be, { q, k }, mutable, { minSparseLength: 0 }))).toBe('resolved');
+    mutable.kMin = 0;
+    expect(await code(planPrefill(be, { q, k }, mutable, { minSparseLength: 0 }))).toBe('INVALID_ARGUMENT');
+    mutable.kMin = 256;
+    mutable.wSink = 64;
+    // (the router declares wSink 128: a policy that contradicts it is rejected, call after call)
+    expect(await code(planPrefill(be, { q, k }, mutable, { minSparseLength: 0 }))).toBe('INVALID_ARGUMENT');
+    expect(await code(planPrefill(be, { q, k }, mutable, { minSparseLength: 0 }))).toBe('INVALID_ARGUMENT');
+    // a frozen one, twice, then with a scale of its own: the same windows, the scale as given
+    const frozen = Object.freeze({ ...crisp, blockSize: 64, kMin: 256 });
+    await planPrefill(be, { q, k }, frozen, { minSparseLength: 0 });
+    await planPrefill(be, { q, k }, frozen, { minSparseLength: 0 });
+    await planPrefill(be, { q, k }, frozen, { minSparseLength: 0, scale: 0.05 });
+    await planPrefill(be, { q, k }, frozen, { minSparseLength: 0 });
+    expect(seen).toEqual([
+      { scale: undefined, wSink: 128 },
+      { scale: undefined, wSink: 128 },
+      { scale: undefined, wSink: 128 },
+      { scale: 0.05, wSink: 128 },
+      { scale: undefined, wSink: 128 },
+    ]);
+    // a frozen policy whose windows conflict is rejected on every call, not only the first
+    const conflicting = Object.freeze({ ...crisp, blockSize: 64, kMin: 256, wSink: 64 });
+    expect(await code(planPrefill(be, { q, k }, conflicting, { minSparseLength: 0 }))).toBe('INVALID_ARGUMENT');
+    expect(await code(planPrefill(be, { q, k }, conflicting, { minSparseLength: 0 }))).toBe('INVALID_ARGUMENT');
+  });
+});
