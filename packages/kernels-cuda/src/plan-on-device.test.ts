@@ -292,6 +292,24 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
+  it("names the pass for each call's own configuration when calls alternate dtype, head dim and block size", async () => {
+    const { be, log } = setup();
+    const pass = () => log.filter((e) => e.kind === 'launch' && (e.name as string).startsWith('proxy_wg_pass1')).map((e) => e.name);
+    const layer = (dtype: 'bf16' | 'f16', d: number) => ({ q: be.allocate(dtype, [n, H, d]), k: be.allocate(dtype, [n, Hkv, d]) });
+    const a = layer('bf16', 128);
+    const b = layer('f16', 64);
+    for (const [x, B] of [
+      [a, 128],
+      [b, 128],
+      [b, 64],
+      [a, 128],
+    ] as const) {
+      await be.proxyStats(x.q, x.k, { blockSize: B, wSink: 128, wLocal: 128 });
+    }
+    expect(pass()).toEqual(['proxy_wg_pass1f_bf16_d128_b128', 'proxy_wg_pass1f_f16_d64_b128', 'proxy_wg_pass1f_f16_d64_b64', 'proxy_wg_pass1f_bf16_d128_b128']);
+    be.dispose();
+  });
+
   it('stays on one stream when other work was queued between the statistics and the plan', async () => {
     const { be, inputs, log } = setup();
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
