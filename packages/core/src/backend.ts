@@ -176,7 +176,10 @@ export interface Backend {
    */
   write(t: DeviceTensor, elementOffset: number, data: HostData): void;
   download(t: DeviceTensor): Promise<HostTensor>;
-  /** Fused proxy statistics (never materialises Â). */
+  /**
+   * Fused proxy statistics (never materialises Â). The pipeline may pass the same frozen
+   * options object on every call with a given policy: read it, do not change or keep it.
+   */
   proxyStats(q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats>;
   /**
    * PE path: pooled block map Ā = softmax_J(Q̄_I · K̄_J · scale) over J <= I, flattened,
