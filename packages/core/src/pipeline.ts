@@ -145,7 +145,6 @@ function frozenPolicy(policy: Policy): boolean {
 }
 
 interface SparseDerived {
-  readonly backend: Backend;
   readonly blockSize: number;
   readonly needsTokens: boolean;
   readonly peK: number;
@@ -157,12 +156,16 @@ interface SparseDerived {
   readonly statsOpts: ProxyStatsOptions;
 }
 
-/** sparseDerived's last result for each frozen policy */
-const derivedCache = new WeakMap<Policy, SparseDerived>();
+/**
+ * sparseDerived's last result for each backend and frozen policy (weak both ways: a disposed
+ * backend is not kept alive by a preset that outlives it)
+ */
+const derivedCache = new WeakMap<Backend, WeakMap<Policy, SparseDerived>>();
 
 function sparseDerived(backend: Backend, policy: Policy, B: number): SparseDerived {
-  const hit = derivedCache.get(policy);
-  if (hit !== undefined && hit.backend === backend && hit.blockSize === B) return hit;
+  let byPolicy = derivedCache.get(backend);
+  const hit = byPolicy?.get(policy);
+  if (hit !== undefined && hit.blockSize === B) return hit;
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
   // The whole plan on the device when the backend runs both the router's and the selector's
   // rule there: statistics, routing, selection and mask building queued back to back, read
@@ -178,7 +181,6 @@ function sparseDerived(backend: Backend, policy: Policy, B: number): SparseDeriv
     vsRule.kMin % B === 0 &&
     backend.deviceSelectors?.includes(vsRule.kind) === true;
   const d: SparseDerived = {
-    backend,
     blockSize: B,
     needsTokens,
     peK: Math.ceil(policy.pe!.kMin / B),
@@ -195,7 +197,13 @@ function sparseDerived(backend: Backend, policy: Policy, B: number): SparseDeriv
       optionalStats: optionalStatsOf(policy),
     }),
   };
-  if (frozenPolicy(policy)) derivedCache.set(policy, d);
+  if (frozenPolicy(policy)) {
+    if (!byPolicy) {
+      byPolicy = new WeakMap();
+      derivedCache.set(backend, byPolicy);
+    }
+    byPolicy.set(policy, d);
+  }
   return d;
 }
 

@@ -510,14 +510,6 @@ class CudaMark implements DeviceMark {
 /** CudaBackend's #markElapsed, set in its static block (module-private, not on the class's API). */
 let markElapsed: (be: CudaBackend, later: CudaMark, earlier: DeviceMark) => number;
 
-/**
- * The kernels launched with programmatic stream serialisation (programmaticLaunch): each
- * starts with CRISP_PDL_ENTRY (kernels/crisp-common.cuh), the device-side wait for the
- * kernel before it, so a launch may overlap that kernel's last moments without reading or
- * writing anything early (kernels-compile.test.ts checks every one begins so). The device
- * plan's chain on the main stream: the combine, the block sums, the VS selection and the
- * expansion.
- */
 /** The proxy passes' kernels for one configuration (CudaBackend's #passNames). */
 interface PassNames {
   readonly dtype: DType;
@@ -534,6 +526,14 @@ interface PassNames {
   readonly p2b: string;
 }
 
+/**
+ * The kernels launched with programmatic stream serialisation (programmaticLaunch): each
+ * starts with CRISP_PDL_ENTRY (kernels/crisp-common.cuh), the device-side wait for the
+ * kernel before it, so a launch may overlap that kernel's last moments without reading or
+ * writing anything early (kernels-compile.test.ts checks every one begins so). The device
+ * plan's chain on the main stream: the combine, the block sums, the VS selection and the
+ * expansion.
+ */
 export const PDL_KERNELS: ReadonlySet<string> = new Set([
   'proxy_combine',
   'proxy_fused_sums',

@@ -7,6 +7,7 @@
  */
 import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
+import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
 import { CudaBackend, type CudaTensor, PDL_KERNELS } from './cuda-backend.js';
 import { devicePlanPrefix, standInDriver } from './stand-in-driver.js';
@@ -307,6 +308,31 @@ describe('planOnDevice (stand-in driver)', () => {
       await be.proxyStats(x.q, x.k, { blockSize: B, wSink: 128, wLocal: 128 });
     }
     expect(pass()).toEqual(['proxy_wg_pass1f_bf16_d128_b128', 'proxy_wg_pass1f_f16_d64_b128', 'proxy_wg_pass1f_f16_d64_b64', 'proxy_wg_pass1f_bf16_d128_b128']);
+    be.dispose();
+  });
+
+  it('decides the device plan per backend when one frozen policy alternates between backends', async () => {
+    const { be, inputs, log } = setup();
+    const ref = createReferenceBackend();
+    const seen: (boolean | undefined)[] = [];
+    const refStats = ref.proxyStats.bind(ref);
+    ref.proxyStats = (q, k, opts) => {
+      seen.push(opts.deferRead);
+      return refStats(q, k, opts);
+    };
+    const small = 2048;
+    const rq = ref.allocate('bf16', [small, H, D]);
+    const rk = ref.allocate('bf16', [small, Hkv, D]);
+    ref.write(rq, 0, new Uint16Array(small * H * D).fill(0x3c00));
+    ref.write(rk, 0, new Uint16Array(small * Hkv * D).fill(0x3c00));
+    for (let i = 0; i < 2; i++) {
+      log.length = 0;
+      releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 }));
+      // the CUDA backend plans on the device (its route kernel runs), the reference on the host
+      expect(log.some((e) => e.kind === 'launch' && e.name === 'route_cstruct')).toBe(true);
+      await planPrefill(ref, { q: rq, k: rk }, crisp, { minSparseLength: 0 });
+    }
+    expect(seen).toEqual([false, false]);
     be.dispose();
   });
 
