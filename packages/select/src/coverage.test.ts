@@ -97,6 +97,24 @@ describe('cumulativeCoverage', () => {
     }
   });
 
+  it('float32 scores with -0 or a negative value take the full sort and still count by the definition', () => {
+    const n = 8192;
+    const t = new Float32Array(n).fill(0.5 / n);
+    t[7] = 0.5;
+    t[100] = -0;
+    const sorted = Float64Array.from(t).sort().reverse();
+    let sum = 0;
+    let count = 0;
+    for (const x of sorted) {
+      sum += x;
+      if (sum > 0.9) break;
+      count++;
+    }
+    expect(coverageTokenCount(t, 0.9)).toBe(count + 1);
+    t[100] = -1e-9;
+    expect(coverageTokenCount(t, 0.9)).toBe(coverageTokenCount(Float64Array.from(t), 0.9));
+  });
+
   it('hand example: the count, the +1, block 0 forced in', () => {
     // n = 8, B = 2: sorted tokens 0.4, 0.3, 0.1, 0.1, 0.05, 0.05, 0, 0.
     const tokens = Float32Array.from([0.05, 0, 0.4, 0.3, 0.1, 0.1, 0.05, 0]);

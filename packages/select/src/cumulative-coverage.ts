@@ -44,6 +44,10 @@ export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): nu
   const n = tokens.length;
   const fullSort = () => coverageCountSorted(Float64Array.from(tokens), gamma);
   if (n < 4096) return fullSort();
+  if (tokens instanceof Float32Array) {
+    const r = coverageCountF32(tokens, gamma);
+    return r >= 0 ? r : fullSort();
+  }
   const f = new Float32Array(1);
   const u = new Uint32Array(f.buffer);
   const bucket = new Uint16Array(n);
@@ -80,6 +84,86 @@ export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): nu
   for (let i = 0; i < n; i++) if (bucket[i] >= lo) top[w++] = tokens[i];
   const r = coverageCountSorted(top, gamma, true);
   return r >= 0 ? r : fullSort();
+}
+
+/**
+ * coverageTokenCount on float32 scores (what the GPU backends download), without a comparison
+ * sort: the same buckets (the top 16 bits of each value's bit pattern, read through a
+ * Uint32Array view of the same memory), then the values in the buckets down to one past the
+ * crossing one sorted descending by a two-pass radix sort on their bit patterns (low 16 bits,
+ * then the bucket: for non-negative floats the pattern's order is the value's), and summed in
+ * float64 in that order. Equal patterns are equal values, so the sums and the count are those
+ * of the full sort, bit for bit. Returns −1 where the full sort must decide (a negative, -0,
+ * Inf or NaN; the sum does not cross γ inside the slice; the slice is everything).
+ */
+function coverageCountF32(a: Float32Array, gamma: number): number {
+  const n = a.length;
+  const bits = new Uint32Array(a.buffer, a.byteOffset, n);
+  const count = new Uint32Array(65536);
+  const mass = new Float64Array(65536);
+  for (let i = 0; i < n; i++) {
+    const x = bits[i];
+    // sign bit set (negatives, -0) or an exponent of all ones (Inf, NaN): not a softmax row
+    if (x >= 0x7f800000) return -1;
+    const b = x >>> 16;
+    count[b]++;
+    mass[b] += a[i];
+  }
+  let sum = 0;
+  let b = 65535;
+  for (; b >= 0; b--) {
+    sum += mass[b];
+    if (sum > gamma) break;
+  }
+  if (b < 0) return -1;
+  // one more non-empty bucket below the crossing one, as a margin for summation order
+  let lo = b;
+  for (let c = lo - 1; c >= 0; c--) {
+    if (count[c] > 0) {
+      lo = c;
+      break;
+    }
+  }
+  let m = 0;
+  for (let c = lo; c < 65536; c++) m += count[c];
+  if (m === n) return -1;
+  // pass 1: the slice's patterns ordered by their low 16 bits, descending (a counting sort)
+  const low = new Uint32Array(65537);
+  for (let i = 0; i < n; i++) {
+    const x = bits[i];
+    if (x >>> 16 >= lo) low[(x & 0xffff) + 1]++;
+  }
+  // start offsets, highest low bits first
+  let at = 0;
+  for (let c = 65535; c >= 0; c--) {
+    const k = low[c + 1];
+    low[c + 1] = at;
+    at += k;
+  }
+  const byLow = new Uint32Array(m);
+  for (let i = 0; i < n; i++) {
+    const x = bits[i];
+    if (x >>> 16 >= lo) byLow[low[(x & 0xffff) + 1]++] = x;
+  }
+  // pass 2: stable by bucket, highest first (each bucket's start from the counts above)
+  const start = new Uint32Array(65536);
+  at = 0;
+  for (let c = 65535; c >= lo; c--) {
+    start[c] = at;
+    at += count[c];
+  }
+  const sorted = new Uint32Array(m);
+  for (let i = 0; i < m; i++) {
+    const x = byLow[i];
+    sorted[start[x >>> 16]++] = x;
+  }
+  const values = new Float32Array(sorted.buffer);
+  let s = 0;
+  for (let i = 0; i < m; i++) {
+    s += values[i];
+    if (s > gamma) return i + 1;
+  }
+  return -1;
 }
 
 /** The definition: sort descending, count the prefix with sum <= γ, plus one. Sorts `values` in place. */
