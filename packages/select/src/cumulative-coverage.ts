@@ -62,23 +62,9 @@ export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): nu
     mass[b] += v;
     count[b]++;
   }
-  let sum = 0;
-  let b = 65535;
-  for (; b >= 0; b--) {
-    sum += mass[b];
-    if (sum > gamma) break;
-  }
-  // one more non-empty bucket below the crossing one, as a margin for summation order
-  let lo = Math.max(0, b);
-  for (let c = lo - 1; c >= 0; c--) {
-    if (count[c] > 0) {
-      lo = c;
-      break;
-    }
-  }
-  let m = 0;
-  for (let c = lo; c < 65536; c++) m += count[c];
-  if (b < 0 || m === n) return fullSort();
+  const slice = coverageSlice(mass, count, gamma, n);
+  if (!slice) return fullSort();
+  const { lo, m } = slice;
   const top = new Float64Array(m);
   let w = 0;
   for (let i = 0; i < n; i++) if (bucket[i] >= lo) top[w++] = tokens[i];
@@ -109,24 +95,9 @@ function coverageCountF32(a: Float32Array, gamma: number): number {
     count[b]++;
     mass[b] += a[i];
   }
-  let sum = 0;
-  let b = 65535;
-  for (; b >= 0; b--) {
-    sum += mass[b];
-    if (sum > gamma) break;
-  }
-  if (b < 0) return -1;
-  // one more non-empty bucket below the crossing one, as a margin for summation order
-  let lo = b;
-  for (let c = lo - 1; c >= 0; c--) {
-    if (count[c] > 0) {
-      lo = c;
-      break;
-    }
-  }
-  let m = 0;
-  for (let c = lo; c < 65536; c++) m += count[c];
-  if (m === n) return -1;
+  const slice = coverageSlice(mass, count, gamma, n);
+  if (!slice) return -1;
+  const { lo, m } = slice;
   // pass 1: the slice's patterns ordered by their low 16 bits, descending (a counting sort)
   const low = new Uint32Array(65537);
   for (let i = 0; i < n; i++) {
@@ -164,6 +135,31 @@ function coverageCountF32(a: Float32Array, gamma: number): number {
     if (s > gamma) return i + 1;
   }
   return -1;
+}
+
+/**
+ * The buckets to sort and sum: from the top down to one non-empty bucket past the one where the
+ * buckets' running mass crosses γ (a margin for summation order), and how many values they
+ * hold; undefined when the mass never crosses γ or the slice is every value (the full sort).
+ */
+function coverageSlice(mass: Float64Array, count: Uint32Array, gamma: number, n: number): { lo: number; m: number } | undefined {
+  let sum = 0;
+  let b = 65535;
+  for (; b >= 0; b--) {
+    sum += mass[b];
+    if (sum > gamma) break;
+  }
+  if (b < 0) return undefined;
+  let lo = b;
+  for (let c = lo - 1; c >= 0; c--) {
+    if (count[c] > 0) {
+      lo = c;
+      break;
+    }
+  }
+  let m = 0;
+  for (let c = lo; c < 65536; c++) m += count[c];
+  return m === n ? undefined : { lo, m };
 }
 
 /** The definition: sort descending, count the prefix with sum <= γ, plus one. Sorts `values` in place. */
