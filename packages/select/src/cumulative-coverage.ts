@@ -98,13 +98,18 @@ function coverageCountF32(a: Float32Array, gamma: number): number {
   const slice = coverageSlice(mass, count, gamma, n);
   if (!slice) return -1;
   const { lo, m } = slice;
-  // pass 1: the slice's patterns ordered by their low 16 bits, descending (a counting sort)
+  // the slice's patterns, gathered with a histogram of their low 16 bits
+  const sorted = new Uint32Array(m);
   const low = new Uint32Array(65537);
+  let w = 0;
   for (let i = 0; i < n; i++) {
     const x = bits[i];
-    if (x >>> 16 >= lo) low[(x & 0xffff) + 1]++;
+    if (x >>> 16 >= lo) {
+      sorted[w++] = x;
+      low[(x & 0xffff) + 1]++;
+    }
   }
-  // start offsets, highest low bits first
+  // pass 1: ordered by their low 16 bits, descending (a counting sort; offsets highest first)
   let at = 0;
   for (let c = 65535; c >= 0; c--) {
     const k = low[c + 1];
@@ -112,18 +117,18 @@ function coverageCountF32(a: Float32Array, gamma: number): number {
     at += k;
   }
   const byLow = new Uint32Array(m);
-  for (let i = 0; i < n; i++) {
-    const x = bits[i];
-    if (x >>> 16 >= lo) byLow[low[(x & 0xffff) + 1]++] = x;
+  for (let i = 0; i < m; i++) {
+    const x = sorted[i];
+    byLow[low[(x & 0xffff) + 1]++] = x;
   }
-  // pass 2: stable by bucket, highest first (each bucket's start from the counts above)
+  // pass 2: stable by bucket, highest first (each bucket's start from the counts above), back
+  // into the gathered array
   const start = new Uint32Array(65536);
   at = 0;
   for (let c = 65535; c >= lo; c--) {
     start[c] = at;
     at += count[c];
   }
-  const sorted = new Uint32Array(m);
   for (let i = 0; i < m; i++) {
     const x = byLow[i];
     sorted[start[x >>> 16]++] = x;
