@@ -147,6 +147,23 @@ describe('cumulativeCoverage', () => {
     const nan = new Float32Array(512).fill(1 / 512);
     nan[3] = Number.NaN;
     expect(errCode(() => sel.select(direction(p, 512, 128, nan)))).toBe('NON_FINITE');
+    // long rows (the float32 count's path): NaN and Inf named by index, wherever they are
+    const long = Float64Array.from([0.5, 0.2, 0.2, 0.1]);
+    for (const [at, bad] of [
+      [0, Number.NaN],
+      [5000, Number.POSITIVE_INFINITY],
+      [8191, Number.NaN],
+    ] as const) {
+      const t = new Float32Array(8192).fill(1 / 8192);
+      t[at] = bad;
+      let err: unknown;
+      try {
+        cumulativeCoverage({ kMin: 2048 }).select(direction(long, 8192, 2048, t));
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toMatchObject({ code: 'NON_FINITE', details: { index: at } });
+    }
   });
 
   it('validates gamma and kMin', () => {

@@ -201,12 +201,17 @@ export function cumulativeCoverage(opts: CumulativeCoverageOptions = {}): Cumula
       if (a.length !== input.n) {
         throw new InvalidArgumentError(`selector ${name}: tokenScores must hold n = ${input.n} values; got ${a.length}`);
       }
-      for (let i = 0; i < a.length; i++) {
-        if (!Number.isFinite(a[i])) {
-          throw new NonFiniteError(`selector ${name}: tokenScores[${i}] is ${a[i]}; q or k holds NaN/Inf`, { index: i });
+      // The float32 count's first pass sees every score and gives up on a NaN, an Inf or a
+      // negative one: only then is the row scanned for the first non-finite value to name.
+      const fast = a instanceof Float32Array && a.length >= 4096 ? coverageCountF32(a, gamma) : -1;
+      if (fast < 0) {
+        for (let i = 0; i < a.length; i++) {
+          if (!Number.isFinite(a[i])) {
+            throw new NonFiniteError(`selector ${name}: tokenScores[${i}] is ${a[i]}; q or k holds NaN/Inf`, { index: i });
+          }
         }
       }
-      const count = coverageTokenCount(a, gamma);
+      const count = fast >= 0 ? fast : coverageTokenCount(a, gamma);
       const blocks = Math.min(Nb, Math.max(kBlocks, Math.floor(count / input.blockSize) + 1));
       // Block 0 first, then the best of the rest (ties toward the lower index).
       const order = argsortDescending(input.blockScores);
