@@ -42,7 +42,7 @@ export interface CumulativeCoverageSelector extends VsSelector {
  */
 export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): number {
   const n = tokens.length;
-  const fullSort = () => coverageCountSorted(Float64Array.from(tokens), gamma);
+  const fullSort = () => fullSortCount(tokens, gamma);
   if (n < 4096) return fullSort();
   if (tokens instanceof Float32Array) {
     const r = coverageCountF32(tokens, gamma);
@@ -167,6 +167,11 @@ function coverageSlice(mass: Float64Array, count: Uint32Array, gamma: number, n:
   return m === n ? undefined : { lo, m };
 }
 
+/** The count by the definition, on a float64 copy of the scores (every value sorted). */
+function fullSortCount(tokens: ArrayLike<number>, gamma: number): number {
+  return coverageCountSorted(Float64Array.from(tokens), gamma);
+}
+
 /** The definition: sort descending, count the prefix with sum <= γ, plus one. Sorts `values` in place. */
 function coverageCountSorted(values: Float64Array, gamma: number, mustCross = false): number {
   const sorted = values.sort().reverse();
@@ -203,7 +208,8 @@ export function cumulativeCoverage(opts: CumulativeCoverageOptions = {}): Cumula
       }
       // The float32 count's first pass sees every score and gives up on a NaN, an Inf or a
       // negative one: only then is the row scanned for the first non-finite value to name.
-      const fast = a instanceof Float32Array && a.length >= 4096 ? coverageCountF32(a, gamma) : -1;
+      const f32 = a instanceof Float32Array && a.length >= 4096;
+      const fast = f32 ? coverageCountF32(a, gamma) : -1;
       if (fast < 0) {
         for (let i = 0; i < a.length; i++) {
           if (!Number.isFinite(a[i])) {
@@ -211,7 +217,8 @@ export function cumulativeCoverage(opts: CumulativeCoverageOptions = {}): Cumula
           }
         }
       }
-      const count = fast >= 0 ? fast : coverageTokenCount(a, gamma);
+      // (where the float32 count gave up, the full sort decides: coverageTokenCount would try it again first)
+      const count = fast >= 0 ? fast : f32 ? fullSortCount(a, gamma) : coverageTokenCount(a, gamma);
       const blocks = Math.min(Nb, Math.max(kBlocks, Math.floor(count / input.blockSize) + 1));
       // Block 0 first, then the best of the rest (ties toward the lower index).
       const order = argsortDescending(input.blockScores);
