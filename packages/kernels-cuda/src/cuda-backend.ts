@@ -1282,9 +1282,19 @@ export class CudaBackend implements Backend {
     }
     const suf = `${dtype}_d${D}_b${B}`;
     const kname = w32 ? `w32_${suf}` : suf;
-    const names: PassNames = wg
-      ? { dtype, D, B, w32, wg, lean, fused, kname, file: 'proxy-wgmma.cu', p1: `proxy_wg_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}`, p2b: `proxy_wg_pass2b_${suf}` }
-      : { dtype, D, B, w32, wg, lean, fused, kname, file: 'proxy.cu', p1: `proxy_pass1${fused ? 'f' : ''}_${kname}`, p2b: `proxy_pass2b_${kname}` };
+    const names: PassNames = {
+      dtype,
+      D,
+      B,
+      w32,
+      wg,
+      lean,
+      fused,
+      kname,
+      file: wg ? 'proxy-wgmma.cu' : 'proxy.cu',
+      p1: wg ? `proxy_wg_pass1${lean ? 'l' : fused ? 'f' : ''}_${suf}` : `proxy_pass1${fused ? 'f' : ''}_${kname}`,
+      p2b: wg ? `proxy_wg_pass2b_${suf}` : `proxy_pass2b_${kname}`,
+    };
     this.#lastPassNames = names;
     return names;
   }
@@ -1309,7 +1319,6 @@ export class CudaBackend implements Backend {
     const b = Math.min(B, n);
     const Nb = numBlocks(n, B);
     const nParts = Math.ceil(n / PART_KEYS);
-
     const SP = PART_KEYS + B;
     const f4 = 4;
     // [C_struct H][row entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb], f64, written by
