@@ -49,6 +49,7 @@ export async function latencyInputs(
   seed: number,
   maxHostValues: number,
   kind: 'auto' | 'fill' | 'synth' = 'auto',
+  onProgress?: (rowsDone: number, n: number) => void,
 ): Promise<DeviceInputs> {
   if (profile === 'llama-like' && kind !== 'synth' && hasDeviceFill(b)) {
     const q = b.allocate(dtype, [n, s.heads, s.headDim]);
@@ -71,7 +72,7 @@ export async function latencyInputs(
       );
     }
     // The scenario generator is too slow at this size: the fast port of CUDA's fill instead.
-    const t = await uploadLlamaFill(b, n, s.heads, s.kvHeads, s.headDim, dtype, seed);
+    const t = await uploadLlamaFill(b, n, s.heads, s.kvHeads, s.headDim, dtype, seed, onProgress);
     return {
       ...t,
       source: `llama fill (TypeScript port of kernels-cuda's fillLlamaLike, seed ${seed})`,
@@ -81,13 +82,34 @@ export async function latencyInputs(
     };
   }
   const sc = makeScenario(profile, n, s, seed, dtype);
-  const t = await uploadScenario(b, sc);
+  const t = await uploadScenario(b, sc, { onProgress });
   return {
     ...t,
     source: `@crisp/synth ${profile} (seed ${seed}), streamed from the host`,
     dispose: () => {
       for (const x of [t.q, t.k, t.v]) x.dispose();
     },
+  };
+}
+
+/**
+ * Progress of a long input generation as log lines (the bench's output is often a file, so no
+ * bar): one line each time `everyMs` more has passed, none for inputs made quicker than that
+ * (512k synth streams from the host for ~2 minutes).
+ */
+export function inputsProgress(
+  log: (message: string) => void,
+  label: string,
+  everyMs = 10_000,
+  now: () => number = () => performance.now(),
+): (rowsDone: number, n: number) => void {
+  const t0 = now();
+  let next = t0 + everyMs;
+  return (rowsDone, n) => {
+    const t = now();
+    if (t < next || rowsDone >= n) return;
+    next = t + everyMs;
+    log(`${label}: inputs ${Math.floor((100 * rowsDone) / n)}% (${rowsDone} of ${n} rows, ${((t - t0) / 1000).toFixed(0)} s)`);
   };
 }
 

@@ -70,7 +70,16 @@ export function llamaRows(which: 0 | 1 | 2, start: number, end: number, heads: n
 }
 
 /** Allocate q, k, v on the backend and stream the layer in row chunks. */
-export async function uploadLlamaFill(b: Backend, n: number, H: number, Hkv: number, D: number, dtype: DType, seed: number): Promise<{ q: DeviceTensor; k: DeviceTensor; v: DeviceTensor }> {
+export async function uploadLlamaFill(
+  b: Backend,
+  n: number,
+  H: number,
+  Hkv: number,
+  D: number,
+  dtype: DType,
+  seed: number,
+  onProgress?: (rowsDone: number, n: number) => void,
+): Promise<{ q: DeviceTensor; k: DeviceTensor; v: DeviceTensor }> {
   const made: DeviceTensor[] = [];
   try {
     const q = b.allocate(dtype, [n, H, D]);
@@ -85,6 +94,7 @@ export async function uploadLlamaFill(b: Backend, n: number, H: number, Hkv: num
       b.write(q, start * H * D, encode(dtype, llamaRows(0, start, end, H, D, H, seed)));
       b.write(k, start * Hkv * D, encode(dtype, llamaRows(1, start, end, Hkv, D, H, seed)));
       b.write(v, start * Hkv * D, encode(dtype, llamaRows(2, start, end, Hkv, D, H, seed)));
+      onProgress?.(end, n);
       if (end < n) await new Promise<void>((resolve) => setImmediate(resolve));
     }
     return { q, k, v };

@@ -11,7 +11,7 @@ import { crisp, crispFast, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
-import { latencyInputs, SkipError } from '../inputs.js';
+import { inputsProgress, latencyInputs, SkipError } from '../inputs.js';
 import { type Spread, spread } from '../stats.js';
 
 /** Time a run with --deadline-s keeps for the dense peers (TF.js, PyTorch SDPA) after the GPU latency sizes. */
@@ -183,7 +183,7 @@ async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, shape: Sha
   const t0 = performance.now();
   let opened: SizeInputs | undefined;
   try {
-    opened = await openInputs(ctx, b, JIT_WARMUP_N, shape, dtype);
+    opened = await openInputs(ctx, b, JIT_WARMUP_N, shape, dtype, name);
     const { inputs, out } = opened;
     const presets = LATENCY_PRESETS.filter((p) => c.gpuPresets.includes(p.name));
     let t1 = performance.now();
@@ -209,9 +209,10 @@ async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, shape: Sha
 type SizeInputs = { inputs: Awaited<ReturnType<typeof latencyInputs>>; out: import('@crisp/core').DeviceTensor };
 
 /** One size's q, k, v (the suite's input kind) and an output tensor; nothing is left allocated on failure. */
-async function openInputs(ctx: SuiteContext, b: Backend, n: number, shape: Shape, dtype: DType): Promise<SizeInputs> {
+async function openInputs(ctx: SuiteContext, b: Backend, n: number, shape: Shape, dtype: DType, name: string): Promise<SizeInputs> {
   const c = ctx.config.latency;
-  const inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs);
+  const progress = inputsProgress((m) => ctx.log(m), `  latency ${name} n=${n}`);
+  const inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs, progress);
   try {
     return { inputs, out: b.allocate(dtype, [n, shape.heads, shape.headDim]) };
   } catch (e) {
@@ -292,7 +293,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
       const t0 = performance.now();
       let opened: SizeInputs;
       try {
-        opened = await openInputs(ctx, b, n, shape, dtype);
+        opened = await openInputs(ctx, b, n, shape, dtype, ob.name);
       } catch (e) {
         skip(e instanceof SkipError ? e.message : `inputs: ${message(e)}`);
         continue;
