@@ -24,6 +24,10 @@ for c in "$@"; do
     pnpm install --frozen-lockfile --offline --ignore-scripts >/dev/null
     # (standInDriver: CRISP_AB_STAND_IN=1 runs host-ab-gpu.mjs here, without a GPU)
     printf "export { CudaBackend } from './src/cuda-backend.ts';\nexport { loadCuda } from './src/ffi.ts';\nexport { standInDriver } from './src/stand-in-driver.ts';\n" > packages/kernels-cuda/ab-entry.ts
+    # (the build's own pipeline and preset too, where the commit has them as sources: a change
+    # to @crisp/core's path to the pass's launch is then in its build only; before session 24
+    # both builds ran the script's own sparsePrefill)
+    printf "export { sparsePrefill } from '../core/src/index.ts';\nexport { crisp } from '../presets/src/index.ts';\n" >> packages/kernels-cuda/ab-entry.ts
     # (a commit that embeds its kernel sources hands them over: host-ab-gpu.mjs then compiles
     # that build's own kernels, so kernel changes compare in one process too)
     if [ -f packages/kernels-cuda/src/kernel-sources.generated.ts ]; then

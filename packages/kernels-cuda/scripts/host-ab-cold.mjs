@@ -20,14 +20,14 @@ const sab = new Int32Array(new SharedArrayBuffer(4));
 const builds = [A, B].map((M, i) => {
   const si = M.standInDriver({ heads: 32 });
   const be = new M.CudaBackend(si.libs, { cacheDir: null });
-  return { name: 'AB'[i], si, be, layer: llamaLayer(be, 131072), t: [] };
+  return { name: 'AB'[i], M, si, be, layer: llamaLayer(be, 131072), t: [] };
 });
 const once = async (b, keep) => {
   await b.be.synchronize();
   if (keep && sleepMs > 0) Atomics.wait(sab, 0, 0, sleepMs);
   b.si.log.length = 0;
   const t0 = performance.now();
-  await sparsePrefill(b.be, b.layer.inputs, crisp, { minSparseLength: 0, out: b.layer.out });
+  await (b.M.sparsePrefill ?? sparsePrefill)(b.be, b.layer.inputs, b.M.crisp ?? crisp, { minSparseLength: 0, out: b.layer.out });
   const first = b.si.log.find((e) => e.kind === 'launch');
   if (keep) b.t.push((first.at - t0) * 1000);
 };

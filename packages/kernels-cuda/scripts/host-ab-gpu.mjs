@@ -54,11 +54,13 @@ for (const [name, M, p] of [
   ['A', A, pa],
   ['B', B, pb],
 ]) {
-  console.log(`${name} (${p}): ${M.KERNEL_SOURCES ? 'its own embedded kernels' : "this tree's packages/kernels-cuda/kernels"}`);
+  console.log(
+    `${name} (${p}): ${M.KERNEL_SOURCES ? 'its own embedded kernels' : "this tree's packages/kernels-cuda/kernels"}, ${M.sparsePrefill ? 'its own sparsePrefill and preset' : "this script's sparsePrefill and preset"}`,
+  );
 }
 const builds = [
-  { name: 'A', be: new A.CudaBackend(libs, buildOptions(A)), sched: va.sched, poll: va.poll },
-  { name: 'B', be: new B.CudaBackend(libs, buildOptions(B)), sched: vb.sched, poll: vb.poll },
+  { name: 'A', M: A, be: new A.CudaBackend(libs, buildOptions(A)), sched: va.sched, poll: va.poll },
+  { name: 'B', M: B, be: new B.CudaBackend(libs, buildOptions(B)), sched: vb.sched, poll: vb.poll },
 ];
 // `#wait=poll` (session 21): that build waits for its 30 ms of device work by polling an event
 // from JavaScript (cuEventQuery until it is reached) instead of inside cuStreamSynchronize,
@@ -111,7 +113,7 @@ const once = async (b, keep) => {
     }
   }
   await drain();
-  const r = await sparsePrefill(b.be, b.layer.inputs, crisp, { minSparseLength: 0, out: b.layer.out });
+  const r = await (b.M.sparsePrefill ?? sparsePrefill)(b.be, b.layer.inputs, b.M.crisp ?? crisp, { minSparseLength: 0, out: b.layer.out });
   if (!keep) return;
   b.plan.push(r.timings.planMs);
   b.stats.push(r.plan.phases?.statsMs ?? Number.NaN);
