@@ -35,6 +35,19 @@ function expectedCoverage(tokens: Float32Array, gamma: number, B: number, kBlock
   return [0, ...order.slice(0, blocks - 1)].sort((x, y) => x - y);
 }
 
+/** The count by CRISP.md's definition: sort descending in float64, the prefix with sum <= γ, plus one. */
+function byDefinition(t: ArrayLike<number>, gamma: number): number {
+  const sorted = Float64Array.from(t).sort().reverse();
+  let sum = 0;
+  let count = 0;
+  for (const x of sorted) {
+    sum += x;
+    if (sum > gamma) break;
+    count++;
+  }
+  return count + 1;
+}
+
 describe('cumulativeCoverage', () => {
   it('matches the spec rule on fresh random token scores', () => {
     const seed = freshSeed();
@@ -60,17 +73,6 @@ describe('cumulativeCoverage', () => {
   });
 
   it('the bucketed count equals the full-sort definition bit for bit (n >= 4096: sink, heavy tail, ties, zeros)', () => {
-    const byDefinition = (t: ArrayLike<number>, gamma: number) => {
-      const sorted = Float64Array.from(t).sort().reverse();
-      let sum = 0;
-      let count = 0;
-      for (const x of sorted) {
-        sum += x;
-        if (sum > gamma) break;
-        count++;
-      }
-      return count + 1;
-    };
     const seed = freshSeed();
     const r = rng(seed);
     for (let trial = 0; trial < 24; trial++) {
@@ -95,6 +97,69 @@ describe('cumulativeCoverage', () => {
         expect(coverageTokenCount(t, gamma), `seed ${seed} trial ${trial} kind ${kind} gamma ${gamma}`).toBe(byDefinition(t, gamma));
       }
     }
+  });
+
+  it('softmax-like rows (every value far above 2^-29, the crossing bucket full of ties) count by the definition', () => {
+    // The float32 count's exact-sum path: no sort above the crossing bucket. Rows like the
+    // proxy's token scores: a sink, a few strong tokens, noise over the rest; some rows
+    // quantised so the crossing bucket holds many equal values; one row summing to 3.
+    const seed = freshSeed();
+    const r = rng(seed);
+    for (let trial = 0; trial < 16; trial++) {
+      const n = 4096 + Math.floor(r() * 60000);
+      const t = new Float32Array(n);
+      for (let i = 0; i < n; i++) {
+        // logits ~ N(0, s²) by Box-Muller, s in [0.2, 2]: values within a few decades
+        const g = Math.sqrt(-2 * Math.log(1 - r())) * Math.cos(2 * Math.PI * r());
+        t[i] = Math.exp((0.2 + 1.8 * (trial / 16)) * g);
+        if (trial % 4 === 1) t[i] = Math.round(t[i] * 8) / 8 + 1 / 8; // ties
+      }
+      for (let i = 1; i < 9; i++) t[Math.floor(r() * n)] *= 200;
+      let total = 0;
+      for (const x of t) total += x;
+      t[0] = total * (trial % 3 === 0 ? 4 : 0.3); // a sink holding 80% or 23% of the mass
+      total += t[0];
+      const scaleTo = trial === 5 ? 3 : 1;
+      for (let i = 0; i < n; i++) t[i] = (t[i] / total) * scaleTo;
+      for (const gamma of [0.1, 0.5, 0.8, 0.9, 0.95, 0.99]) {
+        expect(coverageTokenCount(t, gamma), `seed ${seed} trial ${trial} gamma ${gamma}`).toBe(byDefinition(t, gamma));
+      }
+    }
+  });
+
+  it('rows whose crossing lies among values near or below 2^-29 count by the definition', () => {
+    const n = 8192;
+    for (const tiny of [2 ** -29, 2 ** -29 * (1 - 2 ** -10), 2 ** -31, 1e-12]) {
+      const t = new Float32Array(n);
+      // the sink holds just under γ; the rest are `tiny` with a few larger ones: the crossing
+      // lands among the tiny values (or just at the 2^-29 boundary)
+      t[3] = 0.5 - 100 * tiny;
+      for (let i = 4; i < n; i++) t[i] = tiny * (1 + (i % 7) / 8);
+      for (const gamma of [0.5, 0.5 - 50 * tiny]) {
+        expect(coverageTokenCount(t, gamma), `tiny ${tiny} gamma ${gamma}`).toBe(byDefinition(t, gamma));
+      }
+    }
+    // random rows of the same kind: large values just short of γ, then a tail of mixed tiny
+    // magnitudes (2^-34 .. 2^-26, or all below 2^-29: 2^-40 .. 2^-29.5; some tied) in which
+    // the sum crosses γ
+    const seed = freshSeed();
+    const r = rng(seed);
+    for (let trial = 0; trial < 16; trial++) {
+      const gamma = 0.5 + 0.45 * r();
+      const below = trial % 4 >= 2;
+      const t = new Float32Array(4096 + Math.floor(r() * 20000));
+      for (let i = 0; i < t.length; i++) {
+        const x = below ? 2 ** (-40 + 10.5 * r()) : 2 ** (-34 + 8 * r());
+        t[i] = trial % 2 ? Math.fround(2 ** Math.round(Math.log2(x))) : x;
+      }
+      const short = below ? (10 + 200 * r()) * 2 ** -34 : (10 + 1000 * r()) * 2 ** -30;
+      for (let j = 0; j < 5; j++) t[j * 97] = (gamma - short) / 5;
+      expect(coverageTokenCount(t, gamma), `seed ${seed} trial ${trial}`).toBe(byDefinition(t, gamma));
+    }
+    // a crossing bucket whose mass reaches 2 (a row that is not a distribution): not summed exactly
+    const u = new Float32Array(8192).fill(1e-6);
+    for (let j = 0; j < 12; j++) u[j * 100] = 0.25;
+    expect(coverageTokenCount(u, 0.95)).toBe(byDefinition(u, 0.95));
   });
 
   it('float32 scores with -0 or a negative value take the full sort and still count by the definition', () => {

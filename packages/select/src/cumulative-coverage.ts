@@ -95,6 +95,8 @@ function coverageCountF32(a: Float32Array, gamma: number): number {
     count[b]++;
     mass[b] += a[i];
   }
+  const exact = exactSumCount(bits, count, mass, gamma);
+  if (exact >= 0) return exact;
   const slice = coverageSlice(mass, count, gamma, n);
   if (!slice) return -1;
   const { lo, m } = slice;
@@ -138,6 +140,47 @@ function coverageCountF32(a: Float32Array, gamma: number): number {
   for (let i = 0; i < m; i++) {
     s += values[i];
     if (s > gamma) return i + 1;
+  }
+  return -1;
+}
+
+/**
+ * The first bucket (top 16 bits of the pattern) whose values are all >= 2^-29 (exponent field
+ * 98). Such a float32 is a whole multiple of 2^-52, so any float64 sum of them below 2 is a
+ * multiple of 2^-52 below 2^53 · 2^-52, which float64 holds exactly: their sums do not depend
+ * on the order of the additions.
+ */
+const EXACT_MIN_BUCKET = (98 << 23) >>> 16;
+
+/**
+ * The count without sorting the buckets above the crossing one, where their sums are exact:
+ * when every value down to the crossing bucket is >= 2^-29 and the mass through it stays below
+ * 2 (EXACT_MIN_BUCKET), the bucket masses of the first pass and the sorted prefix's running
+ * sums are the same exact numbers whatever the order, so the definition's count is the values
+ * in the buckets above plus the position, in the crossing bucket sorted descending, where the
+ * running sum passes γ. Only that bucket is gathered and sorted. −1 where this does not apply
+ * (a crossing among tiny values, a row whose mass reaches 2): the radix path decides.
+ */
+function exactSumCount(bits: Uint32Array, count: Uint32Array, mass: Float64Array, gamma: number): number {
+  let sum = 0;
+  let above = 0;
+  let b = 65535;
+  for (; b >= EXACT_MIN_BUCKET; b--) {
+    const next = sum + mass[b];
+    if (next > gamma) break;
+    sum = next;
+    above += count[b];
+  }
+  if (b < EXACT_MIN_BUCKET || !(sum + mass[b] < 2)) return -1;
+  const k = count[b];
+  const patterns = new Uint32Array(k);
+  for (let i = 0, w = 0; w < k; i++) if (bits[i] >>> 16 === b) patterns[w++] = bits[i];
+  // ascending patterns are ascending values (non-negative floats); walk from the largest
+  patterns.sort();
+  const values = new Float32Array(patterns.buffer);
+  for (let j = k - 1; j >= 0; j--) {
+    sum += values[j];
+    if (sum > gamma) return above + (k - j);
   }
   return -1;
 }
