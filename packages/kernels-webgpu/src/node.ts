@@ -7,7 +7,6 @@
  * `chromium-experimental-subgroup-matrix` feature). Pass `flags: []` for Dawn's defaults.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { create } from 'webgpu';
 import { CrispError } from '@crisp/core';
 import { type WebGpuBackend, type WebGpuBackendOptions, createWebGpuBackend } from './backend.js';
 
@@ -112,9 +111,14 @@ async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
   }
   let gpu: GPU;
   try {
+    // loaded here, not at import: a missing or broken Dawn binary (a platform without a
+    // prebuilt dawn.node) is then this typed error, and an app that imports this entry for
+    // its other backends still starts
+    const { create } = await import('webgpu');
     gpu = create([...flags]);
   } catch (e) {
-    throw new CrispError('BACKEND_UNAVAILABLE', `the webgpu package (Dawn) failed to load: ${e instanceof Error ? e.message : String(e)}`);
+    // (the first line: Node's module-not-found message goes on with the require stack)
+    throw new CrispError('BACKEND_UNAVAILABLE', `the webgpu package (Dawn) failed to load: ${(e instanceof Error ? e.message : String(e)).split('\n')[0]}`);
   }
   instances.push(gpu);
   (globalThis as { __crispDawnInstances?: GPU[] }).__crispDawnInstances = instances;
