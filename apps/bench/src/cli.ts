@@ -6,6 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { main } from './main.js';
+import { serveSynthChunks, setSynthWorkerEntry } from './synth-workers.js';
 
 const CHROMIUM = '/usr/lib/chromium';
 
@@ -28,11 +29,14 @@ function vulkanEnv(): NodeJS.ProcessEnv | undefined {
   return changed ? env : undefined;
 }
 
-const env = vulkanEnv();
-if (env) {
-  const r = spawnSync(process.execPath, process.argv.slice(1), { env, stdio: 'inherit' });
-  process.exitCode = r.status ?? 1;
-} else {
+/** The bench itself: re-run with the Vulkan environment when needed, else run main. */
+function start(): void {
+  const env = vulkanEnv();
+  if (env) {
+    const r = spawnSync(process.execPath, process.argv.slice(1), { env, stdio: 'inherit' });
+    process.exitCode = r.status ?? 1;
+    return;
+  }
   main(process.argv).then(
     (code) => {
       process.exitCode = code;
@@ -42,4 +46,11 @@ if (env) {
       process.exitCode = 1;
     },
   );
+}
+
+// In a synth worker thread (synth-workers.ts) this file serves scenario chunks and nothing else;
+// the workers run this same file.
+if (!serveSynthChunks()) {
+  setSynthWorkerEntry(new URL(import.meta.url));
+  start();
 }

@@ -65,6 +65,11 @@ export interface BenchConfig {
      */
     readonly inputs: 'auto' | 'fill' | 'synth';
     /**
+     * host threads generating synth inputs of 32k tokens and more (worker threads running the
+     * bench's own entry; the same values as one thread); undefined: the cores less one, at most 16
+     */
+    readonly synthThreads?: number;
+    /**
      * mark q, k and v rewritten before every run (a new layer's tensors, as a runtime
      * hands them over): the backend's once-per-version input checks then run every time
      */

@@ -8,6 +8,10 @@ import { type Backend, type DeviceTensor, type DType, type HostTensor, castHost,
 import { type ProfileName, type Scenario, scenario, uploadScenario } from '@crisp/synth';
 import type { Shape } from './config.js';
 import { uploadLlamaFill } from './llama-fill.js';
+import { synthThreads, synthWorkerEntry, uploadScenarioParallel } from './synth-workers.js';
+
+/** Scenarios this long or longer are generated on worker threads (shorter ones take seconds). */
+const PARALLEL_SYNTH_MIN_N = 32768;
 
 export interface DeviceInputs {
   readonly q: DeviceTensor;
@@ -50,6 +54,7 @@ export async function latencyInputs(
   maxHostValues: number,
   kind: 'auto' | 'fill' | 'synth' = 'auto',
   onProgress?: (rowsDone: number, n: number) => void,
+  threads: number = synthThreads(),
 ): Promise<DeviceInputs> {
   if (profile === 'llama-like' && kind !== 'synth' && hasDeviceFill(b)) {
     const q = b.allocate(dtype, [n, s.heads, s.headDim]);
@@ -81,11 +86,30 @@ export async function latencyInputs(
       },
     };
   }
+  // Long scenarios on worker threads where the entry supports them (the bench's bundle and
+  // build do): the same values, generated in parallel.
+  const workerUrl = synthWorkerEntry();
+  let how = '';
+  if (workerUrl && threads > 1 && n >= PARALLEL_SYNTH_MIN_N) {
+    const spec = { profile, n, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, seed, dtype };
+    try {
+      const t = await uploadScenarioParallel(b, spec, { threads, workerUrl, onProgress });
+      return {
+        ...t,
+        source: `@crisp/synth ${profile} (seed ${seed}), generated on ${threads} host threads`,
+        dispose: () => {
+          for (const x of [t.q, t.k, t.v]) x.dispose();
+        },
+      };
+    } catch (e) {
+      how = ` on one thread (worker threads failed: ${e instanceof Error ? e.message : String(e)})`;
+    }
+  }
   const sc = makeScenario(profile, n, s, seed, dtype);
   const t = await uploadScenario(b, sc, { onProgress });
   return {
     ...t,
-    source: `@crisp/synth ${profile} (seed ${seed}), streamed from the host`,
+    source: `@crisp/synth ${profile} (seed ${seed}), streamed from the host${how}`,
     dispose: () => {
       for (const x of [t.q, t.k, t.v]) x.dispose();
     },

@@ -59,6 +59,10 @@ function program(): Command {
     .option('--budget-s <seconds>', 'latency time budget per backend; larger sizes are skipped once the projection exceeds it')
     .option('--latency-inputs <kind>', 'auto (default), fill (the llama fill on every backend and size: comparable across GPUs) or synth')
     .option('--max-host-values <count>', 'largest q+k+v generated on the host for backends without a device fill')
+    .option(
+      '--synth-threads <count>',
+      'latency: host threads generating synth inputs of 32k tokens and more (default: the cores less one, at most 16; 1: the main thread only)',
+    )
     .option('--fresh-inputs', 'latency: mark q, k and v rewritten before every run (a new layer each time: input checks run every time)')
     .option('--host-timings', "latency: plan and attention times from the host clock, the backend's device marks unused")
     .option('--seed <seed>', 'scenario seed')
@@ -118,6 +122,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       budgetMs: budget !== undefined ? budget * 1000 : base.latency.budgetMs,
       maxHostValues: num(o.maxHostValues, 'max-host-values', 1) ?? base.latency.maxHostValues,
       inputs: typeof o.latencyInputs === 'string' ? list(o.latencyInputs, ['auto', 'fill', 'synth'] as const, 'input kind')[0] : base.latency.inputs,
+      ...(o.synthThreads !== undefined ? { synthThreads: num(o.synthThreads, 'synth-threads', 1) } : {}),
       freshInputs: o.freshInputs === true || base.latency.freshInputs,
       hostTimings: o.hostTimings === true || base.latency.hostTimings,
     },

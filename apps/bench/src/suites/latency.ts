@@ -212,7 +212,7 @@ type SizeInputs = { inputs: Awaited<ReturnType<typeof latencyInputs>>; out: impo
 async function openInputs(ctx: SuiteContext, b: Backend, n: number, shape: Shape, dtype: DType, name: string): Promise<SizeInputs> {
   const c = ctx.config.latency;
   const progress = inputsProgress((m) => ctx.log(m), `  latency ${name} n=${n}`);
-  const inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs, progress);
+  const inputs = await latencyInputs(b, c.profile, n, shape, dtype, ctx.config.seed, c.maxHostValues, c.inputs, progress, c.synthThreads);
   try {
     return { inputs, out: b.allocate(dtype, [n, shape.heads, shape.headDim]) };
   } catch (e) {
