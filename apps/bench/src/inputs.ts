@@ -22,6 +22,20 @@ export interface DeviceInputs {
   dispose(): void;
 }
 
+/** q, k, v with where they came from, disposed together. */
+function deviceInputs(t: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly v: DeviceTensor }, source: string): DeviceInputs {
+  const { q, k, v } = t;
+  return {
+    q,
+    k,
+    v,
+    source,
+    dispose: () => {
+      for (const x of [q, k, v]) x.dispose();
+    },
+  };
+}
+
 interface DeviceFill {
   fillLlamaLike(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, seed: number): void;
 }
@@ -62,9 +76,7 @@ export async function latencyInputs(
     const v = b.allocate(dtype, [n, s.kvHeads, s.headDim]);
     b.fillLlamaLike(q, k, v, seed);
     await b.synchronize();
-    return { q, k, v, source: `${b.name} device fill (fillLlamaLike, seed ${seed})`, dispose: () => [q, k, v].forEach((t) => {
-      t.dispose();
-    }) };
+    return deviceInputs({ q, k, v }, `${b.name} device fill (fillLlamaLike, seed ${seed})`);
   }
   const values = inputValues(n, s);
   if (kind === 'synth' && values > maxHostValues) {
@@ -78,13 +90,7 @@ export async function latencyInputs(
     }
     // The scenario generator is too slow at this size: the fast port of CUDA's fill instead.
     const t = await uploadLlamaFill(b, n, s.heads, s.kvHeads, s.headDim, dtype, seed, onProgress);
-    return {
-      ...t,
-      source: `llama fill (TypeScript port of kernels-cuda's fillLlamaLike, seed ${seed})`,
-      dispose: () => {
-        for (const x of [t.q, t.k, t.v]) x.dispose();
-      },
-    };
+    return deviceInputs(t, `llama fill (TypeScript port of kernels-cuda's fillLlamaLike, seed ${seed})`);
   }
   // Long scenarios on worker threads where the entry supports them (the bench's bundle and
   // build do): the same values, generated in parallel.
@@ -94,26 +100,14 @@ export async function latencyInputs(
     const spec = { profile, n, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, seed, dtype };
     try {
       const t = await uploadScenarioParallel(b, spec, { threads, workerUrl, onProgress });
-      return {
-        ...t,
-        source: `@crisp/synth ${profile} (seed ${seed}), generated on ${threads} host threads`,
-        dispose: () => {
-          for (const x of [t.q, t.k, t.v]) x.dispose();
-        },
-      };
+      return deviceInputs(t, `@crisp/synth ${profile} (seed ${seed}), generated on ${threads} host threads`);
     } catch (e) {
       how = ` on one thread (worker threads failed: ${e instanceof Error ? e.message : String(e)})`;
     }
   }
   const sc = makeScenario(profile, n, s, seed, dtype);
   const t = await uploadScenario(b, sc, { onProgress });
-  return {
-    ...t,
-    source: `@crisp/synth ${profile} (seed ${seed}), streamed from the host${how}`,
-    dispose: () => {
-      for (const x of [t.q, t.k, t.v]) x.dispose();
-    },
-  };
+  return deviceInputs(t, `@crisp/synth ${profile} (seed ${seed}), streamed from the host${how}`);
 }
 
 /**
@@ -151,9 +145,7 @@ export function uploadHost(b: Backend, t: { q: HostTensor; k: HostTensor; v: Hos
   const q = up(t.q);
   const k = up(t.k);
   const v = up(t.v);
-  return { q, k, v, source: 'host', dispose: () => [q, k, v].forEach((x) => {
-      x.dispose();
-    }) };
+  return deviceInputs({ q, k, v }, 'host');
 }
 
 /**
