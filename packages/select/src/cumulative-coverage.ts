@@ -75,7 +75,8 @@ export function coverageTokenCount(tokens: ArrayLike<number>, gamma: number): nu
 /**
  * coverageTokenCount on float32 scores (what the GPU backends download), without a comparison
  * sort: the same buckets (the top 16 bits of each value's bit pattern, read through a
- * Uint32Array view of the same memory), then the values in the buckets down to one past the
+ * Uint32Array view of the same memory); where their sums are exact, the count from the crossing
+ * bucket alone (exactSumCount); otherwise the values in the buckets down to one past the
  * crossing one sorted descending by a two-pass radix sort on their bit patterns (low 16 bits,
  * then the bucket: for non-negative floats the pattern's order is the value's), and summed in
  * float64 in that order. Equal patterns are equal values, so the sums and the count are those
