@@ -159,6 +159,22 @@ export interface PreparedMaskResult {
   readonly peRows?: () => Promise<BlockRows>;
 }
 
+/**
+ * A backend's capability to make a whole plan on the device: statistics (from `proxyStats`
+ * with `deferRead`), routing, VS selection, PE rows and the expanded mask, queued with no
+ * host round trip so the attention can be queued right behind it. The rules it runs are the
+ * device forms of the host rules (`Router.device`, `VsSelector.device`): the same
+ * comparisons, checked against the host forms by @crisp/conformance.
+ */
+export interface DevicePlanner {
+  /** router rule kinds `plan` can run (`DeviceRouterRule['kind']`) */
+  readonly routers: readonly DeviceRouterRule['kind'][];
+  /** VS selector rule kinds `plan` can run (`DeviceSelectorRule['kind']`) */
+  readonly selectors: readonly DeviceSelectorRule['kind'][];
+  /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.blockCounts`. */
+  plan(req: DevicePlanRequest): Promise<DevicePlanResult>;
+}
+
 export interface Backend {
   readonly name: string;
   readonly capabilities: BackendCapabilities;
@@ -204,6 +220,13 @@ export interface Backend {
   planOnDevice?(req: DevicePlanRequest): Promise<DevicePlanResult>;
   /** Router rules this backend's planOnDevice can run on the device. */
   readonly deviceRouters?: readonly DeviceRouterRule['kind'][];
+  /**
+   * Optional: the plan on the device (see `DevicePlanner`). The pipeline uses it when the
+   * policy's router and VS selector both have device forms this planner lists; every other
+   * plan is made on the host (routing and selection in TypeScript, PE rows through
+   * `peBlockRows`, the mask expanded by `sparseAttention`).
+   */
+  readonly planner?: DevicePlanner;
   /** Expand a mask (VS lists and/or rows) to sorted block rows: the VS-to-rows primitive. */
   expandMask(mask: BlockMask): Promise<BlockRows>;
   /** Exact attention over the mask's blocks; causal inside diagonal blocks; fp32 accumulation. */
