@@ -312,8 +312,25 @@ function proxyStatsCase(dtype: DType, s: ShapeCase): ConformanceCase {
 }
 
 /**
- * Device selection (backends whose prepareMask runs a selector rule on the device): the
- * lists must equal the host selector's on the same statistics, exactly (same f64 rule, same
+ * τ for a device-plan case: between the two middle distinct values of the statistics'
+ * C_struct, so both routes occur; when the windows cover every key (n <= wSink + wLocal)
+ * C_struct is 1 up to rounding for every head, and one route is all there is to check.
+ */
+function splitTau(stats: ProxyStats): { tauProxy: number; split: boolean; distinct: number } {
+  const distinct = [...new Set(stats.cStruct)].sort((a, b) => a - b);
+  const m = Math.max(1, Math.floor(distinct.length / 2));
+  const split = distinct.length > 1;
+  return { tauProxy: split ? (distinct[m - 1] + distinct[m]) / 2 : distinct[0], split, distinct: distinct.length };
+}
+
+/** The cStruct rule's routes, by its definition (C_struct >= τ: VS). */
+function cStructRoutes(stats: ProxyStats, tauProxy: number): Route[] {
+  return Array.from(stats.cStruct, (v): Route => (v >= tauProxy ? 'vs' : 'pe'));
+}
+
+/**
+ * Device selection (backends whose planner runs the noise floor): the device plan's routes
+ * and lists must equal the host rules' on the same statistics, exactly (same f64 rule, same
  * ties), for VS heads on the floor, VS heads where too few blocks pass (the top-k fallback)
  * and PE heads (the peK best of each direction).
  */
@@ -323,43 +340,45 @@ function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const B = s.blockSize;
     const be = ctx.backend;
     const d = upload(be, x);
-    const stats = await be.proxyStats(d.q, d.k, { blockSize: B, wSink: B, wLocal: B });
-    const H = s.heads;
-    const Nb = numBlocks(s.n, B);
-    const routes = Array.from({ length: H }, (_, h): Route => (h % 3 === 2 ? 'pe' : 'vs'));
+    const opts = { blockSize: B, wSink: B, wLocal: B };
+    const { tauProxy } = splitTau(await be.proxyStats(d.q, d.k, opts));
+    const gamma = 0.8 + 0.15 * r();
     const lines: string[] = [];
-    // alpha 1 (the floor), a huge alpha (nothing passes: the kMin / B best), peK 2
-    for (const alpha of [1, 1e6]) {
-      const sel = noiseFloor({ alpha, kMin: 2 * B });
-      const peK = 2;
-      const want = selectVsLists(stats, routes, sel, peK);
-      const res = await be.prepareMask!({
-        heads: H,
-        numBlocks: Nb,
-        blockSize: B,
-        vs: { device: { rule: { kind: 'noiseFloor', alpha, kMin: 2 * B }, stats, routes, peK } },
-      });
-      const got = res.vs;
-      res.prepared.release();
-      if (!got) {
-        lines.push(`alpha ${alpha}: prepareMask returned no VS lists for a device request`);
-        continue;
+    try {
+      // alpha 1 (the floor), a huge alpha (nothing passes: the kMin / B best), peK 2
+      for (const alpha of [1, 1e6]) {
+        const peK = 2;
+        const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true, optionalStats: [] });
+        const res = await be.planner!.plan({
+          stats,
+          route: { kind: 'cStruct', tauProxy },
+          vs: { kind: 'noiseFloor', alpha, kMin: 2 * B },
+          peK,
+          pe: { q: d.q, k: d.k, gamma },
+        });
+        try {
+          const got = res.read();
+          assertFiniteStats(stats);
+          const routes = cStructRoutes(stats, tauProxy);
+          if (got.routes.join(',') !== routes.join(',')) lines.push(`alpha ${alpha}: routes ${got.routes.join(',')}, expected ${routes.join(',')}`);
+          const want = selectVsLists(stats, routes, noiseFloor({ alpha, kMin: 2 * B }), peK);
+          for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+            if (!bitEqual(got.vs[key], want[key])) lines.push(`alpha ${alpha}: ${key} differs from the host selector's: got [${got.vs[key].slice(0, 12).join(',')}...], expected [${want[key].slice(0, 12).join(',')}...]`);
+          }
+        } finally {
+          res.prepared.release();
+        }
       }
-      for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
-        if (!bitEqual(got[key], want[key])) lines.push(`alpha ${alpha}: ${key} differs from the host selector's: got [${got[key].slice(0, 12).join(',')}...], expected [${want[key].slice(0, 12).join(',')}...]`);
-      }
-      const blocks = res.prepared.blockCounts;
-      const hostCounts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want });
-      if (!bitEqual(blocks, hostCounts)) lines.push(`alpha ${alpha}: block counts ${blocks.join(',')} differ from the host's ${hostCounts.join(',')}`);
+    } finally {
+      for (const t of Object.values(d)) t.dispose();
     }
-    for (const t of Object.values(d)) t.dispose();
     return outcome(lines.length ? 1 : 0, 0, lines);
   });
-  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor' } };
+  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: 'cStruct' } };
 }
 
 /**
- * The plan on the device (backends with planOnDevice): statistics with deferRead, then
+ * The plan on the device (backends with a planner): statistics with deferRead, then
  * routing, selection, PE rows and expansion in one request. Exactly what the host parts give
  * on the same statistics: the cStruct rule's routes, the noise floor's lists, the backend's
  * own peBlockRows for the routed PE heads (checked against the reference by peBlockRows'
@@ -375,20 +394,13 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const H = s.heads;
     const Nb = numBlocks(s.n, B);
     const opts = { blockSize: B, wSink: B, wLocal: B };
-    const first = await be.proxyStats(d.q, d.k, opts);
-    // τ between the two middle distinct values of C_struct, so both routes occur; when the
-    // windows cover every key (n <= wSink + wLocal) C_struct is 1 up to rounding for every
-    // head, and one route is all there is to check
-    const distinct = [...new Set(first.cStruct)].sort((a, b) => a - b);
-    const m = Math.max(1, Math.floor(distinct.length / 2));
-    const split = distinct.length > 1;
-    const tauProxy = split ? (distinct[m - 1] + distinct[m]) / 2 : distinct[0];
+    const { tauProxy, split, distinct } = splitTau(await be.proxyStats(d.q, d.k, opts));
     const gamma = 0.8 + 0.15 * r();
     const peK = 2;
     const rule = { kind: 'noiseFloor' as const, alpha: 1, kMin: 2 * B };
     // (as sparsePrefill asks for them with the C_struct router: no optional statistics)
     const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true, optionalStats: [] });
-    const res = await be.planOnDevice!({ stats, route: { kind: 'cStruct', tauProxy }, vs: rule, peK, pe: { q: d.q, k: d.k, gamma } });
+    const res = await be.planner!.plan({ stats, route: { kind: 'cStruct', tauProxy }, vs: rule, peK, pe: { q: d.q, k: d.k, gamma } });
     const lines: string[] = [];
     const outs: DeviceTensor[] = [];
     try {
@@ -401,7 +413,7 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
       const queued = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: empty }, { prepared: res.prepared, out: qOut });
       const plan = res.read();
       assertFiniteStats(stats);
-      const routes = Array.from(stats.cStruct, (v): Route => (v >= tauProxy ? 'vs' : 'pe'));
+      const routes = cStructRoutes(stats, tauProxy);
       if (!bitEqual(Array.from(plan.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
         lines.push(`routes ${plan.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy})`);
       }
@@ -420,7 +432,7 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
       const rows = wantRows ? { rowPtr: spreadRowPtr(wantRows.rowPtr, peHeads, H, Nb), cols: wantRows.cols } : undefined;
       const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
       if (!bitEqual(res.prepared.blockCounts, counts)) lines.push(`block counts ${res.prepared.blockCounts.join(',')} differ from the host's ${counts.join(',')}`);
-      if (split && (!peHeads.length || peHeads.length === H)) lines.push(`tauProxy ${tauProxy} gave one route to every head (C_struct has ${distinct.length} distinct values)`);
+      if (split && (!peHeads.length || peHeads.length === H)) lines.push(`tauProxy ${tauProxy} gave one route to every head (C_struct has ${distinct} distinct values)`);
       // the same kernel on the same blocks: the same bits
       const hOut = poisoned(be, dtype, x.q.shape);
       outs.push(hOut);
@@ -587,9 +599,9 @@ const LIFETIME_PREFILLS = 8;
 
 /**
  * A loop of awaited prefills, one job as a model's layers are, lets go of every plan it drops:
- * a collection inside the job frees their statistics. (The CUDA backend kept a WeakRef to each
- * statistics object until session 20; V8 keeps a WeakRef's target alive to the end of the job
- * that made it, so a loop held every plan's statistics until it returned.)
+ * a collection inside the job frees their statistics. (A backend that keeps a WeakRef to each
+ * statistics object fails it: V8 keeps a WeakRef's target alive to the end of the job that
+ * made it, so such a loop holds every plan's statistics until it returns.)
  */
 function lifetimeCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCase {
   const B = policy.blockSize ?? 128;

@@ -188,7 +188,7 @@ const fixtures: { name: string; factory: () => Backend; filter: RegExp; mustFail
     mustFail: /^denseAttention\//,
   },
   {
-    // what the CUDA backend did until session 20: a WeakRef keeps its target to the job's end
+    // a WeakRef keeps its target to the job's end
     name: 'a backend that keeps a WeakRef to every plan statistics object',
     factory: (() => {
       const kept: WeakRef<ProxyStats>[] = [];

@@ -92,10 +92,10 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (!caps.blockSizes.includes(c.needs.blockSize)) return `backend has no block size ${c.needs.blockSize}`;
   if (c.shape.n > caps.maxSequence) return `n = ${c.shape.n} exceeds the backend's maxSequence ${caps.maxSequence}`;
   if (c.needs.chunked && !caps.chunkedPrefill) return 'backend has no chunked prefill';
-  if (c.needs.deviceSelector && !(backend.prepareMask && backend.deviceSelectors?.includes(c.needs.deviceSelector))) {
+  if (c.needs.deviceSelector && !backend.planner?.selectors.includes(c.needs.deviceSelector)) {
     return `backend does not select with ${c.needs.deviceSelector} on the device`;
   }
-  if (c.needs.deviceRouter && !(backend.planOnDevice && backend.deviceRouters?.includes(c.needs.deviceRouter))) {
+  if (c.needs.deviceRouter && !backend.planner?.routers.includes(c.needs.deviceRouter)) {
     return `backend does not route with ${c.needs.deviceRouter} on the device`;
   }
   return undefined;

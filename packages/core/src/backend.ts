@@ -22,7 +22,7 @@ export interface AttentionOptions {
    */
   readonly out?: DeviceTensor;
   /**
-   * The mask as this backend prepared it (`prepareMask`): run that instead of expanding
+   * The mask as this backend's device planner built it (`DevicePlanner.plan`): run that instead of expanding
    * `mask` again. It must come from this backend and describe `mask` (same heads, blocks,
    * block size); the pipeline passes it for plans it built.
    */
@@ -62,8 +62,7 @@ export interface PreparedMask {
 }
 
 /**
- * VS selection for the backend to run on the device (backends whose `deviceSelectors` list
- * the rule's kind): VS heads by `rule` over the block scores of `stats`, PE heads the `peK`
+ * VS selection for the backend to run on the device (a backend's own mask building): VS heads by `rule` over the block scores of `stats`, PE heads the `peK`
  * best blocks of each direction (∪ {0} in the slash one), as the pipeline does on the host.
  */
 export interface DeviceVsRequest {
@@ -93,7 +92,7 @@ export interface PrepareMaskRequest {
 
 /**
  * A plan's routing, VS selection and mask building as one queue of device work
- * (`Backend.planOnDevice`): heads routed by `route` over the statistics' C_struct, VS heads
+ * (`DevicePlanner.plan`): heads routed by `route` over the statistics' C_struct, VS heads
  * selected by `vs`, PE heads given their pooled-map rows (γ cut) and the `peK` best blocks
  * of each direction, the union expanded and counted, all on the device.
  */
@@ -204,22 +203,6 @@ export interface Backend {
    * rowPtr has heads.length * Nb + 1 entries.
    */
   peBlockRows(q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows>;
-  /**
-   * Optional: build the PE rows, merge them with the VS lists and expand the union to rows,
-   * all on the device, and count each head's blocks there (the plan's mask building without
-   * host round trips). Backends without it get the host path: peBlockRows + maskDensity.
-   */
-  prepareMask?(req: PrepareMaskRequest): Promise<PreparedMaskResult>;
-  /** Selector rules this backend's prepareMask can run on the device (`vs.device` requests). */
-  readonly deviceSelectors?: readonly DeviceSelectorRule['kind'][];
-  /**
-   * Optional: route, select and build the mask on the device with no host round trip (the
-   * plan as one queue, nothing read back: the attention can be queued behind it). For
-   * router rules in `deviceRouters` and selector rules in `deviceSelectors`.
-   */
-  planOnDevice?(req: DevicePlanRequest): Promise<DevicePlanResult>;
-  /** Router rules this backend's planOnDevice can run on the device. */
-  readonly deviceRouters?: readonly DeviceRouterRule['kind'][];
   /**
    * Optional: the plan on the device (see `DevicePlanner`). The pipeline uses it when the
    * policy's router and VS selector both have device forms this planner lists; every other

@@ -7,5 +7,7 @@ export * from './stats.js';
 export * from './backend.js';
 export * from './policy.js';
 export * from './ranking.js';
-export * from './pipeline.js';
+export * from './plan/types.js';
+export { selectVsLists } from './plan/host-plan.js';
+export * from './prefill.js';
 export * from './random.js';

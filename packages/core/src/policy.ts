@@ -41,7 +41,7 @@ export interface RoutingDecision {
 /**
  * A routing rule in a form a backend can run on the device (where C_struct is): the plan
  * then routes, selects and builds the mask in one queue of device work, with no read in
- * between (`Backend.planOnDevice`). Only rules whose device form gives exactly `route`'s
+ * between (`Backend.planner`). Only rules whose device form gives exactly `route`'s
  * decisions (the same f64 comparison); the pipeline re-routes on the host afterwards and
  * rejects a backend whose routes differ.
  *   cStruct: 'vs' iff C_struct >= tauProxy.
@@ -56,7 +56,7 @@ export interface Router {
   readonly needs?: StatsNeeds;
   route(stats: ProxyStats): RoutingDecision;
   /**
-   * The same rule for backends that route on the device (`Backend.deviceRouters`); absent for
+   * The same rule for backends that route on the device (`DevicePlanner.routers`); absent for
    * rules that only run here. `route` stays the reference. Built-in routers define it
    * non-enumerable, so a router spread from one with its own `route` does not inherit it.
    */
@@ -95,7 +95,7 @@ export interface VsSelector {
   /** Selected block indices, ascending. Must be deterministic: ties toward the lower index. */
   select(input: DirectionScores): Int32Array;
   /**
-   * The same rule for backends that select on the device (`Backend.deviceSelectors`); absent
+   * The same rule for backends that select on the device (`DevicePlanner.selectors`); absent
    * for rules that only run here. `select` stays the reference and the fallback. The built-in
    * selectors define it non-enumerable, so a selector spread from one with its own `select`
    * does not inherit it (set `device` yourself only if your `select` is that exact rule).

@@ -56,7 +56,7 @@ export interface ProxyStatsOptions {
   /**
    * Queue the work and return without waiting for it: `cStruct`, `rowEntropy` and `finite`
    * (and the block statistics) are read from the device on first access, which waits for the
-   * device. For plans routed on the device (`Backend.planOnDevice`), which read them only
+   * device. For plans routed on the device (`Backend.planner`), which read them only
    * at the end; a non-finite statistic then shows as `finite: false` instead of a throw.
    * Backends that cannot defer ignore it.
    */

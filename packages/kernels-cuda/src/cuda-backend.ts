@@ -18,6 +18,7 @@ import {
   type DeviceMark,
   type DevicePlanOutcome,
   type DevicePlanRequest,
+  type DevicePlanner,
   type DevicePlanResult,
   type DeviceTensor,
   type DeviceVsRequest,
@@ -633,6 +634,12 @@ export class CudaBackend implements Backend {
   readonly deviceSelectors = ['noiseFloor'] as const;
   /** Router rules planOnDevice runs on the device (kernels/route.cu). */
   readonly deviceRouters = ['cStruct'] as const;
+  /** The plan on the device: planOnDevice for the rules listed above. */
+  readonly planner: DevicePlanner = Object.freeze({
+    routers: this.deviceRouters,
+    selectors: this.deviceSelectors,
+    plan: (req: DevicePlanRequest) => this.planOnDevice(req),
+  });
   /**
    * The device buffers behind recent statistics (newest last). Their block scores stay there
    * until read (a getter downloads them; a device selection for those statistics reads them

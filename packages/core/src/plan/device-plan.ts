@@ -1,0 +1,116 @@
+/**
+ * The plan made by the backend's device planner (`Backend.planner`): the statistics were
+ * queued without a read (`deferRead`), and the planner queues routing, VS selection, the PE
+ * rows and the mask behind them, reading nothing back. The attention can then be queued right
+ * behind the plan (sparsePrefill does). Reading the plan back (`finish`) waits for the plan's
+ * kernels only; the host router then runs on the same statistics, and its routes must equal
+ * the device's (the device rule is the same comparison): the plan reports the host's
+ * RoutingDecision.
+ */
+import type { AttentionShape } from '../attention.js';
+import type { Backend, DeviceMark, DevicePlanOutcome, PreparedMask } from '../backend.js';
+import { CrispError } from '../errors.js';
+import { densityFromCounts } from '../mask.js';
+import type { Policy, RoutingDecision } from '../policy.js';
+import { assertFiniteStats, type ProxyStats } from '../stats.js';
+import type { DeviceTensor } from '../tensor.js';
+import type { DeviceRules } from './derive.js';
+import { routeOnHost, spreadRows } from './host-plan.js';
+import type { PrefillPlan } from './types.js';
+
+export interface DevicePlanContext {
+  readonly t0: number;
+  readonly shape: AttentionShape;
+  readonly B: number;
+  readonly Nb: number;
+  readonly peK: number;
+  readonly stats: ProxyStats;
+  readonly rules: DeviceRules;
+  readonly scale: number | undefined;
+}
+
+/** A device plan queued and not read back yet. */
+export interface QueuedDevicePlan {
+  /** the plan's mask on the device, ready for sparseAttention */
+  readonly prepared: PreparedMask;
+  /** host milliseconds from the plan's start until it was queued */
+  readonly queuedMs: number;
+  /** the device timeline where the statistics end (Backend.mark), when asked for */
+  readonly statsMark?: DeviceMark;
+  /**
+   * Read the plan back and check it: the complete plan (with `prepared`). `overlapped`: the
+   * attention was queued behind the plan first (sparsePrefill), so the phases report queueing
+   * times and the host work after the queueing as overlappedMs. Releases `prepared` when it
+   * throws.
+   */
+  finish(overlapped: boolean): Promise<PrefillPlan>;
+}
+
+export async function queueDevicePlan(
+  backend: Backend,
+  inputs: { readonly q: DeviceTensor; readonly k: DeviceTensor },
+  policy: Policy,
+  c: DevicePlanContext,
+  markStats: boolean,
+): Promise<QueuedDevicePlan> {
+  const { t0, shape, B, Nb, stats } = c;
+  const H = shape.heads;
+  const statsMark = markStats ? backend.mark?.() : undefined;
+  const tStats = performance.now();
+  const r = await backend.planner!.plan({
+    stats,
+    route: c.rules.route,
+    vs: c.rules.vs,
+    peK: c.peK,
+    pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: c.scale },
+  });
+  const tDevice = performance.now();
+  const finish = async (overlapped: boolean): Promise<PrefillPlan> => {
+    const tRead = performance.now();
+    let routing: RoutingDecision;
+    let peHeads: number[];
+    let outcome: DevicePlanOutcome;
+    let tRoute: number;
+    let density: Float64Array;
+    let overallDensity: number;
+    try {
+      // the device's routes and lists (waiting for the plan), then the statistics (non-finite
+      // ones throw here)
+      outcome = r.read();
+      const tReadDone = performance.now();
+      assertFiniteStats(stats);
+      ({ routing, peHeads } = routeOnHost(policy, stats, H));
+      if (!routing.routes.every((x, h) => x === outcome.routes[h])) {
+        throw new CrispError(
+          'BACKEND_ERROR',
+          `backend ${backend.name}: the device routed [${outcome.routes.join(',')}], router ${policy.router!.name} routes [${routing.routes.join(',')}] on the same statistics`,
+        );
+      }
+      tRoute = performance.now();
+      ({ perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb));
+      const rows = outcome.peRows ? spreadRows(await outcome.peRows(), peHeads, H, Nb) : undefined;
+      const tEnd = performance.now();
+      const phases = overlapped
+        ? { statsMs: tStats - t0, selectMs: 0, peRowsMs: tDevice - tStats, maskMs: 0, overlappedMs: tEnd - tRead }
+        : { statsMs: tStats - t0, selectMs: tRoute - tReadDone, peRowsMs: tReadDone - tStats, maskMs: tEnd - tRoute };
+      return {
+        policy: policy.name,
+        shape,
+        blockSize: B,
+        numBlocks: Nb,
+        stats,
+        routing,
+        mask: { heads: H, numBlocks: Nb, blockSize: B, vs: outcome.vs, rows },
+        prepared: r.prepared,
+        density,
+        overallDensity,
+        planMs: overlapped ? tDevice - t0 : tEnd - t0,
+        phases,
+      };
+    } catch (e) {
+      r.prepared.release();
+      throw e;
+    }
+  };
+  return { prepared: r.prepared, queuedMs: tDevice - t0, ...(statsMark ? { statsMark } : {}), finish };
+}

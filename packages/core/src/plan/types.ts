@@ -1,0 +1,84 @@
+/**
+ * What a plan is: the inputs it is made for, its options, and the plan itself (routing, the
+ * block mask, density, timings).
+ *
+ * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ */
+import type { AttentionShape } from '../attention.js';
+import type { PreparedMask } from '../backend.js';
+import type { BlockMask } from '../mask.js';
+import type { RoutingDecision } from '../policy.js';
+import type { ProxyStats } from '../stats.js';
+import type { DeviceTensor } from '../tensor.js';
+
+export interface PrefillInputs {
+  readonly q: DeviceTensor;
+  readonly k: DeviceTensor;
+  readonly v: DeviceTensor;
+}
+
+export interface PlanOptions {
+  /** softmax scale, default 1/sqrt(d) */
+  readonly scale?: number;
+  /**
+   * Length gate: below this many keys run dense. Default: the backend's measured
+   * crossover (`backend.sparseCrossover`). Pass 0 to always take the sparse path when the
+   * FlexPrefill minimum-length rule allows it.
+   */
+  readonly minSparseLength?: number;
+}
+
+export interface PrefillPlan {
+  readonly policy: string;
+  readonly shape: AttentionShape;
+  readonly blockSize: number;
+  readonly numBlocks: number;
+  /** why the plan is dense, when it is */
+  readonly denseReason?: 'policy' | 'min-length' | 'length-gate';
+  readonly stats?: ProxyStats;
+  readonly routing?: RoutingDecision;
+  /** undefined for dense plans. Host data: the VS lists and the PE heads' rows. */
+  readonly mask?: BlockMask;
+  /**
+   * The mask as the backend's device planner built it (`Backend.planner`): runPlan runs this
+   * instead of expanding `mask` again; absent for host plans and once released (sparsePrefill
+   * releases it after its run; see releasePlan).
+   */
+  readonly prepared?: PreparedMask;
+  /** [H] selected causal blocks / (Nb (Nb + 1) / 2); all ones for dense plans */
+  readonly density: Float64Array;
+  readonly overallDensity: number;
+  /**
+   * milliseconds spent on proxy statistics, routing and selection (host wall clock; in
+   * sparsePrefill's result on a backend with `mark`, the device timeline: see
+   * PrefillResult.timings)
+   */
+  readonly planMs: number;
+  /**
+   * Where planMs went. Host plans (host wall clock, each backend call awaited): the proxy
+   * statistics; routing plus VS selection and its validation; the backend's PE rows; placing
+   * the rows and counting density. Device plans (`Backend.planner`): statsMs is the time to
+   * queue the statistics, peRowsMs the device plan's queueing and read (routing, selection,
+   * PE rows and mask on the device), selectMs the host router's check of the device's
+   * routes, maskMs reading the block counts. In sparsePrefill's result on a device plan the
+   * attention was queued behind the plan: statsMs and peRowsMs are device timeline (with
+   * `Backend.mark`; else the host's queueing times), selectMs and maskMs 0, and overlappedMs
+   * the host work done while the attention ran. Absent for dense plans.
+   */
+  readonly phases?: PlanPhases;
+}
+
+export interface PlanPhases {
+  readonly statsMs: number;
+  readonly selectMs: number;
+  readonly peRowsMs: number;
+  readonly maskMs: number;
+  /**
+   * sparsePrefill on a device plan: host milliseconds spent after the attention was queued,
+   * while it ran (reading the plan back, the host router's check, the density); not part of
+   * planMs
+   */
+  readonly overlappedMs?: number;
+}
+
+export const DEFAULTS = Object.freeze({ blockSize: 128, wSink: 128, wLocal: 128, kMin: 1024 });

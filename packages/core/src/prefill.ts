@@ -1,0 +1,138 @@
+/**
+ * The calls a runtime makes: plan a layer's attention, run a plan, release it, or do both in
+ * one call.
+ *
+ *   proxyStats -> router -> VS selector per head   (host, or the backend's device planner)
+ *              \-> PE rows                          (backend)
+ *   -> BlockMask (a plan: data, inspectable, reusable) -> sparseAttention (backend)
+ *
+ * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ */
+import { attentionShape } from './attention.js';
+import type { AttentionOptions, AttentionResult, Backend } from './backend.js';
+import { InvalidArgumentError } from './errors.js';
+import { vsListsFromArrays } from './mask.js';
+import { buildPlan } from './plan/build.js';
+import type { PlanOptions, PrefillInputs, PrefillPlan } from './plan/types.js';
+import type { Policy } from './policy.js';
+import type { DeviceTensor } from './tensor.js';
+
+/**
+ * Build a complete plan: statistics, routing, selection, PE rows, mask and density. Does not
+ * run attention. A plan made by the backend's device planner also holds its mask on the
+ * device (`plan.prepared`): runPlan uses it; `releasePlan` frees it.
+ */
+export async function planPrefill(
+  backend: Backend,
+  inputs: Pick<PrefillInputs, 'q' | 'k'> & { v?: DeviceTensor },
+  policy: Policy,
+  opts: PlanOptions = {},
+): Promise<PrefillPlan> {
+  const built = await buildPlan(backend, inputs, policy, opts, false);
+  return 'ready' in built ? built.ready : built.queued.finish(false);
+}
+
+/**
+ * Release the device memory a plan's prepared mask holds (plans made by a device planner).
+ * The plan stays usable: runPlan then expands plan.mask again.
+ */
+export function releasePlan(plan: PrefillPlan): void {
+  plan.prepared?.release();
+}
+
+/** Run a plan: dense or block-sparse attention. Allocates only the output. */
+export function runPlan(
+  backend: Backend,
+  plan: PrefillPlan,
+  inputs: PrefillInputs,
+  opts: AttentionOptions = {},
+): Promise<AttentionResult> {
+  const shape = attentionShape(inputs.q, inputs.k, inputs.v);
+  if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads) {
+    throw new InvalidArgumentError(
+      `plan was made for n=${plan.shape.keys}, H=${plan.shape.heads}; inputs have n=${shape.keys}, H=${shape.heads}`,
+    );
+  }
+  if (!plan.mask) return backend.denseAttention(inputs.q, inputs.k, inputs.v, opts);
+  const prepared = plan.prepared && !plan.prepared.released ? plan.prepared : undefined;
+  return backend.sparseAttention(inputs.q, inputs.k, inputs.v, plan.mask, prepared ? { ...opts, prepared } : opts);
+}
+
+export interface PrefillResult extends AttentionResult {
+  /** the complete plan (its prepared mask released) */
+  readonly plan: PrefillPlan;
+  /**
+   * Milliseconds. totalMs: host wall clock from the call until the output is ready
+   * (synchronised). On a backend with `mark` (CUDA), planMs and attentionMs are on the device
+   * timeline: planMs from the call until the attention could start (host time before and
+   * between the plan's kernels counts, since the device waits for it), attentionMs from there
+   * to the attention's end. Otherwise both are host wall clock, each step awaited.
+   */
+  readonly timings: { readonly planMs: number; readonly attentionMs: number; readonly totalMs: number };
+}
+
+/**
+ * Plan and run one layer. The output stays on the backend. With a device planner the
+ * attention is queued right behind the plan, and the plan is read back and checked (the host
+ * router's routes must equal the device's) while it runs: a disagreement rejects with
+ * BACKEND_ERROR after the attention ran, and its output is disposed (unless it was
+ * `opts.out`). The prepared device mask is released after the run.
+ */
+export async function sparsePrefill(
+  backend: Backend,
+  inputs: PrefillInputs,
+  policy: Policy,
+  opts: PlanOptions & AttentionOptions = {},
+): Promise<PrefillResult> {
+  const m0 = backend.mark?.();
+  const t0 = performance.now();
+  const built = await buildPlan(backend, inputs, policy, opts, m0 !== undefined);
+  const m1 = m0 ? backend.mark?.() : undefined;
+  const t1 = performance.now();
+  if ('ready' in built) {
+    const result = await runPlan(backend, built.ready, inputs, opts);
+    const m2 = m1 ? backend.mark?.() : undefined;
+    await backend.synchronize();
+    const t2 = performance.now();
+    const plan = built.ready;
+    if (!(m0 && m1 && m2)) return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+    const planMs = m1.msSince(m0);
+    return { ...result, plan: { ...plan, planMs }, timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 } };
+  }
+  const queued = built.queued;
+  try {
+    // the attention on the device plan's mask, queued before anything is read back (the
+    // host-side mask argument only carries the shape; the prepared mask is what runs)
+    const { heads: H } = attentionShape(inputs.q, inputs.k, inputs.v);
+    const none: number[][] = Array.from({ length: H }, () => []);
+    const Nb = queued.prepared.numBlocks;
+    const shell = { heads: H, numBlocks: Nb, blockSize: queued.prepared.blockSize, vs: vsListsFromArrays(none, none) };
+    const result = await backend.sparseAttention(inputs.q, inputs.k, inputs.v, shell, { ...opts, prepared: queued.prepared });
+    const m2 = m1 ? backend.mark?.() : undefined;
+    let full: PrefillPlan;
+    try {
+      full = await queued.finish(true);
+    } catch (e) {
+      await backend.synchronize();
+      if (!opts.out) result.output.dispose();
+      result.lse?.dispose();
+      throw e;
+    }
+    await backend.synchronize();
+    const t2 = performance.now();
+    const { prepared: _released, ...plan } = full;
+    if (!(m0 && m1 && m2)) {
+      return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+    }
+    const planMs = m1.msSince(m0);
+    const sm = queued.statsMark;
+    const phases = sm && plan.phases ? { ...plan.phases, statsMs: sm.msSince(m0), peRowsMs: m1.msSince(sm) } : plan.phases;
+    return {
+      ...result,
+      plan: { ...plan, planMs, ...(phases ? { phases } : {}) },
+      timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 },
+    };
+  } finally {
+    queued.prepared.release();
+  }
+}

@@ -1,0 +1,237 @@
+/**
+ * The pipeline's device-plan path (backends with a `planner`, e.g. CUDA), on a planner that
+ * runs the same rules as the host over the reference backend: statistics deferred, one plan
+ * request, the attention queued on the prepared mask before the plan is read back, the host
+ * router's check, density from the planner's counts, and the prepared mask released.
+ * Checked against the host path on the same backend: same routing, mask and density,
+ * bit-identical output. Policies the planner cannot run go to the host path.
+ */
+import {
+  type AttentionOptions,
+  type Backend,
+  type BlockMask,
+  type DevicePlanRequest,
+  type DevicePlanResult,
+  expandToRows,
+  planPrefill,
+  type PreparedMask,
+  type ProxyStatsOptions,
+  releasePlan,
+  type Route,
+  type Router,
+  runPlan,
+  selectVsLists,
+  sparsePrefill,
+  spreadRowPtr,
+  toFloat32,
+} from '@crisp/core';
+import { createReferenceBackend } from '@crisp/reference';
+import { cStruct } from '@crisp/router';
+import { globalCoverage, noiseFloor } from '@crisp/select';
+import { describe, expect, it } from 'vitest';
+import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
+import { crisp } from './index.js';
+
+type Prepared = PreparedMask & { readonly rows: BlockMask['rows'] };
+
+/** The reference backend plus a planner running the device rules on the host. */
+function withPlanner(base: Backend) {
+  const log = { planned: 0, ranWithPrepared: 0, deferred: [] as boolean[], reads: [] as number[], outputs: [] as { disposed: boolean }[] };
+  const live: Prepared[] = [];
+  let flip = false;
+  const plan = async (req: DevicePlanRequest): Promise<DevicePlanResult> => {
+    log.planned++;
+    const { stats } = req;
+    const H = stats.heads;
+    const Nb = stats.numBlocks;
+    const B = stats.blockSize;
+    const routes = Array.from(stats.cStruct, (c): Route => (c >= req.route.tauProxy ? 'vs' : 'pe'));
+    const heads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
+    const vs = selectVsLists(stats, routes, noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }), req.peK);
+    const pe = heads.length ? await base.peBlockRows(req.pe.q, req.pe.k, { blockSize: B, gamma: req.pe.gamma, heads, scale: req.pe.scale }) : undefined;
+    const rows = pe ? { rowPtr: spreadRowPtr(pe.rowPtr, heads, H, Nb), cols: pe.cols } : undefined;
+    const full = expandToRows({ heads: H, numBlocks: Nb, blockSize: B, vs, rows });
+    const prepared: Prepared = {
+      backend: base.name,
+      heads: H,
+      numBlocks: Nb,
+      blockSize: B,
+      blockCounts: Float64Array.from({ length: H }, (_, h) => full.rowPtr[(h + 1) * Nb] - full.rowPtr[h * Nb]),
+      rows: full,
+      released: false,
+      release() {
+        (this as { released: boolean }).released = true;
+      },
+    };
+    live.push(prepared);
+    const deviceRoutes = flip ? routes.map((r, h) => (h === 0 ? (r === 'vs' ? 'pe' : 'vs') : r)) : routes;
+    return {
+      prepared,
+      read: () => {
+        log.reads.push(log.ranWithPrepared);
+        return { routes: deviceRoutes, vs, ...(pe ? { peRows: async () => pe } : {}) };
+      },
+    };
+  };
+  const be: Backend = {
+    name: base.name,
+    capabilities: base.capabilities,
+    sparseCrossover: base.sparseCrossover,
+    upload: (t) => base.upload(t),
+    allocate: (d, s) => base.allocate(d, s),
+    write: (t, o, d) => base.write(t, o, d),
+    download: (t) => base.download(t),
+    proxyStats: (q, k, o: ProxyStatsOptions) => {
+      log.deferred.push(o.deferRead === true);
+      return base.proxyStats(q, k, o);
+    },
+    peBlockRows: (q, k, o) => base.peBlockRows(q, k, o),
+    expandMask: (m) => base.expandMask(m),
+    sparseAttention: async (q, k, v, mask, opts: AttentionOptions = {}) => {
+      const p = opts.prepared as Prepared | undefined;
+      if (!p) return base.sparseAttention(q, k, v, mask, opts);
+      // like a device backend: run what was prepared
+      expect(p.released).toBe(false);
+      log.ranWithPrepared++;
+      const { prepared: _p, ...rest } = opts;
+      const r = await base.sparseAttention(q, k, v, { heads: p.heads, numBlocks: p.numBlocks, blockSize: p.blockSize, rows: p.rows }, rest);
+      // what becomes of the output (a failed sparsePrefill disposes it)
+      const seen = { disposed: false };
+      log.outputs.push(seen);
+      const dispose = r.output.dispose.bind(r.output);
+      Object.defineProperty(r.output, 'dispose', {
+        value: () => {
+          seen.disposed = true;
+          dispose();
+        },
+      });
+      return r;
+    },
+    denseAttention: (q, k, v, o) => base.denseAttention(q, k, v, o),
+    synchronize: () => base.synchronize(),
+    dispose: () => base.dispose(),
+    planner: { routers: ['cStruct'], selectors: ['noiseFloor'], plan },
+  };
+  return {
+    be,
+    log,
+    live,
+    setFlip: (f: boolean) => {
+      flip = f;
+    },
+  };
+}
+
+function inputsFor(seed: number) {
+  const x = mixedHeads({
+    n: 1536,
+    heads: [{ kind: 'sink', strength: 12 }, { kind: 'diffuse' }, { kind: 'sink', strength: 10 }, { kind: 'diffuse' }],
+    seed,
+  });
+  const host = createReferenceBackend();
+  return { host, inputs: { q: host.upload(x.q), k: host.upload(x.k), v: host.upload(x.v) } };
+}
+
+// γ 0.5 so the PE rows leave blocks out on these small inputs
+const policy = { ...crisp, blockSize: 64, kMin: 256, pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+
+describe('plans made by a device planner', () => {
+  it('give the host plan’s routing, mask, density and output; sparsePrefill queues the attention first and releases the mask', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const ref = await sparsePrefill(host, inputs, policy, { minSparseLength: 0 });
+    // both paths of the union: the sink heads go to VS, the diffuse ones to PE
+    expect(ref.plan.routing?.routes, msg).toEqual(['vs', 'pe', 'vs', 'pe']);
+    expect(Math.max(ref.plan.density[0], ref.plan.density[2]), msg).toBeLessThan(0.97);
+    expect(Math.max(ref.plan.density[1], ref.plan.density[3]), msg).toBeLessThan(0.8);
+
+    const { be, log, live } = withPlanner(host);
+    const res = await sparsePrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(log.planned, msg).toBe(1);
+    expect(log.deferred, msg).toEqual([true]);
+    // the attention was queued before the plan was read back
+    expect(log.reads, msg).toEqual([1]);
+    expect(res.plan.routing, msg).toEqual(ref.plan.routing);
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
+    expect(res.plan.overallDensity, msg).toBeCloseTo(ref.plan.overallDensity, 12);
+    expect(res.plan.prepared, msg).toBeUndefined();
+    expect(live.every((p) => p.released), msg).toBe(true);
+    const b = toFloat32(await host.download(ref.output));
+    const a = toFloat32(await host.download(res.output));
+    expect(a.some(Number.isNaN), msg).toBe(false);
+    expect(Array.from(a), msg).toEqual(Array.from(b));
+  });
+
+  it('are complete when planPrefill resolves; runPlan runs the prepared mask until releasePlan, then plan.mask', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const ref = await sparsePrefill(host, inputs, policy, { minSparseLength: 0 });
+    const { be, log } = withPlanner(host);
+    const plan = await planPrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(log.reads, msg).toEqual([0]);
+    expect(plan.routing, msg).toEqual(ref.plan.routing);
+    expect(plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(plan.density), msg).toEqual(Array.from(ref.plan.density));
+    expect(Number.isFinite(plan.overallDensity), msg).toBe(true);
+    expect(plan.prepared?.released, msg).toBe(false);
+    const b = Array.from(toFloat32(await host.download(ref.output)));
+    const first = await runPlan(be, plan, inputs);
+    expect(log.ranWithPrepared, msg).toBe(1);
+    expect(Array.from(toFloat32(await host.download(first.output))), msg).toEqual(b);
+    releasePlan(plan);
+    expect(plan.prepared?.released, msg).toBe(true);
+    const again = await runPlan(be, plan, inputs);
+    expect(log.ranWithPrepared, msg).toBe(1);
+    expect(Array.from(toFloat32(await host.download(again.output))), msg).toEqual(b);
+  });
+
+  it('that disagree with the host router are a BACKEND_ERROR; nothing is kept and sparsePrefill disposes its output', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const { be, log, live, setFlip } = withPlanner(host);
+    setFlip(true);
+    await expect(planPrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    expect(live.every((p) => p.released), msg).toBe(true);
+    await expect(sparsePrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    expect(live.every((p) => p.released), msg).toBe(true);
+    expect(log.outputs.length, msg).toBe(1);
+    expect(log.outputs[0].disposed, msg).toBe(true);
+    setFlip(false);
+    // a router whose host route() returns the wrong number of routes is the router's error
+    // (INVALID_ARGUMENT, as on the host path), not the backend's
+    const short = { ...policy, router: { ...cStruct(), device: cStruct().device, route: (s: Parameters<Router['route']>[0]) => ({ ...cStruct().route(s), routes: [] }) } };
+    await expect(planPrefill(be, inputs, short, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(live.every((p) => p.released), msg).toBe(true);
+  });
+
+  it('are not asked for where the planner cannot run the policy: those plans are made on the host, statistics read at once', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const { be, log } = withPlanner(host);
+    const ref = await planPrefill(host, inputs, policy, { minSparseLength: 0 });
+    // a router with its own route() (no device rule)
+    const own = { ...policy, router: { ...cStruct(), route: (s: Parameters<Router['route']>[0]) => cStruct().route(s) } };
+    const p1 = await planPrefill(be, inputs, own, { minSparseLength: 0 });
+    expect(p1.mask, msg).toEqual(ref.mask);
+    expect(p1.prepared, msg).toBeUndefined();
+    // a selector rule the planner does not list
+    (be.planner as { selectors: readonly string[] }).selectors = [];
+    const p2 = await planPrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(p2.mask, msg).toEqual(ref.mask);
+    (be.planner as { selectors: readonly string[] }).selectors = ['noiseFloor'];
+    // a kMin that is not whole blocks: on the host, where the selector raises its own error
+    const odd = { ...policy, vs: noiseFloor({ alpha: 1, kMin: 100 }) };
+    await expect(planPrefill(be, inputs, odd, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(log.planned, msg).toBe(0);
+    expect(log.deferred, msg).toEqual([false, false, false]);
+    // and the planner's plan for the same policy, for comparison
+    await planPrefill(be, inputs, policy, { minSparseLength: 0 }).then(releasePlan);
+    expect(log.planned, msg).toBe(1);
+    expect(log.deferred.at(-1), msg).toBe(true);
+  });
+});
