@@ -3,7 +3,7 @@ import { calibrateScenario, scenario } from '@crisp/synth';
 import { selectBackend } from './backends.js';
 import type { CliIo } from './cli-io.js';
 import { formatCalibration } from './format.js';
-import { toJson } from './main.js';
+import { toJson } from './format.js';
 import type { ScenarioChoice } from './run-job.js';
 
 export interface CalibrateCommandOptions extends ScenarioChoice {

@@ -87,3 +87,18 @@ export function formatCalibration(rep: CalibrationReport, title: string): string
   ];
   return `${lines.join('\n')}\n`;
 }
+
+/** JSON-safe copy: typed arrays to plain arrays, mask rows dropped (they are for the report). */
+export function toJson(x: unknown): string {
+  return JSON.stringify(
+    x,
+    (key, v) => {
+      if (key === 'rows' && v && typeof v === 'object' && 'rowPtr' in v) return undefined;
+      if (ArrayBuffer.isView(v)) return Array.from(v as unknown as ArrayLike<number>);
+      if (v instanceof Map) return Object.fromEntries(v);
+      if (typeof v === 'number' && !Number.isFinite(v)) return String(v);
+      return v;
+    },
+    2,
+  );
+}

@@ -8,7 +8,7 @@ import { PROFILE_NAMES } from '@crisp/synth';
 import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
 import { calibrateCommand } from './calibrate-command.js';
 import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
-import { formatRun } from './format.js';
+import { formatRun, toJson } from './format.js';
 import { choiceFlag, dtypeFlag, intFlag, numFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
@@ -108,20 +108,6 @@ function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
   };
 }
 
-/** JSON-safe copy: typed arrays to plain arrays, mask rows dropped (they are for the report). */
-export function toJson(x: unknown): string {
-  return JSON.stringify(
-    x,
-    (key, v) => {
-      if (key === 'rows' && v && typeof v === 'object' && 'rowPtr' in v) return undefined;
-      if (ArrayBuffer.isView(v)) return Array.from(v as unknown as ArrayLike<number>);
-      if (v instanceof Map) return Object.fromEntries(v);
-      if (typeof v === 'number' && !Number.isFinite(v)) return String(v);
-      return v;
-    },
-    2,
-  );
-}
 
 function program(io: CliIo): Command {
   const prog = new Command('crisp')
