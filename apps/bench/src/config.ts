@@ -46,8 +46,7 @@ export interface BenchConfig {
      * code, as a serving loop's would (V8 tiers a function up by the bytecode it has run, so
      * the functions a prefill calls once, such as the plan's checks before the proxy pass, need
      * ~1,000 calls: at 300 they were not optimised yet, and 2,000 took ~0.02 ms off the 128k
-     * plan from an idle H200: kernels-cuda NOTES, session 22). 0: the timed calls start from
-     * cold code.
+     * plan from an idle H200). 0: the timed calls start from cold code.
      */
     readonly jitWarmup: number;
     /** per backend: stop growing n once the projected time of the next size exceeds what is left */

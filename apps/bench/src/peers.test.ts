@@ -24,7 +24,7 @@ const ctx = (timeLeftMs?: number): SuiteContext => ({
 
 describe('densePeers', () => {
   it('starts no peer when no size had the dense kernel timed, and says why', async () => {
-    // e.g. `--presets crisp`: session 21's H200 runs reported the SDPA peers "failed" with no reason
+    // e.g. `--presets crisp`: the SDPA peers were once reported "failed" there, with no reason
     const r = await densePeers(ctx(), opened, new Map(), 'apps/bench/peers/sdpa_peer.py');
     expect(r.rows).toEqual([]);
     expect(r.notes.map((x) => [x.backend, x.peer, x.status])).toEqual([

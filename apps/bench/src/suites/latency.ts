@@ -164,8 +164,8 @@ export const JIT_WARMUP_MAX_MS = 30_000;
  * Whether the JIT warm-up runs another prefill: up to `count`, and within JIT_WARMUP_MAX_MS
  * counted from the end of the first round (one prefill of each of the `presets`): each
  * preset's first prefill compiles its kernels (NVRTC, ~40 s on a fresh GPU machine for the
- * sparse path), which must not use up the cap (session 23: a fresh machine's headline run
- * stopped after 2 prefills). Exported for tests.
+ * sparse path), which must not use up the cap (counted from the start, a fresh machine's
+ * headline run stopped after 2 prefills). Exported for tests.
  */
 export function jitWarmupGoesOn(done: number, count: number, presets: number, msSinceFirstRound: number): boolean {
   if (done >= count || presets < 1) return false;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The NVIDIA H200 runs behind the committed results, one phase per command (each fits in ten
+# minutes). Packed first with tools/gpu-rig/scripts/pack.sh (see ../README.md); on the GPU
+# host, from the repository root:
+#   source .device/setup.sh && bash tools/gpu-rig/scripts/h200.sh PHASE OUT
+# Phases:
+#   conformance  the CUDA backend against the float64 reference (@crisp/conformance, n <= 16k),
+#                bf16 and f16 as two processes side by side (the host reference is the slow
+#                part; the cubin cache is written atomically). ~200-320 s.
+#   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
+#                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
+#                OUT/nvidia-h200-synth (apps/bench/results/nvidia-h200-synth). ~330 s.
+#   suites       crisp-bench accuracy, O(n) curve and floors on both GPU backends, then WebGPU
+#                latency and crossover (the TF.js peer in the same run) on the llama fill,
+#                8k-32k, merged into the same folder: OUT/nvidia-h200
+#                (apps/bench/results/nvidia-h200). ~320 s.
+# Set CRISP_GIT_COMMIT to the commit being run: crisp-bench labels its results with it (the
+# copy on the GPU host may have no git metadata). Copy OUT's nvidia-h200* folders over
+# apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
+# a hard limit, so a step cut short leaves what it finished.
+set -u
+phase=${1:?usage: h200.sh conformance|headline|suites OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites OUT}")
+mkdir -p "$out"
+command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
+[ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
+app=.device/app
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || true
+
+case "$phase" in
+  conformance)
+    [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
+    conf() { # DTYPE
+      timeout -s KILL 330 node "$app/cuda-main.mjs" --phase conformance --dtypes "$1" --confMaxN 16384 --budget 300 \
+        --out "$out/conformance-$1" > "$out/conformance-$1.log" 2>&1
+    }
+    conf bf16 &
+    pid=$!
+    # the second process starts once the first has compiled the kernels into the cubin cache
+    sleep 10
+    conf f16
+    wait "$pid"
+    grep -h "conformance cuda:" "$out"/conformance-*.log
+    grep -h FAIL "$out"/conformance-*.log | head -n 20
+    # both summaries there and no failure
+    [ "$(cat "$out"/conformance-*.log | grep -c 'conformance cuda:')" -eq 2 ] && ! grep -q FAIL "$out"/conformance-*.log
+    ;;
+  headline)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 345 node "$app/crisp-bench.mjs" --backends cuda --suites latency,crossover --latency-inputs synth \
+      --max-host-values 1e12 --sizes 8k,16k,32k,64k,128k,512k --deadline-s 315 \
+      --out "$out/nvidia-h200-synth" > "$out/headline.log" 2>&1
+    rc=$?
+    grep -E 'latency|crossover|skip|peer|error' "$out/headline.log" | tail -n 40
+    exit $rc
+    ;;
+  suites)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    d=$out/nvidia-h200
+    # accuracy at 8k and 16k, the O(n) curve's proxy statistics 4k-128k, floors at 8k
+    timeout -s KILL 200 node "$app/crisp-bench.mjs" --backends cuda,webgpu --suites accuracy,onCurve,floors \
+      --acc-sizes 8k,16k --proxy-sizes 4k..128k --floors-n 8k --deadline-s 190 --merge --out "$d" \
+      > "$out/suites.log" 2>&1
+    rc=$?
+    tail -n 3 "$out/suites.log"
+    timeout -s KILL 130 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
+      --sizes 8k..32k --deadline-s 120 --merge --out "$d" > "$out/webgpu-latency.log" 2>&1
+    rc2=$?
+    grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
+    ;;
+  *)
+    echo "unknown phase $phase (conformance, headline, suites)" >&2
+    exit 2
+    ;;
+esac
