@@ -1,6 +1,6 @@
 /**
  * Accuracy of a plan's mask on a scenario with ground truth, in float64 on the host, over
- * sampled query rows (CRISP.md, "Metrics we report"): mass recall, output error of the
+ * sampled query rows (docs/ALGORITHM.md, "Metrics"): mass recall, output error of the
  * masked attention against dense, needle recall (selection, and output within tolerance at
  * the rows that ask for the needle), density. Scoring the mask exactly on the host keeps
  * the metric about the selection; a backend's own numerics are the conformance suite's job.

@@ -8,7 +8,7 @@ const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed
 const pct = (part: number, x: { ms: { median: number } }): string => `${((100 * part) / x.ms.median).toFixed(1)}%`;
 const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? pct(x.planMs, x) : '–');
 /**
- * The plan after its proxy statistics (CRISP.md steps 2-3 and the mask: routing, selection,
+ * The plan after its proxy statistics (docs/ALGORITHM.md, steps 2-3 and the mask: routing, selection,
  * PE rows, expansion) as a share of the total: planMs − statsMs, when the run split the plan.
  */
 const afterStatsShare = (x: { planMs: number; planPhases?: Record<string, number>; ms: { median: number } } | undefined): string => {
@@ -276,7 +276,7 @@ export function headline(r: BenchResult, linkBase: string): string {
     );
   }
   out.push('');
-  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (CRISP.md step 1). On CUDA the plan time is the device timeline from the call to the attention's start. ${producedBy(r, 'latency')}`);
+  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (docs/ALGORITHM.md, step 1). On CUDA the plan time is the device timeline from the call to the attention's start. ${producedBy(r, 'latency')}`);
   if (r.inProgress) out.push(`Partial: the run stopped in suite \`${r.inProgress}\`.`);
   const links = [`[all results](${base}/bench.md)`, ...(r.figures ?? []).map((x) => `[${x}](${base}/${x})`)];
   out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);

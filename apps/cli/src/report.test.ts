@@ -9,7 +9,7 @@ const SEED = testSeed();
 const CHROMIUM = '/usr/bin/chromium';
 
 describe('report helpers', () => {
-  it('noise floor μ and the γ cut follow CRISP.md', () => {
+  it('noise floor μ and the γ cut follow docs/ALGORITHM.md', () => {
     // μ = (1 - 0.9 - 0.04) / (5 - 2) = 0.02
     expect(noiseFloorMu([0.9, 0.03, 0.02, 0.01, 0.04])).toBeCloseTo(0.02, 15);
     expect(noiseFloorMu([0.99, 0.01])).toBe(0);

@@ -139,7 +139,7 @@ export interface HeadResult {
   readonly density: number;
   /** relative error of this head's sampled rows against float64 with the same mask */
   readonly kernelError: number;
-  /** relative error against float64 dense (CRISP.md's output error) */
+  /** relative error against float64 dense (docs/ALGORITHM.md's output error) */
   readonly outputError: number;
   readonly massRecall: number;
   /**
@@ -178,7 +178,7 @@ export interface DemoResult {
   readonly kernelError: number;
   /** the same for the backend's dense attention against float64 dense */
   readonly denseKernelError: number;
-  /** ‖O_sparse − O_dense,f64‖ / ‖O_dense,f64‖ over the sampled rows (CRISP.md's output error) */
+  /** ‖O_sparse − O_dense,f64‖ / ‖O_dense,f64‖ over the sampled rows (docs/ALGORITHM.md's output error) */
   readonly outputError: number;
   readonly massRecall: number;
   readonly needleRecall: { readonly recall: number; readonly recalled: number; readonly total: number; readonly visibleRecall: number };

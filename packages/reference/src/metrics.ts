@@ -1,5 +1,5 @@
 /**
- * Host-side metrics over host tensors (CRISP.md, "Metrics we report"): output error, mass
+ * Host-side metrics over host tensors (docs/ALGORITHM.md, "Metrics"): output error, mass
  * recall, and exact attention for a few query rows, all in float64. The CLI, the bench and
  * the conformance suite use them to check GPU backends at lengths where full reference
  * attention would be too slow: compare sampled rows instead.

@@ -35,7 +35,7 @@ function expectedCoverage(tokens: Float32Array, gamma: number, B: number, kBlock
   return [0, ...order.slice(0, blocks - 1)].sort((x, y) => x - y);
 }
 
-/** The count by CRISP.md's definition: sort descending in float64, the prefix with sum <= γ, plus one. */
+/** The count by docs/ALGORITHM.md's definition: sort descending in float64, the prefix with sum <= γ, plus one. */
 function byDefinition(t: ArrayLike<number>, gamma: number): number {
   const sorted = Float64Array.from(t).sort().reverse();
   let sum = 0;

@@ -1,5 +1,5 @@
 /**
- * Needle recall (CRISP.md's metric, selection half): of the planted retrieval needles, the
+ * Needle recall (docs/ALGORITHM.md's metric, selection half): of the planted retrieval needles, the
  * fraction whose key block is selected, for each head that reads the needle, in every query
  * block that attends to it. Whether the output there matches dense is the caller's check
  * (it needs the attention outputs); `queryBlocks` lists the blocks to compare.
