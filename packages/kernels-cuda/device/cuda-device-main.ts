@@ -11,8 +11,6 @@ import { join } from 'node:path';
 import {
   type BlockMask,
   type DeviceTensor,
-  hostTensor,
-  mulberry32,
   decode,
   maskDensity,
   numBlocks,
@@ -178,66 +176,8 @@ async function compareOutputs(a: DeviceTensor, ref: DeviceTensor) {
   return { maxRelErr: maxDiff / maxRef, worstIndex: worst, ...be.relError(a, ref) };
 }
 
-if (phase === 'kernels' && layouts.some((l) => ATTENTION_VARIANTS[l]?.sm90a) && be.info.computeCapability[0] === 9) {
-  // One warpgroup tile through kernels/attention-wgmma.cu's probe (S = A Bᵀ, O = A V, three
-  // readings of V's descriptor) against float64 products: says which operand is wrong when a
-  // wgmma layout fails its check.
-  await step('probe_wgmma', async () => {
-    const r = mulberry32(7);
-    const mk = (rows: number) => hostTensor('bf16', [rows, 128], Float32Array.from({ length: rows * 128 }, () => r() * 2 - 1));
-    const a = mk(64);
-    const b = mk(128);
-    const v = mk(128);
-    const [A, Bm, V] = [a, b, v].map((t) => toFloat32(t));
-    const ref = (f: (i: number, j: number, k: number) => number) => {
-      const out = new Float64Array(64 * 128);
-      for (let i = 0; i < 64; i++)
-        for (let j = 0; j < 128; j++) {
-          let acc = 0;
-          for (let k = 0; k < 128; k++) acc += f(i, j, k);
-          out[i * 128 + j] = acc;
-        }
-      return out;
-    };
-    const sRef = ref((i, j, k) => A[i * 128 + k] * Bm[j * 128 + k]);
-    const sIfNotT = ref((i, j, k) => A[i * 128 + k] * Bm[k * 128 + j]);
-    const oRef = ref((i, j, k) => A[i * 128 + k] * V[k * 128 + j]);
-    const oIfT = ref((i, j, k) => A[i * 128 + k] * V[j * 128 + k]);
-    const err = (x: Float32Array, y: Float64Array) => {
-      let d = 0;
-      let m = 0;
-      for (let i = 0; i < y.length; i++) {
-        const e = Math.abs(x[i] - y[i]);
-        d = Number.isNaN(e) ? Number.POSITIVE_INFINITY : Math.max(d, e);
-        m = Math.max(m, Math.abs(y[i]));
-      }
-      return d / m;
-    };
-    const out: Record<string, unknown> = {};
-    for (const mode of [0, 1, 2] as const) {
-      try {
-        const { s, o } = be.probeWgmma(a, b, v, mode);
-        out[`mode${mode}`] = {
-          sErr: err(s, sRef),
-          sErrIfBNotTransposed: err(s, sIfNotT),
-          oErr: err(o, oRef),
-          oErrIfVTransposed: err(o, oIfT),
-          sHead: Array.from(s.subarray(0, 6)),
-          sRefHead: Array.from(sRef.subarray(0, 6)),
-          oHead: Array.from(o.subarray(0, 6)),
-          oRefHead: Array.from(oRef.subarray(0, 6)),
-        };
-      } catch (e) {
-        out[`mode${mode}`] = { error: String((e as Error)?.stack ?? e) };
-      }
-      log(`probe_wgmma mode ${mode}: ${JSON.stringify(out[`mode${mode}`]).slice(0, 400)}`);
-    }
-    return out;
-  });
-}
-
 if (phase === 'kernels' && checkN > 0) {
-  // Self-check before any timing: every layout against v1 at a small size, dense (bf16 and
+  // Self-check before any timing: every layout against w32 at a small size, dense (bf16 and
   // f16, and chunked prefill with a partial last block), sparse at block sizes 128 and 64. A
   // layout that does not build, fails to launch or differs is reported and not timed.
   await step(`check_${checkN}`, async () => {
@@ -280,7 +220,7 @@ if (phase === 'kernels' && checkN > 0) {
         sp128: (o) => be.sparseAttention(t.q, t.k, t.v, m128, { out: o }),
         sp64: (o) => be.sparseAttention(t.q, t.k, t.v, m64, { out: o }),
       };
-      be.attentionVariant = 'v1';
+      be.attentionVariant = 'w32';
       for (const [c, run] of Object.entries(cases)) {
         be.poison(outs[c][0]);
         await run(outs[c][0]);
@@ -673,7 +613,7 @@ async function proxyReference(
 }
 
 if (phase === 'kernels') {
-  // Every attention layout on the same inputs: dense time, TFLOP/s, output vs the v1 layout
+  // Every attention layout on the same inputs: dense time, TFLOP/s, output vs the w32 layout
   // (same math, f32 sums in another order), and a regular sparse mask's per-block cost.
   for (const n of sweepNs) {
     await step(`layouts_${n}`, async () => {
@@ -688,7 +628,7 @@ if (phase === 'kernels') {
         be.fillHash(q, 1, 2);
         be.fillHash(k, 2, 2);
         be.fillHash(v, 3, 1);
-        be.attentionVariant = 'v1';
+        be.attentionVariant = 'w32';
         be.poison(ref);
         await be.denseAttention(q, k, v, { out: ref });
         const pm = patternMask(Nb, 16, 64);
@@ -696,7 +636,7 @@ if (phase === 'kernels') {
         const blocks = rows.rowPtr[rows.rowPtr.length - 1];
         const causal = H * ((Nb * (Nb + 1)) / 2);
         const big = n >= 262144;
-        // the sparse reference: v1 on the same pattern mask
+        // the sparse reference: w32 on the same pattern mask
         const refSp = be.allocate('bf16', [n, H, D]);
         be.poison(refSp);
         await be.sparseAttention(q, k, v, pm, { out: refSp });
@@ -728,7 +668,7 @@ if (phase === 'kernels') {
                 perBlockSparseOverDense: sMs / blocks / (dMs / causal),
               };
               log(
-                `layout ${name} n=${n}: dense ${dMs.toFixed(2)} ms (${(causalFlops(n, H, D) / (dMs * 1e-3) / 1e12).toFixed(0)} TFLOP/s) vs v1 relErr ${err.relErr.toExponential(2)} nonfinite ${err.nonFinite}; pattern ${sMs.toFixed(2)} ms per-block ${(sMs / blocks / (dMs / causal)).toFixed(3)}x dense, vs v1 relErr ${spErr.relErr.toExponential(2)} nonfinite ${spErr.nonFinite}`,
+                `layout ${name} n=${n}: dense ${dMs.toFixed(2)} ms (${(causalFlops(n, H, D) / (dMs * 1e-3) / 1e12).toFixed(0)} TFLOP/s) vs w32 relErr ${err.relErr.toExponential(2)} nonfinite ${err.nonFinite}; pattern ${sMs.toFixed(2)} ms per-block ${(sMs / blocks / (dMs / causal)).toFixed(3)}x dense, vs w32 relErr ${spErr.relErr.toExponential(2)} nonfinite ${spErr.nonFinite}`,
               );
             } catch (e) {
               out[name] = { error: String((e as Error)?.stack ?? e) };

@@ -6,8 +6,8 @@
 // m64nNk16 (f32 accumulators): Q and K are read by the tensor cores straight from shared
 // memory through matrix descriptors; P (the softmax numerators, bf16/f16) goes from
 // registers, V from shared memory as an N-major ("transposed") operand. Keys stream in tiles
-// of BN = B rows (one mask block per tile), double buffered with cp.async issued by all
-// threads. Softmax is FA2-style online in fp32 registers: the accumulator fragment of
+// of BN = B rows (one mask block per tile), three stages deep, loaded with cp.async by a
+// producer warpgroup (wgw_body below). Softmax is FA2-style online in fp32 registers: the accumulator fragment of
 // m64nNk16 is, per warp, the mma.sync m16n8 fragment repeated along N, so the masking,
 // row max, exp2 (scale folded into one FFMA) and the rescale skip are those of attention.cu.
 //
@@ -129,96 +129,6 @@ __device__ __forceinline__ void store_rows(u16* __restrict__ o, float* __restric
     if (rB < n && rB >= off) lse[(size_t)h * m + (rB - off)] = lb > 0.f ? (mB + log2f(lb)) * ln2 : CRISP_NEG_INF;
   }
 }
-
-template <int D, int NWG, bool BF16>
-__device__ __forceinline__ void wg_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
-                                        u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
-                                        const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
-                                        float scaleLog2, const int* hsel, int hmode) {
-  constexpr int BM = 64 * NWG;  // = B
-  constexpr int BN = BM;        // one mask block per key tile
-  constexpr int NT = NWG * 128;
-  constexpr int CH = D / 8;
-  constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const u32 sQ = (smem_addr(smem) + 1023u) & ~1023u;  // the host adds 1024 bytes of slack
-  const u32 sK = sQ + QBYTES;
-  const u32 sV = sK + 2 * TBYTES;
-
-  const int off = n - m;
-  int h, I;
-  if (!cta_order(Nb, hsel, hmode, h, I)) return;
-  const int kvh = h / (H / Hkv);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = warp >> 2, wq = warp & 3;  // warpgroup, warp within it (16 rows each)
-  const int q0 = I * BM;
-  const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
-
-  stage_q<BM, D, NT>(q, q0, n, off, qStride, h, tid, [&](int r, int ch) { return sQ + pswz(BM, r, ch); });
-  int first;
-  const int nTiles = row_blocks(rowPtr, h, Nb, I, first);
-  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
-  auto loadKV = [&](int t, int stage) {
-    const int ks = tileStart(t);
-    for (int c = tid; c < BN * CH; c += NT) {
-      const int r = c / CH, ch = c % CH, key = ks + r;
-      const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
-      const int bytes = key < n ? 16 : 0;
-      cp_async16(sK + stage * TBYTES + pswz(BN, r, ch), k + go, bytes);
-      cp_async16(sV + stage * TBYTES + pswz(BN, r, ch), v + go, bytes);
-    }
-  };
-  if (nTiles > 0) loadKV(0, 0);
-  cp_async_commit();
-
-  // Accumulator fragments (per warp the m16n8 layout repeated along N): s[j·4 + e] is the
-  // score of row rA (e < 2) or rB (e >= 2), column j·8 + (lane & 3)·2 + (e & 1).
-  float acc[D / 2];
-  float s[BN / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
-#pragma unroll
-  for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
-  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
-  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
-  const u32 qBase = sQ + wg * 64 * 128;
-
-  for (int t = 0; t < nTiles; t++) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
-    if (t + 1 < nTiles) loadKV(t + 1, (t + 1) & 1);
-    cp_async_commit();
-    const u32 kBase = sK + (t & 1) * TBYTES, vBase = sV + (t & 1) * TBYTES;
-    const int ks = tileStart(t);
-
-    // S = Q Kᵀ: D / 16 k-steps of m64 n(BN) k16, the first one overwriting s.
-    reg_fence<BN / 2>(s);
-    wgmma_fence();
-    issue_s<D, BN, BM, BF16>(s, qBase, kBase);
-    wgmma_commit();
-    wgmma_wait0();
-    reg_fence<BN / 2>(s);
-
-    float cA, cB;
-    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
-    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
-
-    // O += P V: BN / 16 k-steps of m64 n(D) k16, P from registers (the mma.sync A layout).
-    u32 p[BN / 16][4];
-    pack_p<BN, BF16>(p, s);
-    reg_fence<D / 2>(acc);
-    wgmma_fence();
-    issue_pv<D, BN, BF16>(acc, p, vBase);
-    wgmma_commit();
-    wgmma_wait0();
-    reg_fence<D / 2>(acc);
-    reg_fence_u<BN / 16>(p);
-  }
-  cp_async_wait<0>();
-  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
-}
-
 
 // mbarrier (shared::cta) helpers for the warp-specialised layout: arrive (release), and a
 // spin on try_wait.parity (acquire) for the phase with the given parity.
@@ -412,11 +322,6 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 }
 #endif  // CRISP_WGMMA
 
-// wg: B = 64 (one warpgroup) or 128 (two), 1 CTA per SM at B 128, d 128 (161 KB of shared
-// memory). (Dropped in session 4, NOTES.md: wgo, wg with the softmax overlapped with P V
-// behind a CTA-wide barrier per tile, measured slower; wgok, wgo in the kv-head-major CTA
-// order, +3% over wgo; wgk, wg in that order, not run. wgw below keeps the overlap without
-// the barrier.)
 // One extern "C" entry per (layout, dtype, d, B); the body is a template instance passed as
 // the variadic tail (its commas would split an ordinary macro argument). Off sm_90a the
 // entries are empty stubs (see the top of the file).
@@ -431,19 +336,9 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
            int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode) {             \
     CRISP_HOPPER_CALL(__VA_ARGS__)                                                                           \
   }
-#define CRISP_ATTN_WG(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128, wg_body<D, NWG, BF16>)
 // wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
 // shared memory at B 128, d 128).
 #define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, wgw_body<D, NWG, BF16, 3>)
-
-CRISP_ATTN_WG(attn_wg_bf16_d64_b64, 64, 1, true)
-CRISP_ATTN_WG(attn_wg_bf16_d64_b128, 64, 2, true)
-CRISP_ATTN_WG(attn_wg_bf16_d128_b64, 128, 1, true)
-CRISP_ATTN_WG(attn_wg_bf16_d128_b128, 128, 2, true)
-CRISP_ATTN_WG(attn_wg_f16_d64_b64, 64, 1, false)
-CRISP_ATTN_WG(attn_wg_f16_d64_b128, 64, 2, false)
-CRISP_ATTN_WG(attn_wg_f16_d128_b64, 128, 1, false)
-CRISP_ATTN_WG(attn_wg_f16_d128_b128, 128, 2, false)
 
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
@@ -453,83 +348,3 @@ CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false)
-
-// ---- diagnostics -------------------------------------------------------------------------
-// One warpgroup, one tile, no softmax: S = A Bᵀ (A 64x128 and B 128x128 both K-major from
-// shared memory, as Q and K above) and O = A V (A from registers as P above, V 128 keys x
-// 128 columns N-major), written as f32 [64, 128] through the accumulator fragment layout.
-// The three MODEs take V's descriptor three ways: 0 as the kernels do (LBO = the 64-column
-// panel stride, SBO = the next 8 keys), 1 with LBO and SBO swapped, 2 as two N = 64
-// products (one per panel, where LBO is not used). CudaBackend.probeWgmma compares them with
-// float64 products: if a kernel above fails its check, this says which operand is wrong.
-template <int MODE>
-__device__ __forceinline__ void wg_probe_body(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
-#ifdef CRISP_WGMMA
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const u32 sA = (smem_addr(smem) + 1023u) & ~1023u;
-  const u32 sB = sA + 64 * 256;
-  const u32 sV = sB + 128 * 256;
-  const int tid = threadIdx.x, wq = tid >> 5, lane = tid & 31;
-  for (int c = tid; c < 64 * 16; c += 128) cp_async16(sA + pswz(64, c / 16, c % 16), a + (c / 16) * 128 + (c % 16) * 8, 16);
-  for (int c = tid; c < 128 * 16; c += 128) {
-    cp_async16(sB + pswz(128, c / 16, c % 16), bk + (c / 16) * 128 + (c % 16) * 8, 16);
-    cp_async16(sV + pswz(128, c / 16, c % 16), v + (c / 16) * 128 + (c % 16) * 8, 16);
-  }
-  cp_async_commit();
-  cp_async_wait<0>();
-  fence_proxy_async();
-  __syncthreads();
-  float s[64], o[64];
-#pragma unroll
-  for (int i = 0; i < 64; i++) s[i] = o[i] = 0.f;
-  wgmma_fence();
-  issue_s<128, 128, 64, true>(s, sA, sB);
-  wgmma_commit();
-  wgmma_wait0();
-  reg_fence<64>(s);
-  const int row = wq * 16 + (lane >> 2);
-  u32 p[8][4];
-#pragma unroll
-  for (int kk = 0; kk < 8; kk++) {
-    const int col = kk * 16 + (lane & 3) * 2;
-    p[kk][0] = *reinterpret_cast<const u32*>(a + row * 128 + col);
-    p[kk][1] = *reinterpret_cast<const u32*>(a + (row + 8) * 128 + col);
-    p[kk][2] = *reinterpret_cast<const u32*>(a + row * 128 + col + 8);
-    p[kk][3] = *reinterpret_cast<const u32*>(a + (row + 8) * 128 + col + 8);
-  }
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < 8; kk++) {
-    if (MODE == 0) wgmma_rs<128, true>(o, p[kk], gmma_desc(sV + kk * 2048, 128 * 128, 1024), 1);
-    if (MODE == 1) wgmma_rs<128, true>(o, p[kk], gmma_desc(sV + kk * 2048, 1024, 128 * 128), 1);
-    if (MODE == 2) {
-      wgmma_rs<64, true>(o, p[kk], gmma_desc(sV + kk * 2048, 1024, 1024), 1);
-      wgmma_rs<64, true>(o + 32, p[kk], gmma_desc(sV + 128 * 128 + kk * 2048, 1024, 1024), 1);
-    }
-  }
-  wgmma_commit();
-  wgmma_wait0();
-  reg_fence<64>(o);
-#pragma unroll
-  for (int j = 0; j < 16; j++) {
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int r = row + (e >> 1) * 8, c = j * 8 + (lane & 3) * 2 + (e & 1);
-      sOut[r * 128 + c] = s[j * 4 + e];
-      oOut[r * 128 + c] = o[j * 4 + e];
-    }
-  }
-#endif
-}
-extern "C" __global__ void __launch_bounds__(128, 1)
-    wg_probe0(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
-  wg_probe_body<0>(a, bk, v, sOut, oOut);
-}
-extern "C" __global__ void __launch_bounds__(128, 1)
-    wg_probe1(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
-  wg_probe_body<1>(a, bk, v, sOut, oOut);
-}
-extern "C" __global__ void __launch_bounds__(128, 1)
-    wg_probe2(const u16* a, const u16* bk, const u16* v, float* sOut, float* oOut) {
-  wg_probe_body<2>(a, bk, v, sOut, oOut);
-}

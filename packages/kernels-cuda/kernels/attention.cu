@@ -2,7 +2,7 @@
 //
 // Shape legend: q [m, H, D] (the last m of n positions; m = n outside chunked prefill),
 // k and v [n, Hkv, D], o [m, H, D] (bf16 or f16), lse [H, m] f32.
-// B block size (64 or 128) = the query rows of one CTA (B / 16 warps, 16 rows each);
+// B block size (64 or 128) = the query rows of one CTA (B / 32 warps, 32 rows each);
 // keys stream through shared memory in 64-row tiles (a 128 block is two tiles), double
 // buffered with cp.async. S = Q K^T and O += P V run on tensor cores (mma.sync m16n8k16,
 // fragments through ldmatrix), softmax is online in fp32 (exp2 with the scale folded in).
@@ -214,10 +214,10 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
   }
 }
 
-// v1: B / 16 warps of 16 rows, 64-key tiles, 1 CTA per SM. w32: B / 32 warps of 32 rows (two
-// m-tiles), 2 CTAs per SM (255 registers a thread by the launch bound). (A w32 variant with
-// 32-key tiles was measured slower, NOTES.md, and is not shipped; BN stays a template
-// parameter.) Shared memory: Q (B rows) plus two stages of K and V tiles.
+// w32: B / 32 warps of 32 rows (two m-tiles), 2 CTAs per SM (255 registers a thread by the
+// launch bound). (A layout of B / 16 warps of 16 rows, and one with 32-key tiles, measured
+// slower on the H200 and are not shipped; MT and BN stay template parameters.) Shared
+// memory: Q (B rows) plus two stages of K and V tiles.
 #define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB)                                                          \
   extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                             \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
@@ -225,14 +225,6 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
     attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode); \
   }
 
-CRISP_ATTN(attn_bf16_d64_b64, 64, 4, 1, 64, true, 1)
-CRISP_ATTN(attn_bf16_d64_b128, 64, 8, 1, 64, true, 1)
-CRISP_ATTN(attn_bf16_d128_b64, 128, 4, 1, 64, true, 1)
-CRISP_ATTN(attn_bf16_d128_b128, 128, 8, 1, 64, true, 1)
-CRISP_ATTN(attn_f16_d64_b64, 64, 4, 1, 64, false, 1)
-CRISP_ATTN(attn_f16_d64_b128, 64, 8, 1, 64, false, 1)
-CRISP_ATTN(attn_f16_d128_b64, 128, 4, 1, 64, false, 1)
-CRISP_ATTN(attn_f16_d128_b128, 128, 8, 1, 64, false, 1)
 CRISP_ATTN(attn_w32_bf16_d64_b64, 64, 2, 2, 64, true, 2)
 CRISP_ATTN(attn_w32_bf16_d64_b128, 64, 4, 2, 64, true, 2)
 CRISP_ATTN(attn_w32_bf16_d128_b64, 128, 2, 2, 64, true, 2)

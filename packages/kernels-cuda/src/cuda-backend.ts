@@ -114,23 +114,19 @@ export type CudaSchedule = 'spin' | 'yield' | 'blocking' | 'auto';
 const SCHEDULE_FLAGS: Record<Exclude<CudaSchedule, 'auto'>, number> = { spin: 1, yield: 2, blocking: 4 };
 
 /**
- * Attention kernel layouts (same math, same results up to f32 summation order). In
- * kernels/attention.cu (mma.sync, any sm_80+ GPU): `v1` B/16 warps of 16 query rows,
- * 64-key tiles, one CTA per SM; `w32` B/32 warps of 32 rows (each K/V fragment feeds two
- * MMAs), two CTAs per SM. In kernels/attention-wgmma.cu (Hopper only, built for sm_90a):
- * `wg` B/64 warpgroups of 64 rows on wgmma.mma_async with Q/K/V read from shared memory
- * through descriptors, key tiles of B rows, double buffered behind a CTA-wide barrier;
- * `wgw` the same MMAs with each tile's softmax overlapped with the previous tile's P·V,
- * fed by a producer warpgroup through mbarriers (3 stages, no CTA-wide barrier per tile;
- * FA3's warp specialisation with cp.async). On a GPU other than compute capability 9.0 the
- * Hopper variants launch `w32` instead and `attentionVariantFallback` says why. Timings
- * (H200, bf16, d 128, B 128: w32 326, wg 401, wgw 403 TFLOP/s dense at 64k): NOTES.md.
- * `keyTile` null: the key tile is the mask block (B rows).
+ * Attention kernel layouts (same math, same results up to f32 summation order). `w32`
+ * (kernels/attention.cu, mma.sync, any sm_80+ GPU): B/32 warps of 32 query rows (each K/V
+ * fragment feeds two MMAs), 64-key tiles, two CTAs per SM. `wgw` (kernels/attention-wgmma.cu,
+ * Hopper only, built for sm_90a): B/64 consumer warpgroups of 64 rows on wgmma.mma_async with
+ * Q/K/V read from shared memory through descriptors, key tiles of B rows, each tile's softmax
+ * overlapped with the previous tile's P·V, fed by a producer warpgroup through mbarriers (3
+ * stages, no CTA-wide barrier per tile; FA3's warp specialisation with cp.async). On a GPU
+ * other than compute capability 9.0 `wgw` launches `w32` instead and
+ * `attentionVariantFallback` says why. Measured on the H200 (bf16, d 128, B 128, dense at
+ * 64k): w32 326, wgw 403 TFLOP/s. `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
-  v1: { file: 'attention.cu', prefix: 'attn_', rowsPerWarp: 16, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
   w32: { file: 'attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
-  wg: { file: 'attention-wgmma.cu', prefix: 'attn_wg_', rowsPerWarp: 16, keyTile: null, stages: 2, producerThreads: 0, sm90a: true },
   wgw: { file: 'attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
@@ -772,7 +768,7 @@ export class CudaBackend implements Backend {
   }
   /**
    * Why the selected variant is not the one launched (undefined when it is): the Hopper
-   * variants need compute capability 9.0 (wgmma is an sm_90a feature, absent from
+   * variant needs compute capability 9.0 (wgmma is an sm_90a feature, absent from
    * Ampere/Ada and not carried forward to later architectures); elsewhere `w32` runs.
    */
   get attentionVariantFallback(): string | undefined {
@@ -2925,43 +2921,6 @@ export class CudaBackend implements Backend {
     const n = numel(ct.shape);
     if (ct.dtype === 'f32') check(this.#libs, cu.cuMemsetD32Async(ct.ptr, 0x7fc00000, n, this.#stream), 'cuMemsetD32Async');
     else check(this.#libs, cu.cuMemsetD16Async(ct.ptr, ct.dtype === 'bf16' ? 0x7fc0 : 0x7e00, n, this.#stream), 'cuMemsetD16Async');
-  }
-
-  /**
-   * Diagnostic for the Hopper kernels (device scripts): kernels/attention-wgmma.cu's
-   * `wg_probe<mode>` computes one warpgroup tile, S = A Bᵀ and O = A V for bf16 A [64, 128],
-   * B [128, 128] and V [128, 128], through the same descriptors, swizzle and fragment layouts
-   * as the attention kernels (mode 0; 1 and 2 read V's descriptor two other ways), as f32
-   * [64, 128] each. Needs compute capability 9.0.
-   */
-  probeWgmma(a: HostTensor, b: HostTensor, v: HostTensor, mode: 0 | 1 | 2): { s: Float32Array; o: Float32Array } {
-    this.#alive();
-    if (this.#arch !== 90) {
-      throw new UnsupportedError(
-        `probeWgmma needs compute capability 9.0 (wgmma); ${this.info.name} is ${this.info.computeCapability.join('.')}`,
-      );
-    }
-    const want: [HostTensor, number][] = [
-      [a, 64],
-      [b, 128],
-      [v, 128],
-    ];
-    for (const [t, rows] of want) {
-      if (t.dtype !== 'bf16' || t.shape.length !== 2 || t.shape[0] !== rows || t.shape[1] !== 128) {
-        throw new ShapeError(`probeWgmma takes bf16 [64, 128], [128, 128], [128, 128]; got ${t.dtype} [${t.shape}]`);
-      }
-    }
-    const ins = [a, b, v].map((t) => this.upload(t) as CudaTensor);
-    const outs = [0, 1].map(() => this.allocate('f32', [64, 128]) as CudaTensor);
-    try {
-      this.#launch('attention-wgmma.cu', `wg_probe${mode}`, [1], 128, 64 * 256 + 2 * 128 * 256 + 1024, [
-        ...ins.map((t) => P(t.ptr)),
-        ...outs.map((t) => P(t.ptr)),
-      ]);
-      return { s: this.#read(outs[0].ptr, new Float32Array(64 * 128)), o: this.#read(outs[1].ptr, new Float32Array(64 * 128)) };
-    } finally {
-      for (const t of [...ins, ...outs]) t.dispose();
-    }
   }
 
   /** ‖a − b‖ / ‖b‖ in f64 over two same-shape bf16/f16 tensors, and a's non-finite count. */

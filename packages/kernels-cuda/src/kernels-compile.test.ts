@@ -38,7 +38,7 @@ describe('kernel sources', () => {
     expect(src).not.toMatch(/^#include/m);
     expect(src).not.toMatch(/^#pragma once/m);
     expect(src).toContain('__device__ __forceinline__ void ldsm_x4');
-    expect(src).toContain('attn_bf16_d128_b128');
+    expect(src).toContain('attn_w32_bf16_d128_b128');
   });
   it('splices every header a kernel file includes (the wgmma proxy pass takes three)', () => {
     for (const f of files) {
