@@ -9,7 +9,7 @@
  */
 import { formatReport, garbageCollector, runConformance } from '@crisp/conformance';
 import { describe, expect, it } from 'vitest';
-import { CudaBackend, type CudaTensor } from './cuda-backend.js';
+import { CudaBackend, type CudaTensor } from './index.js';
 import { standInDriver } from './stand-in-driver.js';
 
 const n = 8192;

@@ -9,7 +9,7 @@ import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp
 import { crisp } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
-import { CudaBackend, type CudaTensor, PDL_KERNELS } from './cuda-backend.js';
+import { CudaBackend, type CudaTensor, PDL_KERNELS } from './index.js';
 import { devicePlanPrefix, standInDriver } from './stand-in-driver.js';
 
 const H = 8;
@@ -24,7 +24,14 @@ function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead
   return { ...s, be, inputs };
 }
 
-describe('planOnDevice (stand-in driver)', () => {
+describe('the device planner (stand-in driver)', () => {
+  it('lists the router and selector rules it runs on the device', () => {
+    const { be } = setup();
+    expect(be.planner.routers).toEqual(['cStruct']);
+    expect(be.planner.selectors).toEqual(['noiseFloor']);
+    be.dispose();
+  });
+
   it('queues statistics, routing, selection and the VS heads\' rows, then the PE heads\' after one read behind an event', async () => {
     const { be, inputs, log } = setup();
     releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 })); // checks q, k once
@@ -341,7 +348,7 @@ describe('planOnDevice (stand-in driver)', () => {
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
     (await be.denseAttention(inputs.q, inputs.k, inputs.v)).output.dispose();
     log.length = 0;
-    const res = await be.planOnDevice({
+    const res = await be.planner.plan({
       stats,
       route: { kind: 'cStruct', tauProxy: 0.2 },
       vs: { kind: 'noiseFloor', alpha: 1, kMin: 1024 },
@@ -368,7 +375,7 @@ describe('planOnDevice (stand-in driver)', () => {
     log.length = 0;
     const code = async (req: unknown) => {
       try {
-        await be.planOnDevice(req as Parameters<CudaBackend['planOnDevice']>[0]);
+        await be.planner.plan(req as Parameters<CudaBackend['planner']['plan']>[0]);
         return 'ok';
       } catch (e) {
         return (e as { code?: string }).code;

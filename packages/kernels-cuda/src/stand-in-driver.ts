@@ -6,8 +6,8 @@
  * host spends (scripts/host-cost.mjs); it checks no kernel arithmetic.
  */
 import { createRequire } from 'node:module';
-import type { CudaLibs } from './ffi.js';
-import { devicePlanLayout, NO_BAD_ROW } from './plan-layout.js';
+import type { CudaLibs } from './runtime/ffi.js';
+import { devicePlanLayout, NO_BAD_ROW } from './plan/plan-layout.js';
 
 export interface StandInEvent {
   /**

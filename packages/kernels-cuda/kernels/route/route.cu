@@ -10,7 +10,7 @@
 // and the PE heads' attention read. The kernel also copies the statistics' head values
 // [non-finite count][C_struct H][entropy H] (f64, proxyStats' layout) to statsCopy, beside the
 // routes and the VS list pointers, so the plan's end reads them all in one copy.
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
 // One CTA of 32 threads: routes in parallel, the list compacted in head order by one warp
 // ballot a round of 32 heads.

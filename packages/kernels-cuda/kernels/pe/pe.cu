@@ -19,7 +19,7 @@
 // cumulative sum crosses. Sums are 2^-48 fixed point in u64 integer atomics: exact and
 // order-independent, so the cut is deterministic. Entries > τ are kept, plus the first r
 // entries equal to τ in flat order, r the fewest that reach the target.
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
 #define FIX_SCALE 281474976710656.0  // 2^48
 

@@ -16,8 +16,8 @@
 //
 // Built only for sm_90a; elsewhere the entries are empty stubs that the backend never
 // launches (it runs proxy.cu's layouts off Hopper).
-#include "crisp-common.cuh"
-#include "wgmma.cuh"
+#include "../common/crisp-common.cuh"
+#include "../common/wgmma.cuh"
 #include "proxy-common.cuh"
 
 #ifdef CRISP_WGMMA

@@ -10,7 +10,7 @@
 // key blocks, or rowPtr == nullptr means every J <= I (the dense baseline). Query head h
 // reads kv head h / (H / Hkv): GQA without copies. Causal masking only where a key tile
 // reaches past a warp's first row (the diagonal block).
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
 template <int D, int NW, int MT, int BN, bool BF16>
 __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const u16* __restrict__ k,

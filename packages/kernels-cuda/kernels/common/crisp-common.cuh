@@ -1,6 +1,6 @@
 // Shared device helpers for the CRISP CUDA kernels. Self-contained (no CUDA headers), so
 // NVRTC compiles it without include paths; the host splices it in where a kernel file
-// says #include "crisp-common.cuh".
+// says #include "../common/crisp-common.cuh".
 //
 // Shape legend: n keys, H query heads, Hkv kv heads, D head dim, B block size,
 // Nb = ceil(n / B). Tensors are row-major [rows, heads, D] of 16-bit floats.

@@ -7,7 +7,7 @@
 // warp per row in both. With `route` (a device plan: [H], 1 = VS) only the heads routed
 // `want` get rows; the others' rows are empty (the plan expands its VS heads before the
 // attention and its PE heads beside it).
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
 // Row (h, I)'s entries in the block rows: rPtr is every head's [H·Nb + 1], or, with a head
 // list hl = [nh][heads ascending] (uploaded, or written by the device router), the listed

@@ -1,3 +1,5 @@
+import { CrispError } from '@crisp/core';
+
 /**
  * The buffer a device plan (CudaBackend.planOnDevice) reads back in one copy, before the VS
  * list pointers: the statistics' head values [non-finite count][C_struct H][entropy H] (f64),
@@ -12,4 +14,13 @@ export function devicePlanLayout(H: number): { headBytes: number; sumOff: number
   const headBytes = 8 * (1 + 2 * H);
   const sumOff = headBytes + 4 * (2 * H + 1);
   return { headBytes, sumOff, bytes: Math.ceil((sumOff + 4 * (H + 2)) / 8) * 8 };
+}
+
+/** A device plan's expansion summary [headPtr H + 1][total][bad row]: a bad row is this backend's fault. */
+export function assertGoodRows(summary: Int32Array, H: number, Nb: number): void {
+  const badRow = summary[H + 1];
+  if (badRow !== NO_BAD_ROW) {
+    // the device builds every row itself
+    throw new CrispError('BACKEND_ERROR', `the device plan built a bad row (head ${Math.floor(badRow / Nb)} row ${badRow % Nb}); the mask was not written`);
+  }
 }

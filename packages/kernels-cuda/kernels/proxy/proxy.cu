@@ -14,7 +14,7 @@
 // buffered with cp.async, one barrier a tile. Scores come from the tensor cores (mma.sync), everything after
 // them is fp32 (f64 in the last two kernels). All reductions run in a fixed order (no
 // float atomics), so the statistics are bit-for-bit reproducible.
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 #include "proxy-common.cuh"
 
 // Diagonal partial slots per 32-row group: d = c − r spans 95 values over 32 rows x 64 cols.

@@ -4,7 +4,7 @@
 // evaluates identically in int64, so both sides see bit-identical bf16/f16 inputs:
 //   x = (idx * 2654435761 + seed) mod 2^32; then twice x = ((x >> 16) ^ x) * 0x45d9f3b mod 2^32;
 //   x = (x >> 16) ^ x; value = ((x >> 8) * 2^-24 - 0.5) * 2 * amp, rounded to nearest even.
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
 __device__ __forceinline__ u32 crisp_hash(u64 idx, u32 seed) {
   u32 x = (u32)((idx * 2654435761ull + (u64)seed) & 0xffffffffull);

@@ -25,9 +25,9 @@
 // checks) the kernels are empty stubs, which the backend never launches (it falls back to
 // w32 off Hopper); an empty stub leaves the poisoned output visible to a self-check instead
 // of trapping, which would kill the whole CUDA context.
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
-#include "wgmma.cuh"
+#include "../common/wgmma.cuh"
 
 #ifdef CRISP_WGMMA
 

@@ -1,21 +1,22 @@
 /**
  * NVRTC compilation with an on-disk cubin cache. Kernel sources are the package's
- * `kernels/*.cu` files, embedded in the build (kernel-sources.generated.ts) unless a
- * `kernelDir` is given; `#include "crisp-common.cuh"` is spliced in here so NVRTC needs no
- * include paths. Cache key: sha256 of (source, options, architecture, NVRTC version).
+ * `kernels/<role>/*.cu` files (named by their path under kernels/, e.g. `proxy/proxy.cu`),
+ * embedded in the build (kernel-sources.generated.ts) unless a `kernelDir` is given; their
+ * `#include "../common/crisp-common.cuh"` lines are spliced in here so NVRTC needs no include
+ * paths. Cache key: sha256 of (source, options, architecture, NVRTC version).
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CrispError } from '@crisp/core';
 import type { CudaLibs } from './ffi.js';
-import { KERNEL_SOURCES } from './kernel-sources.generated.js';
+import { KERNEL_SOURCES } from '../kernel-sources.generated.js';
 
 /** The folder holding the shipped .cu sources (next to src/ and dist/; the build embeds the same text). */
 export function defaultKernelDir(): string {
-  return fileURLToPath(new URL('../kernels/', import.meta.url));
+  return fileURLToPath(new URL('../../kernels/', import.meta.url));
 }
 
 export function defaultCacheDir(): string {
@@ -44,7 +45,11 @@ export function kernelSource(kernelDir: string | undefined, file: string): strin
       );
     }
   };
-  return read(file).replace(/^#include "([\w.-]+)"\s*$/gm, (_m, inc: string) => read(inc).replace(/^#pragma once\s*$/m, ''));
+  // include paths are relative to the including file's folder ("../common/crisp-common.cuh")
+  const dir = posix.dirname(file);
+  return read(file).replace(/^#include "([\w./-]+)"\s*$/gm, (_m, inc: string) =>
+    read(posix.normalize(posix.join(dir, inc))).replace(/^#pragma once\s*$/m, ''),
+  );
 }
 
 /**

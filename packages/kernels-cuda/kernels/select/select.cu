@@ -11,7 +11,7 @@
 // index order.
 //
 // Shape legend: H heads, Nb blocks; p [H][Nb] f64 per direction; routes [H] (1 = VS, 0 = PE).
-#include "crisp-common.cuh"
+#include "../common/crisp-common.cuh"
 
 #define SEL_T 256
 
