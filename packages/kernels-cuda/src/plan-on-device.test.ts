@@ -362,6 +362,37 @@ describe('the device planner (stand-in driver)', () => {
     be.dispose();
   });
 
+  it('routes a plan whose pooled maps pass the PE part size through route.cu, read back, then prepares its mask', async () => {
+    // 8 heads of 16,384 blocks (n 2^20, B 64): 8 GiB of pooled maps, past one PE part
+    const wantVs = [1, 0, 1, 1, 0, 0, 1, 0];
+    const { libs, log } = standInDriver({
+      heads: H,
+      onRead: (out, kind) => {
+        if (kind === 'read' && out instanceof Int32Array && out.length === H) out.set(wantVs);
+      },
+    });
+    const be = new CudaBackend(libs, { cacheDir: null });
+    const N = 1 << 20;
+    const q = be.allocate('bf16', [N, H, D]);
+    const k = be.allocate('bf16', [N, Hkv, D]);
+    const stats = await be.proxyStats(q, k, { blockSize: 64, wSink: 64, wLocal: 64, deferRead: true });
+    log.length = 0;
+    const res = await be.planner.plan({
+      stats,
+      route: { kind: 'cStruct', tauProxy: 0.2 },
+      vs: { kind: 'noiseFloor', alpha: 1, kMin: 1024 },
+      peK: 8,
+      pe: { q, k, gamma: 0.95 },
+    });
+    const launches = log.filter((e) => e.kind === 'launch').map((e) => e.name as string);
+    expect(launches.indexOf('route_cstruct')).toBeGreaterThanOrEqual(0);
+    expect(launches.indexOf('route_cstruct')).toBeLessThan(launches.indexOf('vs_select'));
+    expect(launches.filter((x) => x === 'route_cstruct')).toHaveLength(1);
+    expect(res.read().routes).toEqual(wantVs.map((x) => (x === 1 ? 'vs' : 'pe')));
+    res.prepared.release();
+    be.dispose();
+  });
+
   it('rejects requests it cannot run with typed errors, before any launch', async () => {
     const { be, inputs, log } = setup();
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });

@@ -21,6 +21,7 @@ import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import { assertGoodRows, devicePlanLayout } from './plan-layout.js';
+import { routesOnDevice } from './route.js';
 import { splitPe } from './split-pe.js';
 
 /**
@@ -36,7 +37,7 @@ import { splitPe } from './split-pe.js';
  * (#splitPe: queued by sparseAttention, or by a read). One stream: the PE kernels over a
  * head slot for every head (slots past the device's PE count leave at once) and every
  * head's rows. Pooled maps for every head over PE_PART_BYTES (beyond Llama shapes at
- * 512k): routed on the host from C_struct, then prepareMask (which reads as it goes).
+ * 512k): routed by route.cu and read back (routesOnDevice), then prepareMask, which reads as it goes.
  */
 export async function planOnDevice(cx: CudaContext, store: KeptStats, req: DevicePlanRequest): Promise<DevicePlanResult> {
   cx.alive();
@@ -60,10 +61,11 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     );
   }
   if (H * Nb * Nb * 4 > PE_PART_BYTES) {
-    // routed on the host: no second stream, so the statistics' held scratch can go back now
+    // routed and read back first (the device form, route.cu), then prepareMask, which reads as
+    // it goes: no second stream, so the statistics' held scratch can go back now
     const entry = store.get(stats);
     if (entry) store.releaseHeld(entry);
-    const routes = Array.from(stats.cStruct, (c): Route => (c >= route.tauProxy ? 'vs' : 'pe'));
+    const routes = routesOnDevice(cx, store, stats, route.tauProxy);
     const heads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
     const res = await prepareMask(cx, store, {
       heads: H,
