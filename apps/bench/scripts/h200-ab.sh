@@ -16,7 +16,7 @@
 #   17's r6 spent its device time that way); wait for the background jobs' pids.
 # Set up first (packing as in h200.sh), BASE naming the earlier commit (default old):
 #   .device/app/crisp-bench.mjs, .device/app/crisp-bench-$BASE.mjs   the two bundles
-#   .device/app/cuda-device-main-$BASE.mjs                          (e2e) the earlier bundle
+#   .device/app/cuda-main-$BASE.mjs                          (e2e) the earlier bundle
 #   .device/$BASE/, .device/new/   each commit's packages/kernels-cuda/kernels and a
 #                                  pnpm-workspace.yaml (crisp-bench's repository root; both run
 #                                  without the PyTorch peer)
@@ -47,7 +47,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
   lscpu | grep -E "Model name|^CPU\(s\)|MHz"
 } > "$out/machine.txt" 2>&1
 app=$(realpath .device/app)
-C="node $app/cuda-device-main.mjs"
+C="node $app/cuda-main.mjs"
 pids=()
 if [[ $checks == *,proxy,* ]]; then
   (
@@ -88,9 +88,9 @@ if [[ $checks == *,e2e,* ]]; then
     echo "$name:"
     grep -E "plan .* head start|crisp n=" "$out/$name.log" | cut -c1-700
   }
-  e2e e2e-new . "$app/cuda-device-main.mjs" --e2e 131072 --inputs synth --headstart 3
-  [ -f "$app/cuda-device-main-$base.mjs" ] && e2e "e2e-$base" ".device/$base" "$app/cuda-device-main-$base.mjs" --e2e 131072 --inputs synth --headstart 3
-  [ -n "${E2E_BIG:-}" ] && e2e e2e-new-512k . "$app/cuda-device-main.mjs" --e2e 524288 --inputs fill
+  e2e e2e-new . "$app/cuda-main.mjs" --e2e 131072 --inputs synth --headstart 3
+  [ -f "$app/cuda-main-$base.mjs" ] && e2e "e2e-$base" ".device/$base" "$app/cuda-main-$base.mjs" --e2e 131072 --inputs synth --headstart 3
+  [ -n "${E2E_BIG:-}" ] && e2e e2e-new-512k . "$app/cuda-main.mjs" --e2e 524288 --inputs fill
 fi
 bench() { # NAME DIR BUNDLE INPUTS [flags]
   local name=$1 dir=$2 bundle=$3 inputs=$4

@@ -31,7 +31,7 @@ for v in "${variants[@]}"; do
     [ "$before" = "$(md5sum < "$d/packages/kernels-cuda/kernels/$f")" ] && { echo "variant $part: patch did not apply"; exit 1; }
   done
   [ -n "${DRY:-}" ] && continue
-  (cd "$d" && timeout -s KILL 90 node "$root/.device/app/cuda-device-main.mjs" --phase proxy --proxySmall 0 --proxyNs "$n" \
+  (cd "$d" && timeout -s KILL 90 node "$root/.device/app/cuda-main.mjs" --phase proxy --proxySmall 0 --proxyNs "$n" \
     --proxyRef 0 --proxyLayouts wg --budget 80 --out "$root/$out/$v") > "$out/$v.log" 2>&1
   echo "$v: $(grep -oE "proxy_wg_pass1f_[a-z0-9_]+ [0-9.]+" "$out/$v.log" | head -n 1)"
 done

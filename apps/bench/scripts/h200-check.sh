@@ -12,7 +12,7 @@ mkdir -p "$out"
 # shellcheck disable=SC1091
 source .device/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
-C="node .device/app/cuda-device-main.mjs"
+C="node .device/app/cuda-main.mjs"
 F=()
 [ -n "$filter" ] && F=(--confFilter "$filter")
 # ONLY_FRESH=1 or SKIP_CHECKS=1: skip the conformance, e2e and 128k latency (run only the

@@ -15,7 +15,7 @@
 # Set up here first:
 #   bash apps/bench/scripts/host-ab-pack.sh COMMIT...   (.device/app/ab-<commit>.mjs and
 #                                                        host-ab-gpu.mjs)
-#   ../shared/device/pack.sh packages/kernels-cuda/device/cuda-device-main.ts   (CONF=1)
+#   ../shared/device/pack.sh tools/gpu-rig/src/cuda-main.ts   (CONF=1)
 #   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs   (BENCH)
 # and run with carry [".device"], CRISP_GIT_COMMIT set for crisp-bench's label. Everything goes
 # under /tmp/h200-host-ab and comes back as OUT/h200-host-ab.tgz beside OUT/summary.txt. The

@@ -22,7 +22,7 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 echo "ncu: $NCU"
 if [ -n "$NCU" ]; then
   timeout -s KILL 150 "$NCU" --kernel-name "regex:$kern" --launch-count 1 --set full --import-source no -o "$out/prof" \
-    node .device/app/cuda-device-main.mjs --phase proxy --proxySmall 0 --proxyNs 131072 --proxyRef 0 --proxyLayouts wg --budget 100 \
+    node .device/app/cuda-main.mjs --phase proxy --proxySmall 0 --proxyNs 131072 --proxyRef 0 --proxyLayouts wg --budget 100 \
     > "$out/ncu-run.log" 2>&1
   tail -n 3 "$out/ncu-run.log"
   "$NCU" -i "$out/prof.ncu-rep" --page source --print-source sass --csv > "$out/source-sass.csv" 2> "$out/source-err.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for a proxy-pass change (session 11): the proxy statistics against float64
 # (small shapes, every layout, fused and two-pass; 128k) and timed at 128k and 512k; the same
-# timings from an earlier commit's bundle when .device/app/cuda-device-main-old.mjs and its
+# timings from an earlier commit's bundle when .device/app/cuda-main-old.mjs and its
 # kernels (.device/old/packages/kernels-cuda/kernels) are there, for a before/after in one call;
 # Nsight Compute's instruction counts of the fused pass (h200-profile.sh); CRISP end to end at
 # 128k with a launch trace; then, if nothing failed, conformance bf16 and f16 (n <= 16k; NOCONF=1
@@ -13,8 +13,8 @@ mkdir -p "$out"
 # shellcheck disable=SC1091
 source .device/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
-C="node .device/app/cuda-device-main.mjs"
-# PROXY_ARGS: more cuda-device-main arguments for the 128k call (--proxyRef 0: no float64 check at 128k, ~25 s)
+C="node .device/app/cuda-main.mjs"
+# PROXY_ARGS: more cuda-main arguments for the 128k call (--proxyRef 0: no float64 check at 128k, ~25 s)
 # shellcheck disable=SC2086
 timeout -s KILL 120 $C --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --budget 110 ${PROXY_ARGS:-} \
   --out "$out/proxy-128k" > "$out/proxy-128k.log" 2>&1
@@ -22,9 +22,9 @@ timeout -s KILL 120 $C --phase proxy --proxyNs 131072 --proxyLayouts w32,wg --bu
 [ -z "${NO512:-}" ] && timeout -s KILL 80 $C --phase proxy --proxySmall 0 --proxyNs 524288 --proxyRef 0 --proxyLayouts w32,wg \
   --budget 70 --out "$out/proxy-512k" > "$out/proxy-512k.log" 2>&1
 grep -hE "proxy n=|FAIL|ERROR" "$out"/proxy-*.log | cut -c1-330
-if [ -f .device/app/cuda-device-main-old.mjs ]; then
+if [ -f .device/app/cuda-main-old.mjs ]; then
   for n in 131072 524288; do
-    (cd .device/old && timeout -s KILL 80 node ../app/cuda-device-main-old.mjs --phase proxy --proxySmall 0 --proxyNs $n \
+    (cd .device/old && timeout -s KILL 80 node ../app/cuda-main-old.mjs --phase proxy --proxySmall 0 --proxyNs $n \
       --proxyRef 0 --proxyLayouts wg --budget 70 --out "$out/old-proxy-$n") > "$out/old-proxy-$n.log" 2>&1
   done
   echo "old:"; grep -hE "proxy n=" "$out"/old-proxy-*.log | cut -c1-330

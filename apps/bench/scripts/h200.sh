@@ -4,7 +4,7 @@
 #
 # Here (a machine with pnpm):
 #   pnpm install --frozen-lockfile && pnpm -r build
-#   bash ../shared/device/pack.sh packages/kernels-cuda/device/cuda-device-main.ts \
+#   bash ../shared/device/pack.sh tools/gpu-rig/src/cuda-main.ts \
 #     packages/kernels-webgpu/device/webgpu-device-main.ts
 #   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs
 # There (device tool, carry .device, from the repository root):
@@ -37,7 +37,7 @@ mkdir -p "$out"
 # shellcheck disable=SC1091
 source .device/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
-CUDA="node .device/app/cuda-device-main.mjs"
+CUDA="node .device/app/cuda-main.mjs"
 BENCH="node .device/app/crisp-bench.mjs"
 
 case "$phase" in

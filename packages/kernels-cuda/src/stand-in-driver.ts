@@ -3,7 +3,7 @@
  * allocations come at increasing fake addresses, kernels "launch" into a log, and device
  * reads return zeros unless `onRead` fills them. It runs the backend's host path (argument
  * checks, the order of launches and reads, the pipeline around them) and measures what the
- * host spends (scripts/host-cost.mjs); it checks no kernel arithmetic.
+ * host spends; it checks no kernel arithmetic.
  */
 import { createRequire } from 'node:module';
 import type { CudaLibs } from './runtime/ffi.js';

@@ -4,7 +4,7 @@
  * shape, CRISP end to end on the llama-like layer, and the sparse/dense crossover.
  * Writes JSON to --out after every step, so a run cut short still reports.
  *
- *   node cuda-device-main.mjs --phase all --out $OUT --budget 420
+ *   node .device/app/cuda-main.mjs --phase all --out $OUT --budget 420
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -28,7 +28,7 @@ import {
   type CudaBackend,
   type ProxyLayout,
   createCudaBackend,
-} from '../src/index.js';
+} from '@crisp/kernels-cuda';
 
 const argv = process.argv.slice(2);
 const arg = (name: string, dflt: string) => {
