@@ -77,12 +77,13 @@ export interface CudaBackendOptions {
    * How the host thread waits for the GPU in a synchronising call (the device's primary
    * context's scheduling flags, CU_CTX_SCHED_*): `auto` (default) leaves the flags as they
    * are (the driver's heuristic, or what another library in the process set); `spin` keeps the
-   * thread polling, so the next call starts with a warm thread and driver; `yield` and
+   * thread polling, so a following call starts with a warm thread and driver; `yield` and
    * `blocking` give the CPU back while waiting. The flags are the primary context's, shared
    * with every user of it in the process, hence not changed unless asked. On the H200 after a
    * 30 ms synchronize, an event record and a launch took 5.7 and 11.6 us with `spin`, 32 and
-   * 59 us with the driver's default, 45 and 67 us with `blocking`: from an idle device that host time is part of a prefill's plan (a whole prefill with
-   * `spin` is not measured yet). A driver that refuses to change the flags (older ones while
+   * 59 us with the driver's default, 45 and 67 us with `blocking`: from an idle device that
+   * host time is part of a prefill's plan; a whole 128k prefill's plan measured 0.02-0.03 ms
+   * slower with `spin` than with the default, so `auto` stays the default. A driver that refuses to change the flags (older ones while
    * the context is active elsewhere in the process) leaves them as they were.
    */
   readonly schedule?: CudaSchedule;
@@ -98,14 +99,13 @@ export interface CudaBackendOptions {
 }
 
 /**
- * The length gate, measured by crisp-bench on one H200 (2026-11-30, session 7, commit
- * 8e4bb9e: wgw attention, the fused wg proxy pass, device selection;
+ * The length gate, measured by crisp-bench on one H200 (2026-11-30, commit 8e4bb9e: wgw
+ * attention, the fused wg proxy pass, device selection;
  * apps/bench/results/nvidia-h200-synth/bench.md): CRISP end to end (statistics, routing,
  * selection, mask, sparse kernel) against the dense kernel on the @crisp/synth llama-like
  * layer (H = 32, Hkv = 8, d = 128, bf16): 1.28 vs 1.62 ms at 8k (CRISP 1.27x), 1.79 vs 5.62
  * ms at 16k. CRISP wins at the smallest size measured, so the crossover is at or below 8,192
- * keys; the gate stays there (not measured below). (Session 6: 8,818; session 5: 10,436;
- * session 4: 11,146; session 3 with the w32 kernels: 13,018.)
+ * keys; the gate stays there (not measured below).
  */
 export const CUDA_SPARSE_CROSSOVER = 8192;
 
@@ -185,7 +185,7 @@ export class CudaBackend implements Backend {
 
   /**
    * Kernel profiling: while on, every launch is bracketed by events and waited for, and its
-   * device time is added to a per-kernel total (this serialises the stream: use it to see
+   * kernel time on the device is added to a per-kernel total (this serialises the stream: use it to see
    * where time goes, never while timing). `stopProfile` returns the totals, largest first.
    */
   startProfile(): void {
@@ -201,7 +201,7 @@ export class CudaBackend implements Backend {
    * A timeline of the launches without serialising them (unlike startProfile): an event on
    * the stream before and after each kernel, the host's clock at each launch and around each
    * synchronous read. `stopTrace` waits for the stream and returns, per entry, the host time
-   * and the device times relative to the first launch's start event: where the GPU waited
+   * and the device-side start and end relative to the first launch's start event: where the GPU waited
    * for the host (a start event well after the previous end) and where the host waited for
    * the GPU (a read). For finding gaps, not for timing (the events add a little work).
    */
@@ -305,10 +305,10 @@ export class CudaBackend implements Backend {
     return prepareMask(this.#cx, this.#kept, req);
   }
 
-  // ---- the device timeline ----------------------------------------------------------
+  // ---- marks on the device's timeline ---------------------------------------------
 
   /**
-   * A point on the device timeline behind the work queued so far (a timing event; 64 in
+   * A point on the device's timeline behind the work queued so far (a timing event; 64 in
    * turn, so a mark is good for the next 64). msSince needs both marks reached (synchronize).
    */
   mark(): DeviceMark {

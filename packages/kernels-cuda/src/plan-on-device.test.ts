@@ -178,7 +178,7 @@ describe('the device planner (stand-in driver)', () => {
     expect(log.slice(0, attention).some((e) => e.kind === 'read' || e.kind === 'copyRead' || e.kind === 'sync')).toBe(false);
     expect(log.slice(attention).some((e) => e.kind === 'copyRead')).toBe(true);
     expect(r.plan.routing?.routes).toEqual(Array(H).fill('pe'));
-    // the device timeline (the stand-in's events say 0 ms) and the host's overlapped work
+    // the device's timeline (the stand-in's events say 0 ms) and the host's overlapped work
     expect(r.timings.planMs).toBe(0);
     expect(r.plan.phases?.overlappedMs).toBeGreaterThanOrEqual(0);
     r.output.dispose();

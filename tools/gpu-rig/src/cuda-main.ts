@@ -249,7 +249,7 @@ if (phase === 'kernels' && checkN > 0) {
             await be.synchronize();
             const e = await compareOutputs(outs[c][1], outs[c][0]);
             r[c] = e;
-            // bf16 rounding of another f32 summation order differs by ~1e-3 (NOTES.md)
+            // bf16 rounding of another f32 summation order differs by ~1e-3
             if (!(e.maxRelErr < 2e-2 && e.relErr < 5e-3 && e.nonFinite === 0)) {
               layoutFailed.set(name, `${c}: maxRelErr ${e.maxRelErr} relErr ${e.relErr} nonFinite ${e.nonFinite} (worst index ${e.worstIndex})`);
             }
@@ -943,7 +943,7 @@ if (phase === 'all' || phase === 'bench') {
   };
 
   if (arg('profile', '') === '1') {
-    // One profiled CRISP prefill per size: every kernel's device time (launches serialised).
+    // One profiled CRISP prefill per size: each kernel's time on the device (launches serialised).
     for (const n of e2eNs) {
       await step(`profile_${n}`, async () => {
         const { q, k, v } = await makeInputs(n);

@@ -160,7 +160,7 @@ __device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
 // schedule needs ~218). ST stages of K and of V; per stage a "full" mbarrier (128 producer
 // arrivals, after the threads' cp.async landed and were fenced to the async proxy) and an
 // "empty" one (every consumer thread arrives once the MMAs that read the stage are complete). The producer signals tile t − 1 before it may block on an
-// empty stage for tile t, so with ST >= 2 the chain cannot deadlock (NOTES.md). The two
+// empty stage for tile t, so with ST >= 2 the chain cannot deadlock. The two
 // consumer warpgroups no longer meet at a barrier each tile, so one's softmax can run under
 // the other's MMAs.
 template <int D, int NWG, bool BF16, int ST>

@@ -117,7 +117,7 @@ __device__ __forceinline__ u32 swz(int row, int chunk, int rowBytes) {
 
 // CTA order: blockIdx.x is the head, blockIdx.y counts query blocks from the last, so the
 // longest causal rows start first (better tail balance). (A kv-head-major order, for L2
-// reuse of one kv head's K/V, was measured on the H200 in session 4: no gain; NOTES.md.)
+// reuse of one kv head's K/V, was measured on the H200: no gain.)
 //
 // Which heads a launch serves (hsel, hmode): hmode 0, every head (blockIdx.x); hmode 1, the
 // heads routed to VS (hsel = the routes [H], 1 = VS: route.cu's), the other CTAs leave at

@@ -11,8 +11,8 @@
 
 // Row (h, I)'s entries in the block rows: rPtr is every head's [H·Nb + 1], or, with a head
 // list hl = [nh][heads ascending] (uploaded, or written by the device router), the listed
-// heads' [nh·Nb + 1], and the other heads' rows are empty (what spread_row_ptr did as a
-// launch of its own before session 14).
+// heads' [nh·Nb + 1], and the other heads' rows are empty (no separate launch spreads the
+// rows to every head).
 __device__ __forceinline__ void row_range(const int* rPtr, const int* hl, int h, int I, int Nb, int& ri, int& re) {
   int row = h * Nb + I;
   if (hl != nullptr) {
@@ -33,7 +33,7 @@ __device__ __forceinline__ void row_range(const int* rPtr, const int* hl, int h,
 // (O <= I) as bits in a bitmap of the row's key blocks [0, I] in shared memory (ceil(Nb / 32)
 // words a warp), one warp per row. The lanes stride over each sorted list and stop at the
 // first entry past the row (no binary search: a search's ~10 dependent global loads a row were
-// most of both kernels' time, session 17). Sorted lists: the host validated V and S as
+// most of both kernels' time). Sorted lists: the host validated V and S as
 // strictly increasing; the row's own cols are validated by expand_count (every bit lands
 // inside [0, I]). Returns W, the words holding [0, I].
 __device__ __forceinline__ int row_bitmap(u32* bits, const int* vPtr, const int* vert, const int* sPtr,
@@ -71,9 +71,8 @@ __device__ __forceinline__ int row_bitmap(u32* bits, const int* vPtr, const int*
 // per row. Also validates the BSR entries
 // (the host checked rowPtr, not the entries: at 512k there are tens of millions): each row's
 // cols strictly increasing and inside [0, I]. The first offending row (lowest index) lands in
-// *bad, which the host initialises to CRISP_NO_BAD_ROW. (Before session 17 the lanes counted
-// |R| + |V \ R| + |S \ (R ∪ V)| by binary searches; before that a thread walked a row, 2.5 ms
-// at 512k.)
+// *bad, which the host initialises to CRISP_NO_BAD_ROW. (Counting |R| + |V \ R| + |S \ (R ∪ V)|
+// by binary searches was slower; a thread walking a row took 2.5 ms at 512k.)
 extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
                                        int* counts, int H, int Nb, int* bad) {
@@ -126,8 +125,8 @@ extern "C" __global__ void expand_count(const int* vPtr, const int* vert, const 
 // validated the rows' entries: the host reads *bad first, or (a plan that reads nothing back)
 // every warp leaves once a row was flagged bad, so no bit lands outside its row's bitmap and no
 // row outside the room the host made (I + 1 a row). (A lane serially writing its own word's
-// bits, stores scattered over the row, and binary searches for the lists' ends: session 16's
-// 0.058 ms at 128k; a thread a row before that: 0.73 ms at 512k.)
+// bits, stores scattered over the row, and binary searches for the lists' ends took 0.058 ms
+// at 128k; a thread a row, 0.73 ms at 512k.)
 extern "C" __global__ void expand_write(const int* vPtr, const int* vert, const int* sPtr, const int* slash,
                                        const int* rPtr, const int* rCols, const int* hl, const int* route, int want,
                                        const int* outPtr, int* outCols, int H, int Nb, const int* bad) {
@@ -199,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_sums(c
   if (threadIdx.x == 0) tileSums[blockIdx.x] = (int)s;
 }
 
-// With `summary` (an expanded mask's, session 14: expand_summary was a launch of its own),
+// With `summary` (an expanded mask's; no separate launch writes it),
 // also what the host needs of it in one read: summary[h] = out[h·Nb] (h = 0 .. H; summary[H]
 // is the total) from the CTA that writes it, and summary[H + 1] = expand_count's bad-row flag.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS) exclusive_scan_tiles(const int* in, const int* tileSums,

@@ -78,7 +78,7 @@ extern "C" __global__ void pe_q_means_f16(const u16* q, const int* hl, float* ou
 // 16-byte load), in one round of loads (a thread's 16-byte reads all in flight) and one
 // barrier; then each thread forms a 4x4 block of the tile. (Staging 16 columns at a time, a
 // load round and two barriers each, was 42 us at 128k for 3 PE heads on the H200: the
-// loads' latency eight times over, NOTES.md session 12.) The stores into As[d][r] take r
+// loads' latency eight times over.) The stores into As[d][r] take r
 // from consecutive lanes: no bank conflicts.
 #define PE_LG_PAD 68
 __device__ __forceinline__ void pe_logits_tile(const float* qMean, const float* kMean, float* P, int kvh, int hi, int ti,
@@ -180,7 +180,7 @@ __device__ __forceinline__ void pe_softmax_row(float* row, int I, float* red) {
 
 // Row softmax over J <= I, in place. Grid (Nb, a few slots), 256 threads. CTA (0, 0) also
 // zeroes z0[0 .. n0) and z1[0 .. n1) (the radix passes' counters and sums, which the first
-// pass needs at zero: two memsets on the host before session 14).
+// pass needs at zero: no memsets from the host).
 extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb, const int* hl, unsigned* z0, int n0,
                                                              unsigned* z1, int n1) {
   __shared__ float red[256];

@@ -29,7 +29,7 @@ struct CrispBool {
 // sweep and fused sums rescale by 2^(m − M) <= 1), and the sums stay below 2^20 a key: no
 // overflow in f32. On the common tiles this drops the 32 max compares, the quad's max
 // shuffles and the rescale a thread did every tile (Nsight Compute: issue-bound, and the
-// exponentials waited on the max's shuffles; NOTES.md, session 12).
+// exponentials waited on the max's shuffles).
 //
 // The fused pass (LGB > 0: log2 B) also splits each row's probabilities of the tile
 // (relative to the reference) between the two offset blocks they reach, as pass 2b does
@@ -368,8 +368,7 @@ __device__ __forceinline__ void p2b_write(const float* acc, float* pv, float* sl
 
 // The quad's sums of rows rA and rB for tile tt into tup. The four sums (hi and lo of each
 // row) reduce-scatter over the quad: lane q ends with sum q of (hA, hB, oA, oB) in three
-// shuffles (eight as four quad_sums, whose latency the pass stalled on: Nsight Compute,
-// session 17). Each is ((l0 + l1) + (l2 + l3)) as quad_sum's lane 0 has it, up to the order
+// shuffles (eight as four quad_sums, whose latency the pass stalled on: Nsight Compute). Each is ((l0 + l1) + (l2 + l3)) as quad_sum's lane 0 has it, up to the order
 // of the two terms of an addition, which IEEE addition ignores: the same bits.
 template <int BM>
 __device__ __forceinline__ void p1f_stash(float* tup, int tt, int rA, int rB, float mA, float mB,

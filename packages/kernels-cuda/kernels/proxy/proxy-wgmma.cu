@@ -4,8 +4,8 @@
 // panelled 128-byte swizzle of attention-wgmma.cu, wgmma.cuh), so a warp issues no ldmatrix,
 // no mma.sync and no per-lane fragment addressing for its scores: what is left in its
 // instruction stream is the per-score softmax work. (On the mma.sync passes Nsight Compute
-// counted 15.5 instructions a score, about half of them neither the MMAs nor the softmax:
-// NOTES.md.)
+// counted 15.5 instructions a score, about half of them neither the MMAs nor the
+// softmax.)
 //
 // One CTA per (head, part of PART_KEYS keys), heads fastest, NWG = B / 64 warpgroups of 64
 // proxy rows (warp w holds rows 16w .. 16w + 15); 64-key tiles in ST cp.async stages issued
@@ -24,7 +24,7 @@
 // issue_s (wgmma.cuh) with the k-steps' descriptors as the first step's plus a constant:
 // the address field is (addr & 0x3FFFF) >> 4 in the low 14 bits, and every operand lies
 // below 256 KiB of shared memory, so adding (offset >> 4) never carries out of it. Two
-// descriptors a tile instead of sixteen (the pass is issue-bound: NOTES.md, session 8).
+// descriptors a tile instead of sixteen (the pass is issue-bound).
 template <int D, int BN, int BM, bool BF16>
 __device__ __forceinline__ void proxy_issue_s(float* s, u32 qBase, u32 kBase) {
   const u64 da = gmma_desc(qBase, 16, 1024), db = gmma_desc(kBase, 16, 1024);
@@ -37,7 +37,7 @@ __device__ __forceinline__ void proxy_issue_s(float* s, u32 qBase, u32 kBase) {
 }
 
 // LEAN (the fused pass only): no key block means, no proxy query mean and no entropy sums
-// (the pooled estimate and the row entropy are not wanted: NOTES.md, session 15).
+// (the pooled estimate and the row entropy are not wanted).
 template <int D, int NWG, bool BF16, bool PASS1, int ST, bool FUSED = false, bool LEAN = false>
 __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
                                               float* pl, float* pt, float* qMean, float* kMean,
@@ -72,7 +72,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // the warpgroup as a value the compiler knows is warp-uniform (a shuffle from lane 0): its
   // Q descriptors then stay in uniform registers instead of being moved there at each k-step
-  // (two R2URs and two moves a k-step, ~40 instructions a tile: session 17's SASS, NOTES.md)
+  // (two R2URs and two moves a k-step, ~40 instructions a tile in the SASS)
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0);
   const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
   const int posA = n - b + rA, posB = n - b + rB;
@@ -91,7 +91,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   const u16* kBaseG = k + (size_t)kvh * D + lch * 8;
   // Tiles are loaded in order, one at a time (t = 0, 1, ...): the source of a full tile's
   // first chunk is a pointer advanced by a tile each call, not a 64-bit product a tile (the
-  // loads' address arithmetic was ~22 instructions a tile: session 17's SASS)
+  // loads' address arithmetic was ~22 instructions a tile in the SASS)
   const u16* kNext = kBaseG + (size_t)(ps + lr) * kStride;
   const size_t kTileStep = (size_t)64 * kStride, kChunkStep = (size_t)RSTEP * kStride;
   auto loadK = [&](int t) {

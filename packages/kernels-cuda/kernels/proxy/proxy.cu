@@ -293,7 +293,7 @@ __device__ __forceinline__ float fused_bin_sum(Wt wt, const float* x, int b) {
 // one part), slashPart [H][nParts][SB]; the window bin is proxy_cstruct's.
 // A warp's bins (warp, warp + 8, ...: at most FS_BINS) are loaded before the weights are
 // computed, so its loads are all in flight at once: the kernel was a chain of load latencies
-// (weights, then each bin in turn), 0.024 ms at 128k (session 16). The sums are the same
+// (weights, then each bin in turn), 0.024 ms at 128k on the H200. The sums are the same
 // fmaf's in the same order (fused_bin_sum's), so the same bits. b <= FS_ROWS (B is 64 or 128).
 #define FS_BINS 5
 #define FS_ROWS 128
@@ -352,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(256) proxy_fused_sums(const float* 
 // sums, sum v taking parts v, v + 256, ... (its lanes take v = lane, lane + 32, ...), then
 // the same tree, into out[h]; proxy_heads then leaves C_struct alone (given neither av nor
 // winPart). (One kernel a head looping over the parts was 0.034 ms at 128k: 32 CTAs; the
-// parts and the sum as two launches, 0.014 + 0.009 ms: session 12.)
+// parts and the sum as two launches, 0.014 + 0.009 ms.)
 extern "C" __global__ void proxy_cstruct(const float* bins, const float* pm, const float* rowLse2, float* winPart,
                                          unsigned* tickets, double* out, int b, int B, int nParts) {
   __shared__ double red[256];
@@ -663,7 +663,7 @@ extern "C" __global__ void proxy_blocks(const float* av, const float* slashPart,
 // parts lane, lane + 32, ...; f64, then a butterfly), the pooled logit as in proxy_blocks (0
 // when qMean is null: the lean pass wrote no means, the pooled estimate is not wanted).
 // One warp takes BB_J consecutive blocks, its loads for all of them in flight together (one
-// block a warp was a chain of load latencies: 0.017 ms at 128k, session 16); each block's sums
+// block a warp was a chain of load latencies: 0.017 ms at 128k); each block's sums
 // are the same adds in the same order as before, so the same bits. Grid [ceil(Nb / (4·BB_J)),
 // H], 128 threads.
 #define BB_J 4

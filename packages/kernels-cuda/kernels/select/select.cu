@@ -30,7 +30,7 @@ __device__ __forceinline__ void sel_keep(double& bv, int& bi, double v, int i) {
 // takes the best block ranked after round r − 1's winner. A round: each thread's best of its
 // strided blocks, each warp's by shuffles, then every thread the best of the warps' (sv, si:
 // one slot a warp). "Before" is a total order (score, then index), so the winner is the same
-// in any reduction order. (A shared-memory tree, 9 barriers a round, until session 17.)
+// in any reduction order. (A shared-memory tree, 9 barriers a round, was slower.)
 __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double* sv, int* si) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   double pv = __longlong_as_double(0x7ff0000000000000ULL);  // +inf, index −1: before everything

@@ -29,14 +29,14 @@ import { PE_PART_BYTES } from './pe-rows.js';
 import { selectionShape } from './shape.js';
 
 /**
- * Proxy statistics kernel layouts. In kernels/proxy.cu (mma.sync; same math, every sum in the
+ * Proxy statistics kernel layouts. In kernels/proxy/proxy.cu (mma.sync; same math, every sum in the
  * same order, so the two give the same bits): `w32` B/32 warps of 32 proxy rows, each K
  * fragment read from shared memory feeding two MMAs, pass 1 at 3 CTAs per SM; `w16` B/16
  * warps of 16 rows. `w32` needs at least d threads, so d 128 with B 64 runs `w16`. In
- * kernels/proxy-wgmma.cu (Hopper only): `wg`, B/64 warpgroups on wgmma with Q̂ and K read
+ * kernels/proxy/proxy-wgmma.cu (Hopper only): `wg`, B/64 warpgroups on wgmma with Q̂ and K read
  * by the tensor cores from shared memory; its scores may round differently from the mma.sync
  * layouts'. `wg` off Hopper runs `w32`; token scores (pass 2) always run proxy.cu's pass 2.
- * Timings: NOTES.md.
+ * The three gave bit-identical statistics on the H200 at 128k and 512k.
  */
 export const PROXY_LAYOUTS = {
   w16: { rowsPerWarp: 16, sm90a: false },
@@ -49,7 +49,7 @@ export const DEFAULT_PROXY_LAYOUT: ProxyLayout = 'w32';
 /**
  * The proxy layout a backend takes by default: `wg` on compute capability 9.0 (Hopper;
  * measured 10% faster than w32 for the two passes at 128k and 512k on the H200, with the
- * same bits: NOTES.md session 6), `w32` elsewhere.
+ * same bits), `w32` elsewhere.
  */
 export function defaultProxyLayout(computeCapability: readonly [number, number]): ProxyLayout {
   return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wg' : DEFAULT_PROXY_LAYOUT;
@@ -96,7 +96,8 @@ export class ProxyStatsOp {
   /**
    * The proxy passes' kernel names for a configuration, kept for the last one asked (a model's
    * layers ask for the same one): the same string objects each call, so no names are built
-   * and hashed on the host's path to the pass's launch (NOTES, session 23).
+   * and hashed on the host's path to the pass's launch (a prefill's first launch runs on a cold
+   * host, where each runtime path touched costs).
    */
   #passNames(dtype: DType, D: number, B: number, w32: boolean, wg: boolean, lean: boolean, fused: boolean): PassNames {
     const c = this.#lastPassNames;
@@ -150,7 +151,7 @@ export class ProxyStatsOp {
     // proxy_blocks and proxy_heads and downloaded in one copy.
     const outLen = 2 * H + 3 * H * Nb;
     // The pass's own buffers first and the pass launched, then the rest (from an idle device
-    // the device waits for this host work: session 15, NOTES).
+    // the device waits for this host work).
     const pm = cx.scratch(H * b * nParts * f4);
     const pl = cx.scratch(H * b * nParts * f4);
     const pt = cx.scratch(H * b * nParts * f4);
@@ -163,7 +164,7 @@ export class ProxyStatsOp {
     const fused = !tokens && this.proxyFused;
     const wg = PROXY_LAYOUTS[this.proxyLayout].sm90a && cx.arch === 90;
     // The lean fused pass (no key block means, no query mean, no entropy sums: 0.485 -> 0.429
-    // ms at 128k, session 15's ablation) when neither optional statistic is wanted, for a
+    // ms at 128k on the H200) when neither optional statistic is wanted, for a
     // device plan's statistics (deferRead) whose PE heads run on the second stream beside the
     // attention (H·Nb² within one PE part): their key block means then come from block_means
     // there (0.09 ms at 128k), off the plan's critical path. Elsewhere the PE rows would read K
@@ -229,9 +230,9 @@ export class ProxyStatsOp {
       // proxy_cstruct's per-head tickets (its last CTA of a head sums the parts)
       const tickets = bins ? take(H * 4) : undefined;
       // one more f64: the count of non-finite statistics (count_nonfinite_f64)
-      // held by the statistics until read or collected (#deviceStats): taken in slabs of 16,
+      // held by the statistics until read or collected (KeptStats): taken in slabs of 16,
       // so that calls whose earlier statistics are not collected yet do not each pay a
-      // cuMemAlloc (0.31 ms at 128k in session 8's trace)
+      // cuMemAlloc (0.31 ms at 128k in a trace on the H200)
       const out = cx.allocTraced(() => cx.pool.allocBatch((outLen + 1) * 8, 16));
       blocks.push(out);
       cx.launch('proxy/proxy.cu', 'proxy_combine', [Math.ceil((H * b * 32) / 256)], 256, 0, [
@@ -254,7 +255,7 @@ export class ProxyStatsOp {
       // the block sums here, then an event where the plan's second stream starts its router;
       // later the head values, which nothing before the attention reads (the VS selection
       // reads p_v and p_s). The main stream goes from the combine to the block sums and the
-      // selection without either (NOTES, session 15).
+      // selection without either.
       const tail = bins && defer ? cx.streams.tail() : undefined;
       if (bins) {
         if (tail) cx.streams.fence(cx.streams.main, tail);

@@ -13,7 +13,7 @@
  * The handle holds no reference to the target, not even a WeakRef: a WeakRef keeps its target
  * alive to the end of the job that made it, and a loop of awaited prefills is one job, so
  * every statistics object of such a loop stayed alive (with what materialize downloaded into
- * it: 0.8 MB a plan at 128k) until the loop returned (NOTES.md, session 20).
+ * it: 0.8 MB a plan at 128k) until the loop returned.
  */
 export interface DeferredFields {
   /** Load now unless loaded already; the values wait in the handle for the first read. */

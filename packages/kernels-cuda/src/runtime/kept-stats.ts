@@ -116,7 +116,7 @@ export class KeptStats {
   }
 
   /**
-   * What proxyStats keeps between calls, given back before the next call (or all of it on
+   * What proxyStats keeps between calls, given back at the start of the following call (or all of it on
    * dispose): the key block means, and the buffers of collected statistics. Downloading the
    * oldest live ones (evictRetained) is left to the attention launches, where it overlaps
    * the kernel; here only past twice the limits (a run of plans with no attention), or all of

@@ -186,7 +186,7 @@ export class Streams {
   }
 
   /**
-   * A point on the device timeline behind the work queued so far (a timing event; 64 in
+   * A point on the device's timeline behind the work queued so far (a timing event; 64 in
    * turn, so a mark is good for the next 64). msSince needs both marks reached (synchronize).
    */
   mark(): DeviceMark {
@@ -203,7 +203,7 @@ export class Streams {
     return new CudaMark(this, slot, gen);
   }
 
-  /** CudaMark.msSince: `later` minus `earlier` on the device timeline. */
+  /** CudaMark.msSince: `later` minus `earlier` on the device's timeline. */
   markElapsed(later: CudaMark, earlier: DeviceMark): number {
     if (!(earlier instanceof CudaMark) || earlier.owner !== this) {
       throw new InvalidArgumentError('msSince takes a mark from the same CUDA backend');

@@ -10,7 +10,7 @@ export interface TraceEntry {
   /** host clock at the launch, or at the start of the wait, ms after startTrace */
   readonly hostMs: number;
   readonly hostEndMs?: number;
-  /** device times, ms after the first traced launch's start event */
+  /** the launch's start and end on the device, ms after the first traced launch's start event */
   readonly startMs?: number;
   readonly endMs?: number;
   /**
