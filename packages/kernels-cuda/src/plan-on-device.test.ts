@@ -5,7 +5,7 @@
  * read, bad requests are typed errors, and a device whose routes disagree with the host
  * router's fails the plan and releases what it held.
  */
-import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
+import { type DeviceTensor, type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
@@ -22,6 +22,17 @@ function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead
   const be = new CudaBackend(s.libs, { cacheDir: null, ...(programmaticLaunch === undefined ? {} : { programmaticLaunch }) });
   const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
   return { ...s, be, inputs };
+}
+
+/** A device plan of crisp's rules (cStruct 0.2, noise floor α 1, kMin 1024, peK 8, γ 0.95) over `stats`. */
+function planRequest(stats: ProxyStats, q: DeviceTensor, k: DeviceTensor) {
+  return {
+    stats,
+    route: { kind: 'cStruct' as const, tauProxy: 0.2 },
+    vs: { kind: 'noiseFloor' as const, alpha: 1, kMin: 1024 },
+    peK: 8,
+    pe: { q, k, gamma: 0.95 },
+  };
 }
 
 describe('the device planner (stand-in driver)', () => {
@@ -348,13 +359,7 @@ describe('the device planner (stand-in driver)', () => {
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
     (await be.denseAttention(inputs.q, inputs.k, inputs.v)).output.dispose();
     log.length = 0;
-    const res = await be.planner.plan({
-      stats,
-      route: { kind: 'cStruct', tauProxy: 0.2 },
-      vs: { kind: 'noiseFloor', alpha: 1, kMin: 1024 },
-      peK: 8,
-      pe: { q: inputs.q, k: inputs.k, gamma: 0.95 },
-    });
+    const res = await be.planner.plan(planRequest(stats, inputs.q, inputs.k));
     const launches = log.filter((e) => e.kind === 'launch');
     expect(launches.filter((e) => e.name === 'route_cstruct')).toHaveLength(1);
     expect(new Set(launches.map((e) => e.stream)).size).toBe(1);
@@ -377,13 +382,7 @@ describe('the device planner (stand-in driver)', () => {
     const k = be.allocate('bf16', [N, Hkv, D]);
     const stats = await be.proxyStats(q, k, { blockSize: 64, wSink: 64, wLocal: 64, deferRead: true });
     log.length = 0;
-    const res = await be.planner.plan({
-      stats,
-      route: { kind: 'cStruct', tauProxy: 0.2 },
-      vs: { kind: 'noiseFloor', alpha: 1, kMin: 1024 },
-      peK: 8,
-      pe: { q, k, gamma: 0.95 },
-    });
+    const res = await be.planner.plan(planRequest(stats, q, k));
     const launches = log.filter((e) => e.kind === 'launch').map((e) => e.name as string);
     expect(launches.indexOf('route_cstruct')).toBeGreaterThanOrEqual(0);
     expect(launches.indexOf('route_cstruct')).toBeLessThan(launches.indexOf('vs_select'));
@@ -396,13 +395,7 @@ describe('the device planner (stand-in driver)', () => {
   it('rejects requests it cannot run with typed errors, before any launch', async () => {
     const { be, inputs, log } = setup();
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
-    const base = {
-      stats,
-      route: { kind: 'cStruct' as const, tauProxy: 0.2 },
-      vs: { kind: 'noiseFloor' as const, alpha: 1, kMin: 1024 },
-      peK: 8,
-      pe: { q: inputs.q, k: inputs.k, gamma: 0.95 },
-    };
+    const base = planRequest(stats, inputs.q, inputs.k);
     log.length = 0;
     const code = async (req: unknown) => {
       try {

@@ -168,7 +168,7 @@ export class AttentionOp {
       P(hsel),
       I(hmode),
     ]);
-    // housekeeping while the kernel runs: old statistics to the host (#evictRetained)
+    // housekeeping while the kernel runs: old statistics to the host (KeptStats.evictRetained)
     this.#kept.evictRetained(1);
     return lse ? { output: out, lse } : { output: out };
   }

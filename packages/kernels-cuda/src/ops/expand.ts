@@ -10,7 +10,7 @@ import { I, P } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import { CUDA_CAPABILITIES } from '../runtime/context.js';
 
-/** #expand's VS part: host lists, or their device pointers [verticalPtr, vertical, slashPtr, slash] */
+/** expand's VS part: host lists, or their device pointers [verticalPtr, vertical, slashPtr, slash] */
 type ExpandVs = BlockMask['vs'] | { device: readonly [number, number, number, number] };
 type ExpandRows = { rowPtr: number; cols: number; heads?: readonly number[]; headList?: number } | undefined;
 /** expanded and read back: the total and each head's first row pointer */
@@ -19,7 +19,7 @@ type ExpandRead = { rowPtr: DeviceBlock; cols: DeviceBlock; total: number; headP
 type ExpandUnread = { rowPtr: DeviceBlock; cols: DeviceBlock; summary: number };
 
 /**
- * #expand without a read: the summary left at `summary` on the device; `only` keeps the rows
+ * expand without a read: the summary left at `summary` on the device; `only` keeps the rows
  * of the heads routed `want` in `routes` ([H] on the device, 1 = VS; a device plan's mask in
  * two parts), the others empty; `room`: the cols' size in ints when fewer than every head's
  * causal triangle can be filled.

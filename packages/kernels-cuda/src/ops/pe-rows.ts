@@ -114,7 +114,7 @@ export function peRequest(cx: CudaContext, q: DeviceTensor, k: DeviceTensor, opt
  * PE rows built on the device, one part per chunk of heads whose pooled maps fit ~4 GiB
  * (one part for every Llama shape to 512k). Nothing comes back to the host: cols are
  * allocated for the whole causal triangle of the part's heads (the kept count is only on
- * the device), and whoever needs the rows reads them (#pePartToHost). `overlap` runs on the
+ * the device), and whoever needs the rows reads them (pePartToHost). `overlap` runs on the
  * host once every kernel is queued. The caller releases rowPtrD and cols.
  */
 export function peOnDevice(cx: CudaContext, kept: KeptStats, req: PeRequest, overlap?: () => void): PePart[] {

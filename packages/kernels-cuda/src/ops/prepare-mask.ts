@@ -75,7 +75,7 @@ export async function prepareMask(cx: CudaContext, kept: KeptStats, req: Prepare
     cx.tracer.host('prepareMask: PE queued');
     const e = expand(cx, H, Nb, vsDev ? { device: vsDev.ptrs } : selectVs(), rows, temp);
     held.push(e.rowPtr, e.cols);
-    // the device's lists to the host, on the copy stream (vs_pack finished before #expand's
+    // the device's lists to the host, on the copy stream (vs_pack finished before expand's
     // read; expand_write may still run)
     if (vsDev) vs = vsDev.read().lists();
     return { ...preparedResult(cx, H, Nb, B, e, held, pePart, peHost), ...(device ? { vs } : {}) };

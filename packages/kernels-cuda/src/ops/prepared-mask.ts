@@ -9,7 +9,7 @@ import type { DeviceBlock } from '../runtime/pool.js';
 import { type PePart, pePartToHost } from './pe-rows.js';
 
 /**
- * A device plan run on two streams (#splitPe): the prepared rows hold the VS heads; the PE
+ * A device plan run on two streams (splitPe): the prepared rows hold the VS heads; the PE
  * heads' kernels, rows and attention go to the second stream once queued.
  */
 export interface SplitPlan {
@@ -24,7 +24,7 @@ export interface SplitPlan {
   readonly headPtr: () => Int32Array;
 }
 
-/** What #splitPe queued: the PE count, and with PE heads their rows. */
+/** What splitPe queued: the PE count, and with PE heads their rows. */
 export interface SplitQueued {
   readonly count: number;
   readonly rows?: SplitRows;
@@ -90,7 +90,7 @@ const PREPARED_FINALIZER = new FinalizationRegistry<{ owner: CudaContext; held: 
 /**
  * The prepared mask over expanded rows `e` (each head's blocks from its row pointers), owning
  * `held` (emptied: the mask releases them), and peRows() for the PE rows on the device
- * (`pePart`, its kernels finished before #expand's read) or already on the host.
+ * (`pePart`, its kernels finished before expand's read) or already on the host.
  */
 export function preparedResult(
   cx: CudaContext,
@@ -115,7 +115,7 @@ export function preparedResult(
 
 /**
  * peRows() of a prepared mask: the PE rows already on the host (`peHost`), or its PE part's
- * device rows copied on the copy stream (their kernels finished before #expand's read, or,
+ * device rows copied on the copy stream (their kernels finished before expand's read, or,
  * `after`, a plan that read nothing back: the copy stream waits for the plan's end). The
  * device rows go back to the pool once copied (the expanded rows are what runs).
  */

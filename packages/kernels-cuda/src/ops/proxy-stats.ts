@@ -59,7 +59,7 @@ const LOG2E = Math.LOG2E;
 /** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy/proxy.cu) */
 const PART_KEYS = 1024;
 
-/** The proxy passes' kernels for one configuration (CudaBackend's #passNames). */
+/** The proxy passes' kernels for one configuration (ProxyStatsOp.#passNames). */
 interface PassNames {
   readonly dtype: DType;
   readonly D: number;
@@ -413,7 +413,7 @@ export class ProxyStatsOp {
         ? deferFields(stats, lean ? (['cStruct', 'finite'] as const) : (['cStruct', 'rowEntropy', 'finite'] as const), headLoad)
         : undefined;
       // the block statistics: on first read (copy stream: their kernels finished before the
-      // read above), or when the backend needs their buffer back (#releaseRetained)
+      // read above), or when the backend needs their buffer back (KeptStats.releaseRetained)
       const blockLoad = () => {
         // deferred statistics: their kernels are done once the head values are read
         headLazy?.materialize();
@@ -445,7 +445,7 @@ export class ProxyStatsOp {
         assertFiniteStats(stats);
         throw new NonFiniteError(`proxy statistics: ${nonFinite} non-finite values (counted on the device)`, { count: nonFinite });
       }
-      // kept past this call: the statistics' buffer (the entry's) and the key block means (#kMeans)
+      // kept past this call: the statistics' buffer (the entry's) and the key block means (KeptStats.kMeans)
       blocks.splice(blocks.indexOf(out), 1);
       if (km) blocks.splice(blocks.indexOf(km), 1);
       // keep the buffer for a device selection on these statistics (prepareMask), and for
@@ -465,7 +465,7 @@ export class ProxyStatsOp {
             }
           : {}),
         // the scratch stays taken until planOnDevice has ordered its second stream and the main
-        // stream waits for the third (#releaseHeld)
+        // stream waits for the third (KeptStats.releaseHeld)
         ...(cstructReady !== undefined ? { cstructReady, tailDone, launchesAtEnd: cx.mainLaunches, held: blocks.splice(0) } : {}),
       };
       kept.add(stats, entry);

@@ -10,7 +10,7 @@ import type { DeviceBlock } from '../runtime/pool.js';
 import { uploadTemp } from './expand.js';
 import type { DeviceVsRequest } from './mask-types.js';
 
-/** #selectOnDevice's lists on the device: their pointers, their buffer, and their read. */
+/** selectOnDevice's lists on the device: their pointers, their buffer, and their read. */
 export interface DeviceVsSelection {
   readonly ptrs: readonly [number, number, number, number];
   readonly buf: DeviceBlock;

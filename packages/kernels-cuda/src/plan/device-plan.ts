@@ -34,7 +34,7 @@ import { splitPe } from './split-pe.js';
  * lists after them. Two streams (the statistics were the last work queued): the router on
  * the second one beside the statistics' sums, the VS heads' rows only here, and the PE
  * heads' kernels, rows and attention on the second stream beside the VS heads' attention
- * (#splitPe: queued by sparseAttention, or by a read). One stream: the PE kernels over a
+ * (splitPe: queued by sparseAttention, or by a read). One stream: the PE kernels over a
  * head slot for every head (slots past the device's PE count leave at once) and every
  * head's rows. Pooled maps for every head over PE_PART_BYTES (beyond Llama shapes at
  * 512k): routed by route.cu and read back (routesOnDevice), then prepareMask, which reads as it goes.
@@ -91,7 +91,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     // The second stream (fused statistics just queued, nothing launched on the main stream
     // since): the router waits only for C_struct there, and the main stream waits for the
     // routes before the VS selection. The PE heads then go to the second stream once the
-    // attention of the VS heads is queued (sparseAttention; #splitPe).
+    // attention of the VS heads is queued (sparseAttention; splitPe).
     const side =
       kept?.cstructReady !== undefined && kept.launchesAtEnd === cx.mainLaunches && kept === store.entries.at(-1)
         ? cx.streams.side()
@@ -108,12 +108,12 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
         cx.streams.onStream(side, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1)]));
         cx.streams.fence(side, cx.streams.main);
         // the head values' copy behind their kernels (count, entropies): on the third stream
-        // when they are there, which the main stream joins at the plan's end (#releaseHeld).
+        // when they are there, which the main stream joins at the plan's end (KeptStats.releaseHeld).
         // (The buffer is new, but nothing released since proxyStats' fence can be in it: the
         // statistics hold their scratch until then, and the plan releases nothing before.)
         if (tail) {
           cx.streams.onStream(tail, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]));
-          // (kept held an event already, so it is in #statsHolding: #releaseRetained joins this one)
+          // (kept held an event already, so it is in KeptStats: KeptStats.releaseRetained joins this one)
           kept!.tailDone = cx.streams.recordIn(cx.streams.tailEvents, tail);
         } else {
           cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]);
@@ -141,12 +141,12 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     if (part) held.push(part.rowPtrD, part.cols);
     const e = part
       ? expand(cx, H, Nb, { device: vsDev.ptrs }, { rowPtr: part.rowPtrD.ptr, cols: part.cols.ptr, headList: hl }, temp, { summary: summaryAt })
-      : // two streams: the VS heads now (the PE heads' rows empty), the PE heads in #splitPe
+      : // two streams: the VS heads now (the PE heads' rows empty), the PE heads in splitPe
         expand(cx, H, Nb, { device: vsDev.ptrs }, undefined, temp, { summary: summaryAt, only: { routes: rt, want: 1 } });
     held.push(e.rowPtr, e.cols);
     // The main stream waits for the second stream's router already, and what runs there
-    // later waits for the end of this plan (#splitPe); it now also waits for the third
-    // stream's head values (#joinTail): the statistics' scratch can go back, and the plan's
+    // later waits for the end of this plan (splitPe); it now also waits for the third
+    // stream's head values (KeptStats.joinTail): the statistics' scratch can go back, and the plan's
     // one copy (behind `done`) holds the head values. Not before the VS heads' rows: the
     // third stream's kernels run beside the selection.
     if (kept) store.releaseHeld(kept);

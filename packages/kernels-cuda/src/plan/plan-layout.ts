@@ -1,7 +1,7 @@
 import { CrispError } from '@crisp/core';
 
 /**
- * The buffer a device plan (CudaBackend.planOnDevice) reads back in one copy, before the VS
+ * The buffer a device plan (planOnDevice, plan/device-plan.ts) reads back in one copy, before the VS
  * list pointers: the statistics' head values [non-finite count][C_struct H][entropy H] (f64),
  * the routes [H] and the PE head list [count][heads] (int, route.cu), expand's summary [H + 2]
  * (each head's first row pointer, the total, the bad-row flag). Byte offsets; `bytes` is a
