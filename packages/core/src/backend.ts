@@ -62,35 +62,6 @@ export interface PreparedMask {
 }
 
 /**
- * VS selection for the backend to run on the device (a backend's own mask building): VS heads by `rule` over the block scores of `stats`, PE heads the `peK`
- * best blocks of each direction (∪ {0} in the slash one), as the pipeline does on the host.
- */
-export interface DeviceVsRequest {
-  readonly rule: DeviceSelectorRule;
-  /** the statistics the plan routed on (a backend reuses its own copy on the device when it has one) */
-  readonly stats: ProxyStats;
-  /** [H] */
-  readonly routes: readonly Route[];
-  /** blocks per direction for PE heads (kMin / B) */
-  readonly peK: number;
-}
-
-export interface PrepareMaskRequest {
-  readonly heads: number;
-  readonly numBlocks: number;
-  readonly blockSize: number;
-  /**
-   * The VS lists, or a function that computes them, or a device selection request. The
-   * backend calls the function once, after it has queued the PE work on the device, so host
-   * selection overlaps the device's PE kernels; what it throws propagates. A device request
-   * is run on the device and its lists come back in the result's `vs`.
-   */
-  readonly vs: VsLists | (() => VsLists) | { readonly device: DeviceVsRequest };
-  /** PE rows to build on the backend (as peBlockRows would) and merge with the VS part */
-  readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
-}
-
-/**
  * A plan's routing, VS selection and mask building as one queue of device work
  * (`DevicePlanner.plan`): heads routed by `route` over the statistics' C_struct, VS heads
  * selected by `vs`, PE heads given their pooled-map rows (γ cut) and the `peK` best blocks
@@ -129,7 +100,7 @@ export interface DevicePlanOutcome {
   readonly vs: VsLists;
   /**
    * the PE heads' rows (peBlockRows' form, heads ascending), copied when called; present when
-   * the device routed a head to PE (see PreparedMaskResult)
+   * the device routed a head to PE
    */
   readonly peRows?: () => Promise<BlockRows>;
 }
@@ -144,18 +115,6 @@ export interface DeviceMark {
    * reached both (after `synchronize`); a mark is good for the next 64 marks of its backend.
    */
   msSince(earlier: DeviceMark): number;
-}
-
-export interface PreparedMaskResult {
-  readonly prepared: PreparedMask;
-  /** the VS lists the backend selected, for a request with `vs.device` */
-  readonly vs?: VsLists;
-  /**
-   * The PE rows for the requested heads, as peBlockRows returns them, copied to the host
-   * when called (the copy can overlap attention). Present when the request had `pe`; call
-   * it at most once and before `prepared.release()`.
-   */
-  readonly peRows?: () => Promise<BlockRows>;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { probeCuda } from './ffi.js';
+import { probeCuda } from './runtime/ffi.js';
 
 let memo: { available: boolean; reason?: string } | undefined;
 

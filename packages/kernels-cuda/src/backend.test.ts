@@ -15,7 +15,7 @@ import {
   createCudaBackend,
   defaultAttentionVariant,
 } from './index.js';
-import { sizeClass } from './pool.js';
+import { sizeClass } from './runtime/pool.js';
 
 const avail = cudaAvailability();
 if (!avail.available) console.log(`kernels-cuda: GPU tests skipped: ${avail.reason}`);

@@ -1,6 +1,6 @@
 import { garbageCollector } from '@crisp/conformance';
 import { describe, expect, it } from 'vitest';
-import { deferFields } from './deferred-fields.js';
+import { deferFields } from './runtime/deferred-fields.js';
 
 interface Stats {
   heads: number;

@@ -5,7 +5,7 @@
  * suite's, on the H200. Device marks: which pairs msSince takes.
  */
 import { describe, expect, it } from 'vitest';
-import { CudaBackend, type CudaTensor } from './cuda-backend.js';
+import { CudaBackend, type CudaTensor } from './index.js';
 import { standInDriver } from './stand-in-driver.js';
 
 const split = (x: number): [number, number] => [x % 2 ** 32, Math.floor(x / 2 ** 32)];

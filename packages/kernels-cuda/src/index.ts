@@ -1,15 +1,12 @@
-export {
-  ATTENTION_VARIANTS,
-  CudaBackend,
-  CudaTensor,
-  CUDA_SPARSE_CROSSOVER,
-  createCudaBackend,
-  defaultAttentionVariant,
-  DEFAULT_PROXY_LAYOUT,
-  defaultProxyLayout,
-  PDL_KERNELS,
-  PROXY_LAYOUTS,
-} from './cuda-backend.js';
-export type { AttentionVariant, CudaBackendOptions, CudaDeviceInfo, CudaSchedule, ProxyLayout, TraceEntry } from './cuda-backend.js';
+export { CudaBackend, CUDA_SPARSE_CROSSOVER, createCudaBackend } from './backend.js';
+export type { CudaBackendOptions } from './backend.js';
+export { ATTENTION_VARIANTS, defaultAttentionVariant } from './ops/attention.js';
+export type { AttentionVariant } from './ops/attention.js';
+export { DEFAULT_PROXY_LAYOUT, defaultProxyLayout, PROXY_LAYOUTS } from './ops/proxy-stats.js';
+export type { ProxyLayout } from './ops/proxy-stats.js';
+export { PDL_KERNELS } from './runtime/launcher.js';
+export { CudaTensor } from './runtime/tensor.js';
+export type { CudaDeviceInfo, CudaSchedule } from './runtime/context.js';
+export type { TraceEntry } from './runtime/trace.js';
 export { cudaAvailability } from './availability.js';
-export { defaultCacheDir, defaultKernelDir } from './compile.js';
+export { defaultCacheDir, defaultKernelDir } from './runtime/compile.js';

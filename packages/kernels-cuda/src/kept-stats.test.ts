@@ -2,14 +2,14 @@
  * Statistics kept on the device (stand-in driver, no GPU): a plan's statistics keep their block
  * scores in a device buffer until read; past 127 kept ones (DEVICE_STATS_KEPT x 2 - 1) the
  * oldest ones are downloaded for their objects and their buffers go back, and statistics the
- * program has let go of leave without a download once their collection is reported. Session 19
- * made proxyStats stop walking every kept entry on each call (the walk sat between the proxy
- * pass's launch and the next launch); these tests hold what the walk did. Session 20 took the
- * WeakRef out of the entries (a loop of awaited calls kept every statistics object alive).
+ * program has let go of leave without a download once their collection is reported.
+ * proxyStats does not walk every kept entry on each call (such a walk would sit between the
+ * proxy pass's launch and the following launch); these tests hold what the walk did. The
+ * entries hold no WeakRef (with one, a loop of awaited calls kept every statistics object alive).
  */
 import { formatReport, garbageCollector, runConformance } from '@crisp/conformance';
 import { describe, expect, it } from 'vitest';
-import { CudaBackend, type CudaTensor } from './cuda-backend.js';
+import { CudaBackend, type CudaTensor } from './index.js';
 import { standInDriver } from './stand-in-driver.js';
 
 const n = 8192;

@@ -2,11 +2,12 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CrispError } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
-import { defaultKernelDir, kernelSource } from './compile.js';
+import { defaultKernelDir, kernelSource } from './runtime/compile.js';
 import { KERNEL_SOURCES } from './kernel-sources.generated.js';
 
 const dir = defaultKernelDir();
-const files = readdirSync(dir)
+const files = readdirSync(dir, { recursive: true })
+  .map((f) => String(f).split('\\').join('/'))
   .filter((f) => /\.(cu|cuh)$/.test(f))
   .sort();
 
@@ -36,10 +37,10 @@ describe('embedded kernel sources', () => {
     const a = err(() => kernelSource(undefined, 'nope.cu'));
     expect(a).toBeInstanceOf(CrispError);
     expect((a as CrispError).code).toBe('BACKEND_UNAVAILABLE');
-    expect((a as Error).message).toMatch(/nope\.cu is not among the embedded kernels \(attention-wgmma\.cu, /);
-    const b = err(() => kernelSource('/nonexistent-crisp-kernels', 'mask.cu'));
+    expect((a as Error).message).toMatch(/nope\.cu is not among the embedded kernels \(attention\/attention-wgmma\.cu, /);
+    const b = err(() => kernelSource('/nonexistent-crisp-kernels', 'mask/mask.cu'));
     expect(b).toBeInstanceOf(CrispError);
     expect((b as CrispError).code).toBe('BACKEND_UNAVAILABLE');
-    expect((b as Error).message).toMatch(/mask\.cu not found in \/nonexistent-crisp-kernels .*leave it unset to compile the embedded ones/);
+    expect((b as Error).message).toMatch(/mask\/mask\.cu not found in \/nonexistent-crisp-kernels .*leave it unset to compile the embedded ones/);
   });
 });

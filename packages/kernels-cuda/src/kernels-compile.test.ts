@@ -9,36 +9,38 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
-import { defaultKernelDir, kernelSource } from './compile.js';
-import { PDL_KERNELS } from './cuda-backend.js';
+import { defaultKernelDir, kernelSource } from './runtime/compile.js';
+import { PDL_KERNELS } from './index.js';
 
 const run = promisify(execFile);
 const NVCC = [process.env.NVCC, '/usr/local/bin/nvcc', '/usr/local/cuda/bin/nvcc'].find((p) => p && existsSync(p));
 const kernelDir = defaultKernelDir();
-const files = readdirSync(kernelDir).filter((f) => f.endsWith('.cu'));
+const files = readdirSync(kernelDir, { recursive: true })
+  .map((f) => String(f).split('\\').join('/'))
+  .filter((f) => f.endsWith('.cu'));
 
 if (!NVCC) console.log('kernels-cuda: nvcc compile checks skipped: no nvcc at /usr/local/bin or /usr/local/cuda/bin (set NVCC)');
 
 describe('kernel sources', () => {
-  it('ships the nine kernel files', () => {
+  it('ships the nine kernel files, in folders by role', () => {
     expect(files.sort()).toEqual([
-      'attention-wgmma.cu',
-      'attention.cu',
-      'bench.cu',
-      'mask.cu',
-      'pe.cu',
-      'proxy-wgmma.cu',
-      'proxy.cu',
-      'route.cu',
-      'select.cu',
+      'attention/attention-wgmma.cu',
+      'attention/attention.cu',
+      'fill/fill.cu',
+      'mask/mask.cu',
+      'pe/pe.cu',
+      'proxy/proxy-wgmma.cu',
+      'proxy/proxy.cu',
+      'route/route.cu',
+      'select/select.cu',
     ]);
   });
   it('splices the common header in, so NVRTC needs no include path', () => {
-    const src = kernelSource(kernelDir, 'attention.cu');
+    const src = kernelSource(kernelDir, 'attention/attention.cu');
     expect(src).not.toMatch(/^#include/m);
     expect(src).not.toMatch(/^#pragma once/m);
     expect(src).toContain('__device__ __forceinline__ void ldsm_x4');
-    expect(src).toContain('attn_bf16_d128_b128');
+    expect(src).toContain('attn_w32_bf16_d128_b128');
   });
   it('splices every header a kernel file includes (the wgmma proxy pass takes three)', () => {
     for (const f of files) {
@@ -46,7 +48,7 @@ describe('kernel sources', () => {
       expect(src, f).not.toMatch(/^#include/m);
       expect(src, f).not.toMatch(/^#pragma once/m);
     }
-    const src = kernelSource(kernelDir, 'proxy-wgmma.cu');
+    const src = kernelSource(kernelDir, 'proxy/proxy-wgmma.cu');
     expect(src).toContain('__device__ __forceinline__ void cp_async16');
     expect(src).toContain('__device__ __forceinline__ u64 gmma_desc');
     expect(src).toContain('__device__ __forceinline__ void p2b_rows');
@@ -80,22 +82,22 @@ describe.skipIf(!NVCC)('nvcc compile check', () => {
   // fast) — the same code, and ptxas for sm_80 is what the driver runs at load. The
   // wgmma file is also built for sm_90a, the only target where its kernels have bodies
   // (elsewhere they are trap stubs, which the sm_80/sm_90 builds check still compile).
-  const hopperOnly = ['attention-wgmma.cu', 'proxy-wgmma.cu'];
+  const hopperOnly = ['attention/attention-wgmma.cu', 'proxy/proxy-wgmma.cu'];
   it('every kernel compiles for sm_90 (cubin) without spills and for sm_80 (PTX)', async () => {
     const hopperJobs = hopperOnly.map((f) =>
       run(
         NVCC as string,
-        ['-cubin', '-arch=sm_90a', '-std=c++17', '--use_fast_math', '-Xptxas', '-v', '-o', join(tmp, `${f}.a.cubin`), f],
+        ['-cubin', '-arch=sm_90a', '-std=c++17', '--use_fast_math', '-Xptxas', '-v', '-o', join(tmp, `${f.replace('/', '_')}.a.cubin`), f],
         { cwd: kernelDir, maxBuffer: 1 << 24 },
       ).then(({ stderr }) => ({ f, arch: 'sm_90a', stderr })),
     );
     const jobs = files.flatMap((f) => [
       run(
         NVCC as string,
-        ['-cubin', '-arch=sm_90', '-std=c++17', '--use_fast_math', '-Xptxas', '-v', '-o', join(tmp, `${f}.cubin`), f],
+        ['-cubin', '-arch=sm_90', '-std=c++17', '--use_fast_math', '-Xptxas', '-v', '-o', join(tmp, `${f.replace('/', '_')}.cubin`), f],
         { cwd: kernelDir, maxBuffer: 1 << 24 },
       ).then(({ stderr }) => ({ f, arch: 'sm_90', stderr })),
-      run(NVCC as string, ['--ptx', '-arch=sm_80', '-std=c++17', '--use_fast_math', '-o', join(tmp, `${f}.ptx`), f], {
+      run(NVCC as string, ['--ptx', '-arch=sm_80', '-std=c++17', '--use_fast_math', '-o', join(tmp, `${f.replace('/', '_')}.ptx`), f], {
         cwd: kernelDir,
         maxBuffer: 1 << 24,
       }).then(({ stderr }) => ({ f, arch: 'sm_80', stderr })),
@@ -120,9 +122,9 @@ describe.skipIf(!NVCC)('nvcc compile check', () => {
       entries.forEach((name, i) => {
         // The w32 layout with 64-key tiles hold 128 output + 64 score accumulators a
         // thread under a 255-register cap: ptxas spills 40 bytes there (measured against
-        // the spill-free layouts on the H200, NOTES.md). The wgmma fused proxy pass at d 128,
-        // B 128 (256 threads, two CTAs an SM: a 128-register cap) spilled 32 bytes in session 7
-        // and 8 since session 8's leaner tile loop (NOTES.md). Everything else must not spill.
+        // the spill-free layouts on the H200). The wgmma fused proxy pass at d 128, B 128 (256
+        // threads, two CTAs an SM: a 128-register cap) spills 8 bytes with its lean tile loop.
+        // Everything else must not spill.
         const allowed =
           /^attn_w32_/.test(name) && name.includes('_d128_') ? 2 * 64 : /^proxy_wg_pass1f_\w+_d128_b128$/.test(name) ? 2 * 8 : 0;
         expect(spills[i], `${f}: ${name} spills registers`).toBeLessThanOrEqual(allowed);
@@ -133,8 +135,8 @@ describe.skipIf(!NVCC)('nvcc compile check', () => {
 
 describe('kernel parameter counts (checked at every launch)', () => {
   it('reads each written-out kernel signature, skipping macro lines', async () => {
-    const { kernelParamCounts } = await import('./compile.js');
-    const c = kernelParamCounts(kernelSource(kernelDir, 'proxy.cu'));
+    const { kernelParamCounts } = await import('./runtime/compile.js');
+    const c = kernelParamCounts(kernelSource(kernelDir, 'proxy/proxy.cu'));
     expect(c.get('proxy_cstruct')).toBe(9);
     expect(c.get('proxy_combine')).toBe(10);
     expect(c.get('proxy_fused_sums')).toBe(10);

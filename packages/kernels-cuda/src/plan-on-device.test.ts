@@ -5,11 +5,11 @@
  * read, bad requests are typed errors, and a device whose routes disagree with the host
  * router's fails the plan and releases what it held.
  */
-import { type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
+import { type DeviceTensor, type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
-import { CudaBackend, type CudaTensor, PDL_KERNELS } from './cuda-backend.js';
+import { CudaBackend, type CudaTensor, PDL_KERNELS } from './index.js';
 import { devicePlanPrefix, standInDriver } from './stand-in-driver.js';
 
 const H = 8;
@@ -24,7 +24,25 @@ function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead
   return { ...s, be, inputs };
 }
 
-describe('planOnDevice (stand-in driver)', () => {
+/** A device plan of crisp's rules (cStruct 0.2, noise floor α 1, kMin 1024, peK 8, γ 0.95) over `stats`. */
+function planRequest(stats: ProxyStats, q: DeviceTensor, k: DeviceTensor) {
+  return {
+    stats,
+    route: { kind: 'cStruct' as const, tauProxy: 0.2 },
+    vs: { kind: 'noiseFloor' as const, alpha: 1, kMin: 1024 },
+    peK: 8,
+    pe: { q, k, gamma: 0.95 },
+  };
+}
+
+describe('the device planner (stand-in driver)', () => {
+  it('lists the router and selector rules it runs on the device', () => {
+    const { be } = setup();
+    expect(be.planner.routers).toEqual(['cStruct']);
+    expect(be.planner.selectors).toEqual(['noiseFloor']);
+    be.dispose();
+  });
+
   it('queues statistics, routing, selection and the VS heads\' rows, then the PE heads\' after one read behind an event', async () => {
     const { be, inputs, log } = setup();
     releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 })); // checks q, k once
@@ -171,7 +189,7 @@ describe('planOnDevice (stand-in driver)', () => {
     expect(log.slice(0, attention).some((e) => e.kind === 'read' || e.kind === 'copyRead' || e.kind === 'sync')).toBe(false);
     expect(log.slice(attention).some((e) => e.kind === 'copyRead')).toBe(true);
     expect(r.plan.routing?.routes).toEqual(Array(H).fill('pe'));
-    // the device timeline (the stand-in's events say 0 ms) and the host's overlapped work
+    // the device's timeline (the stand-in's events say 0 ms) and the host's overlapped work
     expect(r.timings.planMs).toBe(0);
     expect(r.plan.phases?.overlappedMs).toBeGreaterThanOrEqual(0);
     r.output.dispose();
@@ -341,13 +359,7 @@ describe('planOnDevice (stand-in driver)', () => {
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
     (await be.denseAttention(inputs.q, inputs.k, inputs.v)).output.dispose();
     log.length = 0;
-    const res = await be.planOnDevice({
-      stats,
-      route: { kind: 'cStruct', tauProxy: 0.2 },
-      vs: { kind: 'noiseFloor', alpha: 1, kMin: 1024 },
-      peK: 8,
-      pe: { q: inputs.q, k: inputs.k, gamma: 0.95 },
-    });
+    const res = await be.planner.plan(planRequest(stats, inputs.q, inputs.k));
     const launches = log.filter((e) => e.kind === 'launch');
     expect(launches.filter((e) => e.name === 'route_cstruct')).toHaveLength(1);
     expect(new Set(launches.map((e) => e.stream)).size).toBe(1);
@@ -355,20 +367,39 @@ describe('planOnDevice (stand-in driver)', () => {
     be.dispose();
   });
 
+  it('routes a plan whose pooled maps pass the PE part size through route.cu, read back, then prepares its mask', async () => {
+    // 8 heads of 16,384 blocks (n 2^20, B 64): 8 GiB of pooled maps, past one PE part
+    const wantVs = [1, 0, 1, 1, 0, 0, 1, 0];
+    const { libs, log } = standInDriver({
+      heads: H,
+      onRead: (out, kind) => {
+        if (kind === 'read' && out instanceof Int32Array && out.length === H) out.set(wantVs);
+      },
+    });
+    const be = new CudaBackend(libs, { cacheDir: null });
+    const N = 1 << 20;
+    const q = be.allocate('bf16', [N, H, D]);
+    const k = be.allocate('bf16', [N, Hkv, D]);
+    const stats = await be.proxyStats(q, k, { blockSize: 64, wSink: 64, wLocal: 64, deferRead: true });
+    log.length = 0;
+    const res = await be.planner.plan(planRequest(stats, q, k));
+    const launches = log.filter((e) => e.kind === 'launch').map((e) => e.name as string);
+    expect(launches.indexOf('route_cstruct')).toBeGreaterThanOrEqual(0);
+    expect(launches.indexOf('route_cstruct')).toBeLessThan(launches.indexOf('vs_select'));
+    expect(launches.filter((x) => x === 'route_cstruct')).toHaveLength(1);
+    expect(res.read().routes).toEqual(wantVs.map((x) => (x === 1 ? 'vs' : 'pe')));
+    res.prepared.release();
+    be.dispose();
+  });
+
   it('rejects requests it cannot run with typed errors, before any launch', async () => {
     const { be, inputs, log } = setup();
     const stats = await be.proxyStats(inputs.q, inputs.k, { blockSize: 128, wSink: 128, wLocal: 128, deferRead: true });
-    const base = {
-      stats,
-      route: { kind: 'cStruct' as const, tauProxy: 0.2 },
-      vs: { kind: 'noiseFloor' as const, alpha: 1, kMin: 1024 },
-      peK: 8,
-      pe: { q: inputs.q, k: inputs.k, gamma: 0.95 },
-    };
+    const base = planRequest(stats, inputs.q, inputs.k);
     log.length = 0;
     const code = async (req: unknown) => {
       try {
-        await be.planOnDevice(req as Parameters<CudaBackend['planOnDevice']>[0]);
+        await be.planner.plan(req as Parameters<CudaBackend['planner']['plan']>[0]);
         return 'ok';
       } catch (e) {
         return (e as { code?: string }).code;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { CudaLibs } from './ffi.js';
-import { DevicePool, sizeClass } from './pool.js';
+import type { CudaLibs } from './runtime/ffi.js';
+import { DevicePool, sizeClass } from './runtime/pool.js';
 
 /** A driver stand-in: allocations at increasing addresses, frees recorded (no GPU needed). */
 function fakeLibs() {

@@ -3,11 +3,11 @@
  * allocations come at increasing fake addresses, kernels "launch" into a log, and device
  * reads return zeros unless `onRead` fills them. It runs the backend's host path (argument
  * checks, the order of launches and reads, the pipeline around them) and measures what the
- * host spends (scripts/host-cost.mjs); it checks no kernel arithmetic.
+ * host spends; it checks no kernel arithmetic.
  */
 import { createRequire } from 'node:module';
-import type { CudaLibs } from './ffi.js';
-import { devicePlanLayout, NO_BAD_ROW } from './plan-layout.js';
+import type { CudaLibs } from './runtime/ffi.js';
+import { devicePlanLayout, NO_BAD_ROW } from './plan/plan-layout.js';
 
 export interface StandInEvent {
   /**
@@ -231,7 +231,7 @@ export function standInDriver(
 }
 
 /**
- * Where a device plan's one copy (CudaBackend.planOnDevice: the statistics' head values, the
+ * Where a device plan's one copy (the device planner, `planner.plan`: the statistics' head values, the
  * routes, the PE head list, expand's summary, then the VS list pointers) holds what, in ints.
  */
 export function devicePlanPrefix(H: number): { ints: number; routes: number; pe: number; badRow: number } {

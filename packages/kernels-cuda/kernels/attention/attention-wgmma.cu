@@ -1,0 +1,350 @@
+// Dense and block-sparse causal flash attention on Hopper's warpgroup MMA (sm_90a only).
+//
+// Same contract as attention.cu (shapes, BSR rows, chunked prefill, lse; see there), other
+// machinery: one CTA per (head, query block I) of B = 64 · NWG rows, NWG warpgroups of 128
+// threads, each owning 64 query rows. S = Q Kᵀ and O += P V run as wgmma.mma_async
+// m64nNk16 (f32 accumulators): Q and K are read by the tensor cores straight from shared
+// memory through matrix descriptors; P (the softmax numerators, bf16/f16) goes from
+// registers, V from shared memory as an N-major ("transposed") operand. Keys stream in tiles
+// of BN = B rows (one mask block per tile), three stages deep, loaded with cp.async by a
+// producer warpgroup (wgw_body below). Softmax is FA2-style online in fp32 registers: the accumulator fragment of
+// m64nNk16 is, per warp, the mma.sync m16n8 fragment repeated along N, so the masking,
+// row max, exp2 (scale folded into one FFMA) and the rescale skip are those of attention.cu.
+//
+// Shared memory layout (what the 128-byte swizzle mode of the descriptors expects): every
+// tile is stored as panels of 64 head-dim columns (128 bytes a row); in a panel, row r sits
+// at r · 128 bytes and its 16-byte chunk c at chunk c ^ (r & 7); panels are 1024-byte aligned.
+//   K-major operands (Q as A, K as B): SBO = 1024 (the next 8 rows), LBO unused; a 16-column
+//   k-step inside a panel is +32 bytes on the start address, the next panel +rows · 128.
+//   N-major operand (V as B, N = head dim): SBO = 1024 (the next 8 keys), LBO = the panel
+//   stride (the next 64 head-dim columns); a 16-key k-step is +16 · 128 bytes.
+// Reading from shared memory through the async proxy: cp.async writes are made visible with
+// fence.proxy.async.shared::cta before the barrier that precedes the MMAs.
+//
+// Built only for sm_90a (NVRTC --gpu-architecture=sm_90a): elsewhere (the sm_80/sm_90 compile
+// checks) the kernels are empty stubs, which the backend never launches (it falls back to
+// w32 off Hopper); an empty stub leaves the poisoned output visible to a self-check instead
+// of trapping, which would kill the whole CUDA context.
+#include "../common/crisp-common.cuh"
+
+#include "../common/wgmma.cuh"
+
+#ifdef CRISP_WGMMA
+
+// One key tile's online-softmax step on the S fragment (FA2; the paper's m, ℓ): causal
+// mask where the tile reaches past the warp's first row, new running max (raw scores; the
+// scale is applied inside one FFMA per score), s ← exp2(s · scale − m), ℓ ← ℓ · c + Σ s.
+// Returns the correction factors c = exp2(m_old − m_new) for the O rows A and B.
+template <int BN>
+__device__ __forceinline__ void online_softmax(float* s, int ks, bool needMask, int rA, int rB, int lane,
+                                               float scaleLog2, float& mA, float& mB, float& lA, float& lB,
+                                               float& cA, float& cB) {
+  float mxA = CRISP_NEG_INF, mxB = CRISP_NEG_INF;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int col = ks + j * 8 + (lane & 3) * 2 + e;
+      if (needMask) {
+        if (col > rA) s[j * 4 + e] = CRISP_NEG_INF;
+        if (col > rB) s[j * 4 + 2 + e] = CRISP_NEG_INF;
+      }
+      mxA = fmaxf(mxA, s[j * 4 + e]);
+      mxB = fmaxf(mxB, s[j * 4 + 2 + e]);
+    }
+  }
+  mxA = quad_max(mxA) * scaleLog2;
+  mxB = quad_max(mxB) * scaleLog2;
+  const float nA = fmaxf(mA, mxA), nB = fmaxf(mB, mxB);
+  // A row with no visible key yet keeps m = -inf; use 0 so exp2 gives 0, not NaN.
+  const float uA = nA == CRISP_NEG_INF ? 0.f : nA, uB = nB == CRISP_NEG_INF ? 0.f : nB;
+  cA = exp2f(mA - uA);
+  cB = exp2f(mB - uB);
+  mA = nA;
+  mB = nB;
+  float sumA = 0.f, sumB = 0.f;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j++) {
+    s[j * 4 + 0] = exp2f(fmaf(s[j * 4 + 0], scaleLog2, -uA));
+    s[j * 4 + 1] = exp2f(fmaf(s[j * 4 + 1], scaleLog2, -uA));
+    s[j * 4 + 2] = exp2f(fmaf(s[j * 4 + 2], scaleLog2, -uB));
+    s[j * 4 + 3] = exp2f(fmaf(s[j * 4 + 3], scaleLog2, -uB));
+    sumA += s[j * 4 + 0] + s[j * 4 + 1];
+    sumB += s[j * 4 + 2] + s[j * 4 + 3];
+  }
+  lA = lA * cA + sumA;
+  lB = lB * cB + sumB;
+}
+// O rows A and B times their correction factors (skipped by the caller when the whole warp
+// has c = 1: most tiles of a long row, once its max has settled).
+template <int D>
+__device__ __forceinline__ void rescale(float* acc, float cA, float cB) {
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) {
+    acc[j * 4 + 0] *= cA;
+    acc[j * 4 + 1] *= cA;
+    acc[j * 4 + 2] *= cB;
+    acc[j * 4 + 3] *= cB;
+  }
+}
+// P (the exp2 numerators, fp32 S fragment) as wgmma A fragments: per 16 keys the mma.sync
+// m16n8k16 A layout (rows A/B, keys 0-7 and 8-15 of the step).
+template <int BN, bool BF16>
+__device__ __forceinline__ void pack_p(u32 (&p)[BN / 16][4], const float* s) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++) {
+    p[kk][0] = pack2<BF16>(s[(2 * kk) * 4 + 0], s[(2 * kk) * 4 + 1]);
+    p[kk][1] = pack2<BF16>(s[(2 * kk) * 4 + 2], s[(2 * kk) * 4 + 3]);
+    p[kk][2] = pack2<BF16>(s[(2 * kk + 1) * 4 + 0], s[(2 * kk + 1) * 4 + 1]);
+    p[kk][3] = pack2<BF16>(s[(2 * kk + 1) * 4 + 2], s[(2 * kk + 1) * 4 + 3]);
+  }
+}
+template <int D, int BN, bool BF16>
+__device__ __forceinline__ void issue_pv(float* acc, const u32 (&p)[BN / 16][4], u32 vBase) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++) wgmma_rs<D, BF16>(acc, p[kk], gmma_desc(vBase + kk * 16 * 128, BN * 128, 1024), 1);
+}
+
+// O / ℓ to bf16/f16 rows A and B (positions; rows outside [off, n) are not written) and
+// lse = (m + log2 ℓ) · ln 2 when asked.
+template <int D, bool BF16>
+__device__ __forceinline__ void store_rows(u16* __restrict__ o, float* __restrict__ lse, const float* acc, float mA,
+                                           float mB, float lA, float lB, int rA, int rB, int lane, int n, int m,
+                                           int off, int h, size_t qStride) {
+  const float la = quad_sum(lA), lb = quad_sum(lB);
+  const float iA = la > 0.f ? 1.f / la : 0.f, iB = lb > 0.f ? 1.f / lb : 0.f;
+#pragma unroll
+  for (int j = 0; j < D / 8; j++) {
+    const int col = j * 8 + (lane & 3) * 2;
+    if (rA < n && rA >= off)
+      *reinterpret_cast<u32*>(o + (size_t)(rA - off) * qStride + (size_t)h * D + col) =
+          pack2<BF16>(acc[j * 4 + 0] * iA, acc[j * 4 + 1] * iA);
+    if (rB < n && rB >= off)
+      *reinterpret_cast<u32*>(o + (size_t)(rB - off) * qStride + (size_t)h * D + col) =
+          pack2<BF16>(acc[j * 4 + 2] * iB, acc[j * 4 + 3] * iB);
+  }
+  if (lse != nullptr && (lane & 3) == 0) {
+    const float ln2 = 0.6931471805599453f;
+    if (rA < n && rA >= off) lse[(size_t)h * m + (rA - off)] = la > 0.f ? (mA + log2f(la)) * ln2 : CRISP_NEG_INF;
+    if (rB < n && rB >= off) lse[(size_t)h * m + (rB - off)] = lb > 0.f ? (mB + log2f(lb)) * ln2 : CRISP_NEG_INF;
+  }
+}
+
+// mbarrier (shared::cta) helpers for the warp-specialised layout: arrive (release), and a
+// spin on try_wait.parity (acquire) for the phase with the given parity.
+__device__ __forceinline__ void mbar_init(u32 addr, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 addr) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(u32 addr, int parity) {
+  u32 ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(addr), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
+  while (!mbar_try(addr, parity)) {
+  }
+}
+
+// wgw: the consumers issue S_t = Q K_tᵀ and the previous tile's O += P_{t-1} V_{t-1} back to
+// back, so the softmax of one tile runs under the other's MMAs (FA3's intra-warpgroup
+// overlap), fed by a producer warpgroup instead of a CTA-wide barrier per tile (FA3's warp specialisation, with cp.async where FA3 uses TMA). Warpgroups
+// 0 .. NWG − 1 consume, warpgroup NWG produces; at NWG 2 the producer hands registers to the
+// consumers (setmaxnreg 40 / 232: 384 threads would otherwise get 168 each, and the consumer
+// schedule needs ~218). ST stages of K and of V; per stage a "full" mbarrier (128 producer
+// arrivals, after the threads' cp.async landed and were fenced to the async proxy) and an
+// "empty" one (every consumer thread arrives once the MMAs that read the stage are complete). The producer signals tile t − 1 before it may block on an
+// empty stage for tile t, so with ST >= 2 the chain cannot deadlock. The two
+// consumer warpgroups no longer meet at a barrier each tile, so one's softmax can run under
+// the other's MMAs.
+template <int D, int NWG, bool BF16, int ST>
+__device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
+                                        u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
+                                        const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
+                                        float scaleLog2, const int* hsel, int hmode) {
+  constexpr int BM = 64 * NWG;
+  constexpr int BN = BM;
+  constexpr int NC = NWG * 128;  // consumer threads
+  constexpr int CH = D / 8;
+  constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const u32 sQ = (smem_addr(smem) + 1023u) & ~1023u;
+  const u32 sK = sQ + QBYTES;
+  const u32 sV = sK + ST * TBYTES;
+  const u32 bars = sV + ST * TBYTES;
+  auto fullK = [&](int st) -> u32 { return bars + 8u * st; };
+  auto fullV = [&](int st) -> u32 { return bars + 8u * (ST + st); };
+  auto emptyK = [&](int st) -> u32 { return bars + 8u * (2 * ST + st); };
+  auto emptyV = [&](int st) -> u32 { return bars + 8u * (3 * ST + st); };
+
+  const int off = n - m;
+  int h, I;
+  if (!cta_order(Nb, hsel, hmode, h, I)) return;
+  const int kvh = h / (H / Hkv);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int q0 = I * BM;
+  const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
+  int first;
+  const int nTiles = row_blocks(rowPtr, h, Nb, I, first);
+  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
+
+  if (tid == 0) {
+    for (int st = 0; st < ST; st++) {
+      mbar_init(fullK(st), 128);
+      mbar_init(fullV(st), 128);
+      mbar_init(emptyK(st), NC);
+      mbar_init(emptyV(st), NC);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= NWG * 4) {
+    if (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    // Producer: K_t then V_t into stage t % ST, each when its stage is free; the tile before
+    // is signalled in between (its groups are the older ones: wait_group 1).
+    const int ptid = tid - NC;
+    auto issue = [&](const u16* src, u32 dst, int t) {
+      const int ks = tileStart(t);
+      for (int c = ptid; c < BN * CH; c += 128) {
+        const int r = c / CH, ch = c % CH, key = ks + r;
+        const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
+        cp_async16(dst + pswz(BN, r, ch), src + go, key < n ? 16 : 0);
+      }
+      cp_async_commit();
+    };
+    auto signal = [&](int t) {
+      fence_proxy_async();
+      mbar_arrive(fullK(t % ST));
+      mbar_arrive(fullV(t % ST));
+    };
+    for (int t = 0; t < nTiles; t++) {
+      const int st = t % ST, par = ((t / ST) & 1) ^ 1;
+      mbar_wait(emptyK(st), par);
+      issue(k, sK + st * TBYTES, t);
+      if (t > 0) {
+        cp_async_wait<1>();
+        signal(t - 1);
+      }
+      mbar_wait(emptyV(st), par);
+      issue(v, sV + st * TBYTES, t);
+    }
+    cp_async_wait<0>();
+    if (nTiles > 0) signal(nTiles - 1);
+    return;
+  }
+
+  if (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  const int wg = warp >> 2, wq = warp & 3;
+  for (int c = tid; c < BM * CH; c += NC) {
+    const int r = c / CH, ch = c % CH, row = q0 + r;
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  asm volatile("bar.sync 1, %0;\n" ::"n"(NC) : "memory");  // the consumers only
+
+  float acc[D / 2];
+  float s[BN / 2];
+  u32 p[BN / 16][4];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 16; i++) p[i][0] = p[i][1] = p[i][2] = p[i][3] = 0u;
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
+  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
+  const u32 qBase = sQ + wg * 64 * 128;
+  auto softmaxS = [&](int t, float& cA, float& cB) {
+    const int ks = tileStart(t);
+    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+  };
+
+  if (nTiles > 0) {
+    mbar_wait(fullK(0), 0);
+    reg_fence<BN / 2>(s);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<BN / 2>(s);
+    mbar_arrive(emptyK(0));
+    float cA, cB;
+    softmaxS(0, cA, cB);
+    pack_p<BN, BF16>(p, s);
+  }
+  for (int t = 1; t < nTiles; t++) {
+    const int sk = t % ST, sv = (t - 1) % ST;
+    mbar_wait(fullK(sk), (t / ST) & 1);
+    mbar_wait(fullV(sv), ((t - 1) / ST) & 1);
+    reg_fence<BN / 2>(s);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK + sk * TBYTES);
+    wgmma_commit();
+    issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+    wgmma_commit();
+    wgmma_wait1();
+    reg_fence<BN / 2>(s);
+    mbar_arrive(emptyK(sk));
+    float cA, cB;
+    softmaxS(t, cA, cB);
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    mbar_arrive(emptyV(sv));
+    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
+    pack_p<BN, BF16>(p, s);
+  }
+  if (nTiles > 0) {
+    const int sv = (nTiles - 1) % ST;
+    mbar_wait(fullV(sv), ((nTiles - 1) / ST) & 1);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    wgmma_fence();
+    issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+    wgmma_commit();
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+  }
+  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
+}
+#endif  // CRISP_WGMMA
+
+// One extern "C" entry per (layout, dtype, d, B); the body is a template instance passed as
+// the variadic tail (its commas would split an ordinary macro argument). Off sm_90a the
+// entries are empty stubs (see the top of the file).
+#ifdef CRISP_WGMMA
+#define CRISP_HOPPER_CALL(...) __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode);
+#else
+#define CRISP_HOPPER_CALL(...)
+#endif
+#define CRISP_ATTN_HOPPER(NAME, THREADS, ...)                                                               \
+  extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                \
+      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode) {             \
+    CRISP_HOPPER_CALL(__VA_ARGS__)                                                                           \
+  }
+// wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
+// shared memory at B 128, d 128).
+#define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, wgw_body<D, NWG, BF16, 3>)
+
+CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
+CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
+CRISP_ATTN_WGW(attn_wgw_bf16_d128_b64, 128, 1, true)
+CRISP_ATTN_WGW(attn_wgw_bf16_d128_b128, 128, 2, true)
+CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false)
+CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false)

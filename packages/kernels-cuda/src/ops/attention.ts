@@ -1,0 +1,265 @@
+/**
+ * Block-sparse and dense causal attention (kernels/attention/): one launch over BSR rows, or
+ * two on a device plan's streams (VS heads on the main one, PE heads beside them).
+ * Shape legend: q [m, H, d] (the last m of n positions), k and v [n, Hkv, d], B block size.
+ */
+import {
+  type AttentionOptions,
+  type AttentionResult,
+  type BlockMask,
+  CrispError,
+  type DeviceTensor,
+  InvalidArgumentError,
+  MaskError,
+  ShapeError,
+  assertBlockSize,
+  assertSupported,
+  attentionShape,
+  bytesPerElement,
+  defaultScale,
+  numBlocks,
+  validateMask,
+} from '@crisp/core';
+import { BACKEND_NAME, CUDA_CAPABILITIES, type CudaContext } from '../runtime/context.js';
+import type { KeptStats } from '../runtime/kept-stats.js';
+import { F, I, P } from '../runtime/launcher.js';
+import type { DeviceBlock } from '../runtime/pool.js';
+import type { CudaTensor } from '../runtime/tensor.js';
+import { expandOnDevice } from './expand.js';
+import { CudaPreparedMask } from './prepared-mask.js';
+
+/**
+ * Attention kernel layouts (same math, same results up to f32 summation order). `w32`
+ * (kernels/attention.cu, mma.sync, any sm_80+ GPU): B/32 warps of 32 query rows (each K/V
+ * fragment feeds two MMAs), 64-key tiles, two CTAs per SM. `wgw` (kernels/attention-wgmma.cu,
+ * Hopper only, built for sm_90a): B/64 consumer warpgroups of 64 rows on wgmma.mma_async with
+ * Q/K/V read from shared memory through descriptors, key tiles of B rows, each tile's softmax
+ * overlapped with the previous tile's P·V, fed by a producer warpgroup through mbarriers (3
+ * stages, no CTA-wide barrier per tile; FA3's warp specialisation with cp.async). On a GPU
+ * other than compute capability 9.0 `wgw` launches `w32` instead and
+ * `attentionVariantFallback` says why. Measured on the H200 (bf16, d 128, B 128, dense at
+ * 64k): w32 326, wgw 403 TFLOP/s. `keyTile` null: the key tile is the mask block (B rows).
+ */
+export const ATTENTION_VARIANTS = {
+  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
+  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true },
+} as const;
+export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
+/** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
+const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
+/**
+ * The layout a backend launches unless told otherwise: the fastest measured on the GPU's
+ * architecture. Hopper (compute capability 9.0): `wgw` (403 TFLOP/s dense at 64k on the H200,
+ * SDPA's flash backend ~330; per computed sparse block 1.04-1.07x dense). Elsewhere `w32`,
+ * the fastest mma.sync layout on the H200 (not measured on other GPUs).
+ */
+export function defaultAttentionVariant(computeCapability: readonly [number, number]): AttentionVariant {
+  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wgw' : PORTABLE_ATTENTION_VARIANT;
+}
+
+const LOG2E = Math.LOG2E;
+
+interface Prepared {
+  readonly shape: ReturnType<typeof attentionShape>;
+  readonly qt: CudaTensor;
+  readonly kt: CudaTensor;
+  readonly vt: CudaTensor;
+  readonly out: CudaTensor;
+  readonly lse: CudaTensor | undefined;
+  readonly scale: number;
+  readonly Nb: number;
+}
+
+/** The attention launches, with the layout knob. */
+export class AttentionOp {
+  readonly #cx: CudaContext;
+  readonly #kept: KeptStats;
+  /** the attention kernel layout launched by sparse and dense (a tuning knob) */
+  variant: AttentionVariant;
+
+  constructor(cx: CudaContext, kept: KeptStats, variant: AttentionVariant) {
+    this.#cx = cx;
+    this.#kept = kept;
+    this.variant = variant;
+  }
+
+  /**
+   * Why the selected variant is not the one launched (undefined when it is): the Hopper
+   * variant needs compute capability 9.0 (wgmma is an sm_90a feature, absent from
+   * Ampere/Ada and not carried forward to later architectures); elsewhere `w32` runs.
+   */
+  get fallback(): string | undefined {
+    const cx = this.#cx;
+    const lay = ATTENTION_VARIANTS[this.variant];
+    if (!lay.sm90a || cx.arch === 90) return undefined;
+    return `attention variant ${this.variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${cx.info.name} is ${cx.info.computeCapability.join('.')}, so ${PORTABLE_ATTENTION_VARIANT} runs instead`;
+  }
+
+  prepare(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions, B: number): Prepared {
+    const cx = this.#cx;
+    const shape = attentionShape(q, k, v);
+    assertSupported(CUDA_CAPABILITIES, shape, BACKEND_NAME);
+    const qt = cx.tensor(q, 'q');
+    const kt = cx.tensor(k, 'k');
+    const vt = cx.tensor(v, 'v');
+    cx.assertFinite(qt, 'q');
+    cx.assertFinite(kt, 'k');
+    cx.assertFinite(vt, 'v');
+    const { queries: m, heads: H, headDim: D } = shape;
+    const scale = opts.scale ?? defaultScale(D);
+    if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
+    let out: CudaTensor;
+    if (opts.out) {
+      out = cx.tensor(opts.out, 'opts.out');
+      out.markWritten();
+      if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== D) {
+        throw new ShapeError(
+          `opts.out must be ${shape.dtype} [${m}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`,
+        );
+      }
+    } else {
+      out = cx.allocate(shape.dtype, [m, H, D], m * H * D * bytesPerElement(shape.dtype));
+    }
+    const lse = opts.returnLse ? cx.allocate('f32', [H, m], H * m * 4) : undefined;
+    return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
+  }
+
+  /**
+   * One attention launch over rows (rowPtr, cols; 0, 0: dense). `heads` (crisp-common.cuh's
+   * cta_order): every head by default; `{ routes }` only the heads routed to VS there (the
+   * others leave at once); `{ list, count }` the `count` heads of a device list [count][heads].
+   */
+  run(
+    p: Prepared,
+    B: number,
+    rowPtr: number,
+    cols: number,
+    heads?: { readonly routes: number } | { readonly list: number; readonly count: number },
+  ): AttentionResult {
+    const cx = this.#cx;
+    const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
+    const { keys: n, queries: m, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
+    // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
+    const firstBlock = Math.floor((n - m) / B);
+    const lay = ATTENTION_VARIANTS[this.fallback ? PORTABLE_ATTENTION_VARIANT : this.variant];
+    // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
+    // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
+    // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
+    const keyTile = lay.keyTile ?? B;
+    const smem =
+      B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
+    const block = (B / lay.rowsPerWarp) * 32 + lay.producerThreads;
+    const [gx, hsel, hmode] = !heads ? [H, 0, 0] : 'routes' in heads ? [H, heads.routes, 1] : [heads.count, heads.list, 2];
+    cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [gx, Nb - firstBlock], block, smem, [
+      P(qt.ptr),
+      P(kt.ptr),
+      P(vt.ptr),
+      P(out.ptr),
+      P(lse ? lse.ptr : 0),
+      P(rowPtr),
+      P(cols),
+      I(n),
+      I(m),
+      I(Nb),
+      I(H),
+      I(Hkv),
+      F(scale * LOG2E),
+      P(hsel),
+      I(hmode),
+    ]);
+    // housekeeping while the kernel runs: old statistics to the host (KeptStats.evictRetained)
+    this.#kept.evictRetained(1);
+    return lse ? { output: out, lse } : { output: out };
+  }
+
+  sparse(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    mask: BlockMask,
+    opts: AttentionOptions = {},
+  ): AttentionResult {
+    const cx = this.#cx;
+    cx.alive();
+    const B = mask?.blockSize;
+    assertBlockSize(B, CUDA_CAPABILITIES.blockSizes);
+    const shape = attentionShape(q, k, v);
+    const expect = { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B };
+    const prepared = opts.prepared;
+    if (prepared) {
+      // A plan's mask, expanded on this device already (its PE rows may still be on their
+      // way to the host, so the mask itself is not re-read here).
+      if (!(prepared instanceof CudaPreparedMask) || prepared.owner !== cx) {
+        throw new InvalidArgumentError(`opts.prepared was made by ${prepared.backend}, not by this CUDA backend`);
+      }
+      if (prepared.released) throw new InvalidArgumentError('opts.prepared was released; run plan.mask instead (re-plan or drop opts.prepared)');
+      if (prepared.heads !== expect.heads || prepared.numBlocks !== expect.numBlocks || prepared.blockSize !== B) {
+        throw new MaskError(
+          `opts.prepared covers H=${prepared.heads}, Nb=${prepared.numBlocks}, B=${prepared.blockSize}; the problem has H=${expect.heads}, Nb=${expect.numBlocks}, B=${B}`,
+        );
+      }
+      if (mask.heads !== prepared.heads || mask.numBlocks !== prepared.numBlocks || mask.blockSize !== B) {
+        throw new MaskError('opts.prepared does not describe this mask (heads, blocks or block size differ)');
+      }
+      const p = this.prepare(q, k, v, opts, B);
+      const split = prepared.split;
+      if (!split) return this.run(p, B, prepared.rowPtr.ptr, prepared.cols.ptr);
+      // A device plan on two streams: the VS heads' attention first; then the PE heads'
+      // kernels, rows and attention on the second stream, beside it (that attention also
+      // waits for what the main stream had queued before this call: writes to out, say);
+      // the main stream then waits for the second.
+      try {
+        const before = cx.streams.fence(cx.streams.main);
+        const res = this.run(p, B, prepared.rowPtr.ptr, prepared.cols.ptr, { routes: split.routes });
+        const pe = split.queue();
+        const rows = pe.rows;
+        if (rows) {
+          cx.streams.onStream(split.side, () => {
+            cx.streams.waitFor(split.side, before);
+            this.run(p, B, rows.rowPtr, rows.cols, { list: split.list, count: pe.count });
+          });
+          cx.streams.fence(split.side, cx.streams.main);
+        }
+        return res;
+      } catch (e) {
+        // (a failed launch, a bad row in the plan, no memory for the PE rows): the output is
+        // incomplete, and is not handed out
+        if (!opts.out) p.out.dispose();
+        p.lse?.dispose();
+        throw e;
+      }
+    }
+    // Pointers and VS lists on the host; the BSR entries (tens of millions at 512k) on the
+    // device while expanding (expand_count), which raises the same MaskError.
+    validateMask(mask, expect, { rowEntries: false });
+    const p = this.prepare(q, k, v, opts, B);
+    const temp: DeviceBlock[] = [];
+    try {
+      const e = expandOnDevice(cx, mask);
+      temp.push(...e.temp, e.rowPtr, e.cols);
+      return this.run(p, B, e.rowPtr.ptr, e.cols.ptr);
+    } catch (e) {
+      if (!opts.out) p.out.dispose();
+      p.lse?.dispose();
+      throw e;
+    } finally {
+      for (const x of temp) cx.pool.release(x);
+    }
+  }
+
+  dense(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): AttentionResult {
+    const cx = this.#cx;
+    cx.alive();
+    const B = 128;
+    const p = this.prepare(q, k, v, opts, B);
+    try {
+      return this.run(p, B, 0, 0);
+    } catch (e) {
+      if (!opts.out) p.out.dispose();
+      p.lse?.dispose();
+      throw e;
+    }
+  }
+
+}

@@ -1,0 +1,47 @@
+/**
+ * The requests and results of the package's own mask preparation (prepareMask), kept here so
+ * that core's Backend interface carries only the device planner (DevicePlanner).
+ */
+import type { BlockRows, DeviceSelectorRule, DeviceTensor, PeRowsOptions, PreparedMask, ProxyStats, Route, VsLists } from '@crisp/core';
+
+/**
+ * VS selection to run on the device: VS heads by `rule` over the block scores of `stats`, PE
+ * heads the `peK` best blocks of each direction (∪ {0} in the slash one), as the pipeline
+ * does on the host.
+ */
+export interface DeviceVsRequest {
+  readonly rule: DeviceSelectorRule;
+  /** the statistics the plan routed on (the backend reuses its own copy on the device when it has one) */
+  readonly stats: ProxyStats;
+  /** [H] */
+  readonly routes: readonly Route[];
+  /** blocks per direction for PE heads (kMin / B) */
+  readonly peK: number;
+}
+
+export interface PrepareMaskRequest {
+  readonly heads: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /**
+   * The VS lists, or a function that computes them, or a device selection request. The
+   * function is called once, after the PE work is queued on the device, so host selection
+   * overlaps the device's PE kernels; what it throws propagates. A device request is run on
+   * the device and its lists come back in the result's `vs`.
+   */
+  readonly vs: VsLists | (() => VsLists) | { readonly device: DeviceVsRequest };
+  /** PE rows to build (as peBlockRows would) and merge with the VS part */
+  readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
+}
+
+export interface PreparedMaskResult {
+  readonly prepared: PreparedMask;
+  /** the VS lists selected on the device, for a request with `vs.device` */
+  readonly vs?: VsLists;
+  /**
+   * The PE rows for the requested heads, as peBlockRows returns them, copied to the host
+   * when called (the copy can overlap attention). Present when the request had `pe`; call
+   * it at most once and before `prepared.release()`.
+   */
+  readonly peRows?: () => Promise<BlockRows>;
+}

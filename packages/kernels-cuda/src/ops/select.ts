@@ -1,0 +1,110 @@
+/**
+ * VS selection on the device (kernels/select/select.cu): the noise-floor rule over the
+ * statistics' block scores where proxyStats left them, packed into lists the host reads once.
+ */
+import { InvalidArgumentError, type Route, UnsupportedError, type VsLists } from '@crisp/core';
+import type { CudaContext } from '../runtime/context.js';
+import type { KeptStats } from '../runtime/kept-stats.js';
+import { D64, I, P } from '../runtime/launcher.js';
+import type { DeviceBlock } from '../runtime/pool.js';
+import { uploadTemp } from './expand.js';
+import type { DeviceVsRequest } from './mask-types.js';
+
+/** selectOnDevice's lists on the device: their pointers, their buffer, and their read. */
+export interface DeviceVsSelection {
+  readonly ptrs: readonly [number, number, number, number];
+  readonly buf: DeviceBlock;
+  readonly read: (after?: unknown) => { lists: () => VsLists; prefix: ArrayBuffer };
+}
+
+/**
+ * VS selection on the device (kernels/select.cu) for a DeviceVsRequest: the block scores
+ * of the statistics proxyStats last returned are still on the device (other statistics
+ * are uploaded). Queues vs_select and vs_pack; returns the lists' device pointers
+ * [verticalPtr, vertical, slashPtr, slash] and `read()`, which copies them to the host on
+ * the copy stream once the kernels are known to be done. `prefix` (a device plan): that
+ * many bytes (a multiple of 8) before the list pointers in the same buffer, handed to
+ * `prefix.fill`, which queues what writes them before vs_select and returns where in them
+ * the routes are ([H] int, 1 = VS: route.cu's; req.routes is then not read); they come
+ * back with the pointers, in one copy.
+ */
+export function selectOnDevice(
+  cx: CudaContext,
+  store: KeptStats,
+  req: Omit<DeviceVsRequest, 'routes'> & { readonly routes?: readonly Route[] },
+  H: number,
+  Nb: number,
+  B: number,
+  temp: DeviceBlock[],
+  prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
+): DeviceVsSelection {
+  const { rule, stats, routes, peK } = req;
+  if (rule?.kind !== 'noiseFloor') {
+    throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
+  }
+  if (!(Number.isFinite(rule.alpha) && rule.alpha > 0)) throw new InvalidArgumentError(`noiseFloor alpha must be finite and > 0; got ${rule.alpha}`);
+  if (!(Number.isInteger(rule.kMin) && rule.kMin >= 1 && rule.kMin % B === 0)) {
+    throw new InvalidArgumentError(`noiseFloor kMin must be a positive multiple of the block size ${B}; got ${rule.kMin}`);
+  }
+  if (!(Number.isInteger(peK) && peK >= 0)) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${peK}`);
+  if (!stats || stats.heads !== H || stats.numBlocks !== Nb || stats.blockSize !== B) {
+    throw new InvalidArgumentError(`device selection: the statistics are for H=${stats?.heads}, Nb=${stats?.numBlocks}, B=${stats?.blockSize}; the mask for H=${H}, Nb=${Nb}, B=${B}`);
+  }
+  if (!prefix && (!routes || routes.length !== H || routes.some((r) => r !== 'vs' && r !== 'pe'))) {
+    throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
+  }
+  const HNb = H * Nb;
+  let pv: number;
+  let ps: number;
+  const kept = store.get(stats);
+  if (kept) {
+    pv = kept.block.ptr + 8 + 2 * H * 8; // after the non-finite count, C_struct and the entropies
+    ps = pv + HNb * 8;
+  } else {
+    const both = new Float64Array(2 * HNb);
+    both.set(stats.verticalBlocks.subarray(0, HNb));
+    both.set(stats.slashBlocks.subarray(0, HNb), HNb);
+    pv = uploadTemp(cx, both, temp);
+    ps = pv + HNb * 8;
+  }
+  const lists = cx.scratch(2 * HNb * 4);
+  const counts = cx.scratch(2 * H * 4);
+  const pb = prefix?.bytes ?? 0;
+  const buf = cx.scratch(pb + (2 * (H + 1) + 2 * HNb) * 4);
+  temp.push(lists, counts, buf);
+  const rt = prefix ? prefix.fill(buf.ptr) : uploadTemp(cx, Int32Array.from(routes ?? [], (r) => (r === 'vs' ? 1 : 0)), temp);
+  cx.launch('select/select.cu', 'vs_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
+    P(pv),
+    P(ps),
+    P(rt),
+    I(H),
+    I(Nb),
+    D64(rule.alpha),
+    I(rule.kMin / B),
+    I(peK),
+    P(lists.ptr),
+    P(counts.ptr),
+  ]);
+  const vPtr = buf.ptr + pb;
+  cx.launch('select/select.cu', 'vs_pack', [2, H], 256, 0, [P(lists.ptr), P(counts.ptr), I(H), I(Nb), P(vPtr)]);
+  const sPtr = vPtr + (H + 1) * 4;
+  const vert = vPtr + 2 * (H + 1) * 4;
+  const slash = vert + HNb * 4;
+  // the prefix and the list pointers in one copy; the lists when asked (buf must live)
+  // `after`: an event behind the lists' kernels, for a caller that has not waited for them
+  const read = (after?: unknown) => {
+    const head = cx.streams.readOnCopyStream(buf.ptr, new Int32Array(pb / 4 + 2 * (H + 1)), after);
+    const ptrs = head.subarray(pb / 4);
+    const verticalPtr = ptrs.slice(0, H + 1);
+    const slashPtr = ptrs.slice(H + 1);
+    // the copy stream already waited for `after`
+    const lists = (): VsLists => ({
+      verticalPtr,
+      vertical: cx.streams.readOnCopyStream(vert, new Int32Array(verticalPtr[H])),
+      slashPtr,
+      slash: cx.streams.readOnCopyStream(slash, new Int32Array(slashPtr[H])),
+    });
+    return { lists, prefix: head.buffer.slice(0, pb) };
+  };
+  return { ptrs: [vPtr, vert, sPtr, slash], buf, read };
+}

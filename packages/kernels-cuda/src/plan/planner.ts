@@ -1,0 +1,31 @@
+/**
+ * The CUDA backend's DevicePlanner (core): the rules the device runs exactly as the host
+ * forms do (route.cu's cStruct router, select.cu's noise floor), and the plan as one queue.
+ */
+import type { DevicePlanRequest, DevicePlanResult, DevicePlanner, DeviceRouterRule, DeviceSelectorRule } from '@crisp/core';
+import type { CudaContext } from '../runtime/context.js';
+import type { KeptStats } from '../runtime/kept-stats.js';
+import { planOnDevice } from './device-plan.js';
+
+export class CudaDevicePlanner implements DevicePlanner {
+  /** Router rules the plan runs on the device (kernels/route/route.cu). */
+  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct'] as const);
+  /** Selector rules the plan runs on the device (kernels/select/select.cu). */
+  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor'] as const);
+  readonly #cx: CudaContext;
+  readonly #kept: KeptStats;
+
+  constructor(cx: CudaContext, kept: KeptStats) {
+    this.#cx = cx;
+    this.#kept = kept;
+  }
+
+  /**
+   * The plan after the statistics as device work: routes from the statistics' C_struct,
+   * VS selection on those routes, the PE heads' rows, the union expanded and counted, an
+   * event behind the last kernel; nothing read back until `read()` or `blockCounts`.
+   */
+  plan(req: DevicePlanRequest): Promise<DevicePlanResult> {
+    return planOnDevice(this.#cx, this.#kept, req);
+  }
+}

@@ -1,0 +1,49 @@
+import { type DType, DeviceTensorBase } from '@crisp/core';
+import type { DeviceBlock } from './pool.js';
+
+/** What a tensor's memory goes back to (the backend's context; a no-op after dispose). */
+export interface BlockOwner {
+  releaseBlock(b: DeviceBlock): void;
+}
+
+export class CudaTensor extends DeviceTensorBase {
+  readonly backend = 'cuda';
+  readonly ptr: number;
+  readonly bytes: number;
+  readonly #owner: BlockOwner;
+  readonly #block: DeviceBlock;
+  constructor(owner: BlockOwner, dtype: DType, shape: readonly number[], block: DeviceBlock, bytes: number) {
+    super(dtype, shape);
+    this.#owner = owner;
+    this.#block = block;
+    this.ptr = block.ptr;
+    this.bytes = bytes;
+  }
+  protected release(): void {
+    this.#owner.releaseBlock(this.#block);
+  }
+  /** bumped by every write through the backend; the NaN/Inf check is cached per version */
+  #version = 0;
+  /** the version last found finite, or -1 */
+  #finiteAt = -1;
+  /**
+   * Call after writing this tensor's memory yourself (through `ptr`, outside this backend):
+   * the backend checks inputs for NaN/Inf once per version and would otherwise trust the
+   * previous check.
+   */
+  markWritten(): void {
+    this.#version++;
+  }
+  /** @internal the write version (markWritten and the backend's writes bump it) */
+  get version(): number {
+    return this.#version;
+  }
+  /** @internal */
+  get checkedFinite(): boolean {
+    return this.#finiteAt === this.#version;
+  }
+  /** @internal */
+  setCheckedFinite(): void {
+    this.#finiteAt = this.#version;
+  }
+}
