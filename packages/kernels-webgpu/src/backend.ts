@@ -43,10 +43,8 @@ import {
   wantedOptionalStats,
 } from '@crisp/core';
 import { GpuContext, Usage } from './gpu.js';
-import { SMM_STAGED_WORKGROUP_BYTES, attentionSmmProgram } from './kernels/attention-smm.js';
-import { ATTENTION_V3_WORKGROUP_BYTES, attentionV3Program } from './kernels/attention-v3.js';
-import { ATTENTION_V4_WORKGROUP_BYTES, V4_DEFAULT_FORM, attentionV4Program } from './kernels/attention-v4.js';
-import { attentionProgram } from './kernels/attention.js';
+import { FMA_ATTENTION_WORKGROUP_BYTES, fmaAttentionProgram } from './kernels/attention/fma.js';
+import { SUBGROUP_MATRIX_WORKGROUP_BYTES, subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
 import { expandCountProgram, expandFillProgram, peMapProgram, scanProgram } from './kernels/blocks.js';
 import { LOG2E, type ProgramDescriptor, type StorageDType } from './kernels/common.js';
 import {
@@ -74,11 +72,14 @@ export const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'chromium-experimen
  */
 export const H200_SPARSE_CROSSOVER = 8262;
 
-/** The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. */
-export type AttentionKernel = 'fma' | 'fma-v1' | 'fma-v3' | 'fma-v4' | 'subgroup-matrix' | 'subgroup-matrix-staged';
-export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'fma-v1', 'fma-v3', 'fma-v4', 'subgroup-matrix', 'subgroup-matrix-staged'];
-/** A kernel a backend actually runs ('fma' resolves to the default, 'fma-v4'). */
-export type ActiveAttentionKernel = Exclude<AttentionKernel, 'fma'>;
+/**
+ * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. 'fma' is the
+ * default; 'subgroup-matrix' is EXPERIMENTAL.
+ */
+export type AttentionKernel = 'fma' | 'subgroup-matrix';
+export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'subgroup-matrix'];
+/** A kernel a backend actually runs (the option's kernel, or 'fma' where the other is not eligible). */
+export type ActiveAttentionKernel = AttentionKernel;
 
 export interface WebGpuBackendOptions {
   /** Use this device (its features and limits as they are). */
@@ -97,25 +98,16 @@ export interface WebGpuBackendOptions {
   readonly maxDispatchWork?: number;
   /**
    * Attention kernel (dense and block-sparse use the same one).
-   * - 'fma-v4' (default; 'fma' is an alias): v3's blocks with software-pipelined staging
-   *   (the next chunk's global loads in flight during the current chunk's FMAs),
-   *   conflict-free transposed stores and the fma() builtin; 32 KiB of workgroup memory; in
-   *   its default form (V4_DEFAULT_FORM: workgroup arrays indexed so robustness clamps leave
-   *   the inner loops, and the next key tile's first chunk prefetched). On the H200
-   *   (session 5, NOTES.md) 25.8 / 26.8 / 27.1 / 26.8 TFLOP/s at 8k / 16k / 32k / 64k, the
-   *   fastest FMA kernel, and @crisp/conformance passed with it at n = 4000 and 65536.
-   * - 'fma-v1': 256 threads per 64-row tile, 4 x 4 blocks of S (17.7-18.1 TFLOP/s on the H200).
-   * - 'fma-v3': 128 threads per 64-row tile, 8 x 4 register blocks of S, double-buffered
-   *   chunks, 32 KiB of workgroup memory (16.9-17.7 TFLOP/s on the H200).
-   * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 when the adapter offers
-   *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups) and
-   *   `subgroups`; f32 tensors, ineligible adapters or a failed build use 'fma-v4'
-   *   (`kernelNote` says why).
-   * - 'subgroup-matrix-staged': EXPERIMENTAL, the same with K/V tiles staged once per
-   *   workgroup in workgroup memory (41 KiB at d = 128); same fallback.
-   * A device with less than 32 KiB of workgroup memory gets 'fma-v1' in place of 'fma-v3' or 'fma-v4'.
-   * 'subgroup-matrix-staged' built and matched float64 on the H200 but ran at 6.7-7.3
-   * TFLOP/s: it stays experimental.
+   * - 'fma' (default): FMA flash attention (src/kernels/attention/fma.ts), f16 and f32,
+   *   32 KiB of workgroup memory. On one H200: 25.8 / 26.8 / 27.1 / 26.8 TFLOP/s dense at
+   *   8k / 16k / 32k / 64k (f16, H = 32, Hkv = 8, d = 128); @crisp/conformance passes with
+   *   it there at n = 4000 and 65536.
+   * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16
+   *   (src/kernels/attention/subgroup-matrix.ts) when the adapter offers
+   *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups),
+   *   `subgroups`, and 41 KiB of workgroup memory. It matches float64 on the H200 but runs at
+   *   6.7-7.3 TFLOP/s there, a quarter of 'fma'. f32 tensors, ineligible adapters or a failed
+   *   build use 'fma' (`kernelNote` says why a build failed).
    */
   readonly attentionKernel?: AttentionKernel;
   /**
@@ -207,9 +199,9 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
       { limit: 'maxStorageBuffersPerShaderStage' },
     );
   }
-  if (ctx.limits.maxComputeWorkgroupStorageSize < 30 * 1024) {
+  if (ctx.limits.maxComputeWorkgroupStorageSize < FMA_ATTENTION_WORKGROUP_BYTES) {
     throw unavailable(
-      `this device allows ${ctx.limits.maxComputeWorkgroupStorageSize} bytes of workgroup memory; the kernels need 30720 (request the adapter's limit)`,
+      `this device allows ${ctx.limits.maxComputeWorkgroupStorageSize} bytes of workgroup memory; the attention kernel needs ${FMA_ATTENTION_WORKGROUP_BYTES} (request the adapter's limit)`,
       { limit: 'maxComputeWorkgroupStorageSize' },
     );
   }
@@ -217,7 +209,7 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
   const ai = info as unknown as
     | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
     | undefined;
-  const kernel = opts.attentionKernel ?? 'fma-v4';
+  const kernel = opts.attentionKernel ?? 'fma';
   if (!ATTENTION_KERNELS.includes(kernel)) {
     throw new InvalidArgumentError(`attentionKernel must be one of ${ATTENTION_KERNELS.join(', ')}; got ${String(kernel)}`);
   }
@@ -230,16 +222,8 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
     [...(ai?.subgroupMatrixConfigs ?? [])].some(
       (c) => c.componentType === 'f16' && c.resultComponentType === 'f32' && c.M === 16 && c.N === 16 && c.K === 16,
     );
-  const smmStaged = kernel === 'subgroup-matrix-staged';
   ctx.subgroupMatrix =
-    smm &&
-    (kernel === 'subgroup-matrix' || (smmStaged && ctx.limits.maxComputeWorkgroupStorageSize >= SMM_STAGED_WORKGROUP_BYTES));
-  ctx.smmStaged = smmStaged;
-  // 'fma', the subgroup-matrix kernels' fallback and the default all mean v4; v1 is what
-  // fits when a device offers less workgroup memory than v3/v4 declare.
-  const fma = kernel === 'fma-v1' || kernel === 'fma-v3' ? kernel : 'fma-v4';
-  const fmaBytes = { 'fma-v1': 0, 'fma-v3': ATTENTION_V3_WORKGROUP_BYTES, 'fma-v4': ATTENTION_V4_WORKGROUP_BYTES }[fma];
-  ctx.fmaKernel = ctx.limits.maxComputeWorkgroupStorageSize >= fmaBytes ? fma : 'fma-v1';
+    smm && kernel === 'subgroup-matrix' && ctx.limits.maxComputeWorkgroupStorageSize >= SUBGROUP_MATRIX_WORKGROUP_BYTES;
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${info?.architecture ?? ''} ${info?.description ?? ''}`) ||
     Boolean((info as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);
@@ -883,33 +867,29 @@ export class WebGpuBackend implements Backend {
     return lse ? { output: out, lse } : { output: out };
   }
 
-  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores), 'fma-v4', 'fma-v3' or 'fma-v1'. */
+  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores, experimental) or 'fma'. */
   get attentionKernel(): ActiveAttentionKernel {
-    if (this.gpu.subgroupMatrix) return this.gpu.smmStaged ? 'subgroup-matrix-staged' : 'subgroup-matrix';
-    return this.gpu.fmaKernel;
+    return this.gpu.subgroupMatrix ? 'subgroup-matrix' : 'fma';
   }
 
   /** The program the given attention kernel runs for this dtype and head dim (for build reports). */
   attentionProgramFor(kernel: ActiveAttentionKernel, dtype: StorageDType, D: number): ProgramDescriptor {
-    if (kernel === 'subgroup-matrix') return attentionSmmProgram(D);
-    if (kernel === 'subgroup-matrix-staged') return attentionSmmProgram(D, true);
-    if (kernel === 'fma-v1') return attentionProgram(dtype, D, this.gpu.compact);
-    if (kernel === 'fma-v4') return attentionV4Program(dtype, D, { ...V4_DEFAULT_FORM, compact: this.gpu.compact });
-    return attentionV3Program(dtype, D, this.gpu.compact);
+    if (kernel === 'subgroup-matrix') return subgroupMatrixAttentionProgram(D);
+    return fmaAttentionProgram(dtype, D, this.gpu.compact);
   }
 
   async #attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline> {
     if (dtype === 'f16' && this.gpu.subgroupMatrix) {
       try {
-        return await this.gpu.pipeline(attentionSmmProgram(D, this.gpu.smmStaged));
+        return await this.gpu.pipeline(subgroupMatrixAttentionProgram(D));
       } catch (e) {
         // An experimental feature: if the driver rejects the program, keep the portable
         // kernel for the rest of this backend's life and say why in kernelNote.
         this.gpu.subgroupMatrix = false;
-        this.kernelNote = `subgroup-matrix attention unavailable, using ${this.gpu.fmaKernel}: ${e instanceof Error ? e.message : String(e)}`;
+        this.kernelNote = `subgroup-matrix attention unavailable, using fma: ${e instanceof Error ? e.message : String(e)}`;
       }
     }
-    return this.gpu.pipeline(this.attentionProgramFor(this.gpu.fmaKernel, dtype, D));
+    return this.gpu.pipeline(this.attentionProgramFor('fma', dtype, D));
   }
 
   /** Why the tensor-core kernel is not in use, when it was eligible but failed to build. */
