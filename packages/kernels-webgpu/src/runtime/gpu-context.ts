@@ -6,7 +6,7 @@
  * globals such as GPUBufferUsage: Node's `webgpu` package does not install them.
  */
 import { CrispError } from '@crisp/core';
-import type { ProgramDescriptor } from './kernels/common.js';
+import type { ProgramDescriptor } from '../kernels/common.js';
 
 export const Usage = {
   MAP_READ: 0x1,
