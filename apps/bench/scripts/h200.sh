@@ -5,7 +5,7 @@
 # Here (a machine with pnpm):
 #   pnpm install --frozen-lockfile && pnpm -r build
 #   bash ../shared/device/pack.sh packages/kernels-cuda/device/cuda-device-main.ts \
-#     packages/kernels-webgpu/device/webgpu-device-main.ts
+#     tools/gpu-rig/src/webgpu-main.ts
 #   node apps/bench/scripts/bundle.mjs apps/bench/src/cli.ts .device/app/crisp-bench.mjs
 # There (device tool, carry .device, from the repository root):
 #   bash apps/bench/scripts/h200.sh cuda /tmp/o           # ~150 s: conformance, suites, exactness vs SDPA
@@ -101,13 +101,13 @@ case "$phase" in
     grep -h "layout " "$out"/kernels-*/log.txt
     ;;
   webgpu)
-    # 1. The WebGPU backend's own run (packages/kernels-webgpu/device) with the default kernel
-    #    (fma-v4 in V4_DEFAULT_FORM, Dawn's default toggles: what a browser runs): build and
+    # 1. The WebGPU backend's own run (tools/gpu-rig/src/webgpu-main.ts) with the default kernel
+    #    ('fma', Dawn's default toggles: what a browser runs): build and
     #    float64 check, dense TFLOP/s at 8k-64k (8k timed twice), conformance at n = 65536 and
     #    4000, the sparse pipeline against its own dense at 32k-128k and the TF.js peer at 8k
     #    (results/webgpu-h200-session5; session 4's forms sweep is in results/webgpu-h200-session4).
-    timeout -s KILL 300 node .device/app/webgpu-device-main.mjs --out "$out/webgpu-device" --budget 285 --no-wgsl \
-      --probes "" --smm-probe 0 --variants fma-v4 --dense 8192,16384,32768,65536 --best-dense 8192 \
+    timeout -s KILL 300 node .device/app/webgpu-main.mjs --out "$out/webgpu-device" --budget 285 --no-wgsl \
+      --probes "" --smm-probe 0 --variants fma --dense 8192,16384,32768,65536 --best-dense 8192 \
       --conformance 65536,4000 --sparse 32768,65536,131072 --tfjs 8192 2>&1 | tail -n 30
     ;;
   webgpu-latency)

@@ -3,7 +3,7 @@
  * timings of the attention kernels in one process, written to --out after every item so a
  * killed run still leaves its data.
  *
- *   node webgpu-device-main.mjs --out $OUT [flags]
+ *   node webgpu-main.mjs --out $OUT [flags]
  *
  * Flags (all optional; LIST = comma-separated numbers):
  *   --out DIR|FILE.json  results (default ./webgpu-device-out). A directory gets
@@ -59,9 +59,9 @@ import {
 } from '@crisp/core';
 import { LARGE_SIZES, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
-import { ATTENTION_KERNELS, type AttentionKernel, type WebGpuBackend } from '../src/backend.js';
-import { DEFAULT_DAWN_FLAGS, createNodeWebGpuBackend } from '../src/node.js';
-import { timeTfjsDenseAttention } from '../src/tfjs-peer.js';
+import { ATTENTION_KERNELS, type AttentionKernel, type WebGpuBackend } from '@crisp/kernels-webgpu';
+import { DEFAULT_DAWN_FLAGS, createNodeWebGpuBackend } from '@crisp/kernels-webgpu/node';
+import { timeTfjsDenseAttention } from '@crisp/kernels-webgpu/tfjs-peer';
 
 // ------------------------------------------------------------------- flags
 const args = new Map<string, string>();
@@ -840,33 +840,35 @@ async function main(): Promise<void> {
     const specs: VariantSpec[] = [bestPlain ?? { label: 'fma', kernel: 'fma' }];
     const smm = variants.find((v) => v.kernel === 'subgroup-matrix' && v.correct && !v.toggles);
     if (smm && smm !== bestPlain) specs.push(smm);
-    for (const spec of specs) for (const n of confSizes) {
-      const kernel = spec.label;
-      if (left(1) < (n > 16384 ? 60000 : 30000)) {
-        reports.push({ n, kernel, skipped: 'time budget' });
-        log('conformance skip', n, 'time budget');
+    for (const spec of specs) {
+      for (const n of confSizes) {
+        const kernel = spec.label;
+        if (left(1) < (n > 16384 ? 60000 : 30000)) {
+          reports.push({ n, kernel, skipped: 'time budget' });
+          log('conformance skip', n, 'time budget');
+          save();
+          continue;
+        }
+        const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
+        const t0 = performance.now();
+        const rep = await runConformance(() => backendFor(spec), {
+          sizes,
+          dtypes: ['f16'],
+          filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
+          onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
+        });
+        reports.push({
+          n,
+          kernel,
+          seconds: (performance.now() - t0) / 1000,
+          seed: rep.seed,
+          passed: rep.passed,
+          counts: rep.counts,
+          failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
+        });
+        log('conformance', n, kernel, rep.passed ? 'PASSED' : 'FAILED', rep.counts);
         save();
-        continue;
       }
-      const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
-      const t0 = performance.now();
-      const rep = await runConformance(() => backendFor(spec), {
-        sizes,
-        dtypes: ['f16'],
-        filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
-        onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
-      });
-      reports.push({
-        n,
-        kernel,
-        seconds: (performance.now() - t0) / 1000,
-        seed: rep.seed,
-        passed: rep.passed,
-        counts: rep.counts,
-        failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
-      });
-      log('conformance', n, kernel, rep.passed ? 'PASSED' : 'FAILED', rep.counts);
-      save();
     }
   }
 
@@ -977,7 +979,7 @@ function bestVariant(variants: Variant[], dense: Record<string, unknown>[]): Var
 
 /**
  * The peer: dense causal attention as a TensorFlow.js user writes it on the WebGPU backend
- * (../src/tfjs-peer.ts), H/HKV heads of D, 1 warm-up and 3 timed runs per size, checked
+ * (@crisp/kernels-webgpu/tfjs-peer), H/HKV heads of D, 1 warm-up and 3 timed runs per size, checked
  * against float64 rows before it is timed; the ratio is to the best variant's dense time.
  */
 async function tfjsPeer(sizes: number[], best: Variant | undefined): Promise<unknown> {
