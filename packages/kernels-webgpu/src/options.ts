@@ -3,10 +3,9 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 
 /**
  * Measured by crisp-bench on one NVIDIA H200 (Dawn over Vulkan, H = 32, Hkv = 8, d = 128,
- * f16, the llama fill; apps/bench/results/nvidia-h200/bench.md, session 5): CRISP end to end
- * against the dense kernel: 21.8 vs 21.6 ms at 8k (dense wins by 1%), 50.1 vs 82.6 ms at
- * 16k; the log-n interpolation of the ratio crosses 1 at 8,262 keys. (Session 3, with a
- * slower dense kernel: CRISP won from 8k, the smallest size measured, so the gate was 8192.)
+ * f16, the llama fill; apps/bench/results/nvidia-h200/bench.md, commit de95cb5): CRISP end
+ * to end against the dense kernel: 21.8 vs 21.6 ms at 8k (dense wins by 1%), 50.1 vs 82.6 ms
+ * at 16k; the log-n interpolation of the ratio crosses 1 at 8,262 keys.
  */
 export const H200_SPARSE_CROSSOVER = 8262;
 
