@@ -1,18 +1,18 @@
 /**
- * The selectable attention kernels: fma-v4 (the default, also run by primitives.test.ts and
- * the conformance suite), fma-v1 and fma-v3 (f16 and f32) against float64, the option's validation, and the WGSL of
- * the GPU forms (unrolled v3, the subgroup-matrix kernel) through Tint on Dawn's null
- * adapter, which offers chromium-experimental-subgroup-matrix: the checks the H200 build
- * applies before any driver sees the code (uniformity of fragment offsets, enables, types).
+ * The attention kernels: 'fma' (the default, also run by primitives.test.ts and the
+ * conformance suite; f16 and f32) against float64, dispatch splitting, non-finite inputs,
+ * the option's validation, and the WGSL of the GPU forms (the unrolled FMA kernel, the
+ * experimental subgroup-matrix kernel) through Tint on Dawn's null adapter, which offers
+ * chromium-experimental-subgroup-matrix: the checks a GPU build applies before any driver
+ * sees the code (uniformity of fragment offsets, enables, types).
  */
 import { type BlockMask, CrispError, hostTensor, toFloat32 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { create } from 'webgpu';
 import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
-import { attentionSmmProgram } from './kernels/attention-smm.js';
-import { attentionV3Program } from './kernels/attention-v3.js';
-import { type AttentionV4Options, V4_DEFAULT_FORM, attentionV4Program } from './kernels/attention-v4.js';
+import { fmaAttentionProgram } from './kernels/attention/fma.js';
+import { subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
 import type { StorageDType } from './kernels/common.js';
 import { DEFAULT_DAWN_FLAGS } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
@@ -26,10 +26,10 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return e;
 }
 
-describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${reason})` : ''}`, () => {
-  it.each(['fma-v1', 'fma-v3', 'fma-v4'] as const)('%s: dense (chunked prefill) and block-sparse f16 match float64', async (kernel) => {
-    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: kernel });
-    expect(b1.attentionKernel).toBe(kernel);
+describe.skipIf(!backend)(`attention kernels${reason ? ` (skipped: ${reason})` : ''}`, () => {
+  it('fma: dense (chunked prefill) and block-sparse f16 match float64', async () => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
+    expect(b1.attentionKernel).toBe('fma');
     const seed = freshSeed();
     const [n, m, H, Hkv, d] = [200, 137, 2, 1, 128];
     const q = hostTensor('f16', [m, H, d], seededValues(seed, m * H * d, 1.5));
@@ -50,8 +50,8 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     b1.dispose();
   });
 
-  it('fma-v4: f32 storage (its own loaders: four vec4<f32> per row chunk) matches float64', async () => {
-    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4' });
+  it('fma: f32 storage (its own loaders: four vec4<f32> per row chunk) matches float64', async () => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
     const seed = freshSeed();
     const [n, m, H, Hkv, d] = [150, 150, 2, 2, 128];
     const q = hostTensor('f32', [m, H, d], seededValues(seed, m * H * d, 1.5));
@@ -71,9 +71,9 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
   // range), 40 units make groups of 2 heads with all their tiles, and no bound one dispatch.
   // Every (head, tile) must be computed exactly once: unwritten rows stay NaN, a wrong head
   // or tile offset gives wrong values.
-  it.each([6, 40, 1e9])('fma-v4: dispatches split at maxDispatchWork = %d tile units match float64 (dense, chunked, sparse)', async (units) => {
+  it.each([6, 40, 1e9])('fma: dispatches split at maxDispatchWork = %d tile units match float64 (dense, chunked, sparse)', async (units) => {
     const d = 64;
-    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4', maxDispatchWork: units * 64 * 64 * d });
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma', maxDispatchWork: units * 64 * 64 * d });
     const seed = freshSeed();
     const [n, H, Hkv] = [300, 4, 2];
     const kv = hostTensor('f32', [n, Hkv, d], seededValues(seed + 1, n * Hkv * d, 1.5));
@@ -106,25 +106,17 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     b1.dispose();
   });
 
-  // The session 4 experiment forms of v4 (idx, pf0, lean; NOTES.md), selected the way the
-  // device script selects them: the backend builds whatever attentionProgramFor returns.
-  // Each runs chunked-prefill dense (4 key tiles, so pf0's prefetch and buffer parity turn
-  // over) and block-sparse (2-tile segments: pf0's first-tile path), then an Inf in k and a
-  // NaN in q must poison exactly the query tiles that stage them.
-  const all = { idx: true, prefetchFirst: true, lean: true };
-  const forms: [string, StorageDType, number, AttentionV4Options][] = [
-    ['idx', 'f16', 128, { idx: true }],
-    ['idx', 'f32', 64, { idx: true }],
-    ['pf0', 'f16', 128, { prefetchFirst: true }],
-    ['pf0', 'f32', 64, { prefetchFirst: true }],
-    ['lean', 'f16', 128, { lean: true }],
-    ['lean', 'f32', 64, { lean: true }],
-    ['idx.pf0.lean', 'f16', 64, all],
-    ['idx.pf0.lean', 'f32', 128, all],
+  // Chunked-prefill dense (4 key tiles, so the next tile's prefetch and the buffer parity
+  // turn over) and block-sparse (2-tile segments: a segment's first-tile path), then an Inf
+  // in k and a NaN in q must poison exactly the query tiles that stage them.
+  const cases: [StorageDType, number][] = [
+    ['f16', 128],
+    ['f32', 64],
+    ['f16', 64],
+    ['f32', 128],
   ];
-  it.each(forms)('fma-v4:%s %s d%i: dense (chunked prefill), block-sparse and non-finite inputs match float64', async (_name, dt, d, form) => {
-    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma-v4' });
-    b1.attentionProgramFor = (_k, dtype, D) => attentionV4Program(dtype, D, { ...form, compact: b1.gpu.compact });
+  it.each(cases)('fma %s d%i: dense (chunked prefill), block-sparse and non-finite inputs match float64', async (dt, d) => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
     const seed = freshSeed();
     const [n, m, H, Hkv] = [200, 137, 2, 1];
     const tol = dt === 'f16' ? 2e-3 : 1e-4;
@@ -180,13 +172,17 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     b1.dispose();
   });
 
-  it('the default and the alias fma are fma-v4 in its default form (the kernel the H200 measured fastest)', async () => {
-    expect(backend!.attentionKernel).toBe('fma-v4');
-    const want = attentionV4Program('f16', 128, { ...V4_DEFAULT_FORM, compact: backend!.gpu.compact }).wgsl;
-    expect(backend!.attentionProgramFor('fma-v4', 'f16', 128).wgsl).toBe(want);
-    expect(want).not.toBe(attentionV4Program('f16', 128, { compact: backend!.gpu.compact }).wgsl);
-    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
-    expect(b1.attentionKernel).toBe('fma-v4');
+  it('the default is the FMA kernel', async () => {
+    expect(backend!.attentionKernel).toBe('fma');
+    const want = fmaAttentionProgram('f16', 128, backend!.gpu.compact).wgsl;
+    expect(backend!.attentionProgramFor('fma', 'f16', 128).wgsl).toBe(want);
+  });
+
+  it('subgroup-matrix (experimental) runs only where the adapter is eligible, else fma', async () => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'subgroup-matrix' });
+    const f = backend!.gpu.device.features;
+    if (!f.has('shader-f16') || !f.has('chromium-experimental-subgroup-matrix')) expect(b1.attentionKernel).toBe('fma');
+    expect(b1.attentionProgramFor('subgroup-matrix', 'f16', 128).wgsl).toBe(subgroupMatrixAttentionProgram(128).wgsl);
     b1.dispose();
   });
 
@@ -194,7 +190,7 @@ describe.skipIf(!backend)(`attention kernel variants${reason ? ` (skipped: ${rea
     const err = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'tensor' as never }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(CrispError);
     expect((err as CrispError).code).toBe('INVALID_ARGUMENT');
-    expect((err as CrispError).message).toMatch(/fma-v3/);
+    expect((err as CrispError).message).toMatch(/fma, subgroup-matrix/);
   });
 });
 
@@ -215,33 +211,20 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
   }
 
   it('the subgroup-matrix attention kernel validates (fragment offsets subgroup-uniform)', async () => {
-    expect(await errorsOf(attentionSmmProgram(128).wgsl)).toEqual([]);
-    expect(await errorsOf(attentionSmmProgram(64).wgsl)).toEqual([]);
-    expect(await errorsOf(attentionSmmProgram(128, true).wgsl), 'staged').toEqual([]);
-    expect(await errorsOf(attentionSmmProgram(64, true).wgsl), 'staged d64').toEqual([]);
+    expect(await errorsOf(subgroupMatrixAttentionProgram(128).wgsl)).toEqual([]);
+    expect(await errorsOf(subgroupMatrixAttentionProgram(64).wgsl), 'd64').toEqual([]);
   });
 
   it('the Tint check can fail: offsets from local_invocation_index are rejected', async () => {
-    const bad = attentionSmmProgram(128).wgsl.replace('let sg = sgid;', 'let sg = lid / 32u;');
-    expect(bad).not.toBe(attentionSmmProgram(128).wgsl);
+    const bad = subgroupMatrixAttentionProgram(128).wgsl.replace('let sg = sgid;', 'let sg = lid / 32u;');
+    expect(bad).not.toBe(subgroupMatrixAttentionProgram(128).wgsl);
     const errs = await errorsOf(bad);
     expect(errs.join('\n')).toMatch(/uniform/);
   });
 
-  it('the unrolled (GPU) v3 kernels validate, f16 and f32, d = 64 and 128', async () => {
+  it('the unrolled (GPU) FMA kernels validate, f16 and f32, d = 64 and 128', async () => {
     for (const dt of ['f16', 'f32'] as const) {
-      for (const d of [64, 128]) expect(await errorsOf(attentionV3Program(dt, d, false).wgsl), `${dt} d${d}`).toEqual([]);
-    }
-  });
-
-  it('the unrolled (GPU) v4 kernels and their experiment forms (wide: 48 KiB, GPU-only; idx, pf0, lean and combinations) validate, f16 and f32, d = 64 and 128', async () => {
-    for (const dt of ['f16', 'f32'] as const) {
-      for (const d of [64, 128]) {
-        const forms: AttentionV4Options[] = [{}, { muladd: true }, { noPrefetch: true }, { wide: true }, { idx: true }, { prefetchFirst: true }, { lean: true }];
-        for (const o of [...forms, { idx: true, prefetchFirst: true, lean: true }, { idx: true, wide: true, prefetchFirst: true }]) {
-          expect(await errorsOf(attentionV4Program(dt, d, o).wgsl), `${dt} d${d} ${JSON.stringify(o)}`).toEqual([]);
-        }
-      }
+      for (const d of [64, 128]) expect(await errorsOf(fmaAttentionProgram(dt, d, false).wgsl), `${dt} d${d}`).toEqual([]);
     }
   });
 });

@@ -1,6 +1,7 @@
 /**
  * @crisp/conformance on whatever adapter Dawn finds here (SwiftShader in CI), small sizes.
- * Without an adapter the suite is not registered and the reason is printed.
+ * Without an adapter the suite is not registered and the reason is printed. The experimental
+ * subgroup-matrix kernel gets its own f16 suite wherever the adapter makes it eligible.
  */
 import { defineConformanceSuite } from '@crisp/conformance/vitest';
 import { describe, it } from 'vitest';
@@ -18,6 +19,17 @@ if (backend) {
     sizes: 'small',
     dtypes: ['f32'],
   });
+  const smm = () => createWebGpuBackend({ device: backend.gpu.device, attentionKernel: 'subgroup-matrix' });
+  const probe = await smm();
+  const eligible = probe.attentionKernel === 'subgroup-matrix';
+  probe.dispose();
+  if (eligible) {
+    defineConformanceSuite('webgpu (Dawn) subgroup-matrix attention (experimental)', smm, { sizes: 'small', dtypes: ['f16'] });
+  } else {
+    describe('webgpu (Dawn) subgroup-matrix attention (experimental) conformance', () => {
+      it.skip('skipped: this adapter does not offer f16 16 x 16 x 16 subgroup matrices with 32-wide subgroups', () => {});
+    });
+  }
 } else {
   describe('webgpu (Dawn) conformance', () => {
     it.skip(`skipped: ${reason}`, () => {});

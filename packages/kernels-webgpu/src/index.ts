@@ -13,10 +13,8 @@ export {
   type WebGpuBackendOptions,
   type WebGpuInfo,
 } from './backend.js';
-export { DeviceLostError, GpuContext, type DeviceLimits } from './gpu.js';
+export { DeviceLostError, GpuContext, type DeviceLimits } from './runtime/gpu-context.js';
 export { coverageCut } from './coverage.js';
 export type { ProgramDescriptor } from './kernels/common.js';
-export { attentionProgram } from './kernels/attention.js';
-export { attentionV3Program } from './kernels/attention-v3.js';
-export { type AttentionV4Options, V4_DEFAULT_FORM, attentionV4Program } from './kernels/attention-v4.js';
-export { attentionSmmProgram } from './kernels/attention-smm.js';
+export { FMA_ATTENTION_WORKGROUP_BYTES, fmaAttentionProgram } from './kernels/attention/fma.js';
+export { SUBGROUP_MATRIX_WORKGROUP_BYTES, subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';

@@ -8,7 +8,8 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { CrispError } from '@crisp/core';
-import { type WebGpuBackend, type WebGpuBackendOptions, createWebGpuBackend } from './backend.js';
+import { type WebGpuBackend, createWebGpuBackend } from './backend.js';
+import type { WebGpuBackendOptions } from './options.js';
 
 export const DEFAULT_DAWN_FLAGS: readonly string[] = ['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia'];
 

@@ -11,21 +11,22 @@
  * over the same key tiles instead: pass 1 computes S = Q Kᵀ with matrix ops and reduces each
  * row's max M and normaliser L (threads, through workgroup memory); pass 2 recomputes S,
  * writes P = 2^(s - M) / L as f16 and accumulates O += P V in f32 result matrices that are
- * never rescaled. Cost: Q Kᵀ twice (1.5x the matrix work of one pass), paid for by the
- * tensor cores. Workgroup: 4 subgroups of 32, each owning 16 of the tile's 64 query rows;
- * key tiles of 64; block iteration (dense or block-sparse rows) exactly as attention.ts.
+ * never rescaled. Cost: Q Kᵀ twice (1.5x the matrix work of one pass). Workgroup: 4
+ * subgroups of 32, each owning 16 of the tile's 64 query rows; key tiles of 64, staged once
+ * per workgroup in workgroup memory (the four subgroups load their fragments from there);
+ * block iteration (dense or block-sparse rows) as in the FMA kernel.
+ *
+ * EXPERIMENTAL: it builds and matches float64 on the H200 but runs at 6.7-7.3 TFLOP/s there,
+ * a quarter of the FMA kernel (NOTES.md); the row max and normaliser go through workgroup
+ * memory element by element, and S is computed twice.
  */
-import { attentionInterface, type ProgramDescriptor } from './common.js';
+import { attentionInterface, type ProgramDescriptor } from '../common.js';
 
-/** Workgroup memory of the staged variant at d = 128 (S 16 KiB, P 8 KiB, K/V tile 16 KiB, partials). */
-export const SMM_STAGED_WORKGROUP_BYTES = 16384 + 8192 + 16384 + 1024 + 16;
+/** Workgroup memory at d = 128 (S 16 KiB, P 8 KiB, K/V tile 16 KiB, partials): 41 KiB. */
+export const SUBGROUP_MATRIX_WORKGROUP_BYTES = 16384 + 8192 + 16384 + 1024 + 16;
 
-/**
- * `staged`: K and V tiles go through workgroup memory once per workgroup (the four
- * subgroups then load their fragments from there) instead of every subgroup loading its
- * fragments from storage; 41 KiB of workgroup memory at d = 128.
- */
-export function attentionSmmProgram(headDim: number, staged = false): ProgramDescriptor {
+/** The tensor-core attention program for head dim `headDim` (f16 only). */
+export function subgroupMatrixAttentionProgram(headDim: number): ProgramDescriptor {
   const D = headDim;
   // K or V tile [64 keys][d] into KVs as f16, two halves per u32 word of storage.
   const stage = (src: string) => `
@@ -48,18 +49,14 @@ export function attentionSmmProgram(headDim: number, staged = false): ProgramDes
     );
     oDecl.push(`var o${kk} = subgroup_matrix_result<f32, 16, 16>();`);
     pvSteps.push(
-      staged
-        ? `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, kc * 16u * D + ${kk * 16}u, false, D), o${kk});`
-        : `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&V, vBase + ${kk * 16}u, false, P.Hkv * D), o${kk});`,
+      `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, kc * 16u * D + ${kk * 16}u, false, D), o${kk});`,
     );
   }
   for (let nf = 0; nf < 4; nf++) {
     const steps: string[] = [];
     for (let kk = 0; kk < KF; kk++) {
       steps.push(
-        staged
-          ? `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, ${nf * 16 * D + kk * 16}u, true, D), acc);`
-          : `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&K, kBase + ${nf * 16}u * P.Hkv * D + ${kk * 16}u, true, P.Hkv * D), acc);`,
+        `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, ${nf * 16 * D + kk * 16}u, true, D), acc);`,
       );
     }
     sSteps.push(`{
@@ -68,11 +65,9 @@ export function attentionSmmProgram(headDim: number, staged = false): ProgramDes
         subgroupMatrixStore(&Ssh, sg * 1024u + ${nf * 16}u, acc, false, 64u);
       }`);
   }
-  const scoreTile = staged
-    ? `${stage('K')}
+  const scoreTile = `${stage('K')}
       workgroupBarrier();
-      ${sSteps.join('\n      ')}`
-    : sSteps.join('\n      ');
+      ${sSteps.join('\n      ')}`;
   const oStore: string[] = [];
   for (let hf = 0; hf * 4 < KF; hf++) {
     const nfr = Math.min(4, KF - hf * 4);
@@ -108,14 +103,14 @@ export function attentionSmmProgram(headDim: number, staged = false): ProgramDes
 enable f16;
 enable subgroups;
 enable chromium_experimental_subgroup_matrix;
-${attentionInterface({ q: 'array<f16>', k: `array<${staged ? 'u32' : 'f16'}>`, v: `array<${staged ? 'u32' : 'f16'}>`, o: 'array<f16>' })}
+${attentionInterface({ q: 'array<f16>', k: 'array<u32>', v: 'array<u32>', o: 'array<f16>' })}
 
 const D: u32 = ${D}u;
 const LN2: f32 = 0.6931471805599453;
 var<workgroup> Ssh: array<f32, 4096>;  // per subgroup [16 rows][64 keys] scores, then O staging
 var<workgroup> Psh: array<f16, 4096>;  // per subgroup [16 rows][64 keys] probabilities
-${staged ? `var<workgroup> KVs: array<f16, ${64 * D}>; // the K or V tile [64 keys][d]
-` : ''}var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
+var<workgroup> KVs: array<f16, ${64 * D}>; // the K or V tile [64 keys][d]
+var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
 var<workgroup> seg: vec2<u32>;
 var<workgroup> tiles: vec2<u32>;
 
@@ -188,21 +183,17 @@ fn main(
         var p = 0.0;
         if (kp <= pos && kp < P.n) { p = exp2(Ssh[at] * P.scaleLog2 - M) * invL; }
         Psh[at] = f16(p);
-      }${staged ? `
+      }
       // every subgroup is past its K fragment loads (barrier above): V may replace K
-      ${stage('V')}` : ''}
+      ${stage('V')}
       workgroupBarrier();
       for (var kc = 0u; kc < 4u; kc++) {
         let pf = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Psh, sg * 1024u + kc * 16u, false, 64u);
         let vBase = ((k0 + kc * 16u) * P.Hkv + g) * D;
         ${pvSteps.join('\n        ')}
-      }${
-        staged
-          ? `
+      }
       // K of the next tile replaces V only after every subgroup has read it
-      workgroupBarrier();`
-          : ''
-      }`)}
+      workgroupBarrier();`)}
   let poisonScale = 1.0;
   ${oStore.join('\n  ')}
   if (P.returnLse == 1u && rowOk && hc == 0u) {
@@ -210,10 +201,5 @@ fn main(
   }
 }
 `;
-  return {
-    name: staged ? 'attentionSmmStaged' : 'attentionSmm',
-    cacheKey: `attentionSmm${staged ? 'Staged' : ''}:f16:d${D}`,
-    wgsl,
-    entryPoint: 'main',
-  };
+  return { name: 'attentionSubgroupMatrix', cacheKey: `attentionSubgroupMatrix:f16:d${D}`, wgsl, entryPoint: 'main' };
 }

@@ -6,7 +6,7 @@
  * globals such as GPUBufferUsage: Node's `webgpu` package does not install them.
  */
 import { CrispError } from '@crisp/core';
-import type { ProgramDescriptor } from './kernels/common.js';
+import type { ProgramDescriptor } from '../kernels/common.js';
 
 export const Usage = {
   MAP_READ: 0x1,
@@ -51,12 +51,8 @@ export class GpuContext {
   #destroyed = false;
   /** objects that must outlive the device (the GPU instance, the adapter) */
   readonly keepAlive: unknown[] = [];
-  /** f16 attention runs on the subgroup-matrix (tensor-core) kernel */
+  /** f16 attention runs on the experimental subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
-  /** ... with K/V tiles staged in workgroup memory */
-  smmStaged = false;
-  /** the FMA attention kernel (f32, and f16 without the tensor-core kernel) */
-  fmaKernel: 'fma-v1' | 'fma-v3' | 'fma-v4' = 'fma-v4';
   /** generate rolled-loop WGSL (CPU adapters) */
   compact = false;
   #retired: GPUBuffer[] = [];

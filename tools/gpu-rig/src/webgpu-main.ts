@@ -1,9 +1,9 @@
 /**
- * The H200 run of @crisp/kernels-webgpu (Dawn over Vulkan): build report, checks and timings
- * of every attention kernel variant in one process, written to --out after every item so a
+ * A GPU-machine run of @crisp/kernels-webgpu (Dawn over Vulkan): build report, checks and
+ * timings of the attention kernels in one process, written to --out after every item so a
  * killed run still leaves its data.
  *
- *   node webgpu-device-main.mjs --out $OUT [flags]
+ *   node webgpu-main.mjs --out $OUT [flags]
  *
  * Flags (all optional; LIST = comma-separated numbers):
  *   --out DIR|FILE.json  results (default ./webgpu-device-out). A directory gets
@@ -12,16 +12,13 @@
  *   --no-wgsl            do not write wgsl/<kernel>.wgsl (the device tool returns few files)
  *   --budget S           seconds for the whole run (default 420); each phase stops early (and
  *                        says so in the JSON) when its projected time would overrun.
- *   --variants V,...     attention kernels (default fma-v4,fma-v3,fma-v1,subgroup-matrix,
- *                        subgroup-matrix-staged). A variant is KERNEL[:FORM][+TOGGLES]:
- *                        FORM muladd | noprefetch | wide | idx | pf0 | lean (fma-v4 only:
- *                        attention-v4.ts options; several joined with dots, e.g.
- *                        fma-v4:idx.pf0.lean) or rolled (any FMA kernel: compactKernels);
- *                        TOGGLES fast (Dawn device toggles disable_robustness,
+ *   --variants V,...     attention kernels (default fma,subgroup-matrix). A variant is
+ *                        KERNEL[:rolled][+TOGGLES]: rolled (the FMA kernel's compactKernels
+ *                        loops); TOGGLES fast (Dawn device toggles disable_robustness,
  *                        disable_workgroup_init, skip_validation) | norobust
  *                        (disable_robustness only). Each variant has its own Dawn device.
- *   --probes LIST        fma,lds,robust (default all; empty = none): FMA peak (a*b+c and
- *                        fma()), workgroup-memory GEMM ceilings of the v1 and v4 tilings,
+ *   --probes LIST        fma,lds,robust (default all; empty = none): FMA peak (fma()),
+ *                        the workgroup-memory GEMM ceiling of the FMA kernel's tiling,
  *                        and whether the toggles reached the device (out-of-bounds read)
  *   --best-dense LIST    extra dense sizes for the best plain variant after the sweep
  *                        (default empty)
@@ -41,8 +38,8 @@
  * with the best correct variant vs its own dense (density, plan ms, attention ms, ratio to
  * density × dense + plan); (e) the TF.js peer; then @crisp/conformance with the best variant.
  * "Best plain variant" (the --best-dense sizes, conformance, sparse, the TF.js ratio): the
- * fastest correct variant with Dawn's default toggles (what a browser runs), experiment forms
- * of v4 included, `rolled` excluded.
+ * fastest correct variant with Dawn's default toggles (what a browser runs), `rolled` excluded.
+ * Conformance also runs with the experimental subgroup-matrix kernel when it was correct.
  *
  * Inputs for timing are generated on the GPU (a WGSL kernel: seeded noise plus sink keys,
  * a few vertical-line keys and a positional component that makes a local window), so
@@ -62,10 +59,9 @@ import {
 } from '@crisp/core';
 import { LARGE_SIZES, runConformance } from '@crisp/conformance';
 import { crisp } from '@crisp/presets';
-import { ATTENTION_KERNELS, type AttentionKernel, type WebGpuBackend } from '../src/backend.js';
-import { type AttentionV4Options, attentionV4Program } from '../src/kernels/attention-v4.js';
-import { DEFAULT_DAWN_FLAGS, createNodeWebGpuBackend } from '../src/node.js';
-import { timeTfjsDenseAttention } from '../src/tfjs-peer.js';
+import { ATTENTION_KERNELS, type AttentionKernel, type WebGpuBackend } from '@crisp/kernels-webgpu';
+import { DEFAULT_DAWN_FLAGS, createNodeWebGpuBackend } from '@crisp/kernels-webgpu/node';
+import { timeTfjsDenseAttention } from '@crisp/kernels-webgpu/tfjs-peer';
 
 // ------------------------------------------------------------------- flags
 const args = new Map<string, string>();
@@ -112,20 +108,6 @@ const TOGGLES: Record<string, string[]> = {
   fast: ['disable_robustness', 'disable_workgroup_init', 'skip_validation'],
   norobust: ['disable_robustness'],
 };
-// A variant with a form runs exactly the listed options; plain `fma-v4` runs the backend's
-// default form (V4_DEFAULT_FORM: idx.pf0 since session 4), `fma-v4:plain` the v4 kernel
-// without any form.
-const FORMS: Record<string, AttentionV4Options> = {
-  plain: {},
-  muladd: { muladd: true },
-  noprefetch: { noPrefetch: true },
-  wide: { wide: true },
-  idx: { idx: true },
-  pf0: { prefetchFirst: true },
-  lean: { lean: true },
-};
-/** The attention-v4 options of a form list such as `idx.pf0.lean`. */
-const formOptions = (form: string): AttentionV4Options => Object.assign({}, ...form.split('.').map((f) => FORMS[f]));
 interface VariantSpec {
   label: string;
   kernel: AttentionKernel;
@@ -136,10 +118,7 @@ function parseVariant(label: string): VariantSpec {
   const [main, toggles] = label.split('+');
   const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
   if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
-  if (form === 'rolled' ? !kernel.startsWith('fma') : form !== undefined && (kernel !== 'fma-v4' || !form.split('.').every((f) => f in FORMS))) {
-    throw new Error(`variant ${label}: forms ${Object.keys(FORMS)} (joined with dots) apply to fma-v4 only, rolled to the FMA kernels`);
-  }
-  if (form?.includes('pf0') && form.includes('noprefetch')) throw new Error(`variant ${label}: pf0 needs the prefetching form`);
+  if (form !== undefined && (form !== 'rolled' || kernel !== 'fma')) throw new Error(`variant ${label}: the only form is rolled, of the fma kernel`);
   if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
   return { label, kernel, form, toggles };
 }
@@ -147,9 +126,7 @@ function flagsFor(toggles: string | undefined): string[] {
   if (!toggles) return [...DEFAULT_DAWN_FLAGS];
   return DEFAULT_DAWN_FLAGS.map((f) => (f.startsWith('enable-dawn-features=') ? `${f},${TOGGLES[toggles].join(',')}` : f));
 }
-/** The kernel a backend runs for this option ('fma' is the default's alias, v4). */
-const resolved = (k: AttentionKernel) => (k === 'fma' ? 'fma-v4' : k);
-const VARIANTS = (args.get('variants') || 'fma-v4,fma-v3,fma-v1,subgroup-matrix,subgroup-matrix-staged').split(',').filter(Boolean).map(parseVariant);
+const VARIANTS = (args.get('variants') || 'fma,subgroup-matrix').split(',').filter(Boolean).map(parseVariant);
 const PROBES = (args.get('probes') ?? 'fma,lds,robust').split(',').filter(Boolean);
 const BEST_DENSE = list('best-dense', '');
 const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));
@@ -484,13 +461,12 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 }
 
 /**
- * Register-only FMA throughput: 8 independent vec4 chains per thread, `a * x + y` written
- * as multiply-add (muladd) or with fma(). Equal numbers: the driver fuses a * b + c;
- * muladd at about half: it does not, and every FMA kernel here pays twice.
+ * Register-only FMA throughput: 8 independent vec4 chains per thread of fma(): the ceiling
+ * of the FMA kernel's inner loops on this device.
  */
-async function fmaPeakProbe(b: WebGpuBackend, muladd: boolean): Promise<unknown> {
+async function fmaPeakProbe(b: WebGpuBackend): Promise<unknown> {
   const ctx = b.gpu;
-  const step = (a: string) => (muladd ? `${a} = ${a} * x + y;` : `${a} = fma(${a}, x, y);`);
+  const step = (a: string) => `${a} = fma(${a}, x, y);`;
   const chains = [0, 1, 2, 3, 4, 5, 6, 7];
   const wgsl = /* wgsl */ `
 struct U { iters: u32, p: u32, a: f32, b: f32 }
@@ -508,7 +484,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   }
   out[gid.x] = dot(${chains.map((i) => `a${i}`).join(' + ')}, vec4<f32>(1.0));
 }`;
-  const pipe = await ctx.pipeline({ name: 'fmaPeak', cacheKey: `fmaPeak:${muladd}`, wgsl, entryPoint: 'main' });
+  const pipe = await ctx.pipeline({ name: 'fmaPeak', cacheKey: 'fmaPeak', wgsl, entryPoint: 'main' });
   const groups = smoke ? 16 : 4096;
   const iters = smoke ? 16 : 2048;
   const out = ctx.createBuffer(groups * 256 * 4, 0x80 | 0x4, 'fma-out');
@@ -517,26 +493,22 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   const sample = new Float32Array(await ctx.read(out, 0, 16));
   ctx.retire(out, u);
   const flop = 2 * 64 * iters * groups * 256;
-  return { form: muladd ? 'a * x + y' : 'fma()', ms, runsMs, tflops: flop / ms / 1e9, finite: sample.every(Number.isFinite) };
+  return { form: 'fma()', ms, runsMs, tflops: flop / ms / 1e9, finite: sample.every(Number.isFinite) };
 }
 
 /**
  * The S = Q Kᵀ inner loop of an attention kernel with its operands already in workgroup
  * memory (no global loads, no softmax), one barrier per 16-dim chunk as in the kernels:
- * the ceiling of that tiling on this device. v1: 256 threads, 4 x 4 per thread, 2 vec4
- * loads per 16 FMAs; v4: 128 threads, 8 x 4 per thread, 3 vec4 loads per 32 FMAs.
+ * the ceiling of that tiling on this device: 128 threads, 8 x 4 per thread, 3 vec4 loads per
+ * 32 FMAs.
  */
-async function ldsGemmProbe(b: WebGpuBackend, tiling: 'v1' | 'v4'): Promise<unknown> {
+async function ldsGemmProbe(b: WebGpuBackend): Promise<unknown> {
   const ctx = b.gpu;
-  const v1 = tiling === 'v1';
-  const T = v1 ? 256 : 128;
-  const R = v1 ? 4 : 8;
+  const T = 128;
+  const R = 8;
   const kk = Array.from({ length: 16 }, (_, i) => i);
   const body = (k: number) =>
-    v1
-      ? `{ let a = W[qb + ${k * 16}u + tr]; let bb = W[qb + ${256 + k * 16}u + tc];
-      s0 = fma(vec4<f32>(a.x), bb, s0); s1 = fma(vec4<f32>(a.y), bb, s1); s2 = fma(vec4<f32>(a.z), bb, s2); s3 = fma(vec4<f32>(a.w), bb, s3); }`
-      : `{ let a0 = W[qb + ${k * 16}u + tr * 2u]; let a1 = W[qb + ${k * 16}u + tr * 2u + 1u]; let bb = W[qb + ${256 + k * 16}u + tc];
+    `{ let a0 = W[qb + ${k * 16}u + tr * 2u]; let a1 = W[qb + ${k * 16}u + tr * 2u + 1u]; let bb = W[qb + ${256 + k * 16}u + tc];
       s0 = fma(vec4<f32>(a0.x), bb, s0); s1 = fma(vec4<f32>(a0.y), bb, s1); s2 = fma(vec4<f32>(a0.z), bb, s2); s3 = fma(vec4<f32>(a0.w), bb, s3);
       s4 = fma(vec4<f32>(a1.x), bb, s4); s5 = fma(vec4<f32>(a1.y), bb, s5); s6 = fma(vec4<f32>(a1.z), bb, s6); s7 = fma(vec4<f32>(a1.w), bb, s7); }`;
   const wgsl = /* wgsl */ `
@@ -558,20 +530,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
   }
   out[wid.x * ${T}u + lid] = dot(${Array.from({ length: R }, (_, i) => `s${i}`).join(' + ')}, vec4<f32>(1.0));
 }`;
-  const pipe = await ctx.pipeline({ name: 'ldsGemm', cacheKey: `ldsGemm:${tiling}`, wgsl, entryPoint: 'main' });
+  const pipe = await ctx.pipeline({ name: 'ldsGemm', cacheKey: 'ldsGemm', wgsl, entryPoint: 'main' });
   const groups = smoke ? 8 : 2048;
-  const iters = smoke ? 8 : v1 ? 1024 : 512;
+  const iters = smoke ? 8 : 512;
   const out = ctx.createBuffer(groups * T * 4, 0x80 | 0x4, 'lds-out');
   const u = ctx.uniform([iters, 0, 0, 0]);
   const { ms, runsMs } = await timeDispatch({ b }, pipe, [u, out], [groups]);
   ctx.retire(out, u);
   const flop = 2 * 16 * R * 4 * iters * groups * T;
-  return { tiling, threads: T, rowsPerThread: R, ms, runsMs, tflops: flop / ms / 1e9 };
+  return { tiling: 'fma', threads: T, rowsPerThread: R, ms, runsMs, tflops: flop / ms / 1e9 };
 }
 
 interface Variant extends VariantSpec {
   b: WebGpuBackend;
-  /** the kernel the backend actually runs (a failed or ineligible tensor-core kernel runs fma-v3) */
+  /** the kernel the backend actually runs (a failed or ineligible tensor-core kernel runs fma) */
   active: string;
   buildOk: boolean;
   correct?: boolean;
@@ -655,23 +627,17 @@ function reps(n: number): number {
   return n >= 32768 ? 3 : n >= 16384 ? 5 : 9;
 }
 
-/** A backend on its own Dawn device running this variant (toggles, rolled loops, v4 form). */
+/** A backend on its own Dawn device running this variant (toggles, rolled loops). */
 async function backendFor(spec: VariantSpec): Promise<WebGpuBackend> {
-  const b = await createNodeWebGpuBackend({
+  return createNodeWebGpuBackend({
     attentionKernel: spec.kernel,
     flags: flagsFor(spec.toggles),
     compactKernels: spec.form === 'rolled' ? true : undefined,
   });
-  if (spec.form && spec.form !== 'rolled') {
-    // experiment forms of v4: the backend builds whatever attentionProgramFor returns
-    const o = { ...formOptions(spec.form), compact: b.gpu.compact };
-    b.attentionProgramFor = (_k, dt, d) => attentionV4Program(dt, d, o);
-  }
-  return b;
 }
 
 async function main(): Promise<void> {
-  const base = await createNodeWebGpuBackend({ attentionKernel: 'fma-v3' });
+  const base = await createNodeWebGpuBackend();
   const adapter = base.gpu.keepAlive[1] as GPUAdapter | undefined;
   result.device = base.info;
   const ai = adapter?.info as unknown as Record<string, unknown> | undefined;
@@ -702,8 +668,8 @@ async function main(): Promise<void> {
     const name = spec.label;
     const b = await backendFor(spec);
     const programs: [string, string][] = [];
-    const k = resolved(spec.kernel);
-    if (k.startsWith('subgroup-matrix')) programs.push([name, b.attentionProgramFor(k, 'f16', D).wgsl]);
+    const k = spec.kernel;
+    if (k === 'subgroup-matrix') programs.push([name, b.attentionProgramFor(k, 'f16', D).wgsl]);
     else programs.push([`${name}-f16`, b.attentionProgramFor(k, 'f16', D).wgsl], [`${name}-f32`, b.attentionProgramFor(k, 'f32', D).wgsl]);
     let ok = true;
     for (const [pname, wgsl] of programs) {
@@ -771,7 +737,7 @@ async function main(): Promise<void> {
           await vr.b.sparseAttention(q, k, v, mask, { out });
           row.sparse = await checkRows(g, q, k, v, out, mask, 8);
           const worst = Math.max((row.dense as { maxError: number }).maxError, (row.sparse as { maxError?: number }).maxError ?? 0);
-          vr.correct = worst < ERR_OK && vr.active === resolved(vr.kernel);
+          vr.correct = worst < ERR_OK && vr.active === vr.kernel;
           row.correct = vr.correct;
           for (const t of [q, k, v, out]) t.dispose();
         })(),
@@ -783,7 +749,7 @@ async function main(): Promise<void> {
       vr.correct = false;
       vr.stopped = 'the correctness run failed (see correctness)';
     }
-    if (!vr.stopped && vr.active !== resolved(vr.kernel)) vr.stopped = `runs ${vr.active}, not ${vr.kernel}: ${vr.b.kernelNote ?? 'not eligible on this adapter'}`;
+    if (!vr.stopped && vr.active !== vr.kernel) vr.stopped = `runs ${vr.active}, not ${vr.kernel}: ${vr.b.kernelNote ?? 'not eligible on this adapter'}`;
     log('check', row);
     checks.push(row);
     save();
@@ -809,12 +775,10 @@ async function main(): Promise<void> {
       };
       if (PROBES.includes('robust')) await run('robust', () => robustnessProbe(b));
       if (PROBES.includes('fma') && tag === 'default') {
-        await run('fma-peak-muladd', () => fmaPeakProbe(b, true));
-        await run('fma-peak-fma', () => fmaPeakProbe(b, false));
+        await run('fma-peak', () => fmaPeakProbe(b));
       }
       if (PROBES.includes('lds') && tag !== 'norobust') {
-        await run('lds-gemm-v1-tiling', () => ldsGemmProbe(b, 'v1'));
-        await run('lds-gemm-v4-tiling', () => ldsGemmProbe(b, 'v4'));
+        await run('lds-gemm', () => ldsGemmProbe(b));
       }
     }
   }
@@ -860,7 +824,7 @@ async function main(): Promise<void> {
   };
   for (const n of DENSE) for (const vr of variants) await denseOne(vr, n, 0.5);
   const best = bestVariant(variants, dense);
-  // What a browser can run: Dawn's default toggles (robustness on); v4 forms allowed.
+  // What a browser can run: Dawn's default toggles (robustness on).
   const bestPlain = bestVariant(variants.filter((v) => v.form !== 'rolled' && !v.toggles), dense);
   result.bestVariant = best?.label ?? null;
   result.bestPlainVariant = bestPlain?.label ?? null;
@@ -872,34 +836,39 @@ async function main(): Promise<void> {
   if (confSizes.length) {
     const reports: unknown[] = [];
     result.conformance = reports;
-    const spec: VariantSpec = bestPlain ?? { label: 'fma-v4', kernel: 'fma-v4' };
-    const kernel = spec.label;
-    for (const n of confSizes) {
-      if (left(1) < (n > 16384 ? 60000 : 30000)) {
-        reports.push({ n, kernel, skipped: 'time budget' });
-        log('conformance skip', n, 'time budget');
+    // The best plain variant, and the experimental tensor-core kernel wherever it ran correctly.
+    const specs: VariantSpec[] = [bestPlain ?? { label: 'fma', kernel: 'fma' }];
+    const smm = variants.find((v) => v.kernel === 'subgroup-matrix' && v.correct && !v.toggles);
+    if (smm && smm !== bestPlain) specs.push(smm);
+    for (const spec of specs) {
+      for (const n of confSizes) {
+        const kernel = spec.label;
+        if (left(1) < (n > 16384 ? 60000 : 30000)) {
+          reports.push({ n, kernel, skipped: 'time budget' });
+          log('conformance skip', n, 'time budget');
+          save();
+          continue;
+        }
+        const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
+        const t0 = performance.now();
+        const rep = await runConformance(() => backendFor(spec), {
+          sizes,
+          dtypes: ['f16'],
+          filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
+          onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
+        });
+        reports.push({
+          n,
+          kernel,
+          seconds: (performance.now() - t0) / 1000,
+          seed: rep.seed,
+          passed: rep.passed,
+          counts: rep.counts,
+          failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
+        });
+        log('conformance', n, kernel, rep.passed ? 'PASSED' : 'FAILED', rep.counts);
         save();
-        continue;
       }
-      const sizes = LARGE_SIZES.filter((s) => s.n === n && (s.m ?? s.n) === s.n);
-      const t0 = performance.now();
-      const rep = await runConformance(() => backendFor(spec), {
-        sizes,
-        dtypes: ['f16'],
-        filter: n > 4096 ? /^(denseAttention|sparseAttention\/vs|proxyStats)/ : undefined,
-        onResult: (x) => log(x.passed ? 'pass' : x.skipped ? 'skip' : 'FAIL', x.name, x.skipped ?? x.detail.slice(0, 200)),
-      });
-      reports.push({
-        n,
-        kernel,
-        seconds: (performance.now() - t0) / 1000,
-        seed: rep.seed,
-        passed: rep.passed,
-        counts: rep.counts,
-        failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
-      });
-      log('conformance', n, kernel, rep.passed ? 'PASSED' : 'FAILED', rep.counts);
-      save();
     }
   }
 
@@ -1010,7 +979,7 @@ function bestVariant(variants: Variant[], dense: Record<string, unknown>[]): Var
 
 /**
  * The peer: dense causal attention as a TensorFlow.js user writes it on the WebGPU backend
- * (../src/tfjs-peer.ts), H/HKV heads of D, 1 warm-up and 3 timed runs per size, checked
+ * (@crisp/kernels-webgpu/tfjs-peer), H/HKV heads of D, 1 warm-up and 3 timed runs per size, checked
  * against float64 rows before it is timed; the ratio is to the best variant's dense time.
  */
 async function tfjsPeer(sizes: number[], best: Variant | undefined): Promise<unknown> {

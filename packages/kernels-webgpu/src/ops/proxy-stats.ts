@@ -1,0 +1,160 @@
+/**
+ * proxyStats: the proxy pass's per-head statistics (C_struct, row entropy, vertical and
+ * slash block mass, pooled estimate) from the last `blockSize` query rows, on the GPU.
+ */
+import {
+  assertBlockSize,
+  assertStatsWindows,
+  type DeviceTensor,
+  InvalidArgumentError,
+  NonFiniteError,
+  numBlocks,
+  type ProxyStats,
+  type ProxyStatsOptions,
+  wantedOptionalStats,
+} from '@crisp/core';
+import { SLASH_STRIDE, blockMeanProgram, blockSumsProgram, pooledLogitsProgram, rowCombineProgram, rowStatsProgram, scoresProgram, slashCombineProgram } from '../kernels/proxy.js';
+import { checkScale, prepare } from './validate.js';
+import { LOG2E, type StorageDType } from '../kernels/common.js';
+import { Usage } from '../runtime/gpu-context.js';
+import type { OpHost } from './host.js';
+
+export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
+  const { shape, qt, kt } = prepare(host, q, k, undefined);
+  if (!opts || typeof opts !== 'object') throw new InvalidArgumentError('proxyStats needs options ({ blockSize, wSink, wLocal })');
+  assertBlockSize(opts.blockSize, host.capabilities.blockSizes);
+  assertStatsWindows(opts);
+  // (checked; this backend computes every statistic whatever is asked for)
+  wantedOptionalStats(opts.optionalStats);
+  const scale = checkScale(opts.scale, shape.headDim);
+  const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
+  const dtype = shape.dtype as StorageDType;
+  const B = opts.blockSize;
+  const Nb = numBlocks(n, B);
+  const b = Math.min(B, m);
+  const T = Math.ceil(n / 64);
+  const rowTiles = Math.ceil(b / 64);
+  const tilesPerSplit = Math.max(16, Math.ceil(T / 4096));
+  const numSplits = Math.ceil(T / tilesPerSplit);
+  const g = host.gpu;
+  const [pRow, pComb, pScores, pSlash, pBlock, pMean, pLogits] = await Promise.all([
+    g.pipeline(rowStatsProgram(dtype, D, g.compact)),
+    g.pipeline(rowCombineProgram()),
+    g.pipeline(scoresProgram(dtype, D, g.compact)),
+    g.pipeline(slashCombineProgram()),
+    g.pipeline(blockSumsProgram()),
+    g.pipeline(blockMeanProgram(dtype, D)),
+    g.pipeline(pooledLogitsProgram(dtype, D)),
+  ]);
+  const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
+  const part = g.createBuffer(H * b * numSplits * 16, S, 'rowStats.part');
+  const rows = g.createBuffer(H * b * 16, S, 'rowStats.rows');
+  const av = g.createBuffer(H * n * 4, S, 'a_v');
+  const as = g.createBuffer(H * n * 4, S, 'a_s');
+  const slashPart = g.createBuffer(H * T * SLASH_STRIDE * 4, S, 'slash.part');
+  const sums = g.createBuffer(H * (Nb + 1) * 2 * 4, S, 'blockSums');
+  const kbar = g.createBuffer(Hkv * Nb * D * 4, S, 'kbar');
+  const logits = g.createBuffer(H * Nb * 4, S, 'pooledLogits');
+  const owned = [part, rows, av, as, slashPart, sums, kbar, logits];
+  const temps: GPUBuffer[] = [];
+  try {
+    const scaleLog2 = { f32: scale * LOG2E };
+    // Bounded dispatches: heads per dispatch so one holds <= maxWork multiply-adds.
+    const perHead = b * n * D;
+    const hg = Math.max(1, Math.min(H, Math.floor(host.maxWork / perHead)));
+    for (let h0 = 0; h0 < H; h0 += hg) {
+      const nh = Math.min(hg, H - h0);
+      const enc = g.device.createCommandEncoder();
+      const u = g.uniform([m, n, H, Hkv, b, tilesPerSplit, numSplits, h0, scaleLog2, 0, 0, 0]);
+      temps.push(u);
+      g.dispatch(enc, pRow, [u, qt.buffer, kt.buffer, part], [numSplits, rowTiles, nh]);
+      g.submit(enc, temps);
+    }
+    {
+      const enc = g.device.createCommandEncoder();
+      const u = g.uniform([H * b, b, numSplits, 0]);
+      temps.push(u);
+      g.dispatch(enc, pComb, [u, part, rows], [Math.ceil((H * b) / 256)]);
+      g.submit(enc, temps);
+    }
+    for (let h0 = 0; h0 < H; h0 += hg) {
+      const nh = Math.min(hg, H - h0);
+      const enc = g.device.createCommandEncoder();
+      const u = g.uniform([m, n, H, Hkv, b, T, h0, 0, scaleLog2, { f32: 1 / b }, 0, 0]);
+      temps.push(u);
+      g.dispatch(enc, pScores, [u, qt.buffer, kt.buffer, rows, av, slashPart], [T, nh]);
+      g.submit(enc, temps);
+    }
+    const enc = g.device.createCommandEncoder();
+    const grid = g.grid(H * n);
+    const u1 = g.uniform([n, b, T, H, { f32: 1 / b }, grid.rowWidth, 0, 0]);
+    g.dispatch(enc, pSlash, [u1, slashPart, as], grid.groups);
+    const sinkEnd = Math.min(opts.wSink, n);
+    const localStart = Math.max(n - opts.wLocal, sinkEnd);
+    const u2 = g.uniform([n, B, Nb, H, sinkEnd, localStart, 0, 0]);
+    g.dispatch(enc, pBlock, [u2, av, as, sums], [Math.ceil((H * (Nb + 1)) / 256)]);
+    const mgrid = g.grid(Hkv * Nb * (D / 4));
+    const u3 = g.uniform([n, Hkv, 0, Nb, B, mgrid.rowWidth, 0, 0]);
+    g.dispatch(enc, pMean, [u3, kt.buffer, kbar], mgrid.groups);
+    const u4 = g.uniform([m, H, Hkv, b, Nb, { f32: scale }, 0, 0]);
+    g.dispatch(enc, pLogits, [u4, qt.buffer, kbar, logits], [Math.ceil(Nb / 256), H]);
+    temps.push(u1, u2, u3, u4);
+    g.submit(enc, temps);
+
+    const [rowsAb, sumsAb, logitsAb, avAb, asAb] = await Promise.all([
+      g.read(rows, 0, H * b * 16),
+      g.read(sums, 0, H * (Nb + 1) * 8),
+      g.read(logits, 0, H * Nb * 4),
+      opts.tokenScores ? g.read(av, 0, H * n * 4) : undefined,
+      opts.tokenScores ? g.read(as, 0, H * n * 4) : undefined,
+    ]);
+    const rowStats = new Float32Array(rowsAb);
+    for (let r = 0; r < H * b; r++) {
+      if (rowStats[r * 4 + 3] !== 0) {
+        throw new NonFiniteError(
+          `q or k holds NaN or Inf (seen by proxy row ${r % b} of head ${Math.floor(r / b)}); clean the inputs first`,
+          { head: Math.floor(r / b) },
+        );
+      }
+    }
+    const blockSums = new Float32Array(sumsAb);
+    const lg = new Float32Array(logitsAb);
+    const cStruct = new Float64Array(H);
+    const rowEntropy = new Float64Array(H);
+    const verticalBlocks = new Float64Array(H * Nb);
+    const slashBlocks = new Float64Array(H * Nb);
+    const pooledEstimate = new Float64Array(H * Nb);
+    for (let h = 0; h < H; h++) {
+      let e = 0;
+      for (let i = 0; i < b; i++) e += rowStats[(h * b + i) * 4 + 2];
+      rowEntropy[h] = e / b;
+      const base = h * (Nb + 1);
+      cStruct[h] = blockSums[(base + Nb) * 2];
+      for (let J = 0; J < Nb; J++) {
+        verticalBlocks[h * Nb + J] = blockSums[(base + J) * 2];
+        slashBlocks[h * Nb + J] = blockSums[(base + J) * 2 + 1];
+      }
+      let mx = Number.NEGATIVE_INFINITY;
+      for (let J = 0; J < Nb; J++) mx = Math.max(mx, lg[h * Nb + J]);
+      let z = 0;
+      for (let J = 0; J < Nb; J++) z += Math.exp(lg[h * Nb + J] - mx);
+      for (let J = 0; J < Nb; J++) pooledEstimate[h * Nb + J] = Math.exp(lg[h * Nb + J] - mx) / z;
+    }
+    return {
+      n,
+      heads: H,
+      blockSize: B,
+      numBlocks: Nb,
+      proxyRows: b,
+      cStruct,
+      verticalBlocks,
+      slashBlocks,
+      pooledEstimate,
+      rowEntropy,
+      verticalTokens: avAb ? new Float32Array(avAb) : undefined,
+      slashTokens: asAb ? new Float32Array(asAb) : undefined,
+    };
+  } finally {
+    host.gpu.retire(...temps, ...owned);
+  }
+}

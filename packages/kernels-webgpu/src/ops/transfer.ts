@@ -1,0 +1,92 @@
+/** Tensors in and out of the device: upload, allocate, write (f16 halves at odd offsets too), download. */
+import {
+  assertDType,
+  assertShape,
+  bytesPerElement,
+  type DeviceTensor,
+  type DType,
+  DTypeError,
+  type HostData,
+  type HostTensor,
+  InvalidArgumentError,
+  numel,
+  UnsupportedError,
+  wrapHost,
+} from '@crisp/core';
+import { writeHalvesProgram } from '../kernels/write.js';
+import { Usage } from '../runtime/gpu-context.js';
+import type { WebGpuTensor } from '../runtime/tensor.js';
+import type { OpHost } from './host.js';
+
+export function upload(host: OpHost, t: HostTensor): DeviceTensor {
+  host.alive();
+  if (!t || typeof t !== 'object') throw new InvalidArgumentError('upload needs a host tensor { dtype, shape, data }');
+  const h = wrapHost(t.dtype, t.shape, t.data);
+  const dt = allocate(host, h.dtype, h.shape) as WebGpuTensor;
+  write(host, dt, 0, h.data);
+  return dt;
+}
+
+export function allocate(host: OpHost, dtype: DType, shape: readonly number[]): DeviceTensor {
+  host.alive();
+  assertDType(dtype);
+  assertShape(shape as number[]);
+  if (dtype === 'bf16') {
+    throw new UnsupportedError('the WebGPU backend stores f32 and f16 only (WGSL has no bf16); cast to f16 or f32', {
+      limit: 'dtype',
+    });
+  }
+  return host.newTensor(dtype, shape);
+}
+
+export function write(host: OpHost, t: DeviceTensor, elementOffset: number, data: HostData): void {
+  const wt = host.own(t, 'write target');
+  if (wt.dtype === 'f32' ? !(data instanceof Float32Array) : !(data instanceof Uint16Array)) {
+    throw new DTypeError(
+      `write into a ${wt.dtype} tensor needs a ${wt.dtype === 'f32' ? 'Float32Array' : 'Uint16Array of bit patterns'}`,
+    );
+  }
+  const total = numel(wt.shape);
+  if (!Number.isInteger(elementOffset) || elementOffset < 0 || elementOffset + data.length > total) {
+    throw new InvalidArgumentError(
+      `write of ${data.length} elements at offset ${elementOffset} does not fit a tensor of ${total} elements`,
+    );
+  }
+  if (data.length === 0) return;
+  const bpe = bytesPerElement(wt.dtype);
+  const byteOff = elementOffset * bpe;
+  const q = host.gpu.device.queue;
+  if (byteOff % 4 === 0 && data.byteLength % 4 === 0) {
+    q.writeBuffer(wt.buffer, byteOff, data.buffer, data.byteOffset, data.byteLength);
+    return;
+  }
+  // f16 at an odd element offset or of odd length: whole words go straight in, the one or
+  // two boundary halves through a tiny kernel that keeps the neighbouring half intact.
+  writeHalves(host, wt, elementOffset, data as Uint16Array);
+}
+
+export function writeHalves(host: OpHost, wt: WebGpuTensor, off: number, data: Uint16Array): void {
+  const firstWord = Math.floor(off / 2);
+  const lastWord = Math.floor((off + data.length - 1) / 2);
+  const words = lastWord - firstWord + 1;
+  const packed = new Uint16Array(words * 2);
+  packed.set(data, off - firstWord * 2);
+  const src = host.gpu.createBuffer(packed.byteLength, Usage.STORAGE | Usage.COPY_DST, 'halves');
+  host.gpu.device.queue.writeBuffer(src, 0, packed.buffer, 0, packed.byteLength);
+  const prog = writeHalvesProgram();
+  const uni = host.gpu.uniform([firstWord, words, off, data.length]);
+  const enc = host.gpu.device.createCommandEncoder();
+  // Pipelines build asynchronously; this one is tiny and compiled synchronously instead.
+  const module = host.gpu.device.createShaderModule({ code: prog.wgsl, label: prog.name });
+  const pipe = host.gpu.device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: prog.entryPoint } });
+  host.gpu.dispatch(enc, pipe, [uni, src, wt.buffer], [Math.ceil(words / 256)]);
+  host.gpu.submit(enc, [uni, src]);
+}
+
+export async function download(host: OpHost, t: DeviceTensor): Promise<HostTensor> {
+  const wt = host.own(t, 'downloaded');
+  const n = numel(wt.shape);
+  const ab = await host.gpu.read(wt.buffer, 0, wt.byteLength);
+  const data = wt.dtype === 'f32' ? new Float32Array(ab, 0, n) : new Uint16Array(ab, 0, n);
+  return { dtype: wt.dtype, shape: [...wt.shape], data };
+}

@@ -1,0 +1,52 @@
+/** Argument checks every operation shares: scale, binding-size limits, q/k/v shapes. */
+import {
+  assertSupported,
+  type AttentionShape,
+  attentionShape,
+  bytesPerElement,
+  defaultScale,
+  type DeviceTensor,
+  InvalidArgumentError,
+  LimitError,
+} from '@crisp/core';
+import type { WebGpuTensor } from '../runtime/tensor.js';
+import type { OpHost } from './host.js';
+
+export function checkScale(scale: number | undefined, d: number): number {
+  if (scale === undefined) return defaultScale(d);
+  if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) {
+    throw new InvalidArgumentError(`scale must be a positive finite number; got ${String(scale)}`);
+  }
+  return scale;
+}
+
+/** Binding-size limit: the largest n that fits for this H, d and dtype, named in the error. */
+export function checkBindings(host: OpHost, shape: AttentionShape): void {
+  const lim = host.gpu.limits.maxStorageBufferBindingSize;
+  const bpe = bytesPerElement(shape.dtype);
+  const row = shape.heads * shape.headDim * bpe;
+  const qBytes = shape.queries * row;
+  const kBytes = shape.keys * shape.kvHeads * shape.headDim * bpe;
+  if (qBytes > lim || kBytes > lim) {
+    const maxN = Math.floor(lim / row);
+    throw new LimitError(
+      `q of ${qBytes} bytes exceeds this device's maxStorageBufferBindingSize (${lim} bytes): with H = ${shape.heads}, d = ${shape.headDim}, ${shape.dtype} the largest n that fits is ${maxN}. Split the sequence into chunks (chunked prefill with the LSE merge) or use a device with a larger limit`,
+      { limit: 'maxStorageBufferBindingSize', max: maxN, bytes: Math.max(qBytes, kBytes) },
+    );
+  }
+}
+
+export function prepare(
+  host: OpHost,
+  q: DeviceTensor,
+  k: DeviceTensor,
+  v: DeviceTensor | undefined,
+): { shape: AttentionShape; qt: WebGpuTensor; kt: WebGpuTensor; vt?: WebGpuTensor } {
+  const qt = host.own(q, 'q');
+  const kt = host.own(k, 'k');
+  const vt = v ? host.own(v, 'v') : undefined;
+  const shape = attentionShape(qt, kt, vt ?? kt);
+  assertSupported(host.capabilities, shape, host.name);
+  checkBindings(host, shape);
+  return { shape, qt, kt, vt };
+}
