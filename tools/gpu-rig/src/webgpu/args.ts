@@ -1,0 +1,67 @@
+/** The run's flags (`--name value`; the list is in webgpu-main.ts), its output paths, the shape and the variants. */
+import { mkdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { ATTENTION_KERNELS, type AttentionKernel } from '@crisp/kernels-webgpu';
+import { DEFAULT_DAWN_FLAGS } from '@crisp/kernels-webgpu/node';
+
+export const args = new Map<string, string>();
+for (let i = 2; i < process.argv.length; i++) {
+  const a = process.argv[i];
+  if (!a.startsWith('--')) continue;
+  const next = process.argv[i + 1];
+  if (next === undefined || next.startsWith('--')) args.set(a.slice(2), '');
+  else {
+    args.set(a.slice(2), next);
+    i++;
+  }
+}
+export const smoke = args.has('smoke');
+export const list = (k: string, dflt: string) =>
+  (args.get(k) ?? dflt)
+    .split(',')
+    .filter(Boolean)
+    .map(Number);
+const outArg = args.get('out') || 'webgpu-device-out';
+export const outDir = outArg.endsWith('.json') ? dirname(outArg) : outArg;
+export const writeWgsl = !args.has('no-wgsl');
+mkdirSync(writeWgsl ? join(outDir, 'wgsl') : outDir, { recursive: true });
+export const jsonPath = outArg.endsWith('.json') ? outArg : join(outDir, 'webgpu-device.json');
+export const logPath = join(outDir, 'webgpu-device.log');
+export const budgetMs = Number(args.get('budget') || 420) * 1000;
+
+export const H = Number(args.get('heads') || (smoke ? 4 : 32));
+export const HKV = Number(args.get('kvheads') || (smoke ? 2 : 8));
+export const D = 128;
+/** Dawn device toggles per variant suffix (passed through create()'s enable-dawn-features). */
+const TOGGLES: Record<string, string[]> = {
+  fast: ['disable_robustness', 'disable_workgroup_init', 'skip_validation'],
+  norobust: ['disable_robustness'],
+};
+export interface VariantSpec {
+  label: string;
+  kernel: AttentionKernel;
+  form?: string;
+  toggles?: string;
+}
+function parseVariant(label: string): VariantSpec {
+  const [main, toggles] = label.split('+');
+  const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
+  if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
+  if (form !== undefined && (form !== 'rolled' || kernel !== 'fma')) throw new Error(`variant ${label}: the only form is rolled, of the fma kernel`);
+  if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
+  return { label, kernel, form, toggles };
+}
+export function flagsFor(toggles: string | undefined): string[] {
+  if (!toggles) return [...DEFAULT_DAWN_FLAGS];
+  return DEFAULT_DAWN_FLAGS.map((f) => (f.startsWith('enable-dawn-features=') ? `${f},${TOGGLES[toggles].join(',')}` : f));
+}
+export const VARIANTS = (args.get('variants') || 'fma,subgroup-matrix').split(',').filter(Boolean).map(parseVariant);
+export const PROBES = (args.get('probes') ?? 'fma,lds,robust').split(',').filter(Boolean);
+export const BEST_DENSE = list('best-dense', '');
+export const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));
+export const DENSE = list('dense', smoke ? '256,512' : '8192,16384,32768,65536');
+export const SPARSE = list('sparse', smoke ? '512,1024' : '32768,65536,131072');
+export const TFJS = list('tfjs', smoke ? '256' : '8192,16384');
+export const PROBE = Number(args.get('smm-probe') ?? (smoke ? 256 : 8192));
+/** a variant whose max relative error on sampled rows exceeds this is not timed as "best" */
+export const ERR_OK = 2e-2;
