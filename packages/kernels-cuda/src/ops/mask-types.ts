@@ -23,21 +23,16 @@ export interface PrepareMaskRequest {
   readonly heads: number;
   readonly numBlocks: number;
   readonly blockSize: number;
-  /**
-   * The VS lists, or a function that computes them, or a device selection request. The
-   * function is called once, after the PE work is queued on the device, so host selection
-   * overlaps the device's PE kernels; what it throws propagates. A device request is run on
-   * the device and its lists come back in the result's `vs`.
-   */
-  readonly vs: VsLists | (() => VsLists) | { readonly device: DeviceVsRequest };
+  /** the VS selection to run on the device; its lists come back in the result's `vs` */
+  readonly vs: DeviceVsRequest;
   /** PE rows to build (as peBlockRows would) and merge with the VS part */
   readonly pe?: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly opts: PeRowsOptions };
 }
 
 export interface PreparedMaskResult {
   readonly prepared: PreparedMask;
-  /** the VS lists selected on the device, for a request with `vs.device` */
-  readonly vs?: VsLists;
+  /** the VS lists selected on the device */
+  readonly vs: VsLists;
   /**
    * The PE rows for the requested heads, as peBlockRows returns them, copied to the host
    * when called (the copy can overlap attention). Present when the request had `pe`; call

@@ -114,10 +114,9 @@ export function peRequest(cx: CudaContext, q: DeviceTensor, k: DeviceTensor, opt
  * PE rows built on the device, one part per chunk of heads whose pooled maps fit ~4 GiB
  * (one part for every Llama shape to 512k). Nothing comes back to the host: cols are
  * allocated for the whole causal triangle of the part's heads (the kept count is only on
- * the device), and whoever needs the rows reads them (pePartToHost). `overlap` runs on the
- * host once every kernel is queued. The caller releases rowPtrD and cols.
+ * the device), and whoever needs the rows reads them (pePartToHost). The caller releases rowPtrD and cols.
  */
-export function peOnDevice(cx: CudaContext, kept: KeptStats, req: PeRequest, overlap?: () => void): PePart[] {
+export function peOnDevice(cx: CudaContext, kept: KeptStats, req: PeRequest): PePart[] {
   const { heads, Nb } = req;
   const nh = heads.length;
   // The pooled map takes Nb² f32 per head: do heads in chunks of at most ~4 GiB.
@@ -134,7 +133,6 @@ export function peOnDevice(cx: CudaContext, kept: KeptStats, req: PeRequest, ove
       hls.push({ ptr: hl.ptr, count: sub.length, first: c0 });
     }
     parts.push(...peParts(cx, kept, req, nh, hls));
-    overlap?.();
     return parts;
   } catch (e) {
     for (const r of parts) cx.releaseBlocks([r.rowPtrD, r.cols]);

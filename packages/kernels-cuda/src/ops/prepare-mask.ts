@@ -1,8 +1,9 @@
 /**
- * A plan's mask built on the device from host or device VS lists and PE rows (the device
- * planner's fallback for pooled maps over PE_PART_BYTES, and the package's own tests).
+ * The device planner's one-stream mask building, for plans whose pooled maps pass one PE
+ * part (PE_PART_BYTES): the VS lists selected on the device, the PE heads' rows built there,
+ * the union expanded and counted, nothing read before the expansion but the selection's.
  */
-import { type BlockRows, InvalidArgumentError, type VsLists, assertBlockSize, spreadRowPtr, validateMask } from '@crisp/core';
+import { type BlockRows, InvalidArgumentError, assertBlockSize, spreadRowPtr } from '@crisp/core';
 import { CUDA_CAPABILITIES, type CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
 import type { DeviceBlock } from '../runtime/pool.js';
@@ -13,35 +14,22 @@ import { preparedResult } from './prepared-mask.js';
 import { selectOnDevice } from './select.js';
 
 /**
- * The plan's mask building on the device: PE rows for the requested heads (kept on the
- * device), merged with the VS lists and expanded to rows, each head's blocks counted from
- * the expanded rowPtr. The PE rows come to the host only when `peRows()` is called, on a
- * second stream, so inside sparsePrefill that copy overlaps the attention kernel.
+ * The plan's mask building on the device: the VS selection, PE rows for the requested heads
+ * (kept on the device), merged with the VS lists and expanded to rows, each head's blocks
+ * counted from the expanded rowPtr. The PE rows come to the host only when `peRows()` is
+ * called, on a second stream, so inside sparsePrefill that copy overlaps the attention kernel.
  */
 export async function prepareMask(cx: CudaContext, kept: KeptStats, req: PrepareMaskRequest): Promise<PreparedMaskResult> {
   cx.alive();
   cx.tracer.host('prepareMask()');
   const { heads: H, numBlocks: Nb, blockSize: B } = req ?? ({} as PrepareMaskRequest);
   assertBlockSize(B, CUDA_CAPABILITIES.blockSizes);
-  if (!req.vs) throw new InvalidArgumentError('prepareMask needs the VS lists (empty lists for heads without any)');
-  const device = 'device' in req.vs ? req.vs.device : undefined;
-  // A vs function runs once the PE kernels are queued (host selection overlaps them);
-  // plain lists are checked before any device work; a device request is checked here and
-  // selected on the device before the PE kernels (vs_select: tens of microseconds).
-  let vs: VsLists | undefined;
-  const selectVs = (): VsLists => {
-    if (vs) return vs;
-    const lists = typeof req.vs === 'function' ? req.vs() : (req.vs as VsLists);
-    if (!lists) throw new InvalidArgumentError('prepareMask: vs() returned no VS lists (empty lists for heads without any)');
-    validateMask({ heads: H, numBlocks: Nb, blockSize: B, vs: lists });
-    vs = lists;
-    return lists;
-  };
-  if (!device && typeof req.vs !== 'function') selectVs();
+  if (!req.vs) throw new InvalidArgumentError('prepareMask needs a VS selection request for the device');
   const temp: DeviceBlock[] = [];
   const held: DeviceBlock[] = [];
   try {
-    const vsDev = device ? selectOnDevice(cx, kept, device, H, Nb, B, temp) : undefined;
+    // selected on the device before the PE kernels (vs_select: tens of microseconds)
+    const vsDev = selectOnDevice(cx, kept, req.vs, H, Nb, B, temp);
     // the PE heads' rows on the device (one part), or joined on the host (several)
     let pePart: PePart | undefined;
     let peHost: BlockRows | undefined;
@@ -55,7 +43,7 @@ export async function prepareMask(cx: CudaContext, kept: KeptStats, req: Prepare
         );
       }
       if (r.heads.length > 0) {
-        const parts = peOnDevice(cx, kept, r, vsDev ? undefined : selectVs);
+        const parts = peOnDevice(cx, kept, r);
         if (parts.length === 1) {
           // held until peRows() reads them (or the prepared mask is released)
           held.push(parts[0].rowPtrD, parts[0].cols);
@@ -73,12 +61,12 @@ export async function prepareMask(cx: CudaContext, kept: KeptStats, req: Prepare
       }
     }
     cx.tracer.host('prepareMask: PE queued');
-    const e = expand(cx, H, Nb, vsDev ? { device: vsDev.ptrs } : selectVs(), rows, temp);
+    const e = expand(cx, H, Nb, { device: vsDev.ptrs }, rows, temp);
     held.push(e.rowPtr, e.cols);
     // the device's lists to the host, on the copy stream (vs_pack finished before expand's
     // read; expand_write may still run)
-    if (vsDev) vs = vsDev.read().lists();
-    return { ...preparedResult(cx, H, Nb, B, e, held, pePart, peHost), ...(device ? { vs } : {}) };
+    const vs = vsDev.read().lists();
+    return { ...preparedResult(cx, H, Nb, B, e, held, pePart, peHost), vs };
   } catch (e) {
     cx.releaseBlocks(held);
     throw e;

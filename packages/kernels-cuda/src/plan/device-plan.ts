@@ -71,10 +71,10 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      vs: { device: { rule, stats, routes, peK } },
+      vs: { rule, stats, routes, peK },
       pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
     });
-    const outcome = { routes, vs: res.vs as VsLists, ...(res.peRows ? { peRows: res.peRows } : {}) };
+    const outcome = { routes, vs: res.vs, ...(res.peRows ? { peRows: res.peRows } : {}) };
     return { prepared: res.prepared, read: () => outcome };
   }
   cx.assertFinite(r.qt, 'q');
