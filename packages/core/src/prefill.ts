@@ -9,7 +9,7 @@
  * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import { attentionShape } from './attention.js';
-import type { AttentionOptions, AttentionResult, Backend } from './backend.js';
+import type { AttentionOptions, AttentionResult, Backend, DeviceMark } from './backend.js';
 import { InvalidArgumentError } from './errors.js';
 import { vsListsFromArrays } from './mask.js';
 import { buildPlan } from './plan/build.js';
@@ -89,50 +89,45 @@ export async function sparsePrefill(
   const built = await buildPlan(backend, inputs, policy, opts, m0 !== undefined);
   const m1 = m0 ? backend.mark?.() : undefined;
   const t1 = performance.now();
+  let result: AttentionResult;
+  let plan: PrefillPlan;
+  let m2: DeviceMark | undefined;
   if ('ready' in built) {
-    const result = await runPlan(backend, built.ready, inputs, opts);
-    const m2 = m1 ? backend.mark?.() : undefined;
+    plan = built.ready;
+    result = await runPlan(backend, plan, inputs, opts);
+    m2 = m1 ? backend.mark?.() : undefined;
     await backend.synchronize();
-    const t2 = performance.now();
-    const plan = built.ready;
-    if (!(m0 && m1 && m2)) return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
-    const planMs = m1.msSince(m0);
-    return { ...result, plan: { ...plan, planMs }, timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 } };
-  }
-  const queued = built.queued;
-  try {
-    // the attention on the device plan's mask, queued before anything is read back (the
-    // host-side mask argument only carries the shape; the prepared mask is what runs)
-    const { heads: H } = attentionShape(inputs.q, inputs.k, inputs.v);
-    const none: number[][] = Array.from({ length: H }, () => []);
-    const Nb = queued.prepared.numBlocks;
-    const shell = { heads: H, numBlocks: Nb, blockSize: queued.prepared.blockSize, vs: vsListsFromArrays(none, none) };
-    const result = await backend.sparseAttention(inputs.q, inputs.k, inputs.v, shell, { ...opts, prepared: queued.prepared });
-    const m2 = m1 ? backend.mark?.() : undefined;
-    let full: PrefillPlan;
+  } else {
+    const queued = built.queued;
     try {
-      full = await queued.finish(true);
-    } catch (e) {
+      // the attention on the device plan's mask, queued before anything is read back (the
+      // host-side mask argument only carries the shape; the prepared mask is what runs)
+      const { heads: H, numBlocks: Nb, blockSize: B } = queued.prepared;
+      const none: number[][] = Array.from({ length: H }, () => []);
+      const shell = { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(none, none) };
+      result = await backend.sparseAttention(inputs.q, inputs.k, inputs.v, shell, { ...opts, prepared: queued.prepared });
+      m2 = m1 ? backend.mark?.() : undefined;
+      let full: PrefillPlan;
+      try {
+        full = await queued.finish(true);
+      } catch (e) {
+        await backend.synchronize();
+        if (!opts.out) result.output.dispose();
+        result.lse?.dispose();
+        throw e;
+      }
+      const { prepared: _released, ...rest } = full;
+      const sm = queued.statsMark;
+      // synchronised before the prepared mask goes back (the attention reads it)
       await backend.synchronize();
-      if (!opts.out) result.output.dispose();
-      result.lse?.dispose();
-      throw e;
+      // the marks' split of the plan: the statistics, then the rest up to the attention
+      plan = sm && m0 && m1 && rest.phases ? { ...rest, phases: { ...rest.phases, statsMs: sm.msSince(m0), peRowsMs: m1.msSince(sm) } } : rest;
+    } finally {
+      queued.prepared.release();
     }
-    await backend.synchronize();
-    const t2 = performance.now();
-    const { prepared: _released, ...plan } = full;
-    if (!(m0 && m1 && m2)) {
-      return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
-    }
-    const planMs = m1.msSince(m0);
-    const sm = queued.statsMark;
-    const phases = sm && plan.phases ? { ...plan.phases, statsMs: sm.msSince(m0), peRowsMs: m1.msSince(sm) } : plan.phases;
-    return {
-      ...result,
-      plan: { ...plan, planMs, ...(phases ? { phases } : {}) },
-      timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 },
-    };
-  } finally {
-    queued.prepared.release();
   }
+  const t2 = performance.now();
+  if (!(m0 && m1 && m2)) return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+  const planMs = m1.msSince(m0);
+  return { ...result, plan: { ...plan, planMs }, timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 } };
 }

@@ -33,9 +33,7 @@ export interface DevicePlanContext {
 export interface QueuedDevicePlan {
   /** the plan's mask on the device, ready for sparseAttention */
   readonly prepared: PreparedMask;
-  /** host milliseconds from the plan's start until it was queued */
-  readonly queuedMs: number;
-  /** the device timeline where the statistics end (Backend.mark), when asked for */
+  /** a mark (Backend.mark) where the statistics end, when asked for */
   readonly statsMark?: DeviceMark;
   /**
    * Read the plan back and check it: the complete plan (with `prepared`). `overlapped`: the
@@ -112,5 +110,5 @@ export async function queueDevicePlan(
       throw e;
     }
   };
-  return { prepared: r.prepared, queuedMs: tDevice - t0, ...(statsMark ? { statsMark } : {}), finish };
+  return { prepared: r.prepared, ...(statsMark ? { statsMark } : {}), finish };
 }
