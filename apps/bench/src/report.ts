@@ -276,7 +276,7 @@ export function headline(r: BenchResult, linkBase: string): string {
     );
   }
   out.push('');
-  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (docs/ALGORITHM.md, step 1). On CUDA the plan time is the device timeline from the call to the attention's start. ${producedBy(r, 'latency')}`);
+  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (docs/ALGORITHM.md, step 1). On CUDA the plan time is measured with GPU events from the call to the attention's start. ${producedBy(r, 'latency')}`);
   if (r.inProgress) out.push(`Partial: the run stopped in suite \`${r.inProgress}\`.`);
   const links = [`[all results](${base}/bench.md)`, ...(r.figures ?? []).map((x) => `[${x}](${base}/${x})`)];
   out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);

@@ -50,7 +50,7 @@ export interface PrefillPlan {
   readonly overallDensity: number;
   /**
    * milliseconds spent on proxy statistics, routing and selection (host wall clock; in
-   * sparsePrefill's result on a backend with `mark`, the device timeline: see
+   * sparsePrefill's result on a backend with `mark`, measured between marks: see
    * PrefillResult.timings)
    */
   readonly planMs: number;
@@ -61,8 +61,8 @@ export interface PrefillPlan {
    * queue the statistics, peRowsMs the device plan's queueing and read (routing, selection,
    * PE rows and mask on the device), selectMs the host router's check of the device's
    * routes, maskMs reading the block counts. In sparsePrefill's result on a device plan the
-   * attention was queued behind the plan: statsMs and peRowsMs are device timeline (with
-   * `Backend.mark`; else the host's queueing times), selectMs and maskMs 0, and overlappedMs
+   * attention was queued behind the plan: statsMs and peRowsMs are measured between
+   * marks (with `Backend.mark`; else the host's queueing times), selectMs and maskMs 0, and overlappedMs
    * the host work done while the attention ran. Absent for dense plans.
    */
   readonly phases?: PlanPhases;

@@ -28,7 +28,7 @@
  * tile's rows. GQA: head h reads kv head floor(h / (H / Hkv)).
  *
  * On one H200 (Dawn over Vulkan, H = 32, Hkv = 8, d = 128, f16): 25.8 / 26.8 / 27.1 / 26.8
- * TFLOP/s dense at 8k / 16k / 32k / 64k (NOTES.md).
+ * TFLOP/s dense at 8k / 16k / 32k / 64k (PERFORMANCE.md).
  */
 import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow, NON_FINITE_WGSL, PACK_U2_WGSL } from '../common.js';
 

@@ -17,7 +17,7 @@
  * block iteration (dense or block-sparse rows) as in the FMA kernel.
  *
  * EXPERIMENTAL: it builds and matches float64 on the H200 but runs at 6.7-7.3 TFLOP/s there,
- * a quarter of the FMA kernel (NOTES.md); the row max and normaliser go through workgroup
+ * a quarter of the FMA kernel (PERFORMANCE.md); the row max and normaliser go through workgroup
  * memory element by element, and S is computed twice.
  */
 import { attentionInterface, type ProgramDescriptor } from '../common.js';
