@@ -2,20 +2,31 @@
  * Element types and exact conversions. f16 and bf16 travel as their 16-bit patterns in
  * a Uint16Array; conversions from f32 round to nearest, ties to even, as hardware does.
  */
-import { DTypeError } from './errors.js';
+import { DTypeError, describeValue } from './errors.js';
 
 export type DType = 'f32' | 'f16' | 'bf16';
 export const DTYPES: readonly DType[] = ['f32', 'f16', 'bf16'];
 
 export function assertDType(x: unknown, what = 'dtype'): asserts x is DType {
   if (x !== 'f32' && x !== 'f16' && x !== 'bf16') {
-    throw new DTypeError(`${what} must be one of f32, f16, bf16; got ${String(x)}`);
+    throw new DTypeError(`${what} must be one of f32, f16, bf16; got ${describeValue(x)}`);
   }
 }
 
+/** 4 for f32, 2 for f16 and bf16; anything else is a DTypeError (no table lookup by a user string). */
 export function bytesPerElement(dtype: DType): number {
-  return dtype === 'f32' ? 4 : 2;
+  if (dtype === 'f32') return 4;
+  if (dtype === 'f16' || dtype === 'bf16') return 2;
+  return assertDTypeNever(dtype);
 }
+
+function assertDTypeNever(x: unknown): never {
+  assertDType(x);
+  throw new DTypeError(`unknown dtype ${describeValue(x)}`);
+}
+
+/** The largest finite value of each dtype (values a little above it round down to it; larger ones overflow to Infinity). */
+export const MAX_FINITE: Readonly<Record<DType, number>> = Object.freeze({ f32: 3.4028234663852886e38, f16: 65504, bf16: 3.3895313892515355e38 });
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);

@@ -22,8 +22,9 @@ export type CrispErrorCode =
 export class CrispError extends Error {
   readonly code: CrispErrorCode;
   readonly details: Record<string, unknown> | undefined;
-  constructor(code: CrispErrorCode, message: string, details?: Record<string, unknown>) {
-    super(message);
+  /** `options.cause`: the error this one wraps (a user router's or selector's own throw) */
+  constructor(code: CrispErrorCode, message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'CrispError';
     this.code = code;
     this.details = details;
@@ -76,4 +77,36 @@ export class LimitError extends CrispError {
 /** True when `e` is a CrispError, optionally with the given code. */
 export function isCrispError(e: unknown, code?: CrispErrorCode): e is CrispError {
   return e instanceof CrispError && (code === undefined || e.code === code);
+}
+
+/**
+ * A short, safe rendering of any value for an error message: never throws (symbols, BigInts,
+ * objects with throwing getters or toString, cycles), never long (arrays and strings are cut).
+ */
+export function describeValue(x: unknown): string {
+  try {
+    if (x === null) return 'null';
+    if (x === undefined) return 'undefined';
+    if (typeof x === 'string') return x.length > 40 ? `'${x.slice(0, 40)}…' (${x.length} characters)` : `'${x}'`;
+    if (typeof x === 'number' || typeof x === 'boolean') return String(x);
+    if (typeof x === 'bigint') return `${x}n (a BigInt)`;
+    if (typeof x === 'symbol') return 'a symbol';
+    if (typeof x === 'function') return 'a function';
+    if (typeof (x as { then?: unknown }).then === 'function') return 'a Promise';
+    if (Array.isArray(x) || ArrayBuffer.isView(x)) {
+      const kind = Array.isArray(x) ? 'array' : (x as object).constructor?.name ?? 'typed array';
+      const len = (x as ArrayLike<unknown>).length ?? 0;
+      if (typeof len !== 'number') return kind;
+      const head: string[] = [];
+      for (let i = 0; i < Math.min(len, 6); i++) {
+        const v = (x as ArrayLike<unknown>)[i];
+        head.push(typeof v === 'number' || typeof v === 'bigint' ? String(v) : describeValue(v));
+      }
+      return `${kind} [${head.join(', ')}${len > 6 ? ', …' : ''}] of length ${len}`;
+    }
+    const name = (x as object).constructor?.name;
+    return name && name !== 'Object' ? `a ${name}` : 'an object';
+  } catch {
+    return 'an unprintable value';
+  }
 }

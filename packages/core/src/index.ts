@@ -2,7 +2,24 @@ export * from './errors.js';
 export * from './dtype.js';
 export * from './tensor.js';
 export * from './attention.js';
-export * from './mask.js';
+export {
+  assertIndexList,
+  type BlockMask,
+  type BlockRows,
+  blocksPerHead,
+  causalBlockCount,
+  denseRows,
+  densityFromCounts,
+  expandToRows,
+  maskDensity,
+  selectedBlockCounts,
+  spreadRowPtr,
+  validateMask,
+  type ValidateMaskOptions,
+  type VsLists,
+  vsHead,
+  vsListsFromArrays,
+} from './mask.js';
 export * from './stats.js';
 export * from './backend.js';
 export * from './policy.js';
@@ -10,4 +27,5 @@ export * from './ranking.js';
 export * from './plan/types.js';
 export { selectVsLists } from './plan/host-plan.js';
 export * from './prefill.js';
+export { assertBackend, assertDeviceTensor } from './validate.js';
 export * from './random.js';

@@ -14,7 +14,7 @@
  *
  * Shape legend: H heads, Nb = ceil(n / B) blocks.
  */
-import { MaskError } from './errors.js';
+import { MaskError, describeValue } from './errors.js';
 import { sortedUnique } from './ranking.js';
 
 export interface VsLists {
@@ -46,6 +46,9 @@ export interface BlockMask {
  * others add nothing, so a backend's cols array serves the all-heads rows unchanged.
  */
 export function spreadRowPtr(sub: Int32Array, heads: readonly number[], H: number, Nb: number): Int32Array {
+  if (!(sub instanceof Int32Array) || !Array.isArray(heads) || !Number.isInteger(H) || H < 1 || !Number.isInteger(Nb) || Nb < 1) {
+    throw new MaskError('spreadRowPtr needs an Int32Array rowPtr, an array of head indices and positive integer H and Nb');
+  }
   if (sub.length !== heads.length * Nb + 1) {
     throw new MaskError(`rowPtr for ${heads.length} heads must have ${heads.length * Nb + 1} entries; got ${sub.length}`);
   }
@@ -69,7 +72,7 @@ export function causalBlockCount(Nb: number): number {
   return (Nb * (Nb + 1)) / 2;
 }
 
-function checkSortedRange(arr: Int32Array, from: number, to: number, lo: number, hi: number, what: string): void {
+function checkSortedRange(arr: ArrayLike<number>, from: number, to: number, lo: number, hi: number, what: string): void {
   let prev = -1;
   for (let i = from; i < to; i++) {
     const x = arr[i];
@@ -83,7 +86,7 @@ function checkSortedRange(arr: Int32Array, from: number, to: number, lo: number,
 
 function checkPtr(ptr: Int32Array, count: number, total: number, what: string): void {
   if (!(ptr instanceof Int32Array) || ptr.length !== count + 1) {
-    throw new MaskError(`${what} must be an Int32Array of length ${count + 1}; got ${ptr?.length}`);
+    throw new MaskError(`${what} must be an Int32Array of length ${count + 1}; got ${describeValue(ptr)}`);
   }
   if (ptr[0] !== 0 || ptr[count] !== total) {
     throw new MaskError(`${what} must start at 0 and end at ${total}; got ${ptr[0]} .. ${ptr[count]}`);
@@ -100,19 +103,47 @@ export interface ValidateMaskOptions {
    * checked here, so the device never reads outside `cols`.
    */
   readonly rowEntries?: boolean;
+  /**
+   * Check that every query block selects at least one key block (default true): a query
+   * block with none would have nothing to attend to, and its output rows would be zeros
+   * with no error. What every backend's sparseAttention and expandMask require; the
+   * counting and expansion helpers on the host (expandToRows, selectedBlockCounts,
+   * maskDensity) pass false.
+   */
+  readonly coverage?: boolean;
+  /**
+   * Query blocks before this one hold no query rows (chunked prefill: q holds the last m of n
+   * positions, so the first query block is floor((n − m) / B)); their rows may be empty.
+   * Default 0.
+   */
+  readonly firstQueryBlock?: number;
 }
 
-/** Validate a mask: ranges, sorting, causality (cols <= row's query block). */
+const MAX_BLOCKS = 2 ** 31 - 1;
+
+/**
+ * Validate a mask: ranges, sorting, causality (cols <= row's query block), and that every
+ * query block keeps at least one key block (`opts.coverage`).
+ *
+ * Coverage. Query block I of a head is covered by the head's VS part iff some vertical J or
+ * slash offset O is <= I, i.e. iff I >= min(V ∪ S); so the VS part covers every block iff it
+ * holds vertical 0 or slash offset 0, and the blocks below min(V ∪ S) need a non-empty BSR
+ * row. Checked in O(H + blocks below the VS minimum), from rowPtr alone.
+ */
 export function validateMask(
   mask: BlockMask,
   expect?: { heads?: number; numBlocks?: number; blockSize?: number },
   opts: ValidateMaskOptions = {},
 ): void {
-  if (!mask || typeof mask !== 'object') throw new MaskError('mask must be an object');
+  if (!mask || typeof mask !== 'object') throw new MaskError(`mask must be a BlockMask object; got ${describeValue(mask)}`);
   const { heads: H, numBlocks: Nb } = mask;
-  if (!Number.isInteger(H) || H < 1 || !Number.isInteger(Nb) || Nb < 1) {
-    throw new MaskError(`mask needs positive integer heads and numBlocks; got ${H}, ${Nb}`);
+  if (!Number.isInteger(H) || H < 1 || !Number.isInteger(Nb) || Nb < 1 || H * Nb >= MAX_BLOCKS) {
+    throw new MaskError(`mask needs positive integer heads and numBlocks (heads · numBlocks < 2^31); got ${describeValue(H)}, ${describeValue(Nb)}`);
   }
+  if (mask.blockSize !== undefined && !(Number.isInteger(mask.blockSize) && mask.blockSize > 0)) {
+    throw new MaskError(`mask block size must be a positive integer; got ${describeValue(mask.blockSize)}`);
+  }
+  if (opts === null || typeof opts !== 'object') throw new MaskError('validateMask options must be an object');
   if (expect?.heads !== undefined && expect.heads !== H) {
     throw new MaskError(`mask covers ${H} heads but the problem has ${expect.heads}`);
   }
@@ -124,7 +155,11 @@ export function validateMask(
   }
   if (!mask.vs && !mask.rows) throw new MaskError('mask has neither a vertical-slash part nor block rows');
   if (mask.vs) {
+    if (typeof mask.vs !== 'object') throw new MaskError(`mask.vs must be VsLists; got ${describeValue(mask.vs)}`);
     const { verticalPtr, vertical, slashPtr, slash } = mask.vs;
+    if (!(vertical instanceof Int32Array) || !(slash instanceof Int32Array)) {
+      throw new MaskError('vs.vertical and vs.slash must be Int32Arrays (build them with vsListsFromArrays)');
+    }
     checkPtr(verticalPtr, H, vertical.length, 'vs.verticalPtr');
     checkPtr(slashPtr, H, slash.length, 'vs.slashPtr');
     for (let h = 0; h < H; h++) {
@@ -133,19 +168,83 @@ export function validateMask(
     }
   }
   if (mask.rows) {
+    if (typeof mask.rows !== 'object') throw new MaskError(`mask.rows must be BlockRows; got ${describeValue(mask.rows)}`);
     const { rowPtr, cols } = mask.rows;
-    checkPtr(rowPtr, H * Nb, cols.length, 'rows.rowPtr');
     if (!(cols instanceof Int32Array)) throw new MaskError('rows.cols must be an Int32Array');
-    if (opts.rowEntries === false) return;
-    for (let r = 0; r < H * Nb; r++) {
-      const I = r % Nb;
-      checkSortedRange(cols, rowPtr[r], rowPtr[r + 1], 0, I, `head ${Math.floor(r / Nb)} row ${I} (causal: cols <= ${I})`);
+    checkPtr(rowPtr, H * Nb, cols.length, 'rows.rowPtr');
+    if (opts.rowEntries !== false) {
+      for (let r = 0; r < H * Nb; r++) {
+        const I = r % Nb;
+        checkSortedRange(cols, rowPtr[r], rowPtr[r + 1], 0, I, `head ${Math.floor(r / Nb)} row ${I} (causal: cols <= ${I})`);
+      }
+    }
+  }
+  if (opts.coverage !== false) checkCoverage(mask, opts.firstQueryBlock ?? 0);
+}
+
+/** Every query block from `first` on selects some key block (see validateMask); the mask's structure is checked. */
+function checkCoverage(mask: BlockMask, first: number): void {
+  const { heads: H, numBlocks: Nb, vs, rows } = mask;
+  if (!Number.isInteger(first) || first < 0) throw new MaskError(`firstQueryBlock must be a non-negative integer; got ${describeValue(first)}`);
+  for (let h = 0; h < H; h++) {
+    // the VS part covers the query blocks from min(V ∪ S) on
+    let lo = Nb;
+    if (vs) {
+      if (vs.verticalPtr[h + 1] > vs.verticalPtr[h]) lo = Math.min(lo, vs.vertical[vs.verticalPtr[h]]);
+      if (vs.slashPtr[h + 1] > vs.slashPtr[h]) lo = Math.min(lo, vs.slash[vs.slashPtr[h]]);
+    }
+    for (let I = first; I < lo; I++) {
+      const r = h * Nb + I;
+      if (rows && rows.rowPtr[r + 1] > rows.rowPtr[r]) continue;
+      throw new MaskError(
+        `head ${h}: query block ${I} selects no key block (its attention would be empty and its output zeros); keep key block 0 in the vertical list or offset 0 (the diagonal) in the slash list, or give the row a block`,
+        { head: h, queryBlock: I },
+      );
     }
   }
 }
 
-/** Build VS lists from per-head arrays (sorted and deduplicated here). */
+/**
+ * Throws MaskError unless `list` is an array or typed array of integer block indices in
+ * [0, 2^31): checked on the values themselves, before any Int32Array copy could truncate a
+ * fraction, wrap a large index or turn NaN into 0.
+ */
+export function assertIndexList(list: unknown, what: string, numBlocks = MAX_BLOCKS): asserts list is ArrayLike<number> {
+  const typed = ArrayBuffer.isView(list) && !(list instanceof DataView) && !(list instanceof BigInt64Array) && !(list instanceof BigUint64Array);
+  if (!typed && !Array.isArray(list)) {
+    throw new MaskError(`${what} must be an array or Int32Array of block indices; got ${describeValue(list)}`);
+  }
+  const a = list as ArrayLike<unknown>;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i];
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x >= numBlocks) {
+      throw new MaskError(
+        `${what}[${i}] is ${describeValue(x)}; block indices must be integers in [0, ${numBlocks - 1}]${numBlocks < MAX_BLOCKS ? ` (Nb = ${numBlocks})` : ''}`,
+        { position: i },
+      );
+    }
+  }
+}
+
+/**
+ * Build VS lists from per-head arrays (sorted and deduplicated here). Every entry must be an
+ * integer block index >= 0 (MaskError otherwise; the range against Nb is validateMask's).
+ */
 export function vsListsFromArrays(vertical: ArrayLike<number>[], slash: ArrayLike<number>[]): VsLists {
+  if (!Array.isArray(vertical) || !Array.isArray(slash) || vertical.length !== slash.length) {
+    throw new MaskError(
+      `vsListsFromArrays needs two arrays with one list per head, of the same length; got ${describeValue(vertical)} and ${describeValue(slash)}`,
+    );
+  }
+  for (let h = 0; h < vertical.length; h++) {
+    assertIndexList(vertical[h], `head ${h} vertical`);
+    assertIndexList(slash[h], `head ${h} slash`);
+  }
+  return packVsLists(vertical, slash);
+}
+
+/** vsListsFromArrays without the checks, for lists already checked (the pipeline's selections; not exported from the package). */
+export function packVsLists(vertical: ArrayLike<number>[], slash: ArrayLike<number>[]): VsLists {
   const pack = (lists: ArrayLike<number>[]) => {
     const ptr = new Int32Array(lists.length + 1);
     const sorted = lists.map((l) => sortedUnique(l));
@@ -169,9 +268,16 @@ export function vsHead(vs: VsLists, h: number): { vertical: Int32Array; slash: I
 
 /**
  * Expand any mask to pure block rows (the union of its parts, sorted). O(H * Nb * k):
- * the host reference of the backends' VS-to-rows primitive.
+ * the host reference of the backends' VS-to-rows primitive. The mask is validated first
+ * (MaskError), except for coverage: rows it leaves empty stay empty.
  */
 export function expandToRows(mask: BlockMask): BlockRows {
+  validateMask(mask, undefined, { coverage: false });
+  return expandValidated(mask);
+}
+
+/** expandToRows on a mask validateMask accepted (not exported from the package). */
+export function expandValidated(mask: BlockMask): BlockRows {
   const { heads: H, numBlocks: Nb } = mask;
   const rowPtr = new Int32Array(H * Nb + 1);
   const chunks: Int32Array[] = [];
@@ -233,8 +339,15 @@ export function blocksPerHead(rows: BlockRows, heads: number, Nb: number): Int32
  * VS part: vertical J covers Nb - J blocks, slash O covers Nb - O blocks, and the pair
  * (J, O) hits the same block (J + O, J) when J + O <= Nb - 1, so it is counted once.
  * Rows part: an entry (I, J) adds a block unless J is vertical or I - J is a slash offset.
+ * The mask is validated first (MaskError), except for coverage.
  */
 export function selectedBlockCounts(mask: BlockMask): Float64Array {
+  validateMask(mask, undefined, { coverage: false });
+  return countValidated(mask);
+}
+
+/** selectedBlockCounts on a mask validateMask accepted: the host plan counts its own, just checked (not exported from the package). */
+export function countValidated(mask: BlockMask): Float64Array {
   const { heads: H, numBlocks: Nb } = mask;
   const counts = new Float64Array(H);
   const vBit = new Uint8Array(Nb);

@@ -2,6 +2,15 @@
  * Policy interfaces. Routers and selectors are plain objects over small host arrays, so
  * they are swappable and identical on every backend. A user policy is an object with the
  * same shape as the built-ins (see @crisp/router and @crisp/select).
+ *
+ * The pipeline checks a policy before any work (its fields, below) and checks what its
+ * router and selector return each time they run; every failure is a CrispError naming the
+ * policy, router or selector:
+ *  - a router or selector that throws: INVALID_ARGUMENT with its name and its error as
+ *    `cause` (a CrispError it throws passes unchanged);
+ *  - one that returns a Promise: INVALID_ARGUMENT (they must be synchronous);
+ *  - the Router and VsSelector contracts below: INVALID_ARGUMENT, NON_FINITE or INVALID_MASK
+ *    as stated there.
  */
 import type { OptionalStat, ProxyStats } from './stats.js';
 
@@ -51,8 +60,16 @@ export interface DeviceRouterRule {
   readonly tauProxy: number;
 }
 
+/**
+ * A routing rule. `route` must be synchronous and return a RoutingDecision with exactly H
+ * routes, each 'vs' or 'pe' (anything else: INVALID_ARGUMENT, never read as VS), H scores
+ * (an array or typed array of numbers; non-finite ones: NON_FINITE), a string `scoreName` and,
+ * if present, a finite `threshold`. The plan keeps a copy of the decision.
+ */
 export interface Router {
+  /** a non-empty name (errors and reports use it) */
   readonly name: string;
+  /** what the statistics must hold; checked with the policy (types, positive integer windows) */
   readonly needs?: StatsNeeds;
   route(stats: ProxyStats): RoutingDecision;
   /**
@@ -89,10 +106,22 @@ export interface DeviceSelectorRule {
   readonly kMin: number;
 }
 
+/**
+ * A VS selection rule, run once per VS head and direction. `select` must be synchronous and
+ * return an array or typed array of block indices: integers in [0, Nb) (NaN, fractions,
+ * negatives, Nb or more, non-numbers: INVALID_MASK, checked before any copy to an Int32Array
+ * could coerce them; a Set or anything else: INVALID_ARGUMENT). Any order and duplicates are
+ * accepted: the lists are sorted and deduplicated. Each VS head must keep key block 0 in its
+ * vertical list or offset 0 (the diagonal) in its slash list: without either, the query
+ * blocks below the smallest selected index attend to nothing (INVALID_MASK naming the head and
+ * the selector). A `kMin` property, when the selector has one, must be a multiple of the
+ * policy's block size (INVALID_ARGUMENT before the statistics).
+ */
 export interface VsSelector {
+  /** a non-empty name (errors and reports use it) */
   readonly name: string;
   readonly needs?: StatsNeeds;
-  /** Selected block indices, ascending. Must be deterministic: ties toward the lower index. */
+  /** Selected block indices, ascending (see above). Must be deterministic: ties toward the lower index. */
   select(input: DirectionScores): Int32Array;
   /**
    * The same rule for backends that select on the device (`DevicePlanner.selectors`); absent
@@ -112,7 +141,15 @@ export interface PeSelector {
   readonly kMin: number;
 }
 
+/**
+ * A policy. Checked before any statistic (INVALID_ARGUMENT naming the field): a non-empty
+ * name; `dense` a boolean; `blockSize` one the backend lists; `kMin`, `wSink`, `wLocal`
+ * positive integers; for sparse policies a router and a VS selector as above (with their
+ * `needs` and any `device` rule well-typed) and a PE selector with 0 < gamma < 1 and a
+ * positive integer kMin.
+ */
 export interface Policy {
+  /** a non-empty name */
   readonly name: string;
   /** run dense attention for every head (the `dense` preset) */
   readonly dense?: boolean;

@@ -10,12 +10,13 @@
  */
 import { attentionShape } from './attention.js';
 import type { AttentionOptions, AttentionResult, Backend, DeviceMark } from './backend.js';
-import { InvalidArgumentError } from './errors.js';
-import { vsListsFromArrays } from './mask.js';
+import { InvalidArgumentError, describeValue } from './errors.js';
+import { packVsLists } from './mask.js';
 import { buildPlan } from './plan/build.js';
 import type { PlanOptions, PrefillInputs, PrefillPlan } from './plan/types.js';
 import type { Policy } from './policy.js';
 import type { DeviceTensor } from './tensor.js';
+import { assertBackend, assertCallOptions, assertInputs, assertOut } from './validate.js';
 
 /**
  * Build a complete plan: statistics, routing, selection, PE rows, mask and density. Does not
@@ -28,7 +29,10 @@ export async function planPrefill(
   policy: Policy,
   opts: PlanOptions = {},
 ): Promise<PrefillPlan> {
-  const built = await buildPlan(backend, inputs, policy, opts, false);
+  assertBackend(backend, 'planPrefill');
+  assertInputs(inputs, backend, 'planPrefill', false);
+  assertCallOptions(opts, 'planPrefill');
+  const built = await buildPlan(backend, inputs, policy, opts ?? {}, false);
   return 'ready' in built ? built.ready : built.queued.finish(false);
 }
 
@@ -37,17 +41,45 @@ export async function planPrefill(
  * The plan stays usable: runPlan then expands plan.mask again.
  */
 export function releasePlan(plan: PrefillPlan): void {
+  if (!plan || typeof plan !== 'object') {
+    throw new InvalidArgumentError(`releasePlan needs a plan (what planPrefill returned); got ${describeValue(plan)}`);
+  }
   plan.prepared?.release();
 }
 
-/** Run a plan: dense or block-sparse attention. Allocates only the output. */
-export function runPlan(
+/** Throws INVALID_ARGUMENT unless `plan` looks like what planPrefill returned. */
+function assertPlan(plan: unknown): asserts plan is PrefillPlan {
+  const p = plan as Partial<PrefillPlan> | null;
+  if (
+    !p ||
+    typeof p !== 'object' ||
+    !p.shape ||
+    typeof p.shape !== 'object' ||
+    !Number.isInteger(p.shape.keys) ||
+    !Number.isInteger(p.shape.heads) ||
+    (p.mask !== undefined && (typeof p.mask !== 'object' || p.mask === null))
+  ) {
+    throw new InvalidArgumentError(`runPlan needs a plan (what planPrefill returned); got ${describeValue(plan)}`);
+  }
+}
+
+/**
+ * Run a plan: dense or block-sparse attention. Allocates only the output. Every check
+ * (backend, plan, inputs, options, `out`) rejects the returned promise with a CrispError.
+ */
+export async function runPlan(
   backend: Backend,
   plan: PrefillPlan,
   inputs: PrefillInputs,
   opts: AttentionOptions = {},
 ): Promise<AttentionResult> {
+  assertBackend(backend, 'runPlan');
+  assertPlan(plan);
+  assertInputs(inputs, backend, 'runPlan', true);
+  assertCallOptions(opts, 'runPlan');
+  opts ??= {};
   const shape = attentionShape(inputs.q, inputs.k, inputs.v);
+  assertOut(opts.out, inputs, shape, backend, 'runPlan');
   if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads) {
     throw new InvalidArgumentError(
       `plan was made for n=${plan.shape.keys}, H=${plan.shape.heads}; inputs have n=${shape.keys}, H=${shape.heads}`,
@@ -84,6 +116,11 @@ export async function sparsePrefill(
   policy: Policy,
   opts: PlanOptions & AttentionOptions = {},
 ): Promise<PrefillResult> {
+  assertBackend(backend, 'sparsePrefill');
+  assertInputs(inputs, backend, 'sparsePrefill', true);
+  assertCallOptions(opts, 'sparsePrefill');
+  opts ??= {};
+  assertOut(opts.out, inputs, attentionShape(inputs.q, inputs.k, inputs.v), backend, 'sparsePrefill');
   const m0 = backend.mark?.();
   const t0 = performance.now();
   const built = await buildPlan(backend, inputs, policy, opts, m0 !== undefined);
@@ -104,7 +141,7 @@ export async function sparsePrefill(
       // host-side mask argument only carries the shape; the prepared mask is what runs)
       const { heads: H, numBlocks: Nb, blockSize: B } = queued.prepared;
       const none: number[][] = Array.from({ length: H }, () => []);
-      const shell = { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(none, none) };
+      const shell = { heads: H, numBlocks: Nb, blockSize: B, vs: packVsLists(none, none) };
       result = await backend.sparseAttention(inputs.q, inputs.k, inputs.v, shell, { ...opts, prepared: queued.prepared });
       m2 = m1 ? backend.mark?.() : undefined;
       let full: PrefillPlan;

@@ -6,8 +6,8 @@
  *   Hkv key/value heads (H % Hkv == 0, GQA)                   d    head dim
  *   B   block size                                            Nb   ceil(n / B)
  */
-import { type DType, assertDType, decode, encode } from './dtype.js';
-import { DTypeError, NonFiniteError, ShapeError } from './errors.js';
+import { type DType, MAX_FINITE, assertDType, decode, encode } from './dtype.js';
+import { DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, describeValue } from './errors.js';
 
 export type HostData = Float32Array | Uint16Array;
 
@@ -35,24 +35,78 @@ export function numel(shape: readonly number[]): number {
 }
 
 export function assertShape(shape: unknown, what = 'shape'): asserts shape is number[] {
-  if (!Array.isArray(shape) || shape.some((s) => !Number.isInteger(s) || s < 0)) {
-    throw new ShapeError(`${what} must be an array of non-negative integers; got ${JSON.stringify(shape)}`);
+  if (!Array.isArray(shape) || shape.some((s) => typeof s !== 'number' || !Number.isSafeInteger(s) || s < 0)) {
+    throw new ShapeError(`${what} must be an array of non-negative integers; got ${describeValue(shape)}`);
+  }
+  if (!Number.isSafeInteger(numel(shape))) {
+    throw new ShapeError(`${what} [${shape}] holds more elements than a tensor can (over 2^53); check the dimensions`);
   }
 }
 
-/** Build a host tensor from f32 values, encoding to the requested dtype. */
+/**
+ * Throws unless `values` is an array of numbers or a numeric typed array: what `hostTensor`
+ * and `castHost` encode (strings, BigInts and holes would become NaN or throw mid-copy).
+ */
+function assertNumericValues(values: unknown): asserts values is ArrayLike<number> {
+  if (ArrayBuffer.isView(values) && !(values instanceof DataView)) {
+    if (values instanceof BigInt64Array || values instanceof BigUint64Array) {
+      throw new InvalidArgumentError('values must be numbers; got a BigInt typed array (convert it to a Float32Array first)');
+    }
+    return;
+  }
+  if (!Array.isArray(values)) {
+    throw new InvalidArgumentError(`values must be an array of numbers or a typed array; got ${describeValue(values)}`);
+  }
+  for (let i = 0; i < values.length; i++) {
+    if (typeof values[i] !== 'number') {
+      throw new InvalidArgumentError(`values[${i}] is ${describeValue(values[i])}, not a number`, { index: i });
+    }
+  }
+}
+
+/**
+ * Throws NonFiniteError when a finite input value became Infinity in `dtype` (f16 tops out at
+ * 65504): the message names the value and suggests a wider dtype, instead of the input
+ * later being reported as holding Infinity.
+ */
+function assertNoOverflow(dtype: DType, values: ArrayLike<number>, data: Float32Array | Uint16Array): void {
+  for (let i = 0; i < data.length; i++) {
+    const inf = dtype === 'f32' ? (data as Float32Array)[i] === Infinity || (data as Float32Array)[i] === -Infinity : (data[i] & 0x7fff) === (dtype === 'f16' ? 0x7c00 : 0x7f80);
+    if (inf && Number.isFinite(values[i])) {
+      const wider = dtype === 'f16' ? 'use f32 or bf16 (or scale the input down)' : 'scale the input down';
+      throw new NonFiniteError(
+        `value ${values[i]} at flat index ${i} overflows ${dtype} (largest finite ${MAX_FINITE[dtype]}) and would become ${values[i] > 0 ? '' : '-'}Infinity; ${wider}`,
+        { index: i, dtype },
+      );
+    }
+  }
+}
+
+/**
+ * Build a host tensor from f32 values, encoding to the requested dtype. A finite value too
+ * large for the dtype (above 65504 in f16) is a NonFiniteError that says so; NaN and
+ * Infinity given on purpose are kept (the backends reject them when they run).
+ */
 export function hostTensor(dtype: DType, shape: readonly number[], values: ArrayLike<number>): HostTensor {
   assertDType(dtype);
   assertShape(shape as number[]);
+  assertNumericValues(values);
   if (numel(shape) !== values.length) {
     throw new ShapeError(`shape [${shape}] holds ${numel(shape)} values but ${values.length} were given`);
   }
-  return { dtype, shape: [...shape], data: encode(dtype, values) };
+  const data = encode(dtype, values);
+  assertNoOverflow(dtype, values, data);
+  return { dtype, shape: [...shape], data };
 }
 
 /** Wrap existing storage without copying; checks that the array type matches the dtype. */
 export function wrapHost(dtype: DType, shape: readonly number[], data: HostData): HostTensor {
   assertDType(dtype);
+  if (!(data instanceof Float32Array) && !(data instanceof Uint16Array)) {
+    throw new DTypeError(
+      `tensor data must be a Float32Array (f32) or a Uint16Array of bit patterns (f16, bf16); got ${describeValue(data)}`,
+    );
+  }
   assertShape(shape as number[]);
   if (dtype === 'f32' && !(data instanceof Float32Array)) {
     throw new DTypeError('f32 tensors need a Float32Array');
@@ -66,15 +120,29 @@ export function wrapHost(dtype: DType, shape: readonly number[], data: HostData)
   return { dtype, shape: [...shape], data };
 }
 
+/** Throws unless `t` is a host tensor whose data matches its dtype and shape. */
+function assertHost(t: HostTensor, what: string): void {
+  if (!t || typeof t !== 'object') {
+    throw new InvalidArgumentError(`${what} needs a host tensor ({ dtype, shape, data }); got ${describeValue(t)}`);
+  }
+  wrapHost(t.dtype, t.shape, t.data);
+}
+
 /** Values of a host tensor as f32 (no copy for f32 tensors). */
 export function toFloat32(t: HostTensor): Float32Array {
+  assertHost(t, 'toFloat32');
   return decode(t.dtype, t.data);
 }
 
 /** Convert a host tensor to another dtype (round to nearest even). */
 export function castHost(t: HostTensor, dtype: DType): HostTensor {
+  assertHost(t, 'castHost');
+  assertDType(dtype);
   if (t.dtype === dtype) return t;
-  return { dtype, shape: [...t.shape], data: encode(dtype, toFloat32(t)) };
+  const values = decode(t.dtype, t.data);
+  const data = encode(dtype, values);
+  assertNoOverflow(dtype, values, data);
+  return { dtype, shape: [...t.shape], data };
 }
 
 /** Throws NonFiniteError naming the first NaN/Inf position. */

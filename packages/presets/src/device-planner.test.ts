@@ -224,11 +224,11 @@ describe('plans made by a device planner', () => {
     const p2 = await planPrefill(be, inputs, policy, { minSparseLength: 0 });
     expect(p2.mask, msg).toEqual(ref.mask);
     (be.planner as { selectors: readonly string[] }).selectors = ['noiseFloor'];
-    // a kMin that is not whole blocks: on the host, where the selector raises its own error
+    // a kMin that is not whole blocks: refused before any statistics are computed
     const odd = { ...policy, vs: noiseFloor({ alpha: 1, kMin: 100 }) };
     await expect(planPrefill(be, inputs, odd, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     expect(log.planned, msg).toBe(0);
-    expect(log.deferred, msg).toEqual([false, false, false]);
+    expect(log.deferred, msg).toEqual([false, false]);
     // and the planner's plan for the same policy, for comparison
     await planPrefill(be, inputs, policy, { minSparseLength: 0 }).then(releasePlan);
     expect(log.planned, msg).toBe(1);

@@ -1,1 +1,1 @@
-export { crisp, crispFast, dense, flexPrefill, type PresetName, presets } from './presets.js';
+export { crisp, crispFast, dense, flexPrefill, type PresetName, presetByName, presets } from './presets.js';

@@ -9,7 +9,7 @@
  *
  * All sparse presets use B = 128 and k_min = 1024 tokens per direction.
  */
-import { densePolicy, type Policy } from '@crisp/core';
+import { describeValue, densePolicy, InvalidArgumentError, type Policy } from '@crisp/core';
 import { cStruct, jsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 
@@ -47,5 +47,19 @@ export const dense: Policy = densePolicy;
 
 export type PresetName = 'crisp' | 'crispFast' | 'flexPrefill' | 'dense';
 
-/** Every preset by name (for CLIs and reports). */
-export const presets: Readonly<Record<PresetName, Policy>> = Object.freeze({ crisp, crispFast, flexPrefill, dense });
+/**
+ * Every preset by name (for CLIs and reports). It has no prototype, so a name such as
+ * `'__proto__'` or `'toString'` finds nothing instead of an Object method; `presetByName`
+ * turns an unknown name into a typed error.
+ */
+export const presets: Readonly<Record<PresetName, Policy>> = Object.freeze(
+  Object.assign(Object.create(null) as Record<PresetName, Policy>, { crisp, crispFast, flexPrefill, dense }),
+);
+
+/** The preset called `name` (an own key of `presets`), else INVALID_ARGUMENT listing the names. */
+export function presetByName(name: string): Policy {
+  if (typeof name !== 'string' || !Object.hasOwn(presets, name)) {
+    throw new InvalidArgumentError(`unknown preset ${describeValue(name)}; the presets are ${Object.keys(presets).join(', ')}`);
+  }
+  return presets[name as PresetName];
+}

@@ -18,10 +18,12 @@ import {
   DeviceTensorBase,
   type DType,
   DTypeError,
+  describeValue,
   type DeviceTensor,
   type HostData,
   type HostTensor,
   InvalidArgumentError,
+  LimitError,
   type PeRowsOptions,
   type ProxyStats,
   type ProxyStatsOptions,
@@ -97,8 +99,8 @@ class ReferenceBackend implements Backend {
 
   constructor(opts: ReferenceBackendOptions) {
     const c = opts.sparseCrossover ?? 0;
-    if (!Number.isFinite(c) || c < 0) {
-      throw new InvalidArgumentError(`sparseCrossover must be a non-negative number; got ${c}`);
+    if (typeof c !== 'number' || !Number.isFinite(c) || c < 0) {
+      throw new InvalidArgumentError(`createReferenceBackend: sparseCrossover must be a finite number >= 0 (keys); got ${describeValue(c)}`);
     }
     // The reference has no speed to trade: 0 keeps every plan on the sparse path.
     this.sparseCrossover = c;
@@ -111,10 +113,16 @@ class ReferenceBackend implements Backend {
   /** Check ownership and liveness; return the storage. */
   #own(t: DeviceTensor, what: string): ReferenceTensor {
     this.#alive();
+    if (!t || typeof t !== 'object') {
+      throw new InvalidArgumentError(`${what} is ${describeValue(t)}; pass a tensor this backend's upload() or allocate() returned`);
+    }
     if (!(t instanceof ReferenceTensor) || t.owner !== this) {
+      if (typeof (t as { backend?: unknown }).backend !== 'string') {
+        throw new InvalidArgumentError(`${what} is not a device tensor; upload host tensors first (backend.upload(t))`);
+      }
       throw new CrispError(
         'WRONG_BACKEND',
-        `${what} belongs to backend '${(t as DeviceTensor | undefined)?.backend ?? typeof t}', not to this reference backend; download it and upload it here`,
+        `${what} belongs to backend '${(t as DeviceTensor).backend}'${t instanceof ReferenceTensor ? ' (another reference backend instance)' : ''}, not to this reference backend; download it and upload it here`,
       );
     }
     if (t.disposed) throw disposedError(`${what} tensor`);
@@ -133,6 +141,12 @@ class ReferenceBackend implements Backend {
     assertDType(dtype);
     assertShape(shape as number[]);
     const len = numel(shape);
+    if (len > MAX_ELEMENTS) {
+      throw new LimitError(`allocate: [${shape}] is ${len} elements; the reference backend holds at most ${MAX_ELEMENTS} per tensor (host memory)`, {
+        limit: 'elements',
+        max: MAX_ELEMENTS,
+      });
+    }
     // "Uninitialised" is NaN here, so reading a never-written output is caught at once.
     const data = dtype === 'f32' ? new Float32Array(len) : new Uint16Array(len);
     data.fill(NAN_BITS[dtype]);
@@ -141,6 +155,9 @@ class ReferenceBackend implements Backend {
 
   write(t: DeviceTensor, elementOffset: number, data: HostData): void {
     const rt = this.#own(t, 'write target');
+    if (!(data instanceof Float32Array) && !(data instanceof Uint16Array)) {
+      throw new DTypeError(`write needs a Float32Array (f32) or a Uint16Array of bit patterns (f16, bf16); got ${describeValue(data)}`);
+    }
     const store = rt.data;
     if (rt.dtype === 'f32' ? !(data instanceof Float32Array) : !(data instanceof Uint16Array)) {
       throw new DTypeError(
@@ -232,6 +249,8 @@ class ReferenceBackend implements Backend {
     opts: AttentionOptions = {},
   ): Promise<AttentionResult> {
     this.#alive();
+    checkOptionsObject(opts, 'sparseAttention');
+    opts ??= {};
     const qt = this.#own(q, 'q');
     const kt = this.#own(k, 'k');
     const vt = this.#own(v, 'v');
@@ -239,7 +258,9 @@ class ReferenceBackend implements Backend {
     assertSupported(this.capabilities, shape, this.name);
     if (!mask || typeof mask !== 'object') throw new InvalidArgumentError('sparseAttention needs a block mask');
     assertBlockSize(mask.blockSize, this.capabilities.blockSizes);
-    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, mask.blockSize) });
+    // (query blocks before the first query row may stay empty in chunked prefill)
+    const firstQueryBlock = Math.floor((shape.keys - shape.queries) / mask.blockSize);
+    validateMask(mask, { heads: shape.heads, numBlocks: numBlocks(shape.keys, mask.blockSize) }, { firstQueryBlock });
     return this.#attend(q, k, v, expandToRows(mask), mask.blockSize, opts);
   }
 
@@ -249,7 +270,8 @@ class ReferenceBackend implements Backend {
     v: DeviceTensor,
     opts: AttentionOptions = {},
   ): Promise<AttentionResult> {
-    return this.#attend(q, k, v, undefined, 128, opts);
+    checkOptionsObject(opts, 'denseAttention');
+    return this.#attend(q, k, v, undefined, 128, opts ?? {});
   }
 
   #attend(
@@ -269,6 +291,9 @@ class ReferenceBackend implements Backend {
     let out: ReferenceTensor | undefined;
     if (opts?.out !== undefined) {
       out = this.#own(opts.out, 'out');
+      if (out === q || out === k || out === v) {
+        throw new InvalidArgumentError('out is one of q, k, v: the attention reads them while it writes out; allocate a separate output (backend.allocate)');
+      }
       if (out.dtype !== shape.dtype) {
         throw new DTypeError(`out must have q's dtype ${shape.dtype}; got ${out.dtype}`);
       }
@@ -297,6 +322,17 @@ class ReferenceBackend implements Backend {
   }
 }
 
+/** The most elements one tensor holds here (host typed arrays: larger ones fail to allocate in some JS engines). */
+const MAX_ELEMENTS = 2 ** 31 - 1;
+
+function checkOptionsObject(opts: unknown, what: string): void {
+  if (opts !== undefined && (opts === null || typeof opts !== 'object')) {
+    throw new InvalidArgumentError(`${what}: options must be an object (or left out); got ${describeValue(opts)}`);
+  }
+}
+
+const OPTION_KEYS: readonly string[] = ['sparseCrossover'];
+
 function checkScale(scale: number | undefined, d: number): number {
   if (scale === undefined) return defaultScale(d);
   if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) {
@@ -307,5 +343,13 @@ function checkScale(scale: number | undefined, d: number): number {
 
 /** Create a reference backend (name 'reference'). */
 export function createReferenceBackend(opts: ReferenceBackendOptions = {}): Backend {
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`createReferenceBackend: options must be an object (or left out); got ${describeValue(opts)}`);
+  }
+  for (const key of Object.keys(opts)) {
+    if (!OPTION_KEYS.includes(key)) {
+      throw new InvalidArgumentError(`createReferenceBackend: unknown option ${describeValue(key)}; the options are ${OPTION_KEYS.join(', ')}`);
+    }
+  }
   return new ReferenceBackend(opts);
 }

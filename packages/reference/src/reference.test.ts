@@ -177,24 +177,47 @@ describe('reference attention', () => {
     }
   });
 
-  it('a VS mask and its expanded rows give identical outputs; empty rows give zeros and LSE -Inf', async () => {
+  it('a VS mask and its expanded rows give identical outputs', async () => {
     const be = createReferenceBackend();
     const [n, H, d, B] = [64, 2, 16, 16];
     const q = randomTensor([n, H, d]);
     const k = randomTensor([n, H, d]);
     const v = randomTensor([n, H, d]);
-    const vs: BlockMask = { heads: H, numBlocks: 4, blockSize: B, vs: vsListsFromArrays([[0], [1]], [[0], [2]]) };
+    const vs: BlockMask = { heads: H, numBlocks: 4, blockSize: B, vs: vsListsFromArrays([[0], [1]], [[0], [0, 2]]) };
     const rows = await be.expandMask(vs);
     expect(Array.from(rows.cols.subarray(rows.rowPtr[0], rows.rowPtr[4]))).toEqual([0, 0, 1, 0, 2, 0, 3]);
-    // head 1: vertical 1 (I >= 1), slash offset 2 (I >= 2): row 0 empty, row 1 {1}, row 2 {0, 1}, row 3 {1}
-    expect(Array.from(rows.rowPtr.subarray(4))).toEqual([7, 7, 8, 10, 11]);
+    // head 1: vertical 1 (I >= 1), slash offsets 0 and 2: row 0 {0}, row 1 {1}, row 2 {0, 1, 2}, row 3 {1, 3}
+    expect(Array.from(rows.rowPtr.subarray(4))).toEqual([7, 8, 9, 12, 14]);
     const a = await run(be, q, k, v, vs);
     const b = await run(be, q, k, v, { heads: H, numBlocks: 4, blockSize: B, rows });
     expect(Array.from(a.out)).toEqual(Array.from(b.out));
-    for (let i = 0; i < B; i++) {
-      expect(a.lse![1 * n + i]).toBe(Number.NEGATIVE_INFINITY);
-      for (let c = 0; c < d; c++) expect(a.out[(i * H + 1) * d + c]).toBe(0);
-    }
+  });
+
+  it('a mask that leaves a query block with no key block is INVALID_MASK, with nothing written to out', async () => {
+    const be = createReferenceBackend();
+    const [n, H, d, B] = [64, 2, 16, 16];
+    const [q, k, v] = [randomTensor([n, H, d]), randomTensor([n, H, d]), randomTensor([n, H, d])];
+    const [qd, kd, vd] = [be.upload(q), be.upload(k), be.upload(v)];
+    // head 1: vertical 1 and slash 2 leave query block 0 with nothing to attend to
+    const holes: BlockMask = { heads: H, numBlocks: 4, blockSize: B, vs: vsListsFromArrays([[0], [1]], [[0], [2]]) };
+    const out = be.allocate('f32', [n, H, d]);
+    const before = toFloat32(await be.download(out));
+    const err = await be.sparseAttention(qd, kd, vd, holes, { out }).catch((e: unknown) => e);
+    expect(isCrispError(err, 'INVALID_MASK'), String(err)).toBe(true);
+    expect((err as Error).message).toMatch(/head 1: query block 0 selects no key block/);
+    expect(Array.from(toFloat32(await be.download(out))).every((x, i) => Object.is(x, before[i]))).toBe(true);
+    expect(isCrispError(await be.expandMask(holes).catch((e: unknown) => e), 'INVALID_MASK')).toBe(true);
+    // a row of its own covers the block
+    const rowPtr = new Int32Array(H * 4 + 1);
+    rowPtr.fill(1, 4 + 1);
+    const patched: BlockMask = { ...holes, rows: { rowPtr, cols: Int32Array.of(0) } };
+    expect(isCrispError(await be.sparseAttention(qd, kd, vd, patched).catch((e: unknown) => e))).toBe(false);
+    // chunked prefill: q holds the last 32 of 64 positions, so query blocks 0 and 1 hold no rows and may stay empty
+    const chunk = be.upload(randomTensor([32, H, d]));
+    const late: BlockMask = { heads: H, numBlocks: 4, blockSize: B, vs: vsListsFromArrays([[2], [2]], [[], []]) };
+    expect(isCrispError(await be.sparseAttention(chunk, kd, vd, late).catch((e: unknown) => e))).toBe(false);
+    const tooLate: BlockMask = { ...late, vs: vsListsFromArrays([[3], [2]], [[], []]) };
+    expect(isCrispError(await be.sparseAttention(chunk, kd, vd, tooLate).catch((e: unknown) => e), 'INVALID_MASK')).toBe(true);
   });
 
   it('the full mask equals dense attention bit for bit, in every dtype', async () => {

@@ -9,7 +9,7 @@
  * replacement of FlexPrefill's JSD router).
  */
 import type { ProxyStats, Route, Router, RoutingDecision } from '@crisp/core';
-import { checkPositiveInt, checkRange, checkStats } from './stats-check.js';
+import { checkOptions, checkPositiveInt, checkRange, checkStats } from './stats-check.js';
 
 export interface CStructOptions {
   /** τ_proxy: heads with C_struct >= τ_proxy go to VS. Default 0.2 (the paper's). 0 < τ_proxy < 1. */
@@ -34,7 +34,8 @@ export interface CStructRouter extends Router {
  * that disagrees is an error there, not silently ignored). It reads C_struct alone, so
  * `needs.optionalStats` is empty: backends may skip the entropy and the pooled estimate.
  */
-export function cStruct(opts: CStructOptions = {}): CStructRouter {
+export function cStruct(options?: CStructOptions): CStructRouter {
+  const opts: CStructOptions = checkOptions(options, 'cStruct', ['tauProxy', 'wSink', 'wLocal']);
   const tauProxy = checkRange(opts.tauProxy ?? 0.2, 'tauProxy', 0, 1, 'in (0, 1) (the paper uses 0.2)');
   const wSink = checkPositiveInt(opts.wSink ?? 128, 'wSink');
   const wLocal = checkPositiveInt(opts.wLocal ?? 128, 'wLocal');

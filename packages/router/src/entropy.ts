@@ -18,7 +18,7 @@
  * routes by it), which is the paper's stated weakness of C_struct.
  */
 import type { ProxyStats, Route, Router, RoutingDecision } from '@crisp/core';
-import { checkRange, checkStats } from './stats-check.js';
+import { checkOptions, checkRange, checkStats } from './stats-check.js';
 
 export interface EntropyOptions {
   /** η_max: VS iff exp(H) <= n^η_max (H / ln n <= η_max). Default 0.8. 0 < η_max < 1. */
@@ -30,7 +30,8 @@ export interface EntropyRouter extends Router {
 }
 
 /** Entropy router: score η = H / ln n (the effective support exp(H) as a power of n); VS iff η <= η_max. */
-export function entropy(opts: EntropyOptions = {}): EntropyRouter {
+export function entropy(options?: EntropyOptions): EntropyRouter {
+  const opts: EntropyOptions = checkOptions(options, 'entropy', ['maxSupportExponent']);
   const maxSupportExponent = checkRange(
     opts.maxSupportExponent ?? 0.8,
     'maxSupportExponent',

@@ -11,8 +11,8 @@
  * "query-aware" and goes to PE; D >= τ: the map has structure pooling blurs (a sink token
  * diluted by its block's mean key, per-query diagonals), so it goes to VS.
  */
-import { InvalidArgumentError, type ProxyStats, type Route, type Router, type RoutingDecision } from '@crisp/core';
-import { checkRange, checkStats } from './stats-check.js';
+import { InvalidArgumentError, type ProxyStats, type Route, type Router, type RoutingDecision, ShapeError } from '@crisp/core';
+import { checkOptions, checkRange, checkStats } from './stats-check.js';
 
 export interface JsdOptions {
   /** τ: heads with D < τ go to PE. Default 0.1 (FlexPrefill's). 0 < τ < sqrt(ln 2). */
@@ -34,6 +34,9 @@ function klTerm(x: number, m: number): number {
  * NaN when either has a negative entry or no positive mass.
  */
 export function jsDistance(p: ArrayLike<number>, q: ArrayLike<number>): number {
+  if (!p || !q || typeof p.length !== 'number' || p.length !== q.length) {
+    throw new ShapeError(`jsDistance needs two distributions of the same length; got lengths ${p?.length} and ${q?.length}`);
+  }
   let sp = 0;
   let sq = 0;
   for (let i = 0; i < p.length; i++) {
@@ -56,7 +59,8 @@ export function jsDistance(p: ArrayLike<number>, q: ArrayLike<number>): number {
 }
 
 /** JSD router (FlexPrefill): 'pe' iff D(ā, â) < τ, else 'vs'. */
-export function jsd(opts: JsdOptions = {}): JsdRouter {
+export function jsd(options?: JsdOptions): JsdRouter {
+  const opts: JsdOptions = checkOptions(options, 'jsd', ['tau']);
   const tau = checkRange(opts.tau ?? 0.1, 'tau', 0, Math.sqrt(Math.LN2), 'in (0, sqrt(ln 2) ≈ 0.833) (FlexPrefill uses 0.1)');
   const name = 'jsd';
   return Object.freeze({

@@ -5,7 +5,7 @@
  *
  * Shape legend: H heads, Nb = ceil(n / B) blocks.
  */
-import { InvalidArgumentError, NonFiniteError, type ProxyStats, ShapeError } from '@crisp/core';
+import { describeValue, InvalidArgumentError, NonFiniteError, type ProxyStats, ShapeError } from '@crisp/core';
 
 /** Throws unless `stats` has H >= 1 heads and the named per-head arrays have the right lengths and finite values. */
 export function checkStats(
@@ -43,7 +43,7 @@ export function checkStats(
 /** A finite number in (lo, hi) (open) or [lo, hi] where `closed`; else InvalidArgumentError naming the parameter. */
 export function checkRange(value: unknown, name: string, lo: number, hi: number, how: string): number {
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= lo || value >= hi) {
-    throw new InvalidArgumentError(`${name} must be ${how}; got ${String(value)}`, { [name]: value });
+    throw new InvalidArgumentError(`${name} must be ${how}; got ${describeValue(value)}`, { [name]: value });
   }
   return value;
 }
@@ -51,7 +51,24 @@ export function checkRange(value: unknown, name: string, lo: number, hi: number,
 /** A positive integer token count; else InvalidArgumentError. */
 export function checkPositiveInt(value: unknown, name: string): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
-    throw new InvalidArgumentError(`${name} must be a positive integer (tokens); got ${String(value)}`, { [name]: value });
+    throw new InvalidArgumentError(`${name} must be a positive integer (tokens); got ${describeValue(value)}`, { [name]: value });
   }
   return value;
+}
+
+/**
+ * A factory's options: undefined (the defaults) or a plain object naming only `known` keys.
+ * A misspelt option would otherwise be ignored without a word and the default used.
+ */
+export function checkOptions<T extends object>(opts: T | undefined, factory: string, known: readonly string[]): T | Record<string, never> {
+  if (opts === undefined) return {};
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`${factory}(options): options must be an object (or left out); got ${describeValue(opts)}`);
+  }
+  for (const key of Object.keys(opts)) {
+    if (!known.includes(key)) {
+      throw new InvalidArgumentError(`${factory}(options): unknown option ${describeValue(key)}; the options are ${known.join(', ')}`);
+    }
+  }
+  return opts;
 }

@@ -4,11 +4,11 @@
  *
  * Shape legend: n keys, B block size, Nb = ceil(n / B) blocks.
  */
-import { type DirectionScores, InvalidArgumentError, NonFiniteError, ShapeError } from '@crisp/core';
+import { describeValue, type DirectionScores, InvalidArgumentError, NonFiniteError, ShapeError } from '@crisp/core';
 
 export function checkAlpha(alpha: unknown, name = 'alpha'): number {
   if (typeof alpha !== 'number' || !Number.isFinite(alpha) || alpha <= 0) {
-    throw new InvalidArgumentError(`${name} must be a finite number > 0 (1.0 keeps blocks above the mean background); got ${String(alpha)}`, {
+    throw new InvalidArgumentError(`${name} must be a finite number > 0 (1.0 keeps blocks above the mean background); got ${describeValue(alpha)}`, {
       [name]: alpha,
     });
   }
@@ -17,7 +17,7 @@ export function checkAlpha(alpha: unknown, name = 'alpha'): number {
 
 export function checkGamma(gamma: unknown): number {
   if (typeof gamma !== 'number' || !Number.isFinite(gamma) || gamma <= 0 || gamma >= 1) {
-    throw new InvalidArgumentError(`gamma must be in (0, 1) (FlexPrefill uses 0.95); got ${String(gamma)}`, { gamma });
+    throw new InvalidArgumentError(`gamma must be in (0, 1) (FlexPrefill uses 0.95); got ${describeValue(gamma)}`, { gamma });
   }
   return gamma;
 }
@@ -25,7 +25,7 @@ export function checkGamma(gamma: unknown): number {
 export function checkKMin(kMin: unknown): number {
   if (typeof kMin !== 'number' || !Number.isInteger(kMin) || kMin < 1) {
     throw new InvalidArgumentError(
-      `kMin must be a positive integer number of tokens, a multiple of the block size (default 1024 = 8 blocks of 128); got ${String(kMin)}`,
+      `kMin must be a positive integer number of tokens, a multiple of the block size (default 1024 = 8 blocks of 128); got ${describeValue(kMin)}`,
       { kMin },
     );
   }
@@ -42,11 +42,11 @@ export function checkInput(input: DirectionScores, selector: string, kMin: numbe
     throw new InvalidArgumentError(`selector ${selector}: input must be a DirectionScores object`);
   }
   const { blockScores: p, blockSize: B, n } = input;
-  if (!Number.isInteger(B) || B < 1) throw new InvalidArgumentError(`selector ${selector}: blockSize must be a positive integer; got ${B}`);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`selector ${selector}: n must be a positive integer; got ${n}`);
+  if (!Number.isInteger(B) || B < 1) throw new InvalidArgumentError(`selector ${selector}: blockSize must be a positive integer; got ${describeValue(B)}`);
+  if (!Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`selector ${selector}: n must be a positive integer; got ${describeValue(n)}`);
   const Nb = Math.ceil(n / B);
-  if (!p || p.length !== Nb) {
-    throw new ShapeError(`selector ${selector}: blockScores must hold Nb = ceil(n / B) = ${Nb} values; got ${p?.length}`);
+  if (!p || typeof p !== 'object' || p.length !== Nb) {
+    throw new ShapeError(`selector ${selector}: blockScores must hold Nb = ceil(n / B) = ${Nb} values; got ${describeValue(p)}`);
   }
   for (let i = 0; i < Nb; i++) {
     if (!Number.isFinite(p[i])) {
@@ -62,4 +62,21 @@ export function checkInput(input: DirectionScores, selector: string, kMin: numbe
     );
   }
   return { Nb, kBlocks: kMin / B };
+}
+
+/**
+ * A factory's options: undefined (the defaults) or a plain object naming only `known` keys.
+ * A misspelt option would otherwise be ignored without a word and the default used.
+ */
+export function checkOptions<T extends object>(opts: T | undefined, factory: string, known: readonly string[]): T | Record<string, never> {
+  if (opts === undefined) return {};
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`${factory}(options): options must be an object (or left out); got ${describeValue(opts)}`);
+  }
+  for (const key of Object.keys(opts)) {
+    if (!known.includes(key)) {
+      throw new InvalidArgumentError(`${factory}(options): unknown option ${describeValue(key)}; the options are ${known.join(', ')}`);
+    }
+  }
+  return opts;
 }

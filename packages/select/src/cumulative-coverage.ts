@@ -14,7 +14,7 @@
  * ε ≈ 1/n each, so the blocks it adds grow as O(n) (noise accumulation).
  */
 import { type DirectionScores, InvalidArgumentError, NonFiniteError, unionSorted, argsortDescending, type VsSelector } from '@crisp/core';
-import { checkGamma, checkInput, checkKMin } from './checks.js';
+import { checkGamma, checkInput, checkKMin, checkOptions } from './checks.js';
 
 export interface CumulativeCoverageOptions {
   /** γ: the token mass to cover, 0 < γ < 1. Default 0.95 (FlexPrefill's). */
@@ -230,7 +230,8 @@ function coverageCountSorted(values: Float64Array, gamma: number, mustCross = fa
 }
 
 /** γ cumulative coverage on token scores (needs `tokenScores`). */
-export function cumulativeCoverage(opts: CumulativeCoverageOptions = {}): CumulativeCoverageSelector {
+export function cumulativeCoverage(options?: CumulativeCoverageOptions): CumulativeCoverageSelector {
+  const opts: CumulativeCoverageOptions = checkOptions(options, 'cumulativeCoverage', ['gamma', 'kMin']);
   const gamma = checkGamma(opts.gamma ?? 0.95);
   const kMin = checkKMin(opts.kMin ?? 1024);
   const name = `cumulativeCoverage(gamma=${gamma})`;

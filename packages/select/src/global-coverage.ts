@@ -12,7 +12,7 @@
  * The pipeline uses ceil(kMin / B) blocks, so kMin should be a multiple of B.
  */
 import type { PeSelector } from '@crisp/core';
-import { checkGamma, checkKMin } from './checks.js';
+import { checkGamma, checkKMin, checkOptions } from './checks.js';
 
 export interface GlobalCoverageOptions {
   /** γ: the pooled-map mass to cover, 0 < γ < 1. Default 0.95. */
@@ -22,7 +22,8 @@ export interface GlobalCoverageOptions {
 }
 
 /** The PE selector: γ coverage of the pooled block map, plus kMin / B VS blocks per direction. */
-export function globalCoverage(opts: GlobalCoverageOptions = {}): PeSelector {
+export function globalCoverage(options?: GlobalCoverageOptions): PeSelector {
+  const opts: GlobalCoverageOptions = checkOptions(options, 'globalCoverage', ['gamma', 'kMin']);
   const gamma = checkGamma(opts.gamma ?? 0.95);
   const kMin = checkKMin(opts.kMin ?? 1024);
   return Object.freeze({ name: `globalCoverage(gamma=${gamma})`, gamma, kMin });

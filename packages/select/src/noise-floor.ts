@@ -16,7 +16,7 @@
  * where γ would stop inside the sink.
  */
 import type { DirectionScores, VsSelector } from '@crisp/core';
-import { checkAlpha, checkInput, checkKMin } from './checks.js';
+import { checkAlpha, checkInput, checkKMin, checkOptions } from './checks.js';
 import { allBlocks, keepAboveWithAnchors } from './floor.js';
 
 export interface NoiseFloorOptions {
@@ -38,7 +38,8 @@ export function meanBackground(p: ArrayLike<number>): number {
 }
 
 /** The noise-floor selector: {J : p[J] > α μ} (kMin / B best if fewer), ∪ {0, Nb − 1}. */
-export function noiseFloor(opts: NoiseFloorOptions = {}): NoiseFloorSelector {
+export function noiseFloor(options?: NoiseFloorOptions): NoiseFloorSelector {
+  const opts: NoiseFloorOptions = checkOptions(options, 'noiseFloor', ['alpha', 'kMin']);
   const alpha = checkAlpha(opts.alpha ?? 1.0);
   const kMin = checkKMin(opts.kMin ?? 1024);
   const name = `noiseFloor(alpha=${alpha})`;

@@ -13,8 +13,8 @@
  * and median, neither better everywhere.
  */
 import type { DirectionScores, VsSelector } from '@crisp/core';
-import { InvalidArgumentError } from '@crisp/core';
-import { checkAlpha, checkInput, checkKMin } from './checks.js';
+import { describeValue, InvalidArgumentError } from '@crisp/core';
+import { checkAlpha, checkInput, checkKMin, checkOptions } from './checks.js';
 import { allBlocks, background, keepAboveWithAnchors, quantile } from './floor.js';
 
 export interface QuantileFloorOptions {
@@ -33,10 +33,11 @@ export interface QuantileFloorSelector extends VsSelector {
 }
 
 /** Floor at α times the q-quantile of the background blocks (J = 1 .. Nb − 2). */
-export function quantileFloor(opts: QuantileFloorOptions = {}): QuantileFloorSelector {
+export function quantileFloor(options?: QuantileFloorOptions): QuantileFloorSelector {
+  const opts: QuantileFloorOptions = checkOptions(options, 'quantileFloor', ['q', 'alpha', 'kMin']);
   const q = opts.q ?? 0.5;
   if (typeof q !== 'number' || !Number.isFinite(q) || q <= 0 || q >= 1) {
-    throw new InvalidArgumentError(`q must be a quantile in (0, 1) (0.5 is the median); got ${String(q)}`, { q });
+    throw new InvalidArgumentError(`q must be a quantile in (0, 1) (0.5 is the median); got ${describeValue(q)}`, { q });
   }
   const alpha = checkAlpha(opts.alpha ?? 1.0);
   const kMin = checkKMin(opts.kMin ?? 1024);
@@ -55,6 +56,7 @@ export function quantileFloor(opts: QuantileFloorOptions = {}): QuantileFloorSel
 }
 
 /** The median floor of Table 9: quantileFloor with q = 0.5. */
-export function medianFloor(opts: Omit<QuantileFloorOptions, 'q'> = {}): QuantileFloorSelector {
+export function medianFloor(options?: Omit<QuantileFloorOptions, 'q'>): QuantileFloorSelector {
+  const opts: Omit<QuantileFloorOptions, 'q'> = checkOptions(options, 'medianFloor', ['alpha', 'kMin']);
   return quantileFloor({ ...opts, q: 0.5 });
 }

@@ -34,8 +34,8 @@
  * that regime is a diffuse head the router should have sent to PE.
  */
 import type { DirectionScores, VsSelector } from '@crisp/core';
-import { InvalidArgumentError } from '@crisp/core';
-import { checkInput, checkKMin } from './checks.js';
+import { describeValue, InvalidArgumentError } from '@crisp/core';
+import { checkInput, checkKMin, checkOptions } from './checks.js';
 import { allBlocks, background, keepAboveWithAnchors, quantile } from './floor.js';
 
 export interface RobustFloorOptions {
@@ -63,14 +63,15 @@ export function robustThreshold(p: ArrayLike<number>, c: number, relSpread: numb
 }
 
 /** The robust outlier floor: blocks more than c robust spreads above the background median. */
-export function robustFloor(opts: RobustFloorOptions = {}): RobustFloorSelector {
+export function robustFloor(options?: RobustFloorOptions): RobustFloorSelector {
+  const opts: RobustFloorOptions = checkOptions(options, 'robustFloor', ['c', 'relSpread', 'kMin']);
   const c = opts.c ?? 3;
   if (typeof c !== 'number' || !Number.isFinite(c) || c <= 0) {
-    throw new InvalidArgumentError(`c must be a finite number > 0 (spreads above the background median; 3 is the usual outlier cut); got ${String(c)}`, { c });
+    throw new InvalidArgumentError(`c must be a finite number > 0 (spreads above the background median; 3 is the usual outlier cut); got ${describeValue(c)}`, { c });
   }
   const relSpread = opts.relSpread ?? 0.05;
   if (typeof relSpread !== 'number' || !Number.isFinite(relSpread) || relSpread < 0) {
-    throw new InvalidArgumentError(`relSpread must be a finite number >= 0 (a fraction of the background median); got ${String(relSpread)}`, {
+    throw new InvalidArgumentError(`relSpread must be a finite number >= 0 (a fraction of the background median); got ${describeValue(relSpread)}`, {
       relSpread,
     });
   }

@@ -1,6 +1,6 @@
 /** Fixed-budget baseline: the k best blocks of a direction, whatever the input. */
-import { type DirectionScores, InvalidArgumentError, topKIndices, unionSorted, type VsSelector } from '@crisp/core';
-import { checkInput } from './checks.js';
+import { describeValue, type DirectionScores, InvalidArgumentError, topKIndices, unionSorted, type VsSelector } from '@crisp/core';
+import { checkInput, checkOptions } from './checks.js';
 
 export interface TopKOptions {
   /** k: blocks kept per direction (clipped to Nb). A positive integer. */
@@ -15,12 +15,17 @@ export interface TopKSelector extends VsSelector {
 }
 
 /** The k best block scores (ties toward the lower index), ∪ {0, Nb − 1} unless keepAnchors is false. */
-export function topK(opts: TopKOptions): TopKSelector {
-  const k = opts?.k;
+export function topK(options: TopKOptions): TopKSelector {
+  if (options === undefined) throw new InvalidArgumentError('topK(options): k is required ({ k: a positive integer number of blocks })');
+  const opts: Partial<TopKOptions> = checkOptions(options, 'topK', ['k', 'keepAnchors']);
+  const k = opts.k;
   if (typeof k !== 'number' || !Number.isInteger(k) || k < 1) {
-    throw new InvalidArgumentError(`topK: k must be a positive integer number of blocks; got ${String(k)}`, { k });
+    throw new InvalidArgumentError(`topK: k must be a positive integer number of blocks; got ${describeValue(k)}`, { k });
   }
   const keepAnchors = opts.keepAnchors ?? true;
+  if (typeof keepAnchors !== 'boolean') {
+    throw new InvalidArgumentError(`topK: keepAnchors must be true or false; got ${describeValue(keepAnchors)}`);
+  }
   const name = `topK(k=${k})`;
   return Object.freeze({
     name,

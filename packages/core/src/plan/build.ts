@@ -9,12 +9,15 @@ import { InvalidArgumentError } from '../errors.js';
 import type { Policy } from '../policy.js';
 import type { ProxyStatsOptions } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
-import { sparseDerived, validatePolicyOnce } from './derive.js';
+import { sparseDerived, validatePolicyBlocks, validatePolicyOnce } from './derive.js';
 import { type QueuedDevicePlan, queueDevicePlan } from './device-plan.js';
 import { hostPlan } from './host-plan.js';
 import { DEFAULTS, type PlanOptions, type PrefillPlan } from './types.js';
 
-/** A plan ready to run, or a device plan queued and not read back yet. */
+/**
+ * A plan ready to run, or a device plan queued and not read back yet. The entries
+ * (planPrefill, sparsePrefill) have checked the backend, the input tensors and the options.
+ */
 export type BuiltPlan = { readonly ready: PrefillPlan } | { readonly queued: QueuedDevicePlan };
 
 export async function buildPlan(
@@ -47,14 +50,16 @@ export async function buildPlan(
     },
   });
   if (policy.dense) return dense('policy');
+  validatePolicyBlocks(policy, B);
   if (shape.queries !== shape.keys) {
     throw new InvalidArgumentError('sparse plans need q and k of equal length for now; use the dense policy for chunks');
   }
   // FlexPrefill's rule: too short to have anything to skip.
   if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return dense('min-length');
+  // (opts.minSparseLength was checked by the entry; the backend's own crossover is checked here)
   const gate = opts.minSparseLength ?? backend.sparseCrossover;
-  if (!(Number.isFinite(gate) && gate >= 0)) {
-    throw new InvalidArgumentError(`minSparseLength must be a finite number >= 0 (keys); got ${gate}`);
+  if (!(typeof gate === 'number' && Number.isFinite(gate) && gate >= 0)) {
+    throw new InvalidArgumentError(`backend ${backend.name}: sparseCrossover must be a finite number >= 0 (keys); got ${gate}`);
   }
   if (n < gate) return dense('length-gate');
 

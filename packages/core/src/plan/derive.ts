@@ -5,30 +5,121 @@
  * launch counts in the plan: the less the host touches there, the better.
  */
 import type { Backend } from '../backend.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
 import { DEFAULTS } from './types.js';
 
+/**
+ * Check a policy before any work: its shape, every parameter's type and range, and its parts'
+ * declared needs and device rules (see the contracts in policy.ts). INVALID_ARGUMENT naming
+ * the policy and the field. What the router and selector return is checked when they run.
+ */
 export function validatePolicy(policy: Policy): void {
-  if (!policy || typeof policy !== 'object' || typeof policy.name !== 'string') {
-    throw new InvalidArgumentError('policy must be an object with a name (see the presets in @crisp/presets)');
+  if (!policy || typeof policy !== 'object' || typeof policy.name !== 'string' || policy.name === '') {
+    throw new InvalidArgumentError(
+      `policy must be an object with a non-empty name (a preset from @crisp/presets, or { name, router, vs, pe }); got ${describeValue(policy)}`,
+    );
   }
+  const name = policy.name;
+  if (policy.dense !== undefined && typeof policy.dense !== 'boolean') {
+    throw new InvalidArgumentError(`policy ${name}: dense must be true or false; got ${describeValue(policy.dense)}`);
+  }
+  if (policy.blockSize !== undefined && !(typeof policy.blockSize === 'number' && Number.isInteger(policy.blockSize) && policy.blockSize > 0)) {
+    throw new InvalidArgumentError(`policy ${name}: blockSize must be a positive integer (64 or 128 on the GPU backends); got ${describeValue(policy.blockSize)}`);
+  }
+  optionalTokens(policy.kMin, `policy ${name}: kMin`);
+  optionalTokens(policy.wSink, `policy ${name}: wSink`);
+  optionalTokens(policy.wLocal, `policy ${name}: wLocal`);
   if (policy.dense) return;
-  if (!policy.router || typeof policy.router.route !== 'function') {
-    throw new InvalidArgumentError(`policy ${policy.name} needs a router with route(stats)`);
+  const { router, vs, pe } = policy;
+  if (!router || typeof router !== 'object' || typeof router.route !== 'function') {
+    throw new InvalidArgumentError(`policy ${name} needs a router: an object with a name and a synchronous route(stats) (see @crisp/router)`);
   }
-  if (!policy.vs || typeof policy.vs.select !== 'function') {
-    throw new InvalidArgumentError(`policy ${policy.name} needs a VS selector with select(input)`);
+  if (typeof router.name !== 'string' || router.name === '') {
+    throw new InvalidArgumentError(`policy ${name}: its router needs a non-empty name (errors and reports name it)`);
   }
-  if (!policy.pe || !(policy.pe.gamma > 0 && policy.pe.gamma < 1)) {
-    throw new InvalidArgumentError(`policy ${policy.name} needs a PE selector with 0 < gamma < 1`);
+  checkNeeds(router.needs, `policy ${name}: router ${router.name}: needs`);
+  if (router.device !== undefined) checkRouterRule(router.device, `policy ${name}: router ${router.name}: device`);
+  if (!vs || typeof vs !== 'object' || typeof vs.select !== 'function') {
+    throw new InvalidArgumentError(`policy ${name} needs a VS selector: an object with a name and a synchronous select(input) (see @crisp/select)`);
   }
-  if (!Number.isInteger(policy.pe.kMin) || policy.pe.kMin < 1) {
-    throw new InvalidArgumentError(`policy ${policy.name}: pe.kMin must be a positive integer (tokens); got ${policy.pe.kMin}`);
+  if (typeof vs.name !== 'string' || vs.name === '') {
+    throw new InvalidArgumentError(`policy ${name}: its VS selector needs a non-empty name (errors and reports name it)`);
   }
-  if (policy.kMin !== undefined && !(Number.isInteger(policy.kMin) && policy.kMin >= 1)) {
-    throw new InvalidArgumentError(`policy ${policy.name}: kMin must be a positive integer (tokens); got ${policy.kMin}`);
+  checkNeeds(vs.needs, `policy ${name}: selector ${vs.name}: needs`);
+  if (vs.device !== undefined) checkSelectorRule(vs.device, `policy ${name}: selector ${vs.name}: device`);
+  if (!pe || typeof pe !== 'object' || typeof pe.gamma !== 'number' || !(pe.gamma > 0 && pe.gamma < 1)) {
+    throw new InvalidArgumentError(
+      `policy ${name} needs a PE selector with 0 < gamma < 1 (globalCoverage from @crisp/select); got gamma ${describeValue(pe?.gamma)}`,
+    );
+  }
+  if (typeof pe.kMin !== 'number' || !Number.isInteger(pe.kMin) || pe.kMin < 1) {
+    throw new InvalidArgumentError(`policy ${name}: pe.kMin must be a positive integer (tokens); got ${describeValue(pe.kMin)}`);
+  }
+}
+
+/** A token count: undefined, or a positive integer. */
+function optionalTokens(x: unknown, what: string): void {
+  if (x !== undefined && !(typeof x === 'number' && Number.isInteger(x) && x >= 1)) {
+    throw new InvalidArgumentError(`${what} must be a positive integer number of tokens; got ${describeValue(x)}`);
+  }
+}
+
+/** A router's or selector's `needs`: undefined, or an object of the StatsNeeds fields with their types. */
+function checkNeeds(needs: unknown, what: string): void {
+  if (needs === undefined) return;
+  if (!needs || typeof needs !== 'object') throw new InvalidArgumentError(`${what} must be an object (StatsNeeds); got ${describeValue(needs)}`);
+  const n = needs as Record<string, unknown>;
+  if (n.tokenScores !== undefined && typeof n.tokenScores !== 'boolean') {
+    throw new InvalidArgumentError(`${what}.tokenScores must be true or false; got ${describeValue(n.tokenScores)}`);
+  }
+  optionalTokens(n.wSink, `${what}.wSink`);
+  optionalTokens(n.wLocal, `${what}.wLocal`);
+  if (n.optionalStats !== undefined) wantedOptionalStats(n.optionalStats, `${what}.optionalStats`);
+}
+
+/** A router's device form: a DeviceRouterRule whose parameters are in range (a backend runs it as given). */
+function checkRouterRule(rule: unknown, what: string): void {
+  const r = rule as Partial<DeviceRouterRule> | null;
+  if (!r || typeof r !== 'object' || r.kind !== 'cStruct' || typeof r.tauProxy !== 'number' || !Number.isFinite(r.tauProxy)) {
+    throw new InvalidArgumentError(
+      `${what} must be { kind: 'cStruct', tauProxy: a finite number } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
+    );
+  }
+}
+
+/** A VS selector's device form: a DeviceSelectorRule whose parameters are in range. */
+function checkSelectorRule(rule: unknown, what: string): void {
+  const r = rule as Partial<DeviceSelectorRule> | null;
+  const ok =
+    r &&
+    typeof r === 'object' &&
+    r.kind === 'noiseFloor' &&
+    typeof r.alpha === 'number' &&
+    Number.isFinite(r.alpha) &&
+    r.alpha > 0 &&
+    typeof r.kMin === 'number' &&
+    Number.isInteger(r.kMin) &&
+    r.kMin >= 1;
+  if (!ok) {
+    throw new InvalidArgumentError(
+      `${what} must be { kind: 'noiseFloor', alpha > 0, kMin: a positive integer } or left out (a selector with its own select() has no device form); got ${describeValue(rule)}`,
+    );
+  }
+}
+
+/**
+ * The checks that need the block size, run before the statistics: a VS selector that states
+ * its kMin (every built-in one does) must have a whole number of blocks of it.
+ */
+export function validatePolicyBlocks(policy: Policy, B: number): void {
+  const kMin = (policy.vs as { readonly kMin?: unknown } | undefined)?.kMin;
+  if (typeof kMin === 'number' && Number.isInteger(kMin) && kMin % B !== 0) {
+    throw new InvalidArgumentError(
+      `policy ${policy.name}: selector ${policy.vs!.name} has kMin = ${kMin} tokens, not a multiple of the block size ${B}; use ${Math.max(1, Math.round(kMin / B)) * B}`,
+      { kMin, blockSize: B },
+    );
   }
 }
 

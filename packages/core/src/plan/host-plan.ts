@@ -6,23 +6,118 @@
  */
 import type { AttentionShape } from '../attention.js';
 import type { Backend } from '../backend.js';
-import { InvalidArgumentError } from '../errors.js';
-import { type BlockMask, type BlockRows, maskDensity, spreadRowPtr, validateMask, vsListsFromArrays, type VsLists } from '../mask.js';
-import type { Policy, Route, RoutingDecision, VsSelector } from '../policy.js';
+import { CrispError, InvalidArgumentError, MaskError, NonFiniteError, describeValue, isCrispError } from '../errors.js';
+import {
+  assertIndexList,
+  type BlockMask,
+  type BlockRows,
+  countValidated,
+  densityFromCounts,
+  packVsLists,
+  spreadRowPtr,
+  validateMask,
+  type VsLists,
+} from '../mask.js';
+import type { DirectionScores, Policy, Route, Router, RoutingDecision, VsSelector } from '../policy.js';
 import { topKIndices, unionSorted } from '../ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
 import type { PrefillPlan } from './types.js';
 
+/**
+ * A user router's or selector's throw, wrapped: a CrispError it threw passes unchanged (it
+ * already says what is wrong); anything else becomes INVALID_ARGUMENT naming the part, with
+ * the original as `cause`.
+ */
+function wrapThrown(e: unknown, part: string): CrispError {
+  if (isCrispError(e)) return e;
+  const what = e instanceof Error ? `${e.name}: ${e.message}` : describeValue(e);
+  return new CrispError('INVALID_ARGUMENT', `${part} threw ${what}; fix it (the error is this one's cause)`, { part }, { cause: e });
+}
+
+function isThenable(x: unknown): boolean {
+  return typeof x === 'object' && x !== null && typeof (x as { then?: unknown }).then === 'function';
+}
+
+/**
+ * Run a router and check what it returned (the Router contract in policy.ts): a RoutingDecision
+ * with one route per head, each 'vs' or 'pe'; scores of length H, all finite; a string
+ * scoreName; a finite threshold if any. Returns a copy, so a router that keeps and changes
+ * its arrays later does not change the plan.
+ */
+export function checkedRouting(router: Router, stats: ProxyStats, H: number): RoutingDecision {
+  const part = `router ${router.name}`;
+  let d: unknown;
+  try {
+    d = router.route(stats);
+  } catch (e) {
+    throw wrapThrown(e, part);
+  }
+  if (isThenable(d)) {
+    throw new InvalidArgumentError(`${part} returned a Promise: routers must be synchronous (return the RoutingDecision itself)`);
+  }
+  if (!d || typeof d !== 'object') {
+    throw new InvalidArgumentError(`${part} returned ${describeValue(d)}; route(stats) must return { routes, scores, scoreName }`);
+  }
+  const { routes, scores, scoreName, threshold } = d as Partial<RoutingDecision>;
+  if (!Array.isArray(routes) || routes.length !== H) {
+    throw new InvalidArgumentError(`${part} returned ${Array.isArray(routes) ? routes.length : describeValue(routes)} routes for ${H} heads; return an array of ${H} 'vs' / 'pe'`);
+  }
+  for (let h = 0; h < H; h++) {
+    if (routes[h] !== 'vs' && routes[h] !== 'pe') {
+      throw new InvalidArgumentError(`${part}: route of head ${h} is ${describeValue(routes[h])}; each route must be 'vs' or 'pe'`, { head: h });
+    }
+  }
+  const numeric = ArrayBuffer.isView(scores) ? !(scores instanceof DataView || scores instanceof BigInt64Array || scores instanceof BigUint64Array) : Array.isArray(scores);
+  if (!numeric || (scores as ArrayLike<unknown>).length !== H) {
+    throw new InvalidArgumentError(`${part}: scores must hold ${H} numbers (one per head, what each route was decided on); got ${describeValue(scores)}`);
+  }
+  const copy = new Float64Array(H);
+  for (let h = 0; h < H; h++) {
+    const x = (scores as ArrayLike<unknown>)[h];
+    if (typeof x !== 'number') throw new InvalidArgumentError(`${part}: scores[${h}] is ${describeValue(x)}, not a number`, { head: h });
+    if (!Number.isFinite(x)) {
+      throw new NonFiniteError(`${part}: scores[${h}] is ${x}; a router's scores must be finite (a NaN score usually means it read a statistic it should check)`, { head: h });
+    }
+    copy[h] = x;
+  }
+  if (typeof scoreName !== 'string') throw new InvalidArgumentError(`${part}: scoreName must be a string (what the scores are, for reports); got ${describeValue(scoreName)}`);
+  if (threshold !== undefined && !(typeof threshold === 'number' && Number.isFinite(threshold))) {
+    throw new InvalidArgumentError(`${part}: threshold must be a finite number or left out; got ${describeValue(threshold)}`);
+  }
+  return threshold === undefined ? { routes: [...routes], scores: copy, scoreName } : { routes: [...routes], scores: copy, scoreName, threshold };
+}
+
 /** The policy's router on the host, its H routes checked, and the PE heads ascending. */
 export function routeOnHost(policy: Policy, stats: ProxyStats, H: number): { routing: RoutingDecision; peHeads: number[] } {
-  const routing = policy.router!.route(stats);
-  if (!routing || !Array.isArray(routing.routes) || routing.routes.length !== H) {
-    throw new InvalidArgumentError(`router ${policy.router!.name} returned ${routing?.routes?.length} routes for ${H} heads`);
-  }
+  const routing = checkedRouting(policy.router!, stats, H);
   const peHeads: number[] = [];
   for (let h = 0; h < H; h++) if (routing.routes[h] === 'pe') peHeads.push(h);
   return { routing, peHeads };
+}
+
+/**
+ * Run a VS selector on one direction and check what it returned (the VsSelector contract in
+ * policy.ts): an array or typed array of integer block indices in [0, Nb), checked before any
+ * copy into an Int32Array could coerce them; any order, duplicates allowed (the lists are
+ * sorted and deduplicated afterwards).
+ */
+function checkedSelect(selector: VsSelector, input: DirectionScores, Nb: number): ArrayLike<number> {
+  const part = `selector ${selector.name}`;
+  let list: unknown;
+  try {
+    list = selector.select(input);
+  } catch (e) {
+    throw wrapThrown(e, part);
+  }
+  if (isThenable(list)) {
+    throw new InvalidArgumentError(`${part} returned a Promise: selectors must be synchronous (return the Int32Array of block indices itself)`);
+  }
+  if (!Array.isArray(list) && !(ArrayBuffer.isView(list) && !(list instanceof DataView))) {
+    throw new InvalidArgumentError(`${part} returned ${describeValue(list)} for head ${input.head} (${input.direction}); select() must return an Int32Array of block indices`);
+  }
+  assertIndexList(list, `${part}: head ${input.head} ${input.direction}`, Nb);
+  return list;
 }
 
 /**
@@ -31,11 +126,16 @@ export function routeOnHost(policy: Policy, stats: ProxyStats, H: number): { rou
  * direction, ∪ {0} in the slash one (FlexPrefill gives PE heads the kMin best vertical and
  * slash blocks too, so every query block keeps at least its diagonal block). What the host
  * plan runs, and what a device planner's selection must equal.
+ *
+ * What the selector returns is checked (integers in [0, Nb); MaskError otherwise), and every
+ * VS head must keep key block 0 in its vertical list or offset 0 in its slash list: without
+ * either, query blocks below the smallest selected index attend to nothing (MaskError naming
+ * the head and the selector).
  */
 export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selector: VsSelector, peK: number): VsLists {
   const { heads: H, numBlocks: Nb, blockSize: B, n } = stats;
-  const vertical: Int32Array[] = [];
-  const slash: Int32Array[] = [];
+  const vertical: ArrayLike<number>[] = [];
+  const slash: ArrayLike<number>[] = [];
   for (let h = 0; h < H; h++) {
     const pv = headSlice(stats.verticalBlocks, h, Nb);
     const ps = headSlice(stats.slashBlocks, h, Nb);
@@ -45,11 +145,31 @@ export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selec
       continue;
     }
     const select = (direction: 'vertical' | 'slash', blockScores: Float64Array, tokens?: Float32Array) =>
-      selector.select({ head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined });
-    vertical.push(select('vertical', pv, stats.verticalTokens));
-    slash.push(select('slash', ps, stats.slashTokens));
+      checkedSelect(selector, { head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined }, Nb);
+    const v = select('vertical', pv, stats.verticalTokens);
+    const s = select('slash', ps, stats.slashTokens);
+    if (!hasZero(v) && !hasZero(s)) {
+      const lo = Math.min(minOf(v), minOf(s));
+      throw new MaskError(
+        `selector ${selector.name}: head ${h} keeps neither key block 0 (vertical) nor offset 0 (the diagonal, slash), so query blocks 0 to ${Math.min(lo, Nb) - 1} would attend to nothing; always keep block 0 in one direction (the built-in selectors keep both)`,
+        { head: h, selector: selector.name },
+      );
+    }
+    vertical.push(v);
+    slash.push(s);
   }
-  return vsListsFromArrays(vertical, slash);
+  return packVsLists(vertical, slash);
+}
+
+function hasZero(a: ArrayLike<number>): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] === 0) return true;
+  return false;
+}
+
+function minOf(a: ArrayLike<number>): number {
+  let m = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < a.length; i++) if (a[i] < m) m = a[i];
+  return m;
 }
 
 /** Place rows built for a subset of heads into an all-heads row set (other heads empty). */
@@ -93,7 +213,7 @@ export async function hostPlan(
     rows = spreadRows(pe, peHeads, H, Nb);
   }
   const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs, rows };
-  const { perHead, overall } = maskDensity(mask);
+  const { perHead, overall } = densityFromCounts(countValidated(mask), Nb);
   const tEnd = performance.now();
   return {
     policy: policy.name,
