@@ -20,6 +20,7 @@ import {
   decode,
   encode,
 } from '@crisp/core';
+import { totalmem } from 'node:os';
 import { describeValue, settleAll } from './file-handle.js';
 import { type Layout, type QkvDims, dimsFromFileShape, parseLayout } from './layout.js';
 import type { TensorFile, TensorInfo } from './tensor-file.js';
@@ -106,8 +107,18 @@ export function checkLimits(dims: QkvDims, opts: Pick<StreamOptions, 'maxSequenc
   }
 }
 
-/** A host buffer, or LIMIT_EXCEEDED where the engine cannot allocate it. */
+/**
+ * A host buffer, or LIMIT_EXCEEDED where it cannot be had: above the machine's memory
+ * (an allocation the system would only grant lazily, then swap or kill the process
+ * for), or refused by the engine.
+ */
 function allocHost(bytes: number, what: string): ArrayBuffer {
+  if (bytes > totalmem()) {
+    throw new LimitError(
+      `${what}: needs ${bytes} bytes of host memory at once, more than this machine's ${totalmem()}; stream it with streamTensor/uploadTensor instead`,
+      { bytes },
+    );
+  }
   try {
     return new ArrayBuffer(bytes);
   } catch (e) {

@@ -1,6 +1,7 @@
 // Shared helpers of the hostile-input suite: exact error codes, hang guards, special files
 // and "nothing was written" checks.
 import { execFileSync } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { type CrispErrorCode, isCrispError } from '@crisp/core';
 import { expect } from 'vitest';
@@ -70,4 +71,16 @@ export function makeCharDevice(path: string): boolean {
 /** Names in `dir` that a writer may have left behind (temporary or partial files). */
 export async function leftovers(dir: string): Promise<string[]> {
   return (await readdir(dir)).filter((f) => f.includes('.partial') || f.includes('.crisp-tmp'));
+}
+
+/**
+ * Releases a reader stuck opening `path` (a FIFO): a non-blocking open for writing succeeds
+ * only when a reader waits, and closing it gives that reader end-of-file at once.
+ */
+export function releaseFifo(path: string): void {
+  try {
+    closeSync(openSync(path, constants.O_WRONLY | constants.O_NONBLOCK));
+  } catch {
+    // ENXIO: nobody was waiting
+  }
 }
