@@ -18,7 +18,7 @@ function outcome(e: unknown): string {
   return isCrispError(e) ? e.code : `non-CrispError ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`;
 }
 
-async function check(c: Case, memory: () => unknown, fromFile: (path: string) => Promise<{ close(): Promise<void> }>[]): Promise<void> {
+async function check(c: Case, memory: () => unknown, fromFile: (path: string) => (() => Promise<{ close(): Promise<void> }>)[]): Promise<void> {
   const label = `${c.family}: ${c.name}`;
   const mem = await caught(memory);
   expect(outcome(mem), `${label} (in memory): ${String(mem)}`).toBe(c.expect);
@@ -28,7 +28,7 @@ async function check(c: Case, memory: () => unknown, fromFile: (path: string) =>
   for (const [way, open] of fromFile(path).entries()) {
     let file: { close(): Promise<void> } | undefined;
     const e = await caught(async () => {
-      file = await open;
+      file = await open();
     });
     expect(outcome(e), `${label} (from a file): ${String(e)}`).toBe(c.expect);
     // The format's own opener gives the same message; openTensorFile may say neither format fits.
@@ -47,7 +47,7 @@ describe('hostile corpus: safetensors', () => {
         await check(
           c,
           () => parseSafetensorsBuffer(c.bytes, 'f'),
-          (p) => [openSafetensors(p), openTensorFile(p)],
+          (p) => [() => openSafetensors(p), () => openTensorFile(p)],
         );
         if (c.expect !== 'ok') continue;
         // Every tensor of an accepted file reads back as the bytes at its range.
@@ -92,7 +92,7 @@ describe('hostile corpus: .npy', () => {
         await check(
           c,
           () => parseNpyBuffer(c.bytes, {}, 'f'),
-          (p) => [openNpy(p), openTensorFile(p)],
+          (p) => [() => openNpy(p), () => openTensorFile(p)],
         );
       }
     });

@@ -77,8 +77,8 @@ export function safetensorsCorpus(): Case[] {
 
   // The JSON text.
   const text = JSON.stringify(base());
-  const raw = (name: string, t: string, expect: Case['expect'], message?: RegExp, data = DATA) =>
-    add('header JSON', name, safetensorsOf(t, data), expect, message);
+  const raw = (name: string, t: string, expect: Case['expect'], message?: RegExp, data = DATA, family = 'header JSON') =>
+    add(family, name, safetensorsOf(t, data), expect, message);
   raw('padded with spaces (the writer pads to 8 bytes)', `${text}      `, 'ok');
   raw('padded with tabs and newlines', `${text}\t\n\r `, 'ok');
   raw('padded with NUL bytes', `${text}\0\0\0`, F, /not valid JSON.*after the value/);
@@ -136,7 +136,7 @@ export function safetensorsCorpus(): Case[] {
 
   // shape.
   const shapeCase = (name: string, shapeText: string, expect: Case['expect'], message?: RegExp) =>
-    raw(`shape ${name}`, text.replace('"shape":[2,3]', `"shape":${shapeText}`), expect, message);
+    raw(`shape ${name}`, text.replace('"shape":[2,3]', `"shape":${shapeText}`), expect, message, DATA, 'shape');
   shapeCase('[2,3] unchanged (the control case)', '[2,3]', 'ok');
   for (const [name, s] of [
     ['negative', '[-2,-3]'],
@@ -179,9 +179,10 @@ export function safetensorsCorpus(): Case[] {
   offs('null', null, undefined, F, /invalid data_offsets/);
   offs('huge (2^60, past 2^53)', [2 ** 60, 2 ** 60 + 24], undefined, F, /invalid data_offsets/);
   offs('far past the end (2^40)', [0, 24], [2 ** 40, 2 ** 40 + 8], F, /'b' needs data bytes .*truncated or its offsets are out of range/);
-  raw('data_offsets 2^64 (beyond any integer)', text.replace('[0,24]', '[18446744073709551616,18446744073709551640]'), F, /invalid data_offsets/);
-  raw('data_offsets written 0.0', text.replace('[0,24]', '[0.0,24]'), F, /invalid data_offsets/);
-  raw('data_offsets written 2.4e1', text.replace('[0,24]', '[0,2.4e1]'), F, /invalid data_offsets/);
+  const rawOffs = (name: string, t: string) => raw(name, t, F, /invalid data_offsets/, DATA, 'data_offsets');
+  rawOffs('data_offsets 2^64 (beyond any integer)', text.replace('[0,24]', '[18446744073709551616,18446744073709551640]'));
+  rawOffs('data_offsets written 0.0', text.replace('[0,24]', '[0.0,24]'));
+  rawOffs('data_offsets written 2.4e1', text.replace('[0,24]', '[0,2.4e1]'));
   add('data_offsets', 'data_offsets absent', edit((h) => delete h.a.data_offsets), F, /invalid data_offsets nothing/);
   offs('overlap', [0, 24], [20, 28], F, /'a' \[0, 24\) and 'b' \[20, 28\) overlap/);
   offs('identical ranges', [0, 24], [0, 24], F, /= 8 bytes but|overlap/);
@@ -206,7 +207,7 @@ export function safetensorsCorpus(): Case[] {
 
   // __metadata__.
   const meta = (name: string, m: string, expect: Case['expect'], message?: RegExp) =>
-    raw(`__metadata__ ${name}`, `{"__metadata__":${m},${text.slice(1)}`, expect, message);
+    raw(`__metadata__ ${name}`, `{"__metadata__":${m},${text.slice(1)}`, expect, message, DATA, '__metadata__');
   meta('of strings (valid)', '{"format":"pt","x":""}', 'ok');
   meta('null (valid, as the reference reads it)', 'null', 'ok');
   meta('with a __proto__ key (a plain string key)', '{"__proto__":"x"}', 'ok');
