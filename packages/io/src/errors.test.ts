@@ -89,7 +89,9 @@ describe('safetensors: truncated and corrupt files', () => {
   it('header length beyond any sane size or the file', async () => {
     const bytes = valid.slice();
     Buffer.from(bytes.buffer).writeBigUInt64LE(2n ** 60n, 0);
-    await expectError(openSafetensors(await put(bytes)), 'FORMAT_ERROR', /truncated/);
+    await expectError(openSafetensors(await put(bytes)), 'FORMAT_ERROR', /header too large \(limit 100 MB/);
+    Buffer.from(bytes.buffer).writeBigUInt64LE(BigInt(valid.length), 0);
+    await expectError(openSafetensors(await put(bytes)), 'FORMAT_ERROR', /header claims \d+ bytes.*truncated/);
   });
   it('invalid JSON, a non-object header, invalid UTF-8', async () => {
     // Any structural JSON character replaced by '#' breaks the JSON; pick one at random.

@@ -1,10 +1,14 @@
 /**
  * Thin wrappers over Node's fs/promises file handles: exact positional reads and writes
- * (looping over short transfers) with Node errors turned into typed CrispErrors.
+ * (looping over short transfers) with Node errors turned into typed CrispErrors. Only
+ * regular files are opened for reading: a FIFO, socket or device is refused before open,
+ * and the open itself never blocks (O_NONBLOCK), so a path swapped for a FIFO cannot hang.
  */
-import { open, type FileHandle } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { constants } from 'node:fs';
+import { type FileHandle, open, stat } from 'node:fs/promises';
 import { endianness } from 'node:os';
-import { CrispError, UnsupportedError } from '@crisp/core';
+import { CrispError, InvalidArgumentError, UnsupportedError } from '@crisp/core';
 
 /** Every on-disk format here is little-endian; typed-array views use host order. */
 export function assertLittleEndianHost(): void {
@@ -20,6 +24,40 @@ export function formatError(message: string, details?: Record<string, unknown>):
   return new CrispError('FORMAT_ERROR', message, details);
 }
 
+/** A path argument must be a non-empty string without NUL bytes. */
+export function assertPath(path: unknown, what = 'path'): asserts path is string {
+  if (typeof path !== 'string' || path.length === 0) {
+    throw new InvalidArgumentError(
+      `${what} must be a non-empty string (a file or directory path); got ${path === '' ? "''" : describeValue(path)}`,
+    );
+  }
+  if (path.includes('\0')) {
+    throw new InvalidArgumentError(`${what} ${JSON.stringify(path)} contains a NUL byte; give a real path`);
+  }
+}
+
+/** A short description of any value for messages (never throws). */
+export function describeValue(x: unknown): string {
+  if (x === null) return 'null';
+  if (typeof x === 'string') return JSON.stringify(x.length > 60 ? `${x.slice(0, 60)}...` : x);
+  if (typeof x === 'number' || typeof x === 'boolean' || typeof x === 'bigint' || x === undefined) return String(x);
+  if (typeof x === 'function') return 'a function';
+  if (Array.isArray(x)) return `an array of ${x.length}`;
+  const name = (x as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof name === 'string' && name !== 'Object' ? `a ${name}` : 'an object';
+}
+
+/** What a non-regular path is, in words. */
+export function kindOf(st: Stats): string {
+  if (st.isDirectory()) return 'a directory';
+  if (st.isFIFO()) return 'a FIFO (named pipe)';
+  if (st.isSocket()) return 'a socket';
+  if (st.isCharacterDevice()) return 'a character device';
+  if (st.isBlockDevice()) return 'a block device';
+  if (st.isSymbolicLink()) return 'a symbolic link';
+  return st.isFile() ? 'a regular file' : 'not a regular file';
+}
+
 /** Turns a Node fs error into an IO_ERROR whose message says what to check. */
 export function ioError(e: unknown, action: string, path: string): CrispError {
   if (e instanceof CrispError) return e;
@@ -32,24 +70,59 @@ export function ioError(e: unknown, action: string, path: string): CrispError {
         ? 'permission denied: check the file permissions'
         : code === 'EISDIR'
           ? 'it is a directory, not a file'
-          : code === 'ENOSPC'
-            ? 'the disk is full: free space or write elsewhere'
-            : msg;
+          : code === 'ENOTDIR'
+            ? 'a part of the path is not a directory: check the path'
+            : code === 'ELOOP'
+              ? 'too many levels of symbolic links (a symlink loop): fix the link'
+              : code === 'ENAMETOOLONG'
+                ? 'the path is too long'
+                : code === 'ENOSPC'
+                  ? 'the disk is full: free space or write elsewhere'
+                  : code === 'EDQUOT'
+                    ? 'the disk quota is exhausted: free space or write elsewhere'
+                    : code === 'EROFS'
+                      ? 'the file system is read-only: write elsewhere'
+                      : code === 'EMFILE' || code === 'ENFILE'
+                        ? 'too many open files: close some, or raise the limit (ulimit -n)'
+                        : code === 'EIO'
+                          ? 'an input/output error from the device: check the disk'
+                          : msg;
   return new CrispError('IO_ERROR', `cannot ${action} ${path}: ${hint}`, { path, errno: code });
 }
 
+function notRegular(path: string, st: Stats, action = 'read'): CrispError {
+  return new CrispError(
+    'IO_ERROR',
+    `cannot ${action} ${path}: it is ${kindOf(st)}, not a regular file; give the path of a .safetensors or .npy file`,
+    { path, kind: kindOf(st) },
+  );
+}
+
+/**
+ * Opens a regular file for reading. Refuses directories, FIFOs, sockets and devices
+ * (IO_ERROR naming what the path is) without blocking on them; symlinks to regular files
+ * are followed.
+ */
 export async function openForRead(path: string): Promise<{ handle: FileHandle; size: number }> {
+  assertPath(path);
+  let before: Stats;
+  try {
+    before = await stat(path);
+  } catch (e) {
+    throw ioError(e, 'open', path);
+  }
+  if (!before.isFile()) throw notRegular(path, before);
   let handle: FileHandle;
   try {
-    handle = await open(path, 'r');
+    // O_NONBLOCK: if the path became a FIFO after the stat, open returns instead of
+    // waiting for a writer; the fstat below then refuses it.
+    handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   } catch (e) {
     throw ioError(e, 'open', path);
   }
   try {
     const st = await handle.stat();
-    if (!st.isFile()) {
-      throw new CrispError('IO_ERROR', `cannot read ${path}: it is not a regular file`, { path });
-    }
+    if (!st.isFile()) throw notRegular(path, st);
     return { handle, size: st.size };
   } catch (e) {
     await handle.close().catch(() => undefined);
@@ -87,6 +160,9 @@ export async function writeFully(handle: FileHandle, bytes: Uint8Array, position
     } catch (e) {
       throw ioError(e, 'write', path);
     }
+    if (bytesWritten === 0) {
+      throw new CrispError('IO_ERROR', `cannot write ${path}: the file system accepted no bytes (is the disk full?)`, { path });
+    }
     done += bytesWritten;
   }
 }
@@ -94,4 +170,14 @@ export async function writeFully(handle: FileHandle, bytes: Uint8Array, position
 /** A byte view over a typed array's storage (no copy). */
 export function bytesOf(a: ArrayBufferView): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/**
+ * Runs every task to completion before reporting the first failure: no read is still in
+ * flight when the caller goes on to close the file, and no rejection goes unobserved.
+ */
+export async function settleAll(tasks: readonly Promise<unknown>[]): Promise<void> {
+  const results = await Promise.allSettled(tasks);
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
 }

@@ -2,13 +2,26 @@ export { LAYOUTS, type Layout, type QkvDims, dimsFromFileShape, fileShapeFor, pa
 export type { FileFormat, TensorFile, TensorInfo } from './tensor-file.js';
 export {
   MAX_SAFETENSORS_HEADER,
+  SAFETENSORS_DTYPE_BITS,
   SAFETENSORS_DTYPE_BYTES,
   openSafetensors,
+  parseSafetensorsBuffer,
   parseSafetensorsHeader,
 } from './safetensors.js';
-export { type NpyHeader, type NpyOpenOptions, encodeNpyHeader, npyDescrToDType, openNpy, parseNpyHeader } from './npy.js';
+export {
+  MAX_NPY_HEADER,
+  type NpyHeader,
+  type NpyOpenOptions,
+  encodeNpyHeader,
+  npyDescrToDType,
+  openNpy,
+  parseNpyBuffer,
+  parseNpyHeader,
+} from './npy.js';
 export {
   DEFAULT_CHUNK_BYTES,
+  DEFAULT_MAX_BYTES,
+  MAX_CHUNK_BYTES,
   type StreamOptions,
   type StreamPlan,
   type TensorChunk,

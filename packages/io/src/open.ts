@@ -3,35 +3,38 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { CrispError, type DType, type HostTensor, InvalidArgumentError, ShapeError } from '@crisp/core';
-import { formatError, ioError, openForRead, readExactly } from './file-handle.js';
-import { type Layout, parseLayout } from './layout.js';
-import { NPY_MAGIC, type NpyOpenOptions, openNpy } from './npy.js';
-import { openSafetensors, sniffForeign } from './safetensors.js';
+import { CrispError, type DType, type HostTensor, InvalidArgumentError, ShapeError, assertDType, bytesPerElement } from '@crisp/core';
+import { assertLittleEndianHost, assertPath, describeValue, formatError, ioError, kindOf, openForRead, readExactly } from './file-handle.js';
+import { type Layout, type QkvDims, parseLayout } from './layout.js';
+import { NPY_MAGIC, type NpyOpenOptions, checkNpyOptions, openNpy, openNpyHandle } from './npy.js';
+import { openSafetensorsHandle, sniffForeign } from './safetensors.js';
+import { DEFAULT_MAX_BYTES, checkLimitOptions, checkOptionKeys, planStream, readTensor } from './stream.js';
 import { type TensorFile, listNames } from './tensor-file.js';
-import { readTensor } from './stream.js';
 
 /** Opens a safetensors or .npy file, told apart by content (not by extension). */
 export async function openTensorFile(path: string, opts: NpyOpenOptions = {}): Promise<TensorFile> {
+  assertLittleEndianHost();
+  const o = checkNpyOptions(opts);
   const { handle, size } = await openForRead(path);
-  const head = new Uint8Array(Math.min(size, 16));
   try {
+    const head = new Uint8Array(Math.min(size, 16));
     await readExactly(handle, head, 0, path);
-  } finally {
+    if (head.length >= 6 && NPY_MAGIC.every((b, i) => head[i] === b)) return await openNpyHandle(handle, size, path, o);
+    if (head.length > 8 && head[8] === 0x7b) return await openSafetensorsHandle(handle, size, path);
+    const foreign = sniffForeign(head);
+    if (size < 9) {
+      throw formatError(`${path} is ${size} bytes: too short to be a safetensors or .npy file; it is truncated or empty`, {
+        path,
+      });
+    }
+    throw formatError(
+      `${path} is neither a safetensors file (8-byte length, then a JSON header) nor an .npy file (\\x93NUMPY magic)${foreign === undefined ? '' : `: it looks like ${foreign}`}`,
+      { path },
+    );
+  } catch (e) {
     await handle.close().catch(() => undefined);
+    throw e;
   }
-  if (head.length >= 6 && NPY_MAGIC.every((b, i) => head[i] === b)) return openNpy(path, opts);
-  if (head.length > 8 && head[8] === 0x7b) return openSafetensors(path);
-  const foreign = sniffForeign(head);
-  if (size < 9) {
-    throw formatError(`${path} is ${size} bytes: too short to be a safetensors or .npy file; it is truncated or empty`, {
-      path,
-    });
-  }
-  throw formatError(
-    `${path} is neither a safetensors file (8-byte length, then a JSON header) nor an .npy file (\\x93NUMPY magic)${foreign === undefined ? '' : `: it looks like ${foreign}`}`,
-    { path },
-  );
 }
 
 /** Names tried, in order, for each of q, k, v when none are given. */
@@ -47,38 +50,73 @@ export interface QkvNames {
   readonly v: string;
 }
 
+/** Checks a `names` option: an object of q/k/v strings (each optional). */
+function checkNames(names: unknown): Partial<QkvNames> | undefined {
+  if (names === undefined) return undefined;
+  if (names === null || typeof names !== 'object' || Array.isArray(names)) {
+    throw new InvalidArgumentError(`names must be an object like { q: 'query', k: 'key', v: 'value' }; got ${describeValue(names)}`);
+  }
+  for (const [role, given] of Object.entries(names)) {
+    if (role !== 'q' && role !== 'k' && role !== 'v') {
+      throw new InvalidArgumentError(`names has an unknown key '${role}'; give names for q, k and v only`);
+    }
+    if (given !== undefined && (typeof given !== 'string' || given.length === 0)) {
+      throw new InvalidArgumentError(`names.${role} must be a non-empty tensor name; got ${describeValue(given)}`);
+    }
+  }
+  return names as Partial<QkvNames>;
+}
+
 /**
  * Picks the q/k/v tensor names among `available`: explicit names must exist; otherwise
- * an alias matches exactly (any case), or as the last dotted/slashed segment of exactly
- * one name ('model.layers.3.attn.q'). Errors list the names the file has.
+ * the first alias (in QKV_NAME_ALIASES order) that some name equals, exactly, then in any
+ * case; otherwise an alias as the last dotted/slashed segment of exactly one name
+ * ('model.layers.3.attn.q'). Two names equally good are an error, never a silent pick.
+ * Errors list the names the file has.
  */
 export function resolveQkvNames(available: readonly string[], where: string, names?: Partial<QkvNames>): QkvNames {
+  if (!Array.isArray(available) || available.some((a) => typeof a !== 'string')) {
+    throw new InvalidArgumentError(`available must be an array of tensor names; got ${describeValue(available)}`);
+  }
+  const given = checkNames(names);
   const out: Record<string, string> = {};
+  const ambiguous = (role: string, found: readonly string[]) =>
+    new InvalidArgumentError(
+      `${where}: several tensors could be ${role} (${listNames(found)}); pick one with names: { ${role}: '...' }`,
+      { candidates: [...found] },
+    );
   for (const role of ['q', 'k', 'v'] as const) {
-    const given = names?.[role];
-    if (given !== undefined) {
-      if (!available.includes(given)) {
-        throw new InvalidArgumentError(`${where} has no tensor '${given}' (given for ${role}); it has ${listNames(available)}`);
+    const name = given?.[role];
+    if (name !== undefined) {
+      if (!available.includes(name)) {
+        throw new InvalidArgumentError(`${where} has no tensor '${name}' (given for ${role}); it has ${listNames(available)}`);
       }
-      out[role] = given;
+      out[role] = name;
       continue;
     }
     const aliases = QKV_NAME_ALIASES[role];
-    const exact = available.find((a) => aliases.includes(a)) ?? available.find((a) => aliases.includes(a.toLowerCase()));
-    if (exact !== undefined) {
-      out[role] = exact;
+    let picked: string | undefined;
+    for (const match of [(a: string, alias: string) => a === alias, (a: string, alias: string) => a.toLowerCase() === alias]) {
+      for (const alias of aliases) {
+        const hits = available.filter((a) => match(a, alias));
+        if (hits.length > 1) throw ambiguous(role, hits);
+        if (hits.length === 1) {
+          picked = hits[0];
+          break;
+        }
+      }
+      if (picked !== undefined) break;
+    }
+    if (picked !== undefined) {
+      out[role] = picked;
       continue;
     }
-    const bySegment = available.filter((a) => aliases.includes(a.split(/[./:]/).pop()!.toLowerCase()));
+    const bySegment = available.filter((a) => aliases.includes((a.split(/[./:]/).pop() as string).toLowerCase()));
     if (bySegment.length === 1) {
       out[role] = bySegment[0];
       continue;
     }
-    if (bySegment.length > 1) {
-      throw new InvalidArgumentError(
-        `${where}: several tensors could be ${role} (${listNames(bySegment)}); pick one with names: { ${role}: '...' }`,
-      );
-    }
+    if (bySegment.length > 1) throw ambiguous(role, bySegment);
     throw new CrispError(
       'FORMAT_ERROR',
       `${where} has no ${role} tensor: looked for ${aliases.map((a) => `'${a}'`).join(', ')} and found ${listNames(available)}; pass names: { q, k, v } to say which is which`,
@@ -99,7 +137,13 @@ export interface ReadQkvOptions {
   readonly uint16As?: 'bf16';
   /** Refuse tensors larger than this as one array (default 1 GiB): stream those instead. */
   readonly maxBytes?: number;
+  /** Refuse more tokens than this, from the headers alone (pass the backend's `capabilities.maxSequence`). */
+  readonly maxSequence?: number;
+  /** Refuse head dims not in this list, from the headers alone (pass `capabilities.headDims`). */
+  readonly headDims?: readonly number[];
 }
+
+const READ_QKV_KEYS = ['layout', 'names', 'dtype', 'uint16As', 'maxBytes', 'maxSequence', 'headDims'];
 
 export interface Qkv {
   /** [m, H, d] canonical */
@@ -112,9 +156,9 @@ export interface Qkv {
   readonly layout: Layout;
 }
 
-function checkQkv(q: HostTensor, k: HostTensor, v: HostTensor, layout: Layout, where: string): void {
-  const [m, H, d] = q.shape;
-  const [n, Hkv, dk] = k.shape;
+/** q, k, v must fit together: checked on the header dims, before any data is read. */
+function checkQkv(q: QkvDims, k: QkvDims, v: QkvDims, dtypes: readonly DType[], layout: Layout, where: string): void {
+  const shape = (x: QkvDims) => [x.n, x.H, x.d];
   const swapHint =
     layout === 'hnd'
       ? " (if the file is [n, H, d], pass layout 'nhd')"
@@ -122,32 +166,81 @@ function checkQkv(q: HostTensor, k: HostTensor, v: HostTensor, layout: Layout, w
         ? " (if the file is [H, n, d], pass layout 'hnd')"
         : '';
   const fail = (msg: string) =>
-    new ShapeError(`${where}: ${msg}${swapHint}`, { q: [...q.shape], k: [...k.shape], v: [...v.shape], layout });
-  if (k.shape.join() !== v.shape.join()) throw fail(`k [${k.shape}] and v [${v.shape}] must have the same shape`);
-  if (dk !== d) throw fail(`q's head dim ${d} differs from k's ${dk}`);
-  if (m > n) throw fail(`q has ${m} tokens but k has only ${n}; q may cover at most k's tokens`);
-  if (H % Hkv !== 0) throw fail(`q's ${H} heads are not a multiple of k's ${Hkv} heads (GQA needs H % Hkv == 0)`);
-  if (q.dtype !== k.dtype || k.dtype !== v.dtype) {
-    throw new CrispError('DTYPE_MISMATCH', `${where}: q, k, v dtypes differ (${q.dtype}, ${k.dtype}, ${v.dtype}); pass dtype to convert them`);
+    new ShapeError(`${where}: ${msg}${swapHint}`, { q: shape(q), k: shape(k), v: shape(v), layout });
+  if (shape(k).join() !== shape(v).join()) throw fail(`k [${shape(k)}] and v [${shape(v)}] must have the same shape`);
+  if (k.d !== q.d) throw fail(`q's head dim ${q.d} differs from k's ${k.d}`);
+  if (q.n > k.n) throw fail(`q has ${q.n} tokens but k has only ${k.n}; q may cover at most k's tokens`);
+  if (q.H % k.H !== 0) throw fail(`q's ${q.H} heads are not a multiple of k's ${k.H} heads (GQA needs H % Hkv == 0)`);
+  if (dtypes[0] !== dtypes[1] || dtypes[1] !== dtypes[2]) {
+    throw new CrispError('DTYPE_MISMATCH', `${where}: q, k, v dtypes differ (${dtypes.join(', ')}); pass dtype to convert them`);
   }
+}
+
+/** Checks q/k/v headers together (names resolved, shapes, dtypes, limits), then reads all three. */
+async function readChecked(
+  files: Readonly<Record<'q' | 'k' | 'v', TensorFile>>,
+  names: QkvNames,
+  layout: Layout,
+  opts: ReadQkvOptions,
+  where: string,
+): Promise<Qkv> {
+  const streamOpts = { layout, dtype: opts.dtype, maxSequence: opts.maxSequence, headDims: opts.headDims };
+  const plans = (['q', 'k', 'v'] as const).map((role) => planStream(files[role], names[role], streamOpts));
+  const [qp, kp, vp] = plans;
+  checkQkv(qp.dims, kp.dims, vp.dims, plans.map((p) => p.fileDtype), layout, where);
+  const maxBytes = opts.maxBytes ?? DEFAULT_MAX_BYTES;
+  for (const p of plans) {
+    const bytes = p.dims.n * p.dims.H * p.dims.d * bytesPerElement(p.dtype);
+    if (bytes > maxBytes) {
+      throw new CrispError(
+        'LIMIT_EXCEEDED',
+        `${where}: tensor '${p.info.name}' is ${bytes} bytes as one array, above maxBytes ${maxBytes}; stream it onto a backend with uploadTensor instead`,
+        { bytes, maxBytes },
+      );
+    }
+  }
+  const readOpts = { ...streamOpts, maxBytes };
+  const q = await readTensor(files.q, names.q, readOpts);
+  const k = await readTensor(files.k, names.k, readOpts);
+  const v = await readTensor(files.v, names.v, readOpts);
+  return { q, k, v, names, layout };
 }
 
 /**
  * Reads q, k, v into canonical [n, H, d] host tensors: from a safetensors file, or a
- * directory of .npy files (q.npy, k.npy, v.npy or aliases). For small files; stream
- * large ones with `uploadTensor`.
+ * directory of .npy files (q.npy, k.npy, v.npy or aliases). All three headers are checked
+ * (names, shapes, dtypes, limits) before any data is read. For small files; stream large
+ * ones with `uploadTensor`.
  */
 export async function readQkv(path: string, opts: ReadQkvOptions): Promise<Qkv> {
+  assertPath(path);
+  if (opts === undefined || opts === null) {
+    throw new InvalidArgumentError(
+      "readQkv(path, options) needs options with a layout, e.g. { layout: 'nhd' } for [n, H, d] files ('1nhd' for [1, n, H, d], 'hnd' for [H, n, d])",
+    );
+  }
+  checkOptionKeys(opts, READ_QKV_KEYS, 'readQkv options');
   const layout = parseLayout(opts.layout);
-  let isDir: boolean;
+  if (opts.dtype !== undefined) assertDType(opts.dtype, 'dtype');
+  checkNames(opts.names);
+  const npyOpts = checkNpyOptions({ uint16As: opts.uint16As });
+  if (opts.maxBytes !== undefined && (typeof opts.maxBytes !== 'number' || !(opts.maxBytes >= 0))) {
+    throw new InvalidArgumentError(`maxBytes must be a non-negative number of bytes; got ${describeValue(opts.maxBytes)}`);
+  }
+  checkLimitOptions(opts);
+  let st: Awaited<ReturnType<typeof stat>>;
   try {
-    isDir = (await stat(path)).isDirectory();
+    st = await stat(path);
   } catch (e) {
     throw ioError(e, 'open', path);
   }
-  const readOpts = { layout, dtype: opts.dtype, maxBytes: opts.maxBytes };
-  if (!isDir) {
-    await using file = await openTensorFile(path, { uint16As: opts.uint16As });
+  if (!st.isDirectory()) {
+    if (!st.isFile()) {
+      throw new CrispError('IO_ERROR', `cannot read ${path}: it is ${kindOf(st)}; give a safetensors file or a directory of .npy files`, {
+        path,
+      });
+    }
+    await using file = await openTensorFile(path, npyOpts);
     if (file.format === 'npy') {
       throw new InvalidArgumentError(
         `${path} is a single .npy array; for Q/K/V give a directory holding q.npy, k.npy and v.npy, or a safetensors file with all three`,
@@ -158,27 +251,26 @@ export async function readQkv(path: string, opts: ReadQkvOptions): Promise<Qkv> 
       path,
       opts.names,
     );
-    const q = await readTensor(file, names.q, readOpts);
-    const k = await readTensor(file, names.k, readOpts);
-    const v = await readTensor(file, names.v, readOpts);
-    checkQkv(q, k, v, layout, path);
-    return { q, k, v, names, layout };
+    return await readChecked({ q: file, k: file, v: file }, names, layout, opts, path);
   }
   let entries: string[];
   try {
-    entries = (await readdir(path)).filter((f) => f.toLowerCase().endsWith('.npy'));
+    entries = (await readdir(path)).filter((f) => f.toLowerCase().endsWith('.npy') && f.length > 4).sort();
   } catch (e) {
     throw ioError(e, 'list', path);
   }
   const stems = entries.map((f) => f.slice(0, -4));
   const names = resolveQkvNames(stems, `directory ${path}`, opts.names);
-  const load = async (stem: string) => {
-    await using file = await openNpy(join(path, `${entries[stems.indexOf(stem)]}`), { uint16As: opts.uint16As, name: stem });
-    return readTensor(file, stem, readOpts);
-  };
-  const q = await load(names.q);
-  const k = await load(names.k);
-  const v = await load(names.v);
-  checkQkv(q, k, v, layout, path);
-  return { q, k, v, names, layout };
+  const opened: TensorFile[] = [];
+  try {
+    const open = async (stem: string) => {
+      const f = await openNpy(join(path, entries[stems.indexOf(stem)]), { ...npyOpts, name: stem });
+      opened.push(f);
+      return f;
+    };
+    const files = { q: await open(names.q), k: await open(names.k), v: await open(names.v) };
+    return await readChecked(files, names, layout, opts, `directory ${path}`);
+  } finally {
+    await Promise.allSettled(opened.map((f) => f.close()));
+  }
 }

@@ -20,11 +20,19 @@ import {
   decode,
   encode,
 } from '@crisp/core';
+import { totalmem } from 'node:os';
+import { describeValue, settleAll } from './file-handle.js';
 import { type Layout, type QkvDims, dimsFromFileShape, parseLayout } from './layout.js';
 import type { TensorFile, TensorInfo } from './tensor-file.js';
 
 /** Chunks aim at this many bytes unless `chunkRows` says otherwise. */
 export const DEFAULT_CHUNK_BYTES = 16 * 1024 * 1024;
+
+/** No chunk (nor a single row) is allowed above this many bytes of host memory. */
+export const MAX_CHUNK_BYTES = 1024 ** 3;
+
+/** readTensor's default limit on one whole-tensor array. */
+export const DEFAULT_MAX_BYTES = 1024 ** 3;
 
 export interface StreamOptions {
   /** How the file stores the tensor: 'nhd' [n,H,d], '1nhd' [1,n,H,d] or 'hnd' [H,n,d]. */
@@ -35,6 +43,89 @@ export interface StreamOptions {
   readonly rows?: readonly [number, number];
   /** Convert each chunk to this dtype (round to nearest even); default: the file's dtype. */
   readonly dtype?: DType;
+  /**
+   * Refuse tensors of more tokens than this (LIMIT_EXCEEDED from the header, before any
+   * read); pass the backend's `capabilities.maxSequence`.
+   */
+  readonly maxSequence?: number;
+  /** Refuse head dims not in this list (UNSUPPORTED, before any read); pass `capabilities.headDims`. */
+  readonly headDims?: readonly number[];
+}
+
+const STREAM_KEYS = ['layout', 'chunkRows', 'rows', 'dtype', 'maxSequence', 'headDims'];
+
+/** Checks that `opts` is an object of known keys (a typo is an error, not ignored). */
+export function checkOptionKeys(opts: unknown, known: readonly string[], what: string): Record<string, unknown> {
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`${what} must be an object with at least { layout: 'nhd' | '1nhd' | 'hnd' }; got ${describeValue(opts)}`);
+  }
+  for (const k of Object.keys(opts)) {
+    if (!known.includes(k)) {
+      throw new InvalidArgumentError(`${what} has an unknown key '${k}'; known keys: ${known.join(', ')}`);
+    }
+  }
+  return opts as Record<string, unknown>;
+}
+
+function assertTensorFile(file: unknown): asserts file is TensorFile {
+  const f = file as Partial<TensorFile> | null;
+  if (f === null || typeof f !== 'object' || typeof f.tensor !== 'function' || typeof f.read !== 'function') {
+    throw new InvalidArgumentError(`file must be an open TensorFile (from openTensorFile, openSafetensors or openNpy); got ${describeValue(file)}`);
+  }
+}
+
+/** The limit options must be of the right type (a wrong one is never ignored). */
+export function checkLimitOptions(opts: Pick<StreamOptions, 'maxSequence' | 'headDims'>): void {
+  const { maxSequence, headDims } = opts;
+  if (maxSequence !== undefined && (typeof maxSequence !== 'number' || !(maxSequence >= 1))) {
+    throw new InvalidArgumentError(`maxSequence must be a positive number of tokens; got ${describeValue(maxSequence)}`);
+  }
+  if (headDims !== undefined && (!Array.isArray(headDims) || headDims.length === 0 || headDims.some((x) => !Number.isSafeInteger(x)))) {
+    throw new InvalidArgumentError(`headDims must be a non-empty array of integers; got ${describeValue(headDims)}`);
+  }
+}
+
+/** Checks the header-level limits of a tensor (n, head dim) against the caller's backend. */
+export function checkLimits(dims: QkvDims, opts: Pick<StreamOptions, 'maxSequence' | 'headDims'>, what: string): void {
+  checkLimitOptions(opts);
+  const { maxSequence, headDims } = opts;
+  if (maxSequence !== undefined) {
+    if (dims.n > maxSequence) {
+      throw new LimitError(
+        `${what} holds n = ${dims.n} tokens, above the limit of ${maxSequence}: use a backend that takes longer sequences, or cut the dump to at most ${maxSequence} tokens`,
+        { limit: 'maxSequence', n: dims.n, max: maxSequence },
+      );
+    }
+  }
+  if (headDims !== undefined) {
+    if (!headDims.includes(dims.d)) {
+      throw new UnsupportedError(`${what} has head dim d = ${dims.d}; the backend takes only ${headDims.join(', ')}: check the layout, or use another backend`, {
+        limit: 'headDim',
+        d: dims.d,
+      });
+    }
+  }
+}
+
+/**
+ * A host buffer, or LIMIT_EXCEEDED where it cannot be had: above the machine's memory
+ * (an allocation the system would only grant lazily, then swap or kill the process
+ * for), or refused by the engine.
+ */
+function allocHost(bytes: number, what: string): ArrayBuffer {
+  if (bytes > totalmem()) {
+    throw new LimitError(
+      `${what}: needs ${bytes} bytes of host memory at once, more than this machine's ${totalmem()}; stream it with streamTensor/uploadTensor instead`,
+      { bytes },
+    );
+  }
+  try {
+    return new ArrayBuffer(bytes);
+  } catch (e) {
+    throw new LimitError(`${what}: cannot allocate ${bytes} bytes of host memory (${(e as Error).message}); stream it in smaller chunks`, {
+      bytes,
+    });
+  }
 }
 
 export interface TensorChunk {
@@ -59,26 +150,45 @@ export interface StreamPlan {
 }
 
 /** Validates a stream request up front, so bad names/layouts/dtypes fail before any read. */
-export function planStream(file: TensorFile, name: string | undefined, opts: StreamOptions): StreamPlan {
+export function planStream(file: TensorFile, name: string | undefined, opts: StreamOptions, known = STREAM_KEYS): StreamPlan {
+  assertTensorFile(file);
+  checkOptionKeys(opts, known, 'stream options');
   const info = file.tensor(name);
   const layout = parseLayout(opts.layout);
+  const where = `${file.path}: tensor '${info.name}'`;
   if (info.dtype === undefined) {
     throw new UnsupportedError(
-      `${file.path}: tensor '${info.name}' is ${info.fileDtype}, which @crisp/io does not read; Q/K/V must be F32, F16 or BF16 (convert before saving, e.g. x.to(torch.bfloat16))`,
+      `${where} is ${info.fileDtype}; CRISP reads F32, F16 or BF16 for Q/K/V: convert before saving, e.g. x.to(torch.bfloat16) or x.astype(np.float32)`,
       { path: file.path, name: info.name, dtype: info.fileDtype },
     );
   }
-  const dims = dimsFromFileShape(info.shape, layout, `${file.path}: tensor '${info.name}'`);
+  const dims = dimsFromFileShape(info.shape, layout, where);
+  checkLimits(dims, opts, where);
   const dtype = opts.dtype ?? info.dtype;
   assertDType(dtype, 'dtype');
-  const rowBytes = dims.H * dims.d * bytesPerElement(info.dtype);
+  const rowBytes = dims.H * dims.d * Math.max(bytesPerElement(info.dtype), bytesPerElement(dtype));
+  if (rowBytes > MAX_CHUNK_BYTES) {
+    throw new LimitError(`${where} has rows (H·d = ${dims.H * dims.d} values) of ${rowBytes} bytes, above the ${MAX_CHUNK_BYTES}-byte chunk limit: check the layout`, {
+      rowBytes,
+    });
+  }
   const chunkRows = opts.chunkRows ?? Math.max(1, Math.floor(DEFAULT_CHUNK_BYTES / rowBytes));
   if (!Number.isSafeInteger(chunkRows) || chunkRows < 1) {
-    throw new InvalidArgumentError(`chunkRows must be a positive integer; got ${opts.chunkRows}`);
+    throw new InvalidArgumentError(`chunkRows must be a positive integer; got ${describeValue(opts.chunkRows)}`);
   }
-  const [rowStart, rowEnd] = opts.rows ?? [0, dims.n];
+  const rows = opts.rows ?? [0, dims.n];
+  if (!Array.isArray(rows) || rows.length !== 2) {
+    throw new InvalidArgumentError(`rows must be [start, end); got ${describeValue(opts.rows)}`);
+  }
+  const [rowStart, rowEnd] = rows;
   if (!Number.isSafeInteger(rowStart) || !Number.isSafeInteger(rowEnd) || rowStart < 0 || rowEnd > dims.n || rowStart > rowEnd) {
-    throw new InvalidArgumentError(`rows must be [start, end) with 0 <= start <= end <= n = ${dims.n}; got [${opts.rows}]`);
+    throw new InvalidArgumentError(`rows must be [start, end) with 0 <= start <= end <= n = ${dims.n}; got [${rows}]`);
+  }
+  if (Math.min(chunkRows, rowEnd - rowStart) * rowBytes > MAX_CHUNK_BYTES) {
+    throw new LimitError(
+      `chunkRows ${chunkRows} makes chunks of ${chunkRows * rowBytes} bytes, above the ${MAX_CHUNK_BYTES}-byte limit: use at most ${Math.floor(MAX_CHUNK_BYTES / rowBytes)} rows`,
+      { chunkRows },
+    );
   }
   return { info, layout, dims, fileDtype: info.dtype, dtype, chunkRows, rowStart, rowEnd };
 }
@@ -92,7 +202,7 @@ async function readRows(file: TensorFile, plan: StreamPlan, r0: number, rc: numb
   const { info, dims, fileDtype } = plan;
   const { n, H, d } = dims;
   const bpe = bytesPerElement(fileDtype);
-  const out = new ArrayBuffer(rc * H * d * bpe);
+  const out = allocHost(rc * H * d * bpe, `${file.path}: tensor '${info.name}'`);
   if (plan.layout !== 'hnd') {
     await file.read(new Uint8Array(out), info.byteOffset + r0 * H * d * bpe);
     return viewAs(fileDtype, out);
@@ -100,9 +210,9 @@ async function readRows(file: TensorFile, plan: StreamPlan, r0: number, rc: numb
   // [H, n, d] on disk: one contiguous run of rc·d values per head, interleaved into rows.
   // Copies go through integer views so NaN payloads keep their exact bits.
   const headRun = rc * d;
-  const raw = new ArrayBuffer(H * headRun * bpe);
+  const raw = allocHost(H * headRun * bpe, `${file.path}: tensor '${info.name}'`);
   const rawBytes = new Uint8Array(raw);
-  await Promise.all(
+  await settleAll(
     Array.from({ length: H }, (_, h) =>
       file.read(rawBytes.subarray(h * headRun * bpe, (h + 1) * headRun * bpe), info.byteOffset + (h * n + r0) * d * bpe),
     ),
@@ -142,18 +252,22 @@ export async function readTensor(
   name: string | undefined,
   opts: StreamOptions & { readonly maxBytes?: number },
 ): Promise<HostTensor> {
-  const plan = planStream(file, name, opts);
+  const plan = planStream(file, name, opts, [...STREAM_KEYS, 'maxBytes']);
   const { H, d } = plan.dims;
   const rows = plan.rowEnd - plan.rowStart;
   const bytes = rows * H * d * bytesPerElement(plan.dtype);
-  const maxBytes = opts.maxBytes ?? 1024 ** 3;
+  const maxBytes = opts.maxBytes ?? DEFAULT_MAX_BYTES;
+  if (typeof maxBytes !== 'number' || !(maxBytes >= 0)) {
+    throw new InvalidArgumentError(`maxBytes must be a non-negative number of bytes; got ${describeValue(opts.maxBytes)}`);
+  }
   if (bytes > maxBytes) {
     throw new LimitError(
       `${file.path}: tensor '${plan.info.name}' is ${bytes} bytes as one array, above maxBytes ${maxBytes}; stream it with streamTensor/uploadTensor instead`,
       { bytes, maxBytes },
     );
   }
-  const data = plan.dtype === 'f32' ? new Float32Array(rows * H * d) : new Uint16Array(rows * H * d);
+  const buf = allocHost(bytes, `${file.path}: tensor '${plan.info.name}'`);
+  const data = plan.dtype === 'f32' ? new Float32Array(buf) : new Uint16Array(buf);
   for await (const c of chunksOfPlan(file, plan)) {
     data.set(c.data as never, (c.rowStart - plan.rowStart) * H * d);
   }
@@ -176,18 +290,38 @@ export async function uploadTensor(
   name: string | undefined,
   opts: UploadOptions,
 ): Promise<DeviceTensor> {
-  const plan = planStream(file, name, opts);
+  const b = backend as Partial<Backend> | null;
+  if (b === null || typeof b !== 'object' || typeof b.allocate !== 'function' || typeof b.write !== 'function') {
+    throw new InvalidArgumentError(`backend must be a CRISP backend (with allocate and write); got ${describeValue(backend)}`);
+  }
+  const plan = planStream(file, name, opts, [...STREAM_KEYS, 'onProgress']);
+  if (opts.onProgress !== undefined && typeof opts.onProgress !== 'function') {
+    throw new InvalidArgumentError(`onProgress must be a function; got ${describeValue(opts.onProgress)}`);
+  }
   const { H, d } = plan.dims;
   const rows = plan.rowEnd - plan.rowStart;
-  const t = backend.allocate(plan.dtype, [rows, H, d]);
+  const failed = (e: unknown) =>
+    e instanceof CrispError
+      ? e
+      : new CrispError('BACKEND_ERROR', `uploading '${plan.info.name}' from ${file.path} failed: ${String(e)}`, { cause: e });
+  let t: DeviceTensor;
+  try {
+    t = backend.allocate(plan.dtype, [rows, H, d]);
+  } catch (e) {
+    throw failed(e);
+  }
   try {
     for await (const c of chunksOfPlan(file, plan)) {
       backend.write(t, (c.rowStart - plan.rowStart) * H * d, c.data);
       opts.onProgress?.(c.rowStart - plan.rowStart + c.rowCount, rows);
     }
   } catch (e) {
-    t.dispose();
-    throw e instanceof CrispError ? e : new CrispError('IO_ERROR', `uploading '${plan.info.name}' from ${file.path} failed: ${String(e)}`);
+    try {
+      t.dispose();
+    } catch {
+      // the upload's own error is the one to report
+    }
+    throw failed(e);
   }
   return t;
 }

@@ -49,7 +49,9 @@ export class OpenTensorFile implements TensorFile {
   readonly metadata: Readonly<Record<string, string>>;
   readonly #handle: FileHandle;
   readonly #byName: Map<string, TensorInfo>;
+  readonly #inFlight = new Set<Promise<void>>();
   #closed = false;
+  #closing: Promise<void> | undefined;
 
   constructor(
     handle: FileHandle,
@@ -69,6 +71,9 @@ export class OpenTensorFile implements TensorFile {
   }
 
   tensor(name?: string): TensorInfo {
+    if (name !== undefined && typeof name !== 'string') {
+      throw new CrispError('INVALID_ARGUMENT', `a tensor name must be a string; got ${typeof name}`);
+    }
     if (name === undefined) {
       if (this.tensors.length === 1) return this.tensors[0];
       throw new CrispError(
@@ -91,13 +96,36 @@ export class OpenTensorFile implements TensorFile {
     if (this.#closed) {
       throw new CrispError('DISPOSED', `${this.path} was closed; open it again to read from it`);
     }
-    await readExactly(this.#handle, target, position, this.path);
+    if (!(target instanceof Uint8Array)) {
+      throw new CrispError('INVALID_ARGUMENT', 'read(target, position): target must be a Uint8Array');
+    }
+    if (!Number.isSafeInteger(position) || position < 0 || position + target.length > this.fileSize) {
+      throw new CrispError(
+        'INVALID_ARGUMENT',
+        `read(target, position): bytes [${position}, ${position + target.length}) are not inside ${this.path} (${this.fileSize} bytes)`,
+      );
+    }
+    // Tracked so that close() waits for reads already under way instead of pulling the
+    // handle from under them.
+    const p = readExactly(this.#handle, target, position, this.path);
+    this.#inFlight.add(p);
+    try {
+      await p;
+    } finally {
+      this.#inFlight.delete(p);
+    }
   }
 
-  async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
-    await this.#handle.close();
+  /** Closes the file once reads under way have finished; later reads are DISPOSED. */
+  close(): Promise<void> {
+    if (this.#closing === undefined) {
+      this.#closed = true;
+      this.#closing = (async () => {
+        await Promise.allSettled([...this.#inFlight]);
+        await this.#handle.close();
+      })();
+    }
+    return this.#closing;
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -1,10 +1,18 @@
 /**
  * Writers for safetensors and .npy, streamed: a source may yield its data in chunks, so a
- * tensor never has to exist as one JS array. Files are written to a temporary name and
- * renamed into place, so a failed write never leaves a half file under the real name.
+ * tensor never has to exist as one JS array. Files are written to a unique temporary file
+ * beside the target, flushed, and renamed into place, so a failed write never leaves a
+ * half file under the real name, and the old file stays as it was. Only a regular file
+ * (or nothing) is ever replaced: a directory, device, FIFO or socket at the target is
+ * refused before anything is written. A symlink to a regular file is followed (the file
+ * it points to is replaced, the link kept).
  */
-import { open, rename, rm } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import type { Stats } from 'node:fs';
+import { type FileHandle, chmod, lstat, open, realpath, rename, rm, stat } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import {
+  CrispError,
   type DType,
   DTypeError,
   type HostData,
@@ -13,13 +21,14 @@ import {
   ShapeError,
   assertDType,
   assertShape,
+  LimitError,
   bytesPerElement,
   numel,
 } from '@crisp/core';
-import { assertLittleEndianHost, bytesOf, ioError, writeFully } from './file-handle.js';
+import { assertLittleEndianHost, assertPath, bytesOf, describeValue, ioError, kindOf, writeFully } from './file-handle.js';
 import { type Layout, type QkvDims, fileShapeFor, parseLayout } from './layout.js';
 import { encodeNpyHeader } from './npy.js';
-import { DTYPE_TO_SAFETENSORS } from './safetensors.js';
+import { DTYPE_TO_SAFETENSORS, MAX_SAFETENSORS_HEADER } from './safetensors.js';
 
 /** A tensor given as chunks: consecutive row-major pieces that together cover it once. */
 export interface TensorSource {
@@ -46,10 +55,40 @@ function isSource(t: WritableTensor): t is TensorSource {
   return typeof (t as TensorSource).chunks === 'function';
 }
 
-async function* chunksOf(t: WritableTensor): AsyncGenerator<HostData> {
+/** A source's own failure, told apart from the writer's (its message says whose it was). */
+class SourceError extends CrispError {
+  constructor(name: string, e: unknown) {
+    super(
+      'INVALID_ARGUMENT',
+      `tensor '${name}': its chunk source threw ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}; nothing was written (fix the source and write again)`,
+      { cause: e },
+    );
+  }
+}
+
+async function* chunksOf(name: string, t: WritableTensor): AsyncGenerator<HostData> {
   if (isSource(t)) {
-    yield* t.chunks();
-    return;
+    let it: AsyncIterator<HostData> | Iterator<HostData>;
+    try {
+      const src = t.chunks();
+      const get = (src as AsyncIterable<HostData>)?.[Symbol.asyncIterator] ?? (src as Iterable<HostData>)?.[Symbol.iterator];
+      if (typeof get !== 'function') {
+        throw new InvalidArgumentError(`tensor '${name}': chunks() must return an iterable or async iterable of typed arrays; got ${describeValue(src)}`);
+      }
+      it = get.call(src);
+    } catch (e) {
+      throw e instanceof CrispError ? e : new SourceError(name, e);
+    }
+    for (;;) {
+      let r: IteratorResult<HostData>;
+      try {
+        r = await it.next();
+      } catch (e) {
+        throw e instanceof CrispError ? e : new SourceError(name, e);
+      }
+      if (r.done) return;
+      yield r.value;
+    }
   }
   // Views over the host array (no copies), so large tensors go out in bounded writes.
   for (let i = 0; i < t.data.length; i += HOST_CHUNK_ELEMENTS) {
@@ -66,12 +105,22 @@ interface Planned {
 }
 
 function planTensor(name: string, t: WritableTensor, layout: Layout | undefined): Planned {
+  if (t === null || typeof t !== 'object') {
+    throw new InvalidArgumentError(`tensor '${name}' must be a host tensor { dtype, shape, data } or a source { dtype, shape, chunks }; got ${describeValue(t)}`);
+  }
   assertDType(t.dtype, `tensor '${name}' dtype`);
   assertShape(t.shape as number[], `tensor '${name}' shape`);
   const byteLength = numel(t.shape) * bytesPerElement(t.dtype);
+  if (!Number.isSafeInteger(byteLength)) {
+    throw new LimitError(`tensor '${name}' [${t.shape.join(', ')}] has more bytes than a file can address; check the shape`);
+  }
   if (!isSource(t)) {
     const ok = t.dtype === 'f32' ? t.data instanceof Float32Array : t.data instanceof Uint16Array;
-    if (!ok) throw new DTypeError(`tensor '${name}' is ${t.dtype} but its data is a ${t.data.constructor.name}`);
+    if (!ok) {
+      throw new DTypeError(
+        `tensor '${name}' is ${t.dtype} but its data is ${describeValue(t.data)}; give a ${t.dtype === 'f32' ? 'Float32Array' : 'Uint16Array (bit patterns)'}, or a source with chunks()`,
+      );
+    }
     if (t.data.length !== numel(t.shape)) {
       throw new ShapeError(`tensor '${name}' has shape [${t.shape.join(', ')}] but ${t.data.length} values`);
     }
@@ -86,9 +135,18 @@ function planTensor(name: string, t: WritableTensor, layout: Layout | undefined)
   return { name, tensor: t, fileShape: fileShapeFor(dims, layout), dims, byteLength };
 }
 
+function checkWriteOptions(opts: unknown, known: readonly string[]): void {
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`options must be an object (${known.join(', ')}); got ${describeValue(opts)}`);
+  }
+  for (const k of Object.keys(opts)) {
+    if (!known.includes(k)) throw new InvalidArgumentError(`options has an unknown key '${k}'; known keys: ${known.join(', ')}`);
+  }
+}
+
 /** Writes one tensor's chunks into the region starting at `base`, transposing for 'hnd'. */
 async function writeData(
-  fh: Awaited<ReturnType<typeof open>>,
+  fh: FileHandle,
   path: string,
   base: number,
   p: Planned,
@@ -98,9 +156,9 @@ async function writeData(
   const bpe = bytesPerElement(dtype);
   const total = numel(p.tensor.shape);
   let at = 0;
-  for await (const chunk of chunksOf(p.tensor)) {
+  for await (const chunk of chunksOf(p.name, p.tensor)) {
     const ok = dtype === 'f32' ? chunk instanceof Float32Array : chunk instanceof Uint16Array;
-    if (!ok) throw new DTypeError(`tensor '${p.name}' is ${dtype} but a chunk is a ${chunk?.constructor?.name}`);
+    if (!ok) throw new DTypeError(`tensor '${p.name}' is ${dtype} but a chunk is ${describeValue(chunk)}`);
     if (at + chunk.length > total) {
       throw new ShapeError(`tensor '${p.name}' [${p.tensor.shape.join(', ')}] holds ${total} values but its chunks yield more`);
     }
@@ -130,23 +188,72 @@ async function writeData(
   }
 }
 
-async function writeAtomically(path: string, body: (fh: Awaited<ReturnType<typeof open>>) => Promise<void>): Promise<void> {
-  assertLittleEndianHost();
-  const tmp = `${path}.${process.pid}.${Math.random().toString(36).slice(2, 8)}.partial`;
-  let fh: Awaited<ReturnType<typeof open>>;
+/**
+ * Where a write to `path` may go: the path itself when nothing is there or a regular file
+ * is, the file a symlink points to; anything else is refused with IO_ERROR.
+ */
+async function writeTarget(path: string): Promise<{ target: string; existing: Stats | undefined }> {
+  let st: Stats;
   try {
-    fh = await open(tmp, 'w');
+    st = await lstat(path);
   } catch (e) {
-    throw ioError(e, 'create', path);
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { target: path, existing: undefined };
+    throw ioError(e, 'write', path);
   }
+  if (st.isSymbolicLink()) {
+    let real: string;
+    try {
+      real = await realpath(path);
+      st = await stat(real);
+    } catch (e) {
+      throw ioError(e, 'write through the symbolic link', path);
+    }
+    if (!st.isFile()) throw refuse(path, st);
+    return { target: real, existing: st };
+  }
+  if (!st.isFile()) throw refuse(path, st);
+  return { target: path, existing: st };
+}
+
+function refuse(path: string, st: Stats): CrispError {
+  return new CrispError(
+    'IO_ERROR',
+    `cannot write ${path}: it is ${kindOf(st)}, and writers replace only regular files; nothing was written: choose a file path`,
+    { path, kind: kindOf(st) },
+  );
+}
+
+async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<void>): Promise<void> {
+  assertLittleEndianHost();
+  const { target, existing } = await writeTarget(path);
+  // Unique per call (random name, created exclusively) and in the target's directory, so
+  // the rename stays on one file system and concurrent writers never share a file.
+  const tmp = join(dirname(target), `.${basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.partial`);
+  let fh: FileHandle;
+  try {
+    fh = await open(tmp, 'wx', 0o666);
+  } catch (e) {
+    throw ioError(e, 'create a file beside', path);
+  }
+  let closed = false;
   try {
     await body(fh);
-    await fh.close();
-    await rename(tmp, path).catch((e) => {
+    await fh.sync().catch((e) => {
+      throw ioError(e, 'flush', path);
+    });
+    closed = true;
+    await fh.close().catch((e) => {
+      throw ioError(e, 'close', path);
+    });
+    if (existing !== undefined) await chmod(tmp, existing.mode & 0o7777).catch(() => undefined);
+    // The target may have changed since the first look: never rename over a non-file.
+    const now = await lstat(target).catch(() => undefined);
+    if (now !== undefined && !now.isFile()) throw refuse(path, now);
+    await rename(tmp, target).catch((e) => {
       throw ioError(e, 'rename into place', path);
     });
   } catch (e) {
-    await fh.close().catch(() => undefined);
+    if (!closed) await fh.close().catch(() => undefined);
     await rm(tmp, { force: true }).catch(() => undefined);
     throw e;
   }
@@ -166,6 +273,11 @@ export async function writeSafetensors(
   tensors: Readonly<Record<string, WritableTensor>>,
   opts: SafetensorsWriteOptions = {},
 ): Promise<void> {
+  assertPath(path);
+  checkWriteOptions(opts, ['layout', 'metadata']);
+  if (tensors === null || typeof tensors !== 'object' || Array.isArray(tensors)) {
+    throw new InvalidArgumentError(`tensors must be an object of name -> tensor, e.g. { q, k, v }; got ${describeValue(tensors)}`);
+  }
   const layout = opts.layout === undefined ? undefined : parseLayout(opts.layout);
   const planned = Object.entries(tensors).map(([name, t]) => {
     if (name === '__metadata__' || name.length === 0) {
@@ -173,8 +285,12 @@ export async function writeSafetensors(
     }
     return planTensor(name, t, layout);
   });
-  const header: Record<string, unknown> = {};
+  // No prototype: a tensor named '__proto__' must become a key, not the object's prototype.
+  const header: Record<string, unknown> = Object.create(null);
   if (opts.metadata !== undefined) {
+    if (opts.metadata === null || typeof opts.metadata !== 'object' || Array.isArray(opts.metadata)) {
+      throw new InvalidArgumentError(`metadata must be an object of strings; got ${describeValue(opts.metadata)}`);
+    }
     for (const [k, v] of Object.entries(opts.metadata)) {
       if (typeof v !== 'string') throw new InvalidArgumentError(`metadata['${k}'] must be a string`);
     }
@@ -190,6 +306,9 @@ export async function writeSafetensors(
     offset += p.byteLength;
   }
   let json = new TextEncoder().encode(JSON.stringify(header));
+  if (json.length > MAX_SAFETENSORS_HEADER) {
+    throw new LimitError(`the safetensors header would be ${json.length} bytes, above the format's 100 MB limit: write fewer tensors or less metadata`);
+  }
   const padded = Math.ceil(json.length / 8) * 8;
   if (padded !== json.length) {
     const out = new Uint8Array(padded).fill(0x20);
@@ -215,6 +334,8 @@ export async function writeSafetensors(
  * Python: torch.from_numpy(np.load(p)).view(torch.bfloat16)).
  */
 export async function writeNpy(path: string, tensor: WritableTensor, opts: WriteOptions = {}): Promise<void> {
+  assertPath(path);
+  checkWriteOptions(opts, ['layout']);
   const layout = opts.layout === undefined ? undefined : parseLayout(opts.layout);
   const p = planTensor('array', tensor, layout);
   const descr = tensor.dtype === 'f32' ? '<f4' : tensor.dtype === 'f16' ? '<f2' : '<u2';
