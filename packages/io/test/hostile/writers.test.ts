@@ -155,7 +155,8 @@ describe('writer sources that fail', () => {
     await expectCode(writeSafetensors(p, { '': t }), 'INVALID_ARGUMENT', /cannot be a tensor name/);
     await expectCode(writeNpy(p, t, { layout: 'xyz' }), 'INVALID_ARGUMENT', /layout must be one of/);
     await expectCode(writeNpy(p, t, null as never), 'INVALID_ARGUMENT', /options must be an object/);
-    await expectCode(writeNpy(p, { dtype: 'f32', shape: [2 ** 40, 2 ** 20], chunks: () => [] }), 'LIMIT_EXCEEDED', /more bytes than a file/);
+    await expectCode(writeNpy(p, { dtype: 'f32', shape: [2 ** 50, 4], chunks: () => [] }), 'LIMIT_EXCEEDED', /more bytes than a file/);
+    await expectCode(writeNpy(p, { dtype: 'f32', shape: [2 ** 40, 2 ** 20], chunks: () => [] }), 'SHAPE_MISMATCH', /over 2\^53/);
     expect(await readdir(d)).toEqual([]);
   });
 
