@@ -45,7 +45,8 @@ export interface StandIn {
   readonly log: StandInEvent[];
   /**
    * The device memory the stand-in hands out: `bytes` and `blocks` live now (allocated, not
-   * freed), `badFrees` cuMemFree calls of an address that was not live (a double free).
+   * freed; all of it goes with the primary context's last release), `badFrees` cuMemFree calls
+   * of an address that was not live (a double free).
    * cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY beyond `total`, and cuMemGetInfo reports
    * what is left.
    */
@@ -119,6 +120,8 @@ export function standInDriver(
   const total = opts.totalMemory ?? 1.4e11;
   const live = new Map<number, number>();
   const memory = { bytes: 0, blocks: 0, badFrees: 0, total };
+  // holds on the primary context (cuDevicePrimaryCtxRetain minus Release)
+  let retained = 0;
   // a launch the real driver refuses: more than 1024 threads a block, or more shared memory than the device has
   const refused = (bx: number, by: number, bz: number, smem: number) => bx * by * bz > 1024 || bx < 1 || smem > MAX_SHARED;
   const plan = devicePlanPrefix(H);
@@ -142,8 +145,19 @@ export function standInDriver(
       return 0;
     },
     cuDriverGetVersion: (v: number[]) => set(v, 12080),
-    cuDevicePrimaryCtxRetain: (c: unknown[]) => set(c, {}),
-    cuDevicePrimaryCtxRelease: () => 0,
+    cuDevicePrimaryCtxRetain: (c: unknown[]) => {
+      retained++;
+      return set(c, {});
+    },
+    cuDevicePrimaryCtxRelease: () => {
+      // the last hold gone, the driver destroys the context and everything allocated in it
+      if (retained > 0 && --retained === 0) {
+        live.clear();
+        memory.bytes = 0;
+        memory.blocks = 0;
+      }
+      return 0;
+    },
     cuDevicePrimaryCtxSetFlags: (_dev: number, flags: number) => {
       ctxFlags = flags;
       log.push({ kind: 'ctxFlags', name: String(flags) });

@@ -143,9 +143,11 @@ export class CudaContext {
     let streams: Streams | undefined;
     try {
       check(libs, cu.cuCtxSetCurrent(this.#ctx), 'cuCtxSetCurrent');
+      // a context an earlier fault left unusable answers here with its sticky error (the
+      // primary context is shared: nothing of this backend is queued yet)
+      check(libs, cu.cuCtxSynchronize(), 'cuCtxSynchronize');
       const mem = [0];
       const tot = [0];
-      // (the first call that needs the context: a context left unusable by an earlier fault answers here)
       check(libs, cu.cuMemGetInfo(mem, tot), 'cuMemGetInfo');
       this.tracer = new Tracer(libs);
       streams = new Streams(libs, this.tracer, () => this.alive());
