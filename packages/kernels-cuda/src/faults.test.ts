@@ -305,3 +305,71 @@ describe('a cached cubin the driver refuses (stand-in driver)', () => {
     }
   });
 });
+
+describe('random attention calls (fast-check, stand-in driver)', () => {
+  it('end in the code the validation order predicts, and a refused one launches nothing and allocates nothing', async () => {
+    const fc = await import('fast-check');
+    const s = standInDriver({ heads: 4 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const dtype = fc.constantFrom('bf16', 'f16', 'f32');
+    const call = fc.record({
+      m: fc.integer({ min: 1, max: 160 }),
+      n: fc.integer({ min: 1, max: 160 }),
+      H: fc.constantFrom(1, 2, 3, 4),
+      Hkv: fc.constantFrom(1, 2, 4),
+      d: fc.constantFrom(32, 64, 96, 128),
+      dk: fc.constantFrom(64, 128),
+      vRows: fc.constantFrom(0, 1),
+      dtypes: fc.tuple(dtype, dtype, dtype),
+      scale: fc.constantFrom(undefined, 0.1, Number.NaN, -1, 0, Number.POSITIVE_INFINITY),
+      out: fc.constantFrom('none', 'fresh', 'q', 'shape', 'dtype'),
+    });
+    await fc.assert(
+      fc.asyncProperty(call, async (c) => {
+        const [dq, dk, dv] = c.dtypes;
+        const q = be.allocate(dq, [c.m, c.H, c.d]);
+        const k = be.allocate(dk, [c.n, c.Hkv, c.dk]);
+        const v = be.allocate(dv, [c.n + c.vRows, c.Hkv, c.dk]);
+        const outs = { fresh: be.allocate(dq, [c.m, c.H, c.d]), q, shape: be.allocate(dq, [c.m + 1, c.H, c.d]), dtype: be.allocate(dq === 'bf16' ? 'f16' : 'bf16', [c.m, c.H, c.d]) };
+        const out = c.out === 'none' ? undefined : outs[c.out];
+        // core's attentionShape, then the backend's support, then the options, in that order
+        const expected =
+          dq !== dk || dq !== dv
+            ? 'DTYPE_MISMATCH'
+            : c.vRows !== 0 || c.d !== c.dk || c.H % c.Hkv !== 0 || c.m > c.n
+              ? 'SHAPE_MISMATCH'
+              : dq === 'f32' || (c.d !== 64 && c.d !== 128)
+                ? 'UNSUPPORTED'
+                : c.scale !== undefined && !(c.scale > 0 && Number.isFinite(c.scale))
+                  ? 'INVALID_ARGUMENT'
+                  : c.out === 'dtype'
+                    ? 'DTYPE_MISMATCH'
+                    : c.out === 'shape'
+                      ? 'SHAPE_MISMATCH'
+                      : c.out === 'q'
+                        ? 'INVALID_ARGUMENT'
+                        : 'ok';
+        s.log.length = 0;
+        const before = { live: be.poolStats().liveBytes, driver: s.memory.bytes };
+        let got = 'ok';
+        try {
+          const r = await be.denseAttention(q, k, v, { ...(c.scale === undefined ? {} : { scale: c.scale }), ...(out ? { out } : {}) });
+          if (r.output !== out) r.output.dispose();
+        } catch (e) {
+          got = (e as { code?: string }).code ?? String(e);
+        }
+        const after = { live: be.poolStats().liveBytes, driver: s.memory.bytes };
+        const launched = s.log.some((e) => e.kind === 'launch');
+        for (const t of new Set([q, k, v, ...Object.values(outs)])) t.dispose();
+        expect(got).toBe(expected);
+        if (got !== 'ok') {
+          expect(launched).toBe(false);
+          expect(after).toEqual(before);
+        }
+      }),
+      { numRuns: 300, seed: 37 },
+    );
+    be.dispose();
+    expect(s.memory.bytes).toBe(0);
+  });
+});

@@ -40,7 +40,7 @@ export async function hostilePhase(): Promise<void> {
     const mem = summary.memory;
     log(
       `hostile: ${summary.completed} calls (${summary.warmUpCalls} warm-up), lost ${summary.lost}, unexpected ${summary.unexpected}, ` +
-        `fault cases ${summary.faultCases.filter((c) => c.passed).length}/${summary.faultCases.length}, sticky ${sticky.passed ? 'ok' : JSON.stringify(sticky)}, ` +
+        `fault cases ${summary.faultCases.filter((c) => c.passed).length}/${summary.faultCases.length}, sticky ${sticky.passed ? 'ok' : JSON.stringify(sticky)} (a new backend after it: ${sticky.recovered ? 'worked' : `did not work: ${sticky.recreated} / ${sticky.afterRecreate}`}), ` +
         `free memory drop ${mem.freeDropBytes} B, live delta ${mem.liveDeltaBytes} B, checked rows ${summary.checkedRows}, ${(summary.wallMs / 1000).toFixed(1)} s`,
     );
     for (const f of summary.failures.slice(0, 20)) log(`  ${f}`);
@@ -58,7 +58,7 @@ function stickyChild(): StickyResult & { readonly child?: string } {
     return JSON.parse(readFileSync(join(dir, 'sticky.json'), 'utf8')) as StickyResult;
   } catch (e) {
     const why = `the sticky process wrote no result (status ${res.status}, signal ${res.signal}, ${(e as Error).message})`;
-    return { mode: 'corrupt', fault: why, refusedAfter: [], secondBackend: '', disposed: '', recreated: '', afterRecreate: '', passed: false, child: why };
+    return { mode: 'corrupt', fault: why, refusedAfter: [], secondBackend: '', disposed: '', recreated: '', afterRecreate: '', recovered: false, passed: false, child: why };
   }
 }
 

@@ -80,6 +80,7 @@ describe('the soak on the CUDA backend over the stand-in driver', () => {
       disposed: 'ok',
       recreated: 'ok',
       afterRecreate: 'ok',
+      recovered: true,
       passed: true,
     });
     expect(s.memory).toMatchObject({ bytes: 0, badFrees: 0 });
