@@ -3,7 +3,7 @@
  * point of a call, a launch the driver refuses at any point, a context a kernel fault left
  * unusable, a cached cubin the driver rejects. Each ends in its typed error, frees what the
  * call took (the pool's and the driver's counters back at their baseline) and leaves the
- * backend serving the next call; a faulted context refuses everything with DEVICE_LOST until
+ * backend serving the following call; a faulted context refuses everything with DEVICE_LOST until
  * disposed, and a new backend works once every holder let go.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -97,7 +97,7 @@ async function codeOf(p: () => Promise<unknown>): Promise<string> {
 
 describe('an allocation that fails at any point of a call (stand-in driver)', () => {
   for (const [name, call] of Object.entries(CALLS)) {
-    it(`${name}: OUT_OF_MEMORY, nothing left allocated, the next call runs`, async () => {
+    it(`${name}: OUT_OF_MEMORY, nothing left allocated, the following call runs`, async () => {
       const x = setup();
       await call(x); // kernels loaded, q, k and v checked once
       const base = held(x);
@@ -123,7 +123,7 @@ describe('an allocation that fails at any point of a call (stand-in driver)', ()
 
 describe('a launch the driver refuses at any point of a call (stand-in driver)', () => {
   for (const [name, call] of Object.entries(CALLS)) {
-    it(`${name}: BACKEND_ERROR naming the launch, nothing left allocated, the next call runs`, async () => {
+    it(`${name}: BACKEND_ERROR naming the launch, nothing left allocated, the following call runs`, async () => {
       const x = setup();
       await call(x);
       const base = held(x);
@@ -156,7 +156,7 @@ describe('a kernel fault that leaves the context unusable (stand-in driver)', ()
   it('DEVICE_LOST from the fault on, every call refused at once, dispose clean, a new backend works once all let go', async () => {
     const x = setup();
     await CALLS.devicePlan(x);
-    // the fourth launch of the next plan faults: the driver reports it at the next call that needs the context
+    // the fourth launch of the following plan faults: the driver reports it at the first later call that needs the context
     x.faults.fault({ at: 4 });
     const err = await sparsePrefill(x.be, x.inputs, crisp, { minSparseLength: 0 }).catch((e) => e);
     expect(err).toMatchObject({ code: 'DEVICE_LOST', details: { cudaError: 'CUDA_ERROR_ILLEGAL_ADDRESS', code: 700 } });
@@ -295,7 +295,7 @@ describe('a cached cubin the driver refuses (stand-in driver)', () => {
       const files = Object.entries(again.compileMs);
       expect(files.length).toBe(2);
       expect(files.filter(([, c]) => !c.cached).length).toBe(1);
-      // a freshly compiled module the driver refuses: BACKEND_ERROR, and the next call loads it
+      // a freshly compiled module the driver refuses: BACKEND_ERROR, and the following call loads it
       faults.failModuleLoad(1);
       expect(await codeOf(async () => (await again.proxyStats(q2, k2, { blockSize: B, wSink: B, wLocal: B })).cStruct)).toBe('BACKEND_ERROR');
       expect(await codeOf(async () => (await again.proxyStats(q2, k2, { blockSize: B, wSink: B, wLocal: B })).cStruct)).toBe('ok');
