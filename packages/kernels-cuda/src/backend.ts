@@ -36,6 +36,7 @@ import { PROXY_LAYOUTS, type ProxyLayout, ProxyStatsOp, defaultProxyLayout } fro
 import { CudaDevicePlanner } from './plan/planner.js';
 import { defaultCacheDir } from './runtime/compile.js';
 import { CUDA_CAPABILITIES, type CudaDeviceInfo, type CudaSchedule, CudaContext } from './runtime/context.js';
+import type { CudaFaults } from './faults.js';
 import { type CudaLibs, check, loadCuda } from './runtime/ffi.js';
 import { KeptStats } from './runtime/kept-stats.js';
 import type { Handle } from './runtime/ffi.js';
@@ -92,6 +93,12 @@ export interface CudaBackendOptions {
    * between the kernels. False launches every kernel with cuLaunchKernel.
    */
   readonly programmaticLaunch?: boolean;
+  /**
+   * Testing: a fault injector between the backend and the driver (CudaFaults: failed
+   * allocations and launches, a faulted context), for checking what the backend does under
+   * each fault. Leave unset in production.
+   */
+  readonly faults?: CudaFaults;
 }
 
 /**
@@ -125,7 +132,12 @@ export class CudaBackend implements Backend {
   }
 
   constructor(libs: CudaLibs, opts: CudaBackendOptions = {}) {
-    const cx = new CudaContext(libs, opts, opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir);
+    if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError(`CUDA backend options must be an object; got ${opts === null ? 'null' : typeof opts}`);
+    if (opts.sparseCrossover !== undefined && !(Number.isFinite(opts.sparseCrossover) && opts.sparseCrossover >= 0)) {
+      throw new InvalidArgumentError(`sparseCrossover must be a finite number of keys >= 0; got ${opts.sparseCrossover}`);
+    }
+    const driver = opts.faults ? opts.faults.wrap(libs) : libs;
+    const cx = new CudaContext(driver, opts, opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir);
     this.#cx = cx;
     this.info = cx.info;
     this.sparseCrossover = opts.sparseCrossover ?? CUDA_SPARSE_CROSSOVER;
@@ -222,6 +234,7 @@ export class CudaBackend implements Backend {
 
   upload(t: HostTensor): DeviceTensor {
     this.#cx.alive();
+    if (!t || typeof t !== 'object') throw new InvalidArgumentError(`upload takes a host tensor { dtype, shape, data }; got ${t === null ? 'null' : typeof t}`);
     assertDType(t.dtype);
     assertShape(t.shape as number[]);
     if (numel(t.shape) !== t.data.length) {
@@ -236,8 +249,14 @@ export class CudaBackend implements Backend {
     this.#cx.alive();
     const ct = this.#cx.tensor(t, 'write target');
     const bpe = bytesPerElement(ct.dtype);
-    if ((ct.dtype === 'f32') !== data instanceof Float32Array) {
-      throw new CrispError('DTYPE_MISMATCH', `a ${ct.dtype} tensor needs ${ct.dtype === 'f32' ? 'Float32Array' : 'Uint16Array'} data`);
+    // exactly the array type whose elements are the dtype's bytes (a Float64Array or an
+    // Int16Array would be copied as other bytes)
+    if (!(ct.dtype === 'f32' ? data instanceof Float32Array : data instanceof Uint16Array)) {
+      const got = data === null || typeof data !== 'object' ? String(data) : (data as object).constructor?.name;
+      throw new CrispError(
+        'DTYPE_MISMATCH',
+        `a ${ct.dtype} tensor needs ${ct.dtype === 'f32' ? 'Float32Array' : 'Uint16Array (the bit patterns; hostTensor encodes numbers)'} data; got ${got}`,
+      );
     }
     if (!Number.isInteger(elementOffset) || elementOffset < 0 || elementOffset + data.length > numel(ct.shape)) {
       throw new InvalidArgumentError(
@@ -337,6 +356,7 @@ export class CudaBackend implements Backend {
 
   /** Time device work on this backend's stream with CUDA events (milliseconds). */
   async timeMs(run: () => unknown | Promise<unknown>): Promise<number> {
+    this.#cx.alive();
     const cu = this.#cx.libs.cu;
     const a = this.#cx.streams.newEvent(0);
     const b = this.#cx.streams.newEvent(0);
@@ -356,6 +376,7 @@ export class CudaBackend implements Backend {
 
   /** Copy the listed rows (first axis) of a tensor to the host, in that order. */
   readRows(t: DeviceTensor, rows: Int32Array): HostTensor {
+    this.#cx.alive();
     const ct = this.#cx.tensor(t, 'readRows source');
     const rowElems = numel(ct.shape.slice(1));
     const bpe = bytesPerElement(ct.dtype);
@@ -369,12 +390,35 @@ export class CudaBackend implements Backend {
     return { dtype: ct.dtype, shape: [rows.length, ...ct.shape.slice(1)], data };
   }
 
-  /** Device memory: free and total bytes. */
+  /** Device memory: free and total bytes (cuMemGetInfo), and the bytes this backend's pool keeps for reuse. */
   memoryInfo(): { free: number; total: number; pooled: number } {
+    this.#cx.alive();
     const f = [0];
     const t = [0];
     check(this.#cx.libs, this.#cx.libs.cu.cuMemGetInfo(f, t), 'cuMemGetInfo');
     return { free: Number(f[0]), total: Number(t[0]), pooled: this.#cx.pool.pooledBytes };
+  }
+
+  /**
+   * The memory pool's counters: bytes held by live tensors and buffers (`liveBytes`), bytes
+   * kept for reuse (`pooledBytes`), allocations the pool could not serve (`misses`, each a
+   * cuMemAlloc), and statistics whose block scores the backend keeps on the device (`keptStats`).
+   */
+  poolStats(): { liveBytes: number; pooledBytes: number; misses: number; keptStats: number } {
+    const pool = this.#cx.pool;
+    return { liveBytes: pool.liveBytes, pooledBytes: pool.pooledBytes, misses: pool.misses, keptStats: this.#kept.entries.length };
+  }
+
+  /**
+   * Give back what the backend keeps between calls: the statistics it holds on the device
+   * (their objects get their values first) and every pooled block (to the driver). Live
+   * tensors stay. After it, `poolStats().liveBytes` is the bytes of the live tensors alone.
+   */
+  trimMemory(): void {
+    this.#cx.alive();
+    this.#cx.streams.synchronizeAll();
+    this.#kept.releaseRetained(true);
+    this.#cx.pool.trim();
   }
 }
 

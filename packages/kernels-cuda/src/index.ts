@@ -10,3 +10,5 @@ export type { CudaDeviceInfo, CudaSchedule } from './runtime/context.js';
 export type { TraceEntry } from './runtime/trace.js';
 export { cudaAvailability } from './availability.js';
 export { defaultCacheDir, defaultKernelDir } from './runtime/compile.js';
+export { CUDA_ERROR, CudaFaults } from './faults.js';
+export type { FiredFault } from './faults.js';

@@ -43,7 +43,26 @@ export interface StandIn {
   readonly libs: CudaLibs;
   /** every launch and read, in order (clear it between checks) */
   readonly log: StandInEvent[];
+  /**
+   * The device memory the stand-in hands out: `bytes` and `blocks` live now (allocated, not
+   * freed; all of it goes with the primary context's last release), `badFrees` cuMemFree calls
+   * of an address that was not live (a double free).
+   * cuMemAlloc fails with CUDA_ERROR_OUT_OF_MEMORY beyond `total`, and cuMemGetInfo reports
+   * what is left.
+   */
+  readonly memory: { readonly bytes: number; readonly blocks: number; readonly badFrees: number; readonly total: number };
 }
+
+/** CUresult names the stand-in's cuGetErrorName knows (others: CUDA_ERROR_STAND_IN). */
+const ERROR_NAMES: Readonly<Record<number, string>> = {
+  1: 'CUDA_ERROR_INVALID_VALUE',
+  2: 'CUDA_ERROR_OUT_OF_MEMORY',
+  200: 'CUDA_ERROR_INVALID_IMAGE',
+  700: 'CUDA_ERROR_ILLEGAL_ADDRESS',
+  719: 'CUDA_ERROR_LAUNCH_FAILED',
+};
+/** the most dynamic shared memory a block may ask for on the stand-in's device (an H200: 227 KiB) */
+const MAX_SHARED = 227 * 1024;
 
 /**
  * `onRead(out, kind)`: fill a device read (zeros otherwise). Reads of H + 2 ints (expand's
@@ -59,6 +78,8 @@ export function standInDriver(
     baseAddress?: number;
     /** log each launch's first `decodeArgs` arguments (StandInEvent.args; default none) */
     decodeArgs?: number;
+    /** the device's memory in bytes (default 1.4e11; cuMemGetInfo's total) */
+    totalMemory?: number;
   } = {},
 ): StandIn {
   const require = createRequire(import.meta.url);
@@ -96,6 +117,13 @@ export function standInDriver(
     return 0;
   };
   const ATTRS: Record<number, number> = { 75: 9, 76: 0, 16: 132 };
+  const total = opts.totalMemory ?? 1.4e11;
+  const live = new Map<number, number>();
+  const memory = { bytes: 0, blocks: 0, badFrees: 0, total };
+  // holds on the primary context (cuDevicePrimaryCtxRetain minus Release)
+  let retained = 0;
+  // a launch the real driver refuses: more than 1024 threads a block, or more shared memory than the device has
+  const refused = (bx: number, by: number, bz: number, smem: number) => bx * by * bz > 1024 || bx < 1 || smem > MAX_SHARED;
   const plan = devicePlanPrefix(H);
   const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => {
     if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = NO_BAD_ROW;
@@ -117,8 +145,19 @@ export function standInDriver(
       return 0;
     },
     cuDriverGetVersion: (v: number[]) => set(v, 12080),
-    cuDevicePrimaryCtxRetain: (c: unknown[]) => set(c, {}),
-    cuDevicePrimaryCtxRelease: () => 0,
+    cuDevicePrimaryCtxRetain: (c: unknown[]) => {
+      retained++;
+      return set(c, {});
+    },
+    cuDevicePrimaryCtxRelease: () => {
+      // the last hold gone, the driver destroys the context and everything allocated in it
+      if (retained > 0 && --retained === 0) {
+        live.clear();
+        memory.bytes = 0;
+        memory.blocks = 0;
+      }
+      return 0;
+    },
     cuDevicePrimaryCtxSetFlags: (_dev: number, flags: number) => {
       ctxFlags = flags;
       log.push({ kind: 'ctxFlags', name: String(flags) });
@@ -156,15 +195,30 @@ export function standInDriver(
     cuEventSynchronize: () => 0,
     cuEventElapsedTime: (ms: number[]) => set(ms, 0),
     cuMemGetInfo: (f: number[], t: number[]) => {
-      t[0] = 1.4e11;
-      return set(f, 1e11);
+      t[0] = total;
+      return set(f, total - memory.bytes);
     },
     cuMemAlloc: (out: number[], size: number) => {
+      const bytes = Number(size);
+      if (!(bytes > 0) || memory.bytes + bytes > total) return 2;
       set(out, next);
-      next += Math.ceil(Number(size) / 256) * 256 + 256;
+      live.set(next, bytes);
+      memory.bytes += bytes;
+      memory.blocks++;
+      next += Math.ceil(bytes / 256) * 256 + 256;
       return 0;
     },
-    cuMemFree: () => 0,
+    cuMemFree: (p: number) => {
+      const bytes = live.get(Number(p));
+      if (bytes === undefined) {
+        memory.badFrees++;
+        return 1;
+      }
+      live.delete(Number(p));
+      memory.bytes -= bytes;
+      memory.blocks--;
+      return 0;
+    },
     cuModuleLoadData: (m: unknown[]) => set(m, {}),
     cuModuleUnload: () => 0,
     cuModuleGetFunction: (f: unknown[], _m: unknown, name: string) => set(f, { name }),
@@ -173,6 +227,7 @@ export function standInDriver(
       // (f, grid x y z, block x y z, shared bytes, stream, args, extra)
       const at = performance.now();
       const shape = rest.slice(0, 7).map(Number);
+      if (refused(shape[3], shape[4], shape[5], shape[6])) return 1;
       log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), shape, ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
       return 0;
     },
@@ -193,6 +248,7 @@ export function standInDriver(
       const v = c.view;
       const shape = [0, 4, 8, 12, 16, 20, 24].map((o) => v.getUint32(o, true));
       const stream = streamIds.get(v.getBigUint64(32, true));
+      if (refused(shape[3], shape[4], shape[5], shape[6])) return 1;
       const attributes = Array.from({ length: v.getUint32(48, true) }, (_, i) => [v.getUint32(c.list + 72 * i, true), v.getUint32(c.list + 72 * i + 8, true)] as const);
       log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...(decodeArgs > 0 ? { args: argsOf(params) } : {}) });
       return 0;
@@ -211,7 +267,7 @@ export function standInDriver(
     },
     cuMemsetD32Async: () => 0,
     cuMemsetD16Async: () => 0,
-    cuGetErrorName: (_e: number, s: unknown[]) => set(s, 'CUDA_ERROR_STAND_IN'),
+    cuGetErrorName: (e: number, s: unknown[]) => set(s, ERROR_NAMES[e] ?? 'CUDA_ERROR_STAND_IN'),
   };
   const nvrtc = {
     nvrtcVersion: (a: number[], b: number[]) => {
@@ -227,7 +283,7 @@ export function standInDriver(
     nvrtcDestroyProgram: () => 0,
     nvrtcGetErrorString: () => 'NVRTC_STAND_IN',
   };
-  return { libs: { koffi, cu, nvrtc } as unknown as CudaLibs, log };
+  return { libs: { koffi, cu, nvrtc } as unknown as CudaLibs, log, memory };
 }
 
 /**

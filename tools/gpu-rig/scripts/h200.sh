@@ -14,13 +14,19 @@
 #                latency and crossover (the TF.js peer in the same run) on the llama fill,
 #                8k-32k, merged into the same folder: OUT/nvidia-h200
 #                (apps/bench/results/nvidia-h200). ~320 s.
+#   hostile      the hostile-input soak on the CUDA backend: 1,000 calls (seed 37), valid ones checked
+#                against float64 rows and invalid ones against their CrispError codes, injected and
+#                real faults (allocation, launch, a full device, NaN), device memory before and
+#                after, then a kernel fault in a child process (DEVICE_LOST, a new backend after
+#                it): OUT/hostile.json, OUT/hostile.log, OUT/sticky.log. ~60-150 s (NVRTC compiles
+#                at first use).
 # Set CRISP_GIT_COMMIT to the commit being run: crisp-bench labels its results with it (the
 # copy on the GPU host may have no git metadata). Copy OUT's nvidia-h200* folders over
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -69,8 +75,16 @@ case "$phase" in
     grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
     ;;
+  hostile)
+    [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
+    timeout -s KILL 200 node "$app/cuda-main.mjs" --phase hostile --calls 1000 --seed 37 --strictPolicy on --budget 180 \
+      --out "$out" > "$out/hostile.log" 2>&1
+    rc=$?
+    grep -E 'hostile:|fault case|soak:|sticky:|FAIL|ERROR' "$out/hostile.log" | tail -n 60
+    [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
+    ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, hostile)" >&2
     exit 2
     ;;
 esac

@@ -5,12 +5,16 @@
  * Writes JSON to --out after every step, so a run cut short still reports.
  *
  *   node .device/app/cuda-main.mjs --phase all --out $OUT --budget 420
+ *
+ * --phase hostile: the hostile-input soak (--calls N, --seed S, --strictPolicy on|off) and the
+ * fault cases, then the sticky fault in a child process (--phase sticky): OUT/hostile.json.
  */
 import { checkN, phase } from './cuda/args.js';
 import { be } from './cuda/backend.js';
 import { benchPhase } from './cuda/bench.js';
 import { conformancePhase } from './cuda/conformance.js';
 import { log, results, save } from './cuda/harness.js';
+import { hostilePhase, stickyPhase } from './cuda/hostile.js';
 import { kernelsCheckPhase, kernelsPhase } from './cuda/kernels.js';
 import { proxyPhase } from './cuda/proxy.js';
 
@@ -20,6 +24,8 @@ if (phase === 'kernels' && checkN > 0) await kernelsCheckPhase();
 if (phase === 'proxy') await proxyPhase();
 if (phase === 'kernels') await kernelsPhase();
 if (phase === 'all' || phase === 'bench') await benchPhase();
+if (phase === 'hostile') await hostilePhase();
+if (phase === 'sticky') await stickyPhase();
 results.finished = new Date().toISOString();
 results.compileMs = be.compileMs;
 save();

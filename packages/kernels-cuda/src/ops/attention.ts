@@ -8,6 +8,7 @@ import {
   type AttentionResult,
   type BlockMask,
   CrispError,
+  DTypeError,
   type DeviceTensor,
   InvalidArgumentError,
   MaskError,
@@ -102,25 +103,40 @@ export class AttentionOp {
     const qt = cx.tensor(q, 'q');
     const kt = cx.tensor(k, 'k');
     const vt = cx.tensor(v, 'v');
+    const { queries: m, heads: H, headDim: D } = shape;
+    // every argument checked before any work (the NaN/Inf checks launch kernels)
+    if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError(`attention options must be an object; got ${opts === null ? 'null' : typeof opts}`);
+    const scale = opts.scale ?? defaultScale(D);
+    if (!(typeof scale === 'number' && scale > 0 && Number.isFinite(scale))) throw new InvalidArgumentError(`scale must be a positive finite number; got ${scale}`);
+    const given = opts.out ? cx.tensor(opts.out, 'opts.out') : undefined;
+    if (given) {
+      if (given.dtype !== shape.dtype) throw new DTypeError(`opts.out must be ${shape.dtype} like q, k and v; got ${given.dtype}`);
+      if (given.shape.length !== 3 || given.shape[0] !== m || given.shape[1] !== H || given.shape[2] !== D) {
+        throw new ShapeError(`opts.out must be ${shape.dtype} [${m}, ${H}, ${D}]; got ${given.dtype} [${given.shape}]`);
+      }
+      // the kernel reads q, k and v while it writes out: the same memory would be overwritten mid-read
+      if (given === qt || given === kt || given === vt) {
+        const which = given === qt ? 'q' : given === kt ? 'k' : 'v';
+        throw new InvalidArgumentError(`opts.out is ${which}: attention would overwrite its input while reading it; pass a separate output tensor (or none)`);
+      }
+    }
     cx.assertFinite(qt, 'q');
     cx.assertFinite(kt, 'k');
     cx.assertFinite(vt, 'v');
-    const { queries: m, heads: H, headDim: D } = shape;
-    const scale = opts.scale ?? defaultScale(D);
-    if (!(scale > 0) || !Number.isFinite(scale)) throw new InvalidArgumentError(`scale must be positive; got ${scale}`);
     let out: CudaTensor;
-    if (opts.out) {
-      out = cx.tensor(opts.out, 'opts.out');
+    if (given) {
+      out = given;
       out.markWritten();
-      if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== D) {
-        throw new ShapeError(
-          `opts.out must be ${shape.dtype} [${m}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`,
-        );
-      }
     } else {
       out = cx.allocate(shape.dtype, [m, H, D], m * H * D * bytesPerElement(shape.dtype));
     }
-    const lse = opts.returnLse ? cx.allocate('f32', [H, m], H * m * 4) : undefined;
+    let lse: CudaTensor | undefined;
+    try {
+      lse = opts.returnLse ? cx.allocate('f32', [H, m], H * m * 4) : undefined;
+    } catch (e) {
+      if (!opts.out) out.dispose();
+      throw e;
+    }
     return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
   }
 
@@ -182,7 +198,8 @@ export class AttentionOp {
   ): AttentionResult {
     const cx = this.#cx;
     cx.alive();
-    const B = mask?.blockSize;
+    if (!mask || typeof mask !== 'object') throw new MaskError(`sparseAttention needs a BlockMask { heads, numBlocks, blockSize, vs?, rows? }; got ${mask === null ? 'null' : typeof mask}`);
+    const B = mask.blockSize;
     assertBlockSize(B, CUDA_CAPABILITIES.blockSizes);
     const shape = attentionShape(q, k, v);
     const expect = { heads: shape.heads, numBlocks: numBlocks(shape.keys, B), blockSize: B };
@@ -224,7 +241,10 @@ export class AttentionOp {
         return res;
       } catch (e) {
         // (a failed launch, a bad row in the plan, no memory for the PE rows): the output is
-        // incomplete, and is not handed out
+        // incomplete, and is not handed out. The main stream first waits for whatever the
+        // second stream had queued: the pool hands the output's block (and the plan's) out
+        // again in the main stream's order.
+        cx.streams.joinQuietly(split.side);
         if (!opts.out) p.out.dispose();
         p.lse?.dispose();
         throw e;

@@ -149,7 +149,12 @@ export function expand(cx: CudaContext, H: number, Nb: number, vsIn: ExpandVs, r
     const write = (entries: number): DeviceBlock => {
       const cols = cx.scratch(entries * 4);
       const args = [...union, P(rowPtr.ptr), P(cols.ptr), I(H), I(Nb), P(bad)];
-      cx.launch('mask/mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, args);
+      try {
+        cx.launch('mask/mask.cu', 'expand_write', [Math.ceil(n / 4)], 128, 4 * words * 4, args);
+      } catch (e) {
+        cx.releaseBlock(cols);
+        throw e;
+      }
       return cols;
     };
     if (unread) {

@@ -160,7 +160,13 @@ export function peParts(
   const qm = cx.scratch(slots * Nb * D * 4);
   const cached = kept.kMeans;
   const reused = cached && cached.k.deref() === kt && cached.version === kt.version && cached.B === B ? cached.block : undefined;
-  const km = reused ?? cx.scratch(Hkv * Nb * D * 4);
+  let km: DeviceBlock;
+  try {
+    km = reused ?? cx.scratch(Hkv * Nb * D * 4);
+  } catch (e) {
+    cx.releaseBlock(qm);
+    throw e;
+  }
   const parts: PePart[] = [];
   try {
     if (!reused) {
@@ -203,20 +209,26 @@ function peChunk(
   scale: number,
   gamma: number,
 ): PePart {
-  const pm = cx.scratch(nc * Nb * Nb * 4);
+  // every block goes to `blocks` as it is taken (a failed allocation leaves those before it to the finally)
+  const blocks: DeviceBlock[] = [];
+  const take = (bytes: number): DeviceBlock => {
+    const x = cx.scratch(bytes);
+    blocks.push(x);
+    return x;
+  };
   // the per-row kernels' slots (pe.cu loops over the count)
   const g = known ? nc : Math.min(nc, PE_SLOT_GRID);
-  // [cnt nc·256][tickets nc][prefixes nc] u32
-  const cnt = cx.scratch(nc * 258 * 4);
-  const sum = cx.scratch(nc * 256 * 8);
-  const state = cx.scratch(nc * 8 * 8);
-  const strict = cx.scratch(nc * Nb * 4);
-  const eq = cx.scratch(nc * Nb * 4);
-  const eqStart = cx.scratch(nc * (Nb + 1) * 4);
-  const kept = cx.scratch(nc * Nb * 4);
-  const rowPtrD = cx.scratch((nc * Nb + 1) * 4);
-  const blocks = [pm, cnt, sum, state, strict, eq, eqStart, kept, rowPtrD];
   try {
+    const pm = take(nc * Nb * Nb * 4);
+    // [cnt nc·256][tickets nc][prefixes nc] u32
+    const cnt = take(nc * 258 * 4);
+    const sum = take(nc * 256 * 8);
+    const state = take(nc * 8 * 8);
+    const strict = take(nc * Nb * 4);
+    const eq = take(nc * Nb * 4);
+    const eqStart = take(nc * (Nb + 1) * 4);
+    const kept = take(nc * Nb * 4);
+    const rowPtrD = take((nc * Nb + 1) * 4);
     const tiles = Math.ceil(Nb / 64);
     // both operands staged whole: 2 x D rows of 68 floats (PE_LG_PAD in pe.cu)
     cx.launch('pe/pe.cu', 'pe_logits', [tiles, tiles, g], 256, 2 * D * 68 * 4, [
@@ -271,7 +283,7 @@ function peChunk(
     scan(cx, kept.ptr, rowPtrD.ptr, nc * Nb, blocks);
     // room for every causal block of the chunk's heads: the kept count stays on the device
     // (reading it here would drain the stream between the PE kernels and the mask's)
-    const colsD = cx.scratch(((nc * Nb * (Nb + 1)) / 2) * 4);
+    const colsD = take(((nc * Nb * (Nb + 1)) / 2) * 4);
     cx.launch('pe/pe.cu', 'pe_write', [Nb, g], 32, 0, [
       P(pm.ptr),
       I(Nb),
@@ -282,6 +294,7 @@ function peChunk(
       P(hl),
     ]);
     blocks.splice(blocks.indexOf(rowPtrD), 1);
+    blocks.splice(blocks.indexOf(colsD), 1);
     return { rowPtrD, cols: colsD, rows: nc * Nb };
   } finally {
     for (const x of blocks) cx.pool.release(x);

@@ -152,9 +152,25 @@ export class ProxyStatsOp {
     const outLen = 2 * H + 3 * H * Nb;
     // The pass's own buffers first and the pass launched, then the rest (from an idle device
     // the device waits for this host work).
-    const pm = cx.scratch(H * b * nParts * f4);
-    const pl = cx.scratch(H * b * nParts * f4);
-    const pt = cx.scratch(H * b * nParts * f4);
+    // every block goes to `blocks` as it is taken: an allocation that fails part way leaves
+    // the ones before it to the finally below (no partial allocation outlives the call)
+    const blocks: DeviceBlock[] = [];
+    const take = (bytes: number): DeviceBlock => {
+      const x = cx.scratch(bytes);
+      blocks.push(x);
+      return x;
+    };
+    let pm: DeviceBlock;
+    let pl: DeviceBlock;
+    let pt: DeviceBlock;
+    try {
+      pm = take(H * b * nParts * f4);
+      pl = take(H * b * nParts * f4);
+      pt = take(H * b * nParts * f4);
+    } catch (e) {
+      cx.releaseBlocks(blocks);
+      throw e;
+    }
     // Token scores asked for: pass 2 writes a_v [H·n] and the parts' a_s; otherwise pass 2b
     // writes block scores and window sums only (SBP offset blocks a part).
     const tokens = Boolean(opts.tokenScores);
@@ -171,20 +187,14 @@ export class ProxyStatsOp {
     // on it, so the full pass.
     const lean = fused && wg && Boolean(opts.deferRead) && wanted.length === 0 && H * Nb * Nb * 4 <= PE_PART_BYTES;
     const NS = 2 * (PART_KEYS / B) + 4;
-    const bins = fused ? cx.scratch(H * nParts * NS * b * f4) : undefined;
-    const qm = lean ? undefined : cx.scratch(H * D * f4);
-    const km = lean ? undefined : cx.scratch(Hkv * Nb * D * f4);
-    const blocks = [pm, pl, pt, ...(qm && km ? [qm, km] : []), ...(bins ? [bins] : [])];
-    const take = (bytes: number): DeviceBlock => {
-      const x = cx.scratch(bytes);
-      blocks.push(x);
-      return x;
-    };
-    cx.tracer.host('proxyStats: scratch taken');
     // the third stream's last event (C_struct's, then the head values'), when it is used: on a
     // failure the scratch waits for it
     let tailDone: unknown;
     try {
+      const bins = fused ? take(H * nParts * NS * b * f4) : undefined;
+      const qm = lean ? undefined : take(H * D * f4);
+      const km = lean ? undefined : take(Hkv * Nb * D * f4);
+      cx.tracer.host('proxyStats: scratch taken');
       const scaleLog2 = scale * LOG2E;
       // wg (Hopper): B / 64 warpgroups, tiles at 1024-byte-aligned addresses (1024 bytes of
       // slack). The mma.sync layout runs proxy.cu's passes off wg, and the token-score pass 2
@@ -474,7 +484,7 @@ export class ProxyStatsOp {
       return stats;
     } finally {
       // (on a failure: C_struct or proxy_heads may be queued on the third stream, reading the scratch)
-      if (blocks.length > 0 && tailDone !== undefined) cx.streams.waitFor(cx.streams.main, tailDone);
+      if (blocks.length > 0 && tailDone !== undefined) cx.streams.joinEvent(tailDone);
       for (const x of blocks) cx.pool.release(x);
     }
   }

@@ -67,11 +67,16 @@ export function selectOnDevice(
     pv = uploadTemp(cx, both, temp);
     ps = pv + HNb * 8;
   }
-  const lists = cx.scratch(2 * HNb * 4);
-  const counts = cx.scratch(2 * H * 4);
+  // each block to `temp` as it is taken (the caller releases them, also after a failure here)
+  const take = (bytes: number): DeviceBlock => {
+    const x = cx.scratch(bytes);
+    temp.push(x);
+    return x;
+  };
+  const lists = take(2 * HNb * 4);
+  const counts = take(2 * H * 4);
   const pb = prefix?.bytes ?? 0;
-  const buf = cx.scratch(pb + (2 * (H + 1) + 2 * HNb) * 4);
-  temp.push(lists, counts, buf);
+  const buf = take(pb + (2 * (H + 1) + 2 * HNb) * 4);
   const rt = prefix ? prefix.fill(buf.ptr) : uploadTemp(cx, Int32Array.from(routes ?? [], (r) => (r === 'vs' ? 1 : 0)), temp);
   cx.launch('select/select.cu', 'vs_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
     P(pv),

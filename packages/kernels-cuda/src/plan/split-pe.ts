@@ -29,8 +29,12 @@ export function splitPe(
 ): SplitPlan {
   let queued: SplitQueued | undefined;
   let headPtr: Int32Array | undefined;
+  // a queueing that failed part way fails every later ask the same way (its kernels may be
+  // half queued on the second stream: queueing them again would run them twice)
+  let failed: unknown;
   const queue = (): SplitQueued => {
     if (queued) return queued;
+    if (failed !== undefined) throw failed;
     if (prepared.released) throw new InvalidArgumentError("the device plan's PE heads were asked for after its prepared mask was released");
     const count = at.nPe();
     if (count === 0) {
@@ -59,6 +63,13 @@ export function splitPe(
       queued = { count, rows };
       // the main stream behind the PE rows before the pool hands their scratch out again
       cx.streams.waitFor(cx.streams.main, rows.done);
+    } catch (e) {
+      // what was queued on the second stream may still read the scratch: the main stream,
+      // where the pool hands it out again, waits for it first
+      queued = undefined;
+      failed = e;
+      cx.streams.joinQuietly(side);
+      throw e;
     } finally {
       cx.releaseBlocks(temp);
     }

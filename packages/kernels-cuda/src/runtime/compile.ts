@@ -89,6 +89,8 @@ export function compileCubin(
   arch: number | string,
   cacheDir: string | null,
   extraOptions: readonly string[] = [],
+  /** compile even when the cache has this cubin (the cached one was refused), and replace it */
+  refresh = false,
 ): CompileResult {
   const t0 = performance.now();
   const options = [`--gpu-architecture=sm_${arch}`, '--std=c++17', '-default-device', '--use_fast_math', ...extraOptions];
@@ -108,7 +110,7 @@ export function compileCubin(
     .digest('hex')
     .slice(0, 32);
   const file = cacheDir ? join(cacheDir, `${name}-sm${arch}-${key}.cubin`) : null;
-  if (file) {
+  if (file && !refresh) {
     try {
       const buf = readFileSync(file);
       return { cubin: new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength), cached: true, ms: performance.now() - t0 };

@@ -11,7 +11,7 @@ import {
   NonFiniteError,
   numel,
 } from '@crisp/core';
-import { type CudaLibs, type Handle, check } from './ffi.js';
+import { type CudaLibs, type Handle, RECREATE_ADVICE, check } from './ffi.js';
 import { type Arg, I, Launcher, P, U64 } from './launcher.js';
 import { type DeviceBlock, DevicePool } from './pool.js';
 import { Streams } from './streams.js';
@@ -52,6 +52,21 @@ export interface ContextOptions {
   readonly programmaticLaunch?: boolean;
 }
 
+/**
+ * Contexts open (created, not disposed) in this process, by driver and device ordinal: they
+ * share the device's primary context.
+ */
+const OPEN = new WeakMap<object, Map<number, number>>();
+function openCount(driver: CudaLibs): Map<number, number> {
+  const key = driver.device ?? driver.cu;
+  let m = OPEN.get(key);
+  if (!m) {
+    m = new Map();
+    OPEN.set(key, m);
+  }
+  return m;
+}
+
 export class CudaContext {
   readonly libs: CudaLibs;
   readonly info: CudaDeviceInfo;
@@ -63,12 +78,18 @@ export class CudaContext {
   readonly streams: Streams;
   readonly checkFinite: boolean;
   readonly #ctx: Handle;
+  /** the open contexts of this driver, by ordinal (OPEN) */
+  readonly #open: Map<number, number>;
   disposed = false;
   /** kernels launched on the main stream so far (planOnDevice's guard for its second stream) */
   mainLaunches = 0;
 
-  constructor(libs: CudaLibs, opts: ContextOptions, cacheDir: string | null) {
+  constructor(driver: CudaLibs, opts: ContextOptions, cacheDir: string | null) {
+    // this context's own view of the driver: `check` records there an error that left the
+    // context unusable (CudaLibs.health), which alive() then reports
+    const libs: CudaLibs = { koffi: driver.koffi, cu: driver.cu, nvrtc: driver.nvrtc, health: {} };
     this.libs = libs;
+    this.#open = openCount(driver);
     const cu = libs.cu;
     check(libs, cu.cuInit(0), 'cuInit');
     const count = [0];
@@ -118,29 +139,64 @@ export class CudaContext {
     const ctx = [null];
     check(libs, cu.cuDevicePrimaryCtxRetain(ctx, dev[0]), 'cuDevicePrimaryCtxRetain');
     this.#ctx = ctx[0];
-    check(libs, cu.cuCtxSetCurrent(this.#ctx), 'cuCtxSetCurrent');
-    this.tracer = new Tracer(libs);
-    this.streams = new Streams(libs, this.tracer, () => this.alive());
-    const mem = [0];
-    const tot = [0];
-    check(libs, cu.cuMemGetInfo(mem, tot), 'cuMemGetInfo');
-    this.info = Object.freeze({
-      name,
-      ordinal,
-      computeCapability: [major, minor] as const,
-      multiprocessors: sms,
-      driverVersion: ver[0],
-      totalMemory: Number(tot[0]),
-    });
-    this.arch = major * 10 + minor;
-    this.pool = new DevicePool(libs);
-    this.checkFinite = opts.checkFinite ?? true;
-    const programmatic = Boolean((opts.programmaticLaunch ?? true) && major >= 9 && cu.cuLaunchKernelEx);
-    this.launcher = new Launcher(libs, this.arch, cacheDir, opts.kernelDir, programmatic);
+    const open = this.#open.get(ordinal) ?? 0;
+    let streams: Streams | undefined;
+    try {
+      check(libs, cu.cuCtxSetCurrent(this.#ctx), 'cuCtxSetCurrent');
+      // a context an earlier fault left unusable answers here with its sticky error (the
+      // primary context is shared: nothing of this backend is queued yet)
+      check(libs, cu.cuCtxSynchronize(), 'cuCtxSynchronize');
+      const mem = [0];
+      const tot = [0];
+      check(libs, cu.cuMemGetInfo(mem, tot), 'cuMemGetInfo');
+      this.tracer = new Tracer(libs);
+      streams = new Streams(libs, this.tracer, () => this.alive());
+      this.streams = streams;
+      this.info = Object.freeze({
+        name,
+        ordinal,
+        computeCapability: [major, minor] as const,
+        multiprocessors: sms,
+        driverVersion: ver[0],
+        totalMemory: Number(tot[0]),
+      });
+      this.arch = major * 10 + minor;
+      this.pool = new DevicePool(libs, this.info.totalMemory);
+      this.checkFinite = opts.checkFinite ?? true;
+      const programmatic = Boolean((opts.programmaticLaunch ?? true) && major >= 9 && cu.cuLaunchKernelEx);
+      this.launcher = new Launcher(libs, this.arch, cacheDir, opts.kernelDir, programmatic);
+    } catch (e) {
+      // nothing of this context stays behind: its stream and its hold on the primary context go
+      if (streams) cu.cuStreamDestroy(streams.main);
+      cu.cuDevicePrimaryCtxRelease(ordinal);
+      if (e instanceof CrispError && e.code === 'DEVICE_LOST') {
+        throw new CrispError(
+          'DEVICE_LOST',
+          `CUDA device ${ordinal}'s context is unusable (${(e.details?.cudaError as string | undefined) ?? e.message}), left so by an earlier fault in this process${open > 0 ? `; ${open} CUDA backend(s) of this process still hold it: dispose them, then create a new one` : '; create a new backend once every holder of it has let go'}`,
+          { ...e.details, openBackends: open },
+        );
+      }
+      throw e;
+    }
+    this.#open.set(ordinal, open + 1);
   }
 
+  /** Typed errors for a disposed backend and for one whose context a fault left unusable. */
   alive(): void {
     if (this.disposed) throw new CrispError('DISPOSED', 'this CUDA backend was disposed; create a new one');
+    const lost = this.libs.health?.lost;
+    if (lost) {
+      throw new CrispError(
+        'DEVICE_LOST',
+        `this CUDA backend's context was lost to ${lost.cudaError} (${lost.code}, reported by ${lost.what}): no further work runs on it; ${RECREATE_ADVICE}`,
+        { cudaError: lost.cudaError, code: lost.code },
+      );
+    }
+  }
+
+  /** Whether a fault left the context unusable (alive() throws DEVICE_LOST). */
+  get lost(): boolean {
+    return this.libs.health?.lost !== undefined;
   }
 
   /** the prepared masks' blocks go back to the pool (no-op after dispose) */
@@ -241,14 +297,28 @@ export class CudaContext {
   /** `t` as this backend's tensor, not disposed (typed errors otherwise). */
   tensor(t: DeviceTensor, what: string): CudaTensor {
     if (!(t instanceof CudaTensor)) {
-      throw new CrispError('WRONG_BACKEND', `${what} belongs to backend '${t?.backend}', not cuda; upload it here first`);
+      if (!t || typeof t !== 'object') throw new InvalidArgumentError(`${what} must be a device tensor; got ${t === null ? 'null' : typeof t}`);
+      throw new CrispError('WRONG_BACKEND', `${what} belongs to backend '${t.backend}', not cuda; upload it here first`);
     }
-    if (t.disposed) throw new CrispError('DISPOSED', `${what} was disposed`);
+    if (t.owner !== this) {
+      throw new CrispError(
+        'WRONG_BACKEND',
+        `${what} belongs to another CUDA backend${t.owner instanceof CudaContext ? ` (device ${t.owner.info.ordinal})` : ''}; tensors are not shared between backends: download it and upload it here`,
+      );
+    }
+    if (t.disposed) throw new CrispError('DISPOSED', `${what} was disposed; allocate or upload a new tensor`);
     return t;
   }
 
-  /** A new tensor in a pool block. */
+  /** A new tensor in a pool block (OUT_OF_MEMORY at once when it cannot fit the device at all). */
   allocate(dtype: CudaTensor['dtype'], shape: readonly number[], bytes: number): CudaTensor {
+    if (!(Number.isSafeInteger(bytes) && bytes <= this.info.totalMemory)) {
+      throw new CrispError(
+        'OUT_OF_MEMORY',
+        `a ${dtype} tensor of shape [${shape}] needs ${(bytes / 2 ** 30).toFixed(2)} GiB; ${this.info.name} has ${(this.info.totalMemory / 2 ** 30).toFixed(2)} GiB in all: use a shorter sequence or fewer heads`,
+        { bytes, totalMemory: this.info.totalMemory },
+      );
+    }
     return new CudaTensor(this, dtype, shape, this.scratch(bytes), bytes);
   }
 
@@ -259,13 +329,26 @@ export class CudaContext {
   dispose(release: () => void): void {
     if (this.disposed) return;
     const cu = this.libs.cu;
-    cu.cuCtxSynchronize();
-    release();
-    this.pool.trim();
+    // Each step on its own: on a context a fault left unusable every driver call fails, and
+    // the hold on the primary context must still go (the device's next context is a fresh one
+    // only once every holder has let go).
+    const attempt = (fn: () => void) => {
+      try {
+        fn();
+      } catch {
+        // (a lost context: the driver frees everything of it with the context)
+      }
+    };
+    attempt(() => cu.cuCtxSynchronize());
+    attempt(release);
+    attempt(() => this.pool.trim());
+    // the live tensors' memory too: the primary context (which would free it) may outlive this backend
+    attempt(() => this.pool.freeAll());
     this.disposed = true;
-    this.launcher.unload();
-    this.streams.dispose();
-    this.launcher.free();
+    attempt(() => this.launcher.unload());
+    attempt(() => this.streams.dispose());
+    attempt(() => this.launcher.free());
     cu.cuDevicePrimaryCtxRelease(this.info.ordinal);
+    this.#open.set(this.info.ordinal, Math.max(0, (this.#open.get(this.info.ordinal) ?? 1) - 1));
   }
 }

@@ -4,7 +4,9 @@
  * (CUdeviceptr fits in 53 bits on every driver we know of).
  *
  * Every failing call becomes a CrispError carrying the CUDA error name:
- * OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, BACKEND_ERROR otherwise.
+ * OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY, DEVICE_LOST for the errors that leave the
+ * context unusable (STICKY_ERRORS: a kernel that faulted, a lost device), BACKEND_ERROR
+ * otherwise.
  */
 import { createRequire } from 'node:module';
 import { CrispError } from '@crisp/core';
@@ -77,9 +79,41 @@ export interface CudaLibs {
   readonly koffi: any;
   readonly cu: CudaDriver;
   readonly nvrtc: Nvrtc;
+  /**
+   * A backend's own view of the driver carries this: `check` records there the first error
+   * that left the context unusable, and the backend refuses every later call with it.
+   */
+  readonly health?: { lost?: ContextLoss };
+  /**
+   * The driver these functions reach, when they wrap another table's (CudaFaults.wrap): the
+   * backends of one driver share each device's primary context. Default: `cu` itself.
+   */
+  readonly device?: object;
+}
+
+/** The error that left a context unusable (CudaLibs.health). */
+export interface ContextLoss {
+  readonly cudaError: string;
+  readonly code: number;
+  /** the driver call that reported it */
+  readonly what: string;
 }
 
 const CUDA_ERROR_OUT_OF_MEMORY = 2;
+
+/**
+ * CUresults after which the context is unusable: every later call on it returns the same
+ * error (cuda.h: "the process ... must be terminated and relaunched", or, with the driver
+ * API, the context destroyed and a new one made). DEINITIALIZED 4, ECC_UNCORRECTABLE 214,
+ * ILLEGAL_ADDRESS 700, LAUNCH_TIMEOUT 702, CONTEXT_IS_DESTROYED 709, ASSERT 710,
+ * HARDWARE_STACK_ERROR 714, ILLEGAL_INSTRUCTION 715, MISALIGNED_ADDRESS 716,
+ * INVALID_ADDRESS_SPACE 717, INVALID_PC 718, LAUNCH_FAILED 719, EXTERNAL_DEVICE 911.
+ */
+export const STICKY_ERRORS: ReadonlySet<number> = new Set([4, 214, 700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 911]);
+
+/** The advice every DEVICE_LOST error ends with. */
+export const RECREATE_ADVICE =
+  'dispose this backend and every other CUDA backend of this process (they share the device\'s primary context), then create a new one';
 
 let cached: CudaLibs | undefined;
 let failure: string | undefined;
@@ -245,10 +279,22 @@ export function cudaErrorName(libs: CudaLibs, res: number): string {
   return `CUresult ${res}`;
 }
 
-/** Throw the typed error for a failed driver call. */
+/**
+ * Throw the typed error for a failed driver call. An error that leaves the context unusable
+ * (STICKY_ERRORS) is recorded in `libs.health`, so that the backend refuses later calls.
+ */
 export function check(libs: CudaLibs, res: number, what: string): void {
   if (res === 0) return;
   const name = cudaErrorName(libs, res);
+  if (STICKY_ERRORS.has(res)) {
+    const health = libs.health;
+    if (health && !health.lost) health.lost = { cudaError: name, code: res, what };
+    throw new CrispError(
+      'DEVICE_LOST',
+      `${what} failed: ${name} (${res}); the CUDA context is unusable from now on (a kernel faulted or the device failed): ${RECREATE_ADVICE}`,
+      { cudaError: name, code: res },
+    );
+  }
   if (res === CUDA_ERROR_OUT_OF_MEMORY) {
     throw new CrispError('OUT_OF_MEMORY', `${what} failed: ${name}; free device tensors or use a shorter sequence`, {
       cudaError: name,

@@ -5,7 +5,7 @@
 import { posix } from 'node:path';
 import { CrispError } from '@crisp/core';
 import { compileCubin, kernelParamCounts, kernelSource } from './compile.js';
-import { type CudaLibs, type Handle, check } from './ffi.js';
+import { type CudaLibs, type Handle, STICKY_ERRORS, check } from './ffi.js';
 
 /** One kernel argument: a device pointer, i32, f32, f64 or u64 value. */
 export type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
@@ -132,7 +132,7 @@ export class Launcher {
     if (!mod) {
       const src = kernelSource(this.#kernelDir, file);
       this.#paramCounts.set(file, kernelParamCounts(src));
-      const res = compileCubin(
+      let res = compileCubin(
         this.#libs,
         src,
         posix.basename(file).replace(/\.cu$/, ''),
@@ -140,9 +140,16 @@ export class Launcher {
         this.#cacheDir,
         FILE_OPTIONS[file],
       );
-      this.compileMs[file] = { ms: res.ms, cached: res.cached };
       const out = [null];
-      check(this.#libs, this.#libs.cu.cuModuleLoadData(out, res.cubin), `cuModuleLoadData(${file})`);
+      let r = this.#libs.cu.cuModuleLoadData(out, res.cubin);
+      if (r !== 0 && res.cached && !STICKY_ERRORS.has(r)) {
+        // a cached cubin the driver refuses (a truncated or foreign file in the cache): compiled
+        // again, and the cache entry replaced
+        res = compileCubin(this.#libs, src, posix.basename(file).replace(/\.cu$/, ''), FILE_ARCH[file] ?? this.#arch, this.#cacheDir, FILE_OPTIONS[file], true);
+        r = this.#libs.cu.cuModuleLoadData(out, res.cubin);
+      }
+      this.compileMs[file] = { ms: res.ms, cached: res.cached };
+      check(this.#libs, r, `cuModuleLoadData(${file})`);
       mod = out[0];
       this.#modules.set(file, mod);
     }

@@ -3,7 +3,8 @@
  * and are handed out again before the driver is asked for more. Every kernel runs on one
  * stream, so a block released after a launch can be reused by the next launch safely
  * (stream order). On CUDA_ERROR_OUT_OF_MEMORY the pool is emptied and the allocation
- * retried once.
+ * retried once; a request beyond the device's whole memory fails at once (no driver call,
+ * the pool kept).
  */
 import { CrispError } from '@crisp/core';
 import { type CudaLibs, check } from './ffi.js';
@@ -22,15 +23,20 @@ export function sizeClass(bytes: number): number {
 
 export class DevicePool {
   readonly #libs: CudaLibs;
+  /** the device's total memory: no request above it reaches the driver */
+  readonly #limit: number;
   readonly #free = new Map<number, number[]>();
   #pooledBytes = 0;
   #liveBytes = 0;
   #misses = 0;
   /** slabs carved by allocBatch: base pointer -> the children's pointers and size class */
   readonly #slabs = new Map<number, { size: number; children: number[] }>();
+  /** every driver allocation not freed yet (freeAll frees them on dispose, live tensors' too) */
+  readonly #owned = new Set<number>();
 
-  constructor(libs: CudaLibs) {
+  constructor(libs: CudaLibs, limit = Number.MAX_SAFE_INTEGER) {
     this.#libs = libs;
+    this.#limit = limit;
   }
 
   get pooledBytes(): number {
@@ -60,6 +66,13 @@ export class DevicePool {
 
   /** A fresh driver allocation of `size` bytes (one retry after emptying the pool). */
   #driverAlloc(size: number): number {
+    if (!(Number.isSafeInteger(size) && size <= this.#limit)) {
+      throw new CrispError(
+        'OUT_OF_MEMORY',
+        `a device buffer of ${(size / 2 ** 30).toFixed(2)} GiB is larger than the device's ${(this.#limit / 2 ** 30).toFixed(2)} GiB; use a shorter sequence or fewer heads`,
+        { bytes: size, totalMemory: this.#limit },
+      );
+    }
     const out = [0];
     this.#misses++;
     let r = this.#libs.cu.cuMemAlloc(out, size);
@@ -79,7 +92,30 @@ export class DevicePool {
       }
       throw e;
     }
-    return Number(out[0]);
+    const ptr = Number(out[0]);
+    this.#owned.add(ptr);
+    return ptr;
+  }
+
+  /** #libs.cu.cuMemFree for a driver allocation of this pool. */
+  #free1(ptr: number): void {
+    this.#owned.delete(ptr);
+    this.#libs.cu.cuMemFree(ptr);
+  }
+
+  /**
+   * Every driver allocation of this pool back to the driver, live tensors' too (dispose: a
+   * disposed backend's tensors are unusable, and the device's primary context, which would
+   * free them with itself, may outlive the backend). The pool is empty after it.
+   */
+  freeAll(): void {
+    this.#libs.cu.cuCtxSynchronize();
+    for (const p of this.#owned) this.#libs.cu.cuMemFree(p);
+    this.#owned.clear();
+    this.#slabs.clear();
+    this.#free.clear();
+    this.#pooledBytes = 0;
+    this.#liveBytes = 0;
   }
 
   /**
@@ -125,14 +161,14 @@ export class DevicePool {
     const keep = new Set<number>();
     for (const [base, slab] of this.#slabs) {
       if (slab.children.every((c) => pooled.has(c))) {
-        this.#libs.cu.cuMemFree(base);
+        this.#free1(base);
         for (const c of slab.children) pooled.delete(c);
         this.#slabs.delete(base);
       } else {
         for (const c of slab.children) if (pooled.has(c)) keep.add(c);
       }
     }
-    for (const p of pooled) if (!keep.has(p)) this.#libs.cu.cuMemFree(p);
+    for (const p of pooled) if (!keep.has(p)) this.#free1(p);
     for (const [size, list] of this.#free) {
       const left = list.filter((p) => keep.has(p));
       if (left.length) this.#free.set(size, left);

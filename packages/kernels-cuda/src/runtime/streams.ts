@@ -150,6 +150,28 @@ export class Streams {
     return ev;
   }
 
+  /**
+   * The main stream waits for the work queued so far on `from` (a failure's clean-up: the
+   * pool's blocks are reused in the main stream's order). Driver errors are swallowed: after
+   * a fault nothing runs on the context anyway.
+   */
+  joinQuietly(from: Handle): void {
+    try {
+      this.fence(from, this.main);
+    } catch {
+      // (the context is unusable: nothing will run behind this)
+    }
+  }
+
+  /** The main stream waits for `ev` (a failure's clean-up; driver errors swallowed as in joinQuietly). */
+  joinEvent(ev: unknown): void {
+    try {
+      this.waitFor(this.main, ev);
+    } catch {
+      // (the context is unusable: nothing will run behind this)
+    }
+  }
+
   /** Runs `fn` with launches (and the uploads and memsets of the PE path) on `stream`. */
   onStream<T>(stream: Handle, fn: () => T): T {
     const prev = this.cur;

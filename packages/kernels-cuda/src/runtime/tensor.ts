@@ -22,6 +22,10 @@ export class CudaTensor extends DeviceTensorBase {
   protected release(): void {
     this.#owner.releaseBlock(this.#block);
   }
+  /** @internal the backend context whose memory this is (a tensor runs on that backend only) */
+  get owner(): BlockOwner {
+    return this.#owner;
+  }
   /** bumped by every write through the backend; the NaN/Inf check is cached per version */
   #version = 0;
   /** the version last found finite, or -1 */
