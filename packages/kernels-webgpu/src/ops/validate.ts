@@ -50,3 +50,11 @@ export function prepare(
   checkBindings(host, shape);
   return { shape, qt, kt, vt };
 }
+
+/**
+ * Wait until these tensors' allocations and writes are known good (OUT_OF_MEMORY or
+ * BACKEND_ERROR otherwise), after the synchronous checks and before any work.
+ */
+export async function ready(...ts: (WebGpuTensor | undefined)[]): Promise<void> {
+  await Promise.all(ts.map((t) => t?.settle()));
+}
