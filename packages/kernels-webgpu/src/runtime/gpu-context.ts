@@ -125,7 +125,13 @@ export class GpuContext {
    * is going, else BACKEND_ERROR with the native message: never an untyped error.
    */
   async guard<T>(p: Promise<T>): Promise<T> {
-    this.check();
+    try {
+      this.check();
+    } catch (e) {
+      // p is not awaited then: keep its rejection from going unhandled
+      p.catch(() => undefined);
+      throw e;
+    }
     let r: T;
     try {
       r = await Promise.race([p, this.#lostPromise]);
