@@ -245,6 +245,30 @@ describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reas
     k.dispose();
   });
 
+  it('masks missing their arrays or of the wrong array types: INVALID_MASK, never a TypeError', async () => {
+    const q = t([128, 2, 64], freshSeed());
+    const k = t([128, 1, 64], freshSeed());
+    const base = { heads: 2, numBlocks: 2, blockSize: 64 };
+    const hostile: unknown[] = [
+      { ...base },
+      { ...base, vs: {} },
+      { ...base, vs: null },
+      { ...base, vs: { verticalPtr: [0, 0, 0], vertical: [], slashPtr: [0, 0, 0], slash: [] } },
+      { ...base, rows: {} },
+      { ...base, rows: { rowPtr: new Int32Array(5) } },
+      { ...base, rows: { rowPtr: new Float64Array(5), cols: new Int32Array(0) } },
+      { ...base, rows: 'rows' },
+    ];
+    for (const mask of hostile) {
+      expect(await code(b.sparseAttention(q, k, k, mask as never)), JSON.stringify(mask)).toBe('INVALID_MASK');
+      expect(await code(b.expandMask(mask as never)), JSON.stringify(mask)).toBe('INVALID_MASK');
+    }
+    expect(await code(b.sparseAttention(q, k, k, null as never))).toBe('INVALID_ARGUMENT');
+    expect(await code(b.expandMask(null as never))).toBe('INVALID_MASK');
+    q.dispose();
+    k.dispose();
+  });
+
   it('empty selected rows: zero output rows and LSE -Infinity, as the reference (no NaN)', async () => {
     const s = freshSeed();
     const n = 128;
@@ -322,7 +346,7 @@ describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reas
       await expectNoLeak(fb, base);
     });
 
-    it('out of memory for a read-back buffer or a mask expansion: OUT_OF_MEMORY, the next call answers correctly', async () => {
+    it('out of memory for a read-back buffer or a mask expansion: OUT_OF_MEMORY, the call after answers correctly', async () => {
       const base = fb.gpu.liveBuffers.buffers;
       const x = fb.upload(hostTensor('f32', [8], [1, 2, 3, 4, 5, 6, 7, 8]));
       arm('staging');
@@ -339,7 +363,7 @@ describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reas
       await expectNoLeak(fb, base);
     });
 
-    it('a launch failure (invalid bind group): BACKEND_ERROR from that call only, the next call answers correctly', async () => {
+    it('a launch failure (invalid bind group): BACKEND_ERROR from that call only, the call after answers correctly', async () => {
       const base = fb.gpu.liveBuffers.buffers;
       faults.oom = undefined;
       let left = 1;

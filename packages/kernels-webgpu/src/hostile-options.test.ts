@@ -212,6 +212,7 @@ describe.skipIf(!backend)(`devices handed in${reason ? ` (skipped: ${reason})` :
   });
 
   it('dispose() frees what the backend made on a device handed in, and leaves the device working', async () => {
+    await b.synchronize();
     const before = b.gpu.liveBuffers.buffers;
     const other = await createWebGpuBackend({ device: b.gpu.device });
     const t = other.upload(hostTensor('f32', [64, 4], new Float32Array(256).fill(1)));

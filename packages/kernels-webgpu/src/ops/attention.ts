@@ -18,7 +18,7 @@ import {
   validateMask,
 } from '@crisp/core';
 import { expandOnDevice } from './expand-mask.js';
-import { checkScale, prepare, ready } from './validate.js';
+import { checkMaskArrays, checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
@@ -34,6 +34,7 @@ export async function sparseAttention(
 ): Promise<AttentionResult> {
   const { shape, qt, kt, vt } = prepare(host, q, k, v);
   if (!mask || typeof mask !== 'object') throw new InvalidArgumentError('sparseAttention needs a BlockMask { heads, numBlocks, blockSize, vs?, rows? }');
+  checkMaskArrays(mask);
   assertBlockSize(mask.blockSize, host.capabilities.blockSizes);
   const Nb = numBlocks(shape.keys, mask.blockSize);
   validateMask(mask, { heads: shape.heads, numBlocks: Nb, blockSize: mask.blockSize });

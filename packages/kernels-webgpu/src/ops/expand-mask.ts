@@ -12,6 +12,7 @@ import {
 import { expandCountProgram, expandFillProgram, scanProgram } from '../kernels/blocks.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
+import { checkMaskArrays } from './validate.js';
 
 /**
  * Rows an expansion may make: rowPtr [R + 1] u32 in one binding, and the count and fill grids
@@ -109,6 +110,7 @@ export async function expandOnDevice(host: OpHost, mask: BlockMask): Promise<{ r
 
 export async function expandMask(host: OpHost, mask: BlockMask): Promise<BlockRows> {
   host.alive();
+  checkMaskArrays(mask);
   validateMask(mask);
   assertBlockSize(mask.blockSize, host.capabilities.blockSizes);
   const { rowPtr, cols, rows } = await expandOnDevice(host, mask);

@@ -68,6 +68,7 @@ export class GpuContext {
   /** generate rolled-loop WGSL (CPU adapters) */
   compact = false;
   #retired: GPUBuffer[] = [];
+  readonly #onError: (ev: Event) => void;
   /** every buffer made here and not yet destroyed, with its size */
   readonly #live = new Map<GPUBuffer, number>();
 
@@ -99,10 +100,11 @@ export class GpuContext {
     });
     // Keep the rejection from being reported as unhandled when nobody is waiting.
     this.#lostPromise.catch(() => undefined);
-    device.addEventListener?.('uncapturederror', (ev: Event) => {
+    this.#onError = (ev: Event) => {
       if (this.#firstError) return;
       this.#firstError = classify((ev as GPUUncapturedErrorEvent).error, 'work queued earlier');
-    });
+    };
+    device.addEventListener?.('uncapturederror', this.#onError);
   }
 
   get lost(): DeviceLostError | undefined {
@@ -264,10 +266,10 @@ export class GpuContext {
   async pipeline(p: ProgramDescriptor): Promise<GPUComputePipeline> {
     let pp = this.#pipelines.get(p.cacheKey);
     if (!pp) {
-      const module = this.device.createShaderModule({ code: p.wgsl, label: p.name });
       // Synchronous creation inside an error scope: dawn.node's createComputePipelineAsync
       // aborted the process under SwiftShader (std::system_error), the scope reports the same.
       this.device.pushErrorScope('validation');
+      const module = this.device.createShaderModule({ code: p.wgsl, label: p.name });
       const pipe = this.device.createComputePipeline({
         layout: 'auto',
         compute: { module, entryPoint: p.entryPoint },
@@ -352,7 +354,9 @@ export class GpuContext {
     });
     try {
       try {
-        await this.guard(staging.mapAsync(MAP_MODE_READ));
+        // (scoped too: mapping an invalid buffer is a validation error of its own, which
+        // must not reach the device's other users as an uncaptured one)
+        await this.guard(this.scoped(checks, 'a read-back', () => staging.mapAsync(MAP_MODE_READ)));
       } catch (e) {
         // the scope knows why (an out-of-memory staging buffer, an invalid source)
         await this.settle(checks);
@@ -389,6 +393,7 @@ export class GpuContext {
   destroy(): void {
     if (this.#destroyed) return;
     this.#destroyed = true;
+    this.device.removeEventListener?.('uncapturederror', this.#onError);
     if (this.ownsDevice) {
       this.device.destroy();
       this.#live.clear();
