@@ -33,7 +33,7 @@ import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
 import { allocate, download, upload, write } from './ops/transfer.js';
-import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo } from './options.js';
+import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
 import type { GpuContext } from './runtime/gpu-context.js';
 import { WebGpuTensor, newTensor } from './runtime/tensor.js';
@@ -56,6 +56,7 @@ let nextId = 0;
  * `navigator.gpu` is used. No adapter: BACKEND_UNAVAILABLE with the reason.
  */
 export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Promise<WebGpuBackend> {
+  checkOptions(opts);
   const { ctx, info } = await openDevice(opts);
   return new WebGpuBackend(ctx, info, opts);
 }
@@ -71,16 +72,13 @@ export class WebGpuBackend implements Backend {
   readonly #id = nextId++;
   readonly #host: OpHost;
 
+  /** (options already checked by checkOptions: createWebGpuBackend does that before any device work) */
   constructor(ctx: GpuContext, info: WebGpuInfo, opts: WebGpuBackendOptions) {
+    checkOptions(opts);
     this.gpu = ctx;
     this.info = info;
-    const crossover = opts.sparseCrossover ?? H200_SPARSE_CROSSOVER;
-    if (typeof crossover !== 'number' || !(crossover >= 0)) {
-      throw new InvalidArgumentError(`sparseCrossover must be a non-negative number; got ${String(crossover)}`);
-    }
-    this.sparseCrossover = crossover;
+    this.sparseCrossover = opts.sparseCrossover ?? H200_SPARSE_CROSSOVER;
     const work = opts.maxDispatchWork ?? 2 ** 38;
-    if (!(work > 0)) throw new InvalidArgumentError(`maxDispatchWork must be positive; got ${String(work)}`);
     this.capabilities = Object.freeze({
       // f16 is stored as packed halves and widened in-kernel: no shader-f16 needed.
       dtypes: ['f32', 'f16'] as DType[],
@@ -116,6 +114,9 @@ export class WebGpuBackend implements Backend {
 
   #own(t: DeviceTensor, what: string): WebGpuTensor {
     this.#alive();
+    if (t === null || typeof t !== 'object') {
+      throw new InvalidArgumentError(`${what} must be a device tensor of this backend (from upload or allocate); got ${t === null ? 'null' : typeof t}`);
+    }
     if (!(t instanceof WebGpuTensor) || t.owner !== this) {
       throw new CrispError(
         'WRONG_BACKEND',
@@ -123,6 +124,9 @@ export class WebGpuBackend implements Backend {
       );
     }
     if (t.disposed) throw new CrispError('DISPOSED', `${what} tensor was disposed`);
+    if (t.failure) {
+      throw new CrispError(t.failure.code, `${what} tensor is unusable (${t.failure.message}); dispose it and make it again`, t.failure.details);
+    }
     return t;
   }
 

@@ -7,9 +7,9 @@
  * `chromium-experimental-subgroup-matrix` feature). Pass `flags: []` for Dawn's defaults.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { CrispError } from '@crisp/core';
+import { CrispError, InvalidArgumentError } from '@crisp/core';
 import { type WebGpuBackend, createWebGpuBackend } from './backend.js';
-import type { WebGpuBackendOptions } from './options.js';
+import { type WebGpuBackendOptions, checkOptions } from './options.js';
 
 export const DEFAULT_DAWN_FLAGS: readonly string[] = ['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia'];
 
@@ -123,19 +123,51 @@ async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
   }
   instances.push(gpu);
   (globalThis as { __crispDawnInstances?: GPU[] }).__crispDawnInstances = instances;
-  const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  let adapter: GPUAdapter | null;
+  try {
+    adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  } catch (e) {
+    throw new CrispError('BACKEND_UNAVAILABLE', `Dawn's requestAdapter failed: ${e instanceof Error ? e.message : String(e)}`);
+  }
   if (!adapter) throw new CrispError('BACKEND_UNAVAILABLE', explainMissingAdapter());
   return adapter;
 }
 
 /** A WebGPU backend on Dawn in Node. BACKEND_UNAVAILABLE (with the reason) when no adapter. */
 export async function createNodeWebGpuBackend(opts: NodeWebGpuOptions = {}): Promise<WebGpuBackend> {
-  const adapter = await nodeAdapter(opts.flags ?? DEFAULT_DAWN_FLAGS);
-  return createWebGpuBackend({ ...opts, adapter, gpu: instances[instances.length - 1] });
+  checkNodeOptions(opts, 'createNodeWebGpuBackend');
+  const { flags, ...rest } = opts;
+  const adapter = await nodeAdapter(flags ?? DEFAULT_DAWN_FLAGS);
+  return createWebGpuBackend({ ...rest, adapter, gpu: instances[instances.length - 1] });
+}
+
+/** The Node entry's options, checked before Dawn starts (INVALID_ARGUMENT naming the option). */
+function checkNodeOptions(opts: unknown, entry: string): asserts opts is NodeWebGpuOptions {
+  if (opts !== null && typeof opts === 'object') {
+    for (const key of ['device', 'adapter', 'gpu']) {
+      if ((opts as Record<string, unknown>)[key] !== undefined) {
+        throw new InvalidArgumentError(
+          `${entry} makes its own Dawn ${key}; to use a ${key} of your own call createWebGpuBackend({ ${key} }) instead`,
+        );
+      }
+    }
+  }
+  checkOptions(opts, entry, ['flags']);
+  checkFlags((opts as NodeWebGpuOptions).flags);
+}
+
+function checkFlags(flags: unknown): void {
+  if (flags === undefined) return;
+  if (!Array.isArray(flags) || flags.some((f) => typeof f !== 'string' || !/^[^=]+=/.test(f))) {
+    throw new InvalidArgumentError(
+      `flags must be an array of Dawn 'key=value' flag strings such as 'enable-dawn-features=allow_unsafe_apis' ([] for Dawn's defaults); got ${JSON.stringify(flags) ?? String(flags)}`,
+    );
+  }
 }
 
 /** Whether Dawn finds an adapter here, and if not, why (for skipping tests with a reason). */
 export async function webgpuAvailability(flags: readonly string[] = DEFAULT_DAWN_FLAGS): Promise<WebGpuAvailability> {
+  checkFlags(flags);
   try {
     const a = await nodeAdapter(flags);
     return {

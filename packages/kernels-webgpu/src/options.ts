@@ -1,4 +1,5 @@
 /** The backend's options, its selectable attention kernels, and what it reports about its device. */
+import { InvalidArgumentError } from '@crisp/core';
 import type { DeviceLimits } from './runtime/gpu-context.js';
 
 /**
@@ -61,4 +62,79 @@ export interface WebGpuInfo {
   readonly description: string;
   readonly features: readonly string[];
   readonly limits: DeviceLimits;
+}
+
+const OPTION_KEYS = ['device', 'adapter', 'gpu', 'sparseCrossover', 'maxDispatchWork', 'attentionKernel', 'compactKernels'] as const;
+
+function describe(x: unknown): string {
+  if (x === null) return 'null';
+  if (typeof x === 'string') return JSON.stringify(x);
+  if (typeof x === 'object') return `an object (${Object.keys(x as object).slice(0, 5).join(', ') || 'no keys'})`;
+  return `${typeof x} ${String(x)}`;
+}
+
+function hasMethods(x: unknown, names: readonly string[]): boolean {
+  return typeof x === 'object' && x !== null && names.every((n) => typeof (x as Record<string, unknown>)[n] === 'function');
+}
+
+/** Methods this backend calls on a device, an adapter and a GPU object. */
+const DEVICE_METHODS = ['createBuffer', 'createCommandEncoder', 'createShaderModule', 'createComputePipeline', 'createBindGroup', 'pushErrorScope', 'popErrorScope', 'destroy'];
+
+/** True when `d` has what this backend uses of a GPUDevice (WebGPU has no reliable brand check across realms). */
+export function looksLikeDevice(d: unknown): d is GPUDevice {
+  const dev = d as GPUDevice;
+  return (
+    hasMethods(d, DEVICE_METHODS) &&
+    hasMethods(dev.queue, ['submit', 'writeBuffer', 'onSubmittedWorkDone']) &&
+    typeof dev.limits === 'object' &&
+    dev.limits !== null &&
+    hasMethods(dev.features, ['has']) &&
+    typeof (dev.features as unknown as Iterable<unknown>)[Symbol.iterator] === 'function' &&
+    typeof (dev.lost as Promise<unknown> | undefined)?.then === 'function'
+  );
+}
+
+/**
+ * Every option checked before any adapter or device is touched: INVALID_ARGUMENT naming the
+ * option, what it got and what it takes. `extra` lists further keys a caller accepts.
+ */
+export function checkOptions(opts: unknown, entry = 'createWebGpuBackend', extra: readonly string[] = []): asserts opts is WebGpuBackendOptions {
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`${entry} takes an options object (or nothing); got ${describe(opts)}`);
+  }
+  const o = opts as Record<string, unknown>;
+  const known = [...OPTION_KEYS, ...extra];
+  for (const key of Object.keys(o)) {
+    if (!known.includes(key)) {
+      throw new InvalidArgumentError(`${entry}: unknown option '${key}'; the options are ${known.join(', ')}`);
+    }
+  }
+  if (o.device !== undefined && !looksLikeDevice(o.device)) {
+    throw new InvalidArgumentError(`device must be a GPUDevice (from adapter.requestDevice()); got ${describe(o.device)}`);
+  }
+  if (o.adapter !== undefined && !(hasMethods(o.adapter, ['requestDevice']) && hasMethods((o.adapter as GPUAdapter).features, ['has']) && typeof (o.adapter as GPUAdapter).limits === 'object')) {
+    throw new InvalidArgumentError(`adapter must be a GPUAdapter (from gpu.requestAdapter()); got ${describe(o.adapter)}`);
+  }
+  if (o.device !== undefined && o.adapter !== undefined) {
+    throw new InvalidArgumentError('pass either device (used as is) or adapter (a device is requested from it), not both');
+  }
+  if (o.gpu !== undefined && !hasMethods(o.gpu, ['requestAdapter'])) {
+    throw new InvalidArgumentError(`gpu must be a GPU object (navigator.gpu, or create() of the webgpu package); got ${describe(o.gpu)}`);
+  }
+  if (o.sparseCrossover !== undefined && (typeof o.sparseCrossover !== 'number' || !(o.sparseCrossover >= 0))) {
+    throw new InvalidArgumentError(
+      `sparseCrossover must be a non-negative number of keys (Infinity: always dense); got ${describe(o.sparseCrossover)}`,
+    );
+  }
+  if (o.maxDispatchWork !== undefined && (typeof o.maxDispatchWork !== 'number' || !(o.maxDispatchWork > 0))) {
+    throw new InvalidArgumentError(
+      `maxDispatchWork must be a positive number of multiply-adds (default 2^38); got ${describe(o.maxDispatchWork)}`,
+    );
+  }
+  if (o.attentionKernel !== undefined && !ATTENTION_KERNELS.includes(o.attentionKernel as AttentionKernel)) {
+    throw new InvalidArgumentError(`attentionKernel must be one of ${ATTENTION_KERNELS.join(', ')}; got ${describe(o.attentionKernel)}`);
+  }
+  if (o.compactKernels !== undefined && typeof o.compactKernels !== 'boolean') {
+    throw new InvalidArgumentError(`compactKernels must be true or false; got ${describe(o.compactKernels)}`);
+  }
 }

@@ -3,7 +3,7 @@
  * file, or the reason it is unavailable.
  */
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
-import { mulberry32 } from '@crisp/core';
+import { isCrispError, mulberry32 } from '@crisp/core';
 import type { WebGpuBackend } from './backend.js';
 
 let cached: Promise<{ backend?: WebGpuBackend; reason?: string }> | undefined;
@@ -30,4 +30,98 @@ export function seededValues(seed: number, count: number, amp = 1): Float32Array
 
 export function freshSeed(): number {
   return Number(process.env.CRISP_SEED ?? Math.floor(Math.random() * 2 ** 31));
+}
+
+/** The CrispError code a call ends with (undefined when it succeeds); a non-CrispError is reported as such. */
+export async function code(p: Promise<unknown> | (() => unknown)): Promise<string | undefined> {
+  try {
+    await (typeof p === 'function' ? p() : p);
+  } catch (e) {
+    return isCrispError(e) ? e.code : `not a CrispError: ${String(e)}`;
+  }
+  return undefined;
+}
+
+/** `p`, or a rejection naming `what` after `ms` (a hang becomes a failed test, not a stuck run). */
+export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const t = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer after ${ms} ms (hang)`)), ms);
+  });
+  return Promise.race([p, t]).finally(() => clearTimeout(timer));
+}
+
+/** What a faulty device does to the calls that reach it. */
+export interface Faults {
+  /** make this buffer an out-of-memory failure (as Dawn does: an error buffer, the error in the innermost out-of-memory scope) */
+  oom?: (desc: GPUBufferDescriptor) => boolean;
+  /** make this bind group invalid (one entry dropped): a validation failure of the dispatch, as a launch failure */
+  badBindGroup?: () => boolean;
+  /** how many faults were injected */
+  injected: number;
+}
+
+class GPUOutOfMemoryError {
+  readonly message: string;
+  constructor(message: string) {
+    this.message = message;
+  }
+}
+
+/**
+ * A real device seen through a proxy that injects faults: out-of-memory buffers (a real error
+ * buffer, so later use of it fails in Dawn as it would) and invalid bind groups. Everything
+ * else goes to the real device.
+ */
+export function faultyDevice(real: GPUDevice, faults: Faults): GPUDevice {
+  const scopes: { filter: GPUErrorFilter; hit: boolean }[] = [];
+  const hitScopes = () => {
+    faults.injected++;
+    for (let i = scopes.length - 1; i >= 0; i--) {
+      if (scopes[i].filter === 'out-of-memory') {
+        scopes[i].hit = true;
+        break;
+      }
+    }
+    // (the consequences Dawn reports in validation scopes are swallowed where the fault lands)
+    for (const s of scopes) if (s.filter === 'validation') s.hit = true;
+  };
+  return new Proxy(real, {
+    get(target, prop) {
+      if (prop === 'pushErrorScope') {
+        return (filter: GPUErrorFilter) => {
+          scopes.push({ filter, hit: false });
+          target.pushErrorScope(filter);
+        };
+      }
+      if (prop === 'popErrorScope') {
+        return async () => {
+          const s = scopes.pop();
+          const r = await target.popErrorScope();
+          if (s?.hit) return s.filter === 'out-of-memory' ? new GPUOutOfMemoryError('injected: out of memory') : null;
+          return r;
+        };
+      }
+      if (prop === 'createBuffer') {
+        return (desc: GPUBufferDescriptor) => {
+          if (faults.oom?.(desc)) {
+            hitScopes();
+            return target.createBuffer({ ...desc, size: Number(target.limits.maxBufferSize) + 16 });
+          }
+          return target.createBuffer(desc);
+        };
+      }
+      if (prop === 'createBindGroup') {
+        return (desc: GPUBindGroupDescriptor) => {
+          if (faults.badBindGroup?.()) {
+            faults.injected++;
+            return target.createBindGroup({ ...desc, entries: [...desc.entries].slice(1) });
+          }
+          return target.createBindGroup(desc);
+        };
+      }
+      const v = Reflect.get(target, prop);
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
 }

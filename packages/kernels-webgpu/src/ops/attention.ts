@@ -5,6 +5,8 @@
  */
 import {
   assertBlockSize,
+  CrispError,
+  DTypeError,
   type AttentionOptions,
   type AttentionResult,
   type AttentionShape,
@@ -16,9 +18,9 @@ import {
   validateMask,
 } from '@crisp/core';
 import { expandOnDevice } from './expand-mask.js';
-import { checkScale, prepare } from './validate.js';
+import { checkMaskArrays, checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
-import { Usage } from '../runtime/gpu-context.js';
+import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
 
@@ -31,33 +33,84 @@ export async function sparseAttention(
   opts: AttentionOptions = {},
 ): Promise<AttentionResult> {
   const { shape, qt, kt, vt } = prepare(host, q, k, v);
-  if (!mask || typeof mask !== 'object') throw new InvalidArgumentError('sparseAttention needs a BlockMask');
+  if (!mask || typeof mask !== 'object') throw new InvalidArgumentError('sparseAttention needs a BlockMask { heads, numBlocks, blockSize, vs?, rows? }');
+  checkMaskArrays(mask);
   assertBlockSize(mask.blockSize, host.capabilities.blockSizes);
   const Nb = numBlocks(shape.keys, mask.blockSize);
   validateMask(mask, { heads: shape.heads, numBlocks: Nb, blockSize: mask.blockSize });
-  let rowPtr: GPUBuffer;
-  let cols: GPUBuffer;
+  const out = checkAttentionOptions(host, shape, [qt, kt, vt!], opts);
+  await ready(qt, kt, vt, out);
+  let rowPtr: GPUBuffer | undefined;
+  let cols: GPUBuffer | undefined;
   let blocks: number;
-  if (!mask.vs && mask.rows) {
-    rowPtr = host.gpu.u32Buffer(mask.rows.rowPtr, 'rowPtr');
-    cols = host.gpu.u32Buffer(mask.rows.cols.length ? mask.rows.cols : [0], 'cols');
-    blocks = mask.rows.cols.length;
-  } else {
-    const e = await expandOnDevice(host, mask);
-    rowPtr = e.rowPtr;
-    cols = e.cols;
-    blocks = e.cols.size / 4;
-  }
   try {
-    return await runAttention(host, shape, qt, kt, vt!, { rowPtr, cols, B: mask.blockSize, Nb, blocks }, opts);
+    if (!mask.vs && mask.rows) {
+      const checks: Check[] = [];
+      const rows = mask.rows;
+      host.gpu.scoped(checks, 'the mask rows', () => {
+        rowPtr = host.gpu.u32Buffer(rows.rowPtr, 'rowPtr');
+        cols = host.gpu.u32Buffer(rows.cols.length ? rows.cols : [0], 'cols');
+      });
+      await host.gpu.settle(checks);
+      blocks = rows.cols.length;
+    } else {
+      const e = await expandOnDevice(host, mask);
+      rowPtr = e.rowPtr;
+      cols = e.cols;
+      blocks = e.cols.size / 4;
+    }
+    return await runAttention(host, shape, qt, kt, vt!, { rowPtr: rowPtr!, cols: cols!, B: mask.blockSize, Nb, blocks }, opts);
   } finally {
-    host.gpu.retire(rowPtr, cols);
+    if (rowPtr) host.gpu.retire(rowPtr);
+    if (cols) host.gpu.retire(cols);
   }
 }
 
 export async function denseAttention(host: OpHost, q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): Promise<AttentionResult> {
   const { shape, qt, kt, vt } = prepare(host, q, k, v);
+  const out = checkAttentionOptions(host, shape, [qt, kt, vt!], opts);
+  await ready(qt, kt, vt, out);
   return runAttention(host, shape, qt, kt, vt!, undefined, opts);
+}
+
+/**
+ * AttentionOptions checked before any work: an object; scale; returnLse a boolean; `out` of
+ * this backend, q's dtype and [m, H, d], and none of q, k, v (the kernel reads those while it
+ * writes out); no `prepared` mask (this backend has no device planner). Returns `out`.
+ */
+export function checkAttentionOptions(
+  host: OpHost,
+  shape: AttentionShape,
+  inputs: readonly WebGpuTensor[],
+  opts: AttentionOptions,
+): WebGpuTensor | undefined {
+  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('attention options must be an object ({ scale?, returnLse?, out? })');
+  checkScale(opts.scale, shape.headDim);
+  if (opts.returnLse !== undefined && typeof opts.returnLse !== 'boolean') {
+    throw new InvalidArgumentError(`returnLse must be true or false; got ${String(opts.returnLse)}`);
+  }
+  if (opts.prepared !== undefined) {
+    throw new CrispError(
+      'WRONG_BACKEND',
+      `the WebGPU backend has no device planner, so a prepared mask (from backend '${(opts.prepared as { backend?: string } | null)?.backend ?? 'unknown'}') cannot run here; pass the BlockMask alone`,
+    );
+  }
+  if (opts.out === undefined) return undefined;
+  const out = host.own(opts.out, 'out');
+  const { queries: m, heads: H, headDim: D } = shape;
+  if (out.dtype !== shape.dtype) {
+    throw new DTypeError(`out must be ${shape.dtype} like q; got ${out.dtype}. Allocate it with allocate('${shape.dtype}', [${m}, ${H}, ${D}])`);
+  }
+  if (out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== D) {
+    throw new ShapeError(`out must be a ${shape.dtype} tensor of shape [${m}, ${H}, ${D}]; got [${out.shape}]`);
+  }
+  const names = ['q', 'k', 'v'];
+  inputs.forEach((t, i) => {
+    if (t.buffer === out.buffer) {
+      throw new InvalidArgumentError(`out is the same tensor as ${names[i]}: attention reads ${names[i]} while it writes out. Pass a separate tensor (or no out)`);
+    }
+  });
+  return out;
 }
 
 export async function runAttention(
@@ -69,43 +122,47 @@ export async function runAttention(
   sparse: { rowPtr: GPUBuffer; cols: GPUBuffer; B: number; Nb: number; blocks: number } | undefined,
   opts: AttentionOptions,
 ): Promise<AttentionResult> {
-  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('attention options must be an object');
   const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
   const scale = checkScale(opts.scale, D);
-  let out: WebGpuTensor;
-  if (opts.out !== undefined) {
-    out = host.own(opts.out, 'out');
-    if (out.dtype !== shape.dtype || out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== D) {
-      throw new ShapeError(`out must be a ${shape.dtype} tensor of shape [${m}, ${H}, ${D}]; got ${out.dtype} [${out.shape}]`);
-    }
-  } else {
-    out = host.newTensor(shape.dtype, [m, H, D]);
-  }
-  const lse = opts.returnLse ? host.newTensor('f32', [H, m]) : undefined;
   const g = host.gpu;
-  const pipe = await host.attentionPipeline(shape.dtype as StorageDType, D);
+  const checks: Check[] = [];
+  const given = opts.out === undefined ? undefined : host.own(opts.out, 'out');
+  let out: WebGpuTensor | undefined;
+  let lse: WebGpuTensor | undefined;
   const temps: GPUBuffer[] = [];
-  const dummy = sparse ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
-  const lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
-  const B = sparse?.B ?? 128;
-  const Nb = sparse?.Nb ?? numBlocks(n, B);
-  const firstTile = Math.floor((n - m) / 64);
-  const numTiles = Math.ceil(n / 64) - firstTile;
-  // Work per query tile in key tiles: dense t + 1; sparse at most the mean row length
-  // (an upper bound spread evenly).
-  const tileWork = 64 * 64 * D;
-  const avgSparse = sparse ? Math.max(1, (sparse.blocks / (H * Nb)) * (B / 64)) : 0;
-  const workOf = (t: number) => (sparse ? Math.min(t + 1, avgSparse) : t + 1) * tileWork;
+  let dummy: GPUBuffer | undefined;
+  let lseBuf: GPUBuffer | undefined;
   try {
+    g.scoped(checks, `the attention output [${m}, ${H}, ${D}]`, () => {
+      out = given ?? host.newTensor(shape.dtype, [m, H, D]);
+      lse = opts.returnLse ? host.newTensor('f32', [H, m]) : undefined;
+      dummy = sparse ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
+      lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
+    });
+    // a failed allocation ends the call here, before a pipeline is built or anything runs
+    await Promise.all([g.settle(checks), ready(out, lse)]);
+    const pipe = await host.attentionPipeline(shape.dtype as StorageDType, D);
+    const B = sparse?.B ?? 128;
+    const Nb = sparse?.Nb ?? numBlocks(n, B);
+    const firstTile = Math.floor((n - m) / 64);
+    const numTiles = Math.ceil(n / 64) - firstTile;
+    // Work per query tile in key tiles: dense t + 1; sparse at most the mean row length
+    // (an upper bound spread evenly).
+    const tileWork = 64 * 64 * D;
+    const avgSparse = sparse ? Math.max(1, (sparse.blocks / (H * Nb)) * (B / 64)) : 0;
+    const workOf = (t: number) => (sparse ? Math.min(t + 1, avgSparse) : t + 1) * tileWork;
     // One dispatch: nh heads from h0, query tiles ft .. ft + nt (grid [nh, nt]).
-    const launch = (h0: number, nh: number, ft: number, nt: number) => {
-      const u = g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
-      temps.push(u);
-      const bufs = [u, qt.buffer, kt.buffer, vt.buffer, out.buffer, lseBuf, sparse?.rowPtr ?? dummy!, sparse?.cols ?? dummy!];
-      const enc = g.device.createCommandEncoder();
-      g.dispatch(enc, pipe, bufs, [nh, nt]);
-      g.submit(enc, temps);
-    };
+    const o = out!;
+    const lb = lseBuf!;
+    const launch = (h0: number, nh: number, ft: number, nt: number) =>
+      g.scoped(checks, 'an attention dispatch', () => {
+        const u = g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
+        temps.push(u);
+        const bufs = [u, qt.buffer, kt.buffer, vt.buffer, o.buffer, lb, sparse?.rowPtr ?? dummy!, sparse?.cols ?? dummy!];
+        const enc = g.device.createCommandEncoder();
+        g.dispatch(enc, pipe, bufs, [nh, nt]);
+        g.submit(enc, temps);
+      });
     // Grid [heads, query tiles], heads fastest: the kernels map y = 0 to the heaviest
     // (last) tile, so every head's longest tiles start in the first wave and the tail holds
     // short ones (head-major order left the last heads' long tiles for the end: 24.9 vs
@@ -133,16 +190,16 @@ export async function runAttention(
       }
       for (let h = 0; h < H; h++) for (const [ft, nt] of ranges) launch(h, 1, ft, nt);
     }
+    // Out of memory, invalid bindings: the scopes of this call's own recording say so.
+    await Promise.all([g.settle(checks), ready(out, lse)]);
   } catch (e) {
-    if (!opts.out) out.dispose();
+    if (!given) out?.dispose();
     lse?.dispose();
     throw e;
   } finally {
     host.gpu.retire(...temps);
     if (dummy) host.gpu.retire(dummy);
-    if (!lse) host.gpu.retire(lseBuf);
+    if (lseBuf && !lse) host.gpu.retire(lseBuf);
   }
-  // Surface asynchronous validation errors (bad bindings, OOM) of these dispatches.
-  g.check();
-  return lse ? { output: out, lse } : { output: out };
+  return lse ? { output: out!, lse } : { output: out! };
 }

@@ -10,27 +10,35 @@ import {
   validateMask,
 } from '@crisp/core';
 import { expandCountProgram, expandFillProgram, scanProgram } from '../kernels/blocks.js';
-import { Usage } from '../runtime/gpu-context.js';
+import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
+import { checkMaskArrays } from './validate.js';
 
-/** Expand on the GPU; rowPtr and cols stay in device buffers (the caller destroys them). */
+/**
+ * Rows an expansion may make: rowPtr [R + 1] u32 in one binding, and the count and fill grids
+ * (256 rows a workgroup, 2-D) inside the workgroup limits. Checked before anything else, so a
+ * mask with a huge numBlocks and empty lists costs nothing.
+ */
+function checkRows(host: OpHost, H: number, Nb: number): void {
+  const R = H * Nb;
+  const lim = host.gpu.limits;
+  const maxRows = Math.min(Math.floor(lim.maxStorageBufferBindingSize / 4) - 1, 256 * lim.maxComputeWorkgroupsPerDimension ** 2);
+  if (R > maxRows) {
+    throw new LimitError(
+      `the mask has ${H} heads x ${Nb} blocks = ${R} rows; this device's buffers hold at most ${maxRows} (maxStorageBufferBindingSize ${lim.maxStorageBufferBindingSize}). Use a larger block size or a shorter sequence`,
+      { limit: 'maxStorageBufferBindingSize', max: maxRows, rows: R },
+    );
+  }
+}
+
+/** Expand on the GPU; rowPtr and cols stay in device buffers (the caller retires them). */
 export async function expandOnDevice(host: OpHost, mask: BlockMask): Promise<{ rowPtr: GPUBuffer; cols: GPUBuffer; rows: number }> {
   const H = mask.heads;
   const Nb = mask.numBlocks;
+  checkRows(host, H, Nb);
   const R = H * Nb;
   const g = host.gpu;
   const vs = mask.vs;
-  const vsPtr = new Uint32Array(2 * (H + 1));
-  let sliceBase = 0;
-  let list = new Uint32Array(0);
-  if (vs) {
-    vsPtr.set(vs.verticalPtr, 0);
-    vsPtr.set(vs.slashPtr, H + 1);
-    sliceBase = vs.vertical.length;
-    list = new Uint32Array(vs.vertical.length + vs.slash.length);
-    list.set(vs.vertical, 0);
-    list.set(vs.slash, sliceBase);
-  }
   // Upper bound on the expanded size: a row holds at most I + 1 blocks and at most the
   // sum of its three sources.
   let cap = 0;
@@ -42,39 +50,67 @@ export async function expandOnDevice(host: OpHost, mask: BlockMask): Promise<{ r
       cap += Math.min(I + 1, lists + own);
     }
   }
-  if (cap * 4 > g.limits.maxStorageBufferBindingSize) {
-    throw new LimitError(`the expanded mask (${cap} blocks) exceeds maxStorageBufferBindingSize`, {
-      limit: 'maxStorageBufferBindingSize',
-    });
+  const listLength = vs ? vs.vertical.length + vs.slash.length : 0;
+  g.checkBindings('expanding the mask', {
+    'expanded cols': Math.max(1, cap) * 4,
+    'vertical and slash lists': listLength * 4,
+    'input cols': (mask.rows?.cols.length ?? 0) * 4,
+  });
+  const vsPtr = new Uint32Array(2 * (H + 1));
+  let sliceBase = 0;
+  let list = new Uint32Array(0);
+  if (vs) {
+    vsPtr.set(vs.verticalPtr, 0);
+    vsPtr.set(vs.slashPtr, H + 1);
+    sliceBase = vs.vertical.length;
+    list = new Uint32Array(listLength);
+    list.set(vs.vertical, 0);
+    list.set(vs.slash, sliceBase);
   }
   const [pCount, pScan, pFill] = await Promise.all([
     g.pipeline(expandCountProgram()),
     g.pipeline(expandFillProgram()),
     g.pipeline(scanProgram()),
   ]).then(([c, f, s]) => [c, s, f] as const);
+  const checks: Check[] = [];
   const temps: GPUBuffer[] = [];
-  const ptrB = g.u32Buffer(vsPtr, 'vsPtr');
-  const listB = g.u32Buffer(list, 'vsList');
-  const rpB = g.u32Buffer(mask.rows ? mask.rows.rowPtr : [0], 'rowPtr.in');
-  const colsB = g.u32Buffer(mask.rows ? mask.rows.cols : [0], 'cols.in');
-  temps.push(ptrB, listB, rpB, colsB);
-  const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
-  const outPtr = g.createBuffer((R + 1) * 4, S, 'rowPtr');
-  const outCols = g.createBuffer(Math.max(1, cap) * 4, S, 'cols');
-  const grid = g.grid(R);
-  const u = g.uniform([H, Nb, mask.rows ? 1 : 0, sliceBase, grid.rowWidth, 0, 0, 0]);
-  const us = g.uniform([R, 0, 0, 0]);
-  temps.push(u, us);
-  const enc = g.device.createCommandEncoder();
-  g.dispatch(enc, pCount, [u, ptrB, listB, rpB, colsB, outPtr], grid.groups);
-  g.dispatch(enc, pScan, [us, outPtr], [1]);
-  g.dispatch(enc, pFill, [u, ptrB, listB, rpB, colsB, outPtr, outCols], grid.groups);
-  g.submit(enc, temps);
-  return { rowPtr: outPtr, cols: outCols, rows: R };
+  const made: GPUBuffer[] = [];
+  try {
+    const [outPtr, outCols] = g.scoped(checks, `the expanded mask (${R} rows, up to ${cap} blocks)`, () => {
+      const keep = (b: GPUBuffer) => {
+        temps.push(b);
+        return b;
+      };
+      const ptrB = keep(g.u32Buffer(vsPtr, 'vsPtr'));
+      const listB = keep(g.u32Buffer(list, 'vsList'));
+      const rpB = keep(g.u32Buffer(mask.rows ? mask.rows.rowPtr : [0], 'rowPtr.in'));
+      const colsB = keep(g.u32Buffer(mask.rows ? mask.rows.cols : [0], 'cols.in'));
+      const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
+      const ptr = g.createBuffer((R + 1) * 4, S, 'rowPtr');
+      made.push(ptr);
+      const cols = g.createBuffer(Math.max(1, cap) * 4, S, 'cols');
+      made.push(cols);
+      const grid = g.grid(R);
+      const u = keep(g.uniform([H, Nb, mask.rows ? 1 : 0, sliceBase, grid.rowWidth, 0, 0, 0]));
+      const us = keep(g.uniform([R, 0, 0, 0]));
+      const enc = g.device.createCommandEncoder();
+      g.dispatch(enc, pCount, [u, ptrB, listB, rpB, colsB, ptr], grid.groups);
+      g.dispatch(enc, pScan, [us, ptr], [1]);
+      g.dispatch(enc, pFill, [u, ptrB, listB, rpB, colsB, ptr, cols], grid.groups);
+      g.submit(enc, temps);
+      return [ptr, cols] as const;
+    });
+    await g.settle(checks);
+    return { rowPtr: outPtr, cols: outCols, rows: R };
+  } catch (e) {
+    g.retire(...temps, ...made);
+    throw e;
+  }
 }
 
 export async function expandMask(host: OpHost, mask: BlockMask): Promise<BlockRows> {
   host.alive();
+  checkMaskArrays(mask);
   validateMask(mask);
   assertBlockSize(mask.blockSize, host.capabilities.blockSizes);
   const { rowPtr, cols, rows } = await expandOnDevice(host, mask);

@@ -14,9 +14,9 @@ import {
 import { coverageCut } from '../coverage.js';
 import { peMapProgram } from '../kernels/blocks.js';
 import { blockMeanProgram } from '../kernels/proxy.js';
-import { checkScale, prepare } from './validate.js';
+import { checkScale, prepare, ready } from './validate.js';
 import type { StorageDType } from '../kernels/common.js';
-import { Usage } from '../runtime/gpu-context.js';
+import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
 
 export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows> {
@@ -49,7 +49,6 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
   }
   const dtype = shape.dtype as StorageDType;
   const g = host.gpu;
-  const [pMean, pMap] = await Promise.all([g.pipeline(blockMeanProgram(dtype, D)), g.pipeline(peMapProgram(D))]);
   const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
   const entries = (Nb * (Nb + 1)) / 2;
   const perHeadBytes = entries * 4;
@@ -60,12 +59,14 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
       { limit: 'maxStorageBufferBindingSize', max: maxNb * B },
     );
   }
+  g.checkBindings('peBlockRows', { 'q block means': H * Nb * D * 4, 'k block means': Hkv * Nb * D * 4 });
+  await ready(qt, kt);
+  const [pMean, pMap] = await Promise.all([g.pipeline(blockMeanProgram(dtype, D)), g.pipeline(peMapProgram(D))]);
   // Heads per pass: bounded by the binding limit and 256 MiB of host traffic per pass.
   const chunk = Math.max(1, Math.min(heads.length, Math.floor(Math.min(g.limits.maxStorageBufferBindingSize, 2 ** 28) / perHeadBytes)));
-  const qbar = g.createBuffer(H * Nb * D * 4, S, 'qbar');
-  const kbar = g.createBuffer(Hkv * Nb * D * 4, S, 'kbar');
-  const map = g.createBuffer(chunk * perHeadBytes, S, 'peMap');
   const temps: GPUBuffer[] = [];
+  const made: GPUBuffer[] = [];
+  const checks: Check[] = [];
   // Active query blocks hold at least one query row (chunked prefill starts at n - m).
   const firstPos = n - m;
   const active = new Uint8Array(Nb);
@@ -77,24 +78,39 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
     }
   }
   try {
-    const enc = g.device.createCommandEncoder();
-    const gq = g.grid(H * Nb * (D / 4));
-    const uq = g.uniform([m, H, firstPos, Nb, B, gq.rowWidth, 0, 0]);
-    g.dispatch(enc, pMean, [uq, qt.buffer, qbar], gq.groups);
-    const gk = g.grid(Hkv * Nb * (D / 4));
-    const uk = g.uniform([n, Hkv, 0, Nb, B, gk.rowWidth, 0, 0]);
-    g.dispatch(enc, pMean, [uk, kt.buffer, kbar], gk.groups);
-    temps.push(uq, uk);
-    g.submit(enc, temps);
+    const [qbar, kbar, map] = g.scoped(checks, 'the PE block means and map', () => {
+      const mk = (bytes: number, label: string) => {
+        const b = g.createBuffer(bytes, S, label);
+        made.push(b);
+        return b;
+      };
+      const bufs = [mk(H * Nb * D * 4, 'qbar'), mk(Hkv * Nb * D * 4, 'kbar'), mk(chunk * perHeadBytes, 'peMap')] as const;
+      const enc = g.device.createCommandEncoder();
+      const gq = g.grid(H * Nb * (D / 4));
+      const uq = g.uniform([m, H, firstPos, Nb, B, gq.rowWidth, 0, 0]);
+      temps.push(uq);
+      g.dispatch(enc, pMean, [uq, qt.buffer, bufs[0]], gq.groups);
+      const gk = g.grid(Hkv * Nb * (D / 4));
+      const uk = g.uniform([n, Hkv, 0, Nb, B, gk.rowWidth, 0, 0]);
+      temps.push(uk);
+      g.dispatch(enc, pMean, [uk, kt.buffer, bufs[1]], gk.groups);
+      g.submit(enc, temps);
+      return bufs;
+    });
     const perHead: Uint8Array[] = [];
     for (let s0 = 0; s0 < heads.length; s0 += chunk) {
       const nh = Math.min(chunk, heads.length - s0);
-      const hb = g.u32Buffer(Array.from(heads).slice(s0, s0 + nh), 'peHeads');
-      const u = g.uniform([H, Hkv, Nb, B, firstPos, n, { f32: scale }, 0]);
-      const e2 = g.device.createCommandEncoder();
-      g.dispatch(e2, pMap, [u, qbar, kbar, hb, map], [Nb, nh]);
-      temps.push(u, hb);
-      g.submit(e2, temps);
+      g.scoped(checks, 'a PE map pass', () => {
+        const hb = g.u32Buffer(Array.from(heads).slice(s0, s0 + nh), 'peHeads');
+        temps.push(hb);
+        const u = g.uniform([H, Hkv, Nb, B, firstPos, n, { f32: scale }, 0]);
+        temps.push(u);
+        const e2 = g.device.createCommandEncoder();
+        g.dispatch(e2, pMap, [u, qbar, kbar, hb, map], [Nb, nh]);
+        g.submit(e2, temps);
+      });
+      // (read settles nothing of these scopes: a failed pass must not pass for a map of zeros)
+      await g.settle(checks);
       const vals = new Float32Array(await g.read(map, 0, nh * perHeadBytes));
       for (let s = 0; s < nh; s++) {
         perHead.push(coverageCut(vals.subarray(s * entries, (s + 1) * entries), Nb, active, activeRows, opts.gamma));
@@ -116,6 +132,6 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
     }
     return { rowPtr, cols };
   } finally {
-    host.gpu.retire(...temps, qbar, kbar, map);
+    host.gpu.retire(...temps, ...made);
   }
 }

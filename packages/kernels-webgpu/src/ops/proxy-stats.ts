@@ -14,9 +14,9 @@ import {
   wantedOptionalStats,
 } from '@crisp/core';
 import { SLASH_STRIDE, blockMeanProgram, blockSumsProgram, pooledLogitsProgram, rowCombineProgram, rowStatsProgram, scoresProgram, slashCombineProgram } from '../kernels/proxy.js';
-import { checkScale, prepare } from './validate.js';
+import { checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
-import { Usage } from '../runtime/gpu-context.js';
+import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
 
 export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
@@ -37,6 +37,18 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
   const tilesPerSplit = Math.max(16, Math.ceil(T / 4096));
   const numSplits = Math.ceil(T / tilesPerSplit);
   const g = host.gpu;
+  const sizes = {
+    'row-statistics partials': H * b * numSplits * 16,
+    'row statistics': H * b * 16,
+    'vertical token scores': H * n * 4,
+    'slash token scores': H * n * 4,
+    'slash partials': H * T * SLASH_STRIDE * 4,
+    'block sums': H * (Nb + 1) * 2 * 4,
+    'k block means': Hkv * Nb * D * 4,
+    'pooled logits': H * Nb * 4,
+  };
+  g.checkBindings('proxyStats', sizes);
+  await ready(qt, kt);
   const [pRow, pComb, pScores, pSlash, pBlock, pMean, pLogits] = await Promise.all([
     g.pipeline(rowStatsProgram(dtype, D, g.compact)),
     g.pipeline(rowCombineProgram()),
@@ -47,60 +59,62 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
     g.pipeline(pooledLogitsProgram(dtype, D)),
   ]);
   const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
-  const part = g.createBuffer(H * b * numSplits * 16, S, 'rowStats.part');
-  const rows = g.createBuffer(H * b * 16, S, 'rowStats.rows');
-  const av = g.createBuffer(H * n * 4, S, 'a_v');
-  const as = g.createBuffer(H * n * 4, S, 'a_s');
-  const slashPart = g.createBuffer(H * T * SLASH_STRIDE * 4, S, 'slash.part');
-  const sums = g.createBuffer(H * (Nb + 1) * 2 * 4, S, 'blockSums');
-  const kbar = g.createBuffer(Hkv * Nb * D * 4, S, 'kbar');
-  const logits = g.createBuffer(H * Nb * 4, S, 'pooledLogits');
-  const owned = [part, rows, av, as, slashPart, sums, kbar, logits];
+  const owned: GPUBuffer[] = [];
   const temps: GPUBuffer[] = [];
+  const checks: Check[] = [];
   try {
-    const scaleLog2 = { f32: scale * LOG2E };
-    // Bounded dispatches: heads per dispatch so one holds <= maxWork multiply-adds.
-    const perHead = b * n * D;
-    const hg = Math.max(1, Math.min(H, Math.floor(host.maxWork / perHead)));
-    for (let h0 = 0; h0 < H; h0 += hg) {
-      const nh = Math.min(hg, H - h0);
+    const [part, rows, av, as, slashPart, sums, kbar, logits] = g.scoped(checks, 'the proxy statistics buffers', () =>
+      Object.entries(sizes).map(([label, bytes]) => {
+        const buf = g.createBuffer(bytes, S, label);
+        owned.push(buf);
+        return buf;
+      }),
+    );
+    g.scoped(checks, 'the proxy statistics passes', () => {
+      const scaleLog2 = { f32: scale * LOG2E };
+      // Bounded dispatches: heads per dispatch so one holds <= maxWork multiply-adds.
+      const perHead = b * n * D;
+      const hg = Math.max(1, Math.min(H, Math.floor(host.maxWork / perHead)));
+      for (let h0 = 0; h0 < H; h0 += hg) {
+        const nh = Math.min(hg, H - h0);
+        const enc = g.device.createCommandEncoder();
+        const u = g.uniform([m, n, H, Hkv, b, tilesPerSplit, numSplits, h0, scaleLog2, 0, 0, 0]);
+        temps.push(u);
+        g.dispatch(enc, pRow, [u, qt.buffer, kt.buffer, part], [numSplits, rowTiles, nh]);
+        g.submit(enc, temps);
+      }
+      {
+        const enc = g.device.createCommandEncoder();
+        const u = g.uniform([H * b, b, numSplits, 0]);
+        temps.push(u);
+        g.dispatch(enc, pComb, [u, part, rows], [Math.ceil((H * b) / 256)]);
+        g.submit(enc, temps);
+      }
+      for (let h0 = 0; h0 < H; h0 += hg) {
+        const nh = Math.min(hg, H - h0);
+        const enc = g.device.createCommandEncoder();
+        const u = g.uniform([m, n, H, Hkv, b, T, h0, 0, scaleLog2, { f32: 1 / b }, 0, 0]);
+        temps.push(u);
+        g.dispatch(enc, pScores, [u, qt.buffer, kt.buffer, rows, av, slashPart], [T, nh]);
+        g.submit(enc, temps);
+      }
       const enc = g.device.createCommandEncoder();
-      const u = g.uniform([m, n, H, Hkv, b, tilesPerSplit, numSplits, h0, scaleLog2, 0, 0, 0]);
-      temps.push(u);
-      g.dispatch(enc, pRow, [u, qt.buffer, kt.buffer, part], [numSplits, rowTiles, nh]);
+      const grid = g.grid(H * n);
+      const u1 = g.uniform([n, b, T, H, { f32: 1 / b }, grid.rowWidth, 0, 0]);
+      g.dispatch(enc, pSlash, [u1, slashPart, as], grid.groups);
+      const sinkEnd = Math.min(opts.wSink, n);
+      const localStart = Math.max(n - opts.wLocal, sinkEnd);
+      const u2 = g.uniform([n, B, Nb, H, sinkEnd, localStart, 0, 0]);
+      g.dispatch(enc, pBlock, [u2, av, as, sums], [Math.ceil((H * (Nb + 1)) / 256)]);
+      const mgrid = g.grid(Hkv * Nb * (D / 4));
+      const u3 = g.uniform([n, Hkv, 0, Nb, B, mgrid.rowWidth, 0, 0]);
+      g.dispatch(enc, pMean, [u3, kt.buffer, kbar], mgrid.groups);
+      const u4 = g.uniform([m, H, Hkv, b, Nb, { f32: scale }, 0, 0]);
+      g.dispatch(enc, pLogits, [u4, qt.buffer, kbar, logits], [Math.ceil(Nb / 256), H]);
+      temps.push(u1, u2, u3, u4);
       g.submit(enc, temps);
-    }
-    {
-      const enc = g.device.createCommandEncoder();
-      const u = g.uniform([H * b, b, numSplits, 0]);
-      temps.push(u);
-      g.dispatch(enc, pComb, [u, part, rows], [Math.ceil((H * b) / 256)]);
-      g.submit(enc, temps);
-    }
-    for (let h0 = 0; h0 < H; h0 += hg) {
-      const nh = Math.min(hg, H - h0);
-      const enc = g.device.createCommandEncoder();
-      const u = g.uniform([m, n, H, Hkv, b, T, h0, 0, scaleLog2, { f32: 1 / b }, 0, 0]);
-      temps.push(u);
-      g.dispatch(enc, pScores, [u, qt.buffer, kt.buffer, rows, av, slashPart], [T, nh]);
-      g.submit(enc, temps);
-    }
-    const enc = g.device.createCommandEncoder();
-    const grid = g.grid(H * n);
-    const u1 = g.uniform([n, b, T, H, { f32: 1 / b }, grid.rowWidth, 0, 0]);
-    g.dispatch(enc, pSlash, [u1, slashPart, as], grid.groups);
-    const sinkEnd = Math.min(opts.wSink, n);
-    const localStart = Math.max(n - opts.wLocal, sinkEnd);
-    const u2 = g.uniform([n, B, Nb, H, sinkEnd, localStart, 0, 0]);
-    g.dispatch(enc, pBlock, [u2, av, as, sums], [Math.ceil((H * (Nb + 1)) / 256)]);
-    const mgrid = g.grid(Hkv * Nb * (D / 4));
-    const u3 = g.uniform([n, Hkv, 0, Nb, B, mgrid.rowWidth, 0, 0]);
-    g.dispatch(enc, pMean, [u3, kt.buffer, kbar], mgrid.groups);
-    const u4 = g.uniform([m, H, Hkv, b, Nb, { f32: scale }, 0, 0]);
-    g.dispatch(enc, pLogits, [u4, qt.buffer, kbar, logits], [Math.ceil(Nb / 256), H]);
-    temps.push(u1, u2, u3, u4);
-    g.submit(enc, temps);
-
+    });
+    await g.settle(checks);
     const [rowsAb, sumsAb, logitsAb, avAb, asAb] = await Promise.all([
       g.read(rows, 0, H * b * 16),
       g.read(sums, 0, H * (Nb + 1) * 8),

@@ -23,7 +23,12 @@ export function upload(host: OpHost, t: HostTensor): DeviceTensor {
   if (!t || typeof t !== 'object') throw new InvalidArgumentError('upload needs a host tensor { dtype, shape, data }');
   const h = wrapHost(t.dtype, t.shape, t.data);
   const dt = allocate(host, h.dtype, h.shape) as WebGpuTensor;
-  write(host, dt, 0, h.data);
+  try {
+    write(host, dt, 0, h.data);
+  } catch (e) {
+    dt.dispose();
+    throw e;
+  }
   return dt;
 }
 
@@ -41,6 +46,11 @@ export function allocate(host: OpHost, dtype: DType, shape: readonly number[]): 
 
 export function write(host: OpHost, t: DeviceTensor, elementOffset: number, data: HostData): void {
   const wt = host.own(t, 'write target');
+  if (!ArrayBuffer.isView(data)) {
+    throw new InvalidArgumentError(
+      `write needs a ${wt.dtype === 'f32' ? 'Float32Array' : 'Uint16Array of f16 bit patterns'}; got ${data === null ? 'null' : typeof data}`,
+    );
+  }
   if (wt.dtype === 'f32' ? !(data instanceof Float32Array) : !(data instanceof Uint16Array)) {
     throw new DTypeError(
       `write into a ${wt.dtype} tensor needs a ${wt.dtype === 'f32' ? 'Float32Array' : 'Uint16Array of bit patterns'}`,
@@ -56,13 +66,16 @@ export function write(host: OpHost, t: DeviceTensor, elementOffset: number, data
   const bpe = bytesPerElement(wt.dtype);
   const byteOff = elementOffset * bpe;
   const q = host.gpu.device.queue;
-  if (byteOff % 4 === 0 && data.byteLength % 4 === 0) {
-    q.writeBuffer(wt.buffer, byteOff, data.buffer, data.byteOffset, data.byteLength);
-    return;
-  }
-  // f16 at an odd element offset or of odd length: whole words go straight in, the one or
-  // two boundary halves through a tiny kernel that keeps the neighbouring half intact.
-  writeHalves(host, wt, elementOffset, data as Uint16Array);
+  // (the verdict joins the tensor's: its next use reports a failed write)
+  host.gpu.scoped(wt.checks, `a write of ${data.length} elements`, () => {
+    if (byteOff % 4 === 0 && data.byteLength % 4 === 0) {
+      q.writeBuffer(wt.buffer, byteOff, data.buffer, data.byteOffset, data.byteLength);
+      return;
+    }
+    // f16 at an odd element offset or of odd length: whole words go straight in, the one or
+    // two boundary halves through a tiny kernel that keeps the neighbouring half intact.
+    writeHalves(host, wt, elementOffset, data as Uint16Array);
+  });
 }
 
 export function writeHalves(host: OpHost, wt: WebGpuTensor, off: number, data: Uint16Array): void {
@@ -72,9 +85,15 @@ export function writeHalves(host: OpHost, wt: WebGpuTensor, off: number, data: U
   const packed = new Uint16Array(words * 2);
   packed.set(data, off - firstWord * 2);
   const src = host.gpu.createBuffer(packed.byteLength, Usage.STORAGE | Usage.COPY_DST, 'halves');
+  let uni: GPUBuffer;
+  try {
+    uni = host.gpu.uniform([firstWord, words, off, data.length]);
+  } catch (e) {
+    host.gpu.retire(src);
+    throw e;
+  }
   host.gpu.device.queue.writeBuffer(src, 0, packed.buffer, 0, packed.byteLength);
   const prog = writeHalvesProgram();
-  const uni = host.gpu.uniform([firstWord, words, off, data.length]);
   const enc = host.gpu.device.createCommandEncoder();
   // Pipelines build asynchronously; this one is tiny and compiled synchronously instead.
   const module = host.gpu.device.createShaderModule({ code: prog.wgsl, label: prog.name });
@@ -85,6 +104,7 @@ export function writeHalves(host: OpHost, wt: WebGpuTensor, off: number, data: U
 
 export async function download(host: OpHost, t: DeviceTensor): Promise<HostTensor> {
   const wt = host.own(t, 'downloaded');
+  await wt.settle();
   const n = numel(wt.shape);
   const ab = await host.gpu.read(wt.buffer, 0, wt.byteLength);
   const data = wt.dtype === 'f32' ? new Float32Array(ab, 0, n) : new Uint16Array(ab, 0, n);

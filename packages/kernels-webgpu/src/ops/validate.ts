@@ -8,6 +8,7 @@ import {
   type DeviceTensor,
   InvalidArgumentError,
   LimitError,
+  MaskError,
 } from '@crisp/core';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
@@ -49,4 +50,42 @@ export function prepare(
   assertSupported(host.capabilities, shape, host.name);
   checkBindings(host, shape);
   return { shape, qt, kt, vt };
+}
+
+/**
+ * Wait until these tensors' allocations and writes are known good (OUT_OF_MEMORY or
+ * BACKEND_ERROR otherwise), after the synchronous checks and before any work.
+ */
+export async function ready(...ts: (WebGpuTensor | undefined)[]): Promise<void> {
+  await Promise.all(ts.map((t) => t?.settle()));
+}
+
+/**
+ * The mask's arrays are there and are Int32Arrays (INVALID_MASK otherwise), before core's
+ * validateMask reads their lengths and entries.
+ */
+export function checkMaskArrays(mask: unknown): void {
+  if (mask === null || typeof mask !== 'object') {
+    throw new MaskError('the mask must be a BlockMask { heads, numBlocks, blockSize, vs?, rows? }');
+  }
+  const m = mask as { vs?: unknown; rows?: unknown };
+  const parts: [string, unknown, readonly string[]][] = [
+    ['vs', m.vs, ['verticalPtr', 'vertical', 'slashPtr', 'slash']],
+    ['rows', m.rows, ['rowPtr', 'cols']],
+  ];
+  for (const [name, part, keys] of parts) {
+    if (part === undefined) continue;
+    if (part === null || typeof part !== 'object') throw new MaskError(`mask.${name} must be an object of Int32Arrays (${keys.join(', ')})`);
+    for (const k of keys) {
+      if (!((part as Record<string, unknown>)[k] instanceof Int32Array)) {
+        throw new MaskError(`mask.${name}.${k} must be an Int32Array; got ${describeValue((part as Record<string, unknown>)[k])}`);
+      }
+    }
+  }
+}
+
+function describeValue(x: unknown): string {
+  if (x === null) return 'null';
+  if (typeof x === 'object') return (x as object).constructor?.name ?? 'an object';
+  return typeof x;
 }

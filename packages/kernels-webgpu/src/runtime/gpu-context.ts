@@ -19,6 +19,18 @@ const MAP_MODE_READ = 0x1;
 
 export type UniformField = number | { f32: number };
 
+/**
+ * The verdict of one error-scoped stretch of recording (see GpuContext.scoped): undefined when
+ * WebGPU reported nothing, else the typed error (OUT_OF_MEMORY or BACKEND_ERROR).
+ */
+export type Check = Promise<CrispError | undefined>;
+
+/** Buffers this context holds now (tensors, temporaries not yet destroyed, staging). */
+export interface LiveBuffers {
+  readonly buffers: number;
+  readonly bytes: number;
+}
+
 /** Limits this backend reads (a subset of GPUSupportedLimits). */
 export interface DeviceLimits {
   readonly maxStorageBufferBindingSize: number;
@@ -56,6 +68,9 @@ export class GpuContext {
   /** generate rolled-loop WGSL (CPU adapters) */
   compact = false;
   #retired: GPUBuffer[] = [];
+  readonly #onError: (ev: Event) => void;
+  /** every buffer made here and not yet destroyed, with its size */
+  readonly #live = new Map<GPUBuffer, number>();
 
   constructor(device: GPUDevice) {
     this.device = device;
@@ -85,19 +100,11 @@ export class GpuContext {
     });
     // Keep the rejection from being reported as unhandled when nobody is waiting.
     this.#lostPromise.catch(() => undefined);
-    device.addEventListener?.('uncapturederror', (ev: Event) => {
-      const e = (ev as GPUUncapturedErrorEvent).error;
+    this.#onError = (ev: Event) => {
       if (this.#firstError) return;
-      const oom = typeof GPUOutOfMemoryError !== 'undefined' && e instanceof GPUOutOfMemoryError;
-      const isOom = oom || /out of memory/i.test(e.message);
-      this.#firstError = new CrispError(
-        isOom ? 'OUT_OF_MEMORY' : 'BACKEND_ERROR',
-        isOom
-          ? `the GPU ran out of memory: ${e.message}. Free tensors (dispose()) or use a shorter sequence`
-          : `WebGPU reported an error: ${e.message}`,
-        { native: e.constructor?.name },
-      );
-    });
+      this.#firstError = classify((ev as GPUUncapturedErrorEvent).error, 'work queued earlier');
+    };
+    device.addEventListener?.('uncapturederror', this.#onError);
   }
 
   get lost(): DeviceLostError | undefined {
@@ -114,17 +121,123 @@ export class GpuContext {
     }
   }
 
-  /** Await a device promise, failing with DEVICE_LOST instead of hanging if the device goes. */
+  /**
+   * Await a device promise, failing with DEVICE_LOST instead of hanging if the device goes.
+   * A native rejection (a DOMException from mapAsync, say) becomes DEVICE_LOST when the device
+   * is going, else BACKEND_ERROR with the native message: never an untyped error.
+   */
   async guard<T>(p: Promise<T>): Promise<T> {
-    this.check();
-    const r = await Promise.race([p, this.#lostPromise]);
+    try {
+      this.check();
+    } catch (e) {
+      // p is not awaited then: keep its rejection from going unhandled
+      p.catch(() => undefined);
+      throw e;
+    }
+    let r: T;
+    try {
+      r = await Promise.race([p, this.#lostPromise]);
+    } catch (e) {
+      if (e instanceof CrispError) throw e;
+      // device.lost settles a moment after the failure it explains
+      await Promise.race([this.#lostPromise.catch(() => undefined), new Promise((res) => setTimeout(res, 0))]);
+      if (this.#lost) throw this.#lost;
+      const name = (e as { name?: string } | null)?.name ?? typeof e;
+      const msg = e instanceof Error && e.message ? e.message : 'no message';
+      throw new CrispError('BACKEND_ERROR', `WebGPU failed (${name}: ${msg}); the backend is still usable, retry or report the inputs that caused it`, {
+        native: name,
+      });
+    }
     this.check();
     return r;
   }
 
+  /**
+   * Run `fn` (synchronous recording: buffer creation, writes, dispatches, submits) inside
+   * out-of-memory and validation error scopes; their verdict goes to `sink` for settle().
+   * Push and pop happen in this one synchronous stretch, so concurrent operations never
+   * share a scope.
+   */
+  scoped<T>(sink: Check[], what: string, fn: () => T): T {
+    const d = this.device;
+    d.pushErrorScope('out-of-memory');
+    d.pushErrorScope('validation');
+    try {
+      return fn();
+    } finally {
+      const v = d.popErrorScope();
+      const o = d.popErrorScope();
+      sink.push(
+        Promise.all([v, o]).then(
+          ([ve, oe]) => (oe ? classify(oe, what) : ve ? classify(ve, what) : undefined),
+          // a scope pop fails only when the device is gone; guard reports that as DEVICE_LOST
+          () => undefined,
+        ),
+      );
+    }
+  }
+
+  /** The first error of these checks (OUT_OF_MEMORY before others), or undefined; guarded. */
+  async verdict(checks: Check[]): Promise<CrispError | undefined> {
+    if (checks.length === 0) return undefined;
+    const errs = (await this.guard(Promise.all(checks.splice(0)))).filter((e): e is CrispError => e !== undefined);
+    return errs.find((e) => e.code === 'OUT_OF_MEMORY') ?? errs[0];
+  }
+
+  /** Throw the first error of these checks (see verdict). */
+  async settle(checks: Check[]): Promise<void> {
+    const e = await this.verdict(checks);
+    if (e) throw e;
+  }
+
+  /**
+   * A buffer of `size` bytes (rounded up to 16). LIMIT_EXCEEDED past maxBufferSize before
+   * anything is allocated; counted in liveBuffers until destroyed.
+   */
   createBuffer(size: number, usage: number, label?: string): GPUBuffer {
     this.check();
-    return this.device.createBuffer({ size: Math.max(16, Math.ceil(size / 16) * 16), usage, label });
+    if (!Number.isFinite(size) || size < 0) {
+      throw new CrispError('INVALID_ARGUMENT', `buffer ${label ?? ''} of ${size} bytes: the size must be a finite non-negative number`);
+    }
+    const bytes = Math.max(16, Math.ceil(size / 16) * 16);
+    if (bytes > this.limits.maxBufferSize) {
+      throw new CrispError(
+        'LIMIT_EXCEEDED',
+        `${label ?? 'a buffer'} needs ${bytes} bytes; this device's maxBufferSize is ${this.limits.maxBufferSize}. Use a shorter sequence or fewer heads, or a device with a larger limit`,
+        { limit: 'maxBufferSize', max: this.limits.maxBufferSize, bytes },
+      );
+    }
+    const buf = this.device.createBuffer({ size: bytes, usage, label });
+    this.#live.set(buf, bytes);
+    return buf;
+  }
+
+  /**
+   * LIMIT_EXCEEDED when any of these storage bindings is over maxStorageBufferBindingSize;
+   * called before an operation allocates anything.
+   */
+  checkBindings(op: string, sizes: Readonly<Record<string, number>>): void {
+    const lim = this.limits.maxStorageBufferBindingSize;
+    for (const [what, bytes] of Object.entries(sizes)) {
+      if (bytes > lim) {
+        throw new CrispError(
+          'LIMIT_EXCEEDED',
+          `${op} needs a ${what} buffer of ${bytes} bytes; this device binds at most ${lim} (maxStorageBufferBindingSize). Use a shorter sequence or fewer heads, or a device with a larger limit`,
+          { limit: 'maxStorageBufferBindingSize', max: lim, bytes, buffer: what },
+        );
+      }
+    }
+  }
+
+  /** Buffers held now: tensors, and temporaries until the queue drains (synchronize). */
+  get liveBuffers(): LiveBuffers {
+    let bytes = 0;
+    for (const b of this.#live.values()) bytes += b;
+    return { buffers: this.#live.size, bytes };
+  }
+
+  #destroyBuffer(b: GPUBuffer): void {
+    if (this.#live.delete(b)) b.destroy();
   }
 
   /** A uniform buffer from u32 fields ({ f32 } marks a float), padded to 16 bytes. */
@@ -153,10 +266,10 @@ export class GpuContext {
   async pipeline(p: ProgramDescriptor): Promise<GPUComputePipeline> {
     let pp = this.#pipelines.get(p.cacheKey);
     if (!pp) {
-      const module = this.device.createShaderModule({ code: p.wgsl, label: p.name });
       // Synchronous creation inside an error scope: dawn.node's createComputePipelineAsync
       // aborted the process under SwiftShader (std::system_error), the scope reports the same.
       this.device.pushErrorScope('validation');
+      const module = this.device.createShaderModule({ code: p.wgsl, label: p.name });
       const pipe = this.device.createComputePipeline({
         layout: 'auto',
         compute: { module, entryPoint: p.entryPoint },
@@ -226,23 +339,46 @@ export class GpuContext {
 
   async read(src: GPUBuffer, byteOffset: number, byteLength: number): Promise<ArrayBuffer> {
     const size = Math.max(4, Math.ceil(byteLength / 4) * 4);
-    const staging = this.device.createBuffer({ size, usage: Usage.MAP_READ | Usage.COPY_DST, label: 'staging' });
+    const checks: Check[] = [];
+    const staging = this.scoped(checks, 'a read-back buffer', () => {
+      const s = this.createBuffer(size, Usage.MAP_READ | Usage.COPY_DST, 'staging');
+      try {
+        const enc = this.device.createCommandEncoder();
+        enc.copyBufferToBuffer(src, byteOffset, s, 0, size);
+        this.device.queue.submit([enc.finish()]);
+      } catch (e) {
+        this.#destroyBuffer(s);
+        throw e;
+      }
+      return s;
+    });
     try {
-      const enc = this.device.createCommandEncoder();
-      enc.copyBufferToBuffer(src, byteOffset, staging, 0, size);
-      this.device.queue.submit([enc.finish()]);
-      await this.guard(staging.mapAsync(MAP_MODE_READ));
+      try {
+        // (scoped too: mapping an invalid buffer is a validation error of its own, which
+        // must not reach the device's other users as an uncaptured one)
+        await this.guard(this.scoped(checks, 'a read-back', () => staging.mapAsync(MAP_MODE_READ)));
+      } catch (e) {
+        // the scope knows why (an out-of-memory staging buffer, an invalid source)
+        await this.settle(checks);
+        throw e;
+      }
+      // a copy that failed validation leaves a valid staging buffer of zeros: never return it
+      await this.settle(checks);
       return staging.getMappedRange(0, size).slice(0, byteLength);
     } finally {
-      staging.destroy();
+      this.#destroyBuffer(staging);
     }
   }
 
   async idle(): Promise<void> {
     const done = this.#retired;
     this.#retired = [];
-    await this.guard(this.device.queue.onSubmittedWorkDone());
-    for (const b of done) b.destroy();
+    try {
+      await this.guard(this.device.queue.onSubmittedWorkDone());
+    } finally {
+      // (after a loss the device freed them; destroy() on a lost device's buffer is harmless)
+      for (const b of done) this.#destroyBuffer(b);
+    }
   }
 
   /** Destroy a buffer after the work submitted so far has finished. */
@@ -250,9 +386,42 @@ export class GpuContext {
     this.#retired.push(...bufs);
   }
 
+  /**
+   * Release everything: the device when this context made it, else (a device handed in,
+   * which stays alive) every buffer made here, once the work submitted so far has finished.
+   */
   destroy(): void {
     if (this.#destroyed) return;
     this.#destroyed = true;
-    if (this.ownsDevice) this.device.destroy();
+    this.device.removeEventListener?.('uncapturederror', this.#onError);
+    if (this.ownsDevice) {
+      this.device.destroy();
+      this.#live.clear();
+      this.#retired = [];
+      return;
+    }
+    const all = [...this.#live.keys()];
+    this.#retired = [];
+    const free = () => {
+      for (const b of all) this.#destroyBuffer(b);
+    };
+    this.device.queue.onSubmittedWorkDone().then(free, free);
   }
+}
+
+/** A WebGPU error object as a typed error: OUT_OF_MEMORY for allocation failures, else BACKEND_ERROR. */
+function classify(e: GPUError, what: string): CrispError {
+  const native = (e as { constructor?: { name?: string } }).constructor?.name ?? 'GPUError';
+  const oom =
+    (typeof GPUOutOfMemoryError !== 'undefined' && e instanceof GPUOutOfMemoryError) ||
+    native === 'GPUOutOfMemoryError' ||
+    /out of memory/i.test(e.message);
+  if (oom) {
+    return new CrispError(
+      'OUT_OF_MEMORY',
+      `the GPU ran out of memory for ${what}: ${e.message}. Dispose tensors you no longer need, or use a shorter sequence, fewer heads or smaller chunks`,
+      { native },
+    );
+  }
+  return new CrispError('BACKEND_ERROR', `WebGPU rejected ${what}: ${e.message}`, { native });
 }

@@ -1,6 +1,6 @@
 /** Device tensors: one storage buffer each, padded to 16 bytes, destroyed once the queue drains. */
-import { type DType, DeviceTensorBase, LimitError, bytesPerElement, numel } from '@crisp/core';
-import { type GpuContext, Usage } from './gpu-context.js';
+import { type CrispError, type DType, DeviceTensorBase, LimitError, bytesPerElement, numel } from '@crisp/core';
+import { type Check, type GpuContext, Usage } from './gpu-context.js';
 
 export class WebGpuTensor extends DeviceTensorBase {
   readonly backend = 'webgpu';
@@ -9,6 +9,11 @@ export class WebGpuTensor extends DeviceTensorBase {
   readonly buffer: GPUBuffer;
   readonly byteLength: number;
   readonly #gpu: GpuContext;
+  /** verdicts of the allocation and the writes not yet looked at */
+  readonly #pending: Check[] = [];
+  #settling: Promise<void> | undefined;
+  /** set when the allocation or a write failed: the contents are undefined from then on */
+  #failure: CrispError | undefined;
   constructor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[], buffer: GPUBuffer, byteLength: number) {
     super(dtype, shape);
     this.#gpu = gpu;
@@ -16,22 +21,68 @@ export class WebGpuTensor extends DeviceTensorBase {
     this.buffer = buffer;
     this.byteLength = byteLength;
   }
+
+  /** Where the verdicts of this tensor's allocation and writes go (GpuContext.scoped). */
+  get checks(): Check[] {
+    return this.#pending;
+  }
+
+  /** Why this tensor is unusable (its allocation or a write failed), if it is. */
+  get failure(): CrispError | undefined {
+    return this.#failure;
+  }
+
+  /**
+   * Resolves once the allocation and writes so far are known good; rejects with their
+   * error (OUT_OF_MEMORY, BACKEND_ERROR), and with it on every later call.
+   */
+  settle(): Promise<void> {
+    if (this.#failure) return Promise.reject(this.#failure);
+    if (this.#pending.length === 0 && this.#settling === undefined) return Promise.resolve();
+    const batch = this.#pending.splice(0);
+    const prev = this.#settling;
+    const p = (async () => {
+      await prev;
+      const e = await this.#gpu.verdict(batch);
+      if (e) {
+        this.#failure = e;
+        throw e;
+      }
+    })();
+    this.#settling = p;
+    const clear = () => {
+      if (this.#settling === p) this.#settling = undefined;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+
   protected release(): void {
     // Work already submitted may still read it: destroy once the queue drains.
     this.#gpu.retire(this.buffer);
   }
 }
 
-/** A new tensor on `gpu` owned by `owner`; LIMIT_EXCEEDED past the device's maxBufferSize. */
+/**
+ * A new tensor on `gpu` owned by `owner`; LIMIT_EXCEEDED past the device's maxBufferSize
+ * before anything is allocated. An out-of-memory allocation surfaces at the tensor's first
+ * use (settle()).
+ */
 export function newTensor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[]): WebGpuTensor {
   const bytes = numel(shape) * bytesPerElement(dtype);
   const padded = Math.max(16, Math.ceil(bytes / 16) * 16);
-  if (padded > gpu.limits.maxBufferSize) {
+  if (!(padded <= gpu.limits.maxBufferSize)) {
     throw new LimitError(
-      `a ${dtype} tensor of shape [${shape}] needs ${bytes} bytes; this device's maxBufferSize is ${gpu.limits.maxBufferSize}`,
-      { limit: 'maxBufferSize', max: gpu.limits.maxBufferSize },
+      `a ${dtype} tensor of shape [${shape}] needs ${bytes} bytes; this device's maxBufferSize is ${gpu.limits.maxBufferSize}. Use a shorter sequence or fewer heads, or a device with a larger limit`,
+      { limit: 'maxBufferSize', max: gpu.limits.maxBufferSize, bytes },
     );
   }
-  const buf = gpu.createBuffer(padded, Usage.STORAGE | Usage.COPY_DST | Usage.COPY_SRC, `tensor[${shape}]`);
-  return new WebGpuTensor(gpu, owner, dtype, shape, buf, bytes);
+  const checks: Check[] = [];
+  const label = `tensor[${shape}]`;
+  const buf = gpu.scoped(checks, `a ${dtype} tensor of shape [${shape}] (${bytes} bytes)`, () =>
+    gpu.createBuffer(padded, Usage.STORAGE | Usage.COPY_DST | Usage.COPY_SRC, label),
+  );
+  const t = new WebGpuTensor(gpu, owner, dtype, shape, buf, bytes);
+  t.checks.push(...checks);
+  return t;
 }
