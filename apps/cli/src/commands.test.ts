@@ -160,7 +160,7 @@ describe('exit codes and messages', () => {
   it('exits 1 at once when the report cannot be written', async () => {
     const r = await runCli(['report', '--backend', 'reference', '--out', '/nonexistent-dir/report.html']);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot write the report to \/nonexistent-dir\/report.html: \/nonexistent-dir is not a directory/);
+    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot write \/nonexistent-dir\/report.html \(--out\): its directory \/nonexistent-dir does not exist/);
   });
 
   it.skipIf(cudaAvailability().available)('exits 1 naming what is missing when --backend cuda has no driver', async () => {
