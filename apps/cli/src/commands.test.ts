@@ -174,7 +174,7 @@ describe('exit codes and messages', () => {
       const r = await runCli([...cmd, '--help']);
       expect(r.code).toBe(0);
       expect(r.stdout).toMatch(/Usage: crisp/);
-      if (cmd[0] === 'run') for (const f of ['--qkv', '--preset', '--alpha', '--gamma', '--tau-proxy', '--block', '--backend', '--seed', '--json']) expect(r.stdout).toContain(f);
+      if (cmd[0] === 'run') for (const f of ['--qkv', '--layout', '--names', '--npy-uint16', '--preset', '--alpha', '--gamma', '--tau-proxy', '--block', '--backend', '--seed', '--json']) expect(r.stdout).toContain(f);
       if (cmd[0] === 'report') expect(r.stdout).toContain('--out');
       if (cmd.length === 0) for (const c of ['run', 'report', 'calibrate']) expect(r.stdout).toContain(c);
     });
