@@ -140,7 +140,7 @@ const CASES: FileCase[] = [
     ] as const
   ).map(([dt, bpe, friendly]) =>
     fail(
-      `a ${dt} k tensor`,
+      `a k tensor of dtype ${dt}`,
       (d) => {
         typedDump(join(d, 'x.safetensors'), { q: { dtype: 'F32', shape: [N, 2, 32], bpe: 4 }, k: { dtype: dt, shape: [N, 1, 32], bpe }, v: { dtype: 'F32', shape: [N, 1, 32], bpe: 4 } });
         return [...RUN, '--qkv', join(d, 'x.safetensors')];
