@@ -160,6 +160,16 @@ const CASES: FileCase[] = [
     await writeSafetensors(join(d, 'x.safetensors'), { q: rows.q, k: { ...rows.k, dtype: 'f16', data: new Uint16Array(rows.k.data.length) }, v: rows.v });
     return [...RUN, '--qkv', join(d, 'x.safetensors'), '--dtype', 'f32'];
   }),
+  fail(
+    'f32 values beyond the f16 range with --dtype f16',
+    async (d) => {
+      const q = { ...rows.q, data: Float32Array.from(rows.q.data as Float32Array) };
+      (q.data as Float32Array)[5] = 1e6;
+      await writeSafetensors(join(d, 'x.safetensors'), { q, k: rows.k, v: rows.v });
+      return [...RUN, '--qkv', join(d, 'x.safetensors'), '--dtype', 'f16'];
+    },
+    /^crisp: error NON_FINITE: q holds Infinity at row 0, head 0, column 5 .*holds f32 values and --dtype f16 turns those beyond ±65504 into Infinity: pass --dtype bf16 or f32\)\n$/,
+  ),
   // names: the advice is the --names flag
   fail(
     'tensors with unknown names',

@@ -70,6 +70,8 @@ export interface Inputs {
   qRow(i: number): Promise<Float32Array>;
   readonly scenario?: Scenario;
   readonly source: string;
+  /** the dump's dtype, when --dtype converted it */
+  readonly convertedFrom?: DType;
   /** releases host resources (open files) */
   close(): Promise<void>;
 }
@@ -426,6 +428,7 @@ async function loadDump(sel: SelectedBackend, o: InputRequest, io: CliIo): Promi
       dtype,
       qRow: async (i) => toF32(await readTensor(roles.q.file, roles.q.name, { layout, dtype, rows: [i, i + 1] })),
       source: path,
+      convertedFrom: fileDtypes.find((x) => x !== dtype),
       close: async () => {
         for (const f of files) await f.close().catch(() => undefined);
       },

@@ -9,6 +9,8 @@
 import {
   type Backend,
   type BlockRows,
+  CrispError,
+  isCrispError,
   type DeviceTensor,
   type DType,
   expandToRows,
@@ -358,11 +360,23 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       proxy,
       truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles } : undefined,
     };
+  } catch (e) {
+    throw overflowHint(e, inp);
   } finally {
     for (const t of disposeAll) t.dispose();
     await inp.close();
     backend.dispose();
   }
+}
+
+/** An Infinity that --dtype f16 made (values beyond ±65504) is the flag's doing, not the file's. */
+function overflowHint(e: unknown, inp: Inputs): unknown {
+  if (!isCrispError(e, 'NON_FINITE') || inp.dtype !== 'f16' || !inp.convertedFrom || !/Infinity/.test(e.message)) return e;
+  return new CrispError(
+    'NON_FINITE',
+    `${e.message} (${inp.source} holds ${inp.convertedFrom} values and --dtype f16 turns those beyond ±65504 into Infinity: pass --dtype bf16 or f32)`,
+    e.details,
+  );
 }
 
 function proxyView(stats: ProxyStats): NonNullable<RunSummary['proxy']> {
