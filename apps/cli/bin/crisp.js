@@ -1,12 +1,4 @@
 #!/usr/bin/env node
-import { main } from '../dist/main.js';
+import { runProcess } from '../dist/main.js';
 
-main(process.argv).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err) => {
-    console.error(`crisp: ${err?.message ?? err}`);
-    process.exitCode = 1;
-  },
-);
+runProcess(process.argv);

@@ -2,8 +2,9 @@
 import { calibrateScenario, scenario } from '@crisp/synth';
 import { selectBackend } from './backends.js';
 import type { CliIo } from './cli-io.js';
-import { formatCalibration } from './format.js';
-import { toJson } from './format.js';
+import { formatCalibration, toJson } from './format.js';
+import { scenarioDims } from './inputs.js';
+import { checkProblem } from './limits.js';
 import type { ScenarioChoice } from './run-job.js';
 
 export interface CalibrateCommandOptions extends ScenarioChoice {
@@ -17,15 +18,14 @@ export async function calibrateCommand(o: CalibrateCommandOptions, io: CliIo): P
   for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
   try {
     // 16 heads by default: with one diffuse head in 16 the paper's ">= 90% anchored" target is reachable.
-    const heads = o.heads ?? Math.max(16, sel.defaults.heads);
-    const sc = scenario(o.profile, {
-      n: o.n ?? sel.defaults.n,
-      heads,
-      kvHeads: o.kvHeads ?? Math.max(1, Math.floor(heads / 4)),
-      headDim: o.headDim ?? sel.defaults.headDim,
-      dtype: o.dtype ?? sel.dtype,
-      seed: o.seed,
-    });
+    const dims = scenarioDims(o, sel.defaults, 16);
+    const dtype = o.dtype ?? sel.dtype;
+    checkProblem(
+      sel.backend,
+      { n: dims.n, H: dims.heads, Hkv: dims.kvHeads, d: dims.headDim, dtype, blockSize: o.blockSize, sampleRows: 0, policies: 0 },
+      { kind: 'flags' },
+    );
+    const sc = scenario(o.profile, { ...dims, dtype, seed: o.seed });
     const rep = await calibrateScenario(sel.backend, sc, { blockSize: o.blockSize, tauProxy: o.tauProxy });
     if (o.json) {
       io.stdout.write(`${toJson({ backend: sel.name, profile: sc.profile, seed: sc.seed, heads: sc.heads, kvHeads: sc.kvHeads, headDim: sc.headDim, dtype: sc.dtype, ...rep })}\n`);

@@ -160,7 +160,7 @@ describe('exit codes and messages', () => {
   it('exits 1 at once when the report cannot be written', async () => {
     const r = await runCli(['report', '--backend', 'reference', '--out', '/nonexistent-dir/report.html']);
     expect(r.code).toBe(1);
-    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot write the report to \/nonexistent-dir\/report.html: \/nonexistent-dir is not a directory/);
+    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot write \/nonexistent-dir\/report.html \(--out\): its directory \/nonexistent-dir does not exist/);
   });
 
   it.skipIf(cudaAvailability().available)('exits 1 naming what is missing when --backend cuda has no driver', async () => {
@@ -174,7 +174,7 @@ describe('exit codes and messages', () => {
       const r = await runCli([...cmd, '--help']);
       expect(r.code).toBe(0);
       expect(r.stdout).toMatch(/Usage: crisp/);
-      if (cmd[0] === 'run') for (const f of ['--qkv', '--preset', '--alpha', '--gamma', '--tau-proxy', '--block', '--backend', '--seed', '--json']) expect(r.stdout).toContain(f);
+      if (cmd[0] === 'run') for (const f of ['--qkv', '--layout', '--names', '--npy-uint16', '--preset', '--alpha', '--gamma', '--tau-proxy', '--block', '--backend', '--seed', '--json']) expect(r.stdout).toContain(f);
       if (cmd[0] === 'report') expect(r.stdout).toContain('--out');
       if (cmd.length === 0) for (const c of ['run', 'report', 'calibrate']) expect(r.stdout).toContain(c);
     });

@@ -3,13 +3,13 @@
  * Exit codes: 0 ok, 1 runtime error (a CrispError prints its code), 2 bad usage or flags.
  */
 import { Command, CommanderError, Option } from 'commander';
-import { isCrispError } from '@crisp/core';
+import { CrispError, isCrispError } from '@crisp/core';
 import { PROFILE_NAMES } from '@crisp/synth';
 import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
 import { calibrateCommand } from './calibrate-command.js';
 import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
 import { formatRun, toJson } from './format.js';
-import { choiceFlag, dtypeFlag, intFlag, numFlag } from './options.js';
+import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, namesFlag, numFlag, pathFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
 import { type RunOptions, type ScenarioChoice, runJob } from './run-job.js';
@@ -32,6 +32,8 @@ interface CommonFlags {
   profile: string;
   qkv?: string;
   layout?: string;
+  names?: QkvNameFlags;
+  npyUint16?: 'bf16';
   sampleRows?: number;
   repeats?: number;
   gate: boolean;
@@ -67,8 +69,26 @@ function addPolicyFlags(cmd: Command): Command {
     .option('--gamma <γ>', 'coverage γ of the PE path (and of FlexPrefill\'s VS path); default 0.95', numFlag('--gamma', 0, 1, true))
     .option('--tau-proxy <τ>', 'C_struct routing threshold τ_proxy (crisp presets; default 0.2)', numFlag('--tau-proxy', 0, 1, true))
     .addOption(new Option('--block <B>', 'block size B: 64 or 128').default(128).argParser(choiceFlag('--block', ['64', '128'] as const)))
-    .option('--qkv <file>', 'run on a Q/K/V dump (safetensors file or a directory of q/k/v .npy files) instead of a scenario')
-    .option('--layout <layout>', 'how --qkv stores tensors: nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d])', 'nhd')
+    .option(
+      '--qkv <file>',
+      'run on a Q/K/V dump (safetensors file or a directory of q/k/v .npy files) instead of a scenario',
+      pathFlag('--qkv', 'a safetensors file or a directory of .npy files'),
+    )
+    .addOption(
+      new Option('--layout <layout>', 'how --qkv stores tensors: nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d])')
+        .default('nhd')
+        .argParser(choiceFlag('--layout', ['nhd', '1nhd', 'hnd'] as const)),
+    )
+    .option(
+      '--names <q=NAME,k=NAME,v=NAME>',
+      'which --qkv tensors (safetensors names, or .npy file stems) are q, k and v, when the file does not use q/k/v or a known alias',
+      namesFlag,
+    )
+    .addOption(
+      new Option('--npy-uint16 <as>', "what uint16 ('<u2') .npy arrays of --qkv hold: bf16 (bit patterns, as torch x.view(torch.uint16) saves)").argParser(
+        choiceFlag('--npy-uint16', ['bf16'] as const),
+      ),
+    )
     .option('--sample-rows <count>', 'query rows with exact attention for mass recall (default 64; 16 on GPUs)', intFlag('--sample-rows', 1, 1e6))
     .option('--repeats <count>', 'timed runs after a warm-up (default 3 on GPUs, 1 on the reference)', intFlag('--repeats', 1, 100))
     .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)");
@@ -87,8 +107,41 @@ function scenarioChoice(f: CommonFlags): ScenarioChoice {
   };
 }
 
+/** Flags the user typed (not defaults), in command-line spelling. */
+function givenFlags(cmd: Command, keys: readonly [key: string, flag: string][]): string[] {
+  return keys.filter(([key]) => cmd.getOptionValueSource(key) === 'cli').map(([, flag]) => flag);
+}
+
+const SCENARIO_FLAGS: readonly [string, string][] = [
+  ['profile', '--profile'],
+  ['n', '--n'],
+  ['heads', '--heads'],
+  ['kvHeads', '--kv-heads'],
+  ['headDim', '--head-dim'],
+  ['seed', '--seed'],
+];
+const DUMP_FLAGS: readonly [string, string][] = [
+  ['layout', '--layout'],
+  ['names', '--names'],
+  ['npyUint16', '--npy-uint16'],
+];
+
+/** Flags that cannot act together are refused, never silently dropped. */
+function checkFlagMix(cmd: Command, f: CommonFlags): void {
+  if (f.qkv !== undefined) {
+    const ignored = givenFlags(cmd, SCENARIO_FLAGS);
+    if (ignored.length > 0) {
+      throw new UsageError(
+        `${ignored.join(', ')} ${ignored.length === 1 ? 'describes' : 'describe'} a generated scenario and ${ignored.length === 1 ? 'does' : 'do'} not apply with --qkv (the dump gives the shape); drop ${ignored.length === 1 ? 'it' : 'them'} or drop --qkv`,
+      );
+    }
+  } else {
+    const orphans = givenFlags(cmd, DUMP_FLAGS);
+    if (orphans.length > 0) throw new UsageError(`${orphans.join(', ')} only ${orphans.length === 1 ? 'applies' : 'apply'} with --qkv FILE`);
+  }
+}
+
 function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
-  if (f.layout !== undefined && f.layout !== 'nhd' && !f.qkv) throw new UsageError('--layout only applies with --qkv FILE');
   if (f.heads !== undefined && f.kvHeads !== undefined && f.heads % f.kvHeads !== 0) {
     throw new UsageError(`--heads (${f.heads}) must be a multiple of --kv-heads (${f.kvHeads})`);
   }
@@ -102,6 +155,8 @@ function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
     compare,
     qkv: f.qkv,
     layout: f.layout,
+    names: f.names,
+    npyUint16: f.npyUint16,
     sampleRows: f.sampleRows,
     repeats: f.repeats,
     gate: f.gate,
@@ -113,8 +168,12 @@ function program(io: CliIo): Command {
   const prog = new Command('crisp')
     .description('CRISP sparse prefill: run one layer against dense, write a report, calibrate scenarios')
     .exitOverride()
-    .configureOutput({ writeOut: (s) => io.stdout.write(s), writeErr: (s) => io.stderr.write(s) })
-    .showHelpAfterError('(run with --help for the flags)');
+    .configureOutput({
+      writeOut: (s) => io.stdout.write(s),
+      writeErr: (s) => io.stderr.write(s),
+      // One line: "crisp: unknown option '--bogus' (see --help)".
+      outputError: (s, write) => write(`crisp: ${oneLine(s.replace(/^error: /, ''))} (see --help)\n`),
+    });
 
   const run = prog
     .command('run')
@@ -123,7 +182,8 @@ function program(io: CliIo): Command {
     )
     .option('--json', 'machine-readable output on stdout only');
   addPolicyFlags(addProblemFlags(run));
-  run.action(async (f: CommonFlags) => {
+  run.action(async (f: CommonFlags, cmd: Command) => {
+    checkFlagMix(cmd, f);
     const summary = await runJob(runOptions(f), io);
     io.stdout.write(f.json ? `${toJson(summary)}\n` : formatRun(summary));
   });
@@ -136,12 +196,15 @@ function program(io: CliIo): Command {
     .option('--out <file>', 'where to write the page', 'crisp-report.html')
     .option('--compare <presets>', 'other presets to run on the same inputs, comma-separated', 'flexPrefill');
   addPolicyFlags(addProblemFlags(report));
-  report.action(async (f: CommonFlags & { out: string; compare: string }) => {
+  report.action(async (f: CommonFlags & { out: string; compare: string }, cmd: Command) => {
+    checkFlagMix(cmd, f);
     const compare = f.compare
       .split(',')
       .map((s) => s.trim())
       .filter(Boolean);
     for (const c of compare) choiceFlag('--compare', PRESET_NAMES)(c);
+    const twice = compare.find((c, i) => compare.indexOf(c) !== i);
+    if (twice !== undefined) throw new UsageError(`--compare names ${twice} twice; list each preset once`);
     await reportCommand(runOptions(f, compare), f.out, io);
   });
 
@@ -155,6 +218,7 @@ function program(io: CliIo): Command {
     .option('--tau-proxy <τ>', 'C_struct threshold that makes a head VS (default 0.2)', numFlag('--tau-proxy', 0, 1, true));
   addProblemFlags(cal);
   cal.action(async (f: CommonFlags & { block: string }) => {
+    // (calibrate has no --qkv, so checkFlagMix has nothing to refuse)
     runOptions({ ...f, gate: true, preset: 'crisp' });
     await calibrateCommand(
       {
@@ -188,11 +252,51 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
       io.stderr.write(`crisp: ${e.message} (see --help)\n`);
       return EXIT_USAGE;
     }
-    if (isCrispError(e)) {
-      io.stderr.write(`crisp: error ${e.code}: ${e.message}\n`);
-      return EXIT_RUNTIME;
-    }
-    io.stderr.write(`crisp: ${e instanceof Error ? e.message : String(e)}\n`);
-    return EXIT_RUNTIME;
+    return reportError(e, io);
   }
+}
+
+function oneLine(s: string): string {
+  return s.trim().replace(/\s*\n\s*/g, ' ');
+}
+
+/** Host allocation failures that slipped past the limit checks (a JS engine's RangeError). */
+const ALLOCATION = /Invalid typed array length|Array buffer allocation failed|Invalid array length|Invalid string length/;
+
+/** Prints a runtime error the command's way and returns its exit code (1). Never a stack, unless CRISP_DEBUG=1. */
+export function reportError(e: unknown, io: CliIo): number {
+  const debug = process.env.CRISP_DEBUG === '1';
+  if (isCrispError(e)) {
+    io.stderr.write(`crisp: error ${e.code}: ${e.message}\n`);
+  } else if (e instanceof RangeError && ALLOCATION.test(e.message)) {
+    const err = new CrispError('LIMIT_EXCEEDED', `the host could not allocate an array (${e.message}); pass a smaller --n, --heads or --sample-rows`);
+    io.stderr.write(`crisp: error ${err.code}: ${err.message}\n`);
+  } else {
+    const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    io.stderr.write(`crisp: internal error: ${oneLine(msg)}${debug ? '' : ' (a bug in crisp; rerun with CRISP_DEBUG=1 for the stack and report it)'}\n`);
+  }
+  if (debug && e instanceof Error && e.stack) io.stderr.write(`${e.stack}\n`);
+  return EXIT_RUNTIME;
+}
+
+/**
+ * The process entry (bin/crisp.js): runs main, sets the exit code, and turns anything that
+ * escapes it (an unhandled rejection, an uncaught exception, a closed stdout) into a one-line
+ * error and exit 1 instead of a stack trace.
+ */
+export function runProcess(argv: readonly string[] = process.argv, io: CliIo = processIo): void {
+  const fatal = (e: unknown) => {
+    reportError(e, io);
+    process.exit(EXIT_RUNTIME);
+  };
+  process.on('unhandledRejection', fatal);
+  process.on('uncaughtException', fatal);
+  // `crisp run --json | head`: a closed pipe ends the command quietly.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(process.exitCode ?? EXIT_OK);
+    fatal(e);
+  });
+  main(argv, io).then((code) => {
+    process.exitCode = code;
+  }, fatal);
 }

@@ -8,12 +8,10 @@
  *   4. density and output error per head and policy.
  */
 import { readFileSync } from 'node:fs';
-import { stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { dirname, resolve } from 'node:path';
-import { CrispError } from '@crisp/core';
 import type { CliIo } from './cli-io.js';
 import { fmt, pct } from './format.js';
+import { checkOutputPath, writeFileAtomic } from './out-file.js';
 import { type RunOptions, type RunSummary, runJob } from './run-job.js';
 
 function plotlySource(): string {
@@ -262,23 +260,13 @@ window.__crispPlots = Promise.all(FIGS.map((f) => Plotly.newPlot(f.id, f.data, f
 }
 
 export async function reportCommand(o: RunOptions, out: string, io: CliIo): Promise<void> {
-  const path = resolve(out);
   // Fail before a long run, not after it.
-  const dir = dirname(path);
-  const isDir = await stat(dir).then(
-    (st) => st.isDirectory(),
-    () => false,
-  );
-  if (!isDir) throw new CrispError('IO_ERROR', `cannot write the report to ${path}: ${dir} is not a directory; create it or pick another --out`);
+  const path = await checkOutputPath('--out', out);
   const s = await runJob(o, io);
   const main = s.policies[0];
   const alpha = o.overrides.alpha ?? (o.preset === 'crispFast' ? 1.25 : 1.0);
   const html = buildReportHtml(s, { alpha, gamma: o.overrides.gamma ?? 0.95, tauProxy: o.overrides.tauProxy ?? 0.2 });
-  try {
-    await writeFile(path, html);
-  } catch (e) {
-    throw new CrispError('IO_ERROR', `cannot write the report to ${path}: ${e instanceof Error ? e.message : String(e)}; pick another --out`);
-  }
+  await writeFileAtomic('--out', path, html);
   io.stdout.write(
     `wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${main.policy} density ${pct(main.density)}, mass recall ${pct(main.massRecall)}, output error ${fmt(main.outputError, 4)}, ${main.speedup.toFixed(2)}x vs dense\n`,
   );

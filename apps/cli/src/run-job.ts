@@ -10,12 +10,12 @@ import {
   type Backend,
   type BlockRows,
   CrispError,
+  isCrispError,
   type DeviceTensor,
   type DType,
   expandToRows,
   f16BitsToF32,
   bf16BitsToF32,
-  type HostData,
   type HostTensor,
   type Policy,
   type PrefillPlan,
@@ -23,12 +23,12 @@ import {
   sparsePrefill,
   headSlice,
 } from '@crisp/core';
-import { dimsFromFileShape, openTensorFile, parseLayout, readQkv, readTensor, resolveQkvNames, uploadTensor } from '@crisp/io';
-import { stat } from 'node:fs/promises';
 import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
-import { type GroundTruth, type HeadKind, needleRecall, type Scenario, scenario, uploadScenario } from '@crisp/synth';
+import { type GroundTruth, type HeadKind, needleRecall } from '@crisp/synth';
 import { type BackendChoice, selectBackend } from './backends.js';
 import type { CliIo } from './cli-io.js';
+import { type Inputs, loadInputs, toF32 } from './inputs.js';
+import type { QkvNameFlags } from './options.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
 import { progressBar } from './progress.js';
 
@@ -51,6 +51,10 @@ export interface RunOptions extends ScenarioChoice {
   readonly compare?: readonly string[];
   readonly qkv?: string;
   readonly layout?: string;
+  /** tensor names (safetensors) or file stems (.npy directory) for q, k, v */
+  readonly names?: QkvNameFlags;
+  /** what '<u2' .npy arrays hold */
+  readonly npyUint16?: 'bf16';
   /** query rows sampled for mass recall (default 64 on the reference, 16 on GPUs) */
   readonly sampleRows?: number;
   /** timed runs after the warm-up (default 3 on GPUs, 1 on the reference) */
@@ -115,37 +119,6 @@ export interface RunSummary {
   readonly truth?: Pick<GroundTruth, 'heads' | 'needles'>;
 }
 
-interface Inputs {
-  readonly q: DeviceTensor;
-  readonly k: DeviceTensor;
-  readonly v: DeviceTensor;
-  readonly n: number;
-  readonly H: number;
-  readonly Hkv: number;
-  readonly d: number;
-  readonly dtype: DType;
-  /** f32 values of query row i, [H * d] */
-  qRow(i: number): Promise<Float32Array>;
-  readonly scenario?: Scenario;
-  readonly source: string;
-  /** releases host resources (an open file) */
-  close(): Promise<void>;
-}
-
-function decodeInto(dtype: DType, src: HostData, out: Float32Array): void {
-  if (dtype === 'f32') out.set(src as Float32Array);
-  else {
-    const conv = dtype === 'bf16' ? bf16BitsToF32 : f16BitsToF32;
-    for (let i = 0; i < src.length; i++) out[i] = conv(src[i]);
-  }
-}
-
-function toF32(t: HostTensor): Float32Array {
-  const out = new Float32Array(t.data.length);
-  decodeInto(t.dtype, t.data, out);
-  return out;
-}
-
 function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
@@ -158,134 +131,6 @@ function sampleRowsOf(n: number, count: number): number[] {
   const rows = new Set<number>();
   for (let t = 0; t < count; t++) rows.add(Math.round(((t + 1) * (n - 1)) / count));
   return [...rows].sort((a, b) => a - b);
-}
-
-async function loadInputs(backend: Backend, o: RunOptions, dtype: DType, io: CliIo, defaults: Required<Pick<RunOptions, 'n' | 'heads' | 'kvHeads' | 'headDim'>>): Promise<Inputs> {
-  if (o.qkv) {
-    let isDir = false;
-    try {
-      isDir = (await stat(o.qkv)).isDirectory();
-    } catch {
-      // a missing path: openTensorFile / readQkv below report it with the path
-    }
-    return isDir ? loadQkvDirectory(backend, o, io) : streamQkvFile(backend, o, io);
-  }
-  const sc = scenario(o.profile, {
-    n: o.n ?? defaults.n,
-    heads: o.heads ?? defaults.heads,
-    kvHeads: o.kvHeads ?? (o.heads !== undefined ? Math.max(1, Math.floor(o.heads / 4)) : defaults.kvHeads),
-    headDim: o.headDim ?? defaults.headDim,
-    dtype,
-    seed: o.seed,
-  });
-  const bar = progressBar(io.stderr, 'generating + upload', sc.n);
-  let t: Awaited<ReturnType<typeof uploadScenario>>;
-  try {
-    t = await uploadScenario(backend, sc, { onProgress: (r) => bar.update(r) });
-  } finally {
-    bar.stop();
-  }
-  return {
-    ...t,
-    n: sc.n,
-    H: sc.heads,
-    Hkv: sc.kvHeads,
-    d: sc.headDim,
-    dtype: sc.dtype,
-    qRow: async (i) => toF32(sc.rows(i, i + 1).q),
-    scenario: sc,
-    source: `scenario ${sc.profile} (seed ${sc.seed})`,
-    close: async () => {},
-  };
-}
-
-/** A directory of q/k/v .npy files: read on the host (each up to 1 GiB), then uploaded. */
-async function loadQkvDirectory(backend: Backend, o: RunOptions, _io: CliIo): Promise<Inputs> {
-  const qkv = await readQkv(o.qkv!, { layout: o.layout ?? 'nhd', dtype: o.dtype });
-  const [m, H, d] = qkv.q.shape;
-  const [n, Hkv] = qkv.k.shape;
-  if (m !== n) {
-    throw new CrispError('UNSUPPORTED', `${o.qkv}: q has ${m} rows and k ${n}; crisp run needs full prefill (q and k of equal length)`);
-  }
-  const q = backend.upload(qkv.q);
-  const k = backend.upload(qkv.k);
-  const v = backend.upload(qkv.v);
-  const qf = toF32(qkv.q);
-  return {
-    q,
-    k,
-    v,
-    n,
-    H,
-    Hkv,
-    d,
-    dtype: qkv.q.dtype,
-    qRow: async (i) => qf.subarray(i * H * d, (i + 1) * H * d),
-    source: o.qkv!,
-    close: async () => {},
-  };
-}
-
-/**
- * One safetensors (or .npy-in-one) file: q, k, v stream onto the backend in row chunks
- * (@crisp/io's uploadTensor), so a multi-gigabyte dump never sits in one JS array; the
- * sampled q rows for mass recall are read back from the file one row at a time.
- */
-async function streamQkvFile(backend: Backend, o: RunOptions, io: CliIo): Promise<Inputs> {
-  const path = o.qkv!;
-  const layout = parseLayout(o.layout ?? 'nhd');
-  const file = await openTensorFile(path);
-  const made: DeviceTensor[] = [];
-  try {
-    const names = resolveQkvNames(
-      file.tensors.map((t) => t.name),
-      path,
-    );
-    const dims = (name: string) => dimsFromFileShape(file.tensor(name).shape, layout, `${path}: tensor '${name}'`);
-    const qd = dims(names.q);
-    const kd = dims(names.k);
-    const vd = dims(names.v);
-    if (qd.n !== kd.n) {
-      throw new CrispError('UNSUPPORTED', `${path}: q has ${qd.n} rows and k ${kd.n}; crisp run needs full prefill (q and k of equal length)`);
-    }
-    if (kd.n !== vd.n || kd.H !== vd.H || kd.d !== vd.d || qd.d !== kd.d) {
-      throw new CrispError('SHAPE_MISMATCH', `${path}: q [${qd.n}, ${qd.H}, ${qd.d}], k [${kd.n}, ${kd.H}, ${kd.d}] and v [${vd.n}, ${vd.H}, ${vd.d}] do not fit together (k and v equal, same head dim)`);
-    }
-    if (qd.H % kd.H !== 0) {
-      throw new CrispError('SHAPE_MISMATCH', `${path}: q's ${qd.H} heads are not a multiple of k's ${kd.H} (GQA needs H % Hkv == 0)`);
-    }
-    const dtypes = [names.q, names.k, names.v].map((x) => file.tensor(x).dtype);
-    const dtype = o.dtype ?? dtypes[0];
-    if (!dtype) throw new CrispError('UNSUPPORTED', `${path}: q's dtype is not f32, f16 or bf16`);
-    if (!o.dtype && (dtypes[1] !== dtype || dtypes[2] !== dtype)) {
-      throw new CrispError('DTYPE_MISMATCH', `${path}: q, k, v dtypes differ (${dtypes.join(', ')}); pass --dtype to convert them`);
-    }
-    for (const role of ['q', 'k', 'v'] as const) {
-      const bar = progressBar(io.stderr, `upload ${role}`, qd.n);
-      try {
-        made.push(await uploadTensor(backend, file, names[role], { layout, dtype, onProgress: (r) => bar.update(r) }));
-      } finally {
-        bar.stop();
-      }
-    }
-    return {
-      q: made[0],
-      k: made[1],
-      v: made[2],
-      n: qd.n,
-      H: qd.H,
-      Hkv: kd.H,
-      d: qd.d,
-      dtype,
-      qRow: async (i) => toF32(await readTensor(file, names.q, { layout, dtype, rows: [i, i + 1] })),
-      source: path,
-      close: () => file.close(),
-    };
-  } catch (e) {
-    for (const t of made) t.dispose();
-    await file.close().catch(() => undefined);
-    throw e;
-  }
 }
 
 /**
@@ -408,9 +253,14 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
   for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
   const gpu = sel.name !== 'reference';
   const repeats = o.repeats ?? (gpu ? 3 : 1);
+  const sampleCount = o.sampleRows ?? (gpu ? 16 : 64);
   let inp: Inputs;
   try {
-    inp = await loadInputs(backend, o, o.dtype ?? sel.dtype, io, sel.defaults);
+    inp = await loadInputs(
+      sel,
+      { ...o, blockSize: o.overrides.blockSize ?? 128, sampleRows: sampleCount, policies: policies.length },
+      io,
+    );
   } catch (e) {
     backend.dispose();
     throw e;
@@ -434,7 +284,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
     dense.last.output.dispose();
     const denseMedian = median(dense.runs);
 
-    const sample = sampleRowsOf(n, o.sampleRows ?? (gpu ? 16 : 64));
+    const sample = sampleRowsOf(n, sampleCount);
     const kHost = await backend.download(inp.k);
     const masses = await sampledBlockMasses(inp, kHost, sample, B, io);
 
@@ -510,11 +360,23 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       proxy,
       truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles } : undefined,
     };
+  } catch (e) {
+    throw overflowHint(e, inp);
   } finally {
     for (const t of disposeAll) t.dispose();
     await inp.close();
     backend.dispose();
   }
+}
+
+/** An Infinity that --dtype f16 made (values beyond ±65504) is the flag's doing, not the file's. */
+function overflowHint(e: unknown, inp: Inputs): unknown {
+  if (!isCrispError(e, 'NON_FINITE') || inp.dtype !== 'f16' || !inp.convertedFrom || !/Infinity/.test(e.message)) return e;
+  return new CrispError(
+    'NON_FINITE',
+    `${e.message} (${inp.source} holds ${inp.convertedFrom} values and --dtype f16 turns those beyond ±65504 into Infinity: pass --dtype bf16 or f32)`,
+    e.details,
+  );
 }
 
 function proxyView(stats: ProxyStats): NonNullable<RunSummary['proxy']> {

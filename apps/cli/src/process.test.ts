@@ -1,0 +1,127 @@
+// The command as a real process (bundled from the sources with esbuild): cases that could
+// hang or kill a process, where an in-process test would hang or die with it.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { writeNpy } from '@crisp/io';
+import { scenario } from '@crisp/synth';
+import { build } from 'esbuild';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { listTree, tempDir } from './test-support.js';
+
+const SRC = fileURLToPath(new URL('.', import.meta.url));
+let bundle: string;
+
+beforeAll(async () => {
+  bundle = join(tempDir('crisp-bundle-'), 'crisp.mjs');
+  await build({
+    // The test's entry: the product's process entry, plus a stray rejected promise on request
+    // (what a reader bug would leave behind) to prove the guard catches it.
+    stdin: {
+      contents: `import { runProcess } from './main.ts';
+if (process.env.CRISP_TEST_STRAY_REJECTION) setTimeout(() => Promise.reject(new Error('a stray rejection')), 50);
+runProcess(process.argv);`,
+      resolveDir: SRC,
+      loader: 'ts',
+    },
+    outfile: bundle,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    conditions: ['@crisp/source'],
+    external: ['webgpu', 'koffi'],
+    banner: { js: "import { createRequire as __crispRequire } from 'node:module'; const require = __crispRequire(import.meta.url);" },
+    logLevel: 'warning',
+  });
+});
+
+interface Exit {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly ms: number;
+  readonly timedOut: boolean;
+}
+
+function crisp(args: string[], opts: { env?: Record<string, string>; timeoutMs?: number; onSpawn?: (c: ChildProcess) => void } = {}): Promise<Exit> {
+  return new Promise((resolve) => {
+    const t0 = performance.now();
+    const child = spawn(process.execPath, [bundle, ...args], { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    let timedOut = false;
+    child.stdout.on('data', (b) => (stdout += b));
+    child.stderr.on('data', (b) => (stderr += b));
+    child.stdout.on('error', () => undefined);
+    opts.onSpawn?.(child);
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, opts.timeoutMs ?? 20_000);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr, ms: performance.now() - t0, timedOut });
+    });
+  });
+}
+
+describe('crisp as a process', () => {
+  it('a FIFO as --qkv fails at once instead of waiting for a writer', async () => {
+    const dir = tempDir();
+    execFileSync('mkfifo', [join(dir, 'layer.safetensors')]);
+    const r = await crisp(['run', '--backend', 'reference', '--qkv', join(dir, 'layer.safetensors')]);
+    expect(r.timedOut).toBe(false);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot read .*layer\.safetensors \(--qkv\): it is a FIFO \(named pipe\), not a regular file/);
+  });
+
+  it('a FIFO as q.npy inside a dump directory fails at once', async () => {
+    const dir = tempDir();
+    const { k, v } = scenario('llama-like', { n: 256, heads: 2, kvHeads: 1, headDim: 32 }).rows(0, 256);
+    mkdirSync(join(dir, 'npy'));
+    await writeNpy(join(dir, 'npy', 'k.npy'), k);
+    await writeNpy(join(dir, 'npy', 'v.npy'), v);
+    execFileSync('mkfifo', [join(dir, 'npy', 'q.npy')]);
+    const r = await crisp(['run', '--backend', 'reference', '--qkv', join(dir, 'npy')]);
+    expect(r.timedOut).toBe(false);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot read .*q\.npy \(q of --qkv\): it is a FIFO/);
+  });
+
+  it('--n 67108864 is refused in well under a second, before any data is generated', async () => {
+    const r = await crisp(['run', '--backend', 'reference', '--n', '67108864']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toBe("crisp: error LIMIT_EXCEEDED: n = 67108864 exceeds the reference backend's limit of 65536 tokens; pass --n 65536 or less, or pick another --backend\n");
+    expect(r.ms).toBeLessThan(10_000);
+  });
+
+  it('a stray rejected promise ends the process with one line and exit 1, the stack only with CRISP_DEBUG=1', async () => {
+    // --help resolves main at once; the stray rejection comes 50 ms later, while the process lives on its timer.
+    const quiet = await crisp(['run', '--help'], { env: { CRISP_TEST_STRAY_REJECTION: '1' } });
+    expect(quiet.code).toBe(1);
+    expect(quiet.stderr).toBe('crisp: internal error: Error: a stray rejection (a bug in crisp; rerun with CRISP_DEBUG=1 for the stack and report it)\n');
+    const debug = await crisp(['run', '--help'], { env: { CRISP_TEST_STRAY_REJECTION: '1', CRISP_DEBUG: '1' } });
+    expect(debug.code).toBe(1);
+    expect(debug.stderr).toMatch(/^crisp: internal error: Error: a stray rejection\nError: a stray rejection\n\s+at /);
+  });
+
+  it('a usage error exits 2 with one line and no stack', async () => {
+    const r = await crisp(['run', '--qkv', '']);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe("crisp: --qkv needs a safetensors file or a directory of .npy files; got '' (see --help)\n");
+  });
+
+  it('a reader that closes stdout early (crisp run --json | head -c 0) ends the command quietly', async () => {
+    const dir = tempDir();
+    const r = await crisp(['run', '--backend', 'reference', '--n', '256', '--heads', '2', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '2', '--json'], {
+      onSpawn: (c) => c.stdout?.destroy(),
+    });
+    expect(r.timedOut).toBe(false);
+    expect(r.stderr).not.toMatch(/internal error|\n\s+at /);
+    expect(r.code).toBe(0);
+    expect(listTree(dir)).toEqual([]);
+  });
+});
