@@ -37,7 +37,9 @@ export async function sparseAttention(
   checkMaskArrays(mask);
   assertBlockSize(mask.blockSize, host.capabilities.blockSizes);
   const Nb = numBlocks(shape.keys, mask.blockSize);
-  validateMask(mask, { heads: shape.heads, numBlocks: Nb, blockSize: mask.blockSize });
+  // (query blocks before the first query row may stay empty in chunked prefill)
+  const firstQueryBlock = Math.floor((shape.keys - shape.queries) / mask.blockSize);
+  validateMask(mask, { heads: shape.heads, numBlocks: Nb, blockSize: mask.blockSize }, { firstQueryBlock });
   const out = checkAttentionOptions(host, shape, [qt, kt, vt!], opts);
   await ready(qt, kt, vt, out);
   let rowPtr: GPUBuffer | undefined;
