@@ -51,13 +51,16 @@ describe.skipIf(!backend)(`WebGPU soak${reason ? ` (skipped: ${reason})` : ''}`,
     };
     const randomVs = (H: number, Nb: number, B: number): BlockMask => {
       const lists = () => Array.from({ length: H }, () => Array.from({ length: Nb }, (_, J) => J).filter(() => rnd() < 0.3));
-      return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(lists(), lists()) };
+      // every query block keeps a key block: the sink (vertical 0) or the diagonal (slash 0)
+      const [vertical, slash] = [lists(), lists()];
+      for (let h = 0; h < H; h++) (rnd() < 0.5 ? vertical : slash)[h].unshift(0);
+      return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(vertical, slash) };
     };
     const close = (got: Float32Array, want: Float32Array, tol: number, what: string) => {
       expect(got.length, what).toBe(want.length);
       let err = 0;
       for (let i = 0; i < got.length; i++) {
-        if (want[i] === got[i]) continue; // (-Infinity LSE of empty rows)
+        if (want[i] === got[i]) continue;
         err = Math.max(err, Math.abs(got[i] - want[i]));
       }
       expect(err, `${what}, seed ${seed}`).toBeLessThan(tol);
@@ -213,6 +216,11 @@ describe.skipIf(!backend)(`WebGPU soak${reason ? ` (skipped: ${reason})` : ''}`,
             invalid('a tensor past maxBufferSize', 'LIMIT_EXCEEDED', () => b.allocate('f32', [b.gpu.limits.maxBufferSize / 4 + 16])),
             invalid('a write past the end', 'INVALID_ARGUMENT', (m) => b.write(up(m, hostTensor('f32', [n], seededValues(s, n))), n - 1, new Float32Array(2))),
             invalid('bf16', 'UNSUPPORTED', () => b.allocate('bf16', [n])),
+            invalid('a mask leaving query block 0 empty', 'INVALID_MASK', () => {
+              const Nb = Math.ceil(n / B);
+              const far = Array.from({ length: H }, () => [Nb]);
+              return b.expandMask({ heads: H, numBlocks: Nb + 1, blockSize: B, vs: vsListsFromArrays(far, far) });
+            }),
           ]);
         default:
           return pick([
