@@ -89,7 +89,10 @@ export function describeValue(x: unknown): string {
     if (x === undefined) return 'undefined';
     if (typeof x === 'string') return x.length > 40 ? `'${x.slice(0, 40)}…' (${x.length} characters)` : `'${x}'`;
     if (typeof x === 'number' || typeof x === 'boolean') return String(x);
-    if (typeof x === 'bigint') return `${x}n (a BigInt)`;
+    if (typeof x === 'bigint') {
+      const digits = String(x);
+      return digits.length > 24 ? `${digits.slice(0, 24)}…n (a BigInt of ${digits.length} characters)` : `${digits}n (a BigInt)`;
+    }
     if (typeof x === 'symbol') return 'a symbol';
     if (typeof x === 'function') return 'a function';
     if (typeof (x as { then?: unknown }).then === 'function') return 'a Promise';
@@ -100,7 +103,9 @@ export function describeValue(x: unknown): string {
       const head: string[] = [];
       for (let i = 0; i < Math.min(len, 6); i++) {
         const v = (x as ArrayLike<unknown>)[i];
-        head.push(typeof v === 'number' || typeof v === 'bigint' ? String(v) : describeValue(v));
+        // each element cut short: a 77-digit BigInt or a nested array must not make the whole long
+        const item = typeof v === 'number' ? String(v) : describeValue(v);
+        head.push(item.length > 40 ? `${item.slice(0, 39)}…` : item);
       }
       return `${kind} [${head.join(', ')}${len > 6 ? ', …' : ''}] of length ${len}`;
     }
@@ -109,4 +114,22 @@ export function describeValue(x: unknown): string {
   } catch {
     return 'an unprintable value';
   }
+}
+
+/**
+ * A factory's options (a router's, a selector's): undefined (the defaults) or a plain object
+ * naming only `known` keys. A misspelt option would otherwise be ignored without a word and the
+ * default used.
+ */
+export function checkOptions<T extends object>(opts: T | undefined, factory: string, known: readonly string[]): T | Record<string, never> {
+  if (opts === undefined) return {};
+  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
+    throw new InvalidArgumentError(`${factory}(options): options must be an object (or left out); got ${describeValue(opts)}`);
+  }
+  for (const key of Object.keys(opts)) {
+    if (!known.includes(key)) {
+      throw new InvalidArgumentError(`${factory}(options): unknown option ${describeValue(key)}; the options are ${known.join(', ')}`);
+    }
+  }
+  return opts;
 }

@@ -56,19 +56,5 @@ export function checkPositiveInt(value: unknown, name: string): number {
   return value;
 }
 
-/**
- * A factory's options: undefined (the defaults) or a plain object naming only `known` keys.
- * A misspelt option would otherwise be ignored without a word and the default used.
- */
-export function checkOptions<T extends object>(opts: T | undefined, factory: string, known: readonly string[]): T | Record<string, never> {
-  if (opts === undefined) return {};
-  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
-    throw new InvalidArgumentError(`${factory}(options): options must be an object (or left out); got ${describeValue(opts)}`);
-  }
-  for (const key of Object.keys(opts)) {
-    if (!known.includes(key)) {
-      throw new InvalidArgumentError(`${factory}(options): unknown option ${describeValue(key)}; the options are ${known.join(', ')}`);
-    }
-  }
-  return opts;
-}
+/** (in @crisp/core, shared with every factory that takes options) */
+export { checkOptions } from '@crisp/core';
