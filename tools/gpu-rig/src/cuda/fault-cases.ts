@@ -101,7 +101,9 @@ export async function explicitFaultCases(soak: Soak): Promise<FaultCaseResult[]>
     }, after()));
   }
   if (soak.strictPolicy) {
-    const nanSelection = { ...crisp, name: 'nanSelection', vs: { name: 'nan', select: () => Float64Array.from([0, Number.NaN]) as unknown as Int32Array } };
+    // every head routed to VS, so the selection is sure to be read (on random inputs crisp's router may send all heads to PE)
+    const allVs = { name: 'allVs', route: (s: { heads: number }) => ({ routes: Array<'vs'>(s.heads).fill('vs'), scores: new Float64Array(s.heads), scoreName: 'none' }) };
+    const nanSelection = { ...crisp, name: 'nanSelection', router: allVs, vs: { name: 'nan', select: () => Float64Array.from([0, Number.NaN]) as unknown as Int32Array } };
     out.push(await runCase(soak, "NaN in a custom policy's selection", ['INVALID_MASK', 'INVALID_ARGUMENT'], () => sparsePrefill(soak.be, inputs, nanSelection, { minSparseLength: 0 }), after()));
   }
   return out;
