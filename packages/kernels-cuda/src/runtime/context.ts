@@ -172,7 +172,7 @@ export class CudaContext {
       if (e instanceof CrispError && e.code === 'DEVICE_LOST') {
         throw new CrispError(
           'DEVICE_LOST',
-          `CUDA device ${ordinal}'s context is unusable (${(e.details?.cudaError as string | undefined) ?? e.message}), left so by an earlier fault in this process${open > 0 ? `; ${open} CUDA backend(s) of this process still hold it: dispose them, then create a new one` : '; create a new backend once every holder of it has let go'}`,
+          `CUDA device ${ordinal}'s context is unusable (${(e.details?.cudaError as string | undefined) ?? e.message}), left so by an earlier fault in this process${open > 0 ? `; ${open} CUDA backend(s) of this process still hold it: dispose them and restart the process (NVIDIA's driver keeps a kernel fault for the rest of it; a worker or child process running the CUDA work keeps the rest alive)` : '; every backend of this process has let go and the driver still reports the fault, so CUDA stays unusable in this process: restart it (a worker or child process running the CUDA work keeps the rest alive)'}`,
           { ...e.details, openBackends: open },
         );
       }
@@ -330,8 +330,9 @@ export class CudaContext {
     if (this.disposed) return;
     const cu = this.libs.cu;
     // Each step on its own: on a context a fault left unusable every driver call fails, and
-    // the hold on the primary context must still go (the device's next context is a fresh one
-    // only once every holder has let go).
+    // the hold on the primary context must still go (a driver that can clear the fault gives a
+    // fresh context only once every holder has let go; the H200's driver 13.0 keeps a kernel
+    // fault for the rest of the process).
     const attempt = (fn: () => void) => {
       try {
         fn();

@@ -113,7 +113,7 @@ export const STICKY_ERRORS: ReadonlySet<number> = new Set([4, 214, 700, 702, 709
 
 /** The advice every DEVICE_LOST error ends with. */
 export const RECREATE_ADVICE =
-  'dispose this backend and every other CUDA backend of this process (they share the device\'s primary context), then create a new one';
+  'dispose this backend and every other CUDA backend of this process (they share the device\'s primary context); NVIDIA\'s driver keeps a kernel fault for the rest of the process, so restart the process (or the worker or child process that runs the CUDA work) to use the device again';
 
 let cached: CudaLibs | undefined;
 let failure: string | undefined;
