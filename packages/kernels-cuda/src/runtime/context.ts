@@ -331,7 +331,7 @@ export class CudaContext {
     const cu = this.libs.cu;
     // Each step on its own: on a context a fault left unusable every driver call fails, and
     // the hold on the primary context must still go (a driver that can clear the fault gives a
-    // fresh context only once every holder has let go; the H200's driver 13.0 keeps a kernel
+    // fresh context only once every holder has let go; the H200's driver 580 (CUDA 13.0) keeps a kernel
     // fault for the rest of the process).
     const attempt = (fn: () => void) => {
       try {
