@@ -39,7 +39,8 @@ import { type ProblemSize, checkProblem, slowRunNote } from './limits.js';
 import type { QkvNameFlags } from './options.js';
 import { progressBar } from './progress.js';
 
-export interface InputRequest {
+/** The synthetic scenario a command generates when no `--qkv` is given (and the flags beside it). */
+export interface ScenarioFlags {
   readonly profile: string;
   readonly n?: number;
   readonly heads?: number;
@@ -47,6 +48,9 @@ export interface InputRequest {
   readonly headDim?: number;
   readonly dtype?: DType;
   readonly seed: number;
+}
+
+export interface InputRequest extends ScenarioFlags {
   readonly qkv?: string;
   readonly layout?: string;
   readonly names?: QkvNameFlags;

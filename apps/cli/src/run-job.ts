@@ -27,21 +27,14 @@ import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
 import { type GroundTruth, type HeadKind, needleRecall } from '@crisp/synth';
 import { type BackendChoice, selectBackend } from './backends.js';
 import type { CliIo } from './cli-io.js';
-import { type Inputs, loadInputs, toF32 } from './inputs.js';
+import { type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
 import type { QkvNameFlags } from './options.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
 import { progressBar } from './progress.js';
 
 /** The backend and scenario a command runs on (shared by run, report and calibrate). */
-export interface ScenarioChoice {
+export interface ScenarioChoice extends ScenarioFlags {
   readonly backend: BackendChoice;
-  readonly profile: string;
-  readonly n?: number;
-  readonly heads?: number;
-  readonly kvHeads?: number;
-  readonly headDim?: number;
-  readonly dtype?: DType;
-  readonly seed: number;
 }
 
 export interface RunOptions extends ScenarioChoice {
