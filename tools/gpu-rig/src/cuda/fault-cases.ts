@@ -8,6 +8,7 @@
  */
 import { type Backend, type DeviceTensor, isCrispError, mulberry32, sparsePrefill, toFloat32 } from '@crisp/core';
 import { crisp } from '@crisp/presets';
+import { fixed } from '@crisp/router';
 import { CUDA_ERROR, CudaFaults } from '@crisp/kernels-cuda';
 import type { FaultCaseResult, Soak } from './soak.js';
 import { ROW_TOLERANCE, outputRows, randomHost, referenceRow, rowError } from './soak-check.js';
@@ -102,8 +103,7 @@ export async function explicitFaultCases(soak: Soak): Promise<FaultCaseResult[]>
   }
   if (soak.strictPolicy) {
     // every head routed to VS, so the selection is sure to be read (on random inputs crisp's router may send all heads to PE)
-    const allVs = { name: 'allVs', route: (s: { heads: number }) => ({ routes: Array<'vs'>(s.heads).fill('vs'), scores: new Float64Array(s.heads), scoreName: 'none' }) };
-    const nanSelection = { ...crisp, name: 'nanSelection', router: allVs, vs: { name: 'nan', select: () => Float64Array.from([0, Number.NaN]) as unknown as Int32Array } };
+    const nanSelection = { ...crisp, name: 'nanSelection', router: fixed('vs'), vs: { name: 'nan', select: () => Float64Array.from([0, Number.NaN]) as unknown as Int32Array } };
     out.push(await runCase(soak, "NaN in a custom policy's selection", ['INVALID_MASK', 'INVALID_ARGUMENT'], () => sparsePrefill(soak.be, inputs, nanSelection, { minSparseLength: 0 }), after()));
   }
   return out;
