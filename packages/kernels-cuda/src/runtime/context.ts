@@ -172,7 +172,7 @@ export class CudaContext {
       if (e instanceof CrispError && e.code === 'DEVICE_LOST') {
         throw new CrispError(
           'DEVICE_LOST',
-          `CUDA device ${ordinal}'s context is unusable (${(e.details?.cudaError as string | undefined) ?? e.message}), left so by an earlier fault in this process${open > 0 ? `; ${open} CUDA backend(s) of this process still hold it: dispose them and restart the process (NVIDIA's driver keeps a kernel fault for the rest of it; a worker or child process running the CUDA work keeps the rest alive)` : '; every backend of this process has let go and the driver still reports the fault, so CUDA stays unusable in this process: restart it (a worker or child process running the CUDA work keeps the rest alive)'}`,
+          `CUDA device ${ordinal}'s context is unusable (${(e.details?.cudaError as string | undefined) ?? e.message}), left so by an earlier fault in this process${open > 0 ? `; ${open} CUDA backend(s) of this process still hold it` : '; every backend of this process has let go and the driver still reports the fault'}: ${RECREATE_ADVICE}`,
           { ...e.details, openBackends: open },
         );
       }
