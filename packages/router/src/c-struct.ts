@@ -9,7 +9,8 @@
  * replacement of FlexPrefill's JSD router).
  */
 import type { ProxyStats, Route, Router, RoutingDecision } from '@crisp/core';
-import { checkOptions, checkPositiveInt, checkRange, checkStats } from './stats-check.js';
+import { checkOptions } from '@crisp/core';
+import { checkPositiveInt, checkRange, checkStats } from './stats-check.js';
 
 export interface CStructOptions {
   /** τ_proxy: heads with C_struct >= τ_proxy go to VS. Default 0.2 (the paper's). 0 < τ_proxy < 1. */

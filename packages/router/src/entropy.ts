@@ -18,7 +18,8 @@
  * routes by it), which is the paper's stated weakness of C_struct.
  */
 import type { ProxyStats, Route, Router, RoutingDecision } from '@crisp/core';
-import { checkOptions, checkRange, checkStats } from './stats-check.js';
+import { checkOptions } from '@crisp/core';
+import { checkRange, checkStats } from './stats-check.js';
 
 export interface EntropyOptions {
   /** η_max: VS iff exp(H) <= n^η_max (H / ln n <= η_max). Default 0.8. 0 < η_max < 1. */

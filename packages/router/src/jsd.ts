@@ -11,8 +11,8 @@
  * "query-aware" and goes to PE; D >= τ: the map has structure pooling blurs (a sink token
  * diluted by its block's mean key, per-query diagonals), so it goes to VS.
  */
-import { InvalidArgumentError, type ProxyStats, type Route, type Router, type RoutingDecision, ShapeError } from '@crisp/core';
-import { checkOptions, checkRange, checkStats } from './stats-check.js';
+import { checkOptions, InvalidArgumentError, type ProxyStats, type Route, type Router, type RoutingDecision, ShapeError } from '@crisp/core';
+import { checkRange, checkStats } from './stats-check.js';
 
 export interface JsdOptions {
   /** τ: heads with D < τ go to PE. Default 0.1 (FlexPrefill's). 0 < τ < sqrt(ln 2). */

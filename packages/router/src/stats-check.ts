@@ -55,6 +55,3 @@ export function checkPositiveInt(value: unknown, name: string): number {
   }
   return value;
 }
-
-/** (in @crisp/core, shared with every factory that takes options) */
-export { checkOptions } from '@crisp/core';

@@ -63,6 +63,3 @@ export function checkInput(input: DirectionScores, selector: string, kMin: numbe
   }
   return { Nb, kBlocks: kMin / B };
 }
-
-/** (in @crisp/core, shared with every factory that takes options) */
-export { checkOptions } from '@crisp/core';

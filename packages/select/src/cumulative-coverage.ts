@@ -13,8 +13,8 @@
  * (sink-only collapse); otherwise the residual is filled with background tokens of mass
  * ε ≈ 1/n each, so the blocks it adds grow as O(n) (noise accumulation).
  */
-import { type DirectionScores, InvalidArgumentError, NonFiniteError, unionSorted, argsortDescending, type VsSelector } from '@crisp/core';
-import { checkGamma, checkInput, checkKMin, checkOptions } from './checks.js';
+import { argsortDescending, checkOptions, type DirectionScores, InvalidArgumentError, NonFiniteError, unionSorted, type VsSelector } from '@crisp/core';
+import { checkGamma, checkInput, checkKMin } from './checks.js';
 
 export interface CumulativeCoverageOptions {
   /** γ: the token mass to cover, 0 < γ < 1. Default 0.95 (FlexPrefill's). */

@@ -12,7 +12,8 @@
  * The pipeline uses ceil(kMin / B) blocks, so kMin should be a multiple of B.
  */
 import type { PeSelector } from '@crisp/core';
-import { checkGamma, checkKMin, checkOptions } from './checks.js';
+import { checkOptions } from '@crisp/core';
+import { checkGamma, checkKMin } from './checks.js';
 
 export interface GlobalCoverageOptions {
   /** γ: the pooled-map mass to cover, 0 < γ < 1. Default 0.95. */

@@ -16,7 +16,8 @@
  * where γ would stop inside the sink.
  */
 import type { DirectionScores, VsSelector } from '@crisp/core';
-import { checkAlpha, checkInput, checkKMin, checkOptions } from './checks.js';
+import { checkOptions } from '@crisp/core';
+import { checkAlpha, checkInput, checkKMin } from './checks.js';
 import { allBlocks, keepAboveWithAnchors } from './floor.js';
 
 export interface NoiseFloorOptions {

@@ -13,8 +13,8 @@
  * and median, neither better everywhere.
  */
 import type { DirectionScores, VsSelector } from '@crisp/core';
-import { describeValue, InvalidArgumentError } from '@crisp/core';
-import { checkAlpha, checkInput, checkKMin, checkOptions } from './checks.js';
+import { checkOptions, describeValue, InvalidArgumentError } from '@crisp/core';
+import { checkAlpha, checkInput, checkKMin } from './checks.js';
 import { allBlocks, background, keepAboveWithAnchors, quantile } from './floor.js';
 
 export interface QuantileFloorOptions {

@@ -34,8 +34,8 @@
  * that regime is a diffuse head the router should have sent to PE.
  */
 import type { DirectionScores, VsSelector } from '@crisp/core';
-import { describeValue, InvalidArgumentError } from '@crisp/core';
-import { checkInput, checkKMin, checkOptions } from './checks.js';
+import { checkOptions, describeValue, InvalidArgumentError } from '@crisp/core';
+import { checkInput, checkKMin } from './checks.js';
 import { allBlocks, background, keepAboveWithAnchors, quantile } from './floor.js';
 
 export interface RobustFloorOptions {

@@ -1,6 +1,6 @@
 /** Fixed-budget baseline: the k best blocks of a direction, whatever the input. */
-import { describeValue, type DirectionScores, InvalidArgumentError, topKIndices, unionSorted, type VsSelector } from '@crisp/core';
-import { checkInput, checkOptions } from './checks.js';
+import { checkOptions, describeValue, type DirectionScores, InvalidArgumentError, topKIndices, unionSorted, type VsSelector } from '@crisp/core';
+import { checkInput } from './checks.js';
 
 export interface TopKOptions {
   /** k: blocks kept per direction (clipped to Nb). A positive integer. */
