@@ -32,7 +32,7 @@ import { expandMask } from './ops/expand-mask.js';
 import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
-import { allocate, download, upload, write } from './ops/transfer.js';
+import { allocate, download, upload, wrapBuffer, write } from './ops/transfer.js';
 import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
 import type { GpuContext } from './runtime/gpu-context.js';
@@ -97,6 +97,7 @@ export class WebGpuBackend implements Backend {
       alive: () => this.#alive(),
       own: (t, what) => this.#own(t, what),
       newTensor: (dtype, shape) => newTensor(ctx, this, dtype, shape),
+      wrapTensor: (buffer, dtype, shape, bytes) => new WebGpuTensor(ctx, this, dtype, shape, buffer, bytes, true),
       attentionPipeline: (dtype, D) => this.#attentionPipeline(dtype, D),
     };
   }
@@ -144,6 +145,22 @@ export class WebGpuBackend implements Backend {
 
   download(t: DeviceTensor): Promise<HostTensor> {
     return download(this.#host, t);
+  }
+
+  /**
+   * A tensor over a GPUBuffer made elsewhere on this backend's device, without a copy (the
+   * way to run on another library's tensors, e.g. TF.js's `dataToGPU()`). The buffer stays
+   * the caller's: disposing the tensor leaves it alive; keep it alive and unwritten until
+   * the work that uses it has finished (`synchronize()`). The buffer needs STORAGE and
+   * COPY_SRC usage and at least the tensor's bytes (rounded up to 4).
+   */
+  wrapBuffer(buffer: GPUBuffer, dtype: DType, shape: readonly number[]): DeviceTensor {
+    return wrapBuffer(this.#host, buffer, dtype, shape);
+  }
+
+  /** The GPUBuffer behind one of this backend's tensors (to hand to another library on the same device). */
+  bufferOf(t: DeviceTensor): GPUBuffer {
+    return this.#own(t, 'bufferOf').buffer;
   }
 
   // ------------------------------------------------------------ operations

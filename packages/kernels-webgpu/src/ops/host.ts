@@ -19,6 +19,8 @@ export interface OpHost {
   own(t: DeviceTensor, what: string): WebGpuTensor;
   /** A new tensor of this backend (LIMIT_EXCEEDED past maxBufferSize). */
   newTensor(dtype: DType, shape: readonly number[]): WebGpuTensor;
+  /** A tensor of this backend over someone else's buffer (not destroyed on dispose). */
+  wrapTensor(buffer: GPUBuffer, dtype: DType, shape: readonly number[], byteLength: number): WebGpuTensor;
   /** The attention pipeline for this dtype and head dim (the backend's kernel choice). */
   attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline>;
 }

@@ -110,3 +110,38 @@ export async function download(host: OpHost, t: DeviceTensor): Promise<HostTenso
   const data = wt.dtype === 'f32' ? new Float32Array(ab, 0, n) : new Uint16Array(ab, 0, n);
   return { dtype: wt.dtype, shape: [...wt.shape], data };
 }
+
+/**
+ * A device tensor over a GPUBuffer made elsewhere on this backend's device (another
+ * library's tensor, TF.js's `dataToGPU()`): nothing is copied. The buffer stays the caller's:
+ * the tensor's dispose() leaves it alive, and the caller must keep it alive and unwritten
+ * until the work that uses it has finished (`synchronize()`). WebGPU cannot tell which
+ * device made a buffer: one from another device fails at its first use (BACKEND_ERROR).
+ */
+export function wrapBuffer(host: OpHost, buffer: GPUBuffer, dtype: DType, shape: readonly number[]): DeviceTensor {
+  host.alive();
+  const b = buffer as Partial<GPUBuffer> | null;
+  if (b === null || typeof b !== 'object' || typeof b.size !== 'number' || typeof b.usage !== 'number' || typeof b.destroy !== 'function') {
+    throw new InvalidArgumentError(`wrapBuffer needs a GPUBuffer; got ${b === null ? 'null' : typeof b}`);
+  }
+  assertDType(dtype);
+  assertShape(shape as number[]);
+  if (dtype === 'bf16') throw new UnsupportedError('the WebGPU backend stores f32 and f16 only (WGSL has no bf16)', { limit: 'dtype' });
+  const need = Usage.STORAGE | Usage.COPY_SRC;
+  if ((b.usage & need) !== need) {
+    throw new InvalidArgumentError(`wrapBuffer needs a buffer with STORAGE and COPY_SRC usage; this one has usage 0x${b.usage.toString(16)}`);
+  }
+  const bytes = numel(shape) * bytesPerElement(dtype);
+  // (f16 kernels read whole 32-bit words)
+  const words = Math.ceil(bytes / 4) * 4;
+  if (b.size < words) {
+    throw new InvalidArgumentError(`a ${dtype} tensor of shape [${shape}] needs ${words} bytes; the buffer holds ${b.size}`, {
+      bytes: words,
+      size: b.size,
+    });
+  }
+  if (b.size > host.gpu.limits.maxBufferSize) {
+    throw new InvalidArgumentError(`the buffer (${b.size} bytes) is larger than this device's maxBufferSize: it was made on another device`);
+  }
+  return host.wrapTensor(buffer, dtype, shape, bytes);
+}

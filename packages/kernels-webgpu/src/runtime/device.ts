@@ -121,7 +121,8 @@ export async function openDevice(opts: WebGpuBackendOptions): Promise<{ ctx: Gpu
     ctx.destroy();
     throw e;
   }
-  const adapterInfo = adapter?.info;
+  // (a device handed in without its adapter still names it: GPUDevice.adapterInfo)
+  const adapterInfo = adapter?.info ?? (device as { adapterInfo?: GPUAdapterInfo }).adapterInfo;
   const ai = adapterInfo as unknown as
     | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
     | undefined;

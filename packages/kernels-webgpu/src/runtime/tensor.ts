@@ -9,14 +9,17 @@ export class WebGpuTensor extends DeviceTensorBase {
   readonly buffer: GPUBuffer;
   readonly byteLength: number;
   readonly #gpu: GpuContext;
+  /** a buffer someone else made and frees (wrapBuffer): dispose() leaves it alone */
+  readonly borrowed: boolean;
   /** verdicts of the allocation and the writes not yet looked at */
   readonly #pending: Check[] = [];
   #settling: Promise<void> | undefined;
   /** set when the allocation or a write failed: the contents are undefined from then on */
   #failure: CrispError | undefined;
-  constructor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[], buffer: GPUBuffer, byteLength: number) {
+  constructor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[], buffer: GPUBuffer, byteLength: number, borrowed = false) {
     super(dtype, shape);
     this.#gpu = gpu;
+    this.borrowed = borrowed;
     this.owner = owner;
     this.buffer = buffer;
     this.byteLength = byteLength;
@@ -58,6 +61,7 @@ export class WebGpuTensor extends DeviceTensorBase {
   }
 
   protected release(): void {
+    if (this.borrowed) return;
     // Work already submitted may still read it: destroy once the queue drains.
     this.#gpu.retire(this.buffer);
   }
