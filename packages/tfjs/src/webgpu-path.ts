@@ -1,0 +1,95 @@
+/**
+ * The webgpu path: CRISP's WebGPU backend on TF.js's own GPUDevice. Inputs are read from
+ * TF.js's GPU buffers (`dataToGPU()`, a device-side copy TF.js owns) and wrapped as CRISP
+ * tensors without a copy; the output is handed back with `tf.tensor({ buffer })`, which TF.js
+ * copies into its own pool on the device. Both libraries submit to the device's one queue, so
+ * TF.js work queued after the call sees CRISP's output, and CRISP's work sees TF.js's inputs.
+ */
+import { type DeviceTensor, type PlanOptions, type Policy, type PrefillPlan, sparsePrefill } from '@crisp/core';
+import type { WebGpuBackend } from '@crisp/kernels-webgpu';
+import type { Tf, TfInputs, TfTensor } from './tensors.js';
+
+/** What either path hands back to crispAttention. */
+export interface PathResult {
+  readonly output: TfTensor;
+  readonly plans: PrefillPlan[];
+  /** the sum of the prefills' own totals (sparsePrefill's timings.totalMs) */
+  readonly prefillMs: number;
+}
+
+/** The part of tfjs-backend-webgpu's WebGPUBackend used here (its public members). */
+interface TfWebGpuBackend {
+  readonly device: GPUDevice;
+  uploadToGPU(dataId: object): void;
+}
+
+function tfWebGpu(tf: Tf): TfWebGpuBackend | undefined {
+  const b = tf.findBackend('webgpu') as unknown as Partial<TfWebGpuBackend> | undefined;
+  return b && typeof b.uploadToGPU === 'function' && b.device ? (b as TfWebGpuBackend) : undefined;
+}
+
+/**
+ * TF.js's WebGPU device, when TF.js runs on tfjs-backend-webgpu now (tf.tensor from a GPU
+ * buffer needs the current backend to be 'webgpu').
+ */
+export function tfWebGpuDevice(tf: Tf): GPUDevice | undefined {
+  return tf.getBackend() === 'webgpu' ? tfWebGpu(tf)?.device : undefined;
+}
+
+/** One batch entry as its own [n, heads, d] tensor (a view for unbatched input, a device-side slice otherwise). */
+export function entry(tf: Tf, t: TfTensor, b: number, layout: TfInputs): TfTensor {
+  if (!layout.batched) return t;
+  const [, n, h, d] = t.shape;
+  return tf.tidy(() => tf.reshape(tf.slice(t, [b, 0, 0, 0], [1, n, h, d]), [n, h, d]));
+}
+
+export async function runOnTfDevice(
+  tf: Tf,
+  crisp: WebGpuBackend,
+  layout: TfInputs,
+  q: TfTensor,
+  k: TfTensor,
+  v: TfTensor,
+  policy: Policy,
+  opts: PlanOptions,
+): Promise<PathResult> {
+  const tfb = tfWebGpu(tf)!;
+  const plans: PrefillPlan[] = [];
+  const outs: TfTensor[] = [];
+  let prefillMs = 0;
+  try {
+    for (let b = 0; b < layout.batch; b++) {
+      const seq = [q, k, v].map((t) => entry(tf, t, b, layout));
+      const held: { dispose(): void }[] = layout.batched ? [...seq] : [];
+      const wrapped: DeviceTensor[] = [];
+      try {
+        for (const t of seq) {
+          // a tensor made from host values keeps them on the CPU until first use
+          tfb.uploadToGPU(t.dataId);
+          const g = t.dataToGPU();
+          held.push(g.tensorRef);
+          wrapped.push(crisp.wrapBuffer(g.buffer as GPUBuffer, 'f32', t.shape));
+        }
+        const r = await sparsePrefill(crisp, { q: wrapped[0], k: wrapped[1], v: wrapped[2] }, policy, opts);
+        try {
+          // TF.js copies the buffer into its own pool (queued now, before CRISP's buffer goes)
+          outs.push(tf.tensor({ buffer: crisp.bufferOf(r.output) }, [...r.output.shape], 'float32'));
+        } finally {
+          r.output.dispose();
+        }
+        plans.push(r.plan);
+        prefillMs += r.timings.totalMs;
+      } finally {
+        for (const w of wrapped) w.dispose();
+        for (const h of held) h.dispose();
+      }
+    }
+  } catch (e) {
+    for (const o of outs) o.dispose();
+    throw e;
+  }
+  if (!layout.batched) return { output: outs[0], plans, prefillMs };
+  const output = tf.stack(outs);
+  for (const o of outs) o.dispose();
+  return { output, plans, prefillMs };
+}
