@@ -10,8 +10,10 @@ import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
-export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors'] as const;
+export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs'] as const;
 export type SuiteName = (typeof SUITE_NAMES)[number];
+/** What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own and asks for it by name). */
+export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs');
 
 export interface Shape {
   readonly heads: number;
@@ -101,6 +103,15 @@ export interface BenchConfig {
     readonly profiles: readonly ProfileName[];
     readonly rows: number;
   };
+  /** @crisp/tfjs on tfjs-backend-webgpu against TF.js dense attention (f32) */
+  readonly tfjs: {
+    readonly sizes: readonly number[];
+    readonly shape: Shape;
+    readonly reps: number;
+    readonly warmup: number;
+    /** the size at which the host path is timed beside the zero-copy path */
+    readonly copyN: number;
+  };
 }
 
 const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'flexPrefill'];
@@ -118,7 +129,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       mode,
       seed: 7,
       cudaSchedule: 'auto',
-      suites: SUITE_NAMES,
+      suites: DEFAULT_SUITES,
       latency: {
         sizes: [1152],
         referenceSizes: [1152, 1536],
@@ -140,13 +151,14 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8 },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
       floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
+      tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
     };
   }
   return {
     mode,
     seed: 7,
     cudaSchedule: 'auto',
-    suites: SUITE_NAMES,
+    suites: DEFAULT_SUITES,
     latency: {
       sizes: pow2(8192, 524288),
       referenceSizes: [2048, 4096, 8192, 16384],
@@ -167,6 +179,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
     accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: PROFILE_NAMES, rows: 32 },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
+    tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },
   };
 }
 

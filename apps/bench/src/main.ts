@@ -20,6 +20,7 @@ import { crossoverSuite } from './suites/crossover.js';
 import { floorSummary, floorsSuite } from './suites/floors.js';
 import { latencySuite } from './suites/latency.js';
 import { onCurveSuite } from './suites/on-curve.js';
+import { tfjsSuite } from './suites/tfjs.js';
 
 function list<T extends string>(text: string, allowed: readonly T[], what: string): T[] {
   const items = text.split(',').map((s) => s.trim()).filter(Boolean);
@@ -47,6 +48,7 @@ function program(): Command {
     .option('--shape <H,Hkv,d>', 'latency shape for GPU backends (default 32,8,128: Llama-3.1-8B)')
     .option('--reference-shape <H,Hkv,d>', 'latency shape for the reference')
     .option('--acc-sizes <sizes>', 'accuracy sizes')
+    .option('--tfjs-sizes <sizes>', 'tfjs suite sizes (@crisp/tfjs against TF.js dense attention on tfjs-backend-webgpu)')
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
@@ -126,6 +128,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       freshInputs: o.freshInputs === true || base.latency.freshInputs,
       hostTimings: o.hostTimings === true || base.latency.hostTimings,
     },
+    tfjs: { ...base.tfjs, sizes: sizes(o.tfjsSizes) ?? base.tfjs.sizes },
     accuracy: {
       ...base.accuracy,
       sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
@@ -301,6 +304,10 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     if (want(config, 'floors')) {
       await phase('floors');
       result.suites.floors = await floorsSuite(ctx, opened);
+    }
+    if (want(config, 'tfjs')) {
+      await phase('tfjs');
+      result.suites.tfjs = await tfjsSuite(ctx);
     }
     result.inProgress = undefined;
     result.finishedAt = new Date().toISOString();

@@ -1,6 +1,7 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
 import { JIT_WARMUP_N } from './suites/latency.js';
+import { tfjsMarkdown } from './suites/tfjs.js';
 import type { BenchResult } from './result.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
@@ -233,6 +234,7 @@ export function markdown(r: BenchResult): string {
     for (const fig of r.figures) out.push(`- [${fig}](${fig})`);
   }
   out.push('');
+  if (r.suites.tfjs) out.push(...tfjsMarkdown(r.suites.tfjs, r.config.tfjs?.reps ?? 3));
   return out.join('\n');
 }
 

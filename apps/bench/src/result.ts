@@ -7,6 +7,7 @@ import type { CrossoverResult } from './suites/crossover.js';
 import type { FloorsResult } from './suites/floors.js';
 import type { LatencyResult } from './suites/latency.js';
 import type { OnCurveResult } from './suites/on-curve.js';
+import type { TfjsResult } from './suites/tfjs.js';
 
 export interface BenchResult {
   readonly schema: 'crisp-bench/1';
@@ -30,6 +31,7 @@ export interface BenchResult {
     onCurve?: OnCurveResult;
     crossover?: CrossoverResult;
     floors?: FloorsResult;
+    tfjs?: TfjsResult;
   };
   figures?: string[];
   /** with --merge: the commands whose results this file also holds */

@@ -119,6 +119,14 @@ async function withNavigatorGpu<T>(gpu: GPU, f: () => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * TF.js on tfjs-backend-webgpu, started once per process (the backend registry is global):
+ * the same instance the dense peer times, for callers that run their own work on it.
+ */
+export function startTfjsWebGpu(gpu?: GPU): Promise<{ tf: Tf } | TfjsAbsent> {
+  return startTfjs(gpu);
+}
+
 /** TF.js on its WebGPU backend, started once per process (the backend registry is global). */
 function startTfjs(gpu: GPU | undefined): Promise<{ tf: Tf } | TfjsAbsent> {
   tfReady ??= (async () => {

@@ -80,7 +80,10 @@ export async function compare(n: number, config: BlockConfig, seed: number, opti
   const x = tf.randomNormal([n, config.dModel], 0, 1, 'float32', seed) as tf.Tensor2D;
   const ref = await blockForward(x, w, denseAttention);
   const mine = await blockForward(x, w, crispAttentionFor(options));
-  const rel = tf.tidy(() => tf.max(tf.abs(tf.sub(mine, ref))).dataSync()[0] / tf.max(tf.abs(ref)).dataSync()[0]);
+  // (read asynchronously: tfjs-backend-webgpu cannot read synchronously without a canvas)
+  const [num, den] = tf.tidy(() => [tf.max(tf.abs(tf.sub(mine, ref))), tf.max(tf.abs(ref))]);
+  const rel = (await num.data())[0] / (await den.data())[0];
+  tf.dispose([num, den]);
   tf.dispose([x, ref, mine, w.norm, w.wq, w.wk, w.wv, w.wo]);
   return rel;
 }

@@ -14,6 +14,10 @@
 #                latency and crossover (the TF.js peer in the same run) on the llama fill,
 #                8k-32k, merged into the same folder: OUT/nvidia-h200
 #                (apps/bench/results/nvidia-h200). ~320 s.
+#   tfjs         crisp-bench's tfjs suite: @crisp/tfjs's crispAttention on tfjs-backend-webgpu (Dawn over
+#                Vulkan) against TF.js's own dense attention on the same tensors, f32, 8k-32k, and
+#                the host path beside the zero-copy path at 16k: OUT/nvidia-h200-tfjs
+#                (apps/bench/results/nvidia-h200-tfjs). ~120-200 s.
 #   hostile      the hostile-input soak on the CUDA backend: 1,000 calls (seed 37), valid ones checked
 #                against float64 rows and invalid ones against their CrispError codes, injected and
 #                real faults (allocation, launch, a full device, NaN), device memory before and
@@ -25,8 +29,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -75,6 +79,14 @@ case "$phase" in
     grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
     ;;
+  tfjs)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends webgpu --suites tfjs --tfjs-sizes 8k,16k,32k --deadline-s 280 \
+      --out "$out/nvidia-h200-tfjs" > "$out/tfjs.log" 2>&1
+    rc=$?
+    grep -E 'tfjs|skip|error' "$out/tfjs.log" | tail -n 20
+    exit $rc
+    ;;
   hostile)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     timeout -s KILL 200 node "$app/cuda-main.mjs" --phase hostile --calls 1000 --seed 37 --strictPolicy on --budget 180 \
@@ -84,7 +96,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, hostile)" >&2
     exit 2
     ;;
 esac
