@@ -18,11 +18,14 @@ export function tfDenseAttention(q: TfTensor, k: TfTensor, v: TfTensor, options:
       const qh = tf.unstack(tf.transpose(qs, [1, 0, 2]));
       const kh = tf.unstack(tf.transpose(ks, [1, 0, 2]));
       const vh = tf.unstack(tf.transpose(vs, [1, 0, 2]));
-      const outs = qh.map((qq, h) => {
-        const g = Math.floor(h / (H / Hkv));
-        const s = tf.add(tf.mul(tf.matMul(qq, kh[g], false, true), scale), above);
-        return tf.matMul(tf.softmax(s), vh[g]);
-      });
+      // one tidy per head: its n x n scores and probabilities go before the next head's
+      const outs = qh.map((qq, h) =>
+        tf.tidy(() => {
+          const g = Math.floor(h / (H / Hkv));
+          const s = tf.add(tf.mul(tf.matMul(qq, kh[g], false, true), scale), above);
+          return tf.matMul(tf.softmax(s), vh[g]);
+        }),
+      );
       return tf.stack(outs, 1);
     };
     if (!layout.batched) return one(q, k, v);

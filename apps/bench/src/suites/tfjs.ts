@@ -17,15 +17,22 @@ import { llamaRows } from '../llama-fill.js';
 export interface TfjsRow {
   readonly n: number;
   readonly shape: Shape;
-  /** 'crisp' (zero-copy, the crisp preset), 'crisp-host' (the host path), 'tfjs-dense' */
-  readonly method: 'crisp' | 'crisp-host' | 'tfjs-dense';
+  /**
+   * 'crisp' (the crisp preset, zero-copy), 'crisp-host' (the host path), 'tfjs-dense'
+   * (tfDenseAttention on the same tensors), 'tfjs-dense-peer' (the latency suite's TF.js peer:
+   * per-head tensors, its own random inputs)
+   */
+  readonly method: 'crisp' | 'crisp-host' | 'tfjs-dense' | 'tfjs-dense-peer';
   /** wall ms from the call to the output on the device */
   readonly ms: Spread;
   /** crisp rows: the prefill's own total (sparsePrefill), median ms */
   readonly prefillMs?: number;
   readonly density?: number;
-  /** crisp rows: max |crisp - tfjs dense| / max |tfjs dense| over the whole output, where dense ran */
-  readonly relErrorVsDense?: number;
+  /**
+   * rows 0, n/2, n-1 of the first and last head against float64 dense attention:
+   * max |o - ref| / max(max |ref|, 1e-3) (for crisp: its sparse approximation error)
+   */
+  readonly rowsError?: number;
   /** 4·d·H·n(n+1)/2 causal flops / median, TFLOP/s (dense-equivalent for crisp) */
   readonly tflops: number;
 }
@@ -39,26 +46,10 @@ export interface TfjsResult {
 type Tf = typeof import('@tensorflow/tfjs-core');
 type Tensor = import('@tensorflow/tfjs-core').Tensor;
 
-/** max |a - b| / max |b| (read asynchronously: tfjs-backend-webgpu's synchronous reads need a canvas). */
-async function relativeError(tf: Tf, a: Tensor, b: Tensor): Promise<number> {
-  const [num, den] = tf.tidy(() => [tf.max(tf.abs(tf.sub(a, b))), tf.max(tf.abs(b))]);
-  const r = (await num.data())[0] / (await den.data())[0];
-  tf.dispose([num, den]);
-  return r;
-}
-
 const flops = (n: number, s: Shape) => 4 * s.headDim * s.heads * ((n * (n + 1)) / 2);
 
 async function onDevice(tf: Tf): Promise<void> {
   await (tf.backend() as unknown as { device: GPUDevice }).device.queue.onSubmittedWorkDone();
-}
-
-/** The llama fill's q, k, v as tf.Tensors on the current (webgpu) backend. */
-function layer(tf: Tf, n: number, s: Shape, seed: number): Tensor[] {
-  return ([0, 1, 2] as const).map((w) => {
-    const heads = w === 0 ? s.heads : s.kvHeads;
-    return tf.tensor(llamaRows(w, 0, n, heads, s.headDim, s.heads, seed), [n, heads, s.headDim], 'float32');
-  });
 }
 
 export async function tfjsSuite(ctx: SuiteContext): Promise<TfjsResult> {
@@ -79,13 +70,16 @@ export async function tfjsSuite(ctx: SuiteContext): Promise<TfjsResult> {
       notes.push(`n=${n}: skipped, ${Math.round(left / 1000)} s left of the deadline`);
       break;
     }
-    const base = layer(tf, n, c.shape, ctx.config.seed);
+    const host = layerValues(n, c.shape, ctx.config.seed);
+    const base = host.map((x, w) => tf.tensor(x, [n, w === 0 ? c.shape.heads : c.shape.kvHeads, c.shape.headDim], 'float32'));
     const fresh = () => tf.tidy(() => base.map((t) => tf.add(t, 0)));
+    const check = (o: Tensor) => checkRows(o, host, n, c.shape);
     try {
       // crisp, zero-copy
-      let plan: { prefill: number[]; density: number } = { prefill: [], density: 1 };
-      let last: Tensor | undefined;
-      const crispRuns: number[] = [];
+      const runs: number[] = [];
+      const prefill: number[] = [];
+      let density = 1;
+      let out: Tensor | undefined;
       for (let r = 0; r < c.warmup + c.reps; r++) {
         const [q, k, v] = fresh();
         await onDevice(tf);
@@ -94,49 +88,54 @@ export async function tfjsSuite(ctx: SuiteContext): Promise<TfjsResult> {
         await onDevice(tf);
         const ms = performance.now() - t0;
         tf.dispose([q, k, v]);
+        out?.dispose();
+        out = res.output;
         if (res.path !== 'webgpu') throw new Error(`crispAttention took the ${res.path} path`);
         if (r >= c.warmup) {
-          crispRuns.push(ms);
-          plan = { prefill: [...plan.prefill, res.timings.prefillMs], density: res.density };
+          runs.push(ms);
+          prefill.push(res.timings.prefillMs);
+          density = res.density;
         }
-        last?.dispose();
-        last = res.output;
       }
-      let denseOut: Tensor | undefined;
+      const rowsErr = await check(out!);
+      out?.dispose();
+      const ms = spread(runs);
+      rows.push({ n, shape: c.shape, method: 'crisp', ms, prefillMs: spread(prefill).median, density, rowsError: rowsErr, tflops: flops(n, c.shape) / ms.median / 1e9 });
+      ctx.log(`tfjs n=${n}: crisp ${ms.median.toFixed(1)} ms (density ${density.toFixed(3)}; rows vs float64 dense ${rowsErr.toExponential(2)})`);
+      if (n === c.copyN) {
+        const h = await hostPath(tf, lib, createNodeWebGpuBackend, n, c, fresh, check);
+        rows.push(h);
+        ctx.log(`tfjs n=${n}: crisp-host ${h.ms.median.toFixed(1)} ms`);
+      }
       if (n * n * 4 <= limit) {
         const denseRuns: number[] = [];
+        let o: Tensor | undefined;
         for (let r = 0; r < c.warmup + c.reps; r++) {
           const [q, k, v] = fresh();
           await onDevice(tf);
           const t0 = performance.now();
-          const o = lib.tfDenseAttention(q, k, v);
+          const x = lib.tfDenseAttention(q, k, v);
           await onDevice(tf);
           denseRuns.push(performance.now() - t0);
           tf.dispose([q, k, v]);
-          denseOut?.dispose();
-          denseOut = o;
+          o?.dispose();
+          o = x;
         }
-        const ms = spread(denseRuns.slice(c.warmup));
-        rows.push({ n, shape: c.shape, method: 'tfjs-dense', ms, tflops: flops(n, c.shape) / ms.median / 1e9 });
-        ctx.log(`tfjs n=${n}: tfjs-dense ${ms.median.toFixed(1)} ms`);
+        const err = await check(o!);
+        o?.dispose();
+        const dms = spread(denseRuns.slice(c.warmup));
+        rows.push({ n, shape: c.shape, method: 'tfjs-dense', ms: dms, rowsError: err, tflops: flops(n, c.shape) / dms.median / 1e9 });
+        ctx.log(`tfjs n=${n}: tfjs-dense ${dms.median.toFixed(1)} ms (rows vs float64 ${err.toExponential(2)})`);
+        if (!(err <= 2e-3)) notes.push(`n=${n}: tfjs-dense failed its float64 check (${err.toExponential(2)}): its time is not a result`);
       } else {
         notes.push(`n=${n}: tfjs-dense not run: its ${n}x${n} f32 score matrix (${((n * n * 4) / 2 ** 30).toFixed(2)} GiB) is over the device's buffer limit (${(limit / 2 ** 30).toFixed(2)} GiB)`);
       }
-      const rel = denseOut && last ? await relativeError(tf, last, denseOut) : undefined;
-      const ms = spread(crispRuns);
-      rows.push({
-        n,
-        shape: c.shape,
-        method: 'crisp',
-        ms,
-        prefillMs: spread(plan.prefill).median,
-        density: plan.density,
-        ...(rel === undefined ? {} : { relErrorVsDense: rel }),
-        tflops: flops(n, c.shape) / ms.median / 1e9,
-      });
-      ctx.log(`tfjs n=${n}: crisp ${ms.median.toFixed(1)} ms (density ${plan.density.toFixed(3)}${rel === undefined ? '' : `, rel. error vs TF.js dense ${rel.toExponential(2)}`})`);
-      tf.dispose([last, denseOut].filter((x): x is Tensor => x !== undefined));
-      if (n === c.copyN) rows.push(await hostPath(tf, lib, createNodeWebGpuBackend, n, c, fresh));
+      // the latency suite's TF.js peer (per-head tensors, its own random inputs), for a second dense time
+      const p = await peer.timeTfjsDenseAttention({ n, heads: c.shape.heads, kvHeads: c.shape.kvHeads, headDim: c.shape.headDim, reps: c.reps, warmup: c.warmup, seed: ctx.config.seed });
+      if ('medianMs' in p) {
+        const pms = { median: p.medianMs, min: p.minMs, max: p.maxMs, runs: p.runs.length };
+        rows.push({ n, shape: c.shape, method: 'tfjs-dense-peer', ms: pms, rowsError: p.check.maxRelError, tflops: p.tflops });
+      } else notes.push(`n=${n}: tfjs-dense-peer: ${'absent' in p ? p.absent : p.failed}`);
     } catch (e) {
       notes.push(`n=${n}: failed: ${message(e)}`);
       ctx.log(`tfjs n=${n}: failed: ${message(e)}`);
@@ -148,6 +147,52 @@ export async function tfjsSuite(ctx: SuiteContext): Promise<TfjsResult> {
   return { rows, notes, tfjsVersion: tf.version_core };
 }
 
+/** The llama fill's q, k, v host values ([n, H, d], [n, Hkv, d] twice). */
+function layerValues(n: number, s: Shape, seed: number): Float32Array[] {
+  return ([0, 1, 2] as const).map((w) => llamaRows(w, 0, n, w === 0 ? s.heads : s.kvHeads, s.headDim, s.heads, seed));
+}
+
+/**
+ * Rows 0, n/2, n-1 of heads 0 and H-1 of `o` against float64 dense causal attention on the
+ * host values: max |o - ref| / max(max |ref|, 1e-3). A wrong or unwritten output shows here.
+ */
+async function checkRows(o: Tensor, [q, k, v]: Float32Array[], n: number, s: Shape): Promise<number> {
+  const got = (await o.data()) as Float32Array;
+  const { heads: H, kvHeads: Hkv, headDim: D } = s;
+  const scale = 1 / Math.sqrt(D);
+  let worst = 0;
+  for (const h of new Set([0, H - 1])) {
+    const g = Math.floor(h / (H / Hkv));
+    for (const i of new Set([0, n >> 1, n - 1])) {
+      const sc = new Float64Array(i + 1);
+      let m = Number.NEGATIVE_INFINITY;
+      for (let j = 0; j <= i; j++) {
+        let acc = 0;
+        for (let c = 0; c < D; c++) acc += q[(i * H + h) * D + c] * k[(j * Hkv + g) * D + c];
+        sc[j] = acc * scale;
+        m = Math.max(m, sc[j]);
+      }
+      const ref = new Float64Array(D);
+      let z = 0;
+      for (let j = 0; j <= i; j++) {
+        const p = Math.exp(sc[j] - m);
+        z += p;
+        for (let c = 0; c < D; c++) ref[c] += p * v[(j * Hkv + g) * D + c];
+      }
+      let amax = 0;
+      let err = 0;
+      for (let c = 0; c < D; c++) {
+        const r = ref[c] / z;
+        amax = Math.max(amax, Math.abs(r));
+        const x = got[(i * H + h) * D + c];
+        err = Math.max(err, Number.isFinite(x) ? Math.abs(x - r) : Number.POSITIVE_INFINITY);
+      }
+      worst = Math.max(worst, err / Math.max(amax, 1e-3));
+    }
+  }
+  return worst;
+}
+
 /** The same crispAttention through the host: a CRISP WebGPU backend on a device of its own. */
 async function hostPath(
   tf: Tf,
@@ -156,6 +201,7 @@ async function hostPath(
   n: number,
   c: { readonly shape: Shape; readonly reps: number; readonly warmup: number },
   fresh: () => Tensor[],
+  check: (o: Tensor) => Promise<number>,
 ): Promise<TfjsRow> {
   const own = await create();
   const tfb = tf.backend() as unknown as { uploadToGPU(id: object): void };
@@ -163,6 +209,7 @@ async function hostPath(
     const runs: number[] = [];
     const prefill: number[] = [];
     let density = 1;
+    let err = Number.NaN;
     for (let r = 0; r < c.warmup + c.reps; r++) {
       const [q, k, v] = fresh();
       await onDevice(tf);
@@ -172,6 +219,7 @@ async function hostPath(
       tfb.uploadToGPU(res.output.dataId);
       await onDevice(tf);
       const ms = performance.now() - t0;
+      if (r === 0) err = await check(res.output);
       tf.dispose([q, k, v, res.output]);
       if (res.path !== 'host') throw new Error(`a backend on another device took the ${res.path} path`);
       if (r >= c.warmup) {
@@ -181,7 +229,7 @@ async function hostPath(
       }
     }
     const ms = spread(runs);
-    return { n, shape: c.shape, method: 'crisp-host', ms, prefillMs: spread(prefill).median, density, tflops: flops(n, c.shape) / ms.median / 1e9 };
+    return { n, shape: c.shape, method: 'crisp-host', ms, prefillMs: spread(prefill).median, density, rowsError: err, tflops: flops(n, c.shape) / ms.median / 1e9 };
   } finally {
     own.dispose();
   }
@@ -193,16 +241,16 @@ const f = (x: number, d = 1) => (x >= 100 ? x.toFixed(0) : x.toFixed(d));
 export function tfjsMarkdown(r: TfjsResult, reps: number): string[] {
   const out: string[] = ['', '## TF.js (@crisp/tfjs on tfjs-backend-webgpu)', ''];
   out.push(
-    `crispAttention (the crisp preset) on TF.js's own WebGPU device against TF.js's own dense attention (tfDenseAttention: per head tf.matMul, mask, tf.softmax, tf.matMul) on the same tf.Tensors, f32, the llama fill; wall ms from the call to the output on the device, median of ${reps} runs [min, max]. crisp-host: the same call through the host (data(), a CRISP WebGPU backend on its own device, a new tensor). TF.js ${r.tfjsVersion ?? '?'}.`,
+    `crispAttention (the crisp preset) on TF.js's own WebGPU device against TF.js's own dense attention (tfDenseAttention: per head tf.matMul, mask, tf.softmax, tf.matMul) on the same tf.Tensors, f32, the llama fill; wall ms from the call to the output on the device, median of ${reps} runs [min, max]. crisp-host: the same call through the host (data(), a CRISP WebGPU backend on its own device, a new tensor). tfjs-dense-peer: the latency suite's TF.js peer (per-head tensors made up front, its own random inputs). Rows vs float64: rows 0, n/2, n-1 of the first and last head against float64 dense attention (for crisp, its sparse approximation error). crisp keeps the backend's length gate (dense below it). TF.js ${r.tfjsVersion ?? '?'}.`,
   );
   if (r.rows.length) {
     out.push('');
-    out.push('| n | method | ms | prefill ms | density | rel. error vs tfjs-dense | TFLOP/s (dense-equivalent) | speed-up vs tfjs-dense |');
+    out.push('| n | method | ms | prefill ms | density | rows vs float64 dense | TFLOP/s (dense-equivalent) | speed-up vs tfjs-dense |');
     out.push('|---|---|---|---|---|---|---|---|');
     for (const row of r.rows) {
       const dense = r.rows.find((x) => x.n === row.n && x.method === 'tfjs-dense');
       out.push(
-        `| ${row.n / 1024}k | ${row.method} | ${f(row.ms.median)} [${f(row.ms.min)}, ${f(row.ms.max)}] | ${row.prefillMs === undefined ? '–' : f(row.prefillMs)} | ${row.density === undefined ? '–' : row.density.toFixed(3)} | ${row.relErrorVsDense === undefined ? '–' : row.relErrorVsDense.toExponential(2)} | ${row.tflops.toFixed(1)} | ${dense && row !== dense ? `${(dense.ms.median / row.ms.median).toFixed(2)}x` : '–'} |`,
+        `| ${row.n / 1024}k | ${row.method} | ${f(row.ms.median)} [${f(row.ms.min)}, ${f(row.ms.max)}] | ${row.prefillMs === undefined ? '–' : f(row.prefillMs)} | ${row.density === undefined ? '–' : row.density.toFixed(3)} | ${row.rowsError === undefined ? '–' : row.rowsError.toExponential(2)} | ${row.tflops.toFixed(1)} | ${dense && row !== dense ? `${(dense.ms.median / row.ms.median).toFixed(2)}x` : '–'} |`,
       );
     }
   }
