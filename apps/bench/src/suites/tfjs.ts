@@ -9,6 +9,7 @@
  * host (data() to the host, a second CRISP WebGPU backend on its own device, the output back
  * as a new tensor) against the zero-copy path.
  */
+import { type BlockMask, expandToRows } from '@crisp/core';
 import { type Spread, spread } from '../stats.js';
 import type { Shape } from '../config.js';
 import { type SuiteContext, message, timeLeft } from '../context.js';
@@ -29,10 +30,12 @@ export interface TfjsRow {
   readonly prefillMs?: number;
   readonly density?: number;
   /**
-   * rows 0, n/2, n-1 of the first and last head against float64 dense attention:
-   * max |o - ref| / max(max |ref|, 1e-3) (for crisp: its sparse approximation error)
+   * rows 0, n/2, n-1 of the first and last head against float64 attention over the same keys
+   * (dense rows: all of them; crisp: its plan's blocks): max |o - ref| / max(max |ref|, 1e-3)
    */
   readonly rowsError?: number;
+  /** crisp rows: the same rows against float64 dense attention (the sparse approximation's error) */
+  readonly denseRowsError?: number;
   /** 4·d·H·n(n+1)/2 causal flops / median, TFLOP/s (dense-equivalent for crisp) */
   readonly tflops: number;
 }
@@ -73,12 +76,13 @@ export async function tfjsSuite(ctx: SuiteContext): Promise<TfjsResult> {
     const host = layerValues(n, c.shape, ctx.config.seed);
     const base = host.map((x, w) => tf.tensor(x, [n, w === 0 ? c.shape.heads : c.shape.kvHeads, c.shape.headDim], 'float32'));
     const fresh = () => tf.tidy(() => base.map((t) => tf.add(t, 0)));
-    const check = (o: Tensor) => checkRows(o, host, n, c.shape);
+    const check = (o: Tensor, mask?: BlockMask) => checkRows(o, host, n, c.shape, mask);
     try {
       // crisp, zero-copy
       const runs: number[] = [];
       const prefill: number[] = [];
       let density = 1;
+      let mask: BlockMask | undefined;
       let out: Tensor | undefined;
       for (let r = 0; r < c.warmup + c.reps; r++) {
         const [q, k, v] = fresh();
@@ -95,13 +99,15 @@ export async function tfjsSuite(ctx: SuiteContext): Promise<TfjsResult> {
           runs.push(ms);
           prefill.push(res.timings.prefillMs);
           density = res.density;
+          mask = res.plans[0].mask;
         }
       }
-      const rowsErr = await check(out!);
+      const denseErr = await check(out!);
+      const ownErr = mask ? await check(out!, mask) : denseErr;
       out?.dispose();
       const ms = spread(runs);
-      rows.push({ n, shape: c.shape, method: 'crisp', ms, prefillMs: spread(prefill).median, density, rowsError: rowsErr, tflops: flops(n, c.shape) / ms.median / 1e9 });
-      ctx.log(`tfjs n=${n}: crisp ${ms.median.toFixed(1)} ms (density ${density.toFixed(3)}; rows vs float64 dense ${rowsErr.toExponential(2)})`);
+      rows.push({ n, shape: c.shape, method: 'crisp', ms, prefillMs: spread(prefill).median, density, rowsError: ownErr, denseRowsError: denseErr, tflops: flops(n, c.shape) / ms.median / 1e9 });
+      ctx.log(`tfjs n=${n}: crisp ${ms.median.toFixed(1)} ms (density ${density.toFixed(3)}; rows vs float64 on its mask ${ownErr.toExponential(2)}, vs dense ${denseErr.toExponential(2)})`);
       if (n === c.copyN) {
         const h = await hostPath(tf, lib, createNodeWebGpuBackend, n, c, fresh, check);
         rows.push(h);
@@ -153,12 +159,23 @@ function layerValues(n: number, s: Shape, seed: number): Float32Array[] {
 }
 
 /**
- * Rows 0, n/2, n-1 of heads 0 and H-1 of `o` against float64 dense causal attention on the
- * host values: max |o - ref| / max(max |ref|, 1e-3). A wrong or unwritten output shows here.
+ * Rows 0, n/2, n-1 of heads 0 and H-1 of `o` against float64 causal attention on the host
+ * values, over every key (dense) or over the blocks of `mask` (a sparse plan's own
+ * definition): max |o - ref| / max(max |ref|, 1e-3). A wrong or unwritten output shows here.
  */
-async function checkRows(o: Tensor, [q, k, v]: Float32Array[], n: number, s: Shape): Promise<number> {
+export async function checkRows(o: Pick<Tensor, 'data'>, [q, k, v]: Float32Array[], n: number, s: Shape, mask?: BlockMask): Promise<number> {
   const got = (await o.data()) as Float32Array;
   const { heads: H, kvHeads: Hkv, headDim: D } = s;
+  const rows = mask ? expandToRows(mask) : undefined;
+  const B = mask?.blockSize ?? n;
+  /** whether query row i of head h sees key j (causal, and in a kept block) */
+  const sees = (h: number, i: number, j: number): boolean => {
+    if (!rows || !mask) return true;
+    const r = h * mask.numBlocks + Math.floor(i / B);
+    const jb = Math.floor(j / B);
+    for (let x = rows.rowPtr[r]; x < rows.rowPtr[r + 1]; x++) if (rows.cols[x] === jb) return true;
+    return false;
+  };
   const scale = 1 / Math.sqrt(D);
   let worst = 0;
   for (const h of new Set([0, H - 1])) {
@@ -167,6 +184,10 @@ async function checkRows(o: Tensor, [q, k, v]: Float32Array[], n: number, s: Sha
       const sc = new Float64Array(i + 1);
       let m = Number.NEGATIVE_INFINITY;
       for (let j = 0; j <= i; j++) {
+        if (!sees(h, i, j)) {
+          sc[j] = Number.NEGATIVE_INFINITY;
+          continue;
+        }
         let acc = 0;
         for (let c = 0; c < D; c++) acc += q[(i * H + h) * D + c] * k[(j * Hkv + g) * D + c];
         sc[j] = acc * scale;
@@ -175,6 +196,7 @@ async function checkRows(o: Tensor, [q, k, v]: Float32Array[], n: number, s: Sha
       const ref = new Float64Array(D);
       let z = 0;
       for (let j = 0; j <= i; j++) {
+        if (sc[j] === Number.NEGATIVE_INFINITY) continue;
         const p = Math.exp(sc[j] - m);
         z += p;
         for (let c = 0; c < D; c++) ref[c] += p * v[(j * Hkv + g) * D + c];
@@ -201,7 +223,7 @@ async function hostPath(
   n: number,
   c: { readonly shape: Shape; readonly reps: number; readonly warmup: number },
   fresh: () => Tensor[],
-  check: (o: Tensor) => Promise<number>,
+  check: (o: Tensor, mask?: BlockMask) => Promise<number>,
 ): Promise<TfjsRow> {
   const own = await create();
   const tfb = tf.backend() as unknown as { uploadToGPU(id: object): void };
@@ -210,6 +232,7 @@ async function hostPath(
     const prefill: number[] = [];
     let density = 1;
     let err = Number.NaN;
+    let ownErr = Number.NaN;
     for (let r = 0; r < c.warmup + c.reps; r++) {
       const [q, k, v] = fresh();
       await onDevice(tf);
@@ -219,7 +242,10 @@ async function hostPath(
       tfb.uploadToGPU(res.output.dataId);
       await onDevice(tf);
       const ms = performance.now() - t0;
-      if (r === 0) err = await check(res.output);
+      if (r === 0) {
+        err = await check(res.output);
+        ownErr = res.plans[0].mask ? await check(res.output, res.plans[0].mask) : err;
+      }
       tf.dispose([q, k, v, res.output]);
       if (res.path !== 'host') throw new Error(`a backend on another device took the ${res.path} path`);
       if (r >= c.warmup) {
@@ -229,7 +255,7 @@ async function hostPath(
       }
     }
     const ms = spread(runs);
-    return { n, shape: c.shape, method: 'crisp-host', ms, prefillMs: spread(prefill).median, density, rowsError: err, tflops: flops(n, c.shape) / ms.median / 1e9 };
+    return { n, shape: c.shape, method: 'crisp-host', ms, prefillMs: spread(prefill).median, density, rowsError: ownErr, denseRowsError: err, tflops: flops(n, c.shape) / ms.median / 1e9 };
   } finally {
     own.dispose();
   }
@@ -241,16 +267,16 @@ const f = (x: number, d = 1) => (x >= 100 ? x.toFixed(0) : x.toFixed(d));
 export function tfjsMarkdown(r: TfjsResult, reps: number): string[] {
   const out: string[] = ['', '## TF.js (@crisp/tfjs on tfjs-backend-webgpu)', ''];
   out.push(
-    `crispAttention (the crisp preset) on TF.js's own WebGPU device against TF.js's own dense attention (tfDenseAttention: per head tf.matMul, mask, tf.softmax, tf.matMul) on the same tf.Tensors, f32, the llama fill; wall ms from the call to the output on the device, median of ${reps} runs [min, max]. crisp-host: the same call through the host (data(), a CRISP WebGPU backend on its own device, a new tensor). tfjs-dense-peer: the latency suite's TF.js peer (per-head tensors made up front, its own random inputs). Rows vs float64: rows 0, n/2, n-1 of the first and last head against float64 dense attention (for crisp, its sparse approximation error). crisp keeps the backend's length gate (dense below it). TF.js ${r.tfjsVersion ?? '?'}.`,
+    `crispAttention (the crisp preset) on TF.js's own WebGPU device against TF.js's own dense attention (tfDenseAttention: per head tf.matMul, mask, tf.softmax, tf.matMul) on the same tf.Tensors, f32, the llama fill; wall ms from the call to the output on the device, median of ${reps} runs [min, max]. crisp-host: the same call through the host (data(), a CRISP WebGPU backend on its own device, a new tensor). tfjs-dense-peer: the latency suite's TF.js peer (per-head tensors made up front, its own random inputs). Rows vs float64: rows 0, n/2, n-1 of the first and last head against float64 attention over the same keys (crisp: its plan's blocks, the exactness check) and over every key (crisp: its sparse approximation's error). crisp keeps the backend's length gate (dense below it). TF.js ${r.tfjsVersion ?? '?'}.`,
   );
   if (r.rows.length) {
     out.push('');
-    out.push('| n | method | ms | prefill ms | density | rows vs float64 dense | TFLOP/s (dense-equivalent) | speed-up vs tfjs-dense |');
-    out.push('|---|---|---|---|---|---|---|---|');
+    out.push('| n | method | ms | prefill ms | density | rows vs float64, same keys | rows vs float64 dense | TFLOP/s (dense-equivalent) | speed-up vs tfjs-dense |');
+    out.push('|---|---|---|---|---|---|---|---|---|');
     for (const row of r.rows) {
       const dense = r.rows.find((x) => x.n === row.n && x.method === 'tfjs-dense');
       out.push(
-        `| ${row.n / 1024}k | ${row.method} | ${f(row.ms.median)} [${f(row.ms.min)}, ${f(row.ms.max)}] | ${row.prefillMs === undefined ? '–' : f(row.prefillMs)} | ${row.density === undefined ? '–' : row.density.toFixed(3)} | ${row.rowsError === undefined ? '–' : row.rowsError.toExponential(2)} | ${row.tflops.toFixed(1)} | ${dense && row !== dense ? `${(dense.ms.median / row.ms.median).toFixed(2)}x` : '–'} |`,
+        `| ${row.n / 1024}k | ${row.method} | ${f(row.ms.median)} [${f(row.ms.min)}, ${f(row.ms.max)}] | ${row.prefillMs === undefined ? '–' : f(row.prefillMs)} | ${row.density === undefined ? '–' : row.density.toFixed(3)} | ${row.rowsError === undefined ? '–' : row.rowsError.toExponential(2)} | ${(row.denseRowsError ?? (row.method.startsWith('tfjs') ? row.rowsError : undefined))?.toExponential(2) ?? '–'} | ${row.tflops.toFixed(1)} | ${dense && row !== dense ? `${(dense.ms.median / row.ms.median).toFixed(2)}x` : '–'} |`,
       );
     }
   }
