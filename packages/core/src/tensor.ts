@@ -18,6 +18,23 @@ export interface HostTensor {
   readonly data: HostData;
 }
 
+// `Symbol.dispose` and the Disposable interfaces, declared as @types/node declares them, so
+// these types compile for a user whose `lib` predates TypeScript's esnext.disposable (target
+// ES2022 or ES2023, no @types/node: a browser project) without `skipLibCheck`. Identical
+// declarations merge with the lib's where it has them.
+declare global {
+  interface SymbolConstructor {
+    readonly dispose: unique symbol;
+    readonly asyncDispose: unique symbol;
+  }
+  interface Disposable {
+    [Symbol.dispose](): void;
+  }
+  interface AsyncDisposable {
+    [Symbol.asyncDispose](): PromiseLike<void>;
+  }
+}
+
 /** An opaque tensor that lives on one backend. Free it with `dispose()`. */
 export interface DeviceTensor {
   readonly backend: string;

@@ -26,6 +26,28 @@ export interface WebGpuAvailability {
   readonly features?: readonly string[];
 }
 
+/**
+ * The `webgpu` package (Dawn for Node, about 130 MB installed) is an optional peer dependency:
+ * browser users never need it, so installing this package does not pull it in. The version is
+ * the one this package's peerDependencies name (a test holds the two equal).
+ */
+export const DAWN_PACKAGE = 'webgpu@0.6.2';
+const DAWN_MISSING = `@crisp/kernels-webgpu/node runs on Dawn from the webgpu package, an optional peer dependency that is not installed here: install it with \`npm i ${DAWN_PACKAGE}\` (browsers need no webgpu package: use createWebGpuBackend from @crisp/kernels-webgpu)`;
+
+/**
+ * Whether `e` (or an error it wraps as `cause`, as bundlers and test runners do) is the module
+ * loader's "not found" for the package `name` itself, not for a file inside it.
+ */
+function isMissingPackage(e: unknown, name: string): boolean {
+  for (let x = e, depth = 0; x instanceof Error && depth < 4; x = x.cause, depth++) {
+    const code = (x as { code?: unknown }).code;
+    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') continue;
+    const first = x.message.split('\n')[0];
+    if (first.startsWith(`Cannot find package '${name}'`) || first.startsWith(`Cannot find module '${name}'`)) return true;
+  }
+  return false;
+}
+
 const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 
 function explainMissingAdapter(): string {
@@ -118,6 +140,7 @@ async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
     const { create } = await import('webgpu');
     gpu = create([...flags]);
   } catch (e) {
+    if (isMissingPackage(e, 'webgpu')) throw new CrispError('BACKEND_UNAVAILABLE', DAWN_MISSING);
     // (the first line: Node's module-not-found message goes on with the require stack)
     throw new CrispError('BACKEND_UNAVAILABLE', `the webgpu package (Dawn) failed to load: ${(e instanceof Error ? e.message : String(e)).split('\n')[0]}`);
   }

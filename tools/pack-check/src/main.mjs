@@ -1,0 +1,182 @@
+#!/usr/bin/env node
+/**
+ * The check a new user's first commands make, on the tarballs that would be published:
+ *
+ * 1. builds and packs every non-private workspace package (found from the workspace, so a
+ *    new package is covered without being listed here) into a temporary folder;
+ * 2. checks each tarball: no tests or test support, every `exports` target present, no
+ *    `workspace:` ranges left, LICENSE, a README with an install line, the manifest fields;
+ * 3. installs all tarballs with npm into a scratch project outside the workspace (third-party
+ *    dependencies from the registry or npm's cache; every @crisp package must come from its
+ *    tarball), imports every entry point with plain Node, and checks the Node WebGPU entry
+ *    without its optional `webgpu` peer says how to install it;
+ * 4. compiles the root README's "Use it" example and @crisp/core's, taken from the READMEs
+ *    themselves, with the workspace's tsc (strict, module nodenext, target ES2022, no
+ *    @types/node, lib checks on) and runs them on the reference backend, checking what the
+ *    root one prints.
+ *
+ * Exit status 1 with every problem listed; `--keep` leaves the scratch folder for a look.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { exampleOutputProblems, exportTargets, extractExample, forbiddenFiles, manifestProblems, readTarball } from './lib.mjs';
+
+const root = fileURLToPath(new URL('../../..', import.meta.url));
+const keep = process.argv.includes('--keep');
+const started = Date.now();
+const problems = [];
+const say = (s) => console.log(`pack-check: ${s} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+const run = (cmd, args, opts = {}) => {
+  const r = spawnSync(cmd, args, { encoding: 'utf8', maxBuffer: 1 << 26, ...opts });
+  if (r.error) throw r.error;
+  return r;
+};
+const pnpm = process.platform === 'win32' ? 'pnpm.cmd' : 'pnpm';
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+
+// 1. the publishable packages, built and packed
+const workspace = JSON.parse(execFileSync(pnpm, ['ls', '-r', '--depth', '-1', '--json'], { cwd: root, encoding: 'utf8' }));
+const published = workspace.filter((p) => !p.private && p.path !== root.replace(/\/$/, ''));
+if (published.length === 0) throw new Error('no publishable workspace package found');
+const build = run(pnpm, ['exec', 'turbo', 'run', 'build', '--output-logs=errors-only', ...published.map((p) => `--filter=${p.name}`)], {
+  cwd: root,
+  stdio: 'inherit',
+});
+if (build.status !== 0) {
+  console.error('pack-check: the build failed');
+  process.exit(1);
+}
+const scratch = mkdtempSync(join(tmpdir(), 'crisp-pack-check-'));
+const packs = join(scratch, 'tarballs');
+mkdirSync(packs);
+const rootPkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+const rootLicense = readFileSync(join(root, 'LICENSE'), 'utf8');
+const tarballs = [];
+for (const p of published) {
+  const r = run(pnpm, ['pack', '--pack-destination', packs, '--json'], { cwd: p.path });
+  if (r.status !== 0) {
+    problems.push(`${p.name}: pnpm pack failed: ${r.stderr || r.stdout}`);
+    continue;
+  }
+  const file = JSON.parse(r.stdout).filename;
+  const files = readTarball(readFileSync(file));
+  const pkg = JSON.parse(files.get('package.json')?.toString('utf8') ?? '{}');
+  const folder = relative(root, p.path).split('\\').join('/');
+  const text = (f) => files.get(f)?.toString('utf8');
+  const found = [
+    ...forbiddenFiles(files.keys()).map((f) => `ships ${f}`),
+    ...exportTargets(pkg.exports)
+      .filter((f) => !files.has(f))
+      .map((f) => `exports ${f}, which is not in the tarball`),
+    ...manifestProblems(pkg, { folder, repositoryUrl: rootPkg.repository?.url, readme: text('README.md'), license: text('LICENSE'), rootLicense }),
+  ];
+  for (const f of found) problems.push(`${p.name}: ${f}`);
+  tarballs.push({ name: p.name, file, pkg });
+}
+say(`packed ${tarballs.length} packages (${published.map((p) => p.name).join(', ')})`);
+
+// 2. a scratch project outside the workspace, installed from the tarballs
+const app = join(scratch, 'app');
+mkdirSync(app);
+writeFileSync(join(app, 'package.json'), `${JSON.stringify({ name: 'crisp-first-use', private: true, type: 'module' }, null, 2)}\n`);
+const install = run(npm, ['install', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--loglevel=error', ...tarballs.map((t) => t.file)], {
+  cwd: app,
+});
+if (install.status !== 0) {
+  problems.push(`npm install of the tarballs failed:\n${install.stderr}${install.stdout}`);
+} else {
+  const lock = JSON.parse(readFileSync(join(app, 'package-lock.json'), 'utf8'));
+  for (const [where, entry] of Object.entries(lock.packages ?? {})) {
+    if (/node_modules\/@crisp\//.test(where) && !String(entry.resolved ?? '').startsWith('file:')) {
+      problems.push(`${where} was installed from ${entry.resolved}, not from its tarball`);
+    }
+  }
+  const thirdParty = Object.keys(lock.packages ?? {}).filter((k) => k && !k.includes('node_modules/@crisp/') && existsSync(join(app, k)));
+  say(`installed with npm (${thirdParty.length} third-party packages: ${thirdParty.map((k) => k.replace(/^.*node_modules\//, '')).join(', ')})`);
+
+  // every entry point imports in plain Node; one that needs a missing optional peer must say so
+  const probe = join(app, 'imports.mjs');
+  const entries = tarballs.flatMap((t) => Object.keys(t.pkg.exports ?? { '.': {} }).map((sub) => ({ spec: sub === '.' ? t.name : `${t.name}/${sub.slice(2)}`, t })));
+  writeFileSync(
+    probe,
+    `const out = {};\nfor (const spec of ${JSON.stringify(entries.map((e) => e.spec))}) {\n  try { out[spec] = { ok: Object.keys(await import(spec)).length }; }\n  catch (e) { out[spec] = { code: e.code, message: String(e.message).split('\\n')[0] }; }\n}\nconsole.log(JSON.stringify(out));\n`,
+  );
+  const imported = run(process.execPath, [probe], { cwd: app, timeout: 60_000 });
+  const results = imported.status === 0 ? JSON.parse(imported.stdout) : {};
+  if (imported.status !== 0) problems.push(`importing the entry points failed: ${imported.stderr}`);
+  for (const { spec, t } of entries) {
+    const r = results[spec];
+    if (!r || r.ok > 0) continue;
+    const optional = Object.keys(t.pkg.peerDependenciesMeta ?? {}).filter((d) => t.pkg.peerDependenciesMeta[d]?.optional);
+    const missingPeer = r.code === 'ERR_MODULE_NOT_FOUND' && optional.some((d) => r.message.includes(`'${d}'`));
+    if (!missingPeer) problems.push(`import('${spec}') failed: ${r.code ?? ''} ${r.message ?? 'no exports'}`);
+  }
+  if (results['@crisp/kernels-webgpu/node']?.ok) {
+    const dawn = join(app, 'dawn.mjs');
+    writeFileSync(
+      dawn,
+      "import { createNodeWebGpuBackend } from '@crisp/kernels-webgpu/node';\ncreateNodeWebGpuBackend().then(() => console.log('created'), (e) => console.log(JSON.stringify({ code: e.code, message: e.message })));\n",
+    );
+    const r = run(process.execPath, [dawn], { cwd: app, timeout: 60_000, env: { ...process.env, CRISP_WEBGPU_SKIP_LOADER_CHECK: '1' } });
+    let e = {};
+    try {
+      e = JSON.parse(r.stdout);
+    } catch {
+      // reported below
+    }
+    if (e.code !== 'BACKEND_UNAVAILABLE' || !/npm i webgpu@/.test(e.message ?? '')) {
+      problems.push(`@crisp/kernels-webgpu/node without webgpu installed: expected BACKEND_UNAVAILABLE with "npm i webgpu@...", got ${r.stdout}${r.stderr}`);
+    }
+  }
+  say(`imported ${entries.length} entry points`);
+
+  // 3. the README examples, as a user compiles and runs them: the root README's, whose
+  // output is checked, and @crisp/core's, which must run to the end
+  const examples = [
+    { readme: 'README.md', heading: 'Use it', file: 'use-it', check: exampleOutputProblems },
+    { readme: 'packages/core/README.md', heading: 'Example', file: 'core-example', check: (out) => (/NON_FINITE/.test(out) ? [] : ['no NON_FINITE line']) },
+  ];
+  for (const ex of examples) writeFileSync(join(app, `${ex.file}.ts`), extractExample(readFileSync(join(root, ex.readme), 'utf8'), ex.heading));
+  const tsconfig = {
+    compilerOptions: {
+      module: 'nodenext',
+      target: 'es2022',
+      strict: true,
+      noUncheckedIndexedAccess: true,
+      exactOptionalPropertyTypes: true,
+      skipLibCheck: false,
+      types: [],
+      outDir: 'out',
+    },
+    files: examples.map((ex) => `${ex.file}.ts`),
+  };
+  writeFileSync(join(app, 'tsconfig.json'), `${JSON.stringify(tsconfig, null, 2)}\n`);
+  const tsc = createRequire(join(root, 'package.json')).resolve('typescript/bin/tsc');
+  const compiled = run(process.execPath, [tsc, '-p', app], { cwd: app });
+  if (compiled.status !== 0) {
+    problems.push(`the README examples do not compile (strict, module nodenext, target ES2022, no skipLibCheck):\n${compiled.stdout}${compiled.stderr}`);
+  } else {
+    say(`compiled ${examples.length} README examples`);
+    for (const ex of examples) {
+      const where = `${ex.readme}'s '${ex.heading}' example`;
+      const ran = run(process.execPath, [join(app, 'out', `${ex.file}.js`)], { cwd: app, timeout: 240_000 });
+      if (ran.status !== 0) problems.push(`${where} failed (exit ${ran.status ?? ran.signal}):\n${ran.stderr}`);
+      else {
+        for (const p of ex.check(ran.stdout)) problems.push(`${where}: ${p}`);
+        say(`ran ${where} on the reference backend: ${ran.stdout.replace(/\s+/g, ' ').trim().slice(0, 200)}`);
+      }
+    }
+  }
+}
+
+if (keep) say(`kept ${scratch}`);
+else rmSync(scratch, { recursive: true, force: true });
+if (problems.length) {
+  console.error(`pack-check: ${problems.length} problem(s):\n${problems.map((p) => `  - ${p}`).join('\n')}`);
+  process.exit(1);
+}
+say(`all checks passed on ${tarballs.length} tarballs`);
