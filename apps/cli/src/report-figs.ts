@@ -113,7 +113,7 @@ export function blockMasks(s: RunSummary): Built {
   const withRows = s.policies.filter((p) => p.rows);
   if (withRows.length === 0) {
     return {
-      why: s.policies.some((p) => p.density < 1 && !p.denseReason)
+      why: s.policies.some((p) => p.heads.some((h) => h.route !== 'dense'))
         ? 'the run JSON carries no block masks (crisp run --json leaves them out to stay small); run crisp report on the scenario itself to see them'
         : 'every plan was dense, so there are no selected blocks to draw',
     };
@@ -149,6 +149,7 @@ export function blockMasks(s: RunSummary): Built {
           mode: 'markers',
           visible: h === 0,
           name: 'signal block missed (ground truth)',
+          showlegend: false,
           marker: { symbol: 'x', size: marker, color: '#d62728' },
           hovertemplate: 'missed signal: query block %{y}, key block %{x}<extra></extra>',
         });
@@ -161,10 +162,13 @@ export function blockMasks(s: RunSummary): Built {
       data,
       layout: {
         title: { text: `${p.policy}: selected blocks (density ${pct(p.density)})`, ...TITLE },
-        xaxis: { title: { text: 'key block J' }, constrain: 'domain', range: [-0.5, Nb - 0.5] },
-        yaxis: { title: { text: 'query block I' }, autorange: 'reversed', scaleanchor: 'x' },
-        showlegend: Boolean(s.truth),
-        legend: { x: 1, xanchor: 'right', y: -0.16, yanchor: 'top', font: { size: 11 } },
+        xaxis: { title: { text: 'key block J' }, constrain: 'domain', range: [-0.5, Nb - 0.5], zeroline: false },
+        yaxis: { title: { text: 'query block I' }, autorange: 'reversed', scaleanchor: 'x', zeroline: false },
+        showlegend: false,
+        // the key of the overlay, under the colour key (a legend would drop a head with nothing missed)
+        annotations: s.truth
+          ? [{ xref: 'paper', yref: 'paper', x: 1.02, y: 0.5, xanchor: 'left', yanchor: 'top', align: 'left', showarrow: false, text: '<span style="color:#d62728">×</span> signal block<br>missed (truth)', font: { size: 11 }, name: 'truth-key' }]
+          : [],
         updatemenus: [
           {
             // below the plot, so the picker never hides the title
@@ -180,9 +184,9 @@ export function blockMasks(s: RunSummary): Built {
             })),
           },
         ],
-        margin: { l: 60, r: 10, t: 50, b: 120 },
+        margin: { l: 60, r: 110, t: 50, b: 110 },
         height: 500,
-        width: 520,
+        width: 540,
       },
     });
   }
@@ -281,7 +285,7 @@ export function timeBreakdown(s: RunSummary): Built {
   const attention = timed.map((p, i) => p.timeMs.median - plan[i]);
   const label = (ms: number) => `${fmt(ms, 1)} ms`;
   const fig: Fig = {
-    id: 'time',
+    id: 'time-plot',
     data: [
       { y: names, x: [...plan, 0], type: 'bar', orientation: 'h', name: 'plan (stats, routing, selection)', marker: { color: '#ff7f0e' }, text: [...plan.map(label), ''], textposition: 'inside' },
       { y: names, x: [...attention, s.dense.timeMs.median], type: 'bar', orientation: 'h', name: 'attention', marker: { color: '#1f77b4' }, text: [...attention, s.dense.timeMs.median].map(label), textposition: 'inside' },
@@ -323,12 +327,12 @@ export function sweepPlot(sw: SweepResult | undefined, why: string | undefined):
     { x: mine.map((x) => x.density), y: mine.map((x) => x.massRecall), mode: 'markers', type: 'scatter', name: "the run's setting", marker: { size: 15, symbol: 'star', color: '#d62728' } },
   ];
   const fig: Fig = {
-    id: 'sweep',
+    id: 'sweep-plot',
     data,
     layout: {
       title: { text: `${sw.preset}: mass recall against density as the thresholds move`, ...TITLE },
-      xaxis: { title: { text: 'density (causal blocks)' }, tickformat: '.0%' },
-      yaxis: { title: { text: 'mass recall' }, tickformat: '.1%' },
+      xaxis: { title: { text: 'density (causal blocks)' }, tickformat: '.0%', range: [0, 1.02] },
+      yaxis: { title: { text: 'mass recall' }, tickformat: '.1%', range: [Math.max(0, Math.min(...sw.points.map((x) => x.massRecall)) - 0.01), 1.002] },
       height: 440,
     },
   };
