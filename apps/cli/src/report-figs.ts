@@ -295,8 +295,7 @@ export function timeBreakdown(s: RunSummary): Built {
       barmode: 'stack',
       xaxis: { title: { text: 'ms' } },
       yaxis: { autorange: 'reversed', automargin: true },
-      legend: { orientation: 'h', y: -0.25 },
-      height: 140 + 40 * names.length,
+      height: 160 + 40 * names.length,
     },
   };
   return { figs: [fig], html: div(fig.id) };
