@@ -194,9 +194,11 @@ function program(io: CliIo): Command {
       'write one self-contained HTML page (plotly inlined, no network): block masses on a log axis with the γ cut and the α·μ floor, block masks per policy, C_struct vs JSD, density and error per head',
     )
     .option('--out <file>', 'where to write the page', 'crisp-report.html')
-    .option('--compare <presets>', 'other presets to run on the same inputs, comma-separated', 'flexPrefill');
+    .option('--compare <presets>', 'other presets to run on the same inputs, comma-separated', 'flexPrefill')
+    .option('--from <run.json...>', 'render `crisp run --json` results instead of running (several sizes add plots against n)', (v: string, acc: string[] = []) => [...acc, pathFlag('--from', 'a run JSON file')(v)])
+    .option('--sweep', "also sweep α and γ on the reference backend for the run's scenario (capped at n=2048) and plot mass recall against density");
   addPolicyFlags(addProblemFlags(report));
-  report.action(async (f: CommonFlags & { out: string; compare: string }, cmd: Command) => {
+  report.action(async (f: CommonFlags & { out: string; compare: string; from?: string[]; sweep?: boolean }, cmd: Command) => {
     checkFlagMix(cmd, f);
     const compare = f.compare
       .split(',')
@@ -205,7 +207,8 @@ function program(io: CliIo): Command {
     for (const c of compare) choiceFlag('--compare', PRESET_NAMES)(c);
     const twice = compare.find((c, i) => compare.indexOf(c) !== i);
     if (twice !== undefined) throw new UsageError(`--compare names ${twice} twice; list each preset once`);
-    await reportCommand(runOptions(f, compare), f.out, io);
+    const runFlags = cmd.options.filter((x) => !['out', 'from', 'sweep'].includes(x.attributeName()) && cmd.getOptionValueSource(x.attributeName()) === 'cli');
+    await reportCommand(runOptions(f, compare), f.out, io, { from: f.from, sweep: f.sweep, runFlags: runFlags.map((x) => x.long ?? x.flags) });
   });
 
   const cal = prog

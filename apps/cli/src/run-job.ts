@@ -31,6 +31,7 @@ import { type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js'
 import type { QkvNameFlags } from './options.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
 import { progressBar } from './progress.js';
+import { type Provenance, collectProvenance } from './provenance.js';
 
 /** The backend and scenario a command runs on (shared by run, report and calibrate). */
 export interface ScenarioChoice extends ScenarioFlags {
@@ -109,7 +110,9 @@ export interface RunSummary {
     readonly cStruct: readonly number[];
     readonly jsd: readonly number[];
   };
-  readonly truth?: Pick<GroundTruth, 'heads' | 'needles'>;
+  readonly truth?: Pick<GroundTruth, 'heads' | 'needles'> & Partial<Pick<GroundTruth, 'stripes'>>;
+  /** when, from which commit, with which versions, on which machine (absent in older run JSON) */
+  readonly provenance?: Provenance;
 }
 
 function median(xs: readonly number[]): number {
@@ -351,7 +354,8 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       dense: { timeMs: { median: denseMedian, runs: dense.runs } },
       policies: results,
       proxy,
-      truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles } : undefined,
+      truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles, stripes: inp.scenario.truth.stripes } : undefined,
+      provenance: collectProvenance(o.preset, o.overrides),
     };
   } catch (e) {
     throw overflowHint(e, inp);

@@ -3,7 +3,7 @@
  * machine): the page runs @crisp/kernels-webgpu itself, and this test recomputes the float64
  * answer in Node from the same seed and compares it with the rows the page's GPU produced.
  */
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -13,7 +13,7 @@ import { attentionRows } from '@crisp/reference';
 import { needleRecall, type ProfileName, scenario } from '@crisp/synth';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { DemoFailure } from './main.js';
+import type { AdapterReport, DemoFailure } from './main.js';
 import type { DemoResult, DemoSamples } from './run-demo.js';
 import { CHROMIUM, checkCliffData, relErr, serveStatic, testSeed, WEBGPU_CHROMIUM_ARGS } from './test-support.js';
 
@@ -28,6 +28,8 @@ const WAIT_MS = 200_000;
  * a machine with a GPU, or '--no-sandbox --disable-gpu' to see the no-WebGPU skip.
  */
 const ARGS = process.env.CRISP_DEMO_CHROMIUM_ARGS?.split(/\s+/).filter(Boolean) ?? WEBGPU_CHROMIUM_ARGS;
+/** CRISP_UPDATE_SCREENSHOTS=1 writes docs/screenshots/demo.png (see docs/screenshots/README.md) */
+const SHOTS = process.env.CRISP_UPDATE_SCREENSHOTS === '1' ? join(APP, '../../docs/screenshots') : undefined;
 
 interface PageRun {
   readonly result: DemoResult | DemoFailure;
@@ -72,6 +74,10 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     const page = await browser!.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
+    // a missing favicon, a failed fetch or a WebGPU validation message all land here
+    page.on('console', (m) => {
+      if (m.type() === 'error') errors.push(`console: ${m.text()}`);
+    });
     const q = new URLSearchParams(Object.entries(params).map(([k, v]) => [k, String(v)]));
     await page.goto(`${base}?${q}`);
     // With autorun, wait for the result (or the reason there is none); without, for the adapter.
@@ -187,7 +193,20 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     const dots = r.heads.reduce((a, h) => a + h.verticalSelected.length + h.slashSelected.length, 0);
     expect(await run.page.locator('#cliff circle').count()).toBe(dots);
     expect(await run.page.locator('#summary').textContent()).toContain(`${(100 * r.overallDensity).toFixed(1)}%`);
+    // On SwiftShader (the CI default) the page says its times mean nothing; on a GPU it does not.
+    const adapter = await run.page.evaluate(() => window.__crispAdapter as AdapterReport);
+    const swiftShader = /swiftshader/i.test(`${adapter.vendor} ${adapter.architecture} ${adapter.description}`);
+    if (ARGS === WEBGPU_CHROMIUM_ARGS) expect(swiftShader, JSON.stringify(adapter)).toBe(true);
+    expect(adapter.cpuAdapter).toBe(swiftShader ? 'SwiftShader' : adapter.cpuAdapter);
+    const banner = run.page.locator('#cpu-banner');
+    expect(await banner.isVisible()).toBe(adapter.cpuAdapter !== null);
+    if (swiftShader) expect(await banner.textContent()).toMatch(/^CPU adapter: WebGPU runs on SwiftShader here, .* the times and the speed-up say nothing about a GPU/);
     expect(run.errors).toEqual([]);
+    if (SHOTS) {
+      mkdirSync(SHOTS, { recursive: true });
+      await run.page.screenshot({ path: join(SHOTS, 'demo.png'), fullPage: true });
+      console.log(`demo screenshot: ${join(SHOTS, 'demo.png')}`);
+    }
     console.log(
       `demo in Chromium: ${r.config.dtype}, density ${r.overallDensity.toFixed(3)}, routes ${r.heads.map((h) => h.route).join(',')}, kernel error ${r.kernelError.toExponential(2)}, dense ${r.denseKernelError.toExponential(2)}, output error ${r.outputError.toExponential(2)}, needle recall ${r.needleRecall.recall}`,
     );
@@ -216,6 +235,13 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     // The URL follows the form, so a run can be shared as a link.
     expect(new URL(page.url()).searchParams.get('preset')).toBe('flexPrefill');
     checkAgainstFloat64(r, samples!, profile);
+    // Typing a size that takes minutes on a CPU adapter warns before the run.
+    const warning = page.locator('#size-warning');
+    expect(await warning.isVisible()).toBe(false);
+    await page.fill('input[name=n]', '16384');
+    const cpu = await page.evaluate(() => (window.__crispAdapter as AdapterReport).cpuAdapter);
+    expect(await warning.isVisible()).toBe(cpu !== null);
+    if (cpu) expect(await warning.textContent()).toMatch(/^This size will take about \d+ minutes on .+ \(n = 16384, H = 4, d = 64, 1 run of dense and of sparse\): try n = 2048 first\.$/);
     expect(errors).toEqual([]);
     console.log(
       `demo in Chromium: flexPrefill on diffuse, density ${r.overallDensity.toFixed(3)}, routes ${r.heads.map((h) => h.route).join(',')}, kernel error ${r.kernelError.toExponential(2)}`,

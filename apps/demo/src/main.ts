@@ -8,6 +8,7 @@
 import { CrispError, type DType } from '@crisp/core';
 import { createWebGpuBackend, type WebGpuBackend } from '@crisp/kernels-webgpu';
 import { PROFILE_NAMES } from '@crisp/synth';
+import { cpuAdapterName, slowRunWarning } from './adapter-kind.js';
 import { type DemoConfig, type DemoResult, type DemoSamples, type HeadResult, PRESET_NAMES, parseConfig, resolveDType, runDemo } from './run-demo.js';
 
 export interface DemoFailure {
@@ -25,6 +26,8 @@ export interface AdapterReport {
   readonly shaderF16: boolean;
   readonly subgroups: boolean;
   readonly attentionKernel: string;
+  /** the CPU implementation behind the adapter (e.g. 'SwiftShader'), null for a hardware GPU */
+  readonly cpuAdapter: string | null;
 }
 
 declare global {
@@ -45,6 +48,8 @@ const form = $<HTMLFormElement>('config');
 const runButton = $<HTMLButtonElement>('run');
 const progressLine = $<HTMLParagraphElement>('progress');
 const adapterLine = $<HTMLParagraphElement>('adapter');
+const cpuBanner = $<HTMLDivElement>('cpu-banner');
+const sizeWarning = $<HTMLParagraphElement>('size-warning');
 
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -205,7 +210,7 @@ async function init(): Promise<WebGpuBackend | undefined> {
   const backend = await createWebGpuBackend({ adapter });
   const features = Array.from(adapter.features).sort();
   // adapter.info arrived in Chrome 127; older WebGPU browsers lack it.
-  const info: Partial<GPUAdapterInfo> = (adapter as { info?: GPUAdapterInfo }).info ?? {};
+  const info: Partial<GPUAdapterInfo> & { isFallbackAdapter?: boolean } = (adapter as { info?: GPUAdapterInfo }).info ?? {};
   const a: AdapterReport = {
     vendor: info.vendor ?? '',
     architecture: info.architecture ?? '',
@@ -214,9 +219,14 @@ async function init(): Promise<WebGpuBackend | undefined> {
     shaderF16: features.includes('shader-f16'),
     subgroups: features.includes('subgroups'),
     attentionKernel: backend.attentionKernel,
+    cpuAdapter: cpuAdapterName({ vendor: info.vendor, architecture: info.architecture, description: info.description, isFallbackAdapter: info.isFallbackAdapter ?? (adapter as { isFallbackAdapter?: boolean }).isFallbackAdapter }),
   };
   window.__crispAdapter = a;
   renderAdapter(a, backend);
+  if (a.cpuAdapter) {
+    cpuBanner.innerHTML = `<strong>CPU adapter:</strong> WebGPU runs on ${escapeHtml(a.cpuAdapter)} here, which emulates a GPU on the CPU. The numbers are still checked against float64, but the times and the speed-up say nothing about a GPU, and large sizes take minutes.`;
+    cpuBanner.hidden = false;
+  }
   return backend;
 }
 
@@ -250,6 +260,19 @@ async function main(): Promise<void> {
   }
   runButton.disabled = false;
   if (!badUrl) setProgress('ready');
+  const cpu = window.__crispAdapter && 'cpuAdapter' in window.__crispAdapter ? window.__crispAdapter.cpuAdapter : null;
+  const warnSize = (): void => {
+    let text: string | null = null;
+    try {
+      text = slowRunWarning(cpu, parseConfig(formParams()));
+    } catch {
+      // a half-typed value: the run itself will say what is wrong
+    }
+    sizeWarning.textContent = text ?? '';
+    sizeWarning.hidden = text === null;
+  };
+  form.addEventListener('input', warnSize);
+  warnSize();
 
   const run = async (): Promise<void> => {
     runButton.disabled = true;
