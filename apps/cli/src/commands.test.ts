@@ -1,6 +1,7 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { planPrefill, runPlan } from '@crisp/core';
 import { writeNpy, writeSafetensors } from '@crisp/io';
 import { mkdirSync } from 'node:fs';
@@ -10,7 +11,8 @@ import { createReferenceBackend, massRecall, relativeError, sampleRows } from '@
 import { calibrateScenario, scenario, uploadScenario } from '@crisp/synth';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { RunSummary } from './run-job.js';
-import { runCli, testSeed } from './test-support.js';
+import { runCli, tempDir, testSeed } from './test-support.js';
+import { cliVersion } from './version.js';
 
 const SEED = testSeed();
 const SHAPE = ['--n', '1536', '--heads', '4', '--kv-heads', '1', '--head-dim', '32'];
@@ -201,5 +203,35 @@ describe('crisp calibrate', () => {
     expect(text.stdout).toContain('sink mass');
     expect(text.stdout).toContain(`${want.perHead[0].sinkMass.toFixed(3)}`);
     expect(text.stdout).toMatch(/top-1 block at sink\/local for [\d.]+% of heads/);
+  });
+});
+
+describe('crisp --version', () => {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
+  for (const flag of ['--version', '-V']) {
+    it(`${flag} prints apps/cli's package.json version on stdout and exits 0`, async () => {
+      expect(pkg.name).toBe('@crisp/cli');
+      const r = await runCli([flag]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toBe(`${pkg.version}\n`);
+      expect(r.stderr).toBe('');
+    });
+  }
+
+  it('--help lists -V, --version', async () => {
+    const r = await runCli(['--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/-V, --version\s+print crisp's version/);
+  });
+
+  it('reads the version of the package.json it finds above the module, and refuses a tree without one', () => {
+    const dir = tempDir();
+    mkdirSync(join(dir, 'pkg', 'dist', 'deep'), { recursive: true });
+    writeFileSync(join(dir, 'pkg', 'package.json'), JSON.stringify({ name: '@crisp/cli', version: '9.8.7-test' }));
+    // a nearer package.json of another package is passed over
+    writeFileSync(join(dir, 'pkg', 'dist', 'package.json'), JSON.stringify({ name: 'other', version: '1.0.0' }));
+    expect(cliVersion(pathToFileURL(join(dir, 'pkg', 'dist', 'deep', 'main.js')))).toBe('9.8.7-test');
+    const lone = tempDir();
+    expect(() => cliVersion(pathToFileURL(join(lone, 'main.js')))).toThrow(/cannot find the package.json of @crisp\/cli/);
   });
 });

@@ -12,6 +12,7 @@ import { formatRun, toJson } from './format.js';
 import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, namesFlag, numFlag, pathFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
+import { cliVersion } from './version.js';
 import { type RunOptions, type ScenarioChoice, runJob } from './run-job.js';
 
 export { runJob, type RunOptions, type RunSummary } from './run-job.js';
@@ -174,6 +175,13 @@ function program(io: CliIo): Command {
       // One line: "crisp: unknown option '--bogus' (see --help)".
       outputError: (s, write) => write(`crisp: ${oneLine(s.replace(/^error: /, ''))} (see --help)\n`),
     });
+
+  // Like commander's .version(), but package.json is read only when the flag is given.
+  prog.option('-V, --version', "print crisp's version (apps/cli's package.json) and exit");
+  prog.on('option:version', () => {
+    io.stdout.write(`${cliVersion()}\n`);
+    throw new CommanderError(EXIT_OK, 'commander.version', cliVersion());
+  });
 
   const run = prog
     .command('run')
