@@ -57,7 +57,7 @@ describe('crisp run', () => {
     expect(p.outputError).toBeLessThan(0.5);
     expect(p.timeMs.runs).toHaveLength(1);
     expect(p.speedup).toBeGreaterThan(0);
-    expect(summary.dense.timeMs.median).toBeGreaterThan(0);
+    expect(summary.dense!.timeMs.median).toBeGreaterThan(0);
     expect(p.routingAgreement).toBeGreaterThanOrEqual(0);
     be.dispose();
   });
@@ -72,6 +72,27 @@ describe('crisp run', () => {
     expect(r.stdout).toContain(`mass recall ${(100 * p.massRecall).toFixed(1)}%`);
     for (const h of p.heads) expect(r.stdout).toMatch(new RegExp(`\\n${h.head}\\s+${h.kind}\\s+${h.route.toUpperCase()}`));
     expect(r.stdout).toMatch(/time [\d.]+ ms \(median of 1; plan [\d.]+ ms\) vs dense [\d.]+ ms: [\d.]+x/);
+  });
+
+  it('--no-dense skips the baseline: the same plan and mass recall, dense null, no output error or speedup', async () => {
+    const r = await runCli(['run', ...SMALL, '--no-dense', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const s: RunSummary = JSON.parse(r.stdout);
+    expect(s.dense).toBeNull();
+    const p = s.policies[0];
+    const full = summary.policies[0];
+    expect(p.heads.map((h) => h.density)).toEqual(full.heads.map((h) => h.density));
+    expect(p.heads.map((h) => h.massRecall)).toEqual(full.heads.map((h) => h.massRecall));
+    expect(p.heads.map((h) => h.outputError)).toEqual([null, null, null, null]);
+    expect(p.outputError).toBeNull();
+    expect(p.speedup).toBeNull();
+    expect(p.timeMs.median).toBeGreaterThan(0);
+    // and the text output says so instead of printing numbers
+    const text = await runCli(['run', ...SMALL, '--no-dense']);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toContain('dense baseline skipped (--no-dense): no output error or speedup');
+    expect(text.stdout).toContain('output error not measured (no dense baseline)');
+    expect(text.stdout).not.toMatch(/vs dense [\d.]+ ms|x$/m);
   });
 
   it('reads a Q/K/V dump with --qkv and gets the same plan as the scenario', async () => {
@@ -103,7 +124,7 @@ describe('crisp run', () => {
     expect(r2.code, r2.stderr).toBe(0);
     const fromNpy: RunSummary = JSON.parse(r2.stdout);
     expect(fromNpy.policies[0].heads.map((h) => h.density)).toEqual(b.heads.map((h) => h.density));
-    expect(fromNpy.policies[0].outputError).toBeCloseTo(b.outputError, 9);
+    expect(fromNpy.policies[0].outputError).toBeCloseTo(b.outputError!, 9);
   });
 
   it('refuses a dump whose q and k lengths differ (exit 1, says why)', async () => {

@@ -38,6 +38,7 @@ interface CommonFlags {
   sampleRows?: number;
   repeats?: number;
   gate: boolean;
+  dense: boolean;
   json?: boolean;
 }
 
@@ -92,7 +93,8 @@ function addPolicyFlags(cmd: Command): Command {
     )
     .option('--sample-rows <count>', 'query rows with exact attention for mass recall (default 64; 16 on GPUs)', intFlag('--sample-rows', 1, 1e6))
     .option('--repeats <count>', 'timed runs after a warm-up (default 3 on GPUs, 1 on the reference)', intFlag('--repeats', 1, 100))
-    .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)");
+    .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)")
+    .option('--no-dense', 'skip the dense baseline: no output error and no speedup (the output says so; JSON has dense: null)');
 }
 
 function scenarioChoice(f: CommonFlags): ScenarioChoice {
@@ -161,6 +163,7 @@ function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
     sampleRows: f.sampleRows,
     repeats: f.repeats,
     gate: f.gate,
+    dense: f.dense,
   };
 }
 
@@ -227,7 +230,7 @@ function program(io: CliIo): Command {
   addProblemFlags(cal);
   cal.action(async (f: CommonFlags & { block: string }) => {
     // (calibrate has no --qkv, so checkFlagMix has nothing to refuse)
-    runOptions({ ...f, gate: true, preset: 'crisp' });
+    runOptions({ ...f, gate: true, dense: true, preset: 'crisp' });
     await calibrateCommand(
       {
         ...scenarioChoice(f),

@@ -2,7 +2,9 @@ import { existsSync, mkdtempSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { gammaCut, noiseFloorMu } from './report.js';
+import { DENSE_SKIPPED } from './format.js';
+import { buildReportHtml, gammaCut, noiseFloorMu } from './report.js';
+import type { RunSummary } from './run-job.js';
 import { runCli, testSeed } from './test-support.js';
 
 const SEED = testSeed();
@@ -119,5 +121,31 @@ describe('crisp report in headless Chromium', () => {
     } finally {
       await ctx.close();
     }
+  });
+});
+
+describe('report without a dense baseline (--no-dense)', () => {
+  const SMALL = ['--backend', 'reference', '--n', '1024', '--heads', '2', '--kv-heads', '1', '--head-dim', '32', '--seed', String(SEED), '--sample-rows', '4', '--no-dense'];
+
+  it('builds the page from the JSON of `crisp run --no-dense --json`: says the comparison was skipped, no error plot', async () => {
+    const r = await runCli(['run', ...SMALL, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const s = JSON.parse(r.stdout) as RunSummary;
+    expect(s.dense).toBeNull();
+    const html = buildReportHtml(s, { alpha: 1, gamma: 0.95, tauProxy: 0.2 });
+    expect(html).toContain(DENSE_SKIPPED);
+    expect(html).not.toContain('id="error"');
+    expect(html).toMatch(/data-metric="output-error">-<\/td>/);
+    expect(html).toMatch(/<td class="num">-<\/td><\/tr>/);
+    expect(html).toContain(`data-metric="density">${(100 * s.policies[0].density).toFixed(1)}%`);
+  });
+
+  it('crisp report --no-dense writes the page and says the comparison was skipped', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-report-'));
+    const out = join(dir, 'report.html');
+    const r = await runCli(['report', ...SMALL, '--compare', 'flexPrefill', '--out', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/^wrote .*report\.html \([\d.]+ MB\): crisp density [\d.]+%, mass recall [\d.]+%, dense baseline skipped \(--no-dense\)/);
+    expect(readFileSync(out, 'utf8')).toContain(DENSE_SKIPPED);
   });
 });

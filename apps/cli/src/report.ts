@@ -10,7 +10,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import type { CliIo } from './cli-io.js';
-import { fmt, pct } from './format.js';
+import { DENSE_SKIPPED, fmt, pct } from './format.js';
 import { checkOutputPath, writeFileAtomic } from './out-file.js';
 import { type RunOptions, type RunSummary, runJob } from './run-job.js';
 
@@ -195,11 +195,12 @@ export function buildReportHtml(s: RunSummary, o: { alpha: number; gamma: number
     })),
     layout: { title: { text: 'density per head (selected causal blocks / Nb(Nb+1)/2)', font: { size: 13 } }, barmode: 'group', yaxis: { tickformat: '.0%', range: [0, 1.15] }, height: 380 },
   });
-  figs.push({
+  // (no bars without a dense baseline: every output error is null then)
+  if (s.dense) figs.push({
     id: 'error',
     data: s.policies.map((p) => ({
       x: heads,
-      y: p.heads.map((h) => Math.max(h.outputError, 1e-12)),
+      y: p.heads.map((h) => (h.outputError === null ? null : Math.max(h.outputError, 1e-12))),
       type: 'bar',
       name: p.policy,
       text: p.heads.map((h) => fmt(h.outputError, 4)),
@@ -211,7 +212,7 @@ export function buildReportHtml(s: RunSummary, o: { alpha: number; gamma: number
   const inp = s.input;
   const summaryRows = s.policies
     .map(
-      (p) => `<tr><td>${esc(p.policy)}${p.denseReason ? ` (dense: ${esc(p.denseReason)})` : ''}</td><td class="num" data-metric="density">${pct(p.density)}</td><td class="num" data-metric="mass-recall">${pct(p.massRecall)}</td><td class="num" data-metric="output-error">${fmt(p.outputError, 4)}</td><td class="num">${p.needleRecall ? `${pct(p.needleRecall.recall)} (${p.needleRecall.recalled}/${p.needleRecall.total})` : '-'}</td><td class="num">${p.routingAgreement === undefined ? '-' : pct(p.routingAgreement)}</td><td class="num">${fmt(p.timeMs.median, 1)}</td><td class="num">${p.speedup.toFixed(2)}x</td></tr>`,
+      (p) => `<tr><td>${esc(p.policy)}${p.denseReason ? ` (dense: ${esc(p.denseReason)})` : ''}</td><td class="num" data-metric="density">${pct(p.density)}</td><td class="num" data-metric="mass-recall">${pct(p.massRecall)}</td><td class="num" data-metric="output-error">${fmt(p.outputError, 4)}</td><td class="num">${p.needleRecall ? `${pct(p.needleRecall.recall)} (${p.needleRecall.recalled}/${p.needleRecall.total})` : '-'}</td><td class="num">${p.routingAgreement === undefined ? '-' : pct(p.routingAgreement)}</td><td class="num">${fmt(p.timeMs.median, 1)}</td><td class="num">${p.speedup === null ? '-' : `${p.speedup.toFixed(2)}x`}</td></tr>`,
     )
     .join('\n');
   const headRows = main.heads
@@ -233,7 +234,7 @@ td, th { border: 1px solid #ccc; padding: 3px 8px; } td.num { text-align: right;
 h2 { margin-top: 28px; } .note { color: #555; font-size: 14px; max-width: 70em; }
 </style></head><body>
 <h1>CRISP sparse prefill report</h1>
-<p id="run-meta">${esc(inp.source)}: n=${inp.n}, H=${inp.heads}, Hkv=${inp.kvHeads}, d=${inp.headDim}, ${inp.dtype}, B=${s.blockSize} (Nb=${Nb}); backend <b>${esc(s.backend)}</b>; dense ${fmt(s.dense.timeMs.median, 1)} ms (median of ${s.dense.timeMs.runs.length}); mass recall over ${s.sampleRows} exact query rows.</p>
+<p id="run-meta">${esc(inp.source)}: n=${inp.n}, H=${inp.heads}, Hkv=${inp.kvHeads}, d=${inp.headDim}, ${inp.dtype}, B=${s.blockSize} (Nb=${Nb}); backend <b>${esc(s.backend)}</b>; ${s.dense ? `dense ${fmt(s.dense.timeMs.median, 1)} ms (median of ${s.dense.timeMs.runs.length})` : esc(DENSE_SKIPPED)}; mass recall over ${s.sampleRows} exact query rows.</p>
 <table id="summary"><tr><th>policy</th><th>density</th><th>mass recall</th><th>output error</th><th>needle recall</th><th>C_struct/JSD agreement</th><th>time (ms)</th><th>vs dense</th></tr>
 ${summaryRows}
 </table>
@@ -249,7 +250,7 @@ ${headRows}
 <h2>Routing: C_struct against JSD</h2>
 ${div('cstruct-jsd')}
 <h2>Density and output error per head</h2>
-${div('density')}${div('error')}
+${div('density')}${s.dense ? div('error') : ''}
 <script>${plotlySource()}</script>
 <script>
 const FIGS = ${figJson};
@@ -268,6 +269,6 @@ export async function reportCommand(o: RunOptions, out: string, io: CliIo): Prom
   const html = buildReportHtml(s, { alpha, gamma: o.overrides.gamma ?? 0.95, tauProxy: o.overrides.tauProxy ?? 0.2 });
   await writeFileAtomic('--out', path, html);
   io.stdout.write(
-    `wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${main.policy} density ${pct(main.density)}, mass recall ${pct(main.massRecall)}, output error ${fmt(main.outputError, 4)}, ${main.speedup.toFixed(2)}x vs dense\n`,
+    `wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${main.policy} density ${pct(main.density)}, mass recall ${pct(main.massRecall)}, ${main.speedup === null ? `${DENSE_SKIPPED}\n` : `output error ${fmt(main.outputError, 4)}, ${main.speedup.toFixed(2)}x vs dense\n`}`,
   );
 }

@@ -54,6 +54,8 @@ export interface RunOptions extends ScenarioChoice {
   readonly repeats?: number;
   /** apply the backend's dense/sparse length gate (default true) */
   readonly gate: boolean;
+  /** run the dense baseline (default true); without it there is no output error or speedup */
+  readonly dense?: boolean;
 }
 
 export interface HeadResult {
@@ -64,7 +66,8 @@ export interface HeadResult {
   readonly score: number | null;
   readonly density: number;
   readonly massRecall: number;
-  readonly outputError: number;
+  /** ‖O_sparse − O_dense‖ / ‖O_dense‖; null when the dense baseline was skipped (--no-dense) */
+  readonly outputError: number | null;
 }
 
 export interface PolicyResult {
@@ -75,12 +78,14 @@ export interface PolicyResult {
   readonly heads: readonly HeadResult[];
   readonly density: number;
   readonly massRecall: number;
-  readonly outputError: number;
+  /** null when the dense baseline was skipped */
+  readonly outputError: number | null;
   readonly needleRecall?: { readonly recall: number; readonly visibleRecall: number; readonly recalled: number; readonly total: number };
   /** C_struct vs JSD decisions on this plan's proxy statistics */
   readonly routingAgreement?: number;
   readonly timeMs: { readonly median: number; readonly runs: readonly number[]; readonly planMs: number };
-  readonly speedup: number;
+  /** dense median / this median; null when the dense baseline was skipped */
+  readonly speedup: number | null;
   /** selected key blocks per (head, query block), for the report's heatmaps */
   readonly rows?: BlockRows;
 }
@@ -101,7 +106,8 @@ export interface RunSummary {
   readonly blockSize: number;
   readonly numBlocks: number;
   readonly sampleRows: number;
-  readonly dense: { readonly timeMs: { readonly median: number; readonly runs: readonly number[] } };
+  /** the dense baseline; null when it was skipped (--no-dense) */
+  readonly dense: { readonly timeMs: { readonly median: number; readonly runs: readonly number[] } } | null;
   readonly policies: readonly PolicyResult[];
   /** proxy statistics of the first sparse plan (for reports): per head p_v, C_struct, JSD */
   readonly proxy?: {
@@ -265,17 +271,21 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
     const Nb = Math.ceil(n / B);
     const inputs = { q: inp.q, k: inp.k, v: inp.v };
 
-    const denseBar = progressBar(io.stderr, 'dense baseline', repeats + (gpu ? 1 : 0));
-    let denseDone = 0;
-    const dense = await timed(backend, gpu, repeats, async () => {
-      const r = await backend.denseAttention(inp.q, inp.k, inp.v);
-      denseBar.update(++denseDone);
-      return r;
-    });
-    denseBar.stop();
-    const denseOut = await backend.download(dense.last.output);
-    dense.last.output.dispose();
-    const denseMedian = median(dense.runs);
+    let dense: RunSummary['dense'] = null;
+    let denseOut: HostTensor | undefined;
+    if (o.dense !== false) {
+      const denseBar = progressBar(io.stderr, 'dense baseline', repeats + (gpu ? 1 : 0));
+      let denseDone = 0;
+      const runs = await timed(backend, gpu, repeats, async () => {
+        const r = await backend.denseAttention(inp.q, inp.k, inp.v);
+        denseBar.update(++denseDone);
+        return r;
+      });
+      denseBar.stop();
+      denseOut = await backend.download(runs.last.output);
+      runs.last.output.dispose();
+      dense = { timeMs: { median: median(runs.runs), runs: runs.runs } };
+    }
 
     const sample = sampleRowsOf(n, sampleCount);
     const kHost = await backend.download(inp.k);
@@ -297,7 +307,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       sp.last.output.dispose();
       const rows = plan.mask ? expandToRows(plan.mask) : undefined;
       const recall = massRecallOf(rows, masses, sample, H, Nb, B);
-      const err = relativeErrorPerHead(out, denseOut, H, d);
+      const err = denseOut ? relativeErrorPerHead(out, denseOut, H, d) : undefined;
       const stats: ProxyStats | undefined = plan.stats;
       if (stats && !proxy) proxy = proxyView(stats);
       const heads: HeadResult[] = [];
@@ -309,7 +319,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
           score: plan.routing ? plan.routing.scores[h] : null,
           density: plan.density[h],
           massRecall: recall[h],
-          outputError: err.perHead[h],
+          outputError: err ? err.perHead[h] : null,
         });
       }
       const nr = inp.scenario ? needleRecall(plan, inp.scenario.truth) : undefined;
@@ -324,11 +334,11 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
         heads,
         density: plan.overallDensity,
         massRecall: recall.reduce((s, x) => s + x, 0) / H,
-        outputError: err.overall,
+        outputError: err ? err.overall : null,
         needleRecall: nr && { recall: nr.recall, visibleRecall: nr.visibleRecall, recalled: nr.recalled, total: nr.total },
         routingAgreement: agreement,
         timeMs: { median: med, runs: sp.runs, planMs: plan.planMs },
-        speedup: denseMedian / med,
+        speedup: dense ? dense.timeMs.median / med : null,
         rows,
       });
     }
@@ -348,7 +358,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       blockSize: B,
       numBlocks: Nb,
       sampleRows: sample.length,
-      dense: { timeMs: { median: denseMedian, runs: dense.runs } },
+      dense,
       policies: results,
       proxy,
       truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles } : undefined,
