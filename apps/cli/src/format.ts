@@ -60,7 +60,21 @@ export function formatRun(s: RunSummary): string {
     const time = `  time ${fmt(p.timeMs.median, 1)} ms (median of ${p.timeMs.runs.length}; plan ${fmt(p.timeMs.planMs, 1)} ms)`;
     out.push(s.dense && p.speedup !== null ? `${time} vs dense ${fmt(s.dense.timeMs.median, 1)} ms: ${p.speedup.toFixed(2)}x` : `${time}; ${DENSE_SKIPPED}`);
   }
+  out.push('', phasesLine(s));
   return `${out.join('\n')}\n`;
+}
+
+const sec = (ms: number) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+
+/** Where the wall time went: "phases: backend 0.10 s, generate 2.31 s (16 threads), ...; wall 21.9 s". */
+export function phasesLine(s: Pick<RunSummary, 'phasesMs' | 'threads'>): string {
+  const p = s.phasesMs;
+  const parts = [`backend ${sec(p.backend)}`];
+  if (p.generate !== null) parts.push(`generate ${sec(p.generate)} (${s.threads} thread${s.threads === 1 ? '' : 's'})`);
+  parts.push(`upload ${sec(p.upload)}`);
+  if (p.estimate !== null) parts.push(`estimate ${sec(p.estimate)}`);
+  parts.push(p.dense === null ? 'dense skipped' : `dense ${sec(p.dense)}`, `plan+prefill ${sec(p.prefill)}`, `check ${sec(p.check)}`);
+  return `phases: ${parts.join(', ')}; wall ${sec(p.wall)}`;
 }
 
 export function formatCalibration(rep: CalibrationReport, title: string): string {

@@ -2,9 +2,12 @@
  * The `crisp` command: run (the main job), report (one self-contained HTML page), calibrate.
  * Exit codes: 0 ok, 1 runtime error (a CrispError prints its code), 2 bad usage or flags.
  */
+import { realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { CrispError, isCrispError } from '@crisp/core';
 import { PROFILE_NAMES } from '@crisp/synth';
+import { serveSynthChunks, setSynthWorkerEntry } from '@crisp/synth/node';
 import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
 import { calibrateCommand } from './calibrate-command.js';
 import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
@@ -39,6 +42,7 @@ interface CommonFlags {
   repeats?: number;
   gate: boolean;
   dense: boolean;
+  threads?: number;
   json?: boolean;
 }
 
@@ -94,6 +98,7 @@ function addPolicyFlags(cmd: Command): Command {
     .option('--sample-rows <count>', 'query rows with exact attention for mass recall (default 64; 16 on GPUs)', intFlag('--sample-rows', 1, 1e6))
     .option('--repeats <count>', 'timed runs after a warm-up (default 3 on GPUs, 1 on the reference)', intFlag('--repeats', 1, 100))
     .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)")
+    .option('--threads <count>', 'host threads generating the scenario (default: the cores less one, at most 16, for scenarios of 16M+ q values)', intFlag('--threads', 1, 256))
     .option('--no-dense', 'skip the dense baseline: no output error and no speedup (the output says so; JSON has dense: null)');
 }
 
@@ -107,6 +112,7 @@ function scenarioChoice(f: CommonFlags): ScenarioChoice {
     headDim: f.headDim,
     dtype: f.dtype,
     seed: f.seed,
+    threads: f.threads,
   };
 }
 
@@ -122,6 +128,7 @@ const SCENARIO_FLAGS: readonly [string, string][] = [
   ['kvHeads', '--kv-heads'],
   ['headDim', '--head-dim'],
   ['seed', '--seed'],
+  ['threads', '--threads'],
 ];
 const DUMP_FLAGS: readonly [string, string][] = [
   ['layout', '--layout'],
@@ -290,12 +297,25 @@ export function reportError(e: unknown, io: CliIo): number {
   return EXIT_RUNTIME;
 }
 
+/** The file this process started from (what worker threads run), or undefined when unknown. */
+function entryUrl(script: string): URL | undefined {
+  try {
+    return pathToFileURL(realpathSync(script));
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The process entry (bin/crisp.js): runs main, sets the exit code, and turns anything that
  * escapes it (an unhandled rejection, an uncaught exception, a closed stdout) into a one-line
  * error and exit 1 instead of a stack trace.
  */
 export function runProcess(argv: readonly string[] = process.argv, io: CliIo = processIo): void {
+  // In a worker thread started to generate a scenario, this entry serves chunks and nothing else.
+  if (serveSynthChunks()) return;
+  const entry = argv[1] ? entryUrl(argv[1]) : undefined;
+  if (entry) setSynthWorkerEntry(entry);
   const fatal = (e: unknown) => {
     reportError(e, io);
     process.exit(EXIT_RUNTIME);

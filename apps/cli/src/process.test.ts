@@ -161,3 +161,20 @@ describe('pnpm crisp (the root script) with --json', () => {
     expect(r.stderr).toContain('a build warning');
   });
 });
+
+describe('crisp run --threads', () => {
+  it('generates the scenario on worker threads of the entry itself: the same inputs, so the same numbers, as one thread', async () => {
+    const args = ['run', '--backend', 'reference', '--n', '2048', '--heads', '4', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '8', '--seed', '11', '--json'];
+    const [par, one] = [await crisp([...args, '--threads', '3'], { timeoutMs: 120_000 }), await crisp([...args, '--threads', '1'], { timeoutMs: 120_000 })];
+    expect(par.code, par.stderr).toBe(0);
+    expect(one.code, one.stderr).toBe(0);
+    const [a, b] = [JSON.parse(par.stdout), JSON.parse(one.stdout)];
+    expect(a.threads).toBe(3);
+    expect(b.threads).toBe(1);
+    expect(par.stderr).not.toMatch(/one thread/);
+    expect(a.phasesMs.generate).toBeGreaterThan(0);
+    for (const key of ['density', 'massRecall', 'outputError'] as const) {
+      expect(a.policies[0].heads.map((h: Record<string, number>) => h[key])).toEqual(b.policies[0].heads.map((h: Record<string, number>) => h[key]));
+    }
+  });
+});

@@ -14,8 +14,6 @@ import {
   type DeviceTensor,
   type DType,
   expandToRows,
-  f16BitsToF32,
-  bf16BitsToF32,
   type HostTensor,
   type Policy,
   type PrefillPlan,
@@ -25,12 +23,14 @@ import {
 } from '@crisp/core';
 import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
 import { type GroundTruth, type HeadKind, needleRecall } from '@crisp/synth';
-import { type BackendChoice, selectBackend } from './backends.js';
+import { type BackendChoice, type SelectedBackend, selectBackend } from './backends.js';
+import { massRecallOf, relativeErrorPerHead, sampledBlockMasses, sampleRowsOf } from './check.js';
 import type { CliIo } from './cli-io.js';
+import { type RunEstimate, estimateLine, estimateRun } from './estimate.js';
 import { type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
 import type { QkvNameFlags } from './options.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
-import { progressBar } from './progress.js';
+import { type PassProgress, passBar } from './progress.js';
 
 /** The backend and scenario a command runs on (shared by run, report and calibrate). */
 export interface ScenarioChoice extends ScenarioFlags {
@@ -116,108 +116,33 @@ export interface RunSummary {
     readonly jsd: readonly number[];
   };
   readonly truth?: Pick<GroundTruth, 'heads' | 'needles'>;
+  /**
+   * Where the wall time went, ms. backend: selecting and starting it; generate: making the
+   * scenario on `threads` host threads (null for a dump); upload: writing it (or reading and
+   * writing a dump) onto the backend; estimate: the reference backend's calibration; dense:
+   * every dense pass (warm-up included; null under --no-dense); prefill: every plan+prefill
+   * pass of every policy (warm-up included); check: exact rows, downloads and output error;
+   * wall: the whole job. The rest of wall is bookkeeping between phases.
+   */
+  readonly phasesMs: {
+    readonly backend: number;
+    readonly generate: number | null;
+    readonly upload: number;
+    readonly estimate: number | null;
+    readonly dense: number | null;
+    readonly prefill: number;
+    readonly check: number;
+    readonly wall: number;
+  };
+  readonly threads: number;
+  /** the estimate printed before the work (reference backend only) */
+  readonly estimate?: RunEstimate;
 }
 
 function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
-
-/** Evenly spaced rows, always including the last; at most `count`. */
-function sampleRowsOf(n: number, count: number): number[] {
-  if (count >= n) return Array.from({ length: n }, (_, i) => i);
-  const rows = new Set<number>();
-  for (let t = 0; t < count; t++) rows.add(Math.round(((t + 1) * (n - 1)) / count));
-  return [...rows].sort((a, b) => a - b);
-}
-
-/**
- * Exact attention probabilities of sampled rows (float64 over f32 inputs), reduced to block
- * masses: [rows][H][Nb]. Shared by every policy's mass recall.
- */
-async function sampledBlockMasses(inp: Inputs, kHost: HostTensor, rows: number[], B: number, io: CliIo): Promise<Float64Array[]> {
-  const { n, H, Hkv, d } = inp;
-  const Nb = Math.ceil(n / B);
-  const k = toF32(kHost);
-  const scale = 1 / Math.sqrt(d);
-  const group = H / Hkv;
-  const logits = new Float64Array(n);
-  const out: Float64Array[] = [];
-  const bar = progressBar(io.stderr, 'mass recall (exact rows)', rows.length);
-  try {
-    for (let r = 0; r < rows.length; r++) {
-      const i = rows[r];
-      const q = await inp.qRow(i);
-      const masses = new Float64Array(H * Nb);
-      for (let h = 0; h < H; h++) {
-        const g = Math.floor(h / group);
-        const qo = h * d;
-        let max = Number.NEGATIVE_INFINITY;
-        for (let j = 0; j <= i; j++) {
-          const ko = (j * Hkv + g) * d;
-          let s = 0;
-          for (let c = 0; c < d; c++) s += q[qo + c] * k[ko + c];
-          s *= scale;
-          logits[j] = s;
-          if (s > max) max = s;
-        }
-        let z = 0;
-        for (let j = 0; j <= i; j++) {
-          const e = Math.exp(logits[j] - max);
-          z += e;
-          masses[h * Nb + Math.floor(j / B)] += e;
-        }
-        for (let J = 0; J < Nb; J++) masses[h * Nb + J] /= z;
-      }
-      out.push(masses);
-      bar.update(r + 1);
-      if (r % 4 === 3) await new Promise<void>((res) => setImmediate(res));
-    }
-  } finally {
-    bar.stop();
-  }
-  return out;
-}
-
-function massRecallOf(rows: BlockRows | undefined, masses: Float64Array[], sample: number[], H: number, Nb: number, B: number): Float64Array {
-  const per = new Float64Array(H);
-  if (!rows) return per.fill(1);
-  for (let r = 0; r < sample.length; r++) {
-    const I = Math.floor(sample[r] / B);
-    for (let h = 0; h < H; h++) {
-      const row = h * Nb + I;
-      let s = 0;
-      for (let p = rows.rowPtr[row]; p < rows.rowPtr[row + 1]; p++) s += masses[r][h * Nb + rows.cols[p]];
-      per[h] += s;
-    }
-  }
-  for (let h = 0; h < H; h++) per[h] /= sample.length;
-  return per;
-}
-
-/** ‖a − b‖ / ‖b‖ per head over all rows, decoding as it goes (no second full f32 copy). */
-function relativeErrorPerHead(a: HostTensor, b: HostTensor, H: number, d: number): { perHead: Float64Array; overall: number } {
-  const conv = a.dtype === 'f32' ? (x: number) => x : a.dtype === 'bf16' ? bf16BitsToF32 : f16BitsToF32;
-  const diff = new Float64Array(H);
-  const ref = new Float64Array(H);
-  const len = a.data.length;
-  for (let f = 0; f < len; f++) {
-    const h = Math.floor(f / d) % H;
-    const x = conv(a.data[f]);
-    const y = conv(b.data[f]);
-    diff[h] += (x - y) * (x - y);
-    ref[h] += y * y;
-  }
-  let sx = 0;
-  let sy = 0;
-  const perHead = new Float64Array(H);
-  for (let h = 0; h < H; h++) {
-    perHead[h] = ref[h] > 0 ? Math.sqrt(diff[h] / ref[h]) : diff[h] === 0 ? 0 : Number.POSITIVE_INFINITY;
-    sx += diff[h];
-    sy += ref[h];
-  }
-  return { perHead, overall: sy > 0 ? Math.sqrt(sx / sy) : 0 };
 }
 
 async function timed<T extends { output: DeviceTensor }>(
@@ -244,10 +169,24 @@ async function timed<T extends { output: DeviceTensor }>(
   return { last: last!, runs };
 }
 
+/** Runs `f` with the backend's in-pass progress (if any) moving pass `index` of the bar. */
+async function withPassProgress<T>(sel: SelectedBackend, bar: PassProgress, index: number, f: () => Promise<T>): Promise<T> {
+  const sink = sel.attentionProgress;
+  if (sink) sink.listener = (done, total) => bar.at(index, total > 0 ? done / total : 1);
+  try {
+    return await f();
+  } finally {
+    if (sink) sink.listener = undefined;
+    bar.at(index + 1, 0);
+  }
+}
+
 export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
+  const wall0 = performance.now();
   const policies: Policy[] = [buildPolicy(o.preset, o.overrides)];
   for (const c of o.compare ?? []) if (c !== o.preset) policies.push(buildPolicy(c, { blockSize: o.overrides.blockSize }));
   const sel = await selectBackend(o.backend);
+  const backendMs = performance.now() - wall0;
   const backend = sel.backend;
   for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
   const gpu = sel.name !== 'reference';
@@ -271,43 +210,60 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
     const Nb = Math.ceil(n / B);
     const inputs = { q: inp.q, k: inp.k, v: inp.v };
 
+    const passes = repeats + (gpu ? 1 : 0);
+    const sample = sampleRowsOf(n, sampleCount);
+    let checkMs = 0;
+    let c0 = performance.now();
+    const kF32 = toF32(await backend.download(inp.k));
+    checkMs += performance.now() - c0;
+
+    let estimate: RunEstimate | undefined;
+    if (sel.name === 'reference') {
+      estimate = await estimateRun({ backend, inp, policies, passes, dense: o.dense !== false, sample, blockSize: B, gate: o.gate });
+      io.stderr.write(estimateLine(estimate, passes));
+    }
+
     let dense: RunSummary['dense'] = null;
     let denseOut: HostTensor | undefined;
+    let denseMs: number | null = null;
     if (o.dense !== false) {
-      const denseBar = progressBar(io.stderr, 'dense baseline', repeats + (gpu ? 1 : 0));
+      const d0 = performance.now();
+      const denseBar = passBar(io.stderr, 'dense baseline', passes);
       let denseDone = 0;
-      const runs = await timed(backend, gpu, repeats, async () => {
-        const r = await backend.denseAttention(inp.q, inp.k, inp.v);
-        denseBar.update(++denseDone);
-        return r;
-      });
+      const runs = await timed(backend, gpu, repeats, () => withPassProgress(sel, denseBar, denseDone++, () => backend.denseAttention(inp.q, inp.k, inp.v)));
       denseBar.stop();
+      denseMs = performance.now() - d0;
+      c0 = performance.now();
       denseOut = await backend.download(runs.last.output);
       runs.last.output.dispose();
+      checkMs += performance.now() - c0;
       dense = { timeMs: { median: median(runs.runs), runs: runs.runs } };
     }
 
-    const sample = sampleRowsOf(n, sampleCount);
-    const kHost = await backend.download(inp.k);
-    const masses = await sampledBlockMasses(inp, kHost, sample, B, io);
+    c0 = performance.now();
+    const masses = await sampledBlockMasses(inp, kF32, sample, B, io);
+    checkMs += performance.now() - c0;
+    let prefillMs = 0;
 
     const results: PolicyResult[] = [];
     let proxy: RunSummary['proxy'];
     for (const policy of policies) {
-      const bar = progressBar(io.stderr, `${policy.name}`, repeats + (gpu ? 1 : 0));
+      const p0 = performance.now();
+      const bar = passBar(io.stderr, `${policy.name}`, passes);
       let done = 0;
-      const sp = await timed(backend, gpu, repeats, async () => {
-        const r = await sparsePrefill(backend, inputs, policy, { minSparseLength: o.gate ? undefined : 0 });
-        bar.update(++done);
-        return r;
-      });
+      const sp = await timed(backend, gpu, repeats, () =>
+        withPassProgress(sel, bar, done++, () => sparsePrefill(backend, inputs, policy, { minSparseLength: o.gate ? undefined : 0 })),
+      );
       bar.stop();
+      prefillMs += performance.now() - p0;
+      c0 = performance.now();
       const plan: PrefillPlan = sp.last.plan;
       const out = await backend.download(sp.last.output);
       sp.last.output.dispose();
       const rows = plan.mask ? expandToRows(plan.mask) : undefined;
       const recall = massRecallOf(rows, masses, sample, H, Nb, B);
       const err = denseOut ? relativeErrorPerHead(out, denseOut, H, d) : undefined;
+      checkMs += performance.now() - c0;
       const stats: ProxyStats | undefined = plan.stats;
       if (stats && !proxy) proxy = proxyView(stats);
       const heads: HeadResult[] = [];
@@ -362,6 +318,18 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       policies: results,
       proxy,
       truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles } : undefined,
+      phasesMs: {
+        backend: backendMs,
+        generate: inp.timing.generateMs,
+        upload: inp.timing.uploadMs,
+        estimate: estimate ? estimate.calibrationMs : null,
+        dense: denseMs,
+        prefill: prefillMs,
+        check: checkMs,
+        wall: performance.now() - wall0,
+      },
+      threads: inp.timing.threads,
+      estimate,
     };
   } catch (e) {
     throw overflowHint(e, inp);

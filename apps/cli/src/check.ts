@@ -1,0 +1,105 @@
+/**
+ * The checks of a run against exact attention: block masses of sampled query rows (float64
+ * over f32 inputs) for mass recall, and the relative output error against dense.
+ *
+ * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ */
+import { type BlockRows, bf16BitsToF32, f16BitsToF32, type HostTensor } from '@crisp/core';
+import type { CliIo } from './cli-io.js';
+import type { Inputs } from './inputs.js';
+import { progressBar } from './progress.js';
+
+/** Evenly spaced rows, always including the last; at most `count`. */
+export function sampleRowsOf(n: number, count: number): number[] {
+  if (count >= n) return Array.from({ length: n }, (_, i) => i);
+  const rows = new Set<number>();
+  for (let t = 0; t < count; t++) rows.add(Math.round(((t + 1) * (n - 1)) / count));
+  return [...rows].sort((a, b) => a - b);
+}
+
+/**
+ * Exact attention probabilities of sampled rows (float64 over f32 inputs), reduced to block
+ * masses: [rows][H][Nb]. Shared by every policy's mass recall.
+ */
+export async function sampledBlockMasses(inp: Inputs, k: Float32Array, rows: readonly number[], B: number, io: CliIo): Promise<Float64Array[]> {
+  const { n, H, Hkv, d } = inp;
+  const Nb = Math.ceil(n / B);
+  const scale = 1 / Math.sqrt(d);
+  const group = H / Hkv;
+  const logits = new Float64Array(n);
+  const out: Float64Array[] = [];
+  const bar = progressBar(io.stderr, 'mass recall (exact rows)', rows.length);
+  try {
+    for (let r = 0; r < rows.length; r++) {
+      const i = rows[r];
+      const q = await inp.qRow(i);
+      const masses = new Float64Array(H * Nb);
+      for (let h = 0; h < H; h++) {
+        const g = Math.floor(h / group);
+        const qo = h * d;
+        let max = Number.NEGATIVE_INFINITY;
+        for (let j = 0; j <= i; j++) {
+          const ko = (j * Hkv + g) * d;
+          let s = 0;
+          for (let c = 0; c < d; c++) s += q[qo + c] * k[ko + c];
+          s *= scale;
+          logits[j] = s;
+          if (s > max) max = s;
+        }
+        let z = 0;
+        for (let j = 0; j <= i; j++) {
+          const e = Math.exp(logits[j] - max);
+          z += e;
+          masses[h * Nb + Math.floor(j / B)] += e;
+        }
+        for (let J = 0; J < Nb; J++) masses[h * Nb + J] /= z;
+      }
+      out.push(masses);
+      bar.update(r + 1);
+      if (r % 4 === 3) await new Promise<void>((res) => setImmediate(res));
+    }
+  } finally {
+    bar.stop();
+  }
+  return out;
+}
+
+export function massRecallOf(rows: BlockRows | undefined, masses: Float64Array[], sample: number[], H: number, Nb: number, B: number): Float64Array {
+  const per = new Float64Array(H);
+  if (!rows) return per.fill(1);
+  for (let r = 0; r < sample.length; r++) {
+    const I = Math.floor(sample[r] / B);
+    for (let h = 0; h < H; h++) {
+      const row = h * Nb + I;
+      let s = 0;
+      for (let p = rows.rowPtr[row]; p < rows.rowPtr[row + 1]; p++) s += masses[r][h * Nb + rows.cols[p]];
+      per[h] += s;
+    }
+  }
+  for (let h = 0; h < H; h++) per[h] /= sample.length;
+  return per;
+}
+
+/** ‖a − b‖ / ‖b‖ per head over all rows, decoding as it goes (no second full f32 copy). */
+export function relativeErrorPerHead(a: HostTensor, b: HostTensor, H: number, d: number): { perHead: Float64Array; overall: number } {
+  const conv = a.dtype === 'f32' ? (x: number) => x : a.dtype === 'bf16' ? bf16BitsToF32 : f16BitsToF32;
+  const diff = new Float64Array(H);
+  const ref = new Float64Array(H);
+  const len = a.data.length;
+  for (let f = 0; f < len; f++) {
+    const h = Math.floor(f / d) % H;
+    const x = conv(a.data[f]);
+    const y = conv(b.data[f]);
+    diff[h] += (x - y) * (x - y);
+    ref[h] += y * y;
+  }
+  let sx = 0;
+  let sy = 0;
+  const perHead = new Float64Array(H);
+  for (let h = 0; h < H; h++) {
+    perHead[h] = ref[h] > 0 ? Math.sqrt(diff[h] / ref[h]) : diff[h] === 0 ? 0 : Number.POSITIVE_INFINITY;
+    sx += diff[h];
+    sy += ref[h];
+  }
+  return { perHead, overall: sy > 0 ? Math.sqrt(sx / sy) : 0 };
+}
