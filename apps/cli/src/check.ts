@@ -17,44 +17,60 @@ export function sampleRowsOf(n: number, count: number): number[] {
   return [...rows].sort((a, b) => a - b);
 }
 
+/** Sizes the exact rows need. */
+export interface CheckDims {
+  readonly n: number;
+  readonly H: number;
+  readonly Hkv: number;
+  readonly d: number;
+  readonly B: number;
+}
+
 /**
- * Exact attention probabilities of sampled rows (float64 over f32 inputs), reduced to block
- * masses: [rows][H][Nb]. Shared by every policy's mass recall.
+ * Exact attention probabilities of query row i (q: its [H * d] values, k: [n, Hkv, d] f32),
+ * in float64, reduced to block masses [H][Nb]. `logits` is scratch of n values.
  */
-export async function sampledBlockMasses(inp: Inputs, k: Float32Array, rows: readonly number[], B: number, io: CliIo): Promise<Float64Array[]> {
-  const { n, H, Hkv, d } = inp;
+export function rowBlockMasses(q: Float32Array, k: Float32Array, i: number, dims: CheckDims, logits: Float64Array): Float64Array {
+  const { n, H, Hkv, d, B } = dims;
   const Nb = Math.ceil(n / B);
   const scale = 1 / Math.sqrt(d);
   const group = H / Hkv;
-  const logits = new Float64Array(n);
+  const masses = new Float64Array(H * Nb);
+  for (let h = 0; h < H; h++) {
+    const g = Math.floor(h / group);
+    const qo = h * d;
+    let max = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j <= i; j++) {
+      const ko = (j * Hkv + g) * d;
+      let s = 0;
+      for (let c = 0; c < d; c++) s += q[qo + c] * k[ko + c];
+      s *= scale;
+      logits[j] = s;
+      if (s > max) max = s;
+    }
+    let z = 0;
+    for (let j = 0; j <= i; j++) {
+      const e = Math.exp(logits[j] - max);
+      z += e;
+      masses[h * Nb + Math.floor(j / B)] += e;
+    }
+    for (let J = 0; J < Nb; J++) masses[h * Nb + J] /= z;
+  }
+  return masses;
+}
+
+/**
+ * Block masses [rows][H][Nb] of the sampled rows, on this thread. Shared by every policy's
+ * mass recall.
+ */
+export async function sampledBlockMasses(inp: Inputs, k: Float32Array, rows: readonly number[], B: number, io: CliIo): Promise<Float64Array[]> {
+  const dims: CheckDims = { n: inp.n, H: inp.H, Hkv: inp.Hkv, d: inp.d, B };
+  const logits = new Float64Array(inp.n);
   const out: Float64Array[] = [];
   const bar = progressBar(io.stderr, 'mass recall (exact rows)', rows.length);
   try {
     for (let r = 0; r < rows.length; r++) {
-      const i = rows[r];
-      const q = await inp.qRow(i);
-      const masses = new Float64Array(H * Nb);
-      for (let h = 0; h < H; h++) {
-        const g = Math.floor(h / group);
-        const qo = h * d;
-        let max = Number.NEGATIVE_INFINITY;
-        for (let j = 0; j <= i; j++) {
-          const ko = (j * Hkv + g) * d;
-          let s = 0;
-          for (let c = 0; c < d; c++) s += q[qo + c] * k[ko + c];
-          s *= scale;
-          logits[j] = s;
-          if (s > max) max = s;
-        }
-        let z = 0;
-        for (let j = 0; j <= i; j++) {
-          const e = Math.exp(logits[j] - max);
-          z += e;
-          masses[h * Nb + Math.floor(j / B)] += e;
-        }
-        for (let J = 0; J < Nb; J++) masses[h * Nb + J] /= z;
-      }
-      out.push(masses);
+      out.push(rowBlockMasses(await inp.qRow(rows[r]), k, rows[r], dims, logits));
       bar.update(r + 1);
       if (r % 4 === 3) await new Promise<void>((res) => setImmediate(res));
     }

@@ -67,13 +67,13 @@ export function formatRun(s: RunSummary): string {
 const sec = (ms: number) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
 
 /** Where the wall time went: "phases: backend 0.10 s, generate 2.31 s (16 threads), ...; wall 21.9 s". */
-export function phasesLine(s: Pick<RunSummary, 'phasesMs' | 'threads'>): string {
+export function phasesLine(s: Pick<RunSummary, 'phasesMs' | 'threads' | 'checkThreads'>): string {
   const p = s.phasesMs;
   const parts = [`backend ${sec(p.backend)}`];
   if (p.generate !== null) parts.push(`generate ${sec(p.generate)} (${s.threads} thread${s.threads === 1 ? '' : 's'})`);
   parts.push(`upload ${sec(p.upload)}`);
   if (p.estimate !== null) parts.push(`estimate ${sec(p.estimate)}`);
-  parts.push(p.dense === null ? 'dense skipped' : `dense ${sec(p.dense)}`, `plan+prefill ${sec(p.prefill)}`, `check ${sec(p.check)}`);
+  parts.push(p.dense === null ? 'dense skipped' : `dense ${sec(p.dense)}`, `plan+prefill ${sec(p.prefill)}`, `check ${sec(p.check)}${s.checkThreads > 1 ? ` (${s.checkThreads} threads)` : ''}`);
   return `phases: ${parts.join(', ')}; wall ${sec(p.wall)}`;
 }
 

@@ -10,6 +10,7 @@ import { PROFILE_NAMES } from '@crisp/synth';
 import { serveSynthChunks, setSynthWorkerEntry } from '@crisp/synth/node';
 import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
 import { calibrateCommand } from './calibrate-command.js';
+import { serveCheckRows } from './check-workers.js';
 import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
 import { formatRun, toJson } from './format.js';
 import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, namesFlag, numFlag, pathFlag } from './options.js';
@@ -312,8 +313,8 @@ function entryUrl(script: string): URL | undefined {
  * error and exit 1 instead of a stack trace.
  */
 export function runProcess(argv: readonly string[] = process.argv, io: CliIo = processIo): void {
-  // In a worker thread started to generate a scenario, this entry serves chunks and nothing else.
-  if (serveSynthChunks()) return;
+  // In a worker thread started to generate a scenario or compute exact rows, this entry does that and nothing else.
+  if (serveSynthChunks() || serveCheckRows()) return;
   const entry = argv[1] ? entryUrl(argv[1]) : undefined;
   if (entry) setSynthWorkerEntry(entry);
   const fatal = (e: unknown) => {

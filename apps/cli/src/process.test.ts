@@ -163,7 +163,7 @@ describe('pnpm crisp (the root script) with --json', () => {
 });
 
 describe('crisp run --threads', () => {
-  it('generates the scenario on worker threads of the entry itself: the same inputs, so the same numbers, as one thread', async () => {
+  it('generates the scenario and computes the exact rows on worker threads of the entry itself: the same numbers as one thread', async () => {
     const args = ['run', '--backend', 'reference', '--n', '2048', '--heads', '4', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '8', '--seed', '11', '--json'];
     const [par, one] = [await crisp([...args, '--threads', '3'], { timeoutMs: 120_000 }), await crisp([...args, '--threads', '1'], { timeoutMs: 120_000 })];
     expect(par.code, par.stderr).toBe(0);
@@ -171,6 +171,9 @@ describe('crisp run --threads', () => {
     const [a, b] = [JSON.parse(par.stdout), JSON.parse(one.stdout)];
     expect(a.threads).toBe(3);
     expect(b.threads).toBe(1);
+    // the exact rows too: the same block masses, so the same mass recall to the bit
+    expect(a.checkThreads).toBe(3);
+    expect(b.checkThreads).toBe(1);
     expect(par.stderr).not.toMatch(/one thread/);
     expect(a.phasesMs.generate).toBeGreaterThan(0);
     for (const key of ['density', 'massRecall', 'outputError'] as const) {

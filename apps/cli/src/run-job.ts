@@ -24,7 +24,9 @@ import {
 import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
 import { type GroundTruth, type HeadKind, needleRecall } from '@crisp/synth';
 import { type BackendChoice, type SelectedBackend, selectBackend } from './backends.js';
+import { synthThreads, synthWorkerEntry } from '@crisp/synth/node';
 import { massRecallOf, relativeErrorPerHead, sampledBlockMasses, sampleRowsOf } from './check.js';
+import { blockMassesOnWorkers } from './check-workers.js';
 import type { CliIo } from './cli-io.js';
 import { type RunEstimate, estimateLine, estimateRun } from './estimate.js';
 import { type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
@@ -134,7 +136,10 @@ export interface RunSummary {
     readonly check: number;
     readonly wall: number;
   };
+  /** host threads that generated the scenario */
   readonly threads: number;
+  /** host threads that computed the exact rows */
+  readonly checkThreads: number;
   /** the estimate printed before the work (reference backend only) */
   readonly estimate?: RunEstimate;
 }
@@ -167,6 +172,37 @@ async function timed<T extends { output: DeviceTensor }>(
     runs.push(performance.now() - t0);
   }
   return { last: last!, runs };
+}
+
+/** Exact rows of this many multiply-adds or more go to worker threads by default (about a second on one). */
+const PARALLEL_CHECK_MACS = 5e8;
+
+/**
+ * The sampled rows' block masses: on worker threads (the process's entry) when there are
+ * threads to spare and enough work, or when --threads asks; else on this thread.
+ */
+async function exactRows(
+  inp: Inputs,
+  k: Float32Array,
+  sample: number[],
+  B: number,
+  threadsFlag: number | undefined,
+  io: CliIo,
+): Promise<{ masses: Float64Array[]; threads: number }> {
+  const threads = Math.min(threadsFlag ?? synthThreads(), sample.length);
+  const entry = synthWorkerEntry();
+  const work = sample.reduce((s, i) => s + i + 1, 0) * inp.H * inp.d;
+  if (entry && threads > 1 && (threadsFlag !== undefined || work >= PARALLEL_CHECK_MACS)) {
+    const q: Float32Array[] = [];
+    for (const i of sample) q.push(await inp.qRow(i));
+    try {
+      const dims = { n: inp.n, H: inp.H, Hkv: inp.Hkv, d: inp.d, B };
+      return { masses: await blockMassesOnWorkers(k, q, sample, dims, { threads, workerUrl: entry }), threads };
+    } catch (e) {
+      io.stderr.write(`note: worker threads failed (${e instanceof Error ? e.message : String(e)}); computing the exact rows on one thread\n`);
+    }
+  }
+  return { masses: await sampledBlockMasses(inp, k, sample, B, io), threads: 1 };
 }
 
 /** Runs `f` with the backend's in-pass progress (if any) moving pass `index` of the bar. */
@@ -241,7 +277,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
     }
 
     c0 = performance.now();
-    const masses = await sampledBlockMasses(inp, kF32, sample, B, io);
+    const { masses, threads: checkThreads } = await exactRows(inp, kF32, sample, B, o.threads, io);
     checkMs += performance.now() - c0;
     let prefillMs = 0;
 
@@ -329,6 +365,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
         wall: performance.now() - wall0,
       },
       threads: inp.timing.threads,
+      checkThreads,
       estimate,
     };
   } catch (e) {
