@@ -25,6 +25,18 @@ export interface ScenarioTensors {
   readonly timing?: { readonly generateMs: number; readonly writeMs: number };
 }
 
+/** Allocates q [n, H, d], k and v [n, Hkv, d] on the backend, each pushed to `made` (for freeing on failure). */
+export function allocateQkv(backend: Backend, sc: Pick<Scenario, 'n' | 'heads' | 'kvHeads' | 'headDim' | 'dtype'>, made: DeviceTensor[]): ScenarioTensors {
+  const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;
+  const q = backend.allocate(dtype, [n, H, d]);
+  made.push(q);
+  const k = backend.allocate(dtype, [n, Hkv, d]);
+  made.push(k);
+  const v = backend.allocate(dtype, [n, Hkv, d]);
+  made.push(v);
+  return { q, k, v };
+}
+
 /** Default chunk: ~4M q values (16 MB of f32), whatever the shape. */
 export function defaultChunkRows(sc: Pick<Scenario, 'heads' | 'headDim' | 'n'>): number {
   return Math.max(1, Math.min(sc.n, Math.floor((4 * 1024 * 1024) / (sc.heads * sc.headDim))));
@@ -39,17 +51,12 @@ export async function uploadScenario(backend: Backend, sc: Scenario, opts: Uploa
   if (!Number.isInteger(rows) || rows < 1) {
     throw new InvalidArgumentError(`chunkRows must be a positive integer; got ${String(rows)}`);
   }
-  const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;
+  const { n, heads: H, kvHeads: Hkv, headDim: d } = sc;
   const made: DeviceTensor[] = [];
   let generateMs = 0;
   let writeMs = 0;
   try {
-    const q = backend.allocate(dtype, [n, H, d]);
-    made.push(q);
-    const k = backend.allocate(dtype, [n, Hkv, d]);
-    made.push(k);
-    const v = backend.allocate(dtype, [n, Hkv, d]);
-    made.push(v);
+    const { q, k, v } = allocateQkv(backend, sc, made);
     for (let start = 0; start < n; start += rows) {
       const end = Math.min(n, start + rows);
       const t0 = performance.now();

@@ -14,7 +14,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import type { Backend, DeviceTensor, DType } from '@crisp/core';
 import type { ProfileName } from './profiles.js';
 import { scenario } from './scenario.js';
-import { defaultChunkRows, type ScenarioTensors } from './upload.js';
+import { allocateQkv, defaultChunkRows, type ScenarioTensors } from './upload.js';
 
 /** What a worker needs to build the same scenario as every other. */
 export interface SynthSpec {
@@ -98,12 +98,7 @@ export async function uploadScenarioParallel(
   const t0 = performance.now();
   let writeMs = 0;
   try {
-    const q = b.allocate(dtype, [n, H, d]);
-    made.push(q);
-    const k = b.allocate(dtype, [n, Hkv, d]);
-    made.push(k);
-    const v = b.allocate(dtype, [n, Hkv, d]);
-    made.push(v);
+    const { q, k, v } = allocateQkv(b, { n, heads: H, kvHeads: Hkv, headDim: d, dtype }, made);
     await new Promise<void>((resolve, reject) => {
       let next = 0;
       let written = 0;
