@@ -301,7 +301,7 @@ const CASES: FileCase[] = [
       return [...RUN, '--qkv', join(d, 'npy'), '--layout', 'hnd'];
     },
     // (the reference backend's estimate of this long run comes first)
-    /^(warning: this run takes about [\d.]+ (s|min) on this machine .*\n)?crisp: error NON_FINITE: v holds NaN at row 4351, head 0, column 127/,
+    /^((note|warning): this run takes about [\d.]+ (s|min) on this machine .*\n)?crisp: error NON_FINITE: v holds NaN at row 4351, head 0, column 127/,
     20_000,
   ),
 ];
@@ -324,7 +324,7 @@ describe('crisp: bad dumps', () => {
         expect(r.stdout).toBe('');
         expect(r.stderr).toMatch(c.err!);
         // one line of error (after the estimate of a long run, where there is one)
-        expect(r.stderr.trimEnd().split('\n').filter((l) => !/^warning: this run takes about /.test(l))).toHaveLength(1);
+        expect(r.stderr.trimEnd().split('\n').filter((l) => !/^(note|warning): this run takes about /.test(l))).toHaveLength(1);
         expect(r.stderr).not.toMatch(/internal error|\n\s+at /);
       }
       if (c.fastMs !== undefined) expect(ms).toBeLessThan(c.fastMs);
