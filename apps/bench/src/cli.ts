@@ -6,7 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { main } from './main.js';
-import { serveSynthChunks, setSynthWorkerEntry } from './synth-workers.js';
+import { serveSynthChunks, setSynthWorkerEntry } from '@crisp/synth/node';
 
 const CHROMIUM = '/usr/lib/chromium';
 
@@ -48,7 +48,7 @@ function start(): void {
   );
 }
 
-// In a synth worker thread (synth-workers.ts) this file serves scenario chunks and nothing else;
+// In a synth worker thread (@crisp/synth/node) this file serves scenario chunks and nothing else;
 // the workers run this same file.
 if (!serveSynthChunks()) {
   setSynthWorkerEntry(new URL(import.meta.url));

@@ -8,7 +8,7 @@ import { type Backend, type DeviceTensor, type DType, type HostTensor, castHost,
 import { type ProfileName, type Scenario, scenario, uploadScenario } from '@crisp/synth';
 import type { Shape } from './config.js';
 import { uploadLlamaFill } from './llama-fill.js';
-import { synthThreads, synthWorkerEntry, uploadScenarioParallel } from './synth-workers.js';
+import { synthThreads, synthWorkerEntry, uploadScenarioParallel } from '@crisp/synth/node';
 
 /** Scenarios this long or longer are generated on worker threads (shorter ones take seconds). */
 const PARALLEL_SYNTH_MIN_N = 32768;

@@ -12,6 +12,7 @@
  */
 import type { Backend, DeviceTensor, DType } from '@crisp/core';
 import { encode } from '@crisp/core';
+import { allocateQkv } from '@crisp/synth';
 
 /** bench.cu's crisp_hash on the low 32 bits of idx (idx < 2^53). */
 export function crispHash(idx: number, seed: number): number {
@@ -82,12 +83,7 @@ export async function uploadLlamaFill(
 ): Promise<{ q: DeviceTensor; k: DeviceTensor; v: DeviceTensor }> {
   const made: DeviceTensor[] = [];
   try {
-    const q = b.allocate(dtype, [n, H, D]);
-    made.push(q);
-    const k = b.allocate(dtype, [n, Hkv, D]);
-    made.push(k);
-    const v = b.allocate(dtype, [n, Hkv, D]);
-    made.push(v);
+    const { q, k, v } = allocateQkv(b, { n, heads: H, kvHeads: Hkv, headDim: D, dtype }, made);
     const rows = Math.max(1, Math.floor((4 * 1024 * 1024) / (H * D)));
     for (let start = 0; start < n; start += rows) {
       const end = Math.min(n, start + rows);

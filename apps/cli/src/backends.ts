@@ -19,6 +19,11 @@ export interface SelectedBackend {
   readonly dtype: DType;
   /** default problem size for this backend */
   readonly defaults: { readonly n: number; readonly heads: number; readonly kvHeads: number; readonly headDim: number };
+  /**
+   * Where the backend reports how far one attention call has got (the reference backend
+   * does; GPU calls are short): set `listener` around a call, clear it after.
+   */
+  readonly attentionProgress?: { listener?: (done: number, total: number) => void };
 }
 
 const SOFTWARE_ADAPTER = /swiftshader|llvmpipe|software|cpu/i;
@@ -83,10 +88,12 @@ export async function selectBackend(choice: BackendChoice): Promise<SelectedBack
     if (choice === 'webgpu') throw new CrispError('BACKEND_UNAVAILABLE', `${r}; use --backend auto or reference`);
     notes.push(r);
   }
+  const attentionProgress: NonNullable<SelectedBackend['attentionProgress']> = {};
   return {
-    backend: createReferenceBackend(),
+    backend: createReferenceBackend({ onProgress: (p) => attentionProgress.listener?.(p.done, p.total) }),
     name: 'reference',
     notes,
+    attentionProgress,
     dtype: 'f32',
     // Measured: prints its summary in well under a minute on a 2-core CPU (apps/cli/README.md).
     defaults: { n: 4096, heads: 8, kvHeads: 2, headDim: 64 },

@@ -1,6 +1,7 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { planPrefill, runPlan } from '@crisp/core';
 import { writeNpy, writeSafetensors } from '@crisp/io';
 import { mkdirSync } from 'node:fs';
@@ -9,8 +10,11 @@ import { crisp } from '@crisp/presets';
 import { createReferenceBackend, massRecall, relativeError, sampleRows } from '@crisp/reference';
 import { calibrateScenario, scenario, uploadScenario } from '@crisp/synth';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { NOTE_RUN_MS, estimateLine } from './estimate.js';
+import { main } from './main.js';
 import type { RunSummary } from './run-job.js';
-import { runCli, testSeed } from './test-support.js';
+import { runCli, tempDir, testSeed } from './test-support.js';
+import { cliVersion } from './version.js';
 
 const SEED = testSeed();
 const SHAPE = ['--n', '1536', '--heads', '4', '--kv-heads', '1', '--head-dim', '32'];
@@ -55,7 +59,7 @@ describe('crisp run', () => {
     expect(p.outputError).toBeLessThan(0.5);
     expect(p.timeMs.runs).toHaveLength(1);
     expect(p.speedup).toBeGreaterThan(0);
-    expect(summary.dense.timeMs.median).toBeGreaterThan(0);
+    expect(summary.dense!.timeMs.median).toBeGreaterThan(0);
     expect(p.routingAgreement).toBeGreaterThanOrEqual(0);
     be.dispose();
   });
@@ -70,6 +74,27 @@ describe('crisp run', () => {
     expect(r.stdout).toContain(`mass recall ${(100 * p.massRecall).toFixed(1)}%`);
     for (const h of p.heads) expect(r.stdout).toMatch(new RegExp(`\\n${h.head}\\s+${h.kind}\\s+${h.route.toUpperCase()}`));
     expect(r.stdout).toMatch(/time [\d.]+ ms \(median of 1; plan [\d.]+ ms\) vs dense [\d.]+ ms: [\d.]+x/);
+  });
+
+  it('--no-dense skips the baseline: the same plan and mass recall, dense null, no output error or speedup', async () => {
+    const r = await runCli(['run', ...SMALL, '--no-dense', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const s: RunSummary = JSON.parse(r.stdout);
+    expect(s.dense).toBeNull();
+    const p = s.policies[0];
+    const full = summary.policies[0];
+    expect(p.heads.map((h) => h.density)).toEqual(full.heads.map((h) => h.density));
+    expect(p.heads.map((h) => h.massRecall)).toEqual(full.heads.map((h) => h.massRecall));
+    expect(p.heads.map((h) => h.outputError)).toEqual([null, null, null, null]);
+    expect(p.outputError).toBeNull();
+    expect(p.speedup).toBeNull();
+    expect(p.timeMs.median).toBeGreaterThan(0);
+    // and the text output says so instead of printing numbers
+    const text = await runCli(['run', ...SMALL, '--no-dense']);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toContain('dense baseline skipped (--no-dense): no output error or speedup');
+    expect(text.stdout).toContain('output error not measured (no dense baseline)');
+    expect(text.stdout).not.toMatch(/vs dense [\d.]+ ms|x$/m);
   });
 
   it('reads a Q/K/V dump with --qkv and gets the same plan as the scenario', async () => {
@@ -101,7 +126,7 @@ describe('crisp run', () => {
     expect(r2.code, r2.stderr).toBe(0);
     const fromNpy: RunSummary = JSON.parse(r2.stdout);
     expect(fromNpy.policies[0].heads.map((h) => h.density)).toEqual(b.heads.map((h) => h.density));
-    expect(fromNpy.policies[0].outputError).toBeCloseTo(b.outputError, 9);
+    expect(fromNpy.policies[0].outputError).toBeCloseTo(b.outputError!, 9);
   });
 
   it('refuses a dump whose q and k lengths differ (exit 1, says why)', async () => {
@@ -201,5 +226,120 @@ describe('crisp calibrate', () => {
     expect(text.stdout).toContain('sink mass');
     expect(text.stdout).toContain(`${want.perHead[0].sinkMass.toFixed(3)}`);
     expect(text.stdout).toMatch(/top-1 block at sink\/local for [\d.]+% of heads/);
+  });
+});
+
+describe('crisp --version', () => {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
+  for (const flag of ['--version', '-V']) {
+    it(`${flag} prints apps/cli's package.json version on stdout and exits 0`, async () => {
+      expect(pkg.name).toBe('@crisp/cli');
+      const r = await runCli([flag]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toBe(`${pkg.version}\n`);
+      expect(r.stderr).toBe('');
+    });
+  }
+
+  it('--help lists -V, --version', async () => {
+    const r = await runCli(['--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/-V, --version\s+print crisp's version/);
+  });
+
+  it('reads the version of the package.json it finds above the module, and refuses a tree without one', () => {
+    const dir = tempDir();
+    mkdirSync(join(dir, 'pkg', 'dist', 'deep'), { recursive: true });
+    writeFileSync(join(dir, 'pkg', 'package.json'), JSON.stringify({ name: '@crisp/cli', version: '9.8.7-test' }));
+    // a nearer package.json of another package is passed over
+    writeFileSync(join(dir, 'pkg', 'dist', 'package.json'), JSON.stringify({ name: 'other', version: '1.0.0' }));
+    expect(cliVersion(pathToFileURL(join(dir, 'pkg', 'dist', 'deep', 'main.js')))).toBe('9.8.7-test');
+    const lone = tempDir();
+    expect(() => cliVersion(pathToFileURL(join(lone, 'main.js')))).toThrow(/cannot find the package.json of @crisp\/cli/);
+  });
+});
+
+describe('crisp run: the estimate, the phases and the progress', () => {
+  const ARGS = ['run', '--backend', 'reference', '--n', '2048', '--heads', '2', '--kv-heads', '1', '--head-dim', '32', '--seed', String(SEED), '--sample-rows', '8', '--json'];
+  let s: RunSummary;
+  let stderr: string;
+  beforeAll(async () => {
+    const r = await runCli(ARGS);
+    expect(r.code, r.stderr).toBe(0);
+    s = JSON.parse(r.stdout);
+    stderr = r.stderr;
+  });
+
+  it('prints an estimate on the reference backend, within a factor of 4 of the time the work took', () => {
+    const e = s.estimate!;
+    const p = s.phasesMs;
+    expect(e.msPerKey).toBeGreaterThan(0);
+    // dense: H·n(n+1)/2 keys at the calibrated rate, one pass
+    expect(e.denseMs).toBeCloseTo(e.msPerKey * ((2 * 2048 * 2049) / 2), 6);
+    expect(e.sparse).toHaveLength(1);
+    expect(e.sparse[0].density).toBeCloseTo(s.policies[0].density, 12);
+    expect(e.totalMs).toBeCloseTo(e.denseMs! + e.sparse[0].ms + e.checkMs, 6);
+    const actual = p.dense! + p.prefill + p.check;
+    expect(e.totalMs / actual, `estimate ${e.totalMs} ms, took ${actual} ms`).toBeGreaterThan(1 / 4);
+    expect(e.totalMs / actual, `estimate ${e.totalMs} ms, took ${actual} ms`).toBeLessThan(4);
+    // a run this short gets no line (the estimate is in the JSON)
+    if (e.totalMs < NOTE_RUN_MS) expect(stderr).not.toMatch(/this run takes/);
+  });
+
+  it('says the estimate as a note from 10 s, as a warning with what to change over a minute', () => {
+    const e = { msPerKey: 1e-6, calibrationMs: 400, denseMs: 2 * 45_000, sparse: [{ policy: 'crisp', density: 0.123, planMs: 500, ms: 21_000 }], checkMs: 3000, totalMs: 114_000 };
+    expect(estimateLine({ ...e, totalMs: 9_999 }, 2)).toBe('');
+    expect(estimateLine({ ...e, denseMs: 8000, sparse: [], checkMs: 0, totalMs: 8000 + 4000 }, 1)).toBe(
+      'note: this run takes about 12 s on this machine (dense 8.0 s; from a 0.4 s calibration)\n',
+    );
+    expect(estimateLine(e, 2)).toBe(
+      'warning: this run takes about 1.9 min on this machine (dense 2 × 45 s, crisp 21 s at density 12.3%, exact rows 3.0 s; from a 0.4 s calibration); --no-dense skips the dense baseline, a smaller --n is quadratically faster, a GPU --backend is far faster\n',
+    );
+    expect(estimateLine({ ...e, denseMs: null, totalMs: 24 * 3_600_000 }, 2)).toMatch(/^warning: this run takes about 24\.0 h .*; a smaller --n is quadratically faster, a GPU --backend is far faster\n$/);
+  });
+
+  it('times the phases: each one positive, together no more than the wall time', () => {
+    const p = s.phasesMs;
+    for (const k of ['generate', 'estimate', 'dense', 'prefill', 'check', 'wall'] as const) expect(p[k], k).toBeGreaterThan(0);
+    expect(p.upload).toBeGreaterThanOrEqual(0);
+    const sum = p.backend + p.generate! + p.upload + p.estimate! + p.dense! + p.prefill + p.check;
+    expect(sum).toBeLessThanOrEqual(p.wall);
+    // the timed runs sit inside their phases
+    expect(p.dense!).toBeGreaterThanOrEqual(s.dense!.timeMs.runs[0]);
+    expect(p.prefill).toBeGreaterThanOrEqual(s.policies[0].timeMs.runs[0]);
+    // in-process there is no worker entry: one thread
+    expect(s.threads).toBe(1);
+  });
+
+  it('the text output ends with the phases line', async () => {
+    const r = await runCli(ARGS.slice(0, -1));
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(
+      /\nphases: backend [\d.]+ s, generate [\d.]+ s \(1 thread\), upload [\d.]+ s, estimate [\d.]+ s, dense [\d.]+ s, plan\+prefill [\d.]+ s, check [\d.]+ s; wall [\d.]+ s\n$/,
+    );
+  });
+
+  it('under --json with stderr a terminal: stdout is the JSON document alone, the bars move on stderr inside a pass', async () => {
+    let stdout = '';
+    let err = '';
+    const io = { stdout: { write: (x: string) => (stdout += x), isTTY: true }, stderr: { write: (x: string) => (err += x), isTTY: true, columns: 120 } };
+    // n 4096 H 2: a dense pass of some seconds, long enough for the bar to draw inside it
+    const code = await main(['node', 'crisp', 'run', '--backend', 'reference', '--n', '4096', '--heads', '2', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '4', '--json'], io);
+    expect(code, err).toBe(0);
+    expect(JSON.parse(stdout).input.n).toBe(4096);
+    // frames start at column 1: ESC [ 1 G (or a carriage return)
+    const frames = err.split(new RegExp(`\r|${String.fromCharCode(27)}\\[1G`)).filter((f) => f.startsWith('dense baseline'));
+    const inside = frames.map((f) => Number(/(\d+)% \| pass 1\/1/.exec(f)?.[1] ?? Number.NaN)).filter((x) => x > 0 && x < 100);
+    expect(inside.length, err.slice(0, 2000)).toBeGreaterThan(0);
+    expect(frames.some((f) => /ETA \d/.test(f))).toBe(true);
+  });
+
+  it('under --no-dense the estimate leaves the dense baseline out', async () => {
+    const r = await runCli([...ARGS, '--no-dense']);
+    expect(r.code, r.stderr).toBe(0);
+    const t: RunSummary = JSON.parse(r.stdout);
+    expect(t.estimate!.denseMs).toBeNull();
+    expect(t.phasesMs.dense).toBeNull();
+    expect(r.stderr).not.toMatch(/\(dense /);
   });
 });

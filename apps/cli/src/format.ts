@@ -2,14 +2,17 @@
 import type { CalibrationReport } from '@crisp/synth';
 import type { RunSummary } from './run-job.js';
 
+/** What the text output says in place of the dense comparison under --no-dense. */
+export const DENSE_SKIPPED = 'dense baseline skipped (--no-dense): no output error or speedup';
+
 export function fmt(x: number | null | undefined, digits = 3): string {
   if (x === null || x === undefined || Number.isNaN(x)) return '-';
   if (x !== 0 && (Math.abs(x) < 10 ** -digits || Math.abs(x) >= 1e6)) return x.toExponential(2);
   return x.toFixed(digits);
 }
 
-export function pct(x: number | undefined): string {
-  return x === undefined || Number.isNaN(x) ? '-' : `${(100 * x).toFixed(1)}%`;
+export function pct(x: number | null | undefined): string {
+  return x === undefined || x === null || Number.isNaN(x) ? '-' : `${(100 * x).toFixed(1)}%`;
 }
 
 function table(header: string[], rows: string[][]): string {
@@ -44,7 +47,7 @@ export function formatRun(s: RunSummary): string {
     const vs = p.heads.filter((h) => h.route === 'vs').length;
     const pe = p.heads.filter((h) => h.route === 'pe').length;
     out.push(
-      `summary ${p.policy}: routes ${vs} VS / ${pe} PE${p.threshold !== undefined ? ` (${scoreName} threshold ${p.threshold})` : ''}; density ${pct(p.density)}; mass recall ${pct(p.massRecall)} (${s.sampleRows} exact rows); output error ${fmt(p.outputError, 4)} vs dense`,
+      `summary ${p.policy}: routes ${vs} VS / ${pe} PE${p.threshold !== undefined ? ` (${scoreName} threshold ${p.threshold})` : ''}; density ${pct(p.density)}; mass recall ${pct(p.massRecall)} (${s.sampleRows} exact rows); ${p.outputError === null ? 'output error not measured (no dense baseline)' : `output error ${fmt(p.outputError, 4)} vs dense`}`,
     );
     const extra: string[] = [];
     if (p.needleRecall) {
@@ -54,11 +57,24 @@ export function formatRun(s: RunSummary): string {
     }
     if (p.routingAgreement !== undefined) extra.push(`C_struct vs JSD routing agreement ${pct(p.routingAgreement)}`);
     if (extra.length) out.push(`  ${extra.join('; ')}`);
-    out.push(
-      `  time ${fmt(p.timeMs.median, 1)} ms (median of ${p.timeMs.runs.length}; plan ${fmt(p.timeMs.planMs, 1)} ms) vs dense ${fmt(s.dense.timeMs.median, 1)} ms: ${p.speedup.toFixed(2)}x`,
-    );
+    const time = `  time ${fmt(p.timeMs.median, 1)} ms (median of ${p.timeMs.runs.length}; plan ${fmt(p.timeMs.planMs, 1)} ms)`;
+    out.push(s.dense && p.speedup !== null ? `${time} vs dense ${fmt(s.dense.timeMs.median, 1)} ms: ${p.speedup.toFixed(2)}x` : `${time}; ${DENSE_SKIPPED}`);
   }
+  out.push('', phasesLine(s));
   return `${out.join('\n')}\n`;
+}
+
+const sec = (ms: number) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
+
+/** Where the wall time went: "phases: backend 0.10 s, generate 2.31 s (16 threads), ...; wall 21.9 s". */
+export function phasesLine(s: Pick<RunSummary, 'phasesMs' | 'threads' | 'checkThreads'>): string {
+  const p = s.phasesMs;
+  const parts = [`backend ${sec(p.backend)}`];
+  if (p.generate !== null) parts.push(`generate ${sec(p.generate)} (${s.threads} thread${s.threads === 1 ? '' : 's'})`);
+  parts.push(`upload ${sec(p.upload)}`);
+  if (p.estimate !== null) parts.push(`estimate ${sec(p.estimate)}`);
+  parts.push(p.dense === null ? 'dense skipped' : `dense ${sec(p.dense)}`, `plan+prefill ${sec(p.prefill)}`, `check ${sec(p.check)}${s.checkThreads > 1 ? ` (${s.checkThreads} threads)` : ''}`);
+  return `phases: ${parts.join(', ')}; wall ${sec(p.wall)}`;
 }
 
 export function formatCalibration(rep: CalibrationReport, title: string): string {

@@ -49,6 +49,7 @@ const CASES: Case[] = [
   usage((_, f) => ['run', '--qkv', f, '--heads', '4', '--kv-heads', '1', '--head-dim', '32'], /--heads, --kv-heads, --head-dim describe a generated scenario/),
   usage((d, f) => ['report', '--qkv', f, '--seed', '1', '--out', join(d, 'r.html')], /--seed describes a generated scenario/),
   usage((_, f) => ['run', '--qkv', f, '--seed', '1'], /--seed describes/),
+  usage((_, f) => ['run', '--qkv', f, '--threads', '4'], /--threads describes a generated scenario and does not apply with --qkv/),
   // dump flags without a dump
   usage(['run', '--layout', 'nhd'], /--layout only applies with --qkv FILE/),
   usage(['run', '--names', 'q=a'], /--names only applies with --qkv FILE/),
@@ -74,6 +75,9 @@ const CASES: Case[] = [
   usage(['run', '--head-dim', '16'], /--head-dim must be an integer in \[32, 1024\]/),
   usage(['run', '--sample-rows', '0'], /--sample-rows must be an integer/),
   usage(['run', '--repeats', '101'], /--repeats must be an integer in \[1, 100\]/),
+  ...['0', '-2', '257', '1.5', 'many'].map((v) => usage(['run', '--threads', v], new RegExp(`--threads must be an integer in \\[1, 256\\]; got '${v.replace(/[.+]/g, '\\$&')}'`))),
+  usage(['run', '--no-dense=1'], /unknown option '--no-dense=1'/),
+  usage(['run', '--dense'], /unknown option '--dense'/),
   usage(['run', '--dtype', 'f64'], /--dtype must be one of f32, f16, bf16; got 'f64'/),
   // combinations
   usage([...R, '--head-dim', '33', '--n', '256'], /--head-dim must be even \(rotary pairs\); got 33/),

@@ -32,7 +32,8 @@ import {
   resolveQkvNames,
   uploadTensor,
 } from '@crisp/io';
-import { type Scenario, scenario, uploadScenario } from '@crisp/synth';
+import { type Scenario, type ScenarioTensors, scenario, uploadScenario } from '@crisp/synth';
+import { synthThreads, synthWorkerEntry, uploadScenarioParallel } from '@crisp/synth/node';
 import type { SelectedBackend } from './backends.js';
 import { type CliIo, UsageError } from './cli-io.js';
 import { type ProblemSize, checkProblem, slowRunNote } from './limits.js';
@@ -48,6 +49,8 @@ export interface ScenarioFlags {
   readonly headDim?: number;
   readonly dtype?: DType;
   readonly seed: number;
+  /** host threads generating the scenario (default: cores less one, at most 16, for large scenarios) */
+  readonly threads?: number;
 }
 
 export interface InputRequest extends ScenarioFlags {
@@ -78,7 +81,12 @@ export interface Inputs {
   readonly convertedFrom?: DType;
   /** releases host resources (open files) */
   close(): Promise<void>;
+  /** ms generating the scenario (null for a dump) and writing it onto the backend; threads that generated */
+  readonly timing: { readonly generateMs: number | null; readonly uploadMs: number; readonly threads: number };
 }
+
+/** Scenarios of this many q values or more are generated on worker threads by default. */
+export const PARALLEL_MIN_VALUES = 2 ** 24;
 
 function decodeInto(dtype: DType, src: HostData, out: Float32Array): void {
   if (dtype === 'f32') out.set(src as Float32Array);
@@ -131,16 +139,35 @@ async function loadScenario(sel: SelectedBackend, o: InputRequest, io: CliIo): P
   checkProblem(sel.backend, size, { kind: 'flags' });
   const slow = slowRunNote(size, sel.name === 'reference');
   if (slow) io.stderr.write(`note: ${slow}\n`);
+  const t0 = performance.now();
   const sc = scenario(o.profile, { ...dims, dtype, seed: o.seed });
-  const bar = progressBar(io.stderr, 'generating + upload', sc.n);
-  let t: Awaited<ReturnType<typeof uploadScenario>>;
+  const setupMs = performance.now() - t0;
+  const threads = o.threads ?? synthThreads();
+  const entry = synthWorkerEntry();
+  const parallel = threads > 1 && (o.threads !== undefined || dims.n * dims.heads * dims.headDim >= PARALLEL_MIN_VALUES);
+  if (parallel && !entry) io.stderr.write('note: generating the scenario on one thread (this entry of crisp cannot start worker threads)\n');
+  const bar = progressBar(io.stderr, `generating + upload${parallel && entry ? ` (${threads} threads)` : ''}`, sc.n);
+  let t: ScenarioTensors | undefined;
+  let used = 1;
   try {
-    t = await uploadScenario(sel.backend, sc, { onProgress: (r) => bar.update(r) });
+    if (parallel && entry) {
+      const spec = { profile: sc.profile, n: sc.n, heads: sc.heads, kvHeads: sc.kvHeads, headDim: sc.headDim, seed: sc.seed, dtype: sc.dtype };
+      try {
+        t = await uploadScenarioParallel(sel.backend, spec, { threads, workerUrl: entry, onProgress: (r) => bar.update(r) });
+        used = threads;
+      } catch (e) {
+        io.stderr.write(`note: worker threads failed (${e instanceof Error ? e.message : String(e)}); generating on one thread\n`);
+      }
+    }
+    t ??= await uploadScenario(sel.backend, sc, { onProgress: (r) => bar.update(r) });
   } finally {
     bar.stop();
   }
   return {
-    ...t,
+    q: t.q,
+    k: t.k,
+    v: t.v,
+    timing: { generateMs: setupMs + (t.timing?.generateMs ?? 0), uploadMs: t.timing?.writeMs ?? 0, threads: used },
     n: sc.n,
     H: sc.heads,
     Hkv: sc.kvHeads,
@@ -410,6 +437,7 @@ async function loadDump(sel: SelectedBackend, o: InputRequest, io: CliIo): Promi
     checkProblem(sel.backend, size, { kind: 'file', path });
     const slow = slowRunNote(size, sel.name === 'reference');
     if (slow) io.stderr.write(`note: ${slow}\n`);
+    const t0 = performance.now();
     for (const role of ['q', 'k', 'v'] as const) {
       const r = roles[role];
       const bar = progressBar(io.stderr, `upload ${role}`, dims.q.n);
@@ -421,10 +449,12 @@ async function loadDump(sel: SelectedBackend, o: InputRequest, io: CliIo): Promi
         bar.stop();
       }
     }
+    const uploadMs = performance.now() - t0;
     return {
       q: made[0],
       k: made[1],
       v: made[2],
+      timing: { generateMs: null, uploadMs, threads: 1 },
       n: dims.q.n,
       H: dims.q.H,
       Hkv: dims.k.H,

@@ -2,16 +2,21 @@
  * The `crisp` command: run (the main job), report (one self-contained HTML page), calibrate.
  * Exit codes: 0 ok, 1 runtime error (a CrispError prints its code), 2 bad usage or flags.
  */
+import { realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { CrispError, isCrispError } from '@crisp/core';
 import { PROFILE_NAMES } from '@crisp/synth';
+import { serveSynthChunks, setSynthWorkerEntry } from '@crisp/synth/node';
 import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
 import { calibrateCommand } from './calibrate-command.js';
+import { serveCheckRows } from './check-workers.js';
 import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
 import { formatRun, toJson } from './format.js';
 import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, namesFlag, numFlag, pathFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
+import { cliVersion } from './version.js';
 import { type RunOptions, type ScenarioChoice, runJob } from './run-job.js';
 
 export { runJob, type RunOptions, type RunSummary } from './run-job.js';
@@ -37,6 +42,8 @@ interface CommonFlags {
   sampleRows?: number;
   repeats?: number;
   gate: boolean;
+  dense: boolean;
+  threads?: number;
   json?: boolean;
 }
 
@@ -91,7 +98,9 @@ function addPolicyFlags(cmd: Command): Command {
     )
     .option('--sample-rows <count>', 'query rows with exact attention for mass recall (default 64; 16 on GPUs)', intFlag('--sample-rows', 1, 1e6))
     .option('--repeats <count>', 'timed runs after a warm-up (default 3 on GPUs, 1 on the reference)', intFlag('--repeats', 1, 100))
-    .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)");
+    .option('--no-gate', "ignore the backend's dense/sparse length gate (always take the sparse path)")
+    .option('--threads <count>', 'host threads generating the scenario (default: the cores less one, at most 16, for scenarios of 16M+ q values)', intFlag('--threads', 1, 256))
+    .option('--no-dense', 'skip the dense baseline: no output error and no speedup (the output says so; JSON has dense: null)');
 }
 
 function scenarioChoice(f: CommonFlags): ScenarioChoice {
@@ -104,6 +113,7 @@ function scenarioChoice(f: CommonFlags): ScenarioChoice {
     headDim: f.headDim,
     dtype: f.dtype,
     seed: f.seed,
+    threads: f.threads,
   };
 }
 
@@ -119,6 +129,7 @@ const SCENARIO_FLAGS: readonly [string, string][] = [
   ['kvHeads', '--kv-heads'],
   ['headDim', '--head-dim'],
   ['seed', '--seed'],
+  ['threads', '--threads'],
 ];
 const DUMP_FLAGS: readonly [string, string][] = [
   ['layout', '--layout'],
@@ -160,6 +171,7 @@ function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
     sampleRows: f.sampleRows,
     repeats: f.repeats,
     gate: f.gate,
+    dense: f.dense,
   };
 }
 
@@ -174,6 +186,13 @@ function program(io: CliIo): Command {
       // One line: "crisp: unknown option '--bogus' (see --help)".
       outputError: (s, write) => write(`crisp: ${oneLine(s.replace(/^error: /, ''))} (see --help)\n`),
     });
+
+  // Like commander's .version(), but package.json is read only when the flag is given.
+  prog.option('-V, --version', "print crisp's version (apps/cli's package.json) and exit");
+  prog.on('option:version', () => {
+    io.stdout.write(`${cliVersion()}\n`);
+    throw new CommanderError(EXIT_OK, 'commander.version', cliVersion());
+  });
 
   const run = prog
     .command('run')
@@ -222,7 +241,7 @@ function program(io: CliIo): Command {
   addProblemFlags(cal);
   cal.action(async (f: CommonFlags & { block: string }) => {
     // (calibrate has no --qkv, so checkFlagMix has nothing to refuse)
-    runOptions({ ...f, gate: true, preset: 'crisp' });
+    runOptions({ ...f, gate: true, dense: true, preset: 'crisp' });
     await calibrateCommand(
       {
         ...scenarioChoice(f),
@@ -282,12 +301,25 @@ export function reportError(e: unknown, io: CliIo): number {
   return EXIT_RUNTIME;
 }
 
+/** The file this process started from (what worker threads run), or undefined when unknown. */
+function entryUrl(script: string): URL | undefined {
+  try {
+    return pathToFileURL(realpathSync(script));
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The process entry (bin/crisp.js): runs main, sets the exit code, and turns anything that
  * escapes it (an unhandled rejection, an uncaught exception, a closed stdout) into a one-line
  * error and exit 1 instead of a stack trace.
  */
 export function runProcess(argv: readonly string[] = process.argv, io: CliIo = processIo): void {
+  // In a worker thread started to generate a scenario or compute exact rows, this entry does that and nothing else.
+  if (serveSynthChunks() || serveCheckRows()) return;
+  const entry = argv[1] ? entryUrl(argv[1]) : undefined;
+  if (entry) setSynthWorkerEntry(entry);
   const fatal = (e: unknown) => {
     reportError(e, io);
     process.exit(EXIT_RUNTIME);

@@ -1,7 +1,7 @@
 // The command as a real process (bundled from the sources with esbuild): cases that could
 // hang or kill a process, where an in-process test would hang or die with it.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { writeNpy } from '@crisp/io';
@@ -45,10 +45,19 @@ interface Exit {
   readonly timedOut: boolean;
 }
 
-function crisp(args: string[], opts: { env?: Record<string, string>; timeoutMs?: number; onSpawn?: (c: ChildProcess) => void } = {}): Promise<Exit> {
+interface SpawnOptions {
+  env?: Record<string, string>;
+  timeoutMs?: number;
+  onSpawn?: (c: ChildProcess) => void;
+  /** run this program with these arguments instead of the bundle (args are appended) */
+  via?: { file: string; args: string[] };
+}
+
+function crisp(args: string[], opts: SpawnOptions = {}): Promise<Exit> {
   return new Promise((resolve) => {
     const t0 = performance.now();
-    const child = spawn(process.execPath, [bundle, ...args], { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const [file, argv] = opts.via ? [opts.via.file, [...opts.via.args, ...args]] : [process.execPath, [bundle, ...args]];
+    const child = spawn(file, argv, { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let timedOut = false;
@@ -123,5 +132,52 @@ describe('crisp as a process', () => {
     expect(r.stderr).not.toMatch(/internal error|\n\s+at /);
     expect(r.code).toBe(0);
     expect(listTree(dir)).toEqual([]);
+  });
+});
+
+describe('pnpm crisp (the root script) with --json', () => {
+  it("writes nothing but the JSON document on stdout: the build step's output goes to stderr", async () => {
+    const root = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { scripts: Record<string, string> };
+    const script = root.scripts.crisp;
+    // the build filter names the CLI's package (with its dependencies)
+    expect(script).toContain('--filter=@crisp/cli...');
+    const entry = 'node apps/cli/bin/crisp.js';
+    expect(script.endsWith(entry)).toBe(true);
+    // The script as a shell runs it (pnpm appends the arguments), with a stand-in turbo that
+    // talks on both streams as the real one does, and the bundle in place of the built bin.
+    const dir = tempDir();
+    const fake = join(dir, 'turbo');
+    writeFileSync(fake, "#!/bin/sh\necho '   • Running build in 12 packages'\necho ' Tasks:    11 successful, 11 total'\necho 'a build warning' 1>&2\n");
+    chmodSync(fake, 0o755);
+    const line = `${script.slice(0, -entry.length)}"${process.execPath}" "${bundle}"`;
+    const args = ['run', '--backend', 'reference', '--n', '512', '--heads', '2', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '4', '--json'];
+    const r = await crisp(args, { via: { file: 'sh', args: ['-c', `${line} "$@"`, 'sh'] }, env: { PATH: `${dir}:${process.env.PATH}` }, timeoutMs: 60_000 });
+    expect(r.code, r.stderr).toBe(0);
+    const doc = JSON.parse(r.stdout) as { input: { n: number; heads: number }; policies: unknown[] };
+    expect(doc.input).toMatchObject({ n: 512, heads: 2 });
+    expect(doc.policies).toHaveLength(1);
+    expect(r.stdout.startsWith('{')).toBe(true);
+    expect(r.stderr).toContain('Running build in 12 packages');
+    expect(r.stderr).toContain('a build warning');
+  });
+});
+
+describe('crisp run --threads', () => {
+  it('generates the scenario and computes the exact rows on worker threads of the entry itself: the same numbers as one thread', async () => {
+    const args = ['run', '--backend', 'reference', '--n', '2048', '--heads', '4', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '8', '--seed', '11', '--json'];
+    const [par, one] = [await crisp([...args, '--threads', '3'], { timeoutMs: 120_000 }), await crisp([...args, '--threads', '1'], { timeoutMs: 120_000 })];
+    expect(par.code, par.stderr).toBe(0);
+    expect(one.code, one.stderr).toBe(0);
+    const [a, b] = [JSON.parse(par.stdout), JSON.parse(one.stdout)];
+    expect(a.threads).toBe(3);
+    expect(b.threads).toBe(1);
+    // the exact rows too: the same block masses, so the same mass recall to the bit
+    expect(a.checkThreads).toBe(3);
+    expect(b.checkThreads).toBe(1);
+    expect(par.stderr).not.toMatch(/one thread/);
+    expect(a.phasesMs.generate).toBeGreaterThan(0);
+    for (const key of ['density', 'massRecall', 'outputError'] as const) {
+      expect(a.policies[0].heads.map((h: Record<string, number>) => h[key])).toEqual(b.policies[0].heads.map((h: Record<string, number>) => h[key]));
+    }
   });
 });

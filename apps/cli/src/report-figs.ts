@@ -248,7 +248,7 @@ export function perHead(s: RunSummary): Built {
   const H = s.input.heads;
   const heads = Array.from({ length: H }, (_, h) => `h${h}`);
   const ax = headAxis(H, s.policies.length);
-  const bars = (value: (h: PolicyResult['heads'][number]) => number, label: (h: PolicyResult['heads'][number]) => string) =>
+  const bars = (value: (h: PolicyResult['heads'][number]) => number | null, label: (h: PolicyResult['heads'][number]) => string) =>
     s.policies.map((p) => ({
       x: heads,
       y: p.heads.map(value),
@@ -267,12 +267,15 @@ export function perHead(s: RunSummary): Built {
       data: bars((h) => h.density, (h) => pct(h.density)),
       layout: { title: { text: `density per head (selected causal blocks / Nb(Nb+1)/2)${hover}`, ...TITLE }, barmode: 'group', xaxis, yaxis: { tickformat: '.0%', range: [0, 1.15] }, height: 380 },
     },
-    {
-      id: 'error',
-      data: bars((h) => Math.max(h.outputError, 1e-12), (h) => fmt(h.outputError, 4)),
-      layout: { title: { text: `output error per head ‖O_sparse − O_dense‖ / ‖O_dense‖${hover}`, ...TITLE }, barmode: 'group', xaxis, yaxis: { type: 'log', exponentformat: 'power' }, height: 380 },
-    },
   ];
+  // (no error bars without a dense baseline: every output error is null then)
+  if (s.dense) {
+    figs.push({
+      id: 'error',
+      data: bars((h) => (h.outputError === null ? null : Math.max(h.outputError, 1e-12)), (h) => fmt(h.outputError, 4)),
+      layout: { title: { text: `output error per head ‖O_sparse − O_dense‖ / ‖O_dense‖${hover}`, ...TITLE }, barmode: 'group', xaxis, yaxis: { type: 'log', exponentformat: 'power' }, height: 380 },
+    });
+  }
   return { figs, html: figs.map((f) => div(f.id)).join('') };
 }
 
@@ -280,18 +283,19 @@ export function perHead(s: RunSummary): Built {
 export function timeBreakdown(s: RunSummary): Built {
   const timed = s.policies.filter((p) => typeof p.timeMs?.planMs === 'number' && Number.isFinite(p.timeMs.planMs));
   if (timed.length === 0) return { why: 'the run JSON has no plan times (timeMs.planMs); it predates them' };
-  const names = [...timed.map((p) => p.policy), 'dense'];
+  const dense = s.dense ? [s.dense.timeMs.median] : [];
+  const names = [...timed.map((p) => p.policy), ...(s.dense ? ['dense'] : [])];
   const plan = timed.map((p) => Math.min(p.timeMs.planMs, p.timeMs.median));
   const attention = timed.map((p, i) => p.timeMs.median - plan[i]);
   const label = (ms: number) => `${fmt(ms, 1)} ms`;
   const fig: Fig = {
     id: 'time-plot',
     data: [
-      { y: names, x: [...plan, 0], type: 'bar', orientation: 'h', name: 'plan (stats, routing, selection)', marker: { color: '#ff7f0e' }, text: [...plan.map(label), ''], textposition: 'inside' },
-      { y: names, x: [...attention, s.dense.timeMs.median], type: 'bar', orientation: 'h', name: 'attention', marker: { color: '#1f77b4' }, text: [...attention, s.dense.timeMs.median].map(label), textposition: 'inside' },
+      { y: names, x: [...plan, ...dense.map(() => 0)], type: 'bar', orientation: 'h', name: 'plan (stats, routing, selection)', marker: { color: '#ff7f0e' }, text: [...plan.map(label), ...dense.map(() => '')], textposition: 'inside' },
+      { y: names, x: [...attention, ...dense], type: 'bar', orientation: 'h', name: 'attention', marker: { color: '#1f77b4' }, text: [...attention, ...dense].map(label), textposition: 'inside' },
     ],
     layout: {
-      title: { text: `plan and attention time, median of ${s.dense.timeMs.runs.length} on ${esc(s.backend)} (plan: the last timed run)`, ...TITLE },
+      title: { text: `plan and attention time, median of ${s.policies[0].timeMs.runs.length} on ${esc(s.backend)} (plan: the last timed run)${s.dense ? '' : '; dense skipped (--no-dense)'}`, ...TITLE },
       barmode: 'stack',
       xaxis: { title: { text: 'ms' } },
       yaxis: { autorange: 'reversed', automargin: true },
@@ -354,7 +358,8 @@ export function scaling(runs: readonly RunSummary[]): Built {
       return { x: at.map((a) => a.n), y: at.map((a) => a.y), type: 'scatter', mode: 'lines+markers', name };
     });
   const xaxis = { title: { text: 'n (tokens)' }, type: 'log', tickvals: sizes, ticktext: sizes.map(String) };
-  const dense = { x: sorted.map((r) => r.input.n), y: sorted.map((r) => r.dense.timeMs.median), type: 'scatter', mode: 'lines+markers', name: 'dense', line: { dash: 'dash', color: '#7f7f7f' } };
+  const withDense = sorted.filter((r) => r.dense);
+  const dense = { x: withDense.map((r) => r.input.n), y: withDense.map((r) => r.dense!.timeMs.median), type: 'scatter', mode: 'lines+markers', name: 'dense', line: { dash: 'dash', color: '#7f7f7f' } };
   const figs: Fig[] = [
     { id: 'scaling-density', data: series((p) => p.density), layout: { title: { text: 'density against n', ...TITLE }, xaxis, yaxis: { title: { text: 'density' }, tickformat: '.0%', rangemode: 'tozero' }, height: 380 } },
     { id: 'scaling-latency', data: [...series((p) => p.timeMs.median), dense], layout: { title: { text: 'latency against n (median ms)', ...TITLE }, xaxis, yaxis: { title: { text: 'ms' }, type: 'log' }, height: 380 } },

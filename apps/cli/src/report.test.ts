@@ -5,7 +5,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { gammaCut, noiseFloorMu } from './report.js';
+import { DENSE_SKIPPED } from './format.js';
+import { buildReportHtml, gammaCut, noiseFloorMu } from './report.js';
 import type { RunSummary } from './run-job.js';
 import { runCli, testSeed } from './test-support.js';
 import { signalBlocks } from './truth-blocks.js';
@@ -207,5 +208,30 @@ describe('crisp report in headless Chromium', () => {
     const r = await runCli(['report', '--from', 'x.json', '--n', '1024', '--out', join(dir, 'x.html')]);
     expect(r.code).toBe(2);
     expect(r.stderr).toBe('crisp: --n describes a run, and --from reads finished runs; drop it or drop --from (see --help)\n');
+  });
+});
+
+describe('report without a dense baseline (--no-dense)', () => {
+  const SMALL = ['--backend', 'reference', '--n', '1024', '--heads', '2', '--kv-heads', '1', '--head-dim', '32', '--seed', String(SEED), '--sample-rows', '4', '--no-dense'];
+
+  it('builds the page from the JSON of `crisp run --no-dense --json`: says the comparison was skipped, no error plot', async () => {
+    const r = await runCli(['run', ...SMALL, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const s = JSON.parse(r.stdout) as RunSummary;
+    expect(s.dense).toBeNull();
+    const html = buildReportHtml({ runs: [s] });
+    expect(html).toContain(DENSE_SKIPPED);
+    expect(html).not.toContain('id="error"');
+    expect(html).toMatch(/data-metric="output-error">-<\/td>/);
+    expect(html).toContain(`data-metric="density">${(100 * s.policies[0].density).toFixed(1)}%`);
+  });
+
+  it('crisp report --no-dense writes the page and says the comparison was skipped', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-report-'));
+    const out = join(dir, 'report.html');
+    const r = await runCli(['report', ...SMALL, '--compare', 'flexPrefill', '--out', out]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/^wrote .*report\.html \([\d.]+ MB\): crisp density [\d.]+%, mass recall [\d.]+%, dense baseline skipped \(--no-dense\)/);
+    expect(readFileSync(out, 'utf8')).toContain(DENSE_SKIPPED);
   });
 });

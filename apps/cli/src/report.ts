@@ -12,7 +12,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { UsageError, type CliIo } from './cli-io.js';
-import { fmt, pct, toJson } from './format.js';
+import { DENSE_SKIPPED, fmt, pct, toJson } from './format.js';
 import { checkOutputPath, writeFileAtomic } from './out-file.js';
 import { presetSettings } from './provenance.js';
 import {
@@ -84,7 +84,7 @@ function tables(s: RunSummary): string {
   const summaryRows = s.policies
     .map(
       (p) =>
-        `<tr><td>${esc(p.policy)}${p.denseReason ? ` (dense: ${esc(p.denseReason)})` : ''}</td><td class="num" data-metric="density">${pct(p.density)}</td><td class="num" data-metric="mass-recall">${pct(p.massRecall)}</td><td class="num" data-metric="output-error">${fmt(p.outputError, 4)}</td><td class="num">${p.needleRecall ? `${pct(p.needleRecall.recall)} (${p.needleRecall.recalled}/${p.needleRecall.total})` : '-'}</td><td class="num">${p.routingAgreement === undefined ? '-' : pct(p.routingAgreement)}</td><td class="num">${fmt(p.timeMs.median, 1)}</td><td class="num">${p.speedup.toFixed(2)}x</td></tr>`,
+        `<tr><td>${esc(p.policy)}${p.denseReason ? ` (dense: ${esc(p.denseReason)})` : ''}</td><td class="num" data-metric="density">${pct(p.density)}</td><td class="num" data-metric="mass-recall">${pct(p.massRecall)}</td><td class="num" data-metric="output-error">${fmt(p.outputError, 4)}</td><td class="num">${p.needleRecall ? `${pct(p.needleRecall.recall)} (${p.needleRecall.recalled}/${p.needleRecall.total})` : '-'}</td><td class="num">${p.routingAgreement === undefined ? '-' : pct(p.routingAgreement)}</td><td class="num">${fmt(p.timeMs.median, 1)}</td><td class="num">${p.speedup === null ? '-' : `${p.speedup.toFixed(2)}x`}</td></tr>`,
     )
     .join('\n');
   const headRows = main.heads
@@ -145,7 +145,7 @@ h2 { margin-top: 28px; } .note { color: #555; font-size: 14px; max-width: 70em; 
 #provenance-table td { font-size: 13px; vertical-align: top; } code.commit { font-size: 12px; }
 </style></head><body>
 <h1>CRISP sparse prefill report</h1>
-<p id="run-meta">${esc(inp.source)}: n=${inp.n}, H=${inp.heads}, Hkv=${inp.kvHeads}, d=${inp.headDim}, ${inp.dtype}, B=${s.blockSize} (Nb=${s.numBlocks}); backend <b>${esc(s.backend)}</b>; dense ${fmt(s.dense.timeMs.median, 1)} ms (median of ${s.dense.timeMs.runs.length}); mass recall over ${s.sampleRows} exact query rows.</p>
+<p id="run-meta">${esc(inp.source)}: n=${inp.n}, H=${inp.heads}, Hkv=${inp.kvHeads}, d=${inp.headDim}, ${inp.dtype}, B=${s.blockSize} (Nb=${s.numBlocks}); backend <b>${esc(s.backend)}</b>; ${s.dense ? `dense ${fmt(s.dense.timeMs.median, 1)} ms (median of ${s.dense.timeMs.runs.length})` : esc(DENSE_SKIPPED)}; mass recall over ${s.sampleRows} exact query rows.</p>
 <section id="provenance"><h2>Provenance</h2>${provenanceBlock(d.runs)}</section>
 <section id="data"><h2>Data</h2>${downloads(d.runs)}</section>
 <section id="numbers"><h2>Summary</h2>${tables(s)}</section>
@@ -190,6 +190,6 @@ export async function reportCommand(o: RunOptions, out: string, io: CliIo, f: Re
   await writeFileAtomic('--out', path, html);
   const main = s.policies[0];
   io.stdout.write(
-    `wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${main.policy} density ${pct(main.density)}, mass recall ${pct(main.massRecall)}, output error ${fmt(main.outputError, 4)}, ${main.speedup.toFixed(2)}x vs dense${runs.length > 1 ? ` (and ${runs.length - 1} more run${runs.length > 2 ? 's' : ''})` : ''}${sweep ? `; sweep of ${sweep.points.length} plans` : ''}\n`,
+    `wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${main.policy} density ${pct(main.density)}, mass recall ${pct(main.massRecall)}, ${main.speedup === null ? DENSE_SKIPPED : `output error ${fmt(main.outputError, 4)}, ${main.speedup.toFixed(2)}x vs dense`}${runs.length > 1 ? ` (and ${runs.length - 1} more run${runs.length > 2 ? 's' : ''})` : ''}${sweep ? `; sweep of ${sweep.points.length} plans` : ''}\n`,
   );
 }

@@ -14,8 +14,6 @@ import {
   type DeviceTensor,
   type DType,
   expandToRows,
-  f16BitsToF32,
-  bf16BitsToF32,
   type HostTensor,
   type Policy,
   type PrefillPlan,
@@ -25,12 +23,16 @@ import {
 } from '@crisp/core';
 import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
 import { type GroundTruth, type HeadKind, needleRecall } from '@crisp/synth';
-import { type BackendChoice, selectBackend } from './backends.js';
+import { type BackendChoice, type SelectedBackend, selectBackend } from './backends.js';
+import { synthThreads, synthWorkerEntry } from '@crisp/synth/node';
+import { massRecallOf, relativeErrorPerHead, sampledBlockMasses, sampleRowsOf } from './check.js';
+import { blockMassesOnWorkers } from './check-workers.js';
 import type { CliIo } from './cli-io.js';
+import { type RunEstimate, estimateLine, estimateRun } from './estimate.js';
 import { type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
 import type { QkvNameFlags } from './options.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
-import { progressBar } from './progress.js';
+import { type PassProgress, passBar } from './progress.js';
 import { type Provenance, collectProvenance } from './provenance.js';
 
 /** The backend and scenario a command runs on (shared by run, report and calibrate). */
@@ -55,6 +57,8 @@ export interface RunOptions extends ScenarioChoice {
   readonly repeats?: number;
   /** apply the backend's dense/sparse length gate (default true) */
   readonly gate: boolean;
+  /** run the dense baseline (default true); without it there is no output error or speedup */
+  readonly dense?: boolean;
 }
 
 export interface HeadResult {
@@ -65,7 +69,8 @@ export interface HeadResult {
   readonly score: number | null;
   readonly density: number;
   readonly massRecall: number;
-  readonly outputError: number;
+  /** ‖O_sparse − O_dense‖ / ‖O_dense‖; null when the dense baseline was skipped (--no-dense) */
+  readonly outputError: number | null;
 }
 
 export interface PolicyResult {
@@ -76,12 +81,14 @@ export interface PolicyResult {
   readonly heads: readonly HeadResult[];
   readonly density: number;
   readonly massRecall: number;
-  readonly outputError: number;
+  /** null when the dense baseline was skipped */
+  readonly outputError: number | null;
   readonly needleRecall?: { readonly recall: number; readonly visibleRecall: number; readonly recalled: number; readonly total: number };
   /** C_struct vs JSD decisions on this plan's proxy statistics */
   readonly routingAgreement?: number;
   readonly timeMs: { readonly median: number; readonly runs: readonly number[]; readonly planMs: number };
-  readonly speedup: number;
+  /** dense median / this median; null when the dense baseline was skipped */
+  readonly speedup: number | null;
   /** selected key blocks per (head, query block), for the report's heatmaps */
   readonly rows?: BlockRows;
 }
@@ -102,7 +109,8 @@ export interface RunSummary {
   readonly blockSize: number;
   readonly numBlocks: number;
   readonly sampleRows: number;
-  readonly dense: { readonly timeMs: { readonly median: number; readonly runs: readonly number[] } };
+  /** the dense baseline; null when it was skipped (--no-dense) */
+  readonly dense: { readonly timeMs: { readonly median: number; readonly runs: readonly number[] } } | null;
   readonly policies: readonly PolicyResult[];
   /** proxy statistics of the first sparse plan (for reports): per head p_v, C_struct, JSD */
   readonly proxy?: {
@@ -113,108 +121,36 @@ export interface RunSummary {
   readonly truth?: Pick<GroundTruth, 'heads' | 'needles'> & Partial<Pick<GroundTruth, 'stripes'>>;
   /** when, from which commit, with which versions, on which machine (absent in older run JSON) */
   readonly provenance?: Provenance;
+  /**
+   * Where the wall time went, ms. backend: selecting and starting it; generate: making the
+   * scenario on `threads` host threads (null for a dump); upload: writing it (or reading and
+   * writing a dump) onto the backend; estimate: the reference backend's calibration; dense:
+   * every dense pass (warm-up included; null under --no-dense); prefill: every plan+prefill
+   * pass of every policy (warm-up included); check: exact rows, downloads and output error;
+   * wall: the whole job. The rest of wall is bookkeeping between phases.
+   */
+  readonly phasesMs: {
+    readonly backend: number;
+    readonly generate: number | null;
+    readonly upload: number;
+    readonly estimate: number | null;
+    readonly dense: number | null;
+    readonly prefill: number;
+    readonly check: number;
+    readonly wall: number;
+  };
+  /** host threads that generated the scenario */
+  readonly threads: number;
+  /** host threads that computed the exact rows */
+  readonly checkThreads: number;
+  /** the estimate printed before the work (reference backend only) */
+  readonly estimate?: RunEstimate;
 }
 
 function median(xs: readonly number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   const m = Math.floor(s.length / 2);
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
-
-/** Evenly spaced rows, always including the last; at most `count`. */
-function sampleRowsOf(n: number, count: number): number[] {
-  if (count >= n) return Array.from({ length: n }, (_, i) => i);
-  const rows = new Set<number>();
-  for (let t = 0; t < count; t++) rows.add(Math.round(((t + 1) * (n - 1)) / count));
-  return [...rows].sort((a, b) => a - b);
-}
-
-/**
- * Exact attention probabilities of sampled rows (float64 over f32 inputs), reduced to block
- * masses: [rows][H][Nb]. Shared by every policy's mass recall.
- */
-async function sampledBlockMasses(inp: Inputs, kHost: HostTensor, rows: number[], B: number, io: CliIo): Promise<Float64Array[]> {
-  const { n, H, Hkv, d } = inp;
-  const Nb = Math.ceil(n / B);
-  const k = toF32(kHost);
-  const scale = 1 / Math.sqrt(d);
-  const group = H / Hkv;
-  const logits = new Float64Array(n);
-  const out: Float64Array[] = [];
-  const bar = progressBar(io.stderr, 'mass recall (exact rows)', rows.length);
-  try {
-    for (let r = 0; r < rows.length; r++) {
-      const i = rows[r];
-      const q = await inp.qRow(i);
-      const masses = new Float64Array(H * Nb);
-      for (let h = 0; h < H; h++) {
-        const g = Math.floor(h / group);
-        const qo = h * d;
-        let max = Number.NEGATIVE_INFINITY;
-        for (let j = 0; j <= i; j++) {
-          const ko = (j * Hkv + g) * d;
-          let s = 0;
-          for (let c = 0; c < d; c++) s += q[qo + c] * k[ko + c];
-          s *= scale;
-          logits[j] = s;
-          if (s > max) max = s;
-        }
-        let z = 0;
-        for (let j = 0; j <= i; j++) {
-          const e = Math.exp(logits[j] - max);
-          z += e;
-          masses[h * Nb + Math.floor(j / B)] += e;
-        }
-        for (let J = 0; J < Nb; J++) masses[h * Nb + J] /= z;
-      }
-      out.push(masses);
-      bar.update(r + 1);
-      if (r % 4 === 3) await new Promise<void>((res) => setImmediate(res));
-    }
-  } finally {
-    bar.stop();
-  }
-  return out;
-}
-
-function massRecallOf(rows: BlockRows | undefined, masses: Float64Array[], sample: number[], H: number, Nb: number, B: number): Float64Array {
-  const per = new Float64Array(H);
-  if (!rows) return per.fill(1);
-  for (let r = 0; r < sample.length; r++) {
-    const I = Math.floor(sample[r] / B);
-    for (let h = 0; h < H; h++) {
-      const row = h * Nb + I;
-      let s = 0;
-      for (let p = rows.rowPtr[row]; p < rows.rowPtr[row + 1]; p++) s += masses[r][h * Nb + rows.cols[p]];
-      per[h] += s;
-    }
-  }
-  for (let h = 0; h < H; h++) per[h] /= sample.length;
-  return per;
-}
-
-/** ‖a − b‖ / ‖b‖ per head over all rows, decoding as it goes (no second full f32 copy). */
-function relativeErrorPerHead(a: HostTensor, b: HostTensor, H: number, d: number): { perHead: Float64Array; overall: number } {
-  const conv = a.dtype === 'f32' ? (x: number) => x : a.dtype === 'bf16' ? bf16BitsToF32 : f16BitsToF32;
-  const diff = new Float64Array(H);
-  const ref = new Float64Array(H);
-  const len = a.data.length;
-  for (let f = 0; f < len; f++) {
-    const h = Math.floor(f / d) % H;
-    const x = conv(a.data[f]);
-    const y = conv(b.data[f]);
-    diff[h] += (x - y) * (x - y);
-    ref[h] += y * y;
-  }
-  let sx = 0;
-  let sy = 0;
-  const perHead = new Float64Array(H);
-  for (let h = 0; h < H; h++) {
-    perHead[h] = ref[h] > 0 ? Math.sqrt(diff[h] / ref[h]) : diff[h] === 0 ? 0 : Number.POSITIVE_INFINITY;
-    sx += diff[h];
-    sy += ref[h];
-  }
-  return { perHead, overall: sy > 0 ? Math.sqrt(sx / sy) : 0 };
 }
 
 async function timed<T extends { output: DeviceTensor }>(
@@ -241,10 +177,55 @@ async function timed<T extends { output: DeviceTensor }>(
   return { last: last!, runs };
 }
 
+/** Exact rows of this many multiply-adds or more go to worker threads by default (about a second on one). */
+const PARALLEL_CHECK_MACS = 5e8;
+
+/**
+ * The sampled rows' block masses: on worker threads (the process's entry) when there are
+ * threads to spare and enough work, or when --threads asks; else on this thread.
+ */
+async function exactRows(
+  inp: Inputs,
+  k: Float32Array,
+  sample: number[],
+  B: number,
+  threadsFlag: number | undefined,
+  io: CliIo,
+): Promise<{ masses: Float64Array[]; threads: number }> {
+  const threads = Math.min(threadsFlag ?? synthThreads(), sample.length);
+  const entry = synthWorkerEntry();
+  const work = sample.reduce((s, i) => s + i + 1, 0) * inp.H * inp.d;
+  if (entry && threads > 1 && (threadsFlag !== undefined || work >= PARALLEL_CHECK_MACS)) {
+    const q: Float32Array[] = [];
+    for (const i of sample) q.push(await inp.qRow(i));
+    try {
+      const dims = { n: inp.n, H: inp.H, Hkv: inp.Hkv, d: inp.d, B };
+      return { masses: await blockMassesOnWorkers(k, q, sample, dims, { threads, workerUrl: entry }), threads };
+    } catch (e) {
+      io.stderr.write(`note: worker threads failed (${e instanceof Error ? e.message : String(e)}); computing the exact rows on one thread\n`);
+    }
+  }
+  return { masses: await sampledBlockMasses(inp, k, sample, B, io), threads: 1 };
+}
+
+/** Runs `f` with the backend's in-pass progress (if any) moving pass `index` of the bar. */
+async function withPassProgress<T>(sel: SelectedBackend, bar: PassProgress, index: number, f: () => Promise<T>): Promise<T> {
+  const sink = sel.attentionProgress;
+  if (sink) sink.listener = (done, total) => bar.at(index, total > 0 ? done / total : 1);
+  try {
+    return await f();
+  } finally {
+    if (sink) sink.listener = undefined;
+    bar.at(index + 1, 0);
+  }
+}
+
 export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
+  const wall0 = performance.now();
   const policies: Policy[] = [buildPolicy(o.preset, o.overrides)];
   for (const c of o.compare ?? []) if (c !== o.preset) policies.push(buildPolicy(c, { blockSize: o.overrides.blockSize }));
   const sel = await selectBackend(o.backend);
+  const backendMs = performance.now() - wall0;
   const backend = sel.backend;
   for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
   const gpu = sel.name !== 'reference';
@@ -268,39 +249,60 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
     const Nb = Math.ceil(n / B);
     const inputs = { q: inp.q, k: inp.k, v: inp.v };
 
-    const denseBar = progressBar(io.stderr, 'dense baseline', repeats + (gpu ? 1 : 0));
-    let denseDone = 0;
-    const dense = await timed(backend, gpu, repeats, async () => {
-      const r = await backend.denseAttention(inp.q, inp.k, inp.v);
-      denseBar.update(++denseDone);
-      return r;
-    });
-    denseBar.stop();
-    const denseOut = await backend.download(dense.last.output);
-    dense.last.output.dispose();
-    const denseMedian = median(dense.runs);
-
+    const passes = repeats + (gpu ? 1 : 0);
     const sample = sampleRowsOf(n, sampleCount);
-    const kHost = await backend.download(inp.k);
-    const masses = await sampledBlockMasses(inp, kHost, sample, B, io);
+    let checkMs = 0;
+    let c0 = performance.now();
+    const kF32 = toF32(await backend.download(inp.k));
+    checkMs += performance.now() - c0;
+
+    let estimate: RunEstimate | undefined;
+    if (sel.name === 'reference') {
+      estimate = await estimateRun({ backend, inp, policies, passes, dense: o.dense !== false, sample, blockSize: B, gate: o.gate });
+      io.stderr.write(estimateLine(estimate, passes));
+    }
+
+    let dense: RunSummary['dense'] = null;
+    let denseOut: HostTensor | undefined;
+    let denseMs: number | null = null;
+    if (o.dense !== false) {
+      const d0 = performance.now();
+      const denseBar = passBar(io.stderr, 'dense baseline', passes);
+      let denseDone = 0;
+      const runs = await timed(backend, gpu, repeats, () => withPassProgress(sel, denseBar, denseDone++, () => backend.denseAttention(inp.q, inp.k, inp.v)));
+      denseBar.stop();
+      denseMs = performance.now() - d0;
+      c0 = performance.now();
+      denseOut = await backend.download(runs.last.output);
+      runs.last.output.dispose();
+      checkMs += performance.now() - c0;
+      dense = { timeMs: { median: median(runs.runs), runs: runs.runs } };
+    }
+
+    c0 = performance.now();
+    const { masses, threads: checkThreads } = await exactRows(inp, kF32, sample, B, o.threads, io);
+    checkMs += performance.now() - c0;
+    let prefillMs = 0;
 
     const results: PolicyResult[] = [];
     let proxy: RunSummary['proxy'];
     for (const policy of policies) {
-      const bar = progressBar(io.stderr, `${policy.name}`, repeats + (gpu ? 1 : 0));
+      const p0 = performance.now();
+      const bar = passBar(io.stderr, `${policy.name}`, passes);
       let done = 0;
-      const sp = await timed(backend, gpu, repeats, async () => {
-        const r = await sparsePrefill(backend, inputs, policy, { minSparseLength: o.gate ? undefined : 0 });
-        bar.update(++done);
-        return r;
-      });
+      const sp = await timed(backend, gpu, repeats, () =>
+        withPassProgress(sel, bar, done++, () => sparsePrefill(backend, inputs, policy, { minSparseLength: o.gate ? undefined : 0 })),
+      );
       bar.stop();
+      prefillMs += performance.now() - p0;
+      c0 = performance.now();
       const plan: PrefillPlan = sp.last.plan;
       const out = await backend.download(sp.last.output);
       sp.last.output.dispose();
       const rows = plan.mask ? expandToRows(plan.mask) : undefined;
       const recall = massRecallOf(rows, masses, sample, H, Nb, B);
-      const err = relativeErrorPerHead(out, denseOut, H, d);
+      const err = denseOut ? relativeErrorPerHead(out, denseOut, H, d) : undefined;
+      checkMs += performance.now() - c0;
       const stats: ProxyStats | undefined = plan.stats;
       if (stats && !proxy) proxy = proxyView(stats);
       const heads: HeadResult[] = [];
@@ -312,7 +314,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
           score: plan.routing ? plan.routing.scores[h] : null,
           density: plan.density[h],
           massRecall: recall[h],
-          outputError: err.perHead[h],
+          outputError: err ? err.perHead[h] : null,
         });
       }
       const nr = inp.scenario ? needleRecall(plan, inp.scenario.truth) : undefined;
@@ -327,11 +329,11 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
         heads,
         density: plan.overallDensity,
         massRecall: recall.reduce((s, x) => s + x, 0) / H,
-        outputError: err.overall,
+        outputError: err ? err.overall : null,
         needleRecall: nr && { recall: nr.recall, visibleRecall: nr.visibleRecall, recalled: nr.recalled, total: nr.total },
         routingAgreement: agreement,
         timeMs: { median: med, runs: sp.runs, planMs: plan.planMs },
-        speedup: denseMedian / med,
+        speedup: dense ? dense.timeMs.median / med : null,
         rows,
       });
     }
@@ -351,11 +353,24 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       blockSize: B,
       numBlocks: Nb,
       sampleRows: sample.length,
-      dense: { timeMs: { median: denseMedian, runs: dense.runs } },
+      dense,
       policies: results,
       proxy,
       truth: inp.scenario ? { heads: inp.scenario.truth.heads, needles: inp.scenario.truth.needles, stripes: inp.scenario.truth.stripes } : undefined,
       provenance: collectProvenance(o.preset, o.overrides),
+      phasesMs: {
+        backend: backendMs,
+        generate: inp.timing.generateMs,
+        upload: inp.timing.uploadMs,
+        estimate: estimate ? estimate.calibrationMs : null,
+        dense: denseMs,
+        prefill: prefillMs,
+        check: checkMs,
+        wall: performance.now() - wall0,
+      },
+      threads: inp.timing.threads,
+      checkThreads,
+      estimate,
     };
   } catch (e) {
     throw overflowHint(e, inp);

@@ -42,7 +42,7 @@ import {
   wrapHost,
   wantedOptionalStats,
 } from '@crisp/core';
-import { attendMany, type HeadMajor, peRowsF64, proxyStatsF64, toHeadMajor } from './math.js';
+import { attendMany, attendManySliced, type HeadMajor, peRowsF64, proxyStatsF64, toHeadMajor } from './math.js';
 
 export const REFERENCE_BACKEND_NAME = 'reference';
 
@@ -73,12 +73,29 @@ function disposedError(what: string): CrispError {
   return new CrispError('DISPOSED', `this ${what} was disposed; create a new one (upload again) before using it`);
 }
 
+/** How far one denseAttention or sparseAttention call has got. */
+export interface ReferenceProgress {
+  readonly op: 'dense' | 'sparse';
+  /** work done and in all, in keys scanned summed over query rows and heads (0 <= done <= total) */
+  readonly done: number;
+  readonly total: number;
+}
+
 export interface ReferenceBackendOptions {
   /**
    * The pipeline's default length gate. 0: the reference never prefers dense, so plans
    * built through it always exercise the sparse path (it is an oracle, not a fast path).
    */
   readonly sparseCrossover?: number;
+  /**
+   * Called during each attention call: once at its start (done 0), every `progressEveryMs`
+   * of work, and at its end (done = total). Between those calls the backend yields to the
+   * event loop, so timers and progress output run during a long pass. Results are the same
+   * bits with or without it. Without it, attention runs in one go, as before.
+   */
+  readonly onProgress?: (p: ReferenceProgress) => void;
+  /** ms of work between progress calls (default 100; 0: after every group of query rows) */
+  readonly progressEveryMs?: number;
 }
 
 const CAPABILITIES: BackendCapabilities = Object.freeze({
@@ -95,9 +112,20 @@ class ReferenceBackend implements Backend {
   readonly name = REFERENCE_BACKEND_NAME;
   readonly capabilities = CAPABILITIES;
   readonly sparseCrossover: number;
+  readonly #onProgress: ReferenceBackendOptions['onProgress'];
+  readonly #everyMs: number;
   #disposed = false;
 
   constructor(opts: ReferenceBackendOptions) {
+    if (opts.onProgress !== undefined && typeof opts.onProgress !== 'function') {
+      throw new InvalidArgumentError(`createReferenceBackend: onProgress must be a function (or left out); got ${describeValue(opts.onProgress)}`);
+    }
+    const every = opts.progressEveryMs ?? 100;
+    if (typeof every !== 'number' || !Number.isFinite(every) || every < 0) {
+      throw new InvalidArgumentError(`createReferenceBackend: progressEveryMs must be a finite number >= 0 (ms); got ${describeValue(every)}`);
+    }
+    this.#onProgress = opts.onProgress;
+    this.#everyMs = every;
     const c = opts.sparseCrossover ?? 0;
     if (typeof c !== 'number' || !Number.isFinite(c) || c < 0) {
       throw new InvalidArgumentError(`createReferenceBackend: sparseCrossover must be a finite number >= 0 (keys); got ${describeValue(c)}`);
@@ -274,14 +302,14 @@ class ReferenceBackend implements Backend {
     return this.#attend(q, k, v, undefined, 128, opts ?? {});
   }
 
-  #attend(
+  async #attend(
     q: DeviceTensor,
     k: DeviceTensor,
     v: DeviceTensor,
     rows: BlockRows | undefined,
     B: number,
     opts: AttentionOptions,
-  ): AttentionResult {
+  ): Promise<AttentionResult> {
     const { shape, qf, kf, vf } = this.#prepare(q, k, v);
     const { queries: m, heads: H, headDim: d } = shape;
     const scale = checkScale(opts?.scale, d);
@@ -303,10 +331,17 @@ class ReferenceBackend implements Backend {
     }
     const all = new Int32Array(m);
     for (let i = 0; i < m; i++) all[i] = i;
-    const res = attendMany({ q: qf, k: kf, v: vf, scale }, all, rows, B);
+    const problem = { q: qf, k: kf, v: vf, scale };
+    const report = this.#onProgress;
+    const op = rows ? 'sparse' : 'dense';
+    const res = report
+      ? await attendManySliced(problem, all, rows, B, (done, total) => report({ op, done, total }), this.#everyMs)
+      : attendMany(problem, all, rows, B);
+    // (a yield may have let someone dispose the backend or the output meanwhile)
+    if (report) this.#alive();
     // attendMany's output is already row-major [m, H, d]; round once to q's dtype.
     const encoded = encode(shape.dtype, res.output);
-    if (out) out.data.set(encoded as never);
+    if (out) this.#own(out, 'out').data.set(encoded as never);
     else out = new ReferenceTensor(this, shape.dtype, [m, H, d], encoded);
     if (!opts?.returnLse) return { output: out };
     const lse = new ReferenceTensor(this, 'f32', [H, m], Float32Array.from(res.lse));
@@ -331,7 +366,7 @@ function checkOptionsObject(opts: unknown, what: string): void {
   }
 }
 
-const OPTION_KEYS: readonly string[] = ['sparseCrossover'];
+const OPTION_KEYS: readonly string[] = ['sparseCrossover', 'onProgress', 'progressEveryMs'];
 
 function checkScale(scale: number | undefined, d: number): number {
   if (scale === undefined) return defaultScale(d);

@@ -1,4 +1,4 @@
-export { createReferenceBackend, ReferenceTensor, REFERENCE_BACKEND_NAME, type ReferenceBackendOptions } from './backend.js';
+export { createReferenceBackend, ReferenceTensor, REFERENCE_BACKEND_NAME, type ReferenceBackendOptions, type ReferenceProgress } from './backend.js';
 export {
   attentionRows,
   type AttentionRowsResult,

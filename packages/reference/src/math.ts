@@ -346,6 +346,79 @@ function attendGroup(
   }
 }
 
+/** One group of attendMany: rows queryRows[t .. t+T) of head h, keys in the first nr ranges. */
+interface Group {
+  h: number;
+  t: number;
+  T: number;
+  i0: number;
+  pos0: number;
+  nr: number;
+}
+
+/**
+ * The groups of attendMany in their order (heads outer, rows inner; up to 4 consecutive rows
+ * of one query block share a group), with each group's key ranges left in `ranges`. One
+ * Group object is reused: read it before the next step.
+ */
+function* attendGroups(m: number, n: number, H: number, queryRows: ArrayLike<number>, rows: BlockRows | undefined, B: number, ranges: Int32Array): Generator<Group> {
+  const Nb = Math.ceil(n / B);
+  const R = queryRows.length;
+  const g: Group = { h: 0, t: 0, T: 0, i0: 0, pos0: 0, nr: 0 };
+  for (let h = 0; h < H; h++) {
+    let t = 0;
+    while (t < R) {
+      const i0 = queryRows[t];
+      const pos0 = n - m + i0;
+      const I = Math.floor(pos0 / B);
+      // Group consecutive rows of the same query block (up to 4).
+      let T = 1;
+      while (T < GROUP && t + T < R && queryRows[t + T] === i0 + T && Math.floor((pos0 + T) / B) === I) T++;
+      g.h = h;
+      g.t = t;
+      g.T = T;
+      g.i0 = i0;
+      g.pos0 = pos0;
+      g.nr = rowRanges(rows, h * Nb + I, pos0 + T - 1, B, n, ranges);
+      yield g;
+      t += T;
+    }
+  }
+}
+
+/** Keys a group scans: its rows times the keys in its ranges (the unit of attention progress). */
+function groupWork(g: Group, ranges: Int32Array): number {
+  let keys = 0;
+  for (let r = 0; r < g.nr; r++) keys += ranges[2 * r + 1] - ranges[2 * r];
+  return g.T * keys;
+}
+
+interface AttendPass {
+  readonly output: Float64Array;
+  readonly lse: Float64Array;
+  /** runs the groups one by one; yields the work of each group after running it */
+  readonly steps: Generator<number>;
+}
+
+function attendPass(p: Problem, queryRows: ArrayLike<number>, rows: BlockRows | undefined, B: number): AttendPass {
+  const { q, k } = p;
+  const H = q.heads;
+  const d = q.dim;
+  const n = k.rows;
+  const R = queryRows.length;
+  const output = new Float64Array(R * H * d);
+  const lse = new Float64Array(H * R);
+  const gs = new GroupScratch(n, d, Math.ceil(n / B));
+  function* steps(): Generator<number> {
+    for (const g of attendGroups(q.rows, n, H, queryRows, rows, B, gs.ranges)) {
+      const { h, t: base } = g;
+      attendGroup(p, h, g.i0, g.T, g.pos0, g.nr, gs, output, (x) => ((base + x) * H + h) * d, lse, h * R + base);
+      yield groupWork(g, gs.ranges);
+    }
+  }
+  return { output, lse, steps: steps() };
+}
+
 /**
  * Attention for the listed query rows (indices into q's rows), all heads, dense or over a
  * mask's expanded rows. Returns f64 output [rows.length, H, d] and LSE [H, rows.length].
@@ -356,32 +429,53 @@ export function attendMany(
   rows: BlockRows | undefined,
   B: number,
 ): { output: Float64Array; lse: Float64Array } {
-  const { q, k } = p;
-  const H = q.heads;
-  const d = q.dim;
-  const m = q.rows;
-  const n = k.rows;
-  const Nb = Math.ceil(n / B);
-  const R = queryRows.length;
-  const output = new Float64Array(R * H * d);
-  const lse = new Float64Array(H * R);
-  const gs = new GroupScratch(n, d, Nb);
-  for (let h = 0; h < H; h++) {
-    let t = 0;
-    while (t < R) {
-      const i0 = queryRows[t];
-      const pos0 = n - m + i0;
-      const I = Math.floor(pos0 / B);
-      // Group consecutive rows of the same query block (up to 4).
-      let T = 1;
-      while (T < GROUP && t + T < R && queryRows[t + T] === i0 + T && Math.floor((pos0 + T) / B) === I) T++;
-      const nr = rowRanges(rows, h * Nb + I, pos0 + T - 1, B, n, gs.ranges);
-      const base = t;
-      attendGroup(p, h, i0, T, pos0, nr, gs, output, (x) => ((base + x) * H + h) * d, lse, h * R + t);
-      t += T;
+  const pass = attendPass(p, queryRows, rows, B);
+  for (const _ of pass.steps);
+  return { output: pass.output, lse: pass.lse };
+}
+
+/** Total work of an attendMany call, in the unit of its progress (keys scanned, summed over groups). */
+export function attendWork(m: number, n: number, H: number, queryRows: ArrayLike<number>, rows: BlockRows | undefined, B: number): number {
+  const ranges = new Int32Array(2 * Math.max(Math.ceil(n / B), 1));
+  let total = 0;
+  for (const g of attendGroups(m, n, H, queryRows, rows, B, ranges)) total += groupWork(g, ranges);
+  return total;
+}
+
+/** Let timers, I/O and progress output run: setImmediate in Node, a zero timeout in browsers. */
+function yieldToEventLoop(): Promise<void> {
+  const g = globalThis as { setImmediate?: (cb: () => void) => unknown };
+  return new Promise<void>((resolve) => (g.setImmediate ? g.setImmediate(resolve) : setTimeout(resolve, 0)));
+}
+
+/**
+ * attendMany in slices: after every `everyMs` of work it reports (done, total) and yields to
+ * the event loop, so a long pass neither freezes progress output nor stops timers. The same
+ * groups in the same order as attendMany: the results are bit for bit the same.
+ */
+export async function attendManySliced(
+  p: Problem,
+  queryRows: ArrayLike<number>,
+  rows: BlockRows | undefined,
+  B: number,
+  onSlice: (done: number, total: number) => void,
+  everyMs: number,
+): Promise<{ output: Float64Array; lse: Float64Array }> {
+  const total = attendWork(p.q.rows, p.k.rows, p.q.heads, queryRows, rows, B);
+  const pass = attendPass(p, queryRows, rows, B);
+  let done = 0;
+  let last = performance.now();
+  onSlice(0, total);
+  for (const work of pass.steps) {
+    done += work;
+    if (performance.now() - last >= everyMs && done < total) {
+      onSlice(done, total);
+      await yieldToEventLoop();
+      last = performance.now();
     }
   }
-  return { output, lse };
+  onSlice(total, total);
+  return { output: pass.output, lse: pass.lse };
 }
 
 /** Mean key of each block (partial last block over its real rows): [Hkv][Nb][d]. */

@@ -590,3 +590,80 @@ describe('metric helpers', () => {
     }
   });
 });
+
+describe('attention progress (onProgress)', () => {
+  // A causal random mask over the blocks, so the sparse pass skips some keys.
+  function randomMask(H: number, Nb: number, B: number): BlockMask {
+    const cols: number[][] = [];
+    const rowsOf: number[][] = [];
+    for (let h = 0; h < H; h++) {
+      cols.push([0, ...Array.from({ length: Nb }, (_, J) => J).filter((J) => J > 0 && rand() < 0.3)]);
+      rowsOf.push([0]);
+    }
+    return { heads: H, numBlocks: Nb, blockSize: B, vs: vsListsFromArrays(cols, rowsOf) };
+  }
+
+  for (const dtype of ['f32', 'bf16'] as const) {
+    it(`gives the same bits with progress as without, dense and sparse, full and chunked prefill (${dtype})`, async () => {
+      const [n, H, Hkv, d, B] = [300, 4, 2, 32, 32];
+      const q = randomTensor([n, H, d], dtype);
+      const k = randomTensor([n, Hkv, d], dtype);
+      const v = randomTensor([n, Hkv, d], dtype);
+      const seen: { op: string; done: number; total: number }[] = [];
+      const plain = createReferenceBackend();
+      const sliced = createReferenceBackend({ onProgress: (p) => seen.push({ ...p }), progressEveryMs: 0 });
+      const mask = randomMask(H, Math.ceil(n / B), B);
+      const run = async (be: Backend, qh: HostTensor) => {
+        const [qd, kd, vd] = [be.upload(qh), be.upload(k), be.upload(v)];
+        const dense = await be.denseAttention(qd, kd, vd, { returnLse: true });
+        const sparse = await be.sparseAttention(qd, kd, vd, mask, { returnLse: true });
+        return Promise.all([dense.output, dense.lse!, sparse.output, sparse.lse!].map((t) => be.download(t)));
+      };
+      const tail: HostTensor = { dtype, shape: [100, H, d], data: q.data.slice(200 * H * d) };
+      for (const qh of [q, tail]) {
+        const a = await run(plain, qh);
+        const b = await run(sliced, qh);
+        for (let i = 0; i < a.length; i++) expect(Array.from(b[i].data), msg(`output ${i}`)).toEqual(Array.from(a[i].data));
+      }
+      // every call reports 0 first and total last, never going back
+      const calls: (typeof seen)[] = [];
+      for (const e of seen) {
+        if (e.done === 0) calls.push([]);
+        calls.at(-1)!.push(e);
+      }
+      expect(calls.map((c) => c[0].op)).toEqual(['dense', 'sparse', 'dense', 'sparse']);
+      for (const c of calls) {
+        expect(c.length).toBeGreaterThan(3);
+        for (let i = 1; i < c.length; i++) expect(c[i].done).toBeGreaterThanOrEqual(c[i - 1].done);
+        expect(c.at(-1)!.done).toBe(c[0].total);
+      }
+      // dense over all 300 rows scans at least the causal triangle; the mask scans less
+      expect(calls[0][0].total).toBeGreaterThanOrEqual((H * n * (n + 1)) / 2);
+      expect(calls[1][0].total).toBeLessThan(calls[0][0].total);
+    });
+  }
+
+  it('yields to the event loop inside a pass: a timer set before the call fires before it ends', async () => {
+    let fired = false;
+    let firedMidPass = false;
+    const be = createReferenceBackend({
+      onProgress: (p) => {
+        if (fired && p.done > 0 && p.done < p.total) firedMidPass = true;
+      },
+      progressEveryMs: 0,
+    });
+    const [n, H, d] = [256, 2, 32];
+    const t = (shape: number[]) => be.upload(randomTensor(shape));
+    setImmediate(() => {
+      fired = true;
+    });
+    await be.denseAttention(t([n, H, d]), t([n, 1, d]), t([n, 1, d]));
+    expect(firedMidPass).toBe(true);
+  });
+
+  it('refuses a bad onProgress or progressEveryMs with INVALID_ARGUMENT', () => {
+    expect(() => createReferenceBackend({ onProgress: 1 as never })).toThrow(/onProgress must be a function/);
+    expect(() => createReferenceBackend({ progressEveryMs: -1 })).toThrow(/progressEveryMs must be a finite number >= 0/);
+    expect(() => createReferenceBackend({ progressEveryMs: Number.NaN })).toThrow(/progressEveryMs/);
+  });
+});

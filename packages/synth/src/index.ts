@@ -1,6 +1,6 @@
 export { type Scenario, type ScenarioOptions, type ScenarioChunk, type GroundTruth, type HeadTruth, type NeedleTruth, type HeadStrengths, scenario } from './scenario.js';
 export { type HeadKind, HEAD_KINDS, type Profile, type ProfileName, PROFILE_NAMES, PROFILES, getProfile } from './profiles.js';
-export { type ScenarioTensors, type UploadOptions, defaultChunkRows, uploadScenario } from './upload.js';
+export { type ScenarioTensors, type UploadOptions, allocateQkv, defaultChunkRows, uploadScenario } from './upload.js';
 export {
   type CalibrateOptions,
   type CalibrateScenarioOptions,

@@ -21,6 +21,20 @@ export interface ScenarioTensors {
   readonly q: DeviceTensor;
   readonly k: DeviceTensor;
   readonly v: DeviceTensor;
+  /** where the time went, ms: generating the rows, and backend.write (upload) */
+  readonly timing?: { readonly generateMs: number; readonly writeMs: number };
+}
+
+/** Allocates q [n, H, d], k and v [n, Hkv, d] on the backend, each pushed to `made` (for freeing on failure). */
+export function allocateQkv(backend: Backend, sc: Pick<Scenario, 'n' | 'heads' | 'kvHeads' | 'headDim' | 'dtype'>, made: DeviceTensor[]): ScenarioTensors {
+  const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;
+  const q = backend.allocate(dtype, [n, H, d]);
+  made.push(q);
+  const k = backend.allocate(dtype, [n, Hkv, d]);
+  made.push(k);
+  const v = backend.allocate(dtype, [n, Hkv, d]);
+  made.push(v);
+  return { q, k, v };
 }
 
 /** Default chunk: ~4M q values (16 MB of f32), whatever the shape. */
@@ -37,26 +51,27 @@ export async function uploadScenario(backend: Backend, sc: Scenario, opts: Uploa
   if (!Number.isInteger(rows) || rows < 1) {
     throw new InvalidArgumentError(`chunkRows must be a positive integer; got ${String(rows)}`);
   }
-  const { n, heads: H, kvHeads: Hkv, headDim: d, dtype } = sc;
+  const { n, heads: H, kvHeads: Hkv, headDim: d } = sc;
   const made: DeviceTensor[] = [];
+  let generateMs = 0;
+  let writeMs = 0;
   try {
-    const q = backend.allocate(dtype, [n, H, d]);
-    made.push(q);
-    const k = backend.allocate(dtype, [n, Hkv, d]);
-    made.push(k);
-    const v = backend.allocate(dtype, [n, Hkv, d]);
-    made.push(v);
+    const { q, k, v } = allocateQkv(backend, sc, made);
     for (let start = 0; start < n; start += rows) {
       const end = Math.min(n, start + rows);
+      const t0 = performance.now();
       const c = sc.rows(start, end);
+      const t1 = performance.now();
       backend.write(q, start * H * d, c.q.data);
       backend.write(k, start * Hkv * d, c.k.data);
       backend.write(v, start * Hkv * d, c.v.data);
+      generateMs += t1 - t0;
+      writeMs += performance.now() - t1;
       opts.onChunk?.(start, c);
       opts.onProgress?.(end, n);
       if (end < n) await yieldToEventLoop();
     }
-    return { q, k, v };
+    return { q, k, v, timing: { generateMs, writeMs } };
   } catch (e) {
     for (const t of made) t.dispose();
     throw e;

@@ -163,7 +163,7 @@ function layerValues(n: number, s: Shape, seed: number): Float32Array[] {
  * values, over every key (dense) or over the blocks of `mask` (a sparse plan's own
  * definition): max |o - ref| / max(max |ref|, 1e-3). A wrong or unwritten output shows here.
  */
-export async function checkRows(o: Pick<Tensor, 'data'>, [q, k, v]: Float32Array[], n: number, s: Shape, mask?: BlockMask): Promise<number> {
+export async function checkRows(o: { data(): Promise<unknown> }, [q, k, v]: Float32Array[], n: number, s: Shape, mask?: BlockMask): Promise<number> {
   const got = (await o.data()) as Float32Array;
   const { heads: H, kvHeads: Hkv, headDim: D } = s;
   const rows = mask ? expandToRows(mask) : undefined;

@@ -1,18 +1,20 @@
 /**
- * A @crisp/synth scenario generated in worker threads and streamed onto a backend: the rows of
- * a scenario depend only on (profile, options, row), never on chunking, so each worker builds
- * the same scenario and generates the chunks it is handed; the main thread writes them at their
- * offsets. 512k x 32 heads takes 80-120 s on one thread of the H200 host and is the longest
- * part of a 512k latency run; 16 threads make it a few seconds plus the scenario's set-up.
+ * A scenario generated in worker threads and streamed onto a backend (Node only: import it
+ * from '@crisp/synth/node'). The rows of a scenario depend only on (profile, options, row),
+ * never on chunking, so each worker builds the same scenario and generates the chunks it is
+ * handed; the main thread writes them at their offsets. 512k x 32 heads takes 80-120 s on one
+ * thread of the H200 host; 16 threads make it a few seconds plus the scenario's set-up.
  *
- * The workers run the bench's own entry file (the single-file bundle or the tsc build), which
- * calls `serveSynthChunks()` first: in a worker started here it serves chunks and the rest of
- * the entry does not run.
+ * The workers run an entry file of the caller's (the bench's bundle, the crisp command's
+ * entry), which calls `serveSynthChunks()` first: in a worker started here it serves chunks
+ * and the rest of the entry does not run.
  */
 import { availableParallelism } from 'node:os';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import type { Backend, DeviceTensor, DType } from '@crisp/core';
-import { defaultChunkRows, type ProfileName, type ScenarioTensors, scenario } from '@crisp/synth';
+import type { ProfileName } from './profiles.js';
+import { scenario } from './scenario.js';
+import { allocateQkv, defaultChunkRows, type ScenarioTensors } from './upload.js';
 
 /** What a worker needs to build the same scenario as every other. */
 export interface SynthSpec {
@@ -25,7 +27,7 @@ export interface SynthSpec {
   readonly dtype: DType;
 }
 
-const FLAG = 'crispBenchSynthWorker';
+const FLAG = 'crispSynthWorker';
 
 interface Chunk {
   readonly start: number;
@@ -79,6 +81,8 @@ export function synthThreads(): number {
  * Allocate q, k, v on the backend and fill them from `threads` workers running `workerUrl`.
  * Same values as uploadScenario (the rows do not depend on the chunking). Rejects if a worker
  * fails (the tensors are freed first); the caller may then generate on its own thread.
+ * `timing.writeMs` is the main thread's time in backend.write; `generateMs` the rest of the
+ * wall time (waiting for the workers).
  */
 export async function uploadScenarioParallel(
   b: Backend,
@@ -91,13 +95,10 @@ export async function uploadScenarioParallel(
   for (let s = 0; s < n; s += rows) chunks.push([s, Math.min(n, s + rows)]);
   const made: DeviceTensor[] = [];
   const workers: Worker[] = [];
+  const t0 = performance.now();
+  let writeMs = 0;
   try {
-    const q = b.allocate(dtype, [n, H, d]);
-    made.push(q);
-    const k = b.allocate(dtype, [n, Hkv, d]);
-    made.push(k);
-    const v = b.allocate(dtype, [n, Hkv, d]);
-    made.push(v);
+    const { q, k, v } = allocateQkv(b, { n, heads: H, kvHeads: Hkv, headDim: d, dtype }, made);
     await new Promise<void>((resolve, reject) => {
       let next = 0;
       let written = 0;
@@ -120,6 +121,7 @@ export async function uploadScenarioParallel(
         workers.push(w);
         w.on('message', (c: Chunk) => {
           if (failed) return;
+          const w0 = performance.now();
           try {
             b.write(q, c.start * H * d, c.q);
             b.write(k, c.start * Hkv * d, c.k);
@@ -128,6 +130,7 @@ export async function uploadScenarioParallel(
             fail(e);
             return;
           }
+          writeMs += performance.now() - w0;
           rowsDone += c.end - c.start;
           opts.onProgress?.(rowsDone, n);
           if (++written === chunks.length) resolve();
@@ -140,7 +143,7 @@ export async function uploadScenarioParallel(
         hand(w);
       }
     });
-    return { q, k, v };
+    return { q, k, v, timing: { generateMs: performance.now() - t0 - writeMs, writeMs } };
   } catch (e) {
     for (const t of made) t.dispose();
     throw e;

@@ -1,0 +1,2 @@
+/** Node-only parts of @crisp/synth: scenario generation on worker threads. */
+export { type SynthSpec, serveSynthChunks, setSynthWorkerEntry, synthThreads, synthWorkerEntry, uploadScenarioParallel } from './workers.js';
