@@ -43,8 +43,8 @@ function rope(x: tf.Tensor): tf.Tensor {
     const [n, , d] = x.shape;
     // (tf.Tensor's chained methods need tfjs-core's chained-ops import; plain functions do not)
     const half = d / 2;
-    const inv = tf.pow(10000, tf.div(tf.range(0, half), -half));
-    const angles = tf.reshape(tf.outerProduct(tf.range(0, n), inv as tf.Tensor1D), [n, 1, half]);
+    const inv = tf.pow(10000, tf.div(tf.range(0, half), -half)) as tf.Tensor1D;
+    const angles = tf.reshape(tf.outerProduct(tf.range(0, n), inv), [n, 1, half]);
     const [cos, sin] = [tf.cos(angles), tf.sin(angles)];
     const [a, b] = tf.split(x, 2, 2);
     return tf.concat([tf.sub(tf.mul(a, cos), tf.mul(b, sin)), tf.add(tf.mul(a, sin), tf.mul(b, cos))], 2);
