@@ -8,6 +8,7 @@ import type { Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { CHROMIUM, serveStatic, WEBGPU_CHROMIUM_ARGS } from '@crisp/browser-test';
 import { type BlockMask, causalBlockCount } from '@crisp/core';
 import { attentionRows } from '@crisp/reference';
 import { needleRecall, type ProfileName, scenario } from '@crisp/synth';
@@ -15,7 +16,7 @@ import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AdapterReport, DemoFailure } from './main.js';
 import type { DemoResult, DemoSamples } from './run-demo.js';
-import { CHROMIUM, checkCliffData, relErr, serveStatic, testSeed, WEBGPU_CHROMIUM_ARGS } from './test-support.js';
+import { checkCliffData, relErr, testSeed } from './test-support.js';
 
 const SEED = testSeed();
 const APP = join(dirname(fileURLToPath(import.meta.url)), '..');

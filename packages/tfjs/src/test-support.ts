@@ -1,41 +1,17 @@
 /**
  * Test helpers (not exported): TF.js started on its cpu or webgpu backend (Dawn in Node),
- * seeded structured inputs, the float64 reference on the same values, and a small policy
- * whose plans are sparse at test sizes.
+ * the seeded inputs of test-inputs.ts as tensors, and the float64 reference on the same values.
  */
-import { type BlockMask, type Policy, hostTensor, mulberry32, toFloat32 } from '@crisp/core';
+import { type BlockMask, hostTensor, toFloat32 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
-import { crisp } from '@crisp/presets';
-import { cStruct } from '@crisp/router';
-import { globalCoverage, noiseFloor } from '@crisp/select';
 import * as tf from '@tensorflow/tfjs-core';
+import { type Sizes, values } from './test-inputs.js';
 
 export { tf };
+export { type Sizes, smallCrisp, values } from './test-inputs.js';
 
 export function freshSeed(): number {
   return Number(process.env.CRISP_SEED ?? Math.floor(Math.random() * 2 ** 31));
-}
-
-export interface Sizes {
-  readonly n: number;
-  readonly H: number;
-  readonly Hkv: number;
-  readonly d: number;
-}
-
-/** q, k, v host values: uniform noise, a few sink keys, and keys every 37 rows sharing q's direction. */
-export function values(seed: number, s: Sizes, batch = 1): { q: Float32Array; k: Float32Array; v: Float32Array } {
-  const r = mulberry32(seed);
-  const u = (len: number, amp: number) => Float32Array.from({ length: len }, () => (r() * 2 - 1) * amp);
-  const q = u(batch * s.n * s.H * s.d, 1.5);
-  const k = u(batch * s.n * s.Hkv * s.d, 1.5);
-  const row = s.Hkv * s.d;
-  for (let b = 0; b < batch; b++) {
-    for (let i = 0; i < s.n; i++) {
-      if (i % 37 === 0 || i < 4) for (let x = 0; x < row; x += 3) k[(b * s.n + i) * row + x] += i < 4 ? 2 : 1;
-    }
-  }
-  return { q, k, v: u(batch * s.n * s.Hkv * s.d, 1) };
 }
 
 /** The inputs as tf.Tensors on TF.js's current backend ([batch, ...] when batch is given). */
@@ -69,17 +45,6 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   for (let i = 0; i < a.length; i++) e = Math.max(e, Math.abs(a[i] - b[i]));
   return e;
 }
-
-/** CRISP with 64-token blocks and budgets, so 1k-token test sequences get sparse plans. */
-export const smallCrisp: Policy = Object.freeze({
-  ...crisp,
-  name: 'crisp-64',
-  blockSize: 64,
-  router: cStruct({ tauProxy: 0.2, wSink: 64, wLocal: 64 }),
-  kMin: 64,
-  vs: noiseFloor({ alpha: 1.0, kMin: 64 }),
-  pe: globalCoverage({ gamma: 0.95, kMin: 64 }),
-});
 
 /** The CrispError code a call ends with (undefined when it succeeds). */
 export async function code(f: () => unknown): Promise<string | undefined> {
