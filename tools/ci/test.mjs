@@ -9,9 +9,11 @@
  *   `--continue` (turbo otherwise stops the suites still running at the first failure);
  * - `test:heavy` (the nvcc compile check of @crisp/kernels-cuda, minutes of CPU) after them,
  *   alone, so its time limit holds however loaded the machine was by the parallel suites;
+ * - the API reference (`pnpm docs:api`: TypeDoc over every published entry, warnings such as
+ *   a broken `{@link}` or a referenced type that is not exported fail it);
  * - the tarball check (tools/pack-check) and `pnpm -r publish --dry-run`.
  *
- * `pnpm test -- --only suites,pack` runs only the named steps.
+ * `pnpm test -- --only suites,api-docs` runs only the named steps.
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +26,7 @@ const steps = [
   { name: 'cycles', cmd: [pnpm, 'cycles'] },
   { name: 'suites', cmd: [pnpm, 'exec', 'turbo', 'run', 'typecheck', 'test', '--continue'] },
   { name: 'heavy', cmd: [pnpm, 'exec', 'turbo', 'run', 'test:heavy', '--continue'] },
+  { name: 'api-docs', cmd: [pnpm, 'docs:api'] },
   { name: 'pack', cmd: [process.execPath, 'tools/pack-check/src/main.mjs'] },
   { name: 'publish-dry-run', cmd: [pnpm, 'release:check'] },
 ];

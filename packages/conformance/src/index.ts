@@ -1,3 +1,8 @@
+/**
+ * One conformance suite any backend runs against the float64 reference (plain Node runner).
+ *
+ * @module @crisp/conformance
+ */
 export {
   type BackendFactory,
   type CaseResult,

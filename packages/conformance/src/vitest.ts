@@ -2,6 +2,8 @@
  * The vitest layer: `defineConformanceSuite` registers one `it` per conformance case.
  * Only this entry (`@crisp/conformance/vitest`) imports vitest, so GPU scripts that use
  * `runConformance` from the main entry never load it.
+ *
+ * @module @crisp/conformance/vitest
  */
 import { afterAll, beforeAll, describe, it } from 'vitest';
 import { type BackendFactory, type ConformanceOptions, ConformanceSession, listConformanceCases } from './runner.js';

@@ -1,3 +1,9 @@
+/**
+ * Tensors (f32/f16/bf16), typed errors, block masks, the `Backend`, `DevicePlanner`, `Router` and
+ * `VsSelector` interfaces, the plan and `planPrefill` / `runPlan` / `sparsePrefill`.
+ *
+ * @module @crisp/core
+ */
 export * from './errors.js';
 export * from './dtype.js';
 export * from './tensor.js';

@@ -1,3 +1,8 @@
+/**
+ * safetensors and `.npy` reading and writing, streamed.
+ *
+ * @module @crisp/io
+ */
 export { LAYOUTS, type Layout, type QkvDims, dimsFromFileShape, fileShapeFor, parseLayout } from './layout.js';
 export type { FileFormat, TensorFile, TensorInfo } from './tensor-file.js';
 export {

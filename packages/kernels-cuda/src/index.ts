@@ -1,3 +1,8 @@
+/**
+ * The CUDA backend: kernels compiled by NVRTC, the driver API through koffi, plans on the device.
+ *
+ * @module @crisp/kernels-cuda
+ */
 export { CudaBackend, CUDA_SPARSE_CROSSOVER, createCudaBackend } from './backend.js';
 export type { CudaBackendOptions } from './backend.js';
 export { ATTENTION_VARIANTS, defaultAttentionVariant } from './ops/attention.js';

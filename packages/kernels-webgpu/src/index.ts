@@ -1,6 +1,8 @@
 /**
  * @crisp/kernels-webgpu: the CRISP backend in WGSL for browsers and Node. The device or
  * adapter is injected; `@crisp/kernels-webgpu/node` adds Dawn for Node.
+ *
+ * @module @crisp/kernels-webgpu
  */
 export {
   ATTENTION_KERNELS,

@@ -5,6 +5,8 @@
  * Dawn's default toggles hide `shader-f16` and subgroup matrices on NVIDIA's Vulkan driver;
  * DEFAULT_DAWN_FLAGS turns them on (`allow_unsafe_apis` is what exposes the experimental
  * `chromium-experimental-subgroup-matrix` feature). Pass `flags: []` for Dawn's defaults.
+ *
+ * @module @crisp/kernels-webgpu/node
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { CrispError, InvalidArgumentError } from '@crisp/core';

@@ -10,6 +10,8 @@
  * reported, not timed. "Cannot run here" (no TF.js, no adapter, n beyond a buffer limit)
  * comes back as `{ absent: reason }`, a wrong or crashing run as `{ failed: reason }`; only
  * bad arguments throw (CrispError INVALID_ARGUMENT).
+ *
+ * @module @crisp/kernels-webgpu/tfjs-peer
  */
 import { CrispError } from '@crisp/core';
 

@@ -1,3 +1,8 @@
+/**
+ * The pure-TypeScript float64 backend every other backend is checked against, and its metrics.
+ *
+ * @module @crisp/reference
+ */
 export { createReferenceBackend, ReferenceTensor, REFERENCE_BACKEND_NAME, type ReferenceBackendOptions, type ReferenceProgress } from './backend.js';
 export {
   attentionRows,

@@ -1,3 +1,9 @@
+/**
+ * Routers that send each head to Vertical-Slash or pooled estimation: `cStruct` (CRISP), `jsd`
+ * (FlexPrefill), `entropy` and `fixed`.
+ *
+ * @module @crisp/router
+ */
 export { type CStructOptions, type CStructRouter, cStruct } from './c-struct.js';
 export { type JsdOptions, type JsdRouter, jsd, jsDistance } from './jsd.js';
 export { type EntropyOptions, type EntropyRouter, entropy } from './entropy.js';

@@ -1,3 +1,9 @@
+/**
+ * Block selectors: `noiseFloor` (CRISP), `cumulativeCoverage` (FlexPrefill), `globalCoverage`
+ * (pooled estimation), `topK` and the robust floors.
+ *
+ * @module @crisp/select
+ */
 export { type NoiseFloorOptions, type NoiseFloorSelector, meanBackground, noiseFloor } from './noise-floor.js';
 export {
   type CumulativeCoverageOptions,

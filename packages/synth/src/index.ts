@@ -1,3 +1,8 @@
+/**
+ * Seeded structured Q/K/V scenarios with ground truth.
+ *
+ * @module @crisp/synth
+ */
 export { type Scenario, type ScenarioOptions, type ScenarioChunk, type GroundTruth, type HeadTruth, type NeedleTruth, type HeadStrengths, scenario } from './scenario.js';
 export { type HeadKind, HEAD_KINDS, type Profile, type ProfileName, PROFILE_NAMES, PROFILES, getProfile } from './profiles.js';
 export { type ScenarioTensors, type UploadOptions, allocateQkv, defaultChunkRows, uploadScenario } from './upload.js';
