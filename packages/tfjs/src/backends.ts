@@ -24,7 +24,7 @@ export function webgpuBackendOn(device: GPUDevice): Promise<WebGpuBackend> {
   if (known) return known;
   const b = createWebGpuBackend({ device });
   onDevice.set(device, b);
-  // a failed start is not cached: the next call tries again and says why again
+  // a failed start is not cached: a later call tries again and says why again
   b.catch(() => onDevice.delete(device));
   return b;
 }
