@@ -1,5 +1,6 @@
 // Shared vitest settings: resolve workspace packages to their TypeScript sources
 // (the "@crisp/source" export condition), so tests never run against a stale build.
+import { existsSync } from 'node:fs';
 import { defineConfig } from 'vitest/config';
 
 export const crispVitest = defineConfig({
@@ -15,3 +16,22 @@ export const crispVitest = defineConfig({
     passWithNoTests: true,
   },
 });
+
+/**
+ * WebGPU on a CPU machine: Dawn over SwiftShader's Vulkan from Debian's chromium package
+ * (the ICD file, and chromium's libvulkan where the system has none). Call it from a vitest
+ * config: workers are forked, so what is set here reaches them before Dawn loads.
+ */
+export function useSwiftShaderVulkan(): void {
+  const chromium = '/usr/lib/chromium';
+  if (!process.env.VK_ICD_FILENAMES && existsSync(`${chromium}/vk_swiftshader_icd.json`)) {
+    process.env.VK_ICD_FILENAMES = `${chromium}/vk_swiftshader_icd.json`;
+  }
+  const hasSystemVulkan = ['/usr/lib/x86_64-linux-gnu/libvulkan.so.1', '/usr/lib64/libvulkan.so.1', '/usr/lib/libvulkan.so.1'].some(
+    (p) => existsSync(p),
+  );
+  if (!hasSystemVulkan && existsSync(`${chromium}/libvulkan.so.1`)) {
+    const cur = process.env.LD_LIBRARY_PATH;
+    if (!cur?.split(':').includes(chromium)) process.env.LD_LIBRARY_PATH = cur ? `${chromium}:${cur}` : chromium;
+  }
+}
