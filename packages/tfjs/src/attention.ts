@@ -79,9 +79,9 @@ function checkCallOptions(opts: unknown): CrispAttentionOptions {
 }
 
 /** Where a call runs: TF.js's device through CRISP's WebGPU backend, or a backend through the host. */
-type Route2 = { readonly kind: 'webgpu'; readonly backend: WebGpuBackend } | { readonly kind: 'host'; readonly backend: Backend };
+type PathChoice = { readonly kind: 'webgpu'; readonly backend: WebGpuBackend } | { readonly kind: 'host'; readonly backend: Backend };
 
-async function choose(tf: Tf, layout: TfInputs, choice: BackendChoice | Backend): Promise<Route2> {
+async function choose(tf: Tf, layout: TfInputs, choice: BackendChoice | Backend): Promise<PathChoice> {
   const device = layout.tfBackend === 'webgpu' ? tfWebGpuDevice(tf) : undefined;
   if (isBackend(choice)) {
     const gpu = (choice as Partial<WebGpuBackend>).gpu;

@@ -13,11 +13,10 @@ import {
   type Policy,
   type PrefillPlan,
   castHost,
-  sparsePrefill,
   toFloat32,
   wrapHost,
 } from '@crisp/core';
-import type { PathResult } from './webgpu-path.js';
+import { type PathResult, prefillOne } from './webgpu-path.js';
 import type { Tf, TfInputs, TfTensor } from './tensors.js';
 
 /** Sequence `b` of a (possibly batched) tensor's host values, as a host tensor in `dtype`. */
@@ -48,14 +47,10 @@ export async function runOnHost(
     const dev: DeviceTensor[] = [];
     try {
       for (const [vals, t] of [[qv, q], [kv, k], [vv, v]] as const) dev.push(backend.upload(hostEntry(vals, t.shape, b, layout, dtype)));
-      const r = await sparsePrefill(backend, { q: dev[0], k: dev[1], v: dev[2] }, policy, opts);
-      try {
-        out.set(toFloat32(await backend.download(r.output)), b * layout.n * layout.heads * layout.headDim);
-      } finally {
-        r.output.dispose();
-      }
+      const r = await prefillOne(backend, { q: dev[0], k: dev[1], v: dev[2] }, policy, opts, async (o) => toFloat32(await backend.download(o)));
+      out.set(r.kept, b * layout.n * layout.heads * layout.headDim);
       plans.push(r.plan);
-      prefillMs += r.timings.totalMs;
+      prefillMs += r.ms;
     } finally {
       for (const t of dev) t.dispose();
     }

@@ -5,7 +5,7 @@
  * copies into its own pool on the device. Both libraries submit to the device's one queue, so
  * TF.js work queued after the call sees CRISP's output, and CRISP's work sees TF.js's inputs.
  */
-import { type DeviceTensor, type PlanOptions, type Policy, type PrefillPlan, sparsePrefill } from '@crisp/core';
+import { type Backend, type DeviceTensor, type PlanOptions, type Policy, type PrefillInputs, type PrefillPlan, sparsePrefill } from '@crisp/core';
 import type { WebGpuBackend } from '@crisp/kernels-webgpu';
 import type { Tf, TfInputs, TfTensor } from './tensors.js';
 
@@ -15,6 +15,25 @@ export interface PathResult {
   readonly plans: PrefillPlan[];
   /** the sum of the prefills' own totals (sparsePrefill's timings.totalMs) */
   readonly prefillMs: number;
+}
+
+/**
+ * One sequence's sparsePrefill on either path: `take` turns the output into what the caller
+ * keeps (a TF.js tensor, host values) before the CRISP output is disposed.
+ */
+export async function prefillOne<T>(
+  backend: Backend,
+  inputs: PrefillInputs,
+  policy: Policy,
+  opts: PlanOptions,
+  take: (output: DeviceTensor) => T | Promise<T>,
+): Promise<{ kept: T; plan: PrefillPlan; ms: number }> {
+  const r = await sparsePrefill(backend, inputs, policy, opts);
+  try {
+    return { kept: await take(r.output), plan: r.plan, ms: r.timings.totalMs };
+  } finally {
+    r.output.dispose();
+  }
 }
 
 /** The part of tfjs-backend-webgpu's WebGPUBackend used here (its public members). */
@@ -70,15 +89,13 @@ export async function runOnTfDevice(
           held.push(g.tensorRef);
           wrapped.push(crisp.wrapBuffer(g.buffer as GPUBuffer, 'f32', t.shape));
         }
-        const r = await sparsePrefill(crisp, { q: wrapped[0], k: wrapped[1], v: wrapped[2] }, policy, opts);
-        try {
-          // TF.js copies the buffer into its own pool (queued now, before CRISP's buffer goes)
-          outs.push(tf.tensor({ buffer: crisp.bufferOf(r.output) }, [...r.output.shape], 'float32'));
-        } finally {
-          r.output.dispose();
-        }
+        // TF.js copies the buffer into its own pool (queued now, before CRISP's buffer goes)
+        const r = await prefillOne(crisp, { q: wrapped[0], k: wrapped[1], v: wrapped[2] }, policy, opts, (o) =>
+          tf.tensor({ buffer: crisp.bufferOf(o) }, [...o.shape], 'float32'),
+        );
+        outs.push(r.kept);
         plans.push(r.plan);
-        prefillMs += r.timings.totalMs;
+        prefillMs += r.ms;
       } finally {
         for (const w of wrapped) w.dispose();
         for (const h of held) h.dispose();
