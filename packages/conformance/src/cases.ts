@@ -118,6 +118,8 @@ export interface ConformanceCase {
     readonly chunked: boolean;
     readonly deviceSelector?: DeviceSelectorRule['kind'];
     readonly deviceRouter?: DeviceRouterRule['kind'];
+    /** a ragged batch: the backend's varlenAttention (and sliceRows for the pipeline) */
+    readonly varlen?: boolean;
   };
   run(ctx: CaseContext): Promise<CaseOutcome>;
 }
@@ -125,14 +127,16 @@ export interface ConformanceCase {
 // ---------------------------------------------------------------------------------------
 // helpers
 
-function upload(be: Backend, x: AttentionInputs): { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor } {
+/** @internal shared with the varlen cases */
+export function upload(be: Backend, x: AttentionInputs): { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor } {
   return { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
 }
 
 const NAN_BITS: Record<DType, number> = { f32: Number.NaN, f16: 0x7e00, bf16: 0x7fc0 };
 
 /** An output tensor filled with NaN, so a kernel that skips a row cannot pass. */
-function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTensor {
+/** @internal shared with the varlen cases */
+export function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTensor {
   const t = be.allocate(dtype, shape);
   const len = shape.reduce((a, b) => a * b, 1);
   const fill = dtype === 'f32' ? new Float32Array(len) : new Uint16Array(len);
@@ -141,12 +145,14 @@ function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTe
   return t;
 }
 
-function checkRowsFor(ctx: CaseContext, s: ShapeCase): number[] {
+/** @internal shared with the varlen cases */
+export function checkRowsFor(ctx: CaseContext, s: ShapeCase): number[] {
   const m = s.m ?? s.n;
   return s.n <= ctx.fullCheckLimit ? sampleRows(m, m) : sampleRows(m, ctx.sampleCount);
 }
 
-function outcome(error: number, tolerance: number, lines: string[], info = ''): CaseOutcome {
+/** @internal shared with the varlen cases */
+export function outcome(error: number, tolerance: number, lines: string[], info = ''): CaseOutcome {
   const passed = lines.length === 0 && error <= tolerance;
   const head = passed ? 'ok' : `error ${error.toExponential(3)} vs tolerance ${tolerance.toExponential(3)}`;
   return { passed, maxError: error, tolerance, detail: [head + (info ? `; ${info}` : ''), ...lines].join('\n') };
@@ -247,9 +253,10 @@ function sameRows(a: BlockRows, b: BlockRows, H: number, Nb: number): string[] {
 // ---------------------------------------------------------------------------------------
 // the cases
 
-type CaseBody = (ctx: CaseContext, r: Rng) => Promise<CaseOutcome>;
+export type CaseBody = (ctx: CaseContext, r: Rng) => Promise<CaseOutcome>;
 
-function makeCase(name: string, dtype: DType, shape: ShapeCase, blockSize: number, body: CaseBody): ConformanceCase {
+/** @internal shared with the varlen cases */
+export function makeCase(name: string, dtype: DType, shape: ShapeCase, blockSize: number, body: CaseBody): ConformanceCase {
   return {
     name,
     dtype,

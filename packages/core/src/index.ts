@@ -33,5 +33,6 @@ export * from './ranking.js';
 export * from './plan/types.js';
 export { selectVsLists } from './plan/host-plan.js';
 export * from './prefill.js';
+export * from './varlen.js';
 export { assertBackend, assertDeviceTensor } from './validate.js';
 export * from './random.js';
