@@ -32,6 +32,7 @@ import { expandMask } from './ops/expand-mask.js';
 import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
+import { sliceRows } from './ops/slice-rows.js';
 import { allocate, download, upload, wrapBuffer, write } from './ops/transfer.js';
 import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
@@ -158,9 +159,29 @@ export class WebGpuBackend implements Backend {
     return wrapBuffer(this.#host, buffer, dtype, shape);
   }
 
-  /** The GPUBuffer behind one of this backend's tensors (to hand to another library on the same device). */
+  /**
+   * The GPUBuffer behind one of this backend's tensors (to hand to another library on the
+   * same device). A view made by sliceRows has no buffer of its own: INVALID_ARGUMENT.
+   */
   bufferOf(t: DeviceTensor): GPUBuffer {
-    return this.#own(t, 'bufferOf').buffer;
+    const wt = this.#own(t, 'bufferOf');
+    if (wt.byteOffset !== 0) {
+      throw new InvalidArgumentError(
+        `bufferOf: this tensor is a view at byte ${wt.byteOffset} of another tensor's buffer (sliceRows); pass the tensor it was sliced from, or copy the rows into a tensor of their own`,
+      );
+    }
+    return wt.buffer;
+  }
+
+  /**
+   * Rows [start, start + rows) of `t` along its first axis: a view of `t`'s buffer (no copy)
+   * when the rows start at a multiple of the device's minStorageBufferOffsetAlignment, else
+   * a copy. Read-only; dispose it when done (that never frees `t`'s buffer), and do not use
+   * it after `t` is disposed. INVALID_ARGUMENT for rows outside `t`, WRONG_BACKEND or
+   * DISPOSED for a tensor that is not a live one of this backend.
+   */
+  sliceRows(t: DeviceTensor, start: number, rows: number): DeviceTensor {
+    return sliceRows(this.#host, t, start, rows);
   }
 
   // ------------------------------------------------------------ operations

@@ -108,7 +108,7 @@ export function checkAttentionOptions(
   }
   const names = ['q', 'k', 'v'];
   inputs.forEach((t, i) => {
-    if (t.buffer === out.buffer) {
+    if (t.overlaps(out)) {
       throw new InvalidArgumentError(`out is the same tensor as ${names[i]}: attention reads ${names[i]} while it writes out. Pass a separate tensor (or no out)`);
     }
   });
@@ -160,7 +160,7 @@ export async function runAttention(
       g.scoped(checks, 'an attention dispatch', () => {
         const u = g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
         temps.push(u);
-        const bufs = [u, qt.buffer, kt.buffer, vt.buffer, o.buffer, lb, sparse?.rowPtr ?? dummy!, sparse?.cols ?? dummy!];
+        const bufs = [u, qt.binding, kt.binding, vt.binding, o.binding, lb, sparse?.rowPtr ?? dummy!, sparse?.cols ?? dummy!];
         const enc = g.device.createCommandEncoder();
         g.dispatch(enc, pipe, bufs, [nh, nt]);
         g.submit(enc, temps);
