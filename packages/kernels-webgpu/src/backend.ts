@@ -23,6 +23,8 @@ import {
   type PeRowsOptions,
   type ProxyStats,
   type ProxyStatsOptions,
+  type VarlenAttentionOptions,
+  type VarlenBatch,
 } from '@crisp/core';
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
 import { subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
@@ -34,6 +36,7 @@ import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
 import { sliceRows } from './ops/slice-rows.js';
 import { allocate, download, upload, wrapBuffer, write } from './ops/transfer.js';
+import { varlenAttention } from './ops/varlen.js';
 import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
 import type { GpuContext } from './runtime/gpu-context.js';
@@ -100,6 +103,7 @@ export class WebGpuBackend implements Backend {
       newTensor: (dtype, shape) => newTensor(ctx, this, dtype, shape),
       wrapTensor: (buffer, dtype, shape, bytes) => new WebGpuTensor(ctx, this, dtype, shape, buffer, bytes, true),
       attentionPipeline: (dtype, D) => this.#attentionPipeline(dtype, D),
+      varlenPipeline: (dtype, D) => ctx.pipeline(fmaAttentionProgram(dtype, D, ctx.compact, true)),
     };
   }
 
@@ -204,6 +208,19 @@ export class WebGpuBackend implements Backend {
 
   denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): Promise<AttentionResult> {
     return denseAttention(this.#host, q, k, v, opts);
+  }
+
+  /**
+   * A ragged batch (sequences packed along the rows) in one run of the FMA kernel's varlen
+   * form: each workgroup finds its sequence and query tile in a small table, each sequence
+   * has its own causal offset n_s - m_s and its own mask (rows concatenated into one
+   * rowPtr/cols pair) or none (dense causal), split into bounded dispatches by work. Equal,
+   * sequence by sequence, to sparseAttention / denseAttention on the sequence's rows. The
+   * batch is checked (assertVarlenBatch) before any work. f16 batches run the FMA kernel even
+   * when the experimental subgroup-matrix kernel is chosen (it has no varlen form).
+   */
+  varlenAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, batch: VarlenBatch, opts: VarlenAttentionOptions = {}): Promise<AttentionResult> {
+    return varlenAttention(this.#host, q, k, v, batch, opts);
   }
 
   // ------------------------------------------------------ attention kernel
