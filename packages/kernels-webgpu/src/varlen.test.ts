@@ -2,8 +2,9 @@
  * varlenAttention and sliceRows against @crisp/reference (float64) on whatever adapter Dawn
  * finds (SwiftShader in CI): a ragged batch of lengths 1, 63, 64, 65, 300 and a chunked
  * sequence (70 queries over 190 keys), with VS, row, mixed and no masks, written into
- * NaN-poisoned outputs; the same batch split into many dispatches; bad batches refused with
- * typed errors before any dispatch; slices (views and copies) read back and attended over.
+ * NaN-poisoned outputs; the same batch split into many dispatches; a non-finite input kept
+ * inside its sequence; bad batches refused with typed errors before any dispatch; slices
+ * (views and copies) read back and attended over.
  */
 import {
   type BlockMask,
@@ -140,6 +141,34 @@ describe.skipIf(!backend)('varlenAttention on WebGPU', () => {
     expect(r.out.every(Number.isFinite)).toBe(true);
     expect(maxAbsDiff(r.out, r.wantOut)).toBeLessThan(2e-5);
     expect(maxAbsDiff(r.lse, r.wantLse)).toBeLessThan(2e-5);
+  });
+
+  it('keeps a non-finite input inside its own sequence: that sequence NaN, the others exact', async () => {
+    const queries = [65, 40, 1];
+    const keys = [65, 100, 1];
+    const x = packed(seed + 9, 'f32', queries, keys);
+    const segments = segmentsOf(queries, keys);
+    // key row 0 of sequence 1 in every kv head (every one of its queries sees it); the reference (which
+    // refuses non-finite input) gets the clean keys
+    const bad = Float32Array.from(x.k.data as Float32Array);
+    for (let g = 0; g < Hkv; g++) bad[(segments[1].kStart * Hkv + g) * D] = Number.POSITIVE_INFINITY;
+    const batch: VarlenBatch = { blockSize: B, segments, masks: [undefined, undefined, undefined] };
+    const d = { q: be.upload(x.q), k: be.upload({ ...x.k, data: bad }), v: be.upload(x.v) };
+    const r = { q: ref.upload(x.q), k: ref.upload(x.k), v: ref.upload(x.v) };
+    try {
+      const got = await be.varlenAttention(d.q, d.k, d.v, batch);
+      const o = toFloat32(await be.download(got.output));
+      got.output.dispose();
+      const want = toFloat32(await ref.download((await ref.varlenAttention!(r.q, r.k, r.v, batch)).output));
+      const row = H * D;
+      for (const [i, g] of segments.entries()) {
+        const part = o.subarray(g.qStart * row, (g.qStart + g.queries) * row);
+        if (i === 1) expect(part.every(Number.isNaN), 'sequence 1').toBe(true);
+        else expect(maxAbsDiff(part, want.subarray(g.qStart * row, (g.qStart + g.queries) * row)), `sequence ${i}`).toBeLessThan(2e-5);
+      }
+    } finally {
+      for (const t of [d.q, d.k, d.v]) t.dispose();
+    }
   });
 
   it('refuses bad batches with typed errors before any dispatch', async () => {
