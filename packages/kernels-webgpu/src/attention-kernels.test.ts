@@ -222,9 +222,13 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
     expect(errs.join('\n')).toMatch(/uniform/);
   });
 
-  it('the unrolled (GPU) FMA kernels validate, f16 and f32, d = 64 and 128', async () => {
+  it('the unrolled (GPU) FMA kernels validate, f16 and f32, d = 64 and 128, single-sequence and varlen', async () => {
     for (const dt of ['f16', 'f32'] as const) {
-      for (const d of [64, 128]) expect(await errorsOf(fmaAttentionProgram(dt, d, false).wgsl), `${dt} d${d}`).toEqual([]);
+      for (const d of [64, 128]) {
+        for (const varlen of [false, true]) {
+          expect(await errorsOf(fmaAttentionProgram(dt, d, false, varlen).wgsl), `${dt} d${d}${varlen ? ' varlen' : ''}`).toEqual([]);
+        }
+      }
     }
   });
 });

@@ -23,6 +23,8 @@ import {
   type PeRowsOptions,
   type ProxyStats,
   type ProxyStatsOptions,
+  type VarlenAttentionOptions,
+  type VarlenBatch,
 } from '@crisp/core';
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
 import { subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
@@ -32,7 +34,9 @@ import { expandMask } from './ops/expand-mask.js';
 import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
+import { sliceRows } from './ops/slice-rows.js';
 import { allocate, download, upload, wrapBuffer, write } from './ops/transfer.js';
+import { varlenAttention } from './ops/varlen.js';
 import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
 import type { GpuContext } from './runtime/gpu-context.js';
@@ -99,6 +103,7 @@ export class WebGpuBackend implements Backend {
       newTensor: (dtype, shape) => newTensor(ctx, this, dtype, shape),
       wrapTensor: (buffer, dtype, shape, bytes) => new WebGpuTensor(ctx, this, dtype, shape, buffer, bytes, true),
       attentionPipeline: (dtype, D) => this.#attentionPipeline(dtype, D),
+      varlenPipeline: (dtype, D) => ctx.pipeline(fmaAttentionProgram(dtype, D, ctx.compact, true)),
     };
   }
 
@@ -158,9 +163,29 @@ export class WebGpuBackend implements Backend {
     return wrapBuffer(this.#host, buffer, dtype, shape);
   }
 
-  /** The GPUBuffer behind one of this backend's tensors (to hand to another library on the same device). */
+  /**
+   * The GPUBuffer behind one of this backend's tensors (to hand to another library on the
+   * same device). A view made by sliceRows has no buffer of its own: INVALID_ARGUMENT.
+   */
   bufferOf(t: DeviceTensor): GPUBuffer {
-    return this.#own(t, 'bufferOf').buffer;
+    const wt = this.#own(t, 'bufferOf');
+    if (wt.byteOffset !== 0) {
+      throw new InvalidArgumentError(
+        `bufferOf: this tensor is a view at byte ${wt.byteOffset} of another tensor's buffer (sliceRows); pass the tensor it was sliced from, or copy the rows into a tensor of their own`,
+      );
+    }
+    return wt.buffer;
+  }
+
+  /**
+   * Rows [start, start + rows) of `t` along its first axis: a view of `t`'s buffer (no copy)
+   * when the rows start at a multiple of the device's minStorageBufferOffsetAlignment, else
+   * a copy. Read-only; dispose it when done (that never frees `t`'s buffer), and do not use
+   * it after `t` is disposed. INVALID_ARGUMENT for rows outside `t`, WRONG_BACKEND or
+   * DISPOSED for a tensor that is not a live one of this backend.
+   */
+  sliceRows(t: DeviceTensor, start: number, rows: number): DeviceTensor {
+    return sliceRows(this.#host, t, start, rows);
   }
 
   // ------------------------------------------------------------ operations
@@ -183,6 +208,19 @@ export class WebGpuBackend implements Backend {
 
   denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): Promise<AttentionResult> {
     return denseAttention(this.#host, q, k, v, opts);
+  }
+
+  /**
+   * A ragged batch (sequences packed along the rows) in one run of the FMA kernel's varlen
+   * form: each workgroup finds its sequence and query tile in a small table, each sequence
+   * has its own causal offset n_s - m_s and its own mask (rows concatenated into one
+   * rowPtr/cols pair) or none (dense causal), split into bounded dispatches by work. Equal,
+   * sequence by sequence, to sparseAttention / denseAttention on the sequence's rows. The
+   * batch is checked (assertVarlenBatch) before any work. f16 batches run the FMA kernel even
+   * when the experimental subgroup-matrix kernel is chosen (it has no varlen form).
+   */
+  varlenAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, batch: VarlenBatch, opts: VarlenAttentionOptions = {}): Promise<AttentionResult> {
+    return varlenAttention(this.#host, q, k, v, batch, opts);
   }
 
   // ------------------------------------------------------ attention kernel

@@ -54,15 +54,26 @@ export const LOG2E = Math.LOG2E;
 /**
  * The binding interface every attention kernel shares (the host binds one uniform layout
  * and the same seven buffers whichever kernel runs): Params, then q, k, v, o, lse (f32 bits,
- * -inf for empty rows), rowPtr, cols. Array types per kernel: vec4 storage for the FMA
+ * -inf for empty rows), rowPtr, cols; the varlen form adds the sequence table VT. Array types per kernel: vec4 storage for the FMA
  * kernels, scalar f16 or packed u32 for the subgroup-matrix ones.
  */
-export function attentionInterface(t: { readonly q: string; readonly k: string; readonly v: string; readonly o: string }): string {
-  return `struct Params {
+export function attentionInterface(
+  t: { readonly q: string; readonly k: string; readonly v: string; readonly o: string },
+  varlen = false,
+): string {
+  // (the varlen Params has the same layout: the host fills both from one field list)
+  const params = varlen
+    ? `struct Params {
+  m: u32, workBase: u32, H: u32, Hkv: u32,
+  B: u32, unused0: u32, unused1: u32, headBase: u32,
+  firstWork: u32, numWork: u32, returnLse: u32, scaleLog2: f32,
+}`
+    : `struct Params {
   m: u32, n: u32, H: u32, Hkv: u32,
   B: u32, Nb: u32, dense: u32, headBase: u32,
   firstTile: u32, numTiles: u32, returnLse: u32, scaleLog2: f32,
-}
+}`;
+  return `${params}
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> Q: ${t.q};
 @group(0) @binding(2) var<storage, read> K: ${t.k};
@@ -70,5 +81,23 @@ export function attentionInterface(t: { readonly q: string; readonly k: string; 
 @group(0) @binding(4) var<storage, read_write> O: ${t.o};
 @group(0) @binding(5) var<storage, read_write> LSE: array<u32>; // f32 bits; -inf for empty rows
 @group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
-@group(0) @binding(7) var<storage, read> cols: array<u32>;`;
+@group(0) @binding(7) var<storage, read> cols: array<u32>;${varlen ? '\n@group(0) @binding(8) var<storage, read> VT: array<u32>; // sequence table' : ''}`;
 }
+
+/** u32 words per sequence record of the varlen table. */
+export const VARLEN_RECORD_WORDS = 8;
+
+/**
+ * The varlen form's per-workgroup lookup. VT holds one record per sequence (8 u32: first
+ * query row qs and first key row ks in the packed tensors, keys sn, queries sm, the base rp
+ * of its rows in the concatenated rowPtr, the base cb of its entries in the concatenated
+ * cols, its block count nbs, and sd = 1 for dense causal), then from P.workBase the work
+ * entries (sequence, query tile t), two u32 each, heaviest first. Workgroup y of a dispatch
+ * takes entry P.firstWork + y. The mask's rows of a sequence hold indices into its own cols
+ * (rowPtr starts at 0 for every sequence); its tile t counts from the sequence's position 0.
+ */
+export const VARLEN_ENTRY_WGSL = `let we = P.workBase + 2u * (P.firstWork + wid.y);
+  let rec = ${VARLEN_RECORD_WORDS}u * VT[we];
+  let t = VT[we + 1u];
+  let qs = VT[rec]; let ks = VT[rec + 1u]; let sn = VT[rec + 2u]; let sm = VT[rec + 3u];
+  let rp = VT[rec + 4u]; let cb = VT[rec + 5u]; let nbs = VT[rec + 6u]; let sd = VT[rec + 7u];`;

@@ -20,7 +20,7 @@ import {
 import { expandOnDevice } from './expand-mask.js';
 import { checkMaskArrays, checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
-import { type Check, Usage } from '../runtime/gpu-context.js';
+import { type Check, type UniformField, Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
 
@@ -108,7 +108,7 @@ export function checkAttentionOptions(
   }
   const names = ['q', 'k', 'v'];
   inputs.forEach((t, i) => {
-    if (t.buffer === out.buffer) {
+    if (t.overlaps(out)) {
       throw new InvalidArgumentError(`out is the same tensor as ${names[i]}: attention reads ${names[i]} while it writes out. Pass a separate tensor (or no out)`);
     }
   });
@@ -125,6 +125,85 @@ export async function runAttention(
   opts: AttentionOptions,
 ): Promise<AttentionResult> {
   const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
+  const B = sparse?.B ?? 128;
+  const Nb = sparse?.Nb ?? numBlocks(n, B);
+  const firstTile = Math.floor((n - m) / 64);
+  const numTiles = Math.ceil(n / 64) - firstTile;
+  // Work per query tile in key tiles: dense t + 1; sparse at most the mean row length
+  // (an upper bound spread evenly).
+  const tileWork = 64 * 64 * D;
+  const avgSparse = sparse ? Math.max(1, (sparse.blocks / (H * Nb)) * (B / 64)) : 0;
+  const workOf = (t: number) => (sparse ? Math.min(t + 1, avgSparse) : t + 1) * tileWork;
+  // grid row j is query tile firstTile + numTiles - 1 - j (the kernel's order: heaviest first)
+  return launchAttention(host, shape, [qt, kt, vt], opts, {
+    rows: numTiles,
+    work: (j) => workOf(firstTile + numTiles - 1 - j),
+    uniform: (h0, first, count) => [m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, firstTile + numTiles - first - count, count],
+    extra: sparse ? [sparse.rowPtr, sparse.cols] : undefined,
+    pipeline: () => host.attentionPipeline(shape.dtype as StorageDType, D),
+  });
+}
+
+/**
+ * One attention run as the launcher sees it: grid rows in the kernel's y order (heaviest
+ * first) with their work, the uniform fields of one dispatch, and bindings 6 onwards.
+ */
+export interface AttentionLaunches {
+  /** grid rows of the whole run (query tiles, or the varlen work entries) */
+  readonly rows: number;
+  /** multiply-adds of grid row j (an upper bound) */
+  work(j: number): number;
+  /** the first ten uniform fields of a dispatch over heads h0.. and grid rows first .. first + count */
+  uniform(h0: number, first: number, count: number): UniformField[];
+  /** bindings 6 onwards (rowPtr, cols, ...); undefined: dense, two placeholders */
+  readonly extra?: readonly GPUBuffer[];
+  pipeline(): Promise<GPUComputePipeline>;
+}
+
+/**
+ * The dispatches of a run, as [h0, nh, first, count]: grid [nh heads, count rows], every one
+ * under `maxWork` multiply-adds and `maxRows` grid rows (the per-dimension workgroup limit).
+ * All rows of a group of heads when one head's rows fit; else, head by head, ranges of rows,
+ * heaviest first.
+ */
+export function splitDispatches(
+  rows: number,
+  work: (j: number) => number,
+  H: number,
+  maxWork: number,
+  maxRows: number,
+): [number, number, number, number][] {
+  const out: [number, number, number, number][] = [];
+  let perHead = 0;
+  for (let j = 0; j < rows; j++) perHead += work(j);
+  if (perHead <= maxWork && rows <= maxRows) {
+    const hg = Math.max(1, Math.min(H, Math.floor(maxWork / perHead)));
+    for (let h0 = 0; h0 < H; h0 += hg) out.push([h0, Math.min(hg, H - h0), 0, rows]);
+    return out;
+  }
+  const ranges: [number, number][] = [];
+  for (let j = 0; j < rows; ) {
+    let w = 0;
+    const first = j;
+    while (j < rows && j - first < maxRows && (w === 0 || w + work(j) <= maxWork)) w += work(j++);
+    ranges.push([first, j - first]);
+  }
+  for (let h = 0; h < H; h++) for (const [first, count] of ranges) out.push([h, 1, first, count]);
+  return out;
+}
+
+/**
+ * Allocate the output (and LSE), then run the attention kernel in bounded dispatches
+ * (splitDispatches); `shape.queries` rows of output. Frees what it made on failure.
+ */
+export async function launchAttention(
+  host: OpHost,
+  shape: AttentionShape,
+  [qt, kt, vt]: readonly [WebGpuTensor, WebGpuTensor, WebGpuTensor],
+  opts: { readonly scale?: number; readonly returnLse?: boolean; readonly out?: DeviceTensor },
+  run: AttentionLaunches,
+): Promise<AttentionResult> {
+  const { queries: m, heads: H, headDim: D } = shape;
   const scale = checkScale(opts.scale, D);
   const g = host.gpu;
   const checks: Check[] = [];
@@ -138,31 +217,23 @@ export async function runAttention(
     g.scoped(checks, `the attention output [${m}, ${H}, ${D}]`, () => {
       out = given ?? host.newTensor(shape.dtype, [m, H, D]);
       lse = opts.returnLse ? host.newTensor('f32', [H, m]) : undefined;
-      dummy = sparse ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
+      dummy = run.extra ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
       lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
     });
     // a failed allocation ends the call here, before a pipeline is built or anything runs
     await Promise.all([g.settle(checks), ready(out, lse)]);
-    const pipe = await host.attentionPipeline(shape.dtype as StorageDType, D);
-    const B = sparse?.B ?? 128;
-    const Nb = sparse?.Nb ?? numBlocks(n, B);
-    const firstTile = Math.floor((n - m) / 64);
-    const numTiles = Math.ceil(n / 64) - firstTile;
-    // Work per query tile in key tiles: dense t + 1; sparse at most the mean row length
-    // (an upper bound spread evenly).
-    const tileWork = 64 * 64 * D;
-    const avgSparse = sparse ? Math.max(1, (sparse.blocks / (H * Nb)) * (B / 64)) : 0;
-    const workOf = (t: number) => (sparse ? Math.min(t + 1, avgSparse) : t + 1) * tileWork;
-    // One dispatch: nh heads from h0, query tiles ft .. ft + nt (grid [nh, nt]).
+    const pipe = await run.pipeline();
     const o = out!;
     const lb = lseBuf!;
-    const launch = (h0: number, nh: number, ft: number, nt: number) =>
+    const extra = run.extra ?? [dummy!, dummy!];
+    // One dispatch: nh heads from h0, grid rows first .. first + count (grid [nh, count]).
+    const launch = (h0: number, nh: number, first: number, count: number) =>
       g.scoped(checks, 'an attention dispatch', () => {
-        const u = g.uniform([m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, ft, nt, lse ? 1 : 0, { f32: scale * LOG2E }]);
+        const u = g.uniform([...run.uniform(h0, first, count), lse ? 1 : 0, { f32: scale * LOG2E }]);
         temps.push(u);
-        const bufs = [u, qt.buffer, kt.buffer, vt.buffer, o.buffer, lb, sparse?.rowPtr ?? dummy!, sparse?.cols ?? dummy!];
+        const bufs = [u, qt.binding, kt.binding, vt.binding, o.binding, lb, ...extra];
         const enc = g.device.createCommandEncoder();
-        g.dispatch(enc, pipe, bufs, [nh, nt]);
+        g.dispatch(enc, pipe, bufs, [nh, count]);
         g.submit(enc, temps);
       });
     // Grid [heads, query tiles], heads fastest: the kernels map y = 0 to the heaviest
@@ -172,26 +243,8 @@ export async function runAttention(
     // group of heads; when one head alone is over the bound, that head's tiles in ranges,
     // heaviest first. (Tile ranges of all heads measured slower at 32k-64k: their jobs are
     // all about as long, so the last wave of each dispatch runs part-empty.)
-    let perHead = 0;
-    for (let i = 0; i < numTiles; i++) perHead += workOf(firstTile + i);
-    if (perHead <= host.maxWork) {
-      const hg = Math.max(1, Math.min(H, Math.floor(host.maxWork / perHead)));
-      for (let h0 = 0; h0 < H; h0 += hg) launch(h0, Math.min(hg, H - h0), firstTile, numTiles);
-    } else {
-      const ranges: [number, number][] = [];
-      let end = firstTile + numTiles;
-      while (end > firstTile) {
-        let w = 0;
-        let start = end;
-        while (start > firstTile && (w === 0 || w + workOf(start - 1) <= host.maxWork)) {
-          w += workOf(start - 1);
-          start--;
-        }
-        ranges.push([start, end - start]);
-        end = start;
-      }
-      for (let h = 0; h < H; h++) for (const [ft, nt] of ranges) launch(h, 1, ft, nt);
-    }
+    const maxRows = g.limits.maxComputeWorkgroupsPerDimension;
+    for (const [h0, nh, first, count] of splitDispatches(run.rows, run.work, H, host.maxWork, maxRows)) launch(h0, nh, first, count);
     // Out of memory, invalid bindings: the scopes of this call's own recording say so.
     await Promise.all([g.settle(checks), ready(out, lse)]);
   } catch (e) {

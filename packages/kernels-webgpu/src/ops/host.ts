@@ -23,4 +23,6 @@ export interface OpHost {
   wrapTensor(buffer: GPUBuffer, dtype: DType, shape: readonly number[], byteLength: number): WebGpuTensor;
   /** The attention pipeline for this dtype and head dim (the backend's kernel choice). */
   attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline>;
+  /** The varlen (ragged batch) form of the FMA attention kernel for this dtype and head dim. */
+  varlenPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline>;
 }

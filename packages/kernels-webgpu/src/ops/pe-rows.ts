@@ -89,11 +89,11 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
       const gq = g.grid(H * Nb * (D / 4));
       const uq = g.uniform([m, H, firstPos, Nb, B, gq.rowWidth, 0, 0]);
       temps.push(uq);
-      g.dispatch(enc, pMean, [uq, qt.buffer, bufs[0]], gq.groups);
+      g.dispatch(enc, pMean, [uq, qt.binding, bufs[0]], gq.groups);
       const gk = g.grid(Hkv * Nb * (D / 4));
       const uk = g.uniform([n, Hkv, 0, Nb, B, gk.rowWidth, 0, 0]);
       temps.push(uk);
-      g.dispatch(enc, pMean, [uk, kt.buffer, bufs[1]], gk.groups);
+      g.dispatch(enc, pMean, [uk, kt.binding, bufs[1]], gk.groups);
       g.submit(enc, temps);
       return bufs;
     });

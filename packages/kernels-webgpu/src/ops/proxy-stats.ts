@@ -80,7 +80,7 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
         const enc = g.device.createCommandEncoder();
         const u = g.uniform([m, n, H, Hkv, b, tilesPerSplit, numSplits, h0, scaleLog2, 0, 0, 0]);
         temps.push(u);
-        g.dispatch(enc, pRow, [u, qt.buffer, kt.buffer, part], [numSplits, rowTiles, nh]);
+        g.dispatch(enc, pRow, [u, qt.binding, kt.binding, part], [numSplits, rowTiles, nh]);
         g.submit(enc, temps);
       }
       {
@@ -95,7 +95,7 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
         const enc = g.device.createCommandEncoder();
         const u = g.uniform([m, n, H, Hkv, b, T, h0, 0, scaleLog2, { f32: 1 / b }, 0, 0]);
         temps.push(u);
-        g.dispatch(enc, pScores, [u, qt.buffer, kt.buffer, rows, av, slashPart], [T, nh]);
+        g.dispatch(enc, pScores, [u, qt.binding, kt.binding, rows, av, slashPart], [T, nh]);
         g.submit(enc, temps);
       }
       const enc = g.device.createCommandEncoder();
@@ -108,9 +108,9 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
       g.dispatch(enc, pBlock, [u2, av, as, sums], [Math.ceil((H * (Nb + 1)) / 256)]);
       const mgrid = g.grid(Hkv * Nb * (D / 4));
       const u3 = g.uniform([n, Hkv, 0, Nb, B, mgrid.rowWidth, 0, 0]);
-      g.dispatch(enc, pMean, [u3, kt.buffer, kbar], mgrid.groups);
+      g.dispatch(enc, pMean, [u3, kt.binding, kbar], mgrid.groups);
       const u4 = g.uniform([m, H, Hkv, b, Nb, { f32: scale }, 0, 0]);
-      g.dispatch(enc, pLogits, [u4, qt.buffer, kbar, logits], [Math.ceil(Nb / 256), H]);
+      g.dispatch(enc, pLogits, [u4, qt.binding, kbar, logits], [Math.ceil(Nb / 256), H]);
       temps.push(u1, u2, u3, u4);
       g.submit(enc, temps);
     });

@@ -69,7 +69,7 @@ export function write(host: OpHost, t: DeviceTensor, elementOffset: number, data
   // (the verdict joins the tensor's: its next use reports a failed write)
   host.gpu.scoped(wt.checks, `a write of ${data.length} elements`, () => {
     if (byteOff % 4 === 0 && data.byteLength % 4 === 0) {
-      q.writeBuffer(wt.buffer, byteOff, data.buffer, data.byteOffset, data.byteLength);
+      q.writeBuffer(wt.buffer, wt.byteOffset + byteOff, data.buffer, data.byteOffset, data.byteLength);
       return;
     }
     // f16 at an odd element offset or of odd length: whole words go straight in, the one or
@@ -98,7 +98,7 @@ export function writeHalves(host: OpHost, wt: WebGpuTensor, off: number, data: U
   // Pipelines build asynchronously; this one is tiny and compiled synchronously instead.
   const module = host.gpu.device.createShaderModule({ code: prog.wgsl, label: prog.name });
   const pipe = host.gpu.device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: prog.entryPoint } });
-  host.gpu.dispatch(enc, pipe, [uni, src, wt.buffer], [Math.ceil(words / 256)]);
+  host.gpu.dispatch(enc, pipe, [uni, src, wt.binding], [Math.ceil(words / 256)]);
   host.gpu.submit(enc, [uni, src]);
 }
 
@@ -106,7 +106,7 @@ export async function download(host: OpHost, t: DeviceTensor): Promise<HostTenso
   const wt = host.own(t, 'downloaded');
   await wt.settle();
   const n = numel(wt.shape);
-  const ab = await host.gpu.read(wt.buffer, 0, wt.byteLength);
+  const ab = await host.gpu.read(wt.buffer, wt.byteOffset, wt.byteLength);
   const data = wt.dtype === 'f32' ? new Float32Array(ab, 0, n) : new Uint16Array(ab, 0, n);
   return { dtype: wt.dtype, shape: [...wt.shape], data };
 }

@@ -300,16 +300,19 @@ export class GpuContext {
     return this.guard(pp);
   }
 
-  /** Record one dispatch (its own compute pass) on an encoder. */
+  /**
+   * Record one dispatch (its own compute pass) on an encoder. A buffer binds whole; a
+   * binding ({ buffer, offset, size }: a tensor's `binding`) binds that range.
+   */
   dispatch(
     enc: GPUCommandEncoder,
     pipeline: GPUComputePipeline,
-    buffers: readonly GPUBuffer[],
+    buffers: readonly (GPUBuffer | GPUBufferBinding)[],
     groups: readonly [number, number?, number?],
   ): void {
     const bind = this.device.createBindGroup({
       layout: pipeline.getBindGroupLayout(0),
-      entries: buffers.map((buffer, binding) => ({ binding, resource: { buffer } })),
+      entries: buffers.map((b, binding) => ({ binding, resource: 'buffer' in b ? b : { buffer: b } })),
     });
     const pass = enc.beginComputePass();
     pass.setPipeline(pipeline);

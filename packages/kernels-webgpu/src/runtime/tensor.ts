@@ -1,4 +1,8 @@
-/** Device tensors: one storage buffer each, padded to 16 bytes, destroyed once the queue drains. */
+/**
+ * Device tensors: one storage buffer each, padded to 16 bytes, destroyed once the queue
+ * drains; or a view of rows of another tensor's buffer (sliceRows) at an aligned offset,
+ * which its parent owns.
+ */
 import { type CrispError, type DType, DeviceTensorBase, LimitError, bytesPerElement, numel } from '@crisp/core';
 import { type Check, type GpuContext, Usage } from './gpu-context.js';
 
@@ -8,6 +12,8 @@ export class WebGpuTensor extends DeviceTensorBase {
   readonly owner: object;
   readonly buffer: GPUBuffer;
   readonly byteLength: number;
+  /** where the tensor starts in `buffer` (bytes; 0 except for a view made by sliceRows) */
+  readonly byteOffset: number;
   readonly #gpu: GpuContext;
   /** a buffer someone else made and frees (wrapBuffer): dispose() leaves it alone */
   readonly borrowed: boolean;
@@ -16,13 +22,30 @@ export class WebGpuTensor extends DeviceTensorBase {
   #settling: Promise<void> | undefined;
   /** set when the allocation or a write failed: the contents are undefined from then on */
   #failure: CrispError | undefined;
-  constructor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[], buffer: GPUBuffer, byteLength: number, borrowed = false) {
+  constructor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[], buffer: GPUBuffer, byteLength: number, borrowed = false, byteOffset = 0) {
     super(dtype, shape);
+    this.byteOffset = byteOffset;
     this.#gpu = gpu;
     this.borrowed = borrowed;
     this.owner = owner;
     this.buffer = buffer;
     this.byteLength = byteLength;
+  }
+
+  /**
+   * The binding of this tensor's bytes (rounded up to 16 inside the buffer): what every
+   * dispatch binds, so a view is read at its own offset.
+   */
+  get binding(): GPUBufferBinding {
+    if (this.byteOffset === 0) return { buffer: this.buffer };
+    const size = Math.min(Math.ceil(this.byteLength / 16) * 16, this.buffer.size - this.byteOffset);
+    return { buffer: this.buffer, offset: this.byteOffset, size };
+  }
+
+  /** Whether this tensor's bytes and `other`'s share any part of one buffer. */
+  overlaps(other: WebGpuTensor): boolean {
+    if (other.buffer !== this.buffer) return false;
+    return this.byteOffset < other.byteOffset + Math.max(1, other.byteLength) && other.byteOffset < this.byteOffset + Math.max(1, this.byteLength);
   }
 
   /** Where the verdicts of this tensor's allocation and writes go (GpuContext.scoped). */

@@ -30,7 +30,15 @@
  * On one H200 (Dawn over Vulkan, H = 32, Hkv = 8, d = 128, f16): 25.8 / 26.8 / 27.1 / 26.8
  * TFLOP/s dense at 8k / 16k / 32k / 64k (PERFORMANCE.md).
  */
-import { attentionInterface, type ProgramDescriptor, type StorageDType, narrow, NON_FINITE_WGSL, PACK_U2_WGSL } from '../common.js';
+import {
+  attentionInterface,
+  type ProgramDescriptor,
+  type StorageDType,
+  narrow,
+  NON_FINITE_WGSL,
+  PACK_U2_WGSL,
+  VARLEN_ENTRY_WGSL,
+} from '../common.js';
 
 /** Workgroup memory the FMA kernel declares (bytes): the least a device must offer. */
 export const FMA_ATTENTION_WORKGROUP_BYTES = 32768;
@@ -38,9 +46,23 @@ export const FMA_ATTENTION_WORKGROUP_BYTES = 32768;
 const rep = (n: number, f: (i: number) => string, sep = '\n') => Array.from({ length: n }, (_, i) => f(i)).join(sep);
 const C = ['x', 'y', 'z', 'w'];
 
-/** `compact`: rolled inner loops for CPU adapters (same arithmetic, far less code to compile). */
-export function fmaAttentionProgram(dtype: StorageDType, headDim: number, compact = false): ProgramDescriptor {
+/**
+ * `compact`: rolled inner loops for CPU adapters (same arithmetic, far less code to compile).
+ * `varlen`: the ragged-batch form (one dispatch over many sequences packed along the rows):
+ * workgroup y takes work entry `firstWork + y` of the sequence table (binding 8, see
+ * VARLEN_TABLE_WGSL in ../common.ts), so shapes, row bases and the mask's rows come per
+ * sequence; everything else is the same kernel.
+ */
+export function fmaAttentionProgram(dtype: StorageDType, headDim: number, compact = false, varlen = false): ProgramDescriptor {
   const D = headDim;
+  // The sequence's key and query counts, its mask's rows, and packed row indices: uniforms
+  // for one sequence, the sequence table's entries in the varlen form.
+  const N = varlen ? 'sn' : 'P.n';
+  const DENSE = varlen ? 'sd' : 'P.dense';
+  const qRowAt = (r: string) => (varlen ? `(qs + ${r})` : r);
+  const kRowAt = (r: string) => (varlen ? `(ks + ${r})` : r);
+  const rowAt = (i: string) => (varlen ? `rp + h * nbs + ${i}` : `h * P.Nb + ${i}`);
+  const colAt = varlen ? 'cb + si' : 'si';
   const NV = D / 64; // O column groups per thread: columns u*64 + tc*4 .. +3
   const D4 = D / 4;
   const CH = 16; // head dims per Q/K chunk
@@ -97,9 +119,9 @@ export function fmaAttentionProgram(dtype: StorageDType, headDim: number, compac
         ${rep(RN, (j) => `ra${j} = ${rawT}();`, ' ')}
         if (isK) {
           let kp = ${kbase} + srow;
-          if (kp < P.n) { ${rowLoad('K', `(kp * P.Hkv + g) * D + ${dc}`)} }
+          if (kp < ${N}) { ${rowLoad('K', `(${kRowAt('kp')} * P.Hkv + g) * D + ${dc}`)} }
         } else if (qOk) {
-          ${rowLoad('Q', `(qRow * P.H + h) * D + ${dc}`)}
+          ${rowLoad('Q', `(${qRowAt('qRow')} * P.H + h) * D + ${dc}`)}
         }
       }`;
   // Widen the raw registers to 16 f32 values (Q scaled), flag NaN/Inf, store transposed
@@ -124,7 +146,7 @@ export function fmaAttentionProgram(dtype: StorageDType, headDim: number, compac
         ${rep(
           vLoads,
           (e) => `{ let x = lid + ${e * 128}u; let kp = k0 + ${vc0} + x / ${vGroups}u;
-          ra${e} = ${rawT}(); if (kp < P.n) { ra${e} = V[((kp * P.Hkv + g) * D) / ${vPer}u + x % ${vGroups}u]; } }`,
+          ra${e} = ${rawT}(); if (kp < ${N}) { ra${e} = V[((${kRowAt('kp')} * P.Hkv + g) * D) / ${vPer}u + x % ${vGroups}u]; } }`,
           '\n        ',
         )}
       }`;
@@ -149,7 +171,7 @@ export function fmaAttentionProgram(dtype: StorageDType, headDim: number, compac
   if (vLoads > 8 || RN > 8 || !Number.isInteger(vLoads)) throw new Error('fma attention: head dim unsupported by the staging layout');
   const RAW = Math.max(RN, vLoads);
   const mask = `let kv4 = vec4<u32>(k0 + tc * 4u) + vec4<u32>(0u, 1u, 2u, 3u);
-          let outside = kv4 >= vec4<u32>(P.n);
+          let outside = kv4 >= vec4<u32>(${N});
           ${rep(8, (i) => `s${i} = select(s${i}, vec4<f32>(MASKED), (kv4 > vec4<u32>(q0 + tr * 8u + ${i}u)) | outside);`, '\n          ')}`;
   // Chunk loop: compute chunk ci from buffer ci % 2 while chunk ci + 1 (or V chunk 0) loads.
   const qkLoop = `for (var ci = 0u; ci < ${CHUNKS}u; ci++) {
@@ -187,7 +209,7 @@ export function fmaAttentionProgram(dtype: StorageDType, headDim: number, compac
   const partAt = (pb: string, i: number, slot: string) => `W[${pb}][0][tr * 2u + ${i >> 2}u][${(i & 3) * 4}u + ${slot}]`;
   const PB = 'par'; // buffer of the row-max partials (the second-to-last chunk's)
   const wgsl = /* wgsl */ `
-${attentionInterface(f16 ? { q: 'array<vec4<u32>>', k: 'array<vec4<u32>>', v: 'array<vec4<u32>>', o: 'array<vec2<u32>>' } : { q: 'array<vec4<f32>>', k: 'array<vec4<f32>>', v: 'array<vec4<f32>>', o: 'array<vec4<f32>>' })}
+${attentionInterface(f16 ? { q: 'array<vec4<u32>>', k: 'array<vec4<u32>>', v: 'array<vec4<u32>>', o: 'array<vec2<u32>>' } : { q: 'array<vec4<f32>>', k: 'array<vec4<f32>>', v: 'array<vec4<f32>>', o: 'array<vec4<f32>>' }, varlen)}
 
 const D: u32 = ${D}u;
 const D4: u32 = ${D4}u;
@@ -213,14 +235,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let g = h / (P.H / P.Hkv);
   // Heads fastest, heaviest tiles (most keys) first: every head's long tiles start in the
   // first wave, so the tail holds only short ones (and a kv group's heads share K/V in L2).
-  let t = P.firstTile + P.numTiles - 1u - wid.y;
+  ${varlen ? VARLEN_ENTRY_WGSL : 'let t = P.firstTile + P.numTiles - 1u - wid.y;'}
   let q0 = t * 64u;
-  let rowOff = P.n - P.m;
+  let rowOff = ${varlen ? 'sn - sm' : 'P.n - P.m'};
   // the row this thread stages: Q row q0 + srow (threads 0-63) or K row k0 + srow (64-127)
   let isK = lid >= 64u;
   let srow = lid % 64u;
   let qpos = q0 + srow;
-  let qOk = qpos >= rowOff && qpos < P.n;
+  let qOk = qpos >= rowOff && qpos < ${N};
   let qRow = select(0u, qpos - rowOff, qOk);
   ${rep(RAW, (j) => `var ra${j} = ${rawT}();`, ' ')}
   ${rep(8, (i) => rep(NV, (u) => `var o${i}_${u} = vec4<f32>(0.0);`, ' '), '\n  ')}
@@ -232,7 +254,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let tpb = P.B / 64u;
   if (lid == 0u) {
     var sgr = vec2<u32>(0u, 1u);
-    if (P.dense == 0u) { sgr = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
+    if (${DENSE} == 0u) { sgr = vec2<u32>(rowPtr[${rowAt('I')}], rowPtr[${rowAt('I + 1u')}]); }
     ${wLast} = packU2(sgr);
   }
   let sg = unpackU2(workgroupUniformLoad(&${wLast}));
@@ -241,7 +263,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
     if (lid == 0u) {
       var kr0 = vec2<u32>(0u, t + 1u);
-      if (P.dense == 0u) { let J = cols[si]; kr0 = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
+      if (${DENSE} == 0u) { let J = cols[${colAt}]; kr0 = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
       ${wLast} = packU2(kr0);
     }
     let kr = unpackU2(workgroupUniformLoad(&${wLast}));
@@ -257,7 +279,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       }
       ${rep(8, (i) => `var s${i} = vec4<f32>(0.0);`, ' ')}
       ${qkLoop}
-      if (kt == t || k0 + 64u > P.n) {
+      if (kt == t || k0 + 64u > ${N}) {
           ${mask}
       }
       // Row maxima: 16 partials per row into buffer par (its last chunk was read before the
@@ -317,13 +339,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (i) => `{
     let pos = q0 + tr * 8u + ${i}u;
     let L = ${i < 4 ? 'llo' : 'lhi'}.${C[i & 3]};
-    if (pos >= rowOff && pos < P.n) {
+    if (pos >= rowOff && pos < ${N}) {
       let row = pos - rowOff;
       let inv = select(select(0.0, 1.0 / L, L > 0.0), poison, poisoned);
-      let obase = ((row * P.H + h) * D) / 4u;
+      let obase = ((${qRowAt('row')} * P.H + h) * D) / 4u;
       ${rep(NV, (u) => `O[obase + ${u * 16}u + tc] = ${narrow(dtype, `o${i}_${u} * inv`)};`, ' ')}
       if (P.returnLse == 1u && tc == 0u) {
-        LSE[h * P.m + row] = select(0xff800000u, bitcast<u32>((${i < 4 ? 'mlo' : 'mhi'}.${C[i & 3]} + log2(L)) * LN2), L > 0.0);
+        LSE[h * P.m + ${qRowAt('row')}] = select(0xff800000u, bitcast<u32>((${i < 4 ? 'mlo' : 'mhi'}.${C[i & 3]} + log2(L)) * LN2), L > 0.0);
       }
     }
   }`,
@@ -331,5 +353,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   )}
 }
 `;
-  return { name: 'attentionFma', cacheKey: `attentionFma:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
+  return {
+    name: varlen ? 'attentionFmaVarlen' : 'attentionFma',
+    cacheKey: `attentionFma:${dtype}:d${D}${compact ? ':compact' : ''}${varlen ? ':varlen' : ''}`,
+    wgsl,
+    entryPoint: 'main',
+  };
 }
