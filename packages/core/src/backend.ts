@@ -10,7 +10,6 @@ import type { DeviceRouterRule, DeviceSelectorRule, Route } from './policy.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
 import type { DType } from './dtype.js';
 import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
-import type { VarlenAttentionOptions, VarlenBatch } from './varlen.js';
 
 export interface AttentionOptions {
   /** softmax scale, default 1/sqrt(d) */
@@ -36,6 +35,37 @@ export interface AttentionResult {
   /** [H, m] f32, when asked for */
   readonly lse?: DeviceTensor;
 }
+
+/** One sequence of a packed batch, in rows of the packed tensors. */
+export interface VarlenSegment {
+  /** first query row in the packed q */
+  readonly qStart: number;
+  /** query rows (m_s >= 1; the last m_s of the sequence's positions) */
+  readonly queries: number;
+  /** first key row in the packed k and v */
+  readonly kStart: number;
+  /** key rows (n_s >= m_s) */
+  readonly keys: number;
+}
+
+/**
+ * A ragged batch as a backend runs it: its sequences, each with its own mask over its own key
+ * blocks (local indices, Nb_s = ceil(n_s / B)), or none (dense causal for that sequence).
+ */
+export interface VarlenBatch {
+  readonly blockSize: number;
+  readonly segments: readonly VarlenSegment[];
+  /** per segment: the mask, or undefined for dense causal attention */
+  readonly masks: readonly (BlockMask | undefined)[];
+  /**
+   * per segment: the mask as the backend's device planner built it (a plan's
+   * `prepared`), which the backend may run instead of expanding `masks[s]` again
+   */
+  readonly prepared?: readonly (PreparedMask | undefined)[];
+}
+
+/** `returnLse` gives LSE [H, Mq]; `out` is a [Mq, H, d] tensor in q's dtype. */
+export type VarlenAttentionOptions = Pick<AttentionOptions, 'scale' | 'returnLse' | 'out'>;
 
 export interface PeRowsOptions {
   readonly blockSize: number;

@@ -10,7 +10,7 @@
  * positions, chunked prefill over its KV prefix). Output [Mq, H, d], LSE [H, Mq].
  */
 import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from './attention.js';
-import type { AttentionOptions, AttentionResult, Backend, DeviceMark, PreparedMask } from './backend.js';
+import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
 import { InvalidArgumentError, ShapeError, UnsupportedError, describeValue } from './errors.js';
 import { causalBlockCount, validateMask, type BlockMask, type ValidateMaskOptions } from './mask.js';
 import { planPrefill, releasePlan } from './prefill.js';
@@ -26,37 +26,6 @@ export interface VarlenLayout {
   /** [S + 1] key row offsets into k and v; default `cuSeqlensQ` (every sequence a full prefill) */
   readonly cuSeqlensK?: ArrayLike<number>;
 }
-
-/** One sequence of a packed batch, in rows of the packed tensors. */
-export interface VarlenSegment {
-  /** first query row in the packed q */
-  readonly qStart: number;
-  /** query rows (m_s >= 1; the last m_s of the sequence's positions) */
-  readonly queries: number;
-  /** first key row in the packed k and v */
-  readonly kStart: number;
-  /** key rows (n_s >= m_s) */
-  readonly keys: number;
-}
-
-/**
- * A ragged batch as a backend runs it: its sequences, each with its own mask over its own key
- * blocks (local indices, Nb_s = ceil(n_s / B)), or none (dense causal for that sequence).
- */
-export interface VarlenBatch {
-  readonly blockSize: number;
-  readonly segments: readonly VarlenSegment[];
-  /** per segment: the mask, or undefined for dense causal attention */
-  readonly masks: readonly (BlockMask | undefined)[];
-  /**
-   * per segment: the mask as the backend's device planner built it (a plan's
-   * `prepared`), which the backend may run instead of expanding `masks[s]` again
-   */
-  readonly prepared?: readonly (PreparedMask | undefined)[];
-}
-
-/** `returnLse` gives LSE [H, Mq]; `out` is a [Mq, H, d] tensor in q's dtype. */
-export type VarlenAttentionOptions = Pick<AttentionOptions, 'scale' | 'returnLse' | 'out'>;
 
 /** Read a cu_seqlens array: integers from 0, non-decreasing, ending at `total`. */
 function offsets(x: unknown, what: string, total: number): number[] {
