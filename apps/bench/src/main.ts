@@ -112,6 +112,9 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
   const shp = (x: string | boolean | undefined) => (typeof x === 'string' ? shape(x) : undefined);
   const budget = num(o.budgetS, 'budget-s', 1);
   const accShape = shp(o.accShape);
+  const chunkedN = typeof o.chunkedN === 'string' ? oneSize(o.chunkedN, 'chunked-n') : base.varlen.chunkedN;
+  const chunks = integer(o.chunks, 'chunks', 1) ?? base.varlen.chunks;
+  if (chunks > chunkedN) throw new Error(`--chunks ${chunks} is more than --chunked-n ${chunkedN}: every chunk needs a query row`);
   const presetList = typeof o.presets === 'string' ? list(o.presets, ['dense', 'crisp', 'crispFast', 'flexPrefill'], 'preset') : undefined;
   return {
     ...base,
@@ -145,8 +148,8 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       batch: integer(o.varlenBatch, 'varlen-batch', 1) ?? base.varlen.batch,
       seed: integer(o.varlenSeed, 'varlen-seed', 0) ?? base.varlen.seed,
       range: typeof o.varlenRange === 'string' ? parseRange(o.varlenRange) : base.varlen.range,
-      chunkedN: typeof o.chunkedN === 'string' ? oneSize(o.chunkedN, 'chunked-n') : base.varlen.chunkedN,
-      chunks: integer(o.chunks, 'chunks', 1) ?? base.varlen.chunks,
+      chunkedN,
+      chunks,
       policy: typeof o.varlenPolicy === 'string' ? list(o.varlenPolicy, VARLEN_POLICIES, 'varlen policy')[0] : base.varlen.policy,
     },
     accuracy: {
