@@ -92,6 +92,7 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (!caps.blockSizes.includes(c.needs.blockSize)) return `backend has no block size ${c.needs.blockSize}`;
   if (c.shape.n > caps.maxSequence) return `n = ${c.shape.n} exceeds the backend's maxSequence ${caps.maxSequence}`;
   if (c.needs.chunked && !caps.chunkedPrefill) return 'backend has no chunked prefill';
+  if (c.needs.lse && !caps.logSumExp) return 'backend returns no log-sum-exp';
   if (c.needs.deviceSelector && !backend.planner?.selectors.includes(c.needs.deviceSelector)) {
     return `backend does not select with ${c.needs.deviceSelector} on the device`;
   }

@@ -6,7 +6,9 @@
  *              \-> PE rows                          (backend)
  *   -> BlockMask (a plan: data, inspectable, reusable) -> sparseAttention (backend)
  *
- * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], m <= n, B block size, Nb = ceil(n / B).
+ * m = n is a whole prompt; m < n is chunked prefill: q holds positions [n - m, n) of a
+ * sequence whose keys and values [0, n) include the cached prefix.
  */
 import { attentionShape } from './attention.js';
 import type { AttentionOptions, AttentionResult, Backend, DeviceMark } from './backend.js';
@@ -80,9 +82,11 @@ export async function runPlan(
   opts ??= {};
   const shape = attentionShape(inputs.q, inputs.k, inputs.v);
   assertOut(opts.out, inputs, shape, backend, 'runPlan');
-  if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads) {
+  // (a chunk's plan holds PE rows for its own query blocks only: q must have its rows too)
+  const planQueries = plan.shape.queries ?? plan.shape.keys;
+  if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads || shape.queries !== planQueries) {
     throw new InvalidArgumentError(
-      `plan was made for n=${plan.shape.keys}, H=${plan.shape.heads}; inputs have n=${shape.keys}, H=${shape.heads}`,
+      `plan was made for n=${plan.shape.keys}, m=${planQueries}, H=${plan.shape.heads}; inputs have n=${shape.keys}, m=${shape.queries}, H=${shape.heads}`,
     );
   }
   if (!plan.mask) return backend.denseAttention(inputs.q, inputs.k, inputs.v, opts);
