@@ -24,6 +24,13 @@ import { assertBackend, assertCallOptions, assertInputs, assertOut } from './val
  * Build a complete plan: statistics, routing, selection, PE rows, mask and density. Does not
  * run attention. A plan made by the backend's device planner also holds its mask on the
  * device (`plan.prepared`): runPlan uses it; `releasePlan` frees it.
+ *
+ * Chunked prefill: `q [m, H, d]` may be the last `m` of the `n` positions of `k [n, Hkv, d]`
+ * (the chunk after a cached prefix, on a backend with `capabilities.chunkedPrefill`). The
+ * plan is the policy's rules applied to that chunk: the gates count keys (n), the proxy rows
+ * are the chunk's last min(B, m) rows, routing and VS selection cover all ceil(n / B) key
+ * blocks, and the PE rows cover the chunk's query blocks only (from floor((n - m) / B)).
+ * `plan.shape.queries` is m; the plan runs on that chunk only.
  */
 export async function planPrefill(
   backend: Backend,
@@ -108,7 +115,9 @@ export interface PrefillResult extends AttentionResult {
 }
 
 /**
- * Plan and run one layer. The output stays on the backend. With a device planner the
+ * Plan and run one layer (a whole prompt, or a chunk after a cached prefix: q the last m of
+ * n positions, as planPrefill describes; the output is [m, H, d], and with `returnLse` the
+ * LSE [H, m] that mergeAttentionByLse takes). The output stays on the backend. With a device planner the
  * attention is queued right behind the plan, and the plan is read back and checked (the host
  * router's routes must equal the device's) while it runs: a disagreement rejects with
  * BACKEND_ERROR after the attention ran, and its output is disposed (unless it was
