@@ -84,16 +84,10 @@ export async function chunkedPart(ctx: SuiteContext, name: string, b: Backend, s
   ctx.log(`  varlen ${name}: chunked prefill, n=${n} in ${C} chunks, ${policy.name}`);
   const made: { dispose(): void }[] = [];
   try {
-    const whole = allocatePacked(b, n, shape, dtype);
-    made.push(whole);
-    const out = (): DeviceTensor => {
-      const t = b.allocate(dtype, [n, shape.heads, shape.headDim]);
-      made.push(t);
-      return t;
-    };
-    const outChunked = out();
-    const outFull = out();
-    const outDense = out();
+    const {
+      packed: whole,
+      outs: [outChunked, outFull, outDense],
+    } = allocatePacked(b, n, shape, dtype, 3, made);
     res.input = await writeScenarioRows(ctx, b, whole, 0, n, shape, dtype, seed, `  varlen ${name} chunked (n=${n})`);
     const view = (t: DeviceTensor, start: number, rows: number) => {
       const x = b.sliceRows!(t, start, rows);

@@ -7,6 +7,7 @@
  */
 import { type Backend, type DeviceTensor, type DType, mulberry32, type Policy, toFloat32 } from '@crisp/core';
 import { crisp, dense } from '@crisp/presets';
+import { relativeError } from '@crisp/reference';
 import { cStruct } from '@crisp/router';
 import { globalCoverage, noiseFloor } from '@crisp/select';
 import { synthThreads } from '@crisp/synth/node';
@@ -81,20 +82,20 @@ export interface PackedQkv {
   readonly q: DeviceTensor;
   readonly k: DeviceTensor;
   readonly v: DeviceTensor;
-  dispose(): void;
 }
 
-/** q [rows, H, d], k and v [rows, Hkv, d] on the backend; nothing is left allocated on failure. */
-export function allocatePacked(b: Backend, rows: number, s: Shape, dtype: DType): PackedQkv {
-  const made: DeviceTensor[] = [];
-  try {
-    for (const heads of [s.heads, s.kvHeads, s.kvHeads]) made.push(b.allocate(dtype, [rows, heads, s.headDim]));
-  } catch (e) {
-    for (const t of made) t.dispose();
-    throw e;
-  }
-  const [q, k, v] = made;
-  return { q, k, v, dispose: () => made.forEach((t) => t.dispose()) };
+/**
+ * q [rows, H, d], k and v [rows, Hkv, d] and `outputs` output tensors [rows, H, d] on the
+ * backend, each pushed to `made` (the caller disposes them, in reverse, when done or failed).
+ */
+export function allocatePacked(b: Backend, rows: number, s: Shape, dtype: DType, outputs: number, made: { dispose(): void }[]): { packed: PackedQkv; outs: DeviceTensor[] } {
+  const alloc = (heads: number) => {
+    const t = b.allocate(dtype, [rows, heads, s.headDim]);
+    made.push(t);
+    return t;
+  };
+  const [q, k, v] = [s.heads, s.kvHeads, s.kvHeads].map(alloc);
+  return { packed: { q, k, v }, outs: Array.from({ length: outputs }, () => alloc(s.heads)) };
 }
 
 /**
@@ -176,16 +177,10 @@ export function maxAbsDiff(a: Float32Array, b: Float32Array): number {
   return m;
 }
 
-/** ‖a − ref‖ / ‖ref‖ in float64 (0 when both are zero). */
+/** ‖a − ref‖ / ‖ref‖ in float64 over rows read with hostRows (@crisp/reference's relativeError, over every value). */
 export function relErr(a: Float32Array, ref: Float32Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < a.length; i++) {
-    const e = a[i] - ref[i];
-    num += e * e;
-    den += ref[i] * ref[i];
-  }
-  return den > 0 ? Math.sqrt(num / den) : num === 0 ? 0 : Number.POSITIVE_INFINITY;
+  const host = (x: Float32Array) => ({ dtype: 'f32' as const, shape: [x.length], data: x });
+  return relativeError(host(a), host(ref)).overall;
 }
 
 interface FullRelError {

@@ -191,16 +191,10 @@ async function batchPart(ctx: SuiteContext, name: string, b: Backend, shape: Sha
     peers: [] as VarlenPeerSum[],
   } as { -readonly [K in keyof VarlenBatchResult]: VarlenBatchResult[K] };
   try {
-    const packed = allocatePacked(b, total, shape, dtype);
-    made.push(packed);
-    const out = (): DeviceTensor => {
-      const t = b.allocate(dtype, [total, shape.heads, shape.headDim]);
-      made.push(t);
-      return t;
-    };
-    const outVarlen = out();
-    const outSingles = out();
-    const outDense = out();
+    const {
+      packed,
+      outs: [outVarlen, outSingles, outDense],
+    } = allocatePacked(b, total, shape, dtype, 3, made);
     const t0 = performance.now();
     const sources = new Set<string>();
     for (let s = 0; s < lengths.length; s++) {
