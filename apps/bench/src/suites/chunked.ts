@@ -129,7 +129,12 @@ export async function chunkedPart(ctx: SuiteContext, name: string, b: Backend, s
       note(`${name}: chunked prefill with ${policy.name}: chunk ${e.chunk} (q ${parts[e.chunk].q.shape[0]} rows, k ${parts[e.chunk].k.shape[0]}) refused: ${e.error.code}: ${e.error.message}`);
     }
 
-    const full = await timeRuns(ctx, () => sparsePrefill(b, whole, policy, { returnLse: true, out: outFull }).then((r) => (r.lse?.dispose(), r)), reps, warmup);
+    const fullOnce = async () => {
+      const r = await sparsePrefill(b, whole, policy, { returnLse: true, out: outFull });
+      r.lse?.dispose();
+      return r;
+    };
+    const full = await timeRuns(ctx, fullOnce, reps, warmup);
     if ('skipped' in full) note(`${name}: full prefill not timed: ${full.skipped}`);
     else {
       const last = full.runs[full.runs.length - 1];
