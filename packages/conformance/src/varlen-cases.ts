@@ -15,7 +15,6 @@ import {
   type HostTensor,
   type Policy,
   type VarlenSegment,
-  hostTensor,
   numBlocks,
   planPrefill,
   toFloat32,
@@ -25,7 +24,6 @@ import {
 import { attentionRows, sampleRows } from '@crisp/reference';
 import {
   type CaseContext,
-  type CaseOutcome,
   type ConformanceCase,
   type ShapeCase,
   makeCase,

@@ -6,7 +6,7 @@
 # Phases:
 #   conformance  the CUDA backend against the float64 reference (@crisp/conformance, n <= 16k),
 #                bf16 and f16 as two processes side by side (the host reference is the slow
-#                part; the cubin cache is written atomically). ~200-320 s.
+#                part; the cubin cache is written atomically), with the varlen cases. ~250-450 s.
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
 #                OUT/nvidia-h200-synth (apps/bench/results/nvidia-h200-synth). ~330 s.
@@ -23,6 +23,11 @@
 #                per sequence, CRISP's dense kernel and PyTorch SDPA flash and cuDNN per sequence,
 #                then one 128k sequence prefilled in 4 chunks against one full prefill:
 #                OUT/nvidia-h200-varlen (apps/bench/results/nvidia-h200-varlen).
+#   million      one sequence of 1,048,576 tokens (q holds 2^32 elements: every offset 64-bit): the
+#                crisp preset's sparsePrefill on the llama fill against the dense kernel's output,
+#                then (when the CLI bundle is there) a 12 GB safetensors dump of the same layer
+#                written by @crisp/io and run by `crisp run --qkv` with its wall time: OUT/million/cuda-bench.json,
+#                OUT/million.log, OUT/crisp-run-1m.log. ~250-400 s.
 #   hostile      the hostile-input soak on the CUDA backend: 1,000 calls (seed 37), valid ones checked
 #                against float64 rows and invalid ones against their CrispError codes, injected and
 #                real faults (allocation, launch, a full device, NaN), device memory before and
@@ -34,8 +39,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -46,7 +51,7 @@ case "$phase" in
   conformance)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     conf() { # DTYPE
-      timeout -s KILL 330 node "$app/cuda-main.mjs" --phase conformance --dtypes "$1" --confMaxN 16384 --budget 300 \
+      timeout -s KILL 500 node "$app/cuda-main.mjs" --phase conformance --dtypes "$1" --confMaxN 16384 --budget 470 \
         --out "$out/conformance-$1" > "$out/conformance-$1.log" 2>&1
     }
     conf bf16 &
@@ -101,6 +106,14 @@ case "$phase" in
     grep -E 'varlen|skip|peer|error' "$out/varlen.log" | tail -n 30
     exit $rc
     ;;
+  million)
+    [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
+    timeout -s KILL 300 node "$app/cuda-main.mjs" --phase bench --ns none --cross none --e2e 1048576 --budget 280 \
+      --out "$out/million" > "$out/million.log" 2>&1
+    rc=$?
+    grep -E 'crisp n=|error|Error' "$out/million.log" | tail -n 10
+    exit $rc
+    ;;
   hostile)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     timeout -s KILL 200 node "$app/cuda-main.mjs" --phase hostile --calls 1000 --seed 37 --strictPolicy on --budget 180 \
@@ -110,7 +123,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, million, hostile)" >&2
     exit 2
     ;;
 esac
