@@ -22,7 +22,7 @@ export function varlenMarkdown(r: VarlenResult, reps: number, warmup: number): s
   for (const b of r.batches) {
     const peers = b.peers.map((p) => p.peer);
     out.push('');
-    out.push(`**${b.backend}** (H=${b.shape.heads}, Hkv=${b.shape.kvHeads}, d=${b.shape.headDim}, ${b.dtype}; ${b.policy}; ${b.lengths.length} sequences, lengths seed ${b.lengthSeed}, ${b.lengths.reduce((a, x) => a + x, 0)} tokens; inputs: ${b.input || '–'})`);
+    out.push(`**${b.backend}** (H=${b.shape.heads}, Hkv=${b.shape.kvHeads}, d=${b.shape.headDim}, ${b.dtype}; ${b.policy}; ${b.lengths.length} sequences, lengths seed ${b.lengthSeed}, ${b.lengths.reduce((a, x) => a + x, 0)} tokens; inputs: ${b.input || '–'}${b.jitWarmup ? `; timed after ${b.jitWarmup.prefills} untimed prefills of the ${kn(b.jitWarmup.n)} sequence (JIT warm-up)` : ''})`);
     out.push('');
     out.push(
       ...table(

@@ -65,6 +65,8 @@ export interface VarlenBatchResult {
   readonly lengthSeed: number;
   readonly lengths: number[];
   readonly input: string;
+  /** the untimed prefills of one sequence before the timed runs (GPU backends), so that their JavaScript runs JIT-optimised */
+  readonly jitWarmup?: { readonly prefills: number; readonly n: number };
   readonly sequences: VarlenSequence[];
   /** the batch's selected causal blocks over all its causal blocks */
   readonly overallDensity?: number;
@@ -212,8 +214,13 @@ async function batchPart(ctx: SuiteContext, name: string, b: Backend, shape: Sha
       };
       return { q: at(packed.q), k: at(packed.k), v: at(packed.v), single: at(outSingles), dense: at(outDense) };
     });
-    // (the float64 reference is timed cold, as in the latency suite)
-    if (name !== 'reference') await jitWarmup(ctx, name, b, views[lengths.indexOf(Math.min(...lengths))], policy);
+    // (the float64 reference is timed cold, as in the latency suite; elsewhere the shortest
+    // sequence the length gate lets through the sparse plan, so that its JavaScript is warmed)
+    if (name !== 'reference') {
+      const sparse = lengths.filter((n) => n >= b.sparseCrossover);
+      const n = Math.min(...(sparse.length ? sparse : lengths));
+      res.jitWarmup = { prefills: await jitWarmup(ctx, name, b, views[lengths.indexOf(n)], policy), n };
+    }
 
     // (a) the batch in one varlenPrefill
     const a = await timeRuns(ctx, () => varlenPrefill(b, packed, { cuSeqlensQ: cu }, policy, { out: outVarlen }), reps, warmup);
@@ -276,9 +283,9 @@ async function eachSequence(b: Backend, views: readonly SequenceViews[], policy:
  * Untimed prefills of one sequence, as the latency suite's JIT warm-up (its count, its time
  * cap), so that the timed plans run JIT-optimised JavaScript. Stops early at the deadline.
  */
-async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, v: SequenceViews, policy: Policy): Promise<void> {
+async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, v: SequenceViews, policy: Policy): Promise<number> {
   const count = ctx.config.latency.jitWarmup;
-  if (count <= 0) return;
+  if (count <= 0) return 0;
   const t0 = performance.now();
   let t1 = t0;
   let done = 0;
@@ -287,6 +294,7 @@ async function jitWarmup(ctx: SuiteContext, name: string, b: Backend, v: Sequenc
     if (++done === 1) t1 = performance.now();
   }
   ctx.log(`  varlen ${name}: JIT warm-up, ${done} prefills at n=${v.q.shape[0]} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  return done;
 }
 
 /** The varlen output against the single-sequence outputs (max |diff|) and each sequence's against dense. */
