@@ -10,10 +10,19 @@ import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
-export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs'] as const;
+export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen'] as const;
 export type SuiteName = (typeof SUITE_NAMES)[number];
-/** What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own and asks for it by name). */
-export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs');
+/**
+ * What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own) and
+ * varlen (ragged batches and chunked prefill, a GPU phase of its own); both are asked for by name.
+ */
+export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs' && s !== 'varlen');
+/**
+ * The varlen suite's policies: the crisp preset, its copy scaled to B = 64 for short sequences
+ * (CPU tests), or dense (every head dense: chunked prefill where sparse chunks are refused).
+ */
+export const VARLEN_POLICIES = ['crisp', 'crisp-b64', 'dense'] as const;
+export type VarlenPolicyName = (typeof VARLEN_POLICIES)[number];
 
 export interface Shape {
   readonly heads: number;
@@ -112,6 +121,24 @@ export interface BenchConfig {
     /** the size at which the host path is timed beside the zero-copy path */
     readonly copyN: number;
   };
+  /**
+   * Ragged batches (varlenPrefill against one sparsePrefill per sequence, CRISP's dense kernel
+   * and the SDPA peers per sequence) and chunked prefill (one sequence in equal query chunks
+   * over its growing KV prefix against one full prefill). Shape, dtype, reps and warm-up are
+   * the latency suite's (the reference: its referenceShape).
+   */
+  readonly varlen: {
+    /** sequences in the batch */
+    readonly batch: number;
+    /** seed of the length draw (each sequence's scenario seed is the run's seed + its index) */
+    readonly seed: number;
+    /** lengths are drawn uniformly from [min, max] tokens */
+    readonly range: readonly [number, number];
+    /** the chunked sequence's length and its query chunks */
+    readonly chunkedN: number;
+    readonly chunks: number;
+    readonly policy: VarlenPolicyName;
+  };
 }
 
 const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'flexPrefill'];
@@ -152,6 +179,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
       floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
       tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
+      varlen: { batch: 3, seed: 7, range: [300, 1500], chunkedN: 1536, chunks: 4, policy: 'crisp-b64' },
     };
   }
   return {
@@ -180,12 +208,23 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
     tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },
+    varlen: { batch: 8, seed: 7, range: [4096, 131072], chunkedN: 131072, chunks: 4, policy: 'crisp' },
   };
 }
 
 /** The element type each backend is timed in (bf16 on CUDA as in the paper; f16 on WebGPU; f32 on the reference). */
 export function latencyDtype(backend: string): DType {
   return backend === 'cuda' ? 'bf16' : backend === 'webgpu' ? 'f16' : 'f32';
+}
+
+/** "4k..128k" or "300..1500": a [min, max] token range (both ends as parseSizes reads one size). */
+export function parseRange(text: string): [number, number] {
+  const m = /^(.+)\.\.(.+)$/.exec(text.trim());
+  const ends = m ? [m[1], m[2]].map((x) => parseSizes(x)) : [];
+  if (ends.length !== 2 || ends.some((e) => e.length !== 1) || !(ends[1][0] >= ends[0][0])) {
+    throw new Error(`bad range '${text}': use min..max with min <= max (e.g. 4k..128k)`);
+  }
+  return [ends[0][0], ends[1][0]];
 }
 
 /** "8192,16384" or "8k..512k" (powers of two) or "2048..16384". */

@@ -7,7 +7,7 @@ import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
 import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
 import { type OpenBackend, openBackend } from './backends.js';
-import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, parseSizes, SUITE_NAMES, type SuiteName, type Shape } from './config.js';
+import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
 import { type SuiteContext, message } from './context.js';
 import { figures } from './figures.js';
 import { findRepoRoot, machineInfo } from './machine.js';
@@ -21,6 +21,7 @@ import { floorSummary, floorsSuite } from './suites/floors.js';
 import { latencySuite } from './suites/latency.js';
 import { onCurveSuite } from './suites/on-curve.js';
 import { tfjsSuite } from './suites/tfjs.js';
+import { varlenSuite } from './suites/varlen.js';
 
 function list<T extends string>(text: string, allowed: readonly T[], what: string): T[] {
   const items = text.split(',').map((s) => s.trim()).filter(Boolean);
@@ -49,6 +50,12 @@ function program(): Command {
     .option('--reference-shape <H,Hkv,d>', 'latency shape for the reference')
     .option('--acc-sizes <sizes>', 'accuracy sizes')
     .option('--tfjs-sizes <sizes>', 'tfjs suite sizes (@crisp/tfjs against TF.js dense attention on tfjs-backend-webgpu)')
+    .option('--varlen-batch <count>', 'varlen suite: sequences in the ragged batch (default 8)')
+    .option('--varlen-seed <seed>', 'varlen suite: seed of the length draw (default 7)')
+    .option('--varlen-range <min..max>', 'varlen suite: the sequences\' lengths are drawn uniformly from this range (default 4k..128k)')
+    .option('--varlen-policy <name>', `varlen suite: ${VARLEN_POLICIES.join(', ')} (default crisp; crisp-b64: B 64, kMin 256, for short sequences)`)
+    .option('--chunked-n <n>', 'varlen suite: the chunked-prefill sequence\'s length (default 128k)')
+    .option('--chunks <count>', 'varlen suite: equal query chunks of the chunked-prefill sequence (default 4)')
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
@@ -96,10 +103,18 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
     if (!Number.isFinite(v) || v < min) throw new Error(`--${what} must be a number >= ${min}; got ${String(x)}`);
     return v;
   };
+  const integer = (x: string | boolean | undefined, what: string, min: number): number | undefined => {
+    const v = num(x, what, min);
+    if (v !== undefined && !Number.isInteger(v)) throw new Error(`--${what} must be an integer; got ${String(x)}`);
+    return v;
+  };
   const sizes = (x: string | boolean | undefined) => (typeof x === 'string' ? parseSizes(x) : undefined);
   const shp = (x: string | boolean | undefined) => (typeof x === 'string' ? shape(x) : undefined);
   const budget = num(o.budgetS, 'budget-s', 1);
   const accShape = shp(o.accShape);
+  const chunkedN = typeof o.chunkedN === 'string' ? oneSize(o.chunkedN, 'chunked-n') : base.varlen.chunkedN;
+  const chunks = integer(o.chunks, 'chunks', 1) ?? base.varlen.chunks;
+  if (chunks > chunkedN) throw new Error(`--chunks ${chunks} is more than --chunked-n ${chunkedN}: every chunk needs a query row`);
   const presetList = typeof o.presets === 'string' ? list(o.presets, ['dense', 'crisp', 'crispFast', 'flexPrefill'], 'preset') : undefined;
   return {
     ...base,
@@ -129,6 +144,14 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       hostTimings: o.hostTimings === true || base.latency.hostTimings,
     },
     tfjs: { ...base.tfjs, sizes: sizes(o.tfjsSizes) ?? base.tfjs.sizes },
+    varlen: {
+      batch: integer(o.varlenBatch, 'varlen-batch', 1) ?? base.varlen.batch,
+      seed: integer(o.varlenSeed, 'varlen-seed', 0) ?? base.varlen.seed,
+      range: typeof o.varlenRange === 'string' ? parseRange(o.varlenRange) : base.varlen.range,
+      chunkedN,
+      chunks,
+      policy: typeof o.varlenPolicy === 'string' ? list(o.varlenPolicy, VARLEN_POLICIES, 'varlen policy')[0] : base.varlen.policy,
+    },
     accuracy: {
       ...base.accuracy,
       sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
@@ -308,6 +331,10 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     if (want(config, 'tfjs')) {
       await phase('tfjs');
       result.suites.tfjs = await tfjsSuite(ctx);
+    }
+    if (want(config, 'varlen')) {
+      await phase('varlen');
+      result.suites.varlen = await varlenSuite(ctx, opened, resolvePeerScript(repoRoot, typeof o.peerScript === 'string' ? o.peerScript : undefined));
     }
     result.inProgress = undefined;
     result.finishedAt = new Date().toISOString();

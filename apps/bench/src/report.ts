@@ -2,6 +2,7 @@
 import { rowsOf } from './merge.js';
 import { JIT_WARMUP_N } from './suites/latency.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
+import { varlenMarkdown } from './suites/varlen-report.js';
 import type { BenchResult } from './result.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
@@ -235,6 +236,7 @@ export function markdown(r: BenchResult): string {
   }
   out.push('');
   if (r.suites.tfjs) out.push(...tfjsMarkdown(r.suites.tfjs, r.config.tfjs?.reps ?? 3));
+  if (r.suites.varlen) out.push(...varlenMarkdown(r.suites.varlen, r.config.latency.reps, r.config.latency.warmup));
   return out.join('\n');
 }
 

@@ -8,6 +8,7 @@ import type { FloorsResult } from './suites/floors.js';
 import type { LatencyResult } from './suites/latency.js';
 import type { OnCurveResult } from './suites/on-curve.js';
 import type { TfjsResult } from './suites/tfjs.js';
+import type { VarlenResult } from './suites/varlen.js';
 
 export interface BenchResult {
   readonly schema: 'crisp-bench/1';
@@ -32,6 +33,7 @@ export interface BenchResult {
     crossover?: CrossoverResult;
     floors?: FloorsResult;
     tfjs?: TfjsResult;
+    varlen?: VarlenResult;
   };
   figures?: string[];
   /** with --merge: the commands whose results this file also holds */

@@ -20,6 +20,7 @@ import {
   hostTensor,
   type ProxyStats,
   isCrispError,
+  mergeAttentionByLse,
   type Policy,
   expandToRows,
   numBlocks,
@@ -70,15 +71,19 @@ export function shapeName(s: ShapeCase): string {
 
 /**
  * Default shapes: n not a multiple of B, n < 2B, GQA ratios 1, 4 and 8, d 64 and 128,
- * B 64 and 128, a chunked-prefill shape, and one shape long enough for the presets'
- * sparse path (n > kMin = 1024).
+ * B 64 and 128, chunked prefill (q the last m of n positions: a chunk starting inside a
+ * block, the last block alone, H/Hkv 32/8), and shapes long enough for the presets' sparse
+ * path (n > kMin = 1024), whole and chunked ((p, m) = (n - 300, 300), (1000, 1100)).
  */
 export const SMALL_SIZES: readonly ShapeCase[] = Object.freeze([
   { n: 200, heads: 2, kvHeads: 2, headDim: 64, blockSize: 64 },
   { n: 100, heads: 8, kvHeads: 2, headDim: 128, blockSize: 64 },
   { n: 300, heads: 8, kvHeads: 1, headDim: 64, blockSize: 128 },
   { n: 190, m: 70, heads: 4, kvHeads: 2, headDim: 64, blockSize: 64 },
+  { n: 320, m: 64, heads: 32, kvHeads: 8, headDim: 64, blockSize: 64 },
   { n: 1100, heads: 4, kvHeads: 2, headDim: 64, blockSize: 128, use: 'pipeline' },
+  { n: 1100, m: 300, heads: 4, kvHeads: 2, headDim: 64, blockSize: 128, use: 'pipeline' },
+  { n: 2100, m: 1100, heads: 8, kvHeads: 8, headDim: 64, blockSize: 128, use: 'pipeline' },
 ]);
 
 /** Long shapes for GPU backends (n up to 65536); exact checks run on sampled query rows. */
@@ -87,6 +92,8 @@ export const LARGE_SIZES: readonly ShapeCase[] = Object.freeze([
   { n: 16384, heads: 8, kvHeads: 1, headDim: 128, blockSize: 128, use: 'both' },
   { n: 65536, heads: 8, kvHeads: 2, headDim: 128, blockSize: 128, use: 'both' },
   { n: 65000, m: 1000, heads: 8, kvHeads: 2, headDim: 128, blockSize: 128 },
+  { n: 16384, m: 128, heads: 32, kvHeads: 8, headDim: 128, blockSize: 128, use: 'both' },
+  { n: 16384, m: 3000, heads: 8, kvHeads: 2, headDim: 128, blockSize: 64, use: 'both' },
 ]);
 
 export interface CaseContext {
@@ -120,6 +127,8 @@ export interface ConformanceCase {
     readonly deviceRouter?: DeviceRouterRule['kind'];
     /** a ragged batch: the backend's varlenAttention (and sliceRows for the pipeline) */
     readonly varlen?: boolean;
+    /** the backend returns the LSE (`capabilities.logSumExp`) */
+    readonly lse?: boolean;
   };
   run(ctx: CaseContext): Promise<CaseOutcome>;
 }
@@ -515,6 +524,58 @@ function denseCase(dtype: DType, s: ShapeCase): ConformanceCase {
 }
 
 /**
+ * Chunked attention merged by LSE (backends with returnLse): a chunk's attention over the
+ * cached prefix's whole key blocks (vertical blocks J < floor(p / B), all before the chunk's
+ * first row) and over the rest (block rows J in [floor(p / B), I], causal in the diagonal
+ * block), each with its LSE, merged with mergeAttentionByLse, equals exact dense attention over
+ * every key. Shapes whose prefix holds at least one whole block.
+ */
+function lseMergeCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  const c = makeCase(`lseMerge/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const be = ctx.backend;
+    const B = s.blockSize;
+    const H = s.heads;
+    const Nb = numBlocks(s.n, B);
+    const I0 = Math.floor((s.n - (s.m ?? s.n)) / B);
+    const none: number[][] = Array.from({ length: H }, () => []);
+    const prefix = vsListsFromArrays(Array.from({ length: H }, () => [...Array(I0).keys()]), none);
+    const rowPtr = new Int32Array(H * Nb + 1);
+    const cols: number[] = [];
+    for (let h = 0; h < H; h++) {
+      for (let I = 0; I < Nb; I++) {
+        for (let J = I0; J <= I; J++) cols.push(J);
+        rowPtr[h * Nb + I + 1] = cols.length;
+      }
+    }
+    const d = upload(be, x);
+    const parts = [];
+    for (const mask of [
+      { heads: H, numBlocks: Nb, blockSize: B, vs: prefix },
+      { heads: H, numBlocks: Nb, blockSize: B, rows: { rowPtr, cols: Int32Array.from(cols) } },
+    ]) {
+      const out = poisoned(be, dtype, x.q.shape);
+      const res = await be.sparseAttention(d.q, d.k, d.v, mask, { out, returnLse: true });
+      if (!res.lse) return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, ['returnLse was asked for but no lse came back']);
+      parts.push({ output: await be.download(res.output), lse: await be.download(res.lse) });
+    }
+    const merged = mergeAttentionByLse(parts);
+    const att = await checkAttention(ctx, s, x, merged.output, undefined, undefined, false);
+    // the merged LSE against the dense one, on the rows checked
+    const rows = checkRowsFor(ctx, s);
+    const exact = attentionRows(x.q, x.k, x.v, rows);
+    const m = s.m ?? s.n;
+    const got = new Float64Array(H * rows.length);
+    for (let h = 0; h < H; h++) for (const [t, i] of rows.entries()) got[h * rows.length + t] = (merged.lse.data as Float32Array)[h * m + i];
+    const e = maxMixedError(got, exact.lse);
+    const lines = att.passed ? [] : att.detail.split('\n');
+    if (!(e.error <= ctx.tolerance.lse)) lines.push(`merged lse error ${e.error.toExponential(3)} > ${ctx.tolerance.lse}`);
+    return outcome(att.maxError, ctx.tolerance.output, lines, `prefix of ${I0} blocks; merged lse error ${e.error.toExponential(2)}`);
+  });
+  return { ...c, needs: { ...c.needs, lse: true } };
+}
+
+/**
  * The full pipeline: the backend's plan must match the reference plan up to borderline
  * decisions (see compare.ts), and its output must match exact attention over the
  * backend's OWN mask (so a borderline block never turns into an output failure).
@@ -793,19 +854,19 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       const chunked = (s.m ?? s.n) !== s.n;
       if (use !== 'pipeline') {
         if (i === 0) out.push(transferCase(dtype, s), typedErrorsCase(dtype, s), nonFiniteCase(dtype, s));
-        if (!chunked) {
-          out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s), devicePlanCase(dtype, s));
-          for (const f of FORMS) out.push(expandCase(dtype, s, f));
-        }
+        out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s), devicePlanCase(dtype, s));
+        // (the mask expansion does not depend on q: once a shape, not again for its chunks)
+        if (!chunked) for (const f of FORMS) out.push(expandCase(dtype, s, f));
         for (const f of FORMS) out.push(sparseCase(dtype, s, f));
         out.push(denseCase(dtype, s));
+        if (Math.floor((s.n - (s.m ?? s.n)) / s.blockSize) >= 1) out.push(lseMergeCase(dtype, s));
       }
-      if (use !== 'primitives' && !chunked) {
+      if (use !== 'primitives') {
         for (const p of o.policies) out.push(pipelineCase(dtype, s, p));
         // once a dtype, on the first shape the pipeline runs on, with the first policy that
         // routes (a sparse plan, so one with statistics)
         const sparse = o.policies.find((p) => p.router !== undefined);
-        if (sparse && !out.some((c) => c.dtype === dtype && c.name.startsWith('pipeline/lifetime/'))) {
+        if (sparse && !chunked && !out.some((c) => c.dtype === dtype && c.name.startsWith('pipeline/lifetime/'))) {
           out.push(lifetimeCase(dtype, s, sparse));
         }
       }

@@ -273,6 +273,8 @@ describe('runConformance', () => {
       ['7', '200'],
       ['7', '200'],
       ['7', '1100'],
+      // the chunk of 300 rows over 1100 keys: its own rows sampled
+      ['7', '300'],
     ]);
   });
 

@@ -110,6 +110,7 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (c.needs.varlen && (typeof backend.varlenAttention !== 'function' || typeof backend.sliceRows !== 'function')) {
     return 'backend has no varlenAttention / sliceRows (ragged batches)';
   }
+  if (c.needs.lse && !caps.logSumExp) return 'backend returns no log-sum-exp';
   if (c.needs.deviceSelector && !backend.planner?.selectors.includes(c.needs.deviceSelector)) {
     return `backend does not select with ${c.needs.deviceSelector} on the device`;
   }

@@ -6,7 +6,9 @@
  *              \-> PE rows                          (backend)
  *   -> BlockMask (a plan: data, inspectable, reusable) -> sparseAttention (backend)
  *
- * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ * Shape legend: q [m, H, d], k and v [n, Hkv, d], m <= n, B block size, Nb = ceil(n / B).
+ * m = n is a whole prompt; m < n is chunked prefill: q holds positions [n - m, n) of a
+ * sequence whose keys and values [0, n) include the cached prefix.
  */
 import { attentionShape } from './attention.js';
 import type { AttentionOptions, AttentionResult, Backend, DeviceMark } from './backend.js';
@@ -22,6 +24,13 @@ import { assertBackend, assertCallOptions, assertInputs, assertOut } from './val
  * Build a complete plan: statistics, routing, selection, PE rows, mask and density. Does not
  * run attention. A plan made by the backend's device planner also holds its mask on the
  * device (`plan.prepared`): runPlan uses it; `releasePlan` frees it.
+ *
+ * Chunked prefill: `q [m, H, d]` may be the last `m` of the `n` positions of `k [n, Hkv, d]`
+ * (the chunk after a cached prefix, on a backend with `capabilities.chunkedPrefill`). The
+ * plan is the policy's rules applied to that chunk: the gates count keys (n), the proxy rows
+ * are the chunk's last min(B, m) rows, routing and VS selection cover all ceil(n / B) key
+ * blocks, and the PE rows cover the chunk's query blocks only (from floor((n - m) / B)).
+ * `plan.shape.queries` is m; the plan runs on that chunk only.
  */
 export async function planPrefill(
   backend: Backend,
@@ -80,9 +89,11 @@ export async function runPlan(
   opts ??= {};
   const shape = attentionShape(inputs.q, inputs.k, inputs.v);
   assertOut(opts.out, inputs, shape, backend, 'runPlan');
-  if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads) {
+  // (a chunk's plan holds PE rows for its own query blocks only: q must have its rows too)
+  const planQueries = plan.shape.queries ?? plan.shape.keys;
+  if (shape.keys !== plan.shape.keys || shape.heads !== plan.shape.heads || shape.queries !== planQueries) {
     throw new InvalidArgumentError(
-      `plan was made for n=${plan.shape.keys}, H=${plan.shape.heads}; inputs have n=${shape.keys}, H=${shape.heads}`,
+      `plan was made for n=${plan.shape.keys}, m=${planQueries}, H=${plan.shape.heads}; inputs have n=${shape.keys}, m=${shape.queries}, H=${shape.heads}`,
     );
   }
   if (!plan.mask) return backend.denseAttention(inputs.q, inputs.k, inputs.v, opts);
@@ -104,7 +115,9 @@ export interface PrefillResult extends AttentionResult {
 }
 
 /**
- * Plan and run one layer. The output stays on the backend. With a device planner the
+ * Plan and run one layer (a whole prompt, or a chunk after a cached prefix: q the last m of
+ * n positions, as planPrefill describes; the output is [m, H, d], and with `returnLse` the
+ * LSE [H, m] that mergeAttentionByLse takes). The output stays on the backend. With a device planner the
  * attention is queued right behind the plan, and the plan is read back and checked (the host
  * router's routes must equal the device's) while it runs: a disagreement rejects with
  * BACKEND_ERROR after the attention ran, and its output is disposed (unless it was

@@ -12,27 +12,56 @@ const split = (x: number): [number, number] => [x % 2 ** 32, Math.floor(x / 2 **
 
 describe('kernel arguments (stand-in driver)', () => {
   it("passes pointers above 2^32, ints and floats through kernelParams, launch after launch", async () => {
-    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 2 ** 33 + 4096, decodeArgs: 15 });
+    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 2 ** 33 + 4096, decodeArgs: 16 });
     const be = new CudaBackend(s.libs, { cacheDir: null });
     const n = 8192;
-    const q = be.allocate('bf16', [n, 8, 128]) as CudaTensor;
     const k = be.allocate('bf16', [n, 2, 128]) as CudaTensor;
-    expect(q.ptr).toBeGreaterThan(2 ** 40);
-    for (let round = 0; round < 2; round++) {
-      s.log.length = 0;
-      await be.proxyStats(q, k, { blockSize: 128, wSink: 128 + round, wLocal: 256, deferRead: true, optionalStats: [] });
-      const pass = s.log.find((e) => e.kind === 'launch' && /^proxy_(wg_)?pass1/.test(e.name ?? ''));
-      expect(pass?.args).toBeDefined();
-      const a = pass!.args!;
-      expect(a[0]).toEqual(split(q.ptr));
-      expect(a[1]).toEqual(split(k.ptr));
-      // n, H, Hkv, b as int32 in the low half; then scale·log2(e) as a float32; the windows
-      expect([a[8][0], a[9][0], a[10][0], a[11][0]]).toEqual([n, 8, 2, 128]);
-      const f = new DataView(new ArrayBuffer(4));
-      f.setUint32(0, a[12][0], true);
-      expect(f.getFloat32(0, true)).toBeCloseTo(Math.LOG2E / Math.sqrt(128), 6);
-      expect([a[13][0], a[14][0]]).toEqual([128 + round, 256]);
+    // a whole prompt, a chunk of a few blocks and a chunk shorter than one block over a prefix
+    for (const m of [n, 1000, 100]) {
+      const q = be.allocate('bf16', [m, 8, 128]) as CudaTensor;
+      expect(q.ptr).toBeGreaterThan(2 ** 40);
+      for (let round = 0; round < 2; round++) {
+        s.log.length = 0;
+        await be.proxyStats(q, k, { blockSize: 128, wSink: 128 + round, wLocal: 256, deferRead: true, optionalStats: [] });
+        const pass = s.log.find((e) => e.kind === 'launch' && /^proxy_(wg_)?pass1/.test(e.name ?? ''));
+        expect(pass?.args).toBeDefined();
+        const a = pass!.args!;
+        expect(a[0]).toEqual(split(q.ptr));
+        expect(a[1]).toEqual(split(k.ptr));
+        // n, H, Hkv, b, q's first position as int32 in the low half; then scale·log2(e) as a
+        // float32; the windows
+        expect([a[8][0], a[9][0], a[10][0], a[11][0], a[12][0]]).toEqual([n, 8, 2, Math.min(128, m), n - m]);
+        const f = new DataView(new ArrayBuffer(4));
+        f.setUint32(0, a[13][0], true);
+        expect(f.getFloat32(0, true)).toBeCloseTo(Math.LOG2E / Math.sqrt(128), 6);
+        expect([a[14][0], a[15][0]]).toEqual([128 + round, 256]);
+      }
+      q.dispose();
     }
+    be.dispose();
+  });
+});
+
+describe('chunked PE rows (stand-in driver)', () => {
+  it("hands the PE kernels q's first position and the first query block", async () => {
+    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 4096, decodeArgs: 12 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const n = 8192;
+    const m = 1000;
+    const q = be.allocate('bf16', [m, 8, 128]) as CudaTensor;
+    const k = be.allocate('bf16', [n, 2, 128]) as CudaTensor;
+    s.log.length = 0;
+    await be.peBlockRows(q, k, { blockSize: 128, gamma: 0.9, heads: [1, 4] });
+    const args = (name: string) => s.log.find((e) => e.kind === 'launch' && e.name?.startsWith(name))?.args;
+    // pe_q_means(q, hl, out, n, H, D, B, qOff)
+    const qm = args('pe_q_means')!;
+    expect(qm[0]).toEqual(split(q.ptr));
+    expect([qm[3][0], qm[4][0], qm[5][0], qm[6][0], qm[7][0]]).toEqual([n, 8, 128, 128, n - m]);
+    // the rows before floor((n - m) / B) stay empty: pe_softmax, pe_row_counts and pe_write take I0 last
+    const I0 = Math.floor((n - m) / 128);
+    expect(args('pe_softmax')![7][0]).toBe(I0);
+    expect(args('pe_row_counts')![6][0]).toBe(I0);
+    expect(args('pe_write')![7][0]).toBe(I0);
     be.dispose();
   });
 });

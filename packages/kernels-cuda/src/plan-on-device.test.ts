@@ -179,6 +179,29 @@ describe('the device planner (stand-in driver)', () => {
     be.dispose();
   });
 
+  it("plans a chunk after a cached prefix on the device: the proxy pass and the PE heads read q from the chunk's first position", async () => {
+    const s = standInDriver({ heads: H, decodeArgs: 13 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const m = 1000;
+    const inputs = { q: be.allocate('bf16', [m, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+    s.log.length = 0;
+    const res = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
+    expect(res.output.shape).toEqual([m, H, D]);
+    expect(res.plan.shape.queries).toBe(m);
+    expect(res.plan.numBlocks).toBe(n / 128);
+    const launches = s.log.filter((e) => e.kind === 'launch');
+    // the proxy pass: n, H, Hkv, b, q's first position
+    const pass = launches.find((e) => /^proxy_(wg_)?pass1/.test(e.name ?? ''))!;
+    expect(pass.args!.slice(8, 13).map((a) => a[0])).toEqual([n, H, Hkv, 128, n - m]);
+    // the PE heads' query means from q's first position, and their map's rows from the chunk's first query block
+    const at = (name: string) => launches.find((e) => e.name?.startsWith(name))!;
+    expect(at('pe_q_means').args![7][0]).toBe(n - m);
+    expect(at('pe_softmax').args![7][0]).toBe(Math.floor((n - m) / 128));
+    // the VS heads' attention, then the PE heads' (the second stream), after the plan
+    expect(launches.filter((e) => e.name?.startsWith('attn_')).length).toBe(2);
+    be.dispose();
+  });
+
   it('sparsePrefill launches the attention behind the plan before reading anything back', async () => {
     const { be, inputs, log } = setup();
     (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose(); // checks q, k, v once

@@ -92,7 +92,8 @@ export interface MassRecallOptions {
 export function massRecall(q: HostTensor, k: HostTensor, mask: BlockMask, opts: MassRecallOptions = {}): PerHead {
   const shape = attentionShape(q, k, k);
   const { queries: m, keys: n, heads: H, headDim: d } = shape;
-  validateMask(mask, { heads: H, numBlocks: numBlocks(n, mask.blockSize) });
+  // (query blocks before a chunk's first query row may stay empty)
+  validateMask(mask, { heads: H, numBlocks: numBlocks(n, mask.blockSize) }, { firstQueryBlock: Math.floor((n - m) / mask.blockSize) });
   const B = mask.blockSize;
   const rows = opts.rows ?? sampleRows(m, opts.sampleCount ?? 256);
   checkRows(rows as number[], m);
@@ -157,7 +158,7 @@ export function attentionRows(
   let expanded: ReturnType<typeof expandToRows> | undefined;
   let B = 128;
   if (mask) {
-    validateMask(mask, { heads: H, numBlocks: numBlocks(n, mask.blockSize) });
+    validateMask(mask, { heads: H, numBlocks: numBlocks(n, mask.blockSize) }, { firstQueryBlock: Math.floor((n - m) / mask.blockSize) });
     expanded = expandToRows(mask);
     B = mask.blockSize;
   }

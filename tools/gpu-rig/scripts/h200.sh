@@ -18,6 +18,11 @@
 #                Vulkan) against TF.js's own dense attention on the same tensors, f32, 8k-32k, and
 #                the host path beside the zero-copy path at 16k: OUT/nvidia-h200-tfjs
 #                (apps/bench/results/nvidia-h200-tfjs). ~120-200 s.
+#   varlen       crisp-bench's varlen suite on CUDA: a ragged batch of 8 @crisp/synth llama-like
+#                sequences (lengths 4k-128k, seed 7) through varlenPrefill against one sparsePrefill
+#                per sequence, CRISP's dense kernel and PyTorch SDPA flash and cuDNN per sequence,
+#                then one 128k sequence prefilled in 4 chunks against one full prefill:
+#                OUT/nvidia-h200-varlen (apps/bench/results/nvidia-h200-varlen).
 #   million      one sequence of 1,048,576 tokens (q holds 2^32 elements: every offset 64-bit): the
 #                crisp preset's sparsePrefill on the llama fill against the dense kernel's output,
 #                then (when the CLI bundle is there) a 12 GB safetensors dump of the same layer
@@ -34,8 +39,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -92,6 +97,15 @@ case "$phase" in
     grep -E 'tfjs|skip|error' "$out/tfjs.log" | tail -n 20
     exit $rc
     ;;
+  varlen)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 295 node "$app/crisp-bench.mjs" --backends cuda --suites varlen --varlen-batch 8 --varlen-seed 7 \
+      --varlen-range 4k..128k --chunked-n 128k --chunks 4 --deadline-s 275 \
+      --out "$out/nvidia-h200-varlen" > "$out/varlen.log" 2>&1
+    rc=$?
+    grep -E 'varlen|skip|peer|error' "$out/varlen.log" | tail -n 30
+    exit $rc
+    ;;
   million)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     timeout -s KILL 300 node "$app/cuda-main.mjs" --phase bench --ns none --cross none --e2e 1048576 --budget 280 \
@@ -109,7 +123,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, million, hostile)" >&2
     exit 2
     ;;
 esac

@@ -51,9 +51,8 @@ export async function buildPlan(
   });
   if (policy.dense) return dense('policy');
   validatePolicyBlocks(policy, B);
-  if (shape.queries !== shape.keys) {
-    throw new InvalidArgumentError('sparse plans need q and k of equal length for now; use the dense policy for chunks');
-  }
+  // (chunked prefill, q the last m of n positions: the gates and the key blocks count keys;
+  // the proxy rows are the chunk's last min(B, m) rows)
   // FlexPrefill's rule: too short to have anything to skip.
   if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return dense('min-length');
   // (opts.minSparseLength was checked by the entry; the backend's own crossover is checked here)

@@ -2,7 +2,8 @@
  * What a plan is: the inputs it is made for, its options, and the plan itself (routing, the
  * block mask, density, timings).
  *
- * Shape legend: q [n, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
+ * Shape legend: q [m, H, d] (m <= n: m < n in chunked prefill), k and v [n, Hkv, d], B block size,
+ * Nb = ceil(n / B).
  */
 import type { AttentionShape } from '../attention.js';
 import type { PreparedMask } from '../backend.js';
@@ -11,6 +12,11 @@ import type { RoutingDecision } from '../policy.js';
 import type { ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
 
+/**
+ * One layer's inputs: q [m, H, d] (m = n for a whole prompt; m < n for a chunk: the queries
+ * at positions n - m .. n - 1), k and v [n, Hkv, d] (for a chunk, the cached prefix's rows and
+ * its own).
+ */
 export interface PrefillInputs {
   readonly q: DeviceTensor;
   readonly k: DeviceTensor;
@@ -21,7 +27,7 @@ export interface PlanOptions {
   /** softmax scale, default 1/sqrt(d) */
   readonly scale?: number;
   /**
-   * Length gate: below this many keys run dense. Default: the backend's measured
+   * Length gate: below this many keys (n, the prefix and the chunk in chunked prefill) run dense. Default: the backend's measured
    * crossover (`backend.sparseCrossover`). Pass 0 to always take the sparse path when the
    * FlexPrefill minimum-length rule allows it.
    */

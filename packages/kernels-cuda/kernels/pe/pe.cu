@@ -26,7 +26,10 @@
 __device__ __forceinline__ u64 to_fix(float v) { return __double2ull_rn((double)v * FIX_SCALE); }
 
 // Q̄ of the listed heads: out[hi][I][d] = mean of q[r][heads[hi]][d] over the rows r of
-// block I, in f32. Grid (Nb, a few slots), PE_QM_THREADS threads: thread t reads the 16-byte
+// block I, in f32. q holds positions qOff .. n − 1 (qOff > 0: chunked prefill over a cached
+// prefix): block I's rows are the positions max(I·B, qOff) .. min(I·B + B, n) − 1, q's rows
+// those minus qOff (a partial first block over its real rows); a block with none gets 0.
+// Grid (Nb, a few slots), PE_QM_THREADS threads: thread t reads the 16-byte
 // chunk t % (D / 8) (8 columns) of rows r0 + t / (D / 8) + k·RG (RG = PE_QM_THREADS / (D / 8)
 // row groups), then the groups' partial sums are added in group order, so the result is
 // reproducible. (One thread a column with 2-byte loads was 43 us at 128k for 3 heads on the
@@ -34,19 +37,19 @@ __device__ __forceinline__ u64 to_fix(float v) { return __double2ull_rn((double)
 #define PE_QM_THREADS 128
 template <bool BF16>
 __device__ __forceinline__ void pe_q_means_body(const u16* q, const int* hl, float* out, int n, int H, int D,
-                                                int B) {
+                                                int B, int qOff) {
   __shared__ float part[PE_QM_THREADS * 8];
   const int I = blockIdx.x, Nb = gridDim.x, t = threadIdx.x, nh = hl[0];
   const int CH = D / 8, RG = PE_QM_THREADS / CH, ch = t % CH, rg = t / CH;
   for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
     const int h = hl[1 + hi];
-    const int r0 = I * B;
-    const int r1 = r0 + B < n ? r0 + B : n;
+    const int r0 = I * B > qOff ? I * B : qOff;
+    const int r1 = I * B + B < n ? I * B + B : n;
     float s[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) s[e] = 0.f;
     for (int r = r0 + rg; r < r1; r += RG) {
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(q + ((size_t)r * H + h) * D) + ch);
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(q + ((size_t)(r - qOff) * H + h) * D) + ch);
       const u32 w[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
       for (int e = 0; e < 4; e++) {
@@ -61,16 +64,18 @@ __device__ __forceinline__ void pe_q_means_body(const u16* q, const int* hl, flo
     for (int d = t; d < D; d += PE_QM_THREADS) {
       float tot = 0.f;
       for (int g = 0; g < RG; g++) tot += part[g * D + d];
-      out[((size_t)hi * Nb + I) * D + d] = tot / (float)(r1 - r0);
+      out[((size_t)hi * Nb + I) * D + d] = r1 > r0 ? tot / (float)(r1 - r0) : 0.f;
     }
     __syncthreads();  // part is reused by the next slot
   }
 }
-extern "C" __global__ void pe_q_means_bf16(const u16* q, const int* hl, float* out, int n, int H, int D, int B) {
-  pe_q_means_body<true>(q, hl, out, n, H, D, B);
+extern "C" __global__ void pe_q_means_bf16(const u16* q, const int* hl, float* out, int n, int H, int D, int B,
+                                           int qOff) {
+  pe_q_means_body<true>(q, hl, out, n, H, D, B, qOff);
 }
-extern "C" __global__ void pe_q_means_f16(const u16* q, const int* hl, float* out, int n, int H, int D, int B) {
-  pe_q_means_body<false>(q, hl, out, n, H, D, B);
+extern "C" __global__ void pe_q_means_f16(const u16* q, const int* hl, float* out, int n, int H, int D, int B,
+                                          int qOff) {
+  pe_q_means_body<false>(q, hl, out, n, H, D, B, qOff);
 }
 
 // One 64x64 tile of head slot hi's Q̄ K̄ᵀ · scale (kv head kvh). Both 64 x D operands are
@@ -180,16 +185,22 @@ __device__ __forceinline__ void pe_softmax_row(float* row, int I, float* red) {
 
 // Row softmax over J <= I, in place. Grid (Nb, a few slots), 256 threads. CTA (0, 0) also
 // zeroes z0[0 .. n0) and z1[0 .. n1) (the radix passes' counters and sums, which the first
-// pass needs at zero: no memsets from the host).
+// pass needs at zero: no memsets from the host). Rows I < I0 (query blocks before a chunk's
+// first query row: no query rows) are zeroed: they take no mass and keep no entry.
 extern "C" __global__ void __launch_bounds__(256) pe_softmax(float* P, int Nb, const int* hl, unsigned* z0, int n0,
-                                                             unsigned* z1, int n1) {
+                                                             unsigned* z1, int n1, int I0) {
   __shared__ float red[256];
   if (blockIdx.x == 0 && blockIdx.y == 0) {
     for (int i = threadIdx.x; i < n0; i += 256) z0[i] = 0u;
     for (int i = threadIdx.x; i < n1; i += 256) z1[i] = 0u;
   }
   const int I = blockIdx.x, nh = hl[0];
-  for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) pe_softmax_row(P + ((size_t)hi * Nb + I) * Nb, I, red);
+  for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
+    float* row = P + ((size_t)hi * Nb + I) * Nb;
+    if (I >= I0) pe_softmax_row(row, I, red);
+    else
+      for (int J = threadIdx.x; J <= I; J += 256) row[J] = 0.f;
+  }
 }
 
 #define PE_HIST_THREADS 512
@@ -439,16 +450,17 @@ extern "C" __global__ void __launch_bounds__(PE_HIST_THREADS, 2)
   if (threadIdx.x == 0) done[hi] = 0;
 }
 
-// Per row: entries > τ and entries == τ. Grid (Nb, a few slots), 256 threads.
+// Per row: entries > τ and entries == τ; none in rows I < I0 (no query rows). Grid (Nb, a
+// few slots), 256 threads.
 extern "C" __global__ void __launch_bounds__(256) pe_row_counts(const float* P, int Nb, const u64* state, int* strictCnt,
-                                                                int* eqCnt, const int* hl) {
+                                                                int* eqCnt, const int* hl, int I0) {
   __shared__ int red[2][256];
   const int I = blockIdx.x, nh = hl[0];
   for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
     const u32 tau = (u32)state[hi * 8 + 4];
     const float* row = P + ((size_t)hi * Nb + I) * Nb;
     int gt = 0, eq = 0;
-    for (int J = threadIdx.x; J <= I; J += 256) {
+    for (int J = threadIdx.x; I >= I0 && J <= I; J += 256) {
       const u32 bits = __float_as_uint(row[J]);
       gt += bits > tau;
       eq += bits == tau;
@@ -493,10 +505,12 @@ extern "C" __global__ void __launch_bounds__(1024) pe_row_kept(const int* strict
   }
 }
 
-// Write each row's kept key blocks in ascending J. One warp per row; grid (Nb, a few slots).
+// Write each row's kept key blocks in ascending J (rows I < I0 keep none). One warp per row;
+// grid (Nb, a few slots).
 extern "C" __global__ void pe_write(const float* P, int Nb, const u64* state, const int* eqStart, const int* rowPtr,
-                                   int* cols, const int* hl) {
+                                   int* cols, const int* hl, int I0) {
   const int I = blockIdx.x, lane = threadIdx.x, nh = hl[0];
+  if (I < I0) return;
   for (int hi = blockIdx.y; hi < nh; hi += gridDim.y) {
     const u32 tau = (u32)state[hi * 8 + 4];
     const long long r = (long long)state[hi * 8 + 5];

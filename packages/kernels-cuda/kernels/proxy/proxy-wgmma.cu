@@ -42,8 +42,8 @@ template <int D, int NWG, bool BF16, bool PASS1, int ST, bool FUSED = false, boo
 __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
                                               float* pl, float* pt, float* qMean, float* kMean,
                                               const float* rowLse2, float* pv, float* slashPart, float* winPart,
-                                              float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,
-                                              int wLocal) {
+                                              float* bins, int n, int H, int Hkv, int b, int qOff, float scaleLog2,
+                                              int wSink, int wLocal) {
   // (the kernel after it, proxy_combine, is launched programmatically: CRISP_PDL_ENTRY)
   pdl_trigger();
   constexpr int BM = 64 * NWG, NT = NWG * 128, NW = NWG * 4, CH = D / 8;
@@ -109,8 +109,9 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
       }
     }
   };
-  // the proxy rows n − b .. n − 1 (rows past b land as zeros)
-  stage_q<BM, D, NT>(q, n - b, n, 0, (size_t)H * D, h, tid, [&](int r, int ch) { return sQ + pswz(BM, r, ch); });
+  // the proxy rows n − b .. n − 1 (rows past b land as zeros), q's rows from position qOff
+  // (chunked prefill: q holds positions qOff .. n − 1)
+  stage_q<BM, D, NT>(q, n - b, n, qOff, (size_t)H * D, h, tid, [&](int r, int ch) { return sQ + pswz(BM, r, ch); });
   // ST − 1 tiles ahead: group g holds tile g (group 0 also Q)
 #pragma unroll
   for (int t = 0; t < ST - 1; t++) {
@@ -216,13 +217,13 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
   }
 }
 #define CRISP_PROXY_WG_CALL1(D, NWG, BF16) \
-  proxy_wg_body<D, NWG, BF16, true, 2>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, nullptr, n, H, Hkv, b, scaleLog2, 0, 0);
+  proxy_wg_body<D, NWG, BF16, true, 2>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, nullptr, n, H, Hkv, b, qOff, scaleLog2, 0, 0);
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16) \
-  proxy_wg_body<D, NWG, BF16, false, 2>(q, k, nullptr, nullptr, nullptr, nullptr, nullptr, rowLse2, pv, slashPart, winPart, nullptr, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+  proxy_wg_body<D, NWG, BF16, false, 2>(q, k, nullptr, nullptr, nullptr, nullptr, nullptr, rowLse2, pv, slashPart, winPart, nullptr, n, H, Hkv, b, qOff, scaleLog2, wSink, wLocal);
 #define CRISP_PROXY_WG_CALL1F(D, NWG, BF16) \
-  proxy_wg_body<D, NWG, BF16, true, 2, true>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+  proxy_wg_body<D, NWG, BF16, true, 2, true>(q, k, pm, pl, pt, qMean, kMean, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, qOff, scaleLog2, wSink, wLocal);
 #define CRISP_PROXY_WG_CALL1L(D, NWG, BF16) \
-  proxy_wg_body<D, NWG, BF16, true, 2, true, true>(q, k, pm, pl, pt, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, scaleLog2, wSink, wLocal);
+  proxy_wg_body<D, NWG, BF16, true, 2, true, true>(q, k, pm, pl, pt, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, bins, n, H, Hkv, b, qOff, scaleLog2, wSink, wLocal);
 #else
 #define CRISP_PROXY_WG_CALL1(D, NWG, BF16)
 #define CRISP_PROXY_WG_CALL2(D, NWG, BF16)
@@ -234,7 +235,7 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
 #define CRISP_PROXY_WG_FUSED(NAME, CALL, D, NWG, BF16)                                                           \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       NAME(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean, float* bins,  \
-           int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) {                               \
+           int n, int H, int Hkv, int b, int qOff, float scaleLog2, int wSink, int wLocal) {                     \
     CALL(D, NWG, BF16)                                                                                           \
   }
 
@@ -245,14 +246,15 @@ __device__ __forceinline__ void proxy_wg_body(const u16* __restrict__ q, const u
 #define CRISP_PROXY_WG(SUF, D, NWG, BF16)                                                                        \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       proxy_wg_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,            \
-                           float* kMean, int n, int H, int Hkv, int b, float scaleLog2) {                        \
+                           float* kMean, int n, int H, int Hkv, int b, int qOff, float scaleLog2) {              \
     CRISP_PROXY_WG_CALL1(D, NWG, BF16)                                                                           \
   }                                                                                                              \
   CRISP_PROXY_WG_FUSED(proxy_wg_pass1f_##SUF, CRISP_PROXY_WG_CALL1F, D, NWG, BF16)                              \
   CRISP_PROXY_WG_FUSED(proxy_wg_pass1l_##SUF, CRISP_PROXY_WG_CALL1L, D, NWG, BF16)                              \
   extern "C" __global__ void __launch_bounds__(NWG * 128, 2)                                                     \
       proxy_wg_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,       \
-                            float* winPart, int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) { \
+                            float* winPart, int n, int H, int Hkv, int b, int qOff, float scaleLog2, int wSink,   \
+                            int wLocal) {                                                                        \
     CRISP_PROXY_WG_CALL2(D, NWG, BF16)                                                                           \
   }
 

@@ -26,12 +26,14 @@
 #define P1_CTAS(MT) ((MT) == 2 ? 3 : 2)
 
 template <int D, int BM, int NT>
-__device__ __forceinline__ void proxy_load_q(const u16* __restrict__ q, int n, int H, int b, int h, u32 sQ) {
+__device__ __forceinline__ void proxy_load_q(const u16* __restrict__ q, int n, int qOff, int H, int b, int h, u32 sQ) {
   constexpr int ROWB = D * 2, CH = D / 8;
   for (int c = threadIdx.x; c < BM * CH; c += NT) {
-    const int r = c / CH, ch = c % CH, row = n - b + r;
+    // proxy row r sits at position n - b + r, q's row n - b + r - qOff (q holds positions
+    // qOff .. n - 1: chunked prefill over a cached prefix when qOff > 0)
+    const int r = c / CH, ch = c % CH, row = n - b + r - qOff;
     const bool ok = r < b;
-    cp_async16(sQ + swz(r, ch, ROWB), q + (size_t)(ok ? row : n - 1) * H * D + (size_t)h * D + ch * 8, ok ? 16 : 0);
+    cp_async16(sQ + swz(r, ch, ROWB), q + (size_t)(ok ? row : n - 1 - qOff) * H * D + (size_t)h * D + ch * 8, ok ? 16 : 0);
   }
 }
 
@@ -130,7 +132,7 @@ __device__ __forceinline__ void proxy_tile_scores_sq(u32 sQ, u32 sK, float (&s)[
 template <int D, int BM, int MT, bool BF16, bool FUSED>
 __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, const u16* __restrict__ k, float* pm,
                                                  float* pl, float* pt, float* qMean, float* kMean, float* bins,
-                                                 int n, int H, int Hkv, int b, float scaleLog2, int wSink,
+                                                 int n, int H, int Hkv, int b, int qOff, float scaleLog2, int wSink,
                                                  int wLocal) {
   // (the kernel after it, proxy_combine, is launched programmatically: CRISP_PDL_ENTRY)
   pdl_trigger();
@@ -170,7 +172,7 @@ __device__ __forceinline__ void proxy_pass1_body(const u16* __restrict__ q, cons
   float ksum[CPT];
 #pragma unroll
   for (int c = 0; c < CPT; c++) ksum[c] = 0.f;
-  proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
+  proxy_load_q<D, BM, NT>(q, n, qOff, H, b, h, sQ);
   proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
   cp_async_commit();
   cp_async_wait<0>();
@@ -453,7 +455,7 @@ __device__ __forceinline__ void proxy_combine_tile(const float* colPart, const f
 template <int D, int BM, int MT, bool BF16>
 __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, const u16* __restrict__ k,
                                                  const float* rowLse2, float* av, float* slashPart, int n, int H,
-                                                 int Hkv, int b, float scaleLog2) {
+                                                 int Hkv, int b, int qOff, float scaleLog2) {
   constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
   constexpr int NRG = BM / 32;        // 32-row groups
   constexpr int SP = PART_KEYS + BM;  // slash partial length per part
@@ -489,7 +491,7 @@ __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, cons
   int nT = (n - ps + 63) / 64;
   if (nT > PART_TILES) nT = PART_TILES;
   u32 qf[MT][D / 16][4];
-  proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
+  proxy_load_q<D, BM, NT>(q, n, qOff, H, b, h, sQ);
   proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
   cp_async_commit();
   cp_async_wait<0>();
@@ -549,7 +551,7 @@ __device__ __forceinline__ void proxy_pass2_body(const u16* __restrict__ q, cons
 template <int D, int BM, int MT, bool BF16>
 __device__ __forceinline__ void proxy_pass2b_body(const u16* __restrict__ q, const u16* __restrict__ k,
                                                   const float* rowLse2, float* pv, float* slashPart, float* winPart,
-                                                  int n, int H, int Hkv, int b, float scaleLog2, int wSink,
+                                                  int n, int H, int Hkv, int b, int qOff, float scaleLog2, int wSink,
                                                   int wLocal) {
   constexpr int ROWB = D * 2, NW = BM / (16 * MT), NT = NW * 32;
   constexpr int LGB = BM == 128 ? 7 : 6;
@@ -580,7 +582,7 @@ __device__ __forceinline__ void proxy_pass2b_body(const u16* __restrict__ q, con
   const int opart0 = (n - b - ps - (PART_KEYS - 1)) >> LGB;
   const int s0 = wSink < n ? wSink : n, l0 = n - wLocal > 0 ? n - wLocal : 0;
   for (int i = tid; i < NV + SB + 1; i += NT) acc[i] = 0.f;
-  proxy_load_q<D, BM, NT>(q, n, H, b, h, sQ);
+  proxy_load_q<D, BM, NT>(q, n, qOff, H, b, h, sQ);
   proxy_load_k<D, NT>(k, n, Hkv, kvh, ps, sK);
   cp_async_commit();
   cp_async_wait<0>();
@@ -804,30 +806,31 @@ extern "C" __global__ void block_means_f16(const u16* x, float* out, int rows, i
 // Layouts: `proxy_pass*_<dtype>_d<D>_b<B>` warps of 16 rows (B / 16 warps);
 // `proxy_pass*_w32_...` warps of 32 rows (B / 32 warps; each K fragment feeds two MMAs),
 // built where there are at least D threads (not d128 with B = 64).
-#define CRISP_PROXY(SUF, D, BM, MT, BF16)                                                                     \
-  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                        \
-      proxy_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean, \
-                        int n, int H, int Hkv, int b, float scaleLog2) {                                      \
-    proxy_pass1_body<D, BM, MT, BF16, false>(q, k, pm, pl, pt, qMean, kMean, nullptr, n, H, Hkv, b, scaleLog2, \
-                                             0, 0);                                                           \
-  }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
-      proxy_pass1f_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,            \
-                         float* kMean, float* bins, int n, int H, int Hkv, int b, float scaleLog2, int wSink,   \
-                         int wLocal) {                                                                        \
-    proxy_pass1_body<D, BM, MT, BF16, true>(q, k, pm, pl, pt, qMean, kMean, bins, n, H, Hkv, b, scaleLog2,     \
-                                            wSink, wLocal);                                                   \
-  }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                \
-      proxy_pass2_##SUF(const u16* q, const u16* k, const float* rowLse2, float* av, float* slashPart, int n,   \
-                        int H, int Hkv, int b, float scaleLog2) {                                             \
-    proxy_pass2_body<D, BM, MT, BF16>(q, k, rowLse2, av, slashPart, n, H, Hkv, b, scaleLog2);                 \
-  }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                        \
-      proxy_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,         \
-                         float* winPart, int n, int H, int Hkv, int b, float scaleLog2, int wSink, int wLocal) { \
-    proxy_pass2b_body<D, BM, MT, BF16>(q, k, rowLse2, pv, slashPart, winPart, n, H, Hkv, b, scaleLog2, wSink,  \
-                                       wLocal);                                                               \
+#define CRISP_PROXY(SUF, D, BM, MT, BF16)                                                                       \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                          \
+      proxy_pass1_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean, float* kMean,   \
+                        int n, int H, int Hkv, int b, int qOff, float scaleLog2) {                              \
+    proxy_pass1_body<D, BM, MT, BF16, false>(q, k, pm, pl, pt, qMean, kMean, nullptr, n, H, Hkv, b, qOff,        \
+                                             scaleLog2, 0, 0);                                                  \
+  }                                                                                                             \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                  \
+      proxy_pass1f_##SUF(const u16* q, const u16* k, float* pm, float* pl, float* pt, float* qMean,              \
+                         float* kMean, float* bins, int n, int H, int Hkv, int b, int qOff, float scaleLog2,     \
+                         int wSink, int wLocal) {                                                               \
+    proxy_pass1_body<D, BM, MT, BF16, true>(q, k, pm, pl, pt, qMean, kMean, bins, n, H, Hkv, b, qOff, scaleLog2, \
+                                            wSink, wLocal);                                                     \
+  }                                                                                                             \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, 2)                                                  \
+      proxy_pass2_##SUF(const u16* q, const u16* k, const float* rowLse2, float* av, float* slashPart, int n,     \
+                        int H, int Hkv, int b, int qOff, float scaleLog2) {                                     \
+    proxy_pass2_body<D, BM, MT, BF16>(q, k, rowLse2, av, slashPart, n, H, Hkv, b, qOff, scaleLog2);             \
+  }                                                                                                             \
+  extern "C" __global__ void __launch_bounds__(BM * 2 / MT, P1_CTAS(MT))                                          \
+      proxy_pass2b_##SUF(const u16* q, const u16* k, const float* rowLse2, float* pv, float* slashPart,           \
+                         float* winPart, int n, int H, int Hkv, int b, int qOff, float scaleLog2, int wSink,     \
+                         int wLocal) {                                                                          \
+    proxy_pass2b_body<D, BM, MT, BF16>(q, k, rowLse2, pv, slashPart, winPart, n, H, Hkv, b, qOff, scaleLog2,    \
+                                       wSink, wLocal);                                                          \
   }
 
 CRISP_PROXY(bf16_d64_b64, 64, 64, 1, true)

@@ -1,6 +1,9 @@
 /**
  * PE rows on the device (kernels/pe/pe.cu): the pooled block map Ā = softmax_J(Q̄_I · K̄_J ·
  * scale) of the listed heads, sorted by a radix pass and cut at γ, written as block rows.
+ * Chunked prefill (q the last m of n positions): the map's rows are the query blocks holding
+ * query rows (from floor((n - m) / B); a partial first block over its real rows), the earlier
+ * rows empty.
  */
 import {
   type BlockRows,
@@ -155,7 +158,11 @@ export function peParts(
   lists: readonly { ptr: number; count: number; first: number; known?: false }[],
 ): PePart[] {
   const { shape, qt, kt, B, Nb, gamma, scale } = req;
-  const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+  const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+  // q holds positions qOff .. n - 1 (chunked prefill when qOff > 0): query blocks before I0
+  // hold no query rows, and their rows of the map stay empty
+  const qOff = n - m;
+  const I0 = Math.floor(qOff / B);
   // Q̄ for the listed heads only (a few of H; Q is the largest tensor), K̄ for every kv head
   const qm = cx.scratch(slots * Nb * D * 4);
   const cached = kept.kMeans;
@@ -178,8 +185,8 @@ export function peParts(
       const qml = qm.ptr + l.first * Nb * D * 4;
       const g = l.known === false ? Math.min(l.count, PE_SLOT_GRID) : l.count;
       // 128 threads (PE_QM_THREADS in pe.cu): 16-byte loads, row groups summed in order
-      cx.launch('pe/pe.cu', `pe_q_means_${dtype}`, [Nb, g], 128, 0, [P(qt.ptr), P(l.ptr), P(qml), I(n), I(H), I(D), I(B)]);
-      parts.push(peChunk(cx, qml, km.ptr, l.ptr, l.count, l.known !== false, H, Hkv, Nb, D, scale, gamma));
+      cx.launch('pe/pe.cu', `pe_q_means_${dtype}`, [Nb, g], 128, 0, [P(qt.ptr), P(l.ptr), P(qml), I(n), I(H), I(D), I(B), I(qOff)]);
+      parts.push(peChunk(cx, qml, km.ptr, l.ptr, l.count, l.known !== false, { H, Hkv, Nb, D, I0 }, scale, gamma));
     }
     return parts;
   } catch (e) {
@@ -191,7 +198,7 @@ export function peParts(
 }
 
 /**
- * One list's PE kernels: `nc` head slots (grids sized for them; slots past the device
+ * One list's PE kernels (query blocks from I0 on: the chunk's): `nc` head slots (grids sized for them; slots past the device
  * list's count leave at once), `known`: nc is the list's count (the host uploaded it), so
  * the radix pass's CTAs a head can be sized here rather than from the slots.
  */
@@ -202,13 +209,11 @@ function peChunk(
   hl: number,
   nc: number,
   known: boolean,
-  H: number,
-  Hkv: number,
-  Nb: number,
-  D: number,
+  dims: { readonly H: number; readonly Hkv: number; readonly Nb: number; readonly D: number; readonly I0: number },
   scale: number,
   gamma: number,
 ): PePart {
+  const { H, Hkv, Nb, D, I0 } = dims;
   // every block goes to `blocks` as it is taken (a failed allocation leaves those before it to the finally)
   const blocks: DeviceBlock[] = [];
   const take = (bytes: number): DeviceBlock => {
@@ -245,7 +250,7 @@ function peChunk(
     // cnt, the tickets and the prefixes, and the sums, zeroed by pe_softmax's first CTA
     // once: each radix pass's last CTA of a head zeroes that head's cnt, sum and ticket for
     // the next pass (pe_radix_pass)
-    cx.launch('pe/pe.cu', 'pe_softmax', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(hl), P(cnt.ptr), I(nc * 258), P(sum.ptr), I(nc * 512)]);
+    cx.launch('pe/pe.cu', 'pe_softmax', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(hl), P(cnt.ptr), I(nc * 258), P(sum.ptr), I(nc * 512), I(I0)]);
     // pe_radix_pass: 512 threads and 96 KiB of shared memory a CTA, two CTAs an SM; the
     // heads' CTAs together fill the SMs once (each does an equal share of its head's
     // triangle), fewer for small maps (about PE_RADIX_ENTRIES / 2 entries a CTA at least). With the count
@@ -270,7 +275,7 @@ function peChunk(
         I(budget),
       ]);
     }
-    cx.launch('pe/pe.cu', 'pe_row_counts', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(state.ptr), P(strict.ptr), P(eq.ptr), P(hl)]);
+    cx.launch('pe/pe.cu', 'pe_row_counts', [Nb, g], 256, 0, [P(pm.ptr), I(Nb), P(state.ptr), P(strict.ptr), P(eq.ptr), P(hl), I(I0)]);
     cx.launch('pe/pe.cu', 'pe_row_kept', [nc], 1024, 0, [
       P(strict.ptr),
       P(eq.ptr),
@@ -292,6 +297,7 @@ function peChunk(
       P(rowPtrD.ptr),
       P(colsD.ptr),
       P(hl),
+      I(I0),
     ]);
     blocks.splice(blocks.indexOf(rowPtrD), 1);
     blocks.splice(blocks.indexOf(colsD), 1);

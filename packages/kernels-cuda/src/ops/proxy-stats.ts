@@ -1,7 +1,8 @@
 /**
  * Fused proxy statistics (kernels/proxy/): the proxy map Â = softmax(Q̂ Kᵀ · scale) of the
- * last b = min(B, n) queries reduced to C_struct, the row entropies and the block scores
- * without being stored. Shape legend: q [n, H, d], k [n, Hkv, d], Nb = ceil(n / B).
+ * last b = min(B, m) queries reduced to C_struct, the row entropies and the block scores
+ * without being stored. Shape legend: q [m, H, d] (positions n - m .. n - 1; m < n in chunked
+ * prefill), k [n, Hkv, d], Nb = ceil(n / B).
  */
 import {
   type DType,
@@ -141,8 +142,11 @@ export class ProxyStatsOp {
     cx.assertFinite(qt, 'q');
     cx.assertFinite(kt, 'k');
     cx.tracer.host('proxyStats: checked');
-    const { keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
-    const b = Math.min(B, n);
+    const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    // the proxy rows: the last b query rows, at positions n - b .. n - 1 (q holds positions
+    // qOff .. n - 1; qOff > 0 in chunked prefill)
+    const b = Math.min(B, m);
+    const qOff = n - m;
     const Nb = numBlocks(n, B);
     const nParts = Math.ceil(n / PART_KEYS);
     const SP = PART_KEYS + B;
@@ -224,6 +228,7 @@ export class ProxyStatsOp {
         I(H),
         I(Hkv),
         I(b),
+        I(qOff),
         F(scaleLog2),
         ...(bins ? [I(opts.wSink), I(opts.wLocal)] : []),
       ]);
@@ -315,6 +320,7 @@ export class ProxyStatsOp {
           I(H),
           I(Hkv),
           I(b),
+          I(qOff),
           F(scaleLog2),
         ]);
       } else {
@@ -332,6 +338,7 @@ export class ProxyStatsOp {
           I(H),
           I(Hkv),
           I(b),
+          I(qOff),
           F(scaleLog2),
           I(opts.wSink),
           I(opts.wLocal),
