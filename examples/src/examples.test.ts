@@ -10,6 +10,7 @@ import { firstBlockRouter, main as customRouter } from './custom-router.js';
 import { keepTopBlocks, main as customSelector } from './custom-selector.js';
 import { main as readADump } from './read-a-dump.js';
 import { main as referenceEndToEnd } from './reference-end-to-end.js';
+import { main as varlenBatch } from './varlen-batch.js';
 
 function collect(): { lines: string[]; log: (line: string) => void } {
   const lines: string[] = [];
@@ -105,7 +106,21 @@ describe('examples', () => {
     expect(lines[0]).toContain(`${r.fileBytes} bytes`);
   });
 
-  it('(e) the browser page builds with vite into a page and a script that uses navigator.gpu', async () => {
+  it('(e) a ragged batch: one call, each request planned on its own, rows equal to each request alone', async () => {
+    const { lines, log } = collect();
+    const r = await varlenBatch(log);
+    expect(r.cuSeqlens).toEqual([0, 2048, 2348, 3884]);
+    expect(r.plans[1]).toBe('dense (min-length)');
+    expect(r.plans[0]).toMatch(/^((vs|pe) ){7}(vs|pe)$/);
+    expect(r.plans[2]).toMatch(/^((vs|pe) ){7}(vs|pe)$/);
+    expect(r.densities[1]).toBe(1);
+    expect(r.densities[0]).toBeLessThan(1);
+    expect(r.maxDiffFromAlone).toBe(0);
+    expect(r.outputShape).toEqual([3884, 8, 32]);
+    expect(lines).toHaveLength(4);
+  });
+
+  it('(f) the browser page builds with vite into a page and a script that uses navigator.gpu', async () => {
     const outDir = await mkdtemp(join(tmpdir(), 'crisp-example-page-'));
     try {
       await build({ root: fileURLToPath(new URL('../browser/', import.meta.url)), logLevel: 'silent', build: { outDir, emptyOutDir: true } });

@@ -20,7 +20,6 @@ import {
   hostTensor,
   type ProxyStats,
   isCrispError,
-  mergeAttentionByLse,
   type Policy,
   expandToRows,
   numBlocks,
@@ -127,6 +126,8 @@ export interface ConformanceCase {
     readonly deviceRouter?: DeviceRouterRule['kind'];
     /** the backend returns the LSE (`capabilities.logSumExp`) */
     readonly lse?: boolean;
+    /** a ragged batch: the backend's varlenAttention (and sliceRows for the pipeline) */
+    readonly varlen?: boolean;
   };
   run(ctx: CaseContext): Promise<CaseOutcome>;
 }
@@ -134,14 +135,16 @@ export interface ConformanceCase {
 // ---------------------------------------------------------------------------------------
 // helpers
 
-function upload(be: Backend, x: AttentionInputs): { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor } {
+/** @internal shared with the varlen cases */
+export function upload(be: Backend, x: AttentionInputs): { q: DeviceTensor; k: DeviceTensor; v: DeviceTensor } {
   return { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
 }
 
 const NAN_BITS: Record<DType, number> = { f32: Number.NaN, f16: 0x7e00, bf16: 0x7fc0 };
 
 /** An output tensor filled with NaN, so a kernel that skips a row cannot pass. */
-function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTensor {
+/** @internal shared with the varlen cases */
+export function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTensor {
   const t = be.allocate(dtype, shape);
   const len = shape.reduce((a, b) => a * b, 1);
   const fill = dtype === 'f32' ? new Float32Array(len) : new Uint16Array(len);
@@ -150,19 +153,24 @@ function poisoned(be: Backend, dtype: DType, shape: readonly number[]): DeviceTe
   return t;
 }
 
-function checkRowsFor(ctx: CaseContext, s: ShapeCase): number[] {
+/** @internal shared with the varlen cases */
+export function checkRowsFor(ctx: CaseContext, s: ShapeCase): number[] {
   const m = s.m ?? s.n;
   return s.n <= ctx.fullCheckLimit ? sampleRows(m, m) : sampleRows(m, ctx.sampleCount);
 }
 
-function outcome(error: number, tolerance: number, lines: string[], info = ''): CaseOutcome {
+/** @internal shared with the varlen cases */
+export function outcome(error: number, tolerance: number, lines: string[], info = ''): CaseOutcome {
   const passed = lines.length === 0 && error <= tolerance;
   const head = passed ? 'ok' : `error ${error.toExponential(3)} vs tolerance ${tolerance.toExponential(3)}`;
   return { passed, maxError: error, tolerance, detail: [head + (info ? `; ${info}` : ''), ...lines].join('\n') };
 }
 
-/** Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`. */
-async function checkAttention(
+/**
+ * Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`.
+ * @internal shared with the LSE merge cases
+ */
+export async function checkAttention(
   ctx: CaseContext,
   s: ShapeCase,
   x: AttentionInputs,
@@ -256,9 +264,10 @@ function sameRows(a: BlockRows, b: BlockRows, H: number, Nb: number): string[] {
 // ---------------------------------------------------------------------------------------
 // the cases
 
-type CaseBody = (ctx: CaseContext, r: Rng) => Promise<CaseOutcome>;
+export type CaseBody = (ctx: CaseContext, r: Rng) => Promise<CaseOutcome>;
 
-function makeCase(name: string, dtype: DType, shape: ShapeCase, blockSize: number, body: CaseBody): ConformanceCase {
+/** @internal shared with the varlen cases */
+export function makeCase(name: string, dtype: DType, shape: ShapeCase, blockSize: number, body: CaseBody): ConformanceCase {
   return {
     name,
     dtype,
@@ -514,58 +523,6 @@ function denseCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const output = await ctx.backend.download(res.output);
     return checkAttention(ctx, s, x, output, res.lse, undefined, wantLse);
   });
-}
-
-/**
- * Chunked attention merged by LSE (backends with returnLse): a chunk's attention over the
- * cached prefix's whole key blocks (vertical blocks J < floor(p / B), all before the chunk's
- * first row) and over the rest (block rows J in [floor(p / B), I], causal in the diagonal
- * block), each with its LSE, merged with mergeAttentionByLse, equals exact dense attention over
- * every key. Shapes whose prefix holds at least one whole block.
- */
-function lseMergeCase(dtype: DType, s: ShapeCase): ConformanceCase {
-  const c = makeCase(`lseMerge/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
-    const x = attentionInputs(r, dtype, s);
-    const be = ctx.backend;
-    const B = s.blockSize;
-    const H = s.heads;
-    const Nb = numBlocks(s.n, B);
-    const I0 = Math.floor((s.n - (s.m ?? s.n)) / B);
-    const none: number[][] = Array.from({ length: H }, () => []);
-    const prefix = vsListsFromArrays(Array.from({ length: H }, () => [...Array(I0).keys()]), none);
-    const rowPtr = new Int32Array(H * Nb + 1);
-    const cols: number[] = [];
-    for (let h = 0; h < H; h++) {
-      for (let I = 0; I < Nb; I++) {
-        for (let J = I0; J <= I; J++) cols.push(J);
-        rowPtr[h * Nb + I + 1] = cols.length;
-      }
-    }
-    const d = upload(be, x);
-    const parts = [];
-    for (const mask of [
-      { heads: H, numBlocks: Nb, blockSize: B, vs: prefix },
-      { heads: H, numBlocks: Nb, blockSize: B, rows: { rowPtr, cols: Int32Array.from(cols) } },
-    ]) {
-      const out = poisoned(be, dtype, x.q.shape);
-      const res = await be.sparseAttention(d.q, d.k, d.v, mask, { out, returnLse: true });
-      if (!res.lse) return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, ['returnLse was asked for but no lse came back']);
-      parts.push({ output: await be.download(res.output), lse: await be.download(res.lse) });
-    }
-    const merged = mergeAttentionByLse(parts);
-    const att = await checkAttention(ctx, s, x, merged.output, undefined, undefined, false);
-    // the merged LSE against the dense one, on the rows checked
-    const rows = checkRowsFor(ctx, s);
-    const exact = attentionRows(x.q, x.k, x.v, rows);
-    const m = s.m ?? s.n;
-    const got = new Float64Array(H * rows.length);
-    for (let h = 0; h < H; h++) for (const [t, i] of rows.entries()) got[h * rows.length + t] = (merged.lse.data as Float32Array)[h * m + i];
-    const e = maxMixedError(got, exact.lse);
-    const lines = att.passed ? [] : att.detail.split('\n');
-    if (!(e.error <= ctx.tolerance.lse)) lines.push(`merged lse error ${e.error.toExponential(3)} > ${ctx.tolerance.lse}`);
-    return outcome(att.maxError, ctx.tolerance.output, lines, `prefix of ${I0} blocks; merged lse error ${e.error.toExponential(2)}`);
-  });
-  return { ...c, needs: { ...c.needs, lse: true } };
 }
 
 /**
@@ -852,7 +809,6 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
         if (!chunked) for (const f of FORMS) out.push(expandCase(dtype, s, f));
         for (const f of FORMS) out.push(sparseCase(dtype, s, f));
         out.push(denseCase(dtype, s));
-        if (Math.floor((s.n - (s.m ?? s.n)) / s.blockSize) >= 1) out.push(lseMergeCase(dtype, s));
       }
       if (use !== 'primitives') {
         for (const p of o.policies) out.push(pipelineCase(dtype, s, p));

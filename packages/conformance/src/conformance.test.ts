@@ -158,6 +158,25 @@ const fixtures: { name: string; factory: () => Backend; filter: RegExp; mustFail
     mustFail: /^(proxyStats|pipeline\/crisp-b64)/,
   },
   {
+    name: 'a varlen kernel that reads every sequence\'s keys from the start of the packed k',
+    factory: wrap('varlen-no-key-offset', (ref) => ({
+      sliceRows: (t, start, rows) => ref.sliceRows!(t, start, rows),
+      varlenAttention: (q, k, v, batch, opts) =>
+        ref.varlenAttention!(q, k, v, { ...batch, segments: batch.segments.map((g) => ({ ...g, kStart: 0 })) }, opts),
+    })),
+    filter: /^varlen\/attention\//,
+    mustFail: /^varlen\/attention\//,
+  },
+  {
+    name: 'a varlen kernel that ignores the masks (every sequence dense)',
+    factory: wrap('varlen-ignores-masks', (ref) => ({
+      sliceRows: (t, start, rows) => ref.sliceRows!(t, start, rows),
+      varlenAttention: (q, k, v, batch, opts) => ref.varlenAttention!(q, k, v, { ...batch, masks: batch.masks.map(() => undefined) }, opts),
+    })),
+    filter: /^varlen\/pipeline\/crisp/,
+    mustFail: /^varlen\/pipeline\/crisp/,
+  },
+  {
     name: 'a backend that swallows errors (returns zeros for bad masks and NaN inputs)',
     factory: wrap('swallows-errors', (ref) => ({
       sparseAttention: async (q, k, v, mask, opts) => {

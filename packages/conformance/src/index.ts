@@ -26,6 +26,7 @@ export {
   SMALL_SIZES,
   shapeName,
 } from './cases.js';
+export { LARGE_VARLEN, SMALL_VARLEN, type VarlenShapeCase } from './varlen-cases.js';
 export { DEFAULT_TOLERANCES, type Tolerance } from './compare.js';
 export { attentionInputs, caseSeed, rng } from './random.js';
 export { crispSmall, defaultPolicies, flexPrefillSmall } from './policies.js';

@@ -8,6 +8,8 @@ import { type CaseContext, type ConformanceCase, LARGE_SIZES, type ShapeCase, SM
 import { DEFAULT_TOLERANCES, type Tolerance } from './compare.js';
 import { defaultPolicies } from './policies.js';
 import { caseSeed, randomSeed } from './random.js';
+import { buildLseMergeCases } from './lse-merge-cases.js';
+import { LARGE_VARLEN, SMALL_VARLEN, type VarlenShapeCase, buildVarlenCases } from './varlen-cases.js';
 
 export type BackendFactory = () => Backend | Promise<Backend>;
 
@@ -16,6 +18,11 @@ export interface ConformanceOptions {
   readonly seed?: number;
   /** shapes: a list, or the 'small' (default, CI) or 'large' (n up to 65536) preset */
   readonly sizes?: readonly ShapeCase[] | 'small' | 'large';
+  /**
+   * ragged batches for the varlen cases: a list, a preset, or 'none'; default the preset
+   * `sizes` names ('small' or 'large'), none with a list of sizes
+   */
+  readonly varlenSizes?: readonly VarlenShapeCase[] | 'small' | 'large' | 'none';
   /** default: every dtype the backend declares (all three for the vitest layer's listing) */
   readonly dtypes?: readonly DType[];
   /** policies for the pipeline cases; default @crisp/presets' crisp and flexPrefill and their B = 64 copies */
@@ -61,13 +68,23 @@ function resolveSizes(s: ConformanceOptions['sizes']): readonly ShapeCase[] {
   return s;
 }
 
+function resolveVarlen(o: ConformanceOptions): readonly VarlenShapeCase[] {
+  const v = o.varlenSizes ?? (Array.isArray(o.sizes) ? 'none' : (o.sizes ?? 'small'));
+  if (v === 'none') return [];
+  if (v === 'small') return SMALL_VARLEN;
+  if (v === 'large') return LARGE_VARLEN;
+  return v as readonly VarlenShapeCase[];
+}
+
 /** The cases a run with these options would hold (before capability checks). */
 export function listConformanceCases(options: ConformanceOptions = {}): ConformanceCase[] {
-  const cases = buildCases({
-    sizes: resolveSizes(options.sizes),
-    dtypes: options.dtypes ?? DTYPES,
-    policies: options.policies ?? defaultPolicies(),
-  });
+  const dtypes = options.dtypes ?? DTYPES;
+  const policies = options.policies ?? defaultPolicies();
+  const cases = [
+    ...buildCases({ sizes: resolveSizes(options.sizes), dtypes, policies }),
+    ...buildVarlenCases(resolveVarlen(options), dtypes, policies),
+    ...buildLseMergeCases(resolveSizes(options.sizes), dtypes),
+  ];
   const f = options.filter;
   return f === undefined ? cases : cases.filter((c) => (typeof f === 'string' ? c.name.includes(f) : f.test(c.name)));
 }
@@ -93,6 +110,9 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (c.shape.n > caps.maxSequence) return `n = ${c.shape.n} exceeds the backend's maxSequence ${caps.maxSequence}`;
   if (c.needs.chunked && !caps.chunkedPrefill) return 'backend has no chunked prefill';
   if (c.needs.lse && !caps.logSumExp) return 'backend returns no log-sum-exp';
+  if (c.needs.varlen && (typeof backend.varlenAttention !== 'function' || typeof backend.sliceRows !== 'function')) {
+    return 'backend has no varlenAttention / sliceRows (ragged batches)';
+  }
   if (c.needs.deviceSelector && !backend.planner?.selectors.includes(c.needs.deviceSelector)) {
     return `backend does not select with ${c.needs.deviceSelector} on the device`;
   }

@@ -10,6 +10,7 @@ import type { DeviceRouterRule, DeviceSelectorRule, Route } from './policy.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
 import type { DType } from './dtype.js';
 import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
+import type { VarlenAttentionOptions, VarlenBatch } from './varlen.js';
 
 export interface AttentionOptions {
   /** softmax scale, default 1/sqrt(d) */
@@ -181,6 +182,27 @@ export interface Backend {
   ): Promise<AttentionResult>;
   /** Exact causal attention over all keys (the baseline). */
   denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts?: AttentionOptions): Promise<AttentionResult>;
+  /**
+   * Optional: rows [start, start + rows) of `t` along its first axis as a tensor of this
+   * backend, for planning one sequence of a packed batch. It may share `t`'s memory or be a
+   * copy: treat it as read-only, dispose it when done, and do not use it after `t` is
+   * disposed.
+   */
+  sliceRows?(t: DeviceTensor, start: number, rows: number): DeviceTensor;
+  /**
+   * Optional: exact attention over a ragged batch in one call (one launch on the GPU
+   * backends): each segment's queries against its own keys, causal with the segment's
+   * offset, over its own mask (or dense). q [Mq, H, d] and k, v [Nk, Hkv, d] packed; the
+   * output [Mq, H, d], LSE [H, Mq]. Equal, segment by segment, to sparseAttention (or
+   * denseAttention) on the segment's rows.
+   */
+  varlenAttention?(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    batch: VarlenBatch,
+    opts?: VarlenAttentionOptions,
+  ): Promise<AttentionResult>;
   /** Resolves when all queued device work is done (for timing). */
   synchronize(): Promise<void>;
   /**

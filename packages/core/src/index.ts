@@ -34,5 +34,6 @@ export * from './plan/types.js';
 export { selectVsLists } from './plan/host-plan.js';
 export * from './prefill.js';
 export { type AttentionPart, type MergedAttention, mergeAttentionByLse } from './merge.js';
+export * from './varlen.js';
 export { assertBackend, assertDeviceTensor } from './validate.js';
 export * from './random.js';

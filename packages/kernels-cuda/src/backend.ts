@@ -27,11 +27,14 @@ import {
   assertShape,
   bytesPerElement,
   numel,
+  type VarlenAttentionOptions,
+  type VarlenBatch,
 } from '@crisp/core';
 import { ATTENTION_VARIANTS, AttentionOp, type AttentionVariant, defaultAttentionVariant } from './ops/attention.js';
 import { expandMask } from './ops/expand.js';
 import { deviceSleep, fillHash, fillLlamaLike, poison, relError } from './ops/fill.js';
 import { peBlockRows } from './ops/pe-rows.js';
+import { sliceRows, varlenAttention } from './ops/varlen.js';
 import { PROXY_LAYOUTS, type ProxyLayout, ProxyStatsOp, defaultProxyLayout } from './ops/proxy-stats.js';
 import { CudaDevicePlanner } from './plan/planner.js';
 import { defaultCacheDir } from './runtime/compile.js';
@@ -302,6 +305,16 @@ export class CudaBackend implements Backend {
   async denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): Promise<AttentionResult> {
     return this.#attention.dense(q, k, v, opts);
   }
+  /** Rows [start, start + rows) of t along its first axis, sharing its memory (no copy). */
+  sliceRows(t: DeviceTensor, start: number, rows: number): DeviceTensor {
+    return sliceRows(this.#cx, t, start, rows);
+  }
+
+  /** A ragged batch's attention in one launch (see @crisp/core's varlenPrefill). */
+  async varlenAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, batch: VarlenBatch, opts: VarlenAttentionOptions = {}): Promise<AttentionResult> {
+    return varlenAttention(this.#cx, this.#attention, q, k, v, batch, opts);
+  }
+
 
   // ---- marks on the device's timeline ---------------------------------------------
 

@@ -81,3 +81,51 @@ describe('device marks (stand-in driver)', () => {
     b.dispose();
   });
 });
+
+describe('varlen batches (stand-in driver)', () => {
+  it('slices share memory at 64-bit offsets and die with their parent', () => {
+    const s = standInDriver({ baseAddress: 2 ** 40 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const k = be.allocate('bf16', [5000, 8, 128]) as CudaTensor;
+    const slice = be.sliceRows(k, 4000, 1000) as CudaTensor;
+    expect(slice.shape).toEqual([1000, 8, 128]);
+    expect(slice.ptr).toBe(k.ptr + 4000 * 8 * 128 * 2);
+    slice.dispose();
+    expect(k.disposed).toBe(false);
+    const again = be.sliceRows(k, 0, 1);
+    k.dispose();
+    expect(again.disposed).toBe(true);
+    expect(() => be.sliceRows(be.allocate('bf16', [10, 8, 128]), 5, 6)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    be.dispose();
+  });
+
+  it('runs a ragged batch as one launch: grid z the sequences, y the longest one, the segment table and Mq last', async () => {
+    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 4096, decodeArgs: 17 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const lens = [1, 300, 129];
+    const Mq = lens.reduce((a, b) => a + b, 0);
+    const q = be.allocate('bf16', [Mq, 8, 128]);
+    const k = be.allocate('bf16', [Mq, 2, 128]);
+    const v = be.allocate('bf16', [Mq, 2, 128]);
+    for (const t of [q, k, v]) be.write(t, 0, new Uint16Array(t.shape.reduce((a, b) => a * b, 1)).fill(0x3f80));
+    const segments = [
+      { qStart: 0, queries: 1, kStart: 0, keys: 1 },
+      { qStart: 1, queries: 300, kStart: 1, keys: 300 },
+      { qStart: 301, queries: 129, kStart: 301, keys: 129 },
+    ];
+    s.log.length = 0;
+    const res = await be.varlenAttention(q, k, v, { blockSize: 128, segments, masks: [undefined, undefined, undefined] }, { returnLse: true });
+    const launches = s.log.filter((e) => e.kind === 'launch' && /^attn_/.test(e.name ?? ''));
+    expect(launches.length).toBe(1);
+    expect(launches[0].shape?.slice(0, 3)).toEqual([8, 3, 3]);
+    const a = launches[0].args!;
+    expect(a[15][0] + a[15][1] * 2 ** 32).toBeGreaterThan(0);
+    expect(a[16][0]).toBe(Mq);
+    expect(res.output.shape).toEqual([Mq, 8, 128]);
+    expect(res.lse?.shape).toEqual([8, Mq]);
+    await expect(
+      be.varlenAttention(q, k, v, { blockSize: 128, segments: [{ qStart: 0, queries: 2, kStart: 0, keys: 1 }], masks: [undefined] }),
+    ).rejects.toMatchObject({ code: 'SHAPE_MISMATCH' });
+    be.dispose();
+  });
+});

@@ -41,6 +41,10 @@ import {
   validateMask,
   wrapHost,
   wantedOptionalStats,
+  assertVarlenBatch,
+  packedShape,
+  type VarlenAttentionOptions,
+  type VarlenBatch,
 } from '@crisp/core';
 import { attendMany, attendManySliced, type HeadMajor, peRowsF64, proxyStatsF64, toHeadMajor } from './math.js';
 
@@ -346,6 +350,71 @@ class ReferenceBackend implements Backend {
     if (!opts?.returnLse) return { output: out };
     const lse = new ReferenceTensor(this, 'f32', [H, m], Float32Array.from(res.lse));
     return { output: out, lse };
+  }
+
+  /** Rows [start, start + rows) of t: a view sharing t's storage. */
+  sliceRows(t: DeviceTensor, start: number, rows: number): DeviceTensor {
+    const rt = this.#own(t, 'sliced');
+    const [total, ...rest] = rt.shape;
+    if (!Number.isSafeInteger(start) || !Number.isSafeInteger(rows) || start < 0 || rows < 1 || start + rows > total) {
+      throw new InvalidArgumentError(`sliceRows: rows [${start}, ${start + rows}) do not fit a tensor of ${total} rows`);
+    }
+    const per = numel(rest);
+    return new ReferenceTensor(this, rt.dtype, [rows, ...rest], rt.data.subarray(start * per, (start + rows) * per));
+  }
+
+  /**
+   * A ragged batch, segment by segment: each one exactly sparseAttention (or
+   * denseAttention) on its rows, written into the packed output and LSE.
+   */
+  async varlenAttention(
+    q: DeviceTensor,
+    k: DeviceTensor,
+    v: DeviceTensor,
+    batch: VarlenBatch,
+    opts: VarlenAttentionOptions = {},
+  ): Promise<AttentionResult> {
+    this.#alive();
+    checkOptionsObject(opts, 'varlenAttention');
+    opts ??= {};
+    const qt = this.#own(q, 'q');
+    const kt = this.#own(k, 'k');
+    const vt = this.#own(v, 'v');
+    const shape = packedShape({ q: qt, k: kt, v: vt });
+    assertVarlenBatch(batch, shape, this.capabilities.blockSizes);
+    const { queries: Mq, heads: H, headDim: d } = shape;
+    checkScale(opts.scale, d);
+    if (opts.returnLse !== undefined && typeof opts.returnLse !== 'boolean') throw new InvalidArgumentError('returnLse must be a boolean');
+    let out: ReferenceTensor | undefined;
+    if (opts.out !== undefined) {
+      out = this.#own(opts.out, 'out');
+      if (out === qt || out === kt || out === vt) {
+        throw new InvalidArgumentError('out is one of q, k, v: the attention reads them while it writes out; allocate a separate output (backend.allocate)');
+      }
+      if (out.dtype !== shape.dtype) throw new DTypeError(`out must have q's dtype ${shape.dtype}; got ${out.dtype}`);
+      if (out.shape.length !== 3 || out.shape[0] !== Mq || out.shape[1] !== H || out.shape[2] !== d) {
+        throw new ShapeError(`out must have shape [${Mq}, ${H}, ${d}]; got [${out.shape}]`);
+      }
+    }
+    out ??= this.allocate(shape.dtype, [Mq, H, d]) as ReferenceTensor;
+    const lse = opts.returnLse ? new Float32Array(H * Mq).fill(Number.NaN) : undefined;
+    const one = { scale: opts.scale, returnLse: opts.returnLse };
+    for (let s = 0; s < batch.segments.length; s++) {
+      const g = batch.segments[s];
+      const qs = this.sliceRows(qt, g.qStart, g.queries);
+      const ks = this.sliceRows(kt, g.kStart, g.keys);
+      const vs = this.sliceRows(vt, g.kStart, g.keys);
+      const mask = batch.masks[s];
+      const r = mask ? await this.sparseAttention(qs, ks, vs, mask, one) : await this.denseAttention(qs, ks, vs, one);
+      const rowElems = H * d;
+      out.data.set((r.output as ReferenceTensor).data as never, g.qStart * rowElems);
+      if (lse && r.lse) {
+        const part = (r.lse as ReferenceTensor).data as Float32Array;
+        for (let h = 0; h < H; h++) lse.set(part.subarray(h * g.queries, (h + 1) * g.queries), h * Mq + g.qStart);
+      }
+    }
+    this.#alive();
+    return lse ? { output: out, lse: new ReferenceTensor(this, 'f32', [H, Mq], lse) } : { output: out };
   }
 
   async synchronize(): Promise<void> {

@@ -106,11 +106,11 @@ __device__ __forceinline__ void issue_pv(float* acc, const u32 (&p)[BN / 16][4],
 }
 
 // O / ℓ to bf16/f16 rows A and B (positions; rows outside [off, n) are not written) and
-// lse = (m + log2 ℓ) · ln 2 when asked.
+// lse = (m + log2 ℓ) · ln 2 when asked (row stride lseStride: m, or the packed Mq of a varlen batch).
 template <int D, bool BF16>
 __device__ __forceinline__ void store_rows(u16* __restrict__ o, float* __restrict__ lse, const float* acc, float mA,
-                                           float mB, float lA, float lB, int rA, int rB, int lane, int n, int m,
-                                           int off, int h, size_t qStride) {
+                                           float mB, float lA, float lB, int rA, int rB, int lane, int n,
+                                           size_t lseStride, int off, int h, size_t qStride) {
   const float la = quad_sum(lA), lb = quad_sum(lB);
   const float iA = la > 0.f ? 1.f / la : 0.f, iB = lb > 0.f ? 1.f / lb : 0.f;
 #pragma unroll
@@ -125,8 +125,8 @@ __device__ __forceinline__ void store_rows(u16* __restrict__ o, float* __restric
   }
   if (lse != nullptr && (lane & 3) == 0) {
     const float ln2 = 0.6931471805599453f;
-    if (rA < n && rA >= off) lse[(size_t)h * m + (rA - off)] = la > 0.f ? (mA + log2f(la)) * ln2 : CRISP_NEG_INF;
-    if (rB < n && rB >= off) lse[(size_t)h * m + (rB - off)] = lb > 0.f ? (mB + log2f(lb)) * ln2 : CRISP_NEG_INF;
+    if (rA < n && rA >= off) lse[(size_t)h * lseStride + (rA - off)] = la > 0.f ? (mA + log2f(la)) * ln2 : CRISP_NEG_INF;
+    if (rB < n && rB >= off) lse[(size_t)h * lseStride + (rB - off)] = lb > 0.f ? (mB + log2f(lb)) * ln2 : CRISP_NEG_INF;
   }
 }
 
@@ -167,7 +167,7 @@ template <int D, int NWG, bool BF16, int ST>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
-                                        float scaleLog2, const int* hsel, int hmode) {
+                                        float scaleLog2, const int* hsel, int hmode, size_t lseStride) {
   constexpr int BM = 64 * NWG;
   constexpr int BN = BM;
   constexpr int NC = NWG * 128;  // consumer threads
@@ -318,7 +318,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
     wgmma_wait0();
     reg_fence<D / 2>(acc);
   }
-  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, m, off, h, qStride);
+  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, lseStride, off, h, qStride);
 }
 #endif  // CRISP_WGMMA
 
@@ -326,19 +326,22 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 // the variadic tail (its commas would split an ordinary macro argument). Off sm_90a the
 // entries are empty stubs (see the top of the file).
 #ifdef CRISP_WGMMA
-#define CRISP_HOPPER_CALL(...) __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode);
+#define CRISP_HOPPER_CALL(D, ...)                                                                          \
+  if (!varlen_segment<D>(segs, q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv)) return;                 \
+  __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode, (size_t)lseStride);
 #else
-#define CRISP_HOPPER_CALL(...)
+#define CRISP_HOPPER_CALL(D, ...)
 #endif
-#define CRISP_ATTN_HOPPER(NAME, THREADS, ...)                                                               \
+#define CRISP_ATTN_HOPPER(NAME, THREADS, D, ...)                                                            \
   extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode) {             \
-    CRISP_HOPPER_CALL(__VA_ARGS__)                                                                           \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,               \
+           const VarSeg* segs, int lseStride) {                                                             \
+    CRISP_HOPPER_CALL(D, __VA_ARGS__)                                                                        \
   }
 // wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
 // shared memory at B 128, d 128).
-#define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, wgw_body<D, NWG, BF16, 3>)
+#define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, D, wgw_body<D, NWG, BF16, 3>)
 
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)

@@ -17,7 +17,8 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
                                                const u16* __restrict__ v, u16* __restrict__ o,
                                                float* __restrict__ lse, const int* __restrict__ rowPtr,
                                                const int* __restrict__ cols, int n, int m, int Nb, int H,
-                                               int Hkv, float scaleLog2, const int* hsel, int hmode) {
+                                               int Hkv, float scaleLog2, const int* hsel, int hmode,
+                                               size_t lseStride) {
   constexpr int WR = MT * 16;   // query rows per warp
   constexpr int BM = NW * WR;   // = B
   constexpr int ROWB = D * 2;
@@ -208,8 +209,8 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
     }
     if (lse != nullptr && (lane & 3) == 0) {
       const float ln2 = 0.6931471805599453f;
-      if (rA < n && rA >= off) lse[(size_t)h * m + (rA - off)] = la > 0.f ? (mA[mt] + log2f(la)) * ln2 : CRISP_NEG_INF;
-      if (rB < n && rB >= off) lse[(size_t)h * m + (rB - off)] = lb > 0.f ? (mB[mt] + log2f(lb)) * ln2 : CRISP_NEG_INF;
+      if (rA < n && rA >= off) lse[(size_t)h * lseStride + (rA - off)] = la > 0.f ? (mA[mt] + log2f(la)) * ln2 : CRISP_NEG_INF;
+      if (rB < n && rB >= off) lse[(size_t)h * lseStride + (rB - off)] = lb > 0.f ? (mB[mt] + log2f(lb)) * ln2 : CRISP_NEG_INF;
     }
   }
 }
@@ -221,8 +222,11 @@ __device__ __forceinline__ void attention_body(const u16* __restrict__ q, const 
 #define CRISP_ATTN(NAME, D, NW, MT, BN, BF16, MINB)                                                          \
   extern "C" __global__ void __launch_bounds__(NW * 32, MINB)                                             \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols, \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode) {             \
-    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode); \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,               \
+           const VarSeg* segs, int lseStride) {                                                             \
+    if (!varlen_segment<D>(segs, q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv)) return;                 \
+    attention_body<D, NW, MT, BN, BF16>(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode, \
+                                        (size_t)lseStride);                                                 \
   }
 
 CRISP_ATTN(attn_w32_bf16_d64_b64, 64, 2, 2, 64, true, 2)

@@ -130,6 +130,41 @@ __device__ __forceinline__ bool cta_order(int Nb, const int* hsel, int hmode, in
   return hmode != 1 || hsel[h] == 1;
 }
 
+// One sequence of a ragged (varlen) batch, as the host packs it (48 bytes, 8-aligned): its
+// first query and key rows in the packed q/o and k/v, its own BSR rows (nullptr: dense
+// causal), n keys, m queries (the last m of its n positions), Nb key blocks, and the query
+// blocks the grid covers (Nb − floor((n − m) / B)).
+struct VarSeg {
+  long long qRow, kRow;
+  const int* rowPtr;
+  const int* cols;
+  int n, m, Nb, qBlocks;
+};
+
+// A varlen launch (segs != nullptr): grid z picks the sequence; this CTA's pointers and sizes
+// become that sequence's (lse keeps its packed [H, Mq] stride). Returns false for a CTA past
+// the sequence's query blocks (grid y spans the longest sequence), which leaves at once.
+template <int D>
+__device__ __forceinline__ bool varlen_segment(const VarSeg* segs, const u16*& q, const u16*& k, const u16*& v,
+                                               u16*& o, float*& lse, const int*& rowPtr, const int*& cols, int& n,
+                                               int& m, int& Nb, int H, int Hkv) {
+  if (segs == nullptr) return true;
+  const VarSeg s = segs[blockIdx.z];
+  if ((int)blockIdx.y >= s.qBlocks) return false;
+  const size_t qOff = (size_t)s.qRow * (size_t)H * D, kOff = (size_t)s.kRow * (size_t)Hkv * D;
+  q += qOff;
+  o += qOff;
+  k += kOff;
+  v += kOff;
+  if (lse != nullptr) lse += s.qRow;
+  rowPtr = s.rowPtr;
+  cols = s.cols;
+  n = s.n;
+  m = s.m;
+  Nb = s.Nb;
+  return true;
+}
+
 // The key blocks query block I of head h visits: cols[first .. first + count) of the BSR rows
 // (rowPtr [H * Nb + 1]), or, with rowPtr == nullptr (the dense baseline), every J <= I.
 // Returns count.

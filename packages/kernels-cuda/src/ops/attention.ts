@@ -6,6 +6,7 @@
 import {
   type AttentionOptions,
   type AttentionResult,
+  type AttentionShape,
   type BlockMask,
   CrispError,
   DTypeError,
@@ -60,7 +61,7 @@ export function defaultAttentionVariant(computeCapability: readonly [number, num
 
 const LOG2E = Math.LOG2E;
 
-interface Prepared {
+export interface Prepared {
   readonly shape: ReturnType<typeof attentionShape>;
   readonly qt: CudaTensor;
   readonly kt: CudaTensor;
@@ -96,10 +97,15 @@ export class AttentionOp {
     return `attention variant ${this.variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${cx.info.name} is ${cx.info.computeCapability.join('.')}, so ${PORTABLE_ATTENTION_VARIANT} runs instead`;
   }
 
-  prepare(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions, B: number): Prepared {
+  /**
+   * Check the inputs and options, allocate the output (and LSE). `packed`: a varlen batch's
+   * shape (packedShape: q may have more rows than k; its sequences are checked by the batch).
+   */
+  prepare(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions, B: number, packed?: AttentionShape): Prepared {
     const cx = this.#cx;
-    const shape = attentionShape(q, k, v);
-    assertSupported(CUDA_CAPABILITIES, shape, BACKEND_NAME);
+    const shape = packed ?? attentionShape(q, k, v);
+    // (a packed batch: dtype and head dim here; each sequence's length is checked by the batch)
+    assertSupported(CUDA_CAPABILITIES, packed ? { ...shape, queries: 1, keys: 1 } : shape, BACKEND_NAME);
     const qt = cx.tensor(q, 'q');
     const kt = cx.tensor(k, 'k');
     const vt = cx.tensor(v, 'v');
@@ -140,6 +146,18 @@ export class AttentionOp {
     return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
   }
 
+  /** The layout launched, its shared memory and threads per CTA for block size B, head dim D. */
+  #layout(B: number, D: number): { lay: (typeof ATTENTION_VARIANTS)[AttentionVariant]; smem: number; block: number } {
+    const lay = ATTENTION_VARIANTS[this.fallback ? PORTABLE_ATTENTION_VARIANT : this.variant];
+    // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
+    // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
+    // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
+    const keyTile = lay.keyTile ?? B;
+    const smem =
+      B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
+    return { lay, smem, block: (B / lay.rowsPerWarp) * 32 + lay.producerThreads };
+  }
+
   /**
    * One attention launch over rows (rowPtr, cols; 0, 0: dense). `heads` (crisp-common.cuh's
    * cta_order): every head by default; `{ routes }` only the heads routed to VS there (the
@@ -158,14 +176,7 @@ export class AttentionOp {
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
     // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
     const firstBlock = Math.floor((n - m) / B);
-    const lay = ATTENTION_VARIANTS[this.fallback ? PORTABLE_ATTENTION_VARIANT : this.variant];
-    // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
-    // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
-    // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
-    const keyTile = lay.keyTile ?? B;
-    const smem =
-      B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
-    const block = (B / lay.rowsPerWarp) * 32 + lay.producerThreads;
+    const { lay, smem, block } = this.#layout(B, D);
     const [gx, hsel, hmode] = !heads ? [H, 0, 0] : 'routes' in heads ? [H, heads.routes, 1] : [heads.count, heads.list, 2];
     cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [gx, Nb - firstBlock], block, smem, [
       P(qt.ptr),
@@ -183,8 +194,45 @@ export class AttentionOp {
       F(scale * LOG2E),
       P(hsel),
       I(hmode),
+      P(0),
+      I(m),
     ]);
     // housekeeping while the kernel runs: old statistics to the host (KeptStats.evictRetained)
+    this.#kept.evictRetained(1);
+    return lse ? { output: out, lse } : { output: out };
+  }
+
+  /**
+   * One launch over a ragged batch: `segs` is the device table of VarSeg entries
+   * (crisp-common.cuh), grid z the sequence, grid y the most query blocks of any sequence.
+   */
+  runVarlen(p: Prepared, B: number, segs: number, count: number, maxQueryBlocks: number): AttentionResult {
+    const cx = this.#cx;
+    const { shape, qt, kt, vt, out, lse, scale } = p;
+    const { queries: Mq, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
+    if (maxQueryBlocks > 65535 || count > 65535) {
+      throw new CrispError('LIMIT_EXCEEDED', `a varlen launch takes at most 65535 sequences of at most 65535 query blocks; got ${count} sequences, ${maxQueryBlocks} blocks`);
+    }
+    const { lay, smem, block } = this.#layout(B, D);
+    cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, maxQueryBlocks, count], block, smem, [
+      P(qt.ptr),
+      P(kt.ptr),
+      P(vt.ptr),
+      P(out.ptr),
+      P(lse ? lse.ptr : 0),
+      P(0),
+      P(0),
+      I(0),
+      I(0),
+      I(0),
+      I(H),
+      I(Hkv),
+      F(scale * LOG2E),
+      P(0),
+      I(0),
+      P(segs),
+      I(Mq),
+    ]);
     this.#kept.evictRetained(1);
     return lse ? { output: out, lse } : { output: out };
   }

@@ -12,15 +12,34 @@ export class CudaTensor extends DeviceTensorBase {
   readonly bytes: number;
   readonly #owner: BlockOwner;
   readonly #block: DeviceBlock;
-  constructor(owner: BlockOwner, dtype: DType, shape: readonly number[], block: DeviceBlock, bytes: number) {
+  /** the tensor whose memory a row slice shares (sliceRows); undefined for a tensor that owns its block */
+  readonly #parent: CudaTensor | undefined;
+  constructor(owner: BlockOwner, dtype: DType, shape: readonly number[], block: DeviceBlock, bytes: number, parent?: CudaTensor) {
     super(dtype, shape);
     this.#owner = owner;
     this.#block = block;
+    this.#parent = parent;
     this.ptr = block.ptr;
     this.bytes = bytes;
   }
+  /** a slice is disposed with its parent (its memory is the parent's) */
+  override get disposed(): boolean {
+    return super.disposed || (this.#parent?.disposed ?? false);
+  }
   protected release(): void {
-    this.#owner.releaseBlock(this.#block);
+    // a slice frees nothing: the block is its parent's
+    if (!this.#parent) this.#owner.releaseBlock(this.#block);
+  }
+  /**
+   * Rows [start, start + rows) along the first axis, sharing this tensor's memory (no copy).
+   * A slice of a tensor already found finite starts out checked.
+   */
+  sliceRows(start: number, rows: number, rowElements: number, elementBytes: number): CudaTensor {
+    const bytes = rows * rowElements * elementBytes;
+    const block = { ptr: this.ptr + start * rowElements * elementBytes, size: bytes };
+    const t = new CudaTensor(this.#owner, this.dtype, [rows, ...this.shape.slice(1)], block, bytes, this);
+    if (this.checkedFinite) t.setCheckedFinite();
+    return t;
   }
   /** @internal the backend context whose memory this is (a tensor runs on that backend only) */
   get owner(): BlockOwner {

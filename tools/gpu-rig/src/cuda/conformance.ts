@@ -1,5 +1,5 @@
 /** Phase conformance: the conformance suite (sizes up to --confMaxN) on a backend of its own. */
-import { LARGE_SIZES, SMALL_SIZES, formatReport, runConformance } from '@crisp/conformance';
+import { LARGE_SIZES, LARGE_VARLEN, SMALL_SIZES, SMALL_VARLEN, formatReport, runConformance } from '@crisp/conformance';
 import { createCudaBackend } from '@crisp/kernels-cuda';
 import { arg, confDtypes, proxyLayoutArg } from './args.js';
 import { variant } from './backend.js';
@@ -9,10 +9,13 @@ export async function conformancePhase(): Promise<void> {
   await step('conformance', async () => {
     const maxN = Number(arg('confMaxN', '16384'));
     const sizes = [...SMALL_SIZES, ...LARGE_SIZES.filter((s) => s.n <= maxN)];
+    // ragged batches: the CI shapes and the long ones whose longest sequence fits maxN
+    const varlenSizes = [...SMALL_VARLEN, ...LARGE_VARLEN.filter((s) => Math.max(...(s.keys ?? s.queries)) <= maxN)];
     // runConformance disposes the backend it is given: give it its own
     const confFilter = arg('confFilter', '');
     const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout: proxyLayoutArg }), {
       sizes,
+      varlenSizes,
       dtypes: confDtypes,
       ...(confFilter ? { filter: new RegExp(confFilter) } : {}),
       onResult: (r) => {
