@@ -20,7 +20,6 @@ import {
   hostTensor,
   type ProxyStats,
   isCrispError,
-  mergeAttentionByLse,
   type Policy,
   expandToRows,
   numBlocks,
@@ -125,10 +124,10 @@ export interface ConformanceCase {
     readonly chunked: boolean;
     readonly deviceSelector?: DeviceSelectorRule['kind'];
     readonly deviceRouter?: DeviceRouterRule['kind'];
-    /** a ragged batch: the backend's varlenAttention (and sliceRows for the pipeline) */
-    readonly varlen?: boolean;
     /** the backend returns the LSE (`capabilities.logSumExp`) */
     readonly lse?: boolean;
+    /** a ragged batch: the backend's varlenAttention (and sliceRows for the pipeline) */
+    readonly varlen?: boolean;
   };
   run(ctx: CaseContext): Promise<CaseOutcome>;
 }
@@ -167,8 +166,11 @@ export function outcome(error: number, tolerance: number, lines: string[], info 
   return { passed, maxError: error, tolerance, detail: [head + (info ? `; ${info}` : ''), ...lines].join('\n') };
 }
 
-/** Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`. */
-async function checkAttention(
+/**
+ * Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`.
+ * @internal shared with the LSE merge cases
+ */
+export async function checkAttention(
   ctx: CaseContext,
   s: ShapeCase,
   x: AttentionInputs,
@@ -524,58 +526,6 @@ function denseCase(dtype: DType, s: ShapeCase): ConformanceCase {
 }
 
 /**
- * Chunked attention merged by LSE (backends with returnLse): a chunk's attention over the
- * cached prefix's whole key blocks (vertical blocks J < floor(p / B), all before the chunk's
- * first row) and over the rest (block rows J in [floor(p / B), I], causal in the diagonal
- * block), each with its LSE, merged with mergeAttentionByLse, equals exact dense attention over
- * every key. Shapes whose prefix holds at least one whole block.
- */
-function lseMergeCase(dtype: DType, s: ShapeCase): ConformanceCase {
-  const c = makeCase(`lseMerge/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
-    const x = attentionInputs(r, dtype, s);
-    const be = ctx.backend;
-    const B = s.blockSize;
-    const H = s.heads;
-    const Nb = numBlocks(s.n, B);
-    const I0 = Math.floor((s.n - (s.m ?? s.n)) / B);
-    const none: number[][] = Array.from({ length: H }, () => []);
-    const prefix = vsListsFromArrays(Array.from({ length: H }, () => [...Array(I0).keys()]), none);
-    const rowPtr = new Int32Array(H * Nb + 1);
-    const cols: number[] = [];
-    for (let h = 0; h < H; h++) {
-      for (let I = 0; I < Nb; I++) {
-        for (let J = I0; J <= I; J++) cols.push(J);
-        rowPtr[h * Nb + I + 1] = cols.length;
-      }
-    }
-    const d = upload(be, x);
-    const parts = [];
-    for (const mask of [
-      { heads: H, numBlocks: Nb, blockSize: B, vs: prefix },
-      { heads: H, numBlocks: Nb, blockSize: B, rows: { rowPtr, cols: Int32Array.from(cols) } },
-    ]) {
-      const out = poisoned(be, dtype, x.q.shape);
-      const res = await be.sparseAttention(d.q, d.k, d.v, mask, { out, returnLse: true });
-      if (!res.lse) return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, ['returnLse was asked for but no lse came back']);
-      parts.push({ output: await be.download(res.output), lse: await be.download(res.lse) });
-    }
-    const merged = mergeAttentionByLse(parts);
-    const att = await checkAttention(ctx, s, x, merged.output, undefined, undefined, false);
-    // the merged LSE against the dense one, on the rows checked
-    const rows = checkRowsFor(ctx, s);
-    const exact = attentionRows(x.q, x.k, x.v, rows);
-    const m = s.m ?? s.n;
-    const got = new Float64Array(H * rows.length);
-    for (let h = 0; h < H; h++) for (const [t, i] of rows.entries()) got[h * rows.length + t] = (merged.lse.data as Float32Array)[h * m + i];
-    const e = maxMixedError(got, exact.lse);
-    const lines = att.passed ? [] : att.detail.split('\n');
-    if (!(e.error <= ctx.tolerance.lse)) lines.push(`merged lse error ${e.error.toExponential(3)} > ${ctx.tolerance.lse}`);
-    return outcome(att.maxError, ctx.tolerance.output, lines, `prefix of ${I0} blocks; merged lse error ${e.error.toExponential(2)}`);
-  });
-  return { ...c, needs: { ...c.needs, lse: true } };
-}
-
-/**
  * The full pipeline: the backend's plan must match the reference plan up to borderline
  * decisions (see compare.ts), and its output must match exact attention over the
  * backend's OWN mask (so a borderline block never turns into an output failure).
@@ -859,7 +809,6 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
         if (!chunked) for (const f of FORMS) out.push(expandCase(dtype, s, f));
         for (const f of FORMS) out.push(sparseCase(dtype, s, f));
         out.push(denseCase(dtype, s));
-        if (Math.floor((s.n - (s.m ?? s.n)) / s.blockSize) >= 1) out.push(lseMergeCase(dtype, s));
       }
       if (use !== 'primitives') {
         for (const p of o.policies) out.push(pipelineCase(dtype, s, p));

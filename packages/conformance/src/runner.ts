@@ -8,6 +8,7 @@ import { type CaseContext, type ConformanceCase, LARGE_SIZES, type ShapeCase, SM
 import { DEFAULT_TOLERANCES, type Tolerance } from './compare.js';
 import { defaultPolicies } from './policies.js';
 import { caseSeed, randomSeed } from './random.js';
+import { buildLseMergeCases } from './lse-merge-cases.js';
 import { LARGE_VARLEN, SMALL_VARLEN, type VarlenShapeCase, buildVarlenCases } from './varlen-cases.js';
 
 export type BackendFactory = () => Backend | Promise<Backend>;
@@ -82,6 +83,7 @@ export function listConformanceCases(options: ConformanceOptions = {}): Conforma
   const cases = [
     ...buildCases({ sizes: resolveSizes(options.sizes), dtypes, policies }),
     ...buildVarlenCases(resolveVarlen(options), dtypes, policies),
+    ...buildLseMergeCases(resolveSizes(options.sizes), dtypes),
   ];
   const f = options.filter;
   return f === undefined ? cases : cases.filter((c) => (typeof f === 'string' ? c.name.includes(f) : f.test(c.name)));
@@ -107,10 +109,10 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (!caps.blockSizes.includes(c.needs.blockSize)) return `backend has no block size ${c.needs.blockSize}`;
   if (c.shape.n > caps.maxSequence) return `n = ${c.shape.n} exceeds the backend's maxSequence ${caps.maxSequence}`;
   if (c.needs.chunked && !caps.chunkedPrefill) return 'backend has no chunked prefill';
+  if (c.needs.lse && !caps.logSumExp) return 'backend returns no log-sum-exp';
   if (c.needs.varlen && (typeof backend.varlenAttention !== 'function' || typeof backend.sliceRows !== 'function')) {
     return 'backend has no varlenAttention / sliceRows (ragged batches)';
   }
-  if (c.needs.lse && !caps.logSumExp) return 'backend returns no log-sum-exp';
   if (c.needs.deviceSelector && !backend.planner?.selectors.includes(c.needs.deviceSelector)) {
     return `backend does not select with ${c.needs.deviceSelector} on the device`;
   }
