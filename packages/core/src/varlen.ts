@@ -12,7 +12,7 @@
 import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from './attention.js';
 import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
 import { InvalidArgumentError, ShapeError, UnsupportedError, describeValue } from './errors.js';
-import { causalBlockCount, validateMask, type BlockMask, type ValidateMaskOptions } from './mask.js';
+import { causalBlockCount, validateMask, type ValidateMaskOptions } from './mask.js';
 import { planPrefill, releasePlan } from './prefill.js';
 import type { PlanOptions, PrefillInputs, PrefillPlan } from './plan/types.js';
 import type { Policy } from './policy.js';
