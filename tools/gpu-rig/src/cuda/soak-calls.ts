@@ -192,6 +192,11 @@ export async function buildHelpers(ctx: SoakContext, specs: readonly ProblemSpec
       }
       if (what === 'chunked') {
         const t = ex(p).tail;
+        if (r() < 0.5) {
+          // chunked prefill through the whole pipeline: the chunk's own plan over all keys
+          const res = await sparsePrefill(be, { q: t.q, k: p.k, v: p.v }, crisp, { minSparseLength: 0 });
+          return { problem: p, output: res.output, qHost: t.host, mask: res.plan.mask, release: () => res.output.dispose() };
+        }
         const res = await be.denseAttention(t.q, p.k, p.v);
         return { problem: p, output: res.output, qHost: t.host, release: () => res.output.dispose() };
       }
@@ -297,7 +302,6 @@ export async function buildHelpers(ctx: SoakContext, specs: readonly ProblemSpec
       return bad('invalid:scale', ['INVALID_ARGUMENT'], () => be.denseAttention(p.q, p.k, p.v, { scale }));
     },
     (p) => (caps.blockSizes.includes(32) ? undefined : bad('invalid:blockSize', ['INVALID_ARGUMENT'], () => be.sparseAttention(p.q, p.k, p.v, randomMask(r, p.H, numBlocks(p.n, 32), 32)))),
-    (p) => bad('invalid:chunkedSparse', ['INVALID_ARGUMENT'], () => sparsePrefill(be, { q: ex(p).tail.q, k: p.k, v: p.v }, crisp, { minSparseLength: 0 })),
     () => (tooLong ? bad('invalid:tooLong', ['LIMIT_EXCEEDED'], () => be.denseAttention(tooLong.q, tooLong.k, tooLong.k)) : undefined),
     (p) => (p.n === first.n ? undefined : bad('invalid:planMismatch', ['INVALID_ARGUMENT'], () => runPlan(be, densePlan, { q: p.q, k: p.k, v: p.v }))),
     () => bad('invalid:writeArray', ['DTYPE_MISMATCH'], async () => be.write(writable, 0, new Float64Array(16) as unknown as Uint16Array)),
