@@ -45,6 +45,7 @@ export {
   writeNpy,
   writeSafetensors,
 } from './write.js';
+export { type DeviceSourceOptions, type WriteTensorOptions, deviceTensorSource, writeTensor } from './device-source.js';
 export {
   QKV_NAME_ALIASES,
   type Qkv,

@@ -8,7 +8,7 @@
  * it points to is replaced, the link kept).
  */
 import { randomBytes } from 'node:crypto';
-import type { Stats } from 'node:fs';
+import { type Stats, rmSync } from 'node:fs';
 import { type FileHandle, chmod, lstat, open, realpath, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import {
@@ -223,6 +223,29 @@ function refuse(path: string, st: Stats): CrispError {
   );
 }
 
+/**
+ * Temporary files of writes under way. A process that ends mid-write through `process.exit`
+ * (a command's Ctrl-C handler, say) runs no `finally`: its 'exit' hook removes them, so no
+ * half file is left beside the target.
+ */
+const partials = new Set<string>();
+let exitHook = false;
+
+function trackPartial(tmp: string): void {
+  partials.add(tmp);
+  if (exitHook) return;
+  exitHook = true;
+  process.once('exit', () => {
+    for (const p of partials) {
+      try {
+        rmSync(p, { force: true });
+      } catch {
+        // (exiting: nothing else to do about it)
+      }
+    }
+  });
+}
+
 async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<void>): Promise<void> {
   assertLittleEndianHost();
   const { target, existing } = await writeTarget(path);
@@ -235,6 +258,7 @@ async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<v
   } catch (e) {
     throw ioError(e, 'create a file beside', path);
   }
+  trackPartial(tmp);
   let closed = false;
   try {
     await body(fh);
@@ -256,6 +280,8 @@ async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<v
     if (!closed) await fh.close().catch(() => undefined);
     await rm(tmp, { force: true }).catch(() => undefined);
     throw e;
+  } finally {
+    partials.delete(tmp);
   }
 }
 
