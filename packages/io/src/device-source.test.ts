@@ -26,7 +26,7 @@ function spied(failAt = Number.POSITIVE_INFINITY) {
     read: async (t, offset, count) => {
       reads.push({ offset, count });
       if (reads.length >= failAt) throw new Error('the device fell off the bus');
-      return be.read(t, offset, count);
+      return be.read!(t, offset, count);
     },
   };
   return { be, backend, reads, downloads: () => downloads };
