@@ -84,6 +84,28 @@ describe('writeTensor and deviceTensorSource', () => {
     be.dispose();
   });
 
+  it('writes int32 and int8 index tensors (empty ones too) beside them, as I32 and I8', async () => {
+    const path = join(dir, 'index.safetensors');
+    const cols = Int32Array.from([0, 3, 2 ** 31 - 1, -5]);
+    await writeSafetensors(path, {
+      'plan.cols': { dtype: 'i32', shape: [4], data: cols },
+      'plan.routes': { dtype: 'i8', shape: [3], data: Int8Array.from([0, 1, 0]) },
+      'plan.empty': { dtype: 'i32', shape: [0], data: new Int32Array(0) },
+    });
+    await using f = await openTensorFile(path);
+    expect(f.tensors.map((t) => [t.name, t.fileDtype, t.shape])).toEqual([
+      ['plan.cols', 'I32', [4]],
+      ['plan.routes', 'I8', [3]],
+      ['plan.empty', 'I32', [0]],
+    ]);
+    const bytes = new Uint8Array(16);
+    await f.read(bytes, f.tensor('plan.cols').byteOffset);
+    expect(Array.from(new Int32Array(bytes.buffer))).toEqual(Array.from(cols));
+    await expect(writeSafetensors(join(dir, 'bad.safetensors'), { x: { dtype: 'i32', shape: [2], data: new Float32Array(2) } as never })).rejects.toMatchObject({
+      code: 'DTYPE_MISMATCH',
+    });
+  });
+
   it('splits a row larger than chunkBytes into pieces, and writes .npy in any layout', async () => {
     const { be, backend, reads } = spied();
     const host = randomTensor('f16', [6, 2, 8], rand);

@@ -39,6 +39,7 @@ export {
 } from './stream.js';
 export {
   type SafetensorsWriteOptions,
+  type IndexTensor,
   type TensorSource,
   type WritableTensor,
   type WriteOptions,
