@@ -50,9 +50,12 @@ export { type DeviceSourceOptions, type WriteTensorOptions, deviceTensorSource, 
 export {
   QKV_NAME_ALIASES,
   type Qkv,
+  type QkvLayer,
   type QkvNames,
   type ReadQkvOptions,
   openTensorFile,
   readQkv,
+  resolveQkvLayers,
   resolveQkvNames,
+  splitLayerName,
 } from './open.js';
