@@ -1,6 +1,6 @@
 // crisp run --qkv DIR on a whole model dump: every layer in order, each as its one-layer run,
 // a model total; bad dumps refused before any backend work.
-import { mkdirSync, readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type HostTensor, hostTensor } from '@crisp/core';
 import { type WritableTensor, openTensorFile, writeSafetensors } from '@crisp/io';
@@ -67,6 +67,19 @@ describe('crisp run --qkv DIR (a model dump)', () => {
     expect(f.tensor('output').shape).toEqual([1280, 2, 32]);
     expect(f.metadata['crisp.layer']).toBe('2');
     expect(f.tensors.some((x) => x.name === 'plan.routes')).toBe(true);
+  });
+
+  it('crisp report --qkv DIR writes one page with the layers side by side', async () => {
+    const page = join(tempDir('crisp-model-report-'), 'model.html');
+    const r = await runCli(['report', '--qkv', dir, ...RUN, '--out', page]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/wrote .*model\.html .*3 layers, density mean/);
+    const html = readFileSync(page, 'utf8');
+    for (const l of [0, 1, 2]) expect(html).toContain(`<tr data-layer="${l}"><td>${l}</td><td class="num">1280</td>`);
+    for (const id of ['layers-density', 'layers-time', 'layers-heads']) expect(html).toContain(`<div id="${id}"></div>`);
+    expect(html.match(/<details class="layer"/g)).toHaveLength(3);
+    const sweep = await runCli(['report', '--qkv', dir, ...RUN, '--out', page, '--sweep']);
+    expect(sweep.code).toBe(2);
   });
 
   it('reads one file whose tensor names carry the layer (model.layers.N.q)', async () => {

@@ -29,12 +29,15 @@ import {
   timeBreakdown,
 } from './report-figs.js';
 import { readRunJson } from './report-input.js';
+import { openLayers } from './layers.js';
+import { runModel } from './model-run.js';
+import { buildModelReportHtml } from './report-model.js';
 import { type RunOptions, type RunSummary, runJob } from './run-job.js';
 import { type SweepResult, sweepRefusal, sweepThresholds } from './sweep.js';
 
 export { gammaCut, noiseFloorMu } from './report-figs.js';
 
-function plotlySource(): string {
+export function plotlySource(): string {
   const require = createRequire(import.meta.url);
   const path = require.resolve('plotly.js-dist-min');
   // A literal "</script" inside the bundle would end the inline script early.
@@ -173,6 +176,19 @@ export async function reportCommand(o: RunOptions, out: string, io: CliIo, f: Re
   }
   // Fail before a long run, not after it.
   const path = await checkOutputPath('--out', out);
+  const set = !f.from?.length && o.qkv !== undefined ? await openLayers(o.qkv, { layout: o.layout, names: o.names, npyUint16: o.npyUint16, dtype: o.dtype }) : undefined;
+  if (set) {
+    if (f.sweep) {
+      await set.close();
+      throw new UsageError('--sweep sweeps one layer; with a model dump (--qkv DIR) drop --sweep, or give one layer file');
+    }
+    const m = await runModel({ ...o, compare: [] }, set, io);
+    const html = buildModelReportHtml(m, plotlySource());
+    await writeFileAtomic('--out', path, html);
+    const t = m.total;
+    io.stdout.write(`wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${t.layers} layers, density mean ${pct(t.meanDensity)}, worst mass recall ${pct(t.worstRecall.massRecall)}${t.speedup === null ? `; ${DENSE_SKIPPED}` : `, ${t.speedup.toFixed(2)}x vs dense`}\n`);
+    return;
+  }
   const runs: RunSummary[] = [];
   if (f.from?.length) for (const file of f.from) runs.push(await readRunJson(file));
   else runs.push(await runJob(o, io));
