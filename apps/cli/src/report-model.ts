@@ -6,7 +6,7 @@
  */
 import { DENSE_SKIPPED, fmt, pct, toJson } from './format.js';
 import type { ModelSummary } from './model-run.js';
-import { esc, type Fig } from './report-figs.js';
+import { esc, type Fig, pageHead } from './report-figs.js';
 
 const TITLE = { x: 0.01, xanchor: 'left', font: { size: 14 } };
 
@@ -63,17 +63,11 @@ export function buildModelReportHtml(m: ModelSummary, plotly: string): string {
     .join('\n');
   const figs = figures(m);
   const json = Buffer.from(toJson(m), 'utf8').toString('base64');
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>CRISP report: ${esc(m.preset)} on ${esc(m.source)} (${t.layers} layers)</title>
-<link rel="icon" href="data:,">
-<style>
-body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
-td, th { border: 1px solid #ccc; padding: 3px 8px; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 8px; }
-details.layer { margin: 4px 0; }
-</style></head><body>
+  return `${pageHead(
+    `CRISP report: ${m.preset} on ${m.source} (${t.layers} layers)`,
+    `.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 8px; }
+details.layer { margin: 4px 0; }`,
+  )}
 <h1>CRISP sparse prefill report: a whole model</h1>
 <p id="run-meta">${esc(m.source)}: ${t.layers} layers, n=${i.n}, H=${i.heads}, Hkv=${i.kvHeads}, d=${i.headDim}, ${i.dtype}, B=${m.layers[0].blockSize}; backend <b>${esc(m.backend)}</b>; policy ${esc(m.preset)}.</p>
 <section id="total"><h2>Model</h2><p id="model-total">crisp ${fmt(t.crispMs, 1)} ms${t.denseMs === null ? `; ${esc(DENSE_SKIPPED)}` : ` vs dense ${fmt(t.denseMs, 1)} ms: ${t.speedup!.toFixed(2)}x`}; density mean ${pct(t.meanDensity)}, min ${pct(t.minDensity)}; worst mass recall ${pct(t.worstRecall.massRecall)} (layer ${t.worstRecall.layer})${t.worstError ? `; worst output error ${fmt(t.worstError.outputError, 4)} (layer ${t.worstError.layer})` : ''}.

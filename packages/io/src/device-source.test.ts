@@ -127,7 +127,12 @@ describe('writeTensor and deviceTensorSource', () => {
   it('falls back to one download on a backend without read', async () => {
     const be = createReferenceBackend();
     let downloads = 0;
-    const backend = { download: (t: DeviceTensor) => (downloads++, be.download(t)) };
+    const backend = {
+      download: (t: DeviceTensor) => {
+        downloads++;
+        return be.download(t);
+      },
+    };
     const host = randomTensor('bf16', [9, 2, 4], rand);
     const path = join(dir, 'fallback.safetensors');
     await writeTensor(backend, be.upload(host), path, { chunkBytes: 16 });
