@@ -60,6 +60,7 @@ export function formatRun(s: RunSummary): string {
     const time = `  time ${fmt(p.timeMs.median, 1)} ms (median of ${p.timeMs.runs.length}; plan ${fmt(p.timeMs.planMs, 1)} ms)`;
     out.push(s.dense && p.speedup !== null ? `${time} vs dense ${fmt(s.dense.timeMs.median, 1)} ms: ${p.speedup.toFixed(2)}x` : `${time}; ${DENSE_SKIPPED}`);
   }
+  if (s.out) out.push('', `wrote ${s.out.path} (${s.out.bytes} bytes: ${s.out.tensors.join(', ')}) in ${sec(s.out.ms)}`);
   out.push('', phasesLine(s));
   return `${out.join('\n')}\n`;
 }

@@ -42,7 +42,7 @@ const HUGE_SAMPLE_BYTES = 65536 * 1024 * 1024 * 8;
 
 const CASES: Case[] = [
   // --qkv: empty paths, and scenario flags beside it, are refused instead of ignored
-  usage(['run', '--qkv', ''], /--qkv needs a safetensors file or a directory of \.npy files; got ''/),
+  usage(['run', '--qkv', ''], /--qkv needs a safetensors file or a directory of \.npy or layer files; got ''/),
   usage(['run', '--qkv', '   '], /--qkv needs a safetensors file/),
   usage((_, f) => ['run', '--qkv', f, '--n', '512'], /--n describes a generated scenario and does not apply with --qkv \(the dump gives the shape\); drop it or drop --qkv/),
   usage((_, f) => ['run', '--qkv', f, '--profile', 'retrieval', '--seed', '3'], /--profile, --seed describe a generated scenario and do not apply with --qkv/),
@@ -123,7 +123,7 @@ const CASES: Case[] = [
   runtime(() => [...R, '--qkv', '/nonexistent/layer.safetensors'], 'IO_ERROR', /cannot open \/nonexistent\/layer\.safetensors \(--qkv\): no such file or directory/),
   runtime(() => [...R, '--qkv', '/dev/null'], 'IO_ERROR', /cannot read \/dev\/null \(--qkv\): it is a character device, not a regular file/),
   runtime((d) => [...R, '--qkv', join(d, 'fifo')], 'IO_ERROR', /.*\(--qkv\): it is a FIFO \(named pipe\), not a regular file/),
-  runtime((d) => [...R, '--qkv', join(d, 'empty')], 'FORMAT_ERROR', /--qkv .*empty is a directory with no \.npy files/),
+  runtime((d) => [...R, '--qkv', join(d, 'empty')], 'FORMAT_ERROR', /--qkv .*empty is a directory with no layers: no \.safetensors files .* and no q\/k\/v \.npy files/),
 ];
 
 describe('crisp: the bad-flag matrix', () => {

@@ -53,8 +53,20 @@ export interface ScenarioFlags {
   readonly threads?: number;
 }
 
+/**
+ * One layer of a model dump (`--qkv DIR`, layers.ts): where its q, k and v are in files the
+ * layer set opened (and closes), checked before any backend work.
+ */
+export interface DumpLayer {
+  readonly layer: number;
+  /** how messages name the layer: 'DIR/layer_03.safetensors' or 'FILE (layer 3)' */
+  readonly source: string;
+  readonly tensors: Readonly<Record<'q' | 'k' | 'v', { readonly file: TensorFile; readonly name: string }>>;
+}
+
 export interface InputRequest extends ScenarioFlags {
   readonly qkv?: string;
+  readonly dumpLayer?: DumpLayer;
   readonly layout?: string;
   readonly names?: QkvNameFlags;
   readonly npyUint16?: 'bf16';
@@ -215,7 +227,7 @@ const KIND_OF = (st: Awaited<ReturnType<typeof stat>>): string =>
             ? 'a socket'
             : 'not a regular file';
 
-async function statOrThrow(path: string, what: string): Promise<Awaited<ReturnType<typeof stat>>> {
+export async function statOrThrow(path: string, what: string): Promise<Awaited<ReturnType<typeof stat>>> {
   try {
     return await stat(path);
   } catch (e) {
@@ -235,7 +247,7 @@ async function statOrThrow(path: string, what: string): Promise<Awaited<ReturnTy
 }
 
 /** Opens a file only when it is a regular file: a FIFO or device would block or stream forever. */
-async function openRegular(path: string, what: string, open: () => Promise<TensorFile>): Promise<TensorFile> {
+export async function openRegular(path: string, what: string, open: () => Promise<TensorFile>): Promise<TensorFile> {
   const st = await statOrThrow(path, what);
   if (!st.isFile()) {
     throw new CrispError('IO_ERROR', `cannot read ${path} (${what}): it is ${KIND_OF(st)}, not a regular file; give a safetensors or .npy file`, { path });
@@ -247,7 +259,7 @@ async function openRegular(path: string, what: string, open: () => Promise<Tenso
   }
 }
 
-interface Role {
+export interface Role {
   readonly file: TensorFile;
   readonly name: string;
   readonly info: TensorInfo;
@@ -271,7 +283,7 @@ const FILE_DTYPE_NAMES: Readonly<Record<string, string>> = {
   F8_E5M2: 'float8 e5m2',
 };
 
-function roleOf(file: TensorFile, name: string, role: string): Role {
+export function roleOf(file: TensorFile, name: string, role: string): Role {
   const info = file.tensor(name);
   if (info.dtype === undefined) {
     const friendly = FILE_DTYPE_NAMES[info.fileDtype];
@@ -417,14 +429,18 @@ async function openRoles(o: InputRequest): Promise<{ roles: Record<'q' | 'k' | '
  * sampled q rows for mass recall are read back from the file one row at a time.
  */
 async function loadDump(sel: SelectedBackend, o: InputRequest, io: CliIo): Promise<Inputs> {
-  const path = o.qkv!;
+  const layer = o.dumpLayer;
+  const path = layer?.source ?? o.qkv!;
   let layout: Layout;
   try {
     layout = parseLayout(o.layout ?? 'nhd');
   } catch {
     throw new UsageError(`--layout must be one of nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d]); got '${o.layout}'`);
   }
-  const { roles, files } = await openRoles(o);
+  // (a layer's files belong to its layer set, which closes them)
+  const { roles, files } = layer
+    ? { roles: { q: roleOf(layer.tensors.q.file, layer.tensors.q.name, 'q'), k: roleOf(layer.tensors.k.file, layer.tensors.k.name, 'k'), v: roleOf(layer.tensors.v.file, layer.tensors.v.name, 'v') }, files: [] as TensorFile[] }
+    : await openRoles(o);
   const made: DeviceTensor[] = [];
   try {
     const dims = qkvDims({ q: roles.q.info.shape, k: roles.k.info.shape, v: roles.v.info.shape }, layout, path);
@@ -475,5 +491,5 @@ async function loadDump(sel: SelectedBackend, o: InputRequest, io: CliIo): Promi
 }
 
 export async function loadInputs(sel: SelectedBackend, o: InputRequest, io: CliIo): Promise<Inputs> {
-  return o.qkv !== undefined ? loadDump(sel, o, io) : loadScenario(sel, o, io);
+  return o.qkv !== undefined || o.dumpLayer !== undefined ? loadDump(sel, o, io) : loadScenario(sel, o, io);
 }

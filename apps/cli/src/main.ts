@@ -13,6 +13,9 @@ import { calibrateCommand } from './calibrate-command.js';
 import { serveCheckRows } from './check-workers.js';
 import { type CliIo, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, processIo, UsageError } from './cli-io.js';
 import { formatRun, toJson } from './format.js';
+import { openLayers } from './layers.js';
+import { checkOutDir, formatModel, modelJson, runModel } from './model-run.js';
+import { checkOutputPath } from './out-file.js';
 import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, namesFlag, numFlag, pathFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
@@ -47,6 +50,12 @@ interface CommonFlags {
   json?: boolean;
 }
 
+interface RunFlags extends CommonFlags {
+  out?: string;
+  outLse?: boolean;
+  outPlan?: boolean;
+}
+
 function addProblemFlags(cmd: Command): Command {
   return cmd
     .addOption(
@@ -78,8 +87,8 @@ function addPolicyFlags(cmd: Command): Command {
     .addOption(new Option('--block <B>', 'block size B: 64 or 128').default(128).argParser(choiceFlag('--block', ['64', '128'] as const)))
     .option(
       '--qkv <file>',
-      'run on a Q/K/V dump (safetensors file or a directory of q/k/v .npy files) instead of a scenario',
-      pathFlag('--qkv', 'a safetensors file or a directory of .npy files'),
+      'run on a Q/K/V dump instead of a scenario: one layer (a safetensors file, or a directory of q/k/v .npy files) or a whole model (a directory of layer_NN.safetensors files, or files whose tensor names carry the layer, model.layers.N.q; every layer in order)',
+      pathFlag('--qkv', 'a safetensors file or a directory of .npy or layer files'),
     )
     .addOption(
       new Option('--layout <layout>', 'how --qkv stores tensors: nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d])')
@@ -199,11 +208,38 @@ function program(io: CliIo): Command {
     .description(
       'the main job: a scenario (or --qkv dump) through the chosen policy and through dense on the same backend; prints per-head routing, density, mass recall, output error and time',
     )
-    .option('--json', 'machine-readable output on stdout only');
+    .option('--json', 'machine-readable output on stdout only')
+    .option(
+      '--out <file>',
+      "write the preset's attention output as safetensors (tensor 'output' [n, H, d], the run's dtype), streamed and atomic; with a model dump (--qkv DIR) a directory that gets layer_NN.safetensors per layer",
+      pathFlag('--out', 'a file path'),
+    )
+    .option('--out-lse', "with --out: also 'lse' f32 [H, n], the natural-log log-sum-exp per head and query row")
+    .option('--out-plan', "with --out: also the plan: 'plan.routes' int8 [H] (0 VS, 1 PE), 'plan.vertical'/'plan.slash' int32 with their '_ptr' offsets, 'plan.rows.rowPtr'/'plan.rows.cols' int32, 'plan.density' f32");
   addPolicyFlags(addProblemFlags(run));
-  run.action(async (f: CommonFlags, cmd: Command) => {
+  run.action(async (f: RunFlags, cmd: Command) => {
     checkFlagMix(cmd, f);
-    const summary = await runJob(runOptions(f), io);
+    if ((f.outLse || f.outPlan) && f.out === undefined) {
+      throw new UsageError(`${f.outLse ? '--out-lse' : '--out-plan'} adds to the file --out writes; pass --out FILE`);
+    }
+    const opts = runOptions(f);
+    const extra = { lse: Boolean(f.outLse), plan: Boolean(f.outPlan) };
+    // A whole model (checked from its headers before any backend work), or one layer.
+    const set = f.qkv !== undefined ? await openLayers(f.qkv, { layout: f.layout, names: f.names, npyUint16: f.npyUint16, dtype: f.dtype }) : undefined;
+    if (set) {
+      let outDir: string | undefined;
+      try {
+        outDir = f.out !== undefined ? await checkOutDir(f.out, set) : undefined;
+      } catch (e) {
+        await set.close();
+        throw e;
+      }
+      const m = await runModel(opts, set, io, outDir, extra);
+      io.stdout.write(f.json ? `${toJson(modelJson(m))}\n` : formatModel(m));
+      return;
+    }
+    const out = f.out !== undefined ? { path: await checkOutputPath('--out', f.out), ...extra } : undefined;
+    const summary = await runJob({ ...opts, out }, io);
     io.stdout.write(f.json ? `${toJson(summary)}\n` : formatRun(summary));
   });
 
@@ -326,6 +362,14 @@ export function runProcess(argv: readonly string[] = process.argv, io: CliIo = p
   };
   process.on('unhandledRejection', fatal);
   process.on('uncaughtException', fatal);
+  // Ctrl-C (or a kill) ends the process through process.exit, whose 'exit' hook removes the
+  // temporary file of a write under way (@crisp/io's writers): no half file is left.
+  const interrupted = (signal: NodeJS.Signals, code: number) => () => {
+    io.stderr.write(`crisp: interrupted (${signal}); nothing half-written was kept\n`);
+    process.exit(code);
+  };
+  process.once('SIGINT', interrupted('SIGINT', 130));
+  process.once('SIGTERM', interrupted('SIGTERM', 143));
   // `crisp run --json | head`: a closed pipe ends the command quietly.
   process.stdout.on('error', (e: NodeJS.ErrnoException) => {
     if (e.code === 'EPIPE') process.exit(process.exitCode ?? EXIT_OK);

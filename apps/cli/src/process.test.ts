@@ -21,6 +21,18 @@ beforeAll(async () => {
     stdin: {
       contents: `import { runProcess } from './main.ts';
 if (process.env.CRISP_TEST_STRAY_REJECTION) setTimeout(() => Promise.reject(new Error('a stray rejection')), 50);
+// Slow file writes on request, so a test can interrupt one under way.
+if (process.env.CRISP_TEST_SLOW_WRITES) {
+  const { open } = await import('node:fs/promises');
+  const h = await open(process.execPath, 'r');
+  const proto = Object.getPrototypeOf(h);
+  await h.close();
+  const write = proto.write;
+  proto.write = async function (...a) {
+    await new Promise((r) => setTimeout(r, Number(process.env.CRISP_TEST_SLOW_WRITES)));
+    return write.apply(this, a);
+  };
+}
 runProcess(process.argv);`,
       resolveDir: SRC,
       loader: 'ts',
@@ -77,6 +89,31 @@ function crisp(args: string[], opts: SpawnOptions = {}): Promise<Exit> {
 }
 
 describe('crisp as a process', () => {
+  it('Ctrl-C during --out leaves no file and no temporary file, and exits 130', async () => {
+    const dir = tempDir();
+    const out = join(dir, 'out.safetensors');
+    let sent = false;
+    const r = await crisp(['run', '--backend', 'reference', '--n', '1536', '--heads', '4', '--kv-heads', '1', '--head-dim', '32', '--sample-rows', '4', '--no-dense', '--out', out], {
+      env: { CRISP_TEST_SLOW_WRITES: '150' },
+      timeoutMs: 60_000,
+      onSpawn: (c) => {
+        // interrupt once the temporary file exists (the write is under way)
+        const poll = setInterval(() => {
+          if (!sent && listTree(dir).some((f) => f.endsWith('.partial'))) {
+            sent = true;
+            clearInterval(poll);
+            c.kill('SIGINT');
+          }
+        }, 20);
+        c.on('close', () => clearInterval(poll));
+      },
+    });
+    expect(sent).toBe(true);
+    expect(r.code, r.stderr).toBe(130);
+    expect(r.stderr).toMatch(/crisp: interrupted \(SIGINT\)/);
+    expect(listTree(dir)).toEqual([]);
+  }, 70_000);
+
   it('a FIFO as --qkv fails at once instead of waiting for a writer', async () => {
     const dir = tempDir();
     execFileSync('mkfifo', [join(dir, 'layer.safetensors')]);
@@ -120,7 +157,7 @@ describe('crisp as a process', () => {
     const r = await crisp(['run', '--qkv', '']);
     expect(r.code).toBe(2);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toBe("crisp: --qkv needs a safetensors file or a directory of .npy files; got '' (see --help)\n");
+    expect(r.stderr).toBe("crisp: --qkv needs a safetensors file or a directory of .npy or layer files; got '' (see --help)\n");
   });
 
   it('a reader that closes stdout early (crisp run --json | head -c 0) ends the command quietly', async () => {

@@ -8,6 +8,20 @@ import type { PolicyResult, RunSummary } from './run-job.js';
 import type { SweepResult } from './sweep.js';
 import { missedSignalBlocks } from './truth-blocks.js';
 
+/** The opening of a report page up to <body>: the title, and the CSS every page shares plus `css`. */
+export function pageHead(title: string, css: string): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>${esc(title)}</title>
+<link rel="icon" href="data:,">
+<style>
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
+td, th { border: 1px solid #ccc; padding: 3px 8px; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+${css}
+</style></head><body>`;
+}
+
 export interface Fig {
   readonly id: string;
   readonly data: unknown[];

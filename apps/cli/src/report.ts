@@ -21,6 +21,7 @@ import {
   esc,
   type Fig,
   massCliff,
+  pageHead,
   perHead,
   routing,
   scaling,
@@ -29,12 +30,15 @@ import {
   timeBreakdown,
 } from './report-figs.js';
 import { readRunJson } from './report-input.js';
+import { openLayers } from './layers.js';
+import { runModel } from './model-run.js';
+import { buildModelReportHtml } from './report-model.js';
 import { type RunOptions, type RunSummary, runJob } from './run-job.js';
 import { type SweepResult, sweepRefusal, sweepThresholds } from './sweep.js';
 
 export { gammaCut, noiseFloorMu } from './report-figs.js';
 
-function plotlySource(): string {
+export function plotlySource(): string {
   const require = createRequire(import.meta.url);
   const path = require.resolve('plotly.js-dist-min');
   // A literal "</script" inside the bundle would end the inline script early.
@@ -129,21 +133,16 @@ export function buildReportHtml(d: ReportData): string {
     })
     .join('\n');
   const figJson = JSON.stringify(figs).replace(/</g, '\\u003c');
-  return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>CRISP report: ${esc(s.policies[0].policy)} on ${esc(inp.source)}</title>
-<link rel="icon" href="data:,">
-<style>
-body { font-family: system-ui, sans-serif; margin: 24px; color: #222; }
-table { border-collapse: collapse; margin: 8px 0 16px; font-size: 14px; }
-td, th { border: 1px solid #ccc; padding: 3px 8px; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(380px, 1fr)); gap: 8px; }
+  return `${pageHead(
+    `CRISP report: ${s.policies[0].policy} on ${inp.source}`,
+    `.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(380px, 1fr)); gap: 8px; }
 .grid.wide { grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); }
 .masks { display: flex; flex-wrap: wrap; gap: 16px; }
 h2 { margin-top: 28px; } .note { color: #555; font-size: 14px; max-width: 70em; }
 .why { color: #8a5a00; background: #fff7e0; border-left: 4px solid #e0a800; padding: 6px 10px; max-width: 70em; }
 #provenance-table td { font-size: 13px; vertical-align: top; } code.commit { font-size: 12px; }
-</style></head><body>
+`,
+  )}
 <h1>CRISP sparse prefill report</h1>
 <p id="run-meta">${esc(inp.source)}: n=${inp.n}, H=${inp.heads}, Hkv=${inp.kvHeads}, d=${inp.headDim}, ${inp.dtype}, B=${s.blockSize} (Nb=${s.numBlocks}); backend <b>${esc(s.backend)}</b>; ${s.dense ? `dense ${fmt(s.dense.timeMs.median, 1)} ms (median of ${s.dense.timeMs.runs.length})` : esc(DENSE_SKIPPED)}; mass recall over ${s.sampleRows} exact query rows.</p>
 <section id="provenance"><h2>Provenance</h2>${provenanceBlock(d.runs)}</section>
@@ -173,6 +172,19 @@ export async function reportCommand(o: RunOptions, out: string, io: CliIo, f: Re
   }
   // Fail before a long run, not after it.
   const path = await checkOutputPath('--out', out);
+  const set = !f.from?.length && o.qkv !== undefined ? await openLayers(o.qkv, { layout: o.layout, names: o.names, npyUint16: o.npyUint16, dtype: o.dtype }) : undefined;
+  if (set) {
+    if (f.sweep) {
+      await set.close();
+      throw new UsageError('--sweep sweeps one layer; with a model dump (--qkv DIR) drop --sweep, or give one layer file');
+    }
+    const m = await runModel({ ...o, compare: [] }, set, io);
+    const html = buildModelReportHtml(m, plotlySource());
+    await writeFileAtomic('--out', path, html);
+    const t = m.total;
+    io.stdout.write(`wrote ${path} (${(html.length / 1e6).toFixed(1)} MB): ${t.layers} layers, density mean ${pct(t.meanDensity)}, worst mass recall ${pct(t.worstRecall.massRecall)}${t.speedup === null ? `; ${DENSE_SKIPPED}` : `, ${t.speedup.toFixed(2)}x vs dense`}\n`);
+    return;
+  }
   const runs: RunSummary[] = [];
   if (f.from?.length) for (const file of f.from) runs.push(await readRunJson(file));
   else runs.push(await runJob(o, io));

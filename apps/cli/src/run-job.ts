@@ -29,7 +29,8 @@ import { massRecallOf, relativeErrorPerHead, sampledBlockMasses, sampleRowsOf } 
 import { blockMassesOnWorkers } from './check-workers.js';
 import type { CliIo } from './cli-io.js';
 import { type RunEstimate, estimateLine, estimateRun } from './estimate.js';
-import { type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
+import { type DumpLayer, type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
+import { type OutRequest, type OutWritten, writeRunOutput } from './out-tensors.js';
 import type { QkvNameFlags } from './options.js';
 import { type PolicyOverrides, buildPolicy } from './policy.js';
 import { type PassProgress, passBar } from './progress.js';
@@ -59,6 +60,10 @@ export interface RunOptions extends ScenarioChoice {
   readonly gate: boolean;
   /** run the dense baseline (default true); without it there is no output error or speedup */
   readonly dense?: boolean;
+  /** write the preset's output (and LSE, plan) here (--out; the path already checked) */
+  readonly out?: OutRequest;
+  /** one layer of a model dump (--qkv DIR), opened and checked by layers.ts */
+  readonly dumpLayer?: DumpLayer;
 }
 
 export interface HeadResult {
@@ -145,6 +150,8 @@ export interface RunSummary {
   readonly checkThreads: number;
   /** the estimate printed before the work (reference backend only) */
   readonly estimate?: RunEstimate;
+  /** what --out wrote, and how long it took */
+  readonly out?: OutWritten & { readonly ms: number };
 }
 
 function median(xs: readonly number[]): number {
@@ -153,7 +160,7 @@ function median(xs: readonly number[]): number {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
-async function timed<T extends { output: DeviceTensor }>(
+async function timed<T extends { output: DeviceTensor; lse?: DeviceTensor }>(
   backend: Backend,
   warm: boolean,
   repeats: number,
@@ -163,11 +170,15 @@ async function timed<T extends { output: DeviceTensor }>(
     const w = await once();
     await backend.synchronize();
     w.output.dispose();
+    w.lse?.dispose();
   }
   const runs: number[] = [];
   let last: T | undefined;
   for (let r = 0; r < repeats; r++) {
-    if (last) last.output.dispose();
+    if (last) {
+      last.output.dispose();
+      last.lse?.dispose();
+    }
     await backend.synchronize();
     const t0 = performance.now();
     last = await once();
@@ -220,14 +231,22 @@ async function withPassProgress<T>(sel: SelectedBackend, bar: PassProgress, inde
   }
 }
 
-export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
+/**
+ * Runs one layer. With `shared` (a model's layers, one after another) the backend is that
+ * one, already started, and stays alive afterwards; otherwise it is selected here and
+ * disposed at the end.
+ */
+export async function runJob(o: RunOptions, io: CliIo, shared?: SelectedBackend): Promise<RunSummary> {
   const wall0 = performance.now();
   const policies: Policy[] = [buildPolicy(o.preset, o.overrides)];
   for (const c of o.compare ?? []) if (c !== o.preset) policies.push(buildPolicy(c, { blockSize: o.overrides.blockSize }));
-  const sel = await selectBackend(o.backend);
+  const sel = shared ?? (await selectBackend(o.backend));
   const backendMs = performance.now() - wall0;
   const backend = sel.backend;
-  for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
+  const release = () => {
+    if (!shared) backend.dispose();
+  };
+  if (!shared) for (const note of sel.notes) io.stderr.write(`note: ${note}\n`);
   const gpu = sel.name !== 'reference';
   const repeats = o.repeats ?? (gpu ? 3 : 1);
   const sampleCount = o.sampleRows ?? (gpu ? 16 : 64);
@@ -239,7 +258,7 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       io,
     );
   } catch (e) {
-    backend.dispose();
+    release();
     throw e;
   }
   const disposeAll: DeviceTensor[] = [inp.q, inp.k, inp.v];
@@ -286,19 +305,36 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
 
     const results: PolicyResult[] = [];
     let proxy: RunSummary['proxy'];
+    let written: RunSummary['out'];
     for (const policy of policies) {
+      // --out takes the run's preset (the first policy); --out-lse asks its runs for the LSE
+      const outReq = results.length === 0 ? o.out : undefined;
       const p0 = performance.now();
       const bar = passBar(io.stderr, `${policy.name}`, passes);
       let done = 0;
       const sp = await timed(backend, gpu, repeats, () =>
-        withPassProgress(sel, bar, done++, () => sparsePrefill(backend, inputs, policy, { minSparseLength: o.gate ? undefined : 0 })),
+        withPassProgress(sel, bar, done++, () =>
+          sparsePrefill(backend, inputs, policy, { minSparseLength: o.gate ? undefined : 0, ...(outReq?.lse ? { returnLse: true } : {}) }),
+        ),
       );
       bar.stop();
       prefillMs += performance.now() - p0;
-      c0 = performance.now();
       const plan: PrefillPlan = sp.last.plan;
+      if (outReq) {
+        const w0 = performance.now();
+        try {
+          const w = await writeRunOutput(backend, outReq, sp.last, { source: inp.source, layer: o.dumpLayer?.layer });
+          written = { ...w, ms: performance.now() - w0 };
+        } catch (e) {
+          sp.last.output.dispose();
+          sp.last.lse?.dispose();
+          throw e;
+        }
+      }
+      c0 = performance.now();
       const out = await backend.download(sp.last.output);
       sp.last.output.dispose();
+      sp.last.lse?.dispose();
       const rows = plan.mask ? expandToRows(plan.mask) : undefined;
       const recall = massRecallOf(rows, masses, sample, H, Nb, B);
       const err = denseOut ? relativeErrorPerHead(out, denseOut, H, d) : undefined;
@@ -371,13 +407,14 @@ export async function runJob(o: RunOptions, io: CliIo): Promise<RunSummary> {
       threads: inp.timing.threads,
       checkThreads,
       estimate,
+      out: written,
     };
   } catch (e) {
     throw overflowHint(e, inp);
   } finally {
     for (const t of disposeAll) t.dispose();
     await inp.close();
-    backend.dispose();
+    release();
   }
 }
 

@@ -182,6 +182,16 @@ export interface Backend {
   write(t: DeviceTensor, elementOffset: number, data: HostData): void;
   download(t: DeviceTensor): Promise<HostTensor>;
   /**
+   * Optional: copy `count` elements of a device tensor, from the flat element offset
+   * `elementOffset`, to the host (the counterpart of `write`): the way to stream a tensor too
+   * large for one JS array out in chunks (`@crisp/io`'s `deviceTensorSource`). Resolves with a
+   * Float32Array (f32) or a Uint16Array of bit patterns (f16, bf16) of `count` elements, after
+   * the work queued before it. Offsets are plain Numbers (safe to 2^53), never 32-bit. A range
+   * outside the tensor is an INVALID_ARGUMENT (`checkElementRange`); a backend without it is
+   * read through `download`.
+   */
+  read?(t: DeviceTensor, elementOffset: number, count: number): Promise<HostData>;
+  /**
    * Fused proxy statistics (never materialises Â). The pipeline may pass the same frozen
    * options object on every call with a given policy: read it, do not change or keep it.
    */

@@ -61,6 +61,30 @@ export function assertShape(shape: unknown, what = 'shape'): asserts shape is nu
 }
 
 /**
+ * Checks a ranged copy of `count` elements at the flat `elementOffset` of a tensor of
+ * `elements` elements (`Backend.read`, `Backend.write`): both non-negative safe integers and
+ * the range inside the tensor, else an INVALID_ARGUMENT naming the range. Number arithmetic
+ * throughout, so tensors past 2^32 elements are checked exactly.
+ */
+export function checkElementRange(elementOffset: unknown, count: unknown, elements: number, what: string): void {
+  if (typeof elementOffset !== 'number' || !Number.isSafeInteger(elementOffset) || elementOffset < 0) {
+    throw new InvalidArgumentError(`${what}: the element offset must be a non-negative integer; got ${describeValue(elementOffset)}`, {
+      elementOffset,
+      elements,
+    });
+  }
+  if (typeof count !== 'number' || !Number.isSafeInteger(count) || count < 0) {
+    throw new InvalidArgumentError(`${what}: the element count must be a non-negative integer; got ${describeValue(count)}`, { count, elements });
+  }
+  if (elementOffset + count > elements) {
+    throw new InvalidArgumentError(
+      `${what}: elements [${elementOffset}, ${elementOffset + count}) are outside a tensor of ${elements} elements; read at most ${Math.max(0, elements - elementOffset)} from offset ${elementOffset}`,
+      { elementOffset, count, elements },
+    );
+  }
+}
+
+/**
  * Throws unless `values` is an array of numbers or a numeric typed array: what `hostTensor`
  * and `castHost` encode (strings, BigInts and holes would become NaN or throw mid-copy).
  */

@@ -39,18 +39,23 @@ export {
 } from './stream.js';
 export {
   type SafetensorsWriteOptions,
+  type IndexTensor,
   type TensorSource,
   type WritableTensor,
   type WriteOptions,
   writeNpy,
   writeSafetensors,
 } from './write.js';
+export { type DeviceSourceOptions, type WriteTensorOptions, deviceTensorSource, writeTensor } from './device-source.js';
 export {
   QKV_NAME_ALIASES,
   type Qkv,
+  type QkvLayer,
   type QkvNames,
   type ReadQkvOptions,
   openTensorFile,
   readQkv,
+  resolveQkvLayers,
   resolveQkvNames,
+  splitLayerName,
 } from './open.js';

@@ -126,6 +126,62 @@ export function resolveQkvNames(available: readonly string[], where: string, nam
   return out as unknown as QkvNames;
 }
 
+/**
+ * A layer index inside a tensor name: a dotted, slashed or colon-separated part 'layers',
+ * 'layer', 'blocks', 'block', 'blk' or 'h' followed by a number ('model.layers.3.self_attn.q',
+ * 'transformer.h.3.attn.k'), or such a word joined to it ('layer_03.v', 'blocks-3/q').
+ */
+const LAYER_IN_NAME = /(?:^|[./:])(?:layers?|blocks?|blk|h)(?:[./:_-]?)(\d+)(?=[./:]|$)/i;
+
+/**
+ * The layer a tensor name carries and the name without it ('model.layers.3.self_attn.q' ->
+ * { layer: 3, rest: 'model.self_attn.q' }), or undefined for a name without a layer.
+ */
+export function splitLayerName(name: string): { readonly layer: number; readonly rest: string } | undefined {
+  if (typeof name !== 'string') throw new InvalidArgumentError(`name must be a string; got ${describeValue(name)}`);
+  const m = LAYER_IN_NAME.exec(name);
+  if (m === null) return undefined;
+  const layer = Number(m[1]);
+  if (!Number.isSafeInteger(layer)) return undefined;
+  const rest = (name.slice(0, m.index) + name.slice(m.index + m[0].length)).replace(/^[./:]+/, '');
+  return { layer, rest };
+}
+
+/** One layer's q/k/v tensor names (full names, as the file has them). */
+export interface QkvLayer {
+  readonly layer: number;
+  readonly names: QkvNames;
+}
+
+/**
+ * The layers of a model dump whose tensor names carry the layer ('model.layers.0.q', ...):
+ * names grouped by `splitLayerName`, then each layer's q, k and v picked as
+ * `resolveQkvNames` picks them among the names without the layer part (so `names` gives
+ * those: { q: 'self_attn.q' }). Layers ascending; names without a layer are ignored; an
+ * empty result means no name carries a layer. A layer without one of q, k, v is the
+ * FORMAT_ERROR of `resolveQkvNames`, naming the layer.
+ */
+export function resolveQkvLayers(available: readonly string[], where: string, names?: Partial<QkvNames>): QkvLayer[] {
+  if (!Array.isArray(available) || available.some((a) => typeof a !== 'string')) {
+    throw new InvalidArgumentError(`available must be an array of tensor names; got ${describeValue(available)}`);
+  }
+  const groups = new Map<number, Map<string, string>>();
+  for (const full of available) {
+    const hit = splitLayerName(full);
+    if (hit === undefined) continue;
+    let g = groups.get(hit.layer);
+    if (g === undefined) groups.set(hit.layer, (g = new Map()));
+    g.set(hit.rest, full);
+  }
+  return [...groups.keys()]
+    .sort((a, b) => a - b)
+    .map((layer) => {
+      const g = groups.get(layer)!;
+      const picked = resolveQkvNames([...g.keys()], `${where}, layer ${layer},`, names);
+      return { layer, names: { q: g.get(picked.q)!, k: g.get(picked.k)!, v: g.get(picked.v)! } };
+    });
+}
+
 export interface ReadQkvOptions {
   /** How the file stores each tensor: 'nhd' [n,H,d], '1nhd' [1,n,H,d] or 'hnd' [H,n,d]. */
   readonly layout: Layout | string;

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { type CrispErrorCode, isCrispError } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
 import { SEED, firstDiff, randomTensor, reportSeedOnFailure, rng, tempDir } from '../test/helpers.js';
-import { readQkv, resolveQkvNames, writeNpy, writeSafetensors } from './index.js';
+import { readQkv, resolveQkvLayers, resolveQkvNames, splitLayerName, writeNpy, writeSafetensors } from './index.js';
 
 reportSeedOnFailure('qkv');
 const dir = await tempDir('qkv');
@@ -96,5 +96,33 @@ describe('readQkv', () => {
       await expectError(readQkv(path, { layout: 'nhd' }), code as CrispErrorCode, message);
     }
     await expectError(readQkv(join(dir, 'absent.safetensors'), { layout: 'nhd' }), 'IO_ERROR', /no such file/);
+  });
+});
+
+describe('layers in tensor names', () => {
+  it('splitLayerName finds the layer of the usual spellings, and nothing in names without one', () => {
+    expect(splitLayerName('model.layers.12.self_attn.q')).toEqual({ layer: 12, rest: 'model.self_attn.q' });
+    expect(splitLayerName('transformer.h.3.attn.k')).toEqual({ layer: 3, rest: 'transformer.attn.k' });
+    expect(splitLayerName('layer_07.v')).toEqual({ layer: 7, rest: 'v' });
+    expect(splitLayerName('blocks-2/q')).toEqual({ layer: 2, rest: 'q' });
+    expect(splitLayerName('layers.0.q')).toEqual({ layer: 0, rest: 'q' });
+    for (const plain of ['q', 'query_states', 'model.q_proj', 'head3.q', 'layers.x.q', 'hq.2']) expect(splitLayerName(plain)).toBeUndefined();
+  });
+
+  it('resolveQkvLayers groups q/k/v per layer, ascending, by the names without the layer', () => {
+    const names = ['model.layers.1.q', 'model.layers.1.k', 'model.layers.1.v', 'model.layers.0.query_states', 'model.layers.0.key_states', 'model.layers.0.value_states', 'meta'];
+    expect(resolveQkvLayers(names, 'f')).toEqual([
+      { layer: 0, names: { q: 'model.layers.0.query_states', k: 'model.layers.0.key_states', v: 'model.layers.0.value_states' } },
+      { layer: 1, names: { q: 'model.layers.1.q', k: 'model.layers.1.k', v: 'model.layers.1.v' } },
+    ]);
+    expect(resolveQkvLayers(['q', 'k', 'v'], 'f')).toEqual([]);
+    const custom = ['l.layers.0.a', 'l.layers.0.b', 'l.layers.0.c'];
+    expect(resolveQkvLayers(custom, 'f', { q: 'l.a', k: 'l.b', v: 'l.c' })[0].names).toEqual({ q: 'l.layers.0.a', k: 'l.layers.0.b', v: 'l.layers.0.c' });
+  });
+
+  it('a layer without v is a FORMAT_ERROR naming the layer', () => {
+    expect(() => resolveQkvLayers(['layers.0.q', 'layers.0.k', 'layers.0.v', 'layers.1.q', 'layers.1.k'], 'dump.safetensors')).toThrow(
+      expect.objectContaining({ code: 'FORMAT_ERROR', message: expect.stringMatching(/dump\.safetensors, layer 1, has no v tensor/) }),
+    );
   });
 });

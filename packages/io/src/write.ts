@@ -8,7 +8,7 @@
  * it points to is replaced, the link kept).
  */
 import { randomBytes } from 'node:crypto';
-import type { Stats } from 'node:fs';
+import { type Stats, rmSync } from 'node:fs';
 import { type FileHandle, chmod, lstat, open, realpath, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import {
@@ -38,7 +38,45 @@ export interface TensorSource {
   chunks(): AsyncIterable<HostData> | Iterable<HostData>;
 }
 
-export type WritableTensor = HostTensor | TensorSource;
+/**
+ * Integer data beside the float tensors (block indices, routes): int32 ('I32', '<i4') or
+ * int8 ('I8', '|i1'), written as is, never through a layout.
+ */
+export interface IndexTensor {
+  readonly dtype: 'i32' | 'i8';
+  readonly shape: readonly number[];
+  readonly data: Int32Array | Int8Array;
+}
+
+export type WritableTensor = HostTensor | TensorSource | IndexTensor;
+
+type AnyDType = DType | IndexTensor['dtype'];
+
+const INDEX_BYTES: Readonly<Record<IndexTensor['dtype'], number>> = { i32: 4, i8: 1 };
+const SAFETENSORS_NAME: Readonly<Record<AnyDType, string>> = { ...DTYPE_TO_SAFETENSORS, i32: 'I32', i8: 'I8' };
+
+function isIndex(t: { dtype: unknown }): t is IndexTensor {
+  return t.dtype === 'i32' || t.dtype === 'i8';
+}
+
+function bytesOfDtype(dtype: AnyDType): number {
+  return isIndex({ dtype }) ? INDEX_BYTES[dtype as IndexTensor['dtype']] : bytesPerElement(dtype as DType);
+}
+
+/** Whether `data` is the array type a dtype's elements travel in. */
+function fitsDtype(dtype: AnyDType, data: unknown): boolean {
+  if (dtype === 'i32') return data instanceof Int32Array;
+  if (dtype === 'i8') return data instanceof Int8Array;
+  return dtype === 'f32' ? data instanceof Float32Array : data instanceof Uint16Array;
+}
+
+const ARRAY_NAME: Readonly<Record<AnyDType, string>> = {
+  f32: 'Float32Array',
+  f16: 'Uint16Array (bit patterns)',
+  bf16: 'Uint16Array (bit patterns)',
+  i32: 'Int32Array',
+  i8: 'Int8Array',
+};
 
 export interface WriteOptions {
   /**
@@ -66,7 +104,7 @@ class SourceError extends CrispError {
   }
 }
 
-async function* chunksOf(name: string, t: WritableTensor): AsyncGenerator<HostData> {
+async function* chunksOf(name: string, t: WritableTensor): AsyncGenerator<HostData | IndexTensor['data']> {
   if (isSource(t)) {
     let it: AsyncIterator<HostData> | Iterator<HostData>;
     try {
@@ -92,7 +130,7 @@ async function* chunksOf(name: string, t: WritableTensor): AsyncGenerator<HostDa
   }
   // Views over the host array (no copies), so large tensors go out in bounded writes.
   for (let i = 0; i < t.data.length; i += HOST_CHUNK_ELEMENTS) {
-    yield t.data.subarray(i, Math.min(t.data.length, i + HOST_CHUNK_ELEMENTS)) as HostData;
+    yield t.data.subarray(i, Math.min(t.data.length, i + HOST_CHUNK_ELEMENTS));
   }
 }
 
@@ -108,17 +146,16 @@ function planTensor(name: string, t: WritableTensor, layout: Layout | undefined)
   if (t === null || typeof t !== 'object') {
     throw new InvalidArgumentError(`tensor '${name}' must be a host tensor { dtype, shape, data } or a source { dtype, shape, chunks }; got ${describeValue(t)}`);
   }
-  assertDType(t.dtype, `tensor '${name}' dtype`);
+  if (!isIndex(t)) assertDType(t.dtype, `tensor '${name}' dtype`);
   assertShape(t.shape as number[], `tensor '${name}' shape`);
-  const byteLength = numel(t.shape) * bytesPerElement(t.dtype);
+  const byteLength = numel(t.shape) * bytesOfDtype(t.dtype);
   if (!Number.isSafeInteger(byteLength)) {
     throw new LimitError(`tensor '${name}' [${t.shape.join(', ')}] has more bytes than a file can address; check the shape`);
   }
   if (!isSource(t)) {
-    const ok = t.dtype === 'f32' ? t.data instanceof Float32Array : t.data instanceof Uint16Array;
-    if (!ok) {
+    if (!fitsDtype(t.dtype, t.data)) {
       throw new DTypeError(
-        `tensor '${name}' is ${t.dtype} but its data is ${describeValue(t.data)}; give a ${t.dtype === 'f32' ? 'Float32Array' : 'Uint16Array (bit patterns)'}, or a source with chunks()`,
+        `tensor '${name}' is ${t.dtype} but its data is ${describeValue(t.data)}; give a ${ARRAY_NAME[t.dtype]}${isIndex(t) ? '' : ', or a source with chunks()'}`,
       );
     }
     if (t.data.length !== numel(t.shape)) {
@@ -126,6 +163,9 @@ function planTensor(name: string, t: WritableTensor, layout: Layout | undefined)
     }
   }
   if (layout === undefined) return { name, tensor: t, fileShape: [...t.shape], dims: undefined, byteLength };
+  if (isIndex(t)) {
+    throw new InvalidArgumentError(`tensor '${name}' is ${t.dtype}: a layout applies to [n, H, d] float tensors only; write index tensors in a file without one`);
+  }
   if (t.shape.length !== 3) {
     throw new ShapeError(
       `tensor '${name}' has shape [${t.shape.join(', ')}]; with a layout, tensors must be given canonical [n, H, d] (rank 3)`,
@@ -153,12 +193,11 @@ async function writeData(
   layout: Layout | undefined,
 ): Promise<void> {
   const { dtype } = p.tensor;
-  const bpe = bytesPerElement(dtype);
+  const bpe = bytesOfDtype(dtype);
   const total = numel(p.tensor.shape);
   let at = 0;
   for await (const chunk of chunksOf(p.name, p.tensor)) {
-    const ok = dtype === 'f32' ? chunk instanceof Float32Array : chunk instanceof Uint16Array;
-    if (!ok) throw new DTypeError(`tensor '${p.name}' is ${dtype} but a chunk is ${describeValue(chunk)}`);
+    if (!fitsDtype(dtype, chunk)) throw new DTypeError(`tensor '${p.name}' is ${dtype} but a chunk is ${describeValue(chunk)}`);
     if (at + chunk.length > total) {
       throw new ShapeError(`tensor '${p.name}' [${p.tensor.shape.join(', ')}] holds ${total} values but its chunks yield more`);
     }
@@ -223,6 +262,29 @@ function refuse(path: string, st: Stats): CrispError {
   );
 }
 
+/**
+ * Temporary files of writes under way. A process that ends mid-write through `process.exit`
+ * (a command's Ctrl-C handler, say) runs no `finally`: its 'exit' hook removes them, so no
+ * half file is left beside the target.
+ */
+const partials = new Set<string>();
+let exitHook = false;
+
+function trackPartial(tmp: string): void {
+  partials.add(tmp);
+  if (exitHook) return;
+  exitHook = true;
+  process.once('exit', () => {
+    for (const p of partials) {
+      try {
+        rmSync(p, { force: true });
+      } catch {
+        // (exiting: nothing else to do about it)
+      }
+    }
+  });
+}
+
 async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<void>): Promise<void> {
   assertLittleEndianHost();
   const { target, existing } = await writeTarget(path);
@@ -235,6 +297,7 @@ async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<v
   } catch (e) {
     throw ioError(e, 'create a file beside', path);
   }
+  trackPartial(tmp);
   let closed = false;
   try {
     await body(fh);
@@ -256,6 +319,8 @@ async function writeAtomically(path: string, body: (fh: FileHandle) => Promise<v
     if (!closed) await fh.close().catch(() => undefined);
     await rm(tmp, { force: true }).catch(() => undefined);
     throw e;
+  } finally {
+    partials.delete(tmp);
   }
 }
 
@@ -299,7 +364,7 @@ export async function writeSafetensors(
   let offset = 0;
   for (const p of planned) {
     header[p.name] = {
-      dtype: DTYPE_TO_SAFETENSORS[p.tensor.dtype],
+      dtype: SAFETENSORS_NAME[p.tensor.dtype],
       shape: p.fileShape,
       data_offsets: [offset, offset + p.byteLength],
     };
@@ -338,7 +403,7 @@ export async function writeNpy(path: string, tensor: WritableTensor, opts: Write
   checkWriteOptions(opts, ['layout']);
   const layout = opts.layout === undefined ? undefined : parseLayout(opts.layout);
   const p = planTensor('array', tensor, layout);
-  const descr = tensor.dtype === 'f32' ? '<f4' : tensor.dtype === 'f16' ? '<f2' : '<u2';
+  const descr = { f32: '<f4', f16: '<f2', bf16: '<u2', i32: '<i4', i8: '|i1' }[tensor.dtype];
   const header = encodeNpyHeader(descr, p.fileShape);
   await writeAtomically(path, async (fh) => {
     await writeFully(fh, header, 0, path);

@@ -26,6 +26,7 @@ import {
   assertDType,
   assertShape,
   bytesPerElement,
+  checkElementRange,
   numel,
   type VarlenAttentionOptions,
   type VarlenBatch,
@@ -282,6 +283,16 @@ export class CudaBackend implements Backend {
     const data = ct.dtype === 'f32' ? new Float32Array(n) : new Uint16Array(n);
     this.#cx.read(ct.ptr, data);
     return { dtype: ct.dtype, shape: [...ct.shape], data };
+  }
+
+  async read(t: DeviceTensor, elementOffset: number, count: number): Promise<HostData> {
+    this.#cx.alive();
+    const ct = this.#cx.tensor(t, 'read source');
+    checkElementRange(elementOffset, count, numel(ct.shape), 'read');
+    const data = ct.dtype === 'f32' ? new Float32Array(count) : new Uint16Array(count);
+    // (device addresses and byte offsets in Numbers: exact to 2^53, so past 2^32 elements too)
+    this.#cx.read(ct.ptr + elementOffset * bytesPerElement(ct.dtype), data);
+    return data;
   }
 
   // ---- primitives -------------------------------------------------------------------

@@ -18,6 +18,8 @@ export interface StandInEvent {
   readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait' | 'ctxFlags';
   readonly name?: string;
   readonly bytes?: number;
+  /** a synchronous read's source: the device address it copied from */
+  readonly src?: number;
   /** performance.now() at a launch */
   readonly at?: number;
   /**
@@ -65,7 +67,7 @@ const ERROR_NAMES: Readonly<Record<number, string>> = {
 const MAX_SHARED = 227 * 1024;
 
 /**
- * `onRead(out, kind)`: fill a device read (zeros otherwise). Reads of H + 2 ints (expand's
+ * `onRead(out, kind, src)`: fill a device read from device address `src` (zeros otherwise). Reads of H + 2 ints (expand's
  * summary) and of a device plan's prefix with its list pointers (devicePlanPrefix) get a
  * clean bad-row flag by default, so masks expand without a MaskError; the prefix also gets
  * a full PE list (every head routed to PE, as the zeros' C_struct says).
@@ -73,7 +75,7 @@ const MAX_SHARED = 227 * 1024;
 export function standInDriver(
   opts: {
     heads?: number;
-    onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => void;
+    onRead?: (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead', src: number) => void;
     /** the first device address handed out (default 2^20) */
     baseAddress?: number;
     /** log each launch's first `decodeArgs` arguments (StandInEvent.args; default none) */
@@ -125,7 +127,7 @@ export function standInDriver(
   // a launch the real driver refuses: more than 1024 threads a block, or more shared memory than the device has
   const refused = (bx: number, by: number, bz: number, smem: number) => bx * by * bz > 1024 || bx < 1 || smem > MAX_SHARED;
   const plan = devicePlanPrefix(H);
-  const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead') => {
+  const fill = (out: ArrayBufferView & { length: number }, kind: 'read' | 'copyRead', src: number) => {
     if (out instanceof Int32Array && out.length === H + 2) out[H + 1] = NO_BAD_ROW;
     if (out instanceof Int32Array && out.length === plan.ints) {
       out[plan.badRow] = NO_BAD_ROW;
@@ -133,7 +135,7 @@ export function standInDriver(
       out[plan.pe] = H;
       for (let h = 0; h < H; h++) out[plan.pe + 1 + h] = h;
     }
-    opts.onRead?.(out, kind);
+    opts.onRead?.(out, kind, src);
   };
   const cu = {
     cuInit: () => 0,
@@ -255,14 +257,14 @@ export function standInDriver(
     },
     cuMemcpyHtoD: () => 0,
     cuMemcpyHtoDAsync: () => 0,
-    cuMemcpyDtoH: (out: ArrayBufferView & { length: number }) => {
-      log.push({ kind: 'read', bytes: out.byteLength });
-      fill(out, 'read');
+    cuMemcpyDtoH: (out: ArrayBufferView & { length: number }, src: number | bigint) => {
+      log.push({ kind: 'read', bytes: out.byteLength, src: Number(src) });
+      fill(out, 'read', Number(src));
       return 0;
     },
-    cuMemcpyDtoHAsync: (out: ArrayBufferView & { length: number }) => {
+    cuMemcpyDtoHAsync: (out: ArrayBufferView & { length: number }, src: number | bigint) => {
       log.push({ kind: 'copyRead', bytes: out.byteLength });
-      fill(out, 'copyRead');
+      fill(out, 'copyRead', Number(src));
       return 0;
     },
     cuMemsetD32Async: () => 0,

@@ -35,7 +35,7 @@ import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
 import { sliceRows } from './ops/slice-rows.js';
-import { allocate, download, upload, wrapBuffer, write } from './ops/transfer.js';
+import { allocate, download, read, upload, wrapBuffer, write } from './ops/transfer.js';
 import { varlenAttention } from './ops/varlen.js';
 import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
@@ -150,6 +150,10 @@ export class WebGpuBackend implements Backend {
 
   download(t: DeviceTensor): Promise<HostTensor> {
     return download(this.#host, t);
+  }
+
+  read(t: DeviceTensor, elementOffset: number, count: number): Promise<HostData> {
+    return read(this.#host, t, elementOffset, count);
   }
 
   /**

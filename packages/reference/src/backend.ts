@@ -31,6 +31,7 @@ import {
   assertBlockSize,
   assertDType,
   assertShape,
+  checkElementRange,
   assertSupported,
   attentionShape,
   defaultScale,
@@ -207,6 +208,12 @@ class ReferenceBackend implements Backend {
   async download(t: DeviceTensor): Promise<HostTensor> {
     const rt = this.#own(t, 'downloaded');
     return { dtype: rt.dtype, shape: [...rt.shape], data: rt.data.slice() };
+  }
+
+  async read(t: DeviceTensor, elementOffset: number, count: number): Promise<HostData> {
+    const rt = this.#own(t, 'read source');
+    checkElementRange(elementOffset, count, rt.data.length, 'read');
+    return rt.data.slice(elementOffset, elementOffset + count);
   }
 
   #prepare(

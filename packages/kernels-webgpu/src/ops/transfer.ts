@@ -3,6 +3,7 @@ import {
   assertDType,
   assertShape,
   bytesPerElement,
+  checkElementRange,
   type DeviceTensor,
   type DType,
   DTypeError,
@@ -109,6 +110,26 @@ export async function download(host: OpHost, t: DeviceTensor): Promise<HostTenso
   const ab = await host.gpu.read(wt.buffer, wt.byteOffset, wt.byteLength);
   const data = wt.dtype === 'f32' ? new Float32Array(ab, 0, n) : new Uint16Array(ab, 0, n);
   return { dtype: wt.dtype, shape: [...wt.shape], data };
+}
+
+/**
+ * Elements [elementOffset, elementOffset + count) of a tensor (or of a sliceRows view), through
+ * a staging buffer of that range alone (copies start and end on 4-byte words: an f16 range at an odd element is
+ * read from the word before and cut).
+ */
+export async function read(host: OpHost, t: DeviceTensor, elementOffset: number, count: number): Promise<HostData> {
+  const wt = host.own(t, 'read source');
+  checkElementRange(elementOffset, count, numel(wt.shape), 'read');
+  await wt.settle();
+  const bpe = bytesPerElement(wt.dtype);
+  if (count === 0) return wt.dtype === 'f32' ? new Float32Array(0) : new Uint16Array(0);
+  // (a view made by sliceRows starts at its byteOffset in its parent's buffer)
+  const start = wt.byteOffset + elementOffset * bpe;
+  const first = Math.floor(start / 4) * 4;
+  const last = Math.ceil((start + count * bpe) / 4) * 4;
+  const ab = await host.gpu.read(wt.buffer, first, last - first);
+  const skip = (start - first) / bpe;
+  return wt.dtype === 'f32' ? new Float32Array(ab, 0, count) : new Uint16Array(ab, skip * 2, count);
 }
 
 /**
