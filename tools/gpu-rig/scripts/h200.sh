@@ -112,6 +112,18 @@ case "$phase" in
       --out "$out/million" > "$out/million.log" 2>&1
     rc=$?
     grep -E 'crisp n=|error|Error' "$out/million.log" | tail -n 10
+    [ -f "$app/crisp.mjs" ] || { echo "no $app/crisp.mjs (bundle apps/cli/bin/crisp.js): crisp run --qkv not run"; exit $rc; }
+    # the same layer as a 12 GB dump written from the device by @crisp/io, then read and run by the CLI
+    dump=/tmp/crisp-dump-1m.safetensors
+    timeout -s KILL 150 node "$app/cuda-main.mjs" --phase dump --dumpN 1048576 --dumpPath "$dump" --budget 140 \
+      --out "$out/dump" > "$out/dump.log" 2>&1 || rc=1
+    grep -E 'dump n=|ERROR' "$out/dump.log"
+    start=$(date +%s.%N)
+    timeout -s KILL 420 node "$app/crisp.mjs" run --qkv "$dump" --backend cuda --repeats 1 > "$out/crisp-run-1m.log" 2>&1 || rc=1
+    end=$(date +%s.%N)
+    awk "BEGIN { printf \"wall %.1f s\\n\", $end - $start }" >> "$out/crisp-run-1m.log"
+    tail -n 8 "$out/crisp-run-1m.log"
+    rm -f "$dump"
     exit $rc
     ;;
   hostile)

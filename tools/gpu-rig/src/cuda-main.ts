@@ -6,6 +6,8 @@
  *
  *   node .device/app/cuda-main.mjs --phase all --out $OUT --budget 420
  *
+ * --phase dump: the llama fill at --dumpN tokens written to --dumpPath as safetensors (for crisp run --qkv).
+ *
  * --phase hostile: the hostile-input soak (--calls N, --seed S, --strictPolicy on|off) and the
  * fault cases, then the sticky fault in a child process (--phase sticky): OUT/hostile.json.
  */
@@ -13,6 +15,7 @@ import { checkN, phase } from './cuda/args.js';
 import { be } from './cuda/backend.js';
 import { benchPhase } from './cuda/bench.js';
 import { conformancePhase } from './cuda/conformance.js';
+import { dumpPhase } from './cuda/dump.js';
 import { log, results, save } from './cuda/harness.js';
 import { hostilePhase, stickyPhase } from './cuda/hostile.js';
 import { kernelsCheckPhase, kernelsPhase } from './cuda/kernels.js';
@@ -24,6 +27,7 @@ if (phase === 'kernels' && checkN > 0) await kernelsCheckPhase();
 if (phase === 'proxy') await proxyPhase();
 if (phase === 'kernels') await kernelsPhase();
 if (phase === 'all' || phase === 'bench') await benchPhase();
+if (phase === 'dump') await dumpPhase();
 if (phase === 'hostile') await hostilePhase();
 if (phase === 'sticky') await stickyPhase();
 results.finished = new Date().toISOString();
