@@ -13,7 +13,8 @@ import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from 
 import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
 import { InvalidArgumentError, ShapeError, UnsupportedError, describeValue } from './errors.js';
 import { causalBlockCount, validateMask, type ValidateMaskOptions } from './mask.js';
-import { planPrefill, releasePlan } from './prefill.js';
+import { type BuiltPlan, buildPlan } from './plan/build.js';
+import { releasePlan } from './prefill.js';
 import type { PlanOptions, PrefillInputs, PrefillPlan } from './plan/types.js';
 import type { Policy } from './policy.js';
 import type { DeviceTensor } from './tensor.js';
@@ -130,16 +131,32 @@ export async function varlenPrefill(
   let m1: DeviceMark | undefined;
   let t1: number;
   try {
-    for (const seg of segments) {
-      const q = backend.sliceRows(inputs.q, seg.qStart, seg.queries);
-      let k: DeviceTensor | undefined;
-      try {
-        k = backend.sliceRows(inputs.k, seg.kStart, seg.keys);
-        plans.push(await planPrefill(backend, { q, k }, policy, planOpts));
-      } finally {
-        q.dispose();
-        k?.dispose();
+    // Every sequence's plan is queued before any is read back: a device planner's work for
+    // all of them runs back to back, and the host waits once instead of once a sequence.
+    // (The slices stay alive until the plans are read: a device plan reads q and k until then.)
+    const slices: DeviceTensor[] = [];
+    const built: BuiltPlan[] = [];
+    try {
+      for (const seg of segments) {
+        const q = backend.sliceRows(inputs.q, seg.qStart, seg.queries);
+        slices.push(q);
+        const k = backend.sliceRows(inputs.k, seg.kStart, seg.keys);
+        slices.push(k);
+        built.push(await buildPlan(backend, { q, k }, policy, planOpts, false));
       }
+      for (let s = 0; s < built.length; s++) {
+        const b = built[s];
+        plans.push('ready' in b ? b.ready : await b.queued.finish(false));
+      }
+    } catch (e) {
+      // the plans not read back yet still hold their device masks
+      for (let s = plans.length; s < built.length; s++) {
+        const b = built[s];
+        if ('queued' in b) b.queued.prepared.release();
+      }
+      throw e;
+    } finally {
+      for (const t of slices) t.dispose();
     }
     const B = plans.find((p) => p.mask)?.blockSize ?? plans[0].blockSize;
     assertBlockSize(B, backend.capabilities.blockSizes);
