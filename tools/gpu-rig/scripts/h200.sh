@@ -6,7 +6,9 @@
 # Phases:
 #   conformance  the CUDA backend against the float64 reference (@crisp/conformance, n <= 16k),
 #                bf16 and f16 as two processes side by side (the host reference is the slow
-#                part; the cubin cache is written atomically), with the varlen cases. ~250-450 s.
+#                part; the cubin cache is written atomically), with the chunked, LSE-merge and varlen cases:
+#                ~140 cases a dtype, more than the 500 s limit of one call; CONF_FILTER=REGEX runs the cases
+#                whose names match (e.g. '^(varlen|lseMerge)/' in a second call).
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
 #                OUT/nvidia-h200-synth (apps/bench/results/nvidia-h200-synth). ~330 s.
@@ -52,7 +54,7 @@ case "$phase" in
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     conf() { # DTYPE
       timeout -s KILL 500 node "$app/cuda-main.mjs" --phase conformance --dtypes "$1" --confMaxN 16384 --budget 470 \
-        --out "$out/conformance-$1" > "$out/conformance-$1.log" 2>&1
+        ${CONF_FILTER:+--confFilter "$CONF_FILTER"} --out "$out/conformance-$1" > "$out/conformance-$1.log" 2>&1
     }
     conf bf16 &
     pid=$!
