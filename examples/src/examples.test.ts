@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import type { DirectionScores } from '@crisp/core';
 import { build } from 'vite';
 import { describe, expect, it } from 'vitest';
+import { main as chunkedPrefill } from './chunked-prefill.js';
 import { firstBlockRouter, main as customRouter } from './custom-router.js';
 import { keepTopBlocks, main as customSelector } from './custom-selector.js';
 import { main as readADump } from './read-a-dump.js';
@@ -120,7 +121,20 @@ describe('examples', () => {
     expect(lines).toHaveLength(4);
   });
 
-  it('(f) the browser page builds with vite into a page and a script that uses navigator.gpu', async () => {
+  it('(f) chunked prefill: a plan per chunk over all keys so far, LSE per row, dense chunks equal to one dense prefill', async () => {
+    const { lines, log } = collect();
+    const r = await chunkedPrefill(log);
+    expect(r.chunks.map((c) => [c.queries, c.keys])).toEqual([[700, 700], [800, 1500], [548, 2048]]);
+    expect(r.chunks[0].denseReason).toBe('min-length'); // 700 keys: too short to skip anything
+    expect(r.chunks[2].denseReason).toBeUndefined(); // 2048 keys: a sparse plan for 548 queries
+    expect(r.chunks[2].density).toBeGreaterThan(0);
+    expect(r.chunks[2].density).toBeLessThan(1);
+    expect(r.chunks.map((c) => c.lseShape)).toEqual([[8, 700], [8, 800], [8, 548]]);
+    expect(r.denseChunksVsWhole).toBe(0);
+    expect(lines).toHaveLength(4);
+  });
+
+  it('(g) the browser page builds with vite into a page and a script that uses navigator.gpu', async () => {
     const outDir = await mkdtemp(join(tmpdir(), 'crisp-example-page-'));
     try {
       await build({ root: fileURLToPath(new URL('../browser/', import.meta.url)), logLevel: 'silent', build: { outDir, emptyOutDir: true } });
