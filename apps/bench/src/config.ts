@@ -141,7 +141,7 @@ export interface BenchConfig {
   };
 }
 
-const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'flexPrefill'];
+const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'crispGuarded', 'flexPrefill'];
 export const CUDA_SCHEDULES: readonly CudaSchedule[] = ['auto', 'spin', 'yield', 'blocking'];
 
 const pow2 = (from: number, to: number): number[] => {

@@ -30,6 +30,14 @@ export interface MaskMetrics {
   /** heads routed to Vertical-Slash */
   readonly vsHeads: number;
   readonly planMs: number;
+  /** the largest per-head output error (same rows as outputError) and the head it is on */
+  readonly worstHeadError: number;
+  readonly worstHead: number;
+  /** the plan's per-head check (PrefillPlan.proxyRecall): its smallest value and its mean over heads */
+  readonly minProxyRecall: number;
+  readonly meanProxyRecall: number;
+  /** heads the recall guard added blocks to (policies with Policy.recallTarget) */
+  readonly guardedHeads: number;
 }
 
 export interface RoutingMetrics {
@@ -125,7 +133,22 @@ export async function evaluatePolicies(
       const plan = await planPrefill(cached, inputs, policy, { minSparseLength: 0 });
       stats ??= plan.stats;
       if (!plan.mask) {
-        metrics.push({ policy: policy.name, massRecall: 1, outputError: 0, needleRecall: 1, needleOutputRecall: 1, needles: 0, density: 1, vsHeads: 0, planMs: plan.planMs });
+        metrics.push({
+          policy: policy.name,
+          massRecall: 1,
+          outputError: 0,
+          needleRecall: 1,
+          needleOutputRecall: 1,
+          needles: 0,
+          density: 1,
+          vsHeads: 0,
+          planMs: plan.planMs,
+          worstHeadError: 0,
+          worstHead: 0,
+          minProxyRecall: 1,
+          meanProxyRecall: 1,
+          guardedHeads: 0,
+        });
         continue;
       }
       const mr = massRecall(host.q, host.k, plan.mask, { rows: base });
@@ -138,6 +161,16 @@ export async function evaluatePolicies(
         const idx = nd.askers.map(([, end]) => pos.get(end - 1)!);
         if (relErrRows(sparse.output, dense.output, H, d, idx, hit.head) <= NEEDLE_OUTPUT_TOLERANCE) okOut++;
       }
+      let worstHeadError = 0;
+      let worstHead = 0;
+      for (let h = 0; h < H; h++) {
+        const e = relErrRows(sparse.output, dense.output, H, d, baseIdx, h);
+        if (e > worstHeadError) {
+          worstHeadError = e;
+          worstHead = h;
+        }
+      }
+      const pr = plan.proxyRecall ?? new Float64Array(H).fill(1);
       metrics.push({
         policy: policy.name,
         massRecall: mr.overall,
@@ -148,6 +181,11 @@ export async function evaluatePolicies(
         density: plan.overallDensity,
         vsHeads: plan.routing ? plan.routing.routes.filter((r) => r === 'vs').length : 0,
         planMs: plan.planMs,
+        worstHeadError,
+        worstHead,
+        minProxyRecall: Math.min(...pr),
+        meanProxyRecall: pr.reduce((a, x) => a + x, 0) / H,
+        guardedHeads: plan.guardAdded ? plan.guardAdded.filter((x) => x > 0).length : 0,
       });
     }
     if (!stats) {

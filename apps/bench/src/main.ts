@@ -6,6 +6,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
 import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
+import { PROFILE_NAMES } from '@crisp/synth';
 import { type OpenBackend, openBackend } from './backends.js';
 import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
 import { type SuiteContext, message } from './context.js';
@@ -57,6 +58,7 @@ function program(): Command {
     .option('--chunked-n <n>', 'varlen suite: the chunked-prefill sequence\'s length (default 128k)')
     .option('--chunks <count>', 'varlen suite: equal query chunks of the chunked-prefill sequence (default 4)')
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
+    .option('--acc-profiles <list>', `accuracy: @crisp/synth profiles, a comma-separated subset of ${PROFILE_NAMES.join(',')} (default: all of them)`)
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
@@ -115,7 +117,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
   const chunkedN = typeof o.chunkedN === 'string' ? oneSize(o.chunkedN, 'chunked-n') : base.varlen.chunkedN;
   const chunks = integer(o.chunks, 'chunks', 1) ?? base.varlen.chunks;
   if (chunks > chunkedN) throw new Error(`--chunks ${chunks} is more than --chunked-n ${chunkedN}: every chunk needs a query row`);
-  const presetList = typeof o.presets === 'string' ? list(o.presets, ['dense', 'crisp', 'crispFast', 'flexPrefill'], 'preset') : undefined;
+  const presetList = typeof o.presets === 'string' ? list(o.presets, ['dense', 'crisp', 'crispFast', 'crispGuarded', 'flexPrefill'], 'preset') : undefined;
   return {
     ...base,
     seed: num(o.seed, 'seed', 0) ?? base.seed,
@@ -156,6 +158,9 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       ...base.accuracy,
       sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
       shape: accShape ?? base.accuracy.shape,
+      ...(typeof o.accProfiles === 'string'
+        ? { profiles: list(o.accProfiles, PROFILE_NAMES, 'profile'), gpuProfiles: list(o.accProfiles, PROFILE_NAMES, 'profile') }
+        : {}),
       rows: num(o.accRows, 'acc-rows', 1) ?? base.accuracy.rows,
     },
     onCurve: {

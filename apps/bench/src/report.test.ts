@@ -110,6 +110,11 @@ describe('floorSummary', () => {
       density,
       vsHeads: 4,
       planMs: 1,
+      worstHeadError: 1 - massRecall,
+      worstHead: 0,
+      minProxyRecall: massRecall,
+      meanProxyRecall: massRecall,
+      guardedHeads: 0,
     });
     const variants = ['a', 'b', 'c', 'd'].map((param) => ({ family: 'mean', param }));
     const s = floorSummary(variants, [

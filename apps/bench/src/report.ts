@@ -142,15 +142,29 @@ export function markdown(r: BenchResult): string {
     out.push('## Accuracy per preset and scenario profile');
     out.push('');
     out.push(
-      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖) and at every needle's asking rows (needle recall: key blocks selected; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2). Deterministic for a seed (${r.config.seed}): one evaluation, no timing, so no spread.`,
+      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖ over all heads and on the worst head, the plan's own per-head check proxyRecall at its smallest) and at every needle's asking rows (needle recall: key blocks selected; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2). Deterministic for a seed (${r.config.seed}): one evaluation, no timing, so no spread.`,
     );
     out.push('');
     out.push(producedBy(r, 'accuracy'));
     out.push('');
     out.push(
       table(
-        ['backend', 'profile', 'n', 'preset', 'mass recall', 'output error', 'needle recall', 'needles in output', 'density', 'VS heads'],
-        acc.rows.map((x) => [x.backend, x.profile, kn(x.n), x.policy, f(x.massRecall), f(x.outputError, 4), `${f(x.needleRecall, 2)} (${x.needles})`, f(x.needleOutputRecall, 2), f(x.density), String(x.vsHeads)]),
+        ['backend', 'profile', 'n', 'preset', 'mass recall', 'output error', 'worst head error', 'min proxy recall', 'needle recall', 'needles in output', 'density', 'VS heads', 'guarded heads'],
+        acc.rows.map((x) => [
+          x.backend,
+          x.profile,
+          kn(x.n),
+          x.policy,
+          f(x.massRecall),
+          f(x.outputError, 4),
+          x.worstHeadError === undefined ? '–' : `${f(x.worstHeadError, 4)} (head ${x.worstHead})`,
+          x.minProxyRecall === undefined ? '–' : f(x.minProxyRecall),
+          `${f(x.needleRecall, 2)} (${x.needles})`,
+          f(x.needleOutputRecall, 2),
+          f(x.density),
+          String(x.vsHeads),
+          x.guardedHeads === undefined ? '–' : String(x.guardedHeads),
+        ]),
       ),
     );
     out.push('');

@@ -44,12 +44,15 @@ describe('crisp run', () => {
     const dense = await be.download((await be.denseAttention(t.q, t.k, t.v)).output);
     const host = sc.rows(0, sc.n);
     const recall = massRecall(host.q, host.k, plan.mask!, { rows: sampleRows(sc.n, 16) });
+    // the plan's per-head check: the exact mass of the proxy rows (the last 128) in its mask
+    const proxy = massRecall(host.q, host.k, plan.mask!, { rows: Array.from({ length: 128 }, (_, i) => sc.n - 128 + i) });
     const err = relativeError(sparse, dense);
     for (let h = 0; h < 4; h++) {
       expect(p.heads[h].route).toBe(plan.routing!.routes[h]);
       expect(p.heads[h].score).toBeCloseTo(plan.routing!.scores[h], 12);
       expect(p.heads[h].density).toBeCloseTo(plan.density[h], 12);
       expect(p.heads[h].massRecall).toBeCloseTo(recall.perHead[h], 9);
+      expect(p.heads[h].proxyRecall).toBeCloseTo(proxy.perHead[h], 9);
       expect(p.heads[h].outputError).toBeCloseTo(err.perHead[h], 6);
       expect(p.heads[h].kind).toBe(sc.truth.heads[h].kind);
     }

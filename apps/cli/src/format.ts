@@ -33,13 +33,14 @@ export function formatRun(s: RunSummary): string {
     out.push(
       `policy ${p.policy}${p.denseReason ? ` (dense: ${p.denseReason}${p.denseReason === 'length-gate' ? '; pass --no-gate to force the sparse path' : ''})` : ''}`,
     );
-    const header = ['head', 'kind', 'route', scoreName, 'density', 'mass recall', 'output err'];
+    const header = ['head', 'kind', 'route', scoreName, 'density', 'proxy recall', 'mass recall', 'output err'];
     const rows = p.heads.map((h) => [
       String(h.head),
       h.kind ?? '-',
       h.route.toUpperCase(),
       fmt(h.score),
       pct(h.density),
+      pct(h.proxyRecall),
       pct(h.massRecall),
       fmt(h.outputError, 4),
     ]);

@@ -1,14 +1,14 @@
 /**
  * The policy a run uses: a preset, with the flags' overrides applied to its parts.
- *   --alpha      noise-floor multiplier α (crisp, crispFast)
+ *   --alpha      noise-floor multiplier α (crisp, crispFast, crispGuarded)
  *   --gamma      γ of the PE global coverage (all sparse presets) and of FlexPrefill's
  *                cumulative coverage
- *   --tau-proxy  C_struct threshold τ_proxy (crisp, crispFast)
+ *   --tau-proxy  C_struct threshold τ_proxy (crisp, crispFast, crispGuarded)
  *   --block      B, 64 or 128
  */
 import type { Policy } from '@crisp/core';
 import { type PresetName, presets } from '@crisp/presets';
-import { cStruct, jsd } from '@crisp/router';
+import { anyPe, cStruct, jsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import { UsageError } from './cli-io.js';
 
@@ -53,12 +53,15 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
   const alpha = o.alpha ?? (preset === 'crispFast' ? 1.25 : 1.0);
   const tauProxy = o.tauProxy ?? 0.2;
   const changed = o.alpha !== undefined || o.gamma !== undefined || o.tauProxy !== undefined || B !== 128;
+  const byAnchors = cStruct({ tauProxy, wSink: 128, wLocal: 128 });
   return {
     name: changed ? `${preset}(α=${alpha}, γ=${gamma}, τ=${tauProxy}, B=${B})` : preset,
     blockSize: B,
     kMin: K_MIN,
-    router: cStruct({ tauProxy, wSink: 128, wLocal: 128 }),
+    // crispGuarded: PE when either C_struct or JSD says so, and the recall guard
+    router: preset === 'crispGuarded' ? anyPe([byAnchors, jsd({ tau: 0.1 })]) : byAnchors,
     vs: noiseFloor({ alpha, kMin: K_MIN }),
     pe: globalCoverage({ gamma, kMin: K_MIN }),
+    ...(preset === 'crispGuarded' ? { recallTarget: presets.crispGuarded.recallTarget } : {}),
   };
 }

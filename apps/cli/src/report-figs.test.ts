@@ -69,7 +69,7 @@ describe('ground-truth signal blocks', () => {
 
 /** A small run summary as crisp run --json writes it (3 heads, 2 policies). */
 function summary(n = 24): RunSummary {
-  const heads = [0, 1, 2].map((h) => ({ head: h, kind: TRUTH.heads[h].kind, route: 'vs' as const, score: 0.8, density: 0.5, massRecall: 0.99, outputError: 0.01 }));
+  const heads = [0, 1, 2].map((h) => ({ head: h, kind: TRUTH.heads[h].kind, route: 'vs' as const, score: 0.8, density: 0.5, massRecall: 0.99, proxyRecall: 0.98, outputError: 0.01 }));
   const policy = (name: string) => ({ policy: name, heads, density: 0.5, massRecall: 0.99, outputError: 0.01, timeMs: { median: 10, runs: [10], planMs: 4 }, speedup: 2 });
   return {
     backend: 'reference',

@@ -74,6 +74,11 @@ export interface HeadResult {
   readonly score: number | null;
   readonly density: number;
   readonly massRecall: number;
+  /**
+   * the plan's own per-head check (PrefillPlan.proxyRecall): the proxy rows' mass inside the
+   * blocks kept for the last query block, with no dense attention; null for dense plans
+   */
+  readonly proxyRecall: number | null;
   /** ‖O_sparse − O_dense‖ / ‖O_dense‖; null when the dense baseline was skipped (--no-dense) */
   readonly outputError: number | null;
 }
@@ -350,6 +355,7 @@ export async function runJob(o: RunOptions, io: CliIo, shared?: SelectedBackend)
           score: plan.routing ? plan.routing.scores[h] : null,
           density: plan.density[h],
           massRecall: recall[h],
+          proxyRecall: plan.proxyRecall ? plan.proxyRecall[h] : null,
           outputError: err ? err.perHead[h] : null,
         });
       }

@@ -163,6 +163,13 @@ export interface Policy {
   readonly wLocal?: number;
   /** tokens per direction that keep a head from going below the FlexPrefill minimum (default 1024) */
   readonly kMin?: number;
+  /**
+   * The recall guard, 0 < recallTarget <= 1: every head whose proxy recall (the proxy rows'
+   * mass inside its last query-block row, `PrefillPlan.proxyRecall`) is below it gets the key
+   * blocks of largest proxy mass that row lacks, as vertical blocks, until it reaches it.
+   * Absent: no guard. Plans with a guard are made on the host.
+   */
+  readonly recallTarget?: number;
 }
 
 /** Every head dense; the pipeline runs end to end with no policy packages at all. */

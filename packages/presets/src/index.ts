@@ -1,6 +1,6 @@
 /**
- * Ready-made policies: `crisp`, `crispFast`, `flexPrefill` and `dense`.
+ * Ready-made policies: `crisp`, `crispFast`, `crispGuarded`, `flexPrefill` and `dense`.
  *
  * @module @crisp/presets
  */
-export { crisp, crispFast, dense, flexPrefill, type PresetName, presetByName, presets } from './presets.js';
+export { crisp, crispFast, crispGuarded, dense, flexPrefill, type PresetName, presetByName, presets } from './presets.js';

@@ -3,7 +3,7 @@ import { createReferenceBackend } from '@crisp/reference';
 import { cStruct } from '@crisp/router';
 import { describe, expect, it } from 'vitest';
 import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
-import { crisp, crispFast, dense, flexPrefill, presets } from './index.js';
+import { crisp, crispFast, crispGuarded, dense, flexPrefill, presets } from './index.js';
 
 describe('presets', () => {
   it('hold the paper parameters', () => {
@@ -15,8 +15,14 @@ describe('presets', () => {
     expect(flexPrefill.router).toMatchObject({ name: 'jsd', tau: 0.1 });
     expect(flexPrefill.vs).toMatchObject({ gamma: 0.95, kMin: 1024, needs: { tokenScores: true } });
     expect(flexPrefill.pe).toMatchObject({ gamma: 0.95 });
+    expect(crispGuarded.router?.name).toBe('anyPe(cStruct, jsd)');
+    expect((crispGuarded.router as unknown as { routers: unknown[] }).routers).toMatchObject([{ tauProxy: 0.2 }, { tau: 0.1 }]);
+    expect(crispGuarded.vs).toMatchObject({ alpha: 1.0, kMin: 1024 });
+    expect(crispGuarded.pe).toMatchObject({ gamma: 0.95, kMin: 1024 });
+    expect(crispGuarded.recallTarget).toBe(0.9);
+    expect(crisp.recallTarget).toBeUndefined();
     expect(dense).toBe(densePolicy);
-    expect(Object.keys(presets).sort()).toEqual(['crisp', 'crispFast', 'dense', 'flexPrefill']);
+    expect(Object.keys(presets).sort()).toEqual(['crisp', 'crispFast', 'crispGuarded', 'dense', 'flexPrefill']);
     for (const [name, p] of Object.entries(presets)) expect(p.name).toBe(name);
     expect(Object.isFrozen(crisp)).toBe(true);
   });

@@ -4,13 +4,15 @@
  *
  *   crisp        C_struct router (τ_proxy 0.2) + noise floor (α 1.0) + global coverage (γ 0.95)
  *   crispFast    the same with α = 1.25 (fewer blocks, the paper's speed setting)
+ *   crispGuarded PE when C_struct < 0.2 or JSD < 0.1 + noise floor (α 1.0) + global coverage
+ *                (γ 0.95) + the recall guard at 0.9 (crisp with no head left behind)
  *   flexPrefill  JSD router (τ 0.1) + cumulative coverage (γ 0.95) + global coverage (γ 0.95)
  *   dense        every head dense (@crisp/core's densePolicy)
  *
  * All sparse presets use B = 128 and k_min = 1024 tokens per direction.
  */
 import { describeValue, densePolicy, InvalidArgumentError, type Policy } from '@crisp/core';
-import { cStruct, jsd } from '@crisp/router';
+import { anyPe, cStruct, jsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 
 const common = { blockSize: 128, kMin: 1024 } as const;
@@ -33,6 +35,22 @@ export const crispFast: Policy = Object.freeze({
   pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
 });
 
+/**
+ * CRISP with a guard on every head: `crisp`'s rules, except that a head goes to PE when either
+ * C_struct < 0.2 or FlexPrefill's JSD < 0.1 says so (anyPe), and every head whose proxy recall
+ * (PrefillPlan.proxyRecall) is below 0.9 gets the key blocks of largest proxy mass its last
+ * row lacks, as vertical blocks (Policy.recallTarget). `crisp` stays the paper's method.
+ * Plans are made on the host (the guard has no device form).
+ */
+export const crispGuarded: Policy = Object.freeze({
+  name: 'crispGuarded',
+  ...common,
+  router: anyPe([cStruct({ tauProxy: 0.2, wSink: 128, wLocal: 128 }), jsd({ tau: 0.1 })]),
+  vs: noiseFloor({ alpha: 1.0, kMin: 1024 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
+  recallTarget: 0.9,
+});
+
 /** FlexPrefill: jsd({ tau: 0.1 }) + cumulativeCoverage({ gamma: 0.95 }) + globalCoverage({ gamma: 0.95 }). */
 export const flexPrefill: Policy = Object.freeze({
   name: 'flexPrefill',
@@ -45,7 +63,7 @@ export const flexPrefill: Policy = Object.freeze({
 /** Dense attention for every head (the baseline). */
 export const dense: Policy = densePolicy;
 
-export type PresetName = 'crisp' | 'crispFast' | 'flexPrefill' | 'dense';
+export type PresetName = 'crisp' | 'crispFast' | 'crispGuarded' | 'flexPrefill' | 'dense';
 
 /**
  * Every preset by name (for CLIs and reports). It has no prototype, so a name such as
@@ -53,7 +71,7 @@ export type PresetName = 'crisp' | 'crispFast' | 'flexPrefill' | 'dense';
  * turns an unknown name into a typed error.
  */
 export const presets: Readonly<Record<PresetName, Policy>> = Object.freeze(
-  Object.assign(Object.create(null) as Record<PresetName, Policy>, { crisp, crispFast, flexPrefill, dense }),
+  Object.assign(Object.create(null) as Record<PresetName, Policy>, { crisp, crispFast, crispGuarded, flexPrefill, dense }),
 );
 
 /** The preset called `name` (an own key of `presets`), else INVALID_ARGUMENT listing the names. */

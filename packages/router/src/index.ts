@@ -1,6 +1,6 @@
 /**
  * Routers that send each head to Vertical-Slash or pooled estimation: `cStruct` (CRISP), `jsd`
- * (FlexPrefill), `entropy` and `fixed`.
+ * (FlexPrefill), `entropy`, `fixed`, and `anyPe` (PE when any of several routers says so).
  *
  * @module @crisp/router
  */
@@ -9,3 +9,4 @@ export { type JsdOptions, type JsdRouter, jsd, jsDistance } from './jsd.js';
 export { type EntropyOptions, type EntropyRouter, entropy } from './entropy.js';
 export { fixed } from './fixed.js';
 export { routingAgreement } from './agreement.js';
+export { type AnyPeRouter, anyPe } from './any-pe.js';

@@ -5,7 +5,7 @@
  * and JSD on the same heads (and of each with the scenario's intended routes).
  */
 import type { DType } from '@crisp/core';
-import { crisp, crispFast, flexPrefill } from '@crisp/presets';
+import { crisp, crispFast, crispGuarded, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
 import { denseReference, evaluatePolicies, type MaskMetrics, type RoutingMetrics } from '../evaluate.js';
@@ -76,14 +76,14 @@ export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBa
             tDense = performance.now() - t1;
           }
           const r = await withTimeout(
-            evaluatePolicies(b, sc, host, [crisp, crispFast, flexPrefill], c.rows, accuracyDtype(ob), ref),
+            evaluatePolicies(b, sc, host, [crisp, crispFast, crispGuarded, flexPrefill], c.rows, accuracyDtype(ob), ref),
             600_000,
             `accuracy ${ob.name} ${profile} n=${n}`,
           );
           for (const m of r.metrics) result.rows.push({ backend: ob.name, profile, n, ...m });
           result.routing.push({ backend: ob.name, profile, n, ...r.routing });
           ctx.log(
-            `  accuracy ${ob.name} ${profile} n=${n}: ${r.metrics.map((m) => `${m.policy} recall ${m.massRecall.toFixed(3)} err ${m.outputError.toFixed(3)} needles ${m.needleRecall.toFixed(2)} density ${m.density.toFixed(3)}`).join('; ')}; C_struct~JSD ${r.routing.cStructVsJsd.toFixed(2)}`,
+            `  accuracy ${ob.name} ${profile} n=${n}: ${r.metrics.map((m) => `${m.policy} recall ${m.massRecall.toFixed(3)} err ${m.outputError.toFixed(3)} worst head ${m.worstHeadError.toFixed(3)} proxy recall >= ${m.minProxyRecall.toFixed(3)} needles ${m.needleRecall.toFixed(2)} density ${m.density.toFixed(3)}`).join('; ')}; C_struct~JSD ${r.routing.cStructVsJsd.toFixed(2)}`,
           );
         } catch (e) {
           result.skipped.push({ backend: ob.name, profile, n, reason: message(e) });

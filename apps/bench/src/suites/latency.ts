@@ -7,7 +7,7 @@
  */
 import { PerformanceObserver } from 'node:perf_hooks';
 import { type Backend, type DType, type Policy, numBlocks, sparsePrefill } from '@crisp/core';
-import { crisp, crispFast, dense, flexPrefill } from '@crisp/presets';
+import { crisp, crispFast, crispGuarded, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
@@ -17,7 +17,7 @@ import { type Spread, spread } from '../stats.js';
 /** Time a run with --deadline-s keeps for the dense peers (TF.js, PyTorch SDPA) after the GPU latency sizes. */
 export const PEER_RESERVE_MS = 20_000;
 
-export const LATENCY_PRESETS: readonly Policy[] = [dense, crisp, crispFast, flexPrefill];
+export const LATENCY_PRESETS: readonly Policy[] = [dense, crisp, crispFast, crispGuarded, flexPrefill];
 
 export interface LatencyRow {
   readonly backend: string;

@@ -31,6 +31,9 @@ export function validatePolicy(policy: Policy): void {
   optionalTokens(policy.kMin, `policy ${name}: kMin`);
   optionalTokens(policy.wSink, `policy ${name}: wSink`);
   optionalTokens(policy.wLocal, `policy ${name}: wLocal`);
+  if (policy.recallTarget !== undefined && !(typeof policy.recallTarget === 'number' && policy.recallTarget > 0 && policy.recallTarget <= 1)) {
+    throw new InvalidArgumentError(`policy ${name}: recallTarget must be a number in (0, 1] (a share of the proxy rows' mass) or left out; got ${describeValue(policy.recallTarget)}`);
+  }
   if (policy.dense) return;
   const { router, vs, pe } = policy;
   if (!router || typeof router !== 'object' || typeof router.route !== 'function') {
@@ -157,6 +160,8 @@ export interface SparseDerived {
   readonly peK: number;
   /** set when the plan is made by the backend's device planner */
   readonly device: DeviceRules | undefined;
+  /** whether the statistics compute the pooled estimate in their pass (the router reads it) */
+  readonly pooledStat: boolean;
   /** proxyStats' options with the default scale (one object literal, no spreads) */
   readonly statsOpts: ProxyStatsOptions;
 }
@@ -174,11 +179,13 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
   if (hit !== undefined && hit.blockSize === B) return hit;
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
   const device = deviceRules(backend, policy, B, needsTokens);
+  const optionalStats = optionalStatsOf(policy);
   const d: SparseDerived = {
     blockSize: B,
     needsTokens,
     peK: Math.ceil(policy.pe!.kMin / B),
     device,
+    pooledStat: optionalStats === undefined || optionalStats.includes('pooledEstimate'),
     statsOpts: Object.freeze({
       blockSize: B,
       wSink: statsWindow(policy, 'wSink'),
@@ -187,7 +194,7 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
       tokenScores: needsTokens,
       // a device plan reads the statistics back only after the attention is queued
       deferRead: device !== undefined,
-      optionalStats: optionalStatsOf(policy),
+      optionalStats,
     }),
   };
   if (frozenPolicy(policy)) {
@@ -203,13 +210,14 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
 /**
  * The plan goes to the backend's device planner when the planner runs both the router's and
  * the selector's device form (and the selector needs no token scores, which the device plan
- * does not compute); otherwise it is made on the host.
+ * does not compute, and the policy has no recall guard, which the device plan does not
+ * run); otherwise it is made on the host.
  */
 function deviceRules(backend: Backend, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
   const planner = backend.planner;
   const route = policy.router!.device;
   const vs = policy.vs!.device;
-  if (planner === undefined || route === undefined || vs === undefined || needsTokens) return undefined;
+  if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined) return undefined;
   if (vs.kMin % B !== 0) return undefined;
   if (!planner.routers.includes(route.kind) || !planner.selectors.includes(vs.kind)) return undefined;
   return { route, vs };

@@ -15,7 +15,7 @@ import type { Policy, RoutingDecision } from '../policy.js';
 import { assertFiniteStats, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
 import type { DeviceRules } from './derive.js';
-import { routeOnHost, spreadRows } from './host-plan.js';
+import { checkRecall, routeOnHost, spreadRows } from './host-plan.js';
 import type { PrefillPlan } from './types.js';
 
 export interface DevicePlanContext {
@@ -27,6 +27,7 @@ export interface DevicePlanContext {
   readonly stats: ProxyStats;
   readonly rules: DeviceRules;
   readonly scale: number | undefined;
+  readonly pooledStat: boolean;
 }
 
 /** A device plan queued and not read back yet. */
@@ -87,6 +88,8 @@ export async function queueDevicePlan(
       tRoute = performance.now();
       ({ perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb));
       const rows = outcome.peRows ? spreadRows(await outcome.peRows(), peHeads, H, Nb) : undefined;
+      const mask = { heads: H, numBlocks: Nb, blockSize: B, vs: outcome.vs, rows };
+      const { proxyRecall, alternativeRecall } = checkRecall(mask, policy, routing.routes, c);
       const tEnd = performance.now();
       const phases = overlapped
         ? { statsMs: tStats - t0, selectMs: 0, peRowsMs: tDevice - tStats, maskMs: 0, overlappedMs: tEnd - tRead }
@@ -98,10 +101,12 @@ export async function queueDevicePlan(
         numBlocks: Nb,
         stats,
         routing,
-        mask: { heads: H, numBlocks: Nb, blockSize: B, vs: outcome.vs, rows },
+        mask,
         prepared: r.prepared,
         density,
         overallDensity,
+        proxyRecall,
+        alternativeRecall,
         planMs: overlapped ? tDevice - t0 : tEnd - t0,
         phases,
       };

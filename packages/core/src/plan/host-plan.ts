@@ -22,6 +22,7 @@ import type { DirectionScores, Policy, Route, Router, RoutingDecision, VsSelecto
 import { topKIndices, unionSorted } from '../ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
+import { alternativeRecallOf, proxyRecallOf, type SelectHead, topUpVsLists } from './proxy-recall.js';
 import type { PrefillPlan } from './types.js';
 
 /**
@@ -120,6 +121,19 @@ function checkedSelect(selector: VsSelector, input: DirectionScores, Nb: number)
   return list;
 }
 
+/** The policy's VS selector run on one head of `stats` (both directions, each list checked). */
+export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHead {
+  const { numBlocks: Nb, blockSize: B, n } = stats;
+  return (h) => {
+    const select = (direction: 'vertical' | 'slash', blockScores: Float64Array, tokens?: Float32Array) =>
+      checkedSelect(selector, { head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined }, Nb);
+    return {
+      vertical: select('vertical', headSlice(stats.verticalBlocks, h, Nb), stats.verticalTokens),
+      slash: select('slash', headSlice(stats.slashBlocks, h, Nb), stats.slashTokens),
+    };
+  };
+}
+
 /**
  * A plan's VS lists selected on the host: VS heads by `selector` over their block scores (and
  * token scores, when the statistics hold them), PE heads the `peK` best blocks of each
@@ -133,21 +147,17 @@ function checkedSelect(selector: VsSelector, input: DirectionScores, Nb: number)
  * the head and the selector).
  */
 export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selector: VsSelector, peK: number): VsLists {
-  const { heads: H, numBlocks: Nb, blockSize: B, n } = stats;
+  const { heads: H, numBlocks: Nb } = stats;
+  const selectHead = headSelector(stats, selector);
   const vertical: ArrayLike<number>[] = [];
   const slash: ArrayLike<number>[] = [];
   for (let h = 0; h < H; h++) {
-    const pv = headSlice(stats.verticalBlocks, h, Nb);
-    const ps = headSlice(stats.slashBlocks, h, Nb);
     if (routes[h] === 'pe') {
-      vertical.push(topKIndices(pv, peK));
-      slash.push(unionSorted(topKIndices(ps, peK), [0]));
+      vertical.push(topKIndices(headSlice(stats.verticalBlocks, h, Nb), peK));
+      slash.push(unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]));
       continue;
     }
-    const select = (direction: 'vertical' | 'slash', blockScores: Float64Array, tokens?: Float32Array) =>
-      checkedSelect(selector, { head: h, blockSize: B, n, direction, blockScores, tokenScores: tokens ? headSlice(tokens, h, n) : undefined }, Nb);
-    const v = select('vertical', pv, stats.verticalTokens);
-    const s = select('slash', ps, stats.slashTokens);
+    const { vertical: v, slash: s } = selectHead(h);
     if (!hasZero(v) && !hasZero(s)) {
       const lo = Math.min(minOf(v), minOf(s));
       throw new MaskError(
@@ -185,6 +195,29 @@ export interface HostPlanContext {
   readonly peK: number;
   readonly stats: ProxyStats;
   readonly scale: number | undefined;
+  /** whether stats hold the pooled estimate already (SparseDerived.pooledStat) */
+  readonly pooledStat: boolean;
+}
+
+/**
+ * The per-head check of a finished mask (proxy-recall.ts), and the recall guard when the
+ * policy has one: the plan's recall fields, and the mask and counts after the guard.
+ */
+export function checkRecall(
+  mask: BlockMask,
+  policy: Policy,
+  routes: readonly Route[],
+  c: Pick<HostPlanContext, 'stats' | 'peK' | 'pooledStat'>,
+): { mask: BlockMask; proxyRecall: Float64Array; alternativeRecall: Float64Array; guardAdded?: Int32Array } {
+  const alternativeRecall = alternativeRecallOf(c.stats, routes, headSelector(c.stats, policy.vs!), {
+    gamma: policy.pe!.gamma,
+    peK: c.peK,
+    pooled: c.pooledStat,
+  });
+  const recall = proxyRecallOf(mask, c.stats);
+  if (policy.recallTarget === undefined) return { mask, proxyRecall: recall, alternativeRecall };
+  const up = topUpVsLists(mask, c.stats, recall, policy.recallTarget);
+  return { mask: { ...mask, vs: up.vs }, proxyRecall: up.recall, alternativeRecall, guardAdded: up.added };
 }
 
 /** Route, select, build the PE rows and the mask on the host: a complete plan. */
@@ -212,7 +245,8 @@ export async function hostPlan(
     tPe = performance.now();
     rows = spreadRows(pe, peHeads, H, Nb);
   }
-  const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: B, vs, rows };
+  const checked = checkRecall({ heads: H, numBlocks: Nb, blockSize: B, vs, rows }, policy, routing.routes, c);
+  const mask = checked.mask;
   const { perHead, overall } = densityFromCounts(countValidated(mask), Nb);
   const tEnd = performance.now();
   return {
@@ -225,6 +259,9 @@ export async function hostPlan(
     mask,
     density: perHead,
     overallDensity: overall,
+    proxyRecall: checked.proxyRecall,
+    alternativeRecall: checked.alternativeRecall,
+    ...(checked.guardAdded ? { guardAdded: checked.guardAdded } : {}),
     planMs: tEnd - t0,
     phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },
   };

@@ -1,0 +1,153 @@
+/**
+ * The per-head check (PrefillPlan.proxyRecall) against brute force, the alternative path's
+ * recall, the recall guard (Policy.recallTarget) and the anyPe router, on the reference
+ * backend.
+ */
+import { type HostTensor, type Policy, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
+import { createReferenceBackend, massRecall } from '@crisp/reference';
+import { anyPe, cStruct, fixed, jsd } from '@crisp/router';
+import { globalCoverage, noiseFloor, topK } from '@crisp/select';
+import { describe, expect, it } from 'vitest';
+import { freshSeed, type HeadKind, mixedHeads } from './__fixtures__/heads.js';
+import { crisp, crispGuarded, flexPrefill } from './index.js';
+
+const n = 2048;
+const B = 64;
+const kinds: Array<{ kind: HeadKind; strength?: number }> = [
+  { kind: 'sink', strength: 9 },
+  { kind: 'local', strength: 12 },
+  { kind: 'diffuse' },
+  { kind: 'sink', strength: 4 },
+];
+const H = kinds.length;
+const lastRows = Array.from({ length: B }, (_, i) => n - B + i);
+
+function at64(p: Policy): Policy {
+  return { ...p, blockSize: B, kMin: 256, pe: globalCoverage({ gamma: 0.95, kMin: 256 }), vs: p.vs?.name.startsWith('noiseFloor') ? noiseFloor({ kMin: 256 }) : p.vs };
+}
+
+async function planOn(x: { q: HostTensor; k: HostTensor; v: HostTensor }, policy: Policy) {
+  const be = createReferenceBackend();
+  const inputs = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+  return planPrefill(be, inputs, policy, { minSparseLength: 0 });
+}
+
+describe('PrefillPlan.proxyRecall', () => {
+  it.each(['crisp', 'crispGuarded', 'flexPrefill'] as const)('equals the exact mass of the last query block inside its mask row (%s)', async (name) => {
+    const seed = freshSeed();
+    const x = mixedHeads({ n, heads: kinds, seed });
+    const base = { crisp, crispGuarded, flexPrefill }[name];
+    const policy = name === 'flexPrefill' ? { ...base, blockSize: B, kMin: 256, pe: globalCoverage({ gamma: 0.95, kMin: 256 }), vs: topK({ k: 4 }) } : at64(base);
+    const plan = await planOn(x, policy);
+    const exact = massRecall(x.q, x.k, plan.mask!, { rows: lastRows }).perHead;
+    expect(plan.proxyRecall, `seed ${seed}`).toBeDefined();
+    for (let h = 0; h < H; h++) expect(plan.proxyRecall![h], `seed ${seed} head ${h}`).toBeCloseTo(exact[h], 9);
+    // some head lost mass, so the check is not trivially 1
+    expect(Math.min(...plan.proxyRecall!), `seed ${seed}`).toBeLessThan(0.999);
+  });
+
+  it('reports the other path: the VS selector for PE heads, the pooled estimate for VS heads (NaN without it)', async () => {
+    const seed = freshSeed();
+    const x = mixedHeads({ n, heads: kinds, seed });
+    // every head PE: the alternative is the VS selector's lists, exactly
+    const allPe = await planOn(x, at64({ ...crisp, name: 'allPe', router: fixed('pe') }));
+    const allVs = await planOn(x, at64({ ...crisp, name: 'allVs', router: fixed('vs') }));
+    for (let h = 0; h < H; h++) {
+      expect(allPe.alternativeRecall![h], `seed ${seed} head ${h}`).toBeCloseTo(allVs.proxyRecall![h], 12);
+    }
+    // cStruct does not read the pooled estimate: no estimate for VS heads
+    const c = await planOn(x, at64(crisp));
+    for (let h = 0; h < H; h++) {
+      if (c.routing!.routes[h] === 'vs') expect(Number.isNaN(c.alternativeRecall![h])).toBe(true);
+    }
+    // a router that reads it (jsd): the estimate is a share of the mass
+    const j = await planOn(x, at64({ ...crisp, name: 'jsdVs', router: anyPe([fixed('vs'), jsd()]) }));
+    for (let h = 0; h < H; h++) {
+      if (j.routing!.routes[h] === 'vs') {
+        expect(j.alternativeRecall![h]).toBeGreaterThan(0);
+        expect(j.alternativeRecall![h]).toBeLessThanOrEqual(1);
+      }
+    }
+  });
+});
+
+describe('the recall guard (Policy.recallTarget)', () => {
+  it('tops every head up to the target with vertical blocks, keeps the unguarded blocks, and counts them', async () => {
+    const seed = freshSeed();
+    const x = mixedHeads({ n, heads: kinds, seed });
+    // a deliberately poor selector: the 4 best blocks only, and PE for the diffuse heads
+    const poor: Policy = { name: 'poor', blockSize: B, kMin: 256, router: cStruct(), vs: topK({ k: 4 }), pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+    const before = await planOn(x, poor);
+    const target = 0.97;
+    const after = await planOn(x, { ...poor, name: 'poorGuarded', recallTarget: target });
+    const exact = massRecall(x.q, x.k, after.mask!, { rows: lastRows }).perHead;
+    const msg = `seed ${seed}`;
+    expect(after.guardAdded, msg).toBeDefined();
+    let guarded = 0;
+    for (let h = 0; h < H; h++) {
+      expect(after.proxyRecall![h], `${msg} head ${h}`).toBeCloseTo(exact[h], 9);
+      expect(after.proxyRecall![h], `${msg} head ${h}`).toBeGreaterThanOrEqual(Math.min(target, 1) - 1e-12);
+      const was = vsHead(before.mask!.vs!, h).vertical;
+      const now = vsHead(after.mask!.vs!, h).vertical;
+      for (const J of was) expect(now.includes(J), `${msg} head ${h} block ${J}`).toBe(true);
+      expect(now.length - was.length, `${msg} head ${h}`).toBe(after.guardAdded![h]);
+      if (before.proxyRecall![h] >= target) expect(after.guardAdded![h]).toBe(0);
+      else {
+        expect(after.guardAdded![h]).toBeGreaterThan(0);
+        guarded++;
+      }
+      expect(after.density[h]).toBeGreaterThanOrEqual(before.density[h]);
+    }
+    expect(guarded, `${msg}: the poor selector left some head below ${target}`).toBeGreaterThan(0);
+    expect(before.guardAdded).toBeUndefined();
+  });
+
+  it('is refused outside (0, 1]', async () => {
+    const x = mixedHeads({ n, heads: kinds, seed: 3 });
+    for (const bad of [0, -0.5, 1.5, Number.NaN, '0.9']) {
+      await expect(planOn(x, at64({ ...crisp, name: 'bad', recallTarget: bad as number }))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    }
+  });
+});
+
+describe('anyPe', () => {
+  const stats = (c: number[], pv: number[][], pooled: number[][]): ProxyStats => {
+    const Nb = pv[0].length;
+    return {
+      n: Nb * 128,
+      heads: c.length,
+      blockSize: 128,
+      numBlocks: Nb,
+      proxyRows: 128,
+      cStruct: Float64Array.from(c),
+      verticalBlocks: Float64Array.from(pv.flat()),
+      slashBlocks: Float64Array.from(pv.flat()),
+      pooledEstimate: Float64Array.from(pooled.flat()),
+      rowEntropy: new Float64Array(c.length),
+    };
+  };
+
+  it('routes PE when either router does, with the first router scores', () => {
+    const r = anyPe([cStruct({ tauProxy: 0.2 }), jsd({ tau: 0.1 })]);
+    // head 0: strong sink, pooled far from p_v (VS by both); head 1: weak sink (cStruct PE);
+    // head 2: strong sink but the pooled estimate equals p_v (jsd PE)
+    const pv = [0.7, 0.1, 0.1, 0.1];
+    const s = stats([0.8, 0.1, 0.8], [pv, pv, pv], [[0.05, 0.05, 0.1, 0.8], [0.05, 0.05, 0.1, 0.8], pv]);
+    const d = r.route(s);
+    expect(d.routes).toEqual(['vs', 'pe', 'pe']);
+    expect(Array.from(d.scores)).toEqual([0.8, 0.1, 0.8]);
+    expect(d.scoreName).toBe('C_struct');
+    expect(d.threshold).toBe(0.2);
+    expect(r.needs).toEqual({ wSink: 128, wLocal: 128, optionalStats: ['pooledEstimate'] });
+    expect(r.device).toBeUndefined();
+  });
+
+  it('merges needs and refuses routers that disagree on a window or too few routers', () => {
+    expect(() => anyPe([cStruct({ wSink: 64 }), cStruct({ wSink: 128 })])).toThrow(/wSink/);
+    expect(() => anyPe([cStruct()])).toThrow(/at least two/);
+    // a router that declares nothing needs every statistic
+    const mine = { name: 'mine', route: (s: ProxyStats) => fixed('vs').route(s) };
+    expect(anyPe([mine, cStruct()]).needs?.optionalStats).toBeUndefined();
+    expect(anyPe([fixed('vs'), cStruct()]).needs?.optionalStats).toEqual([]);
+  });
+});
