@@ -56,7 +56,7 @@ describe('crisp-bench --smoke', () => {
     for (const b of result.backends.filter((x) => x.available)) {
       const rows = lat.rows.filter((r) => r.backend === b.name);
       const presets = new Set(rows.map((r) => r.preset));
-      expect([...presets].sort(), b.name).toEqual(b.name === 'reference' ? ['crisp', 'crispFast', 'dense', 'flexPrefill'] : ['crisp', 'dense']);
+      expect([...presets].sort(), b.name).toEqual(b.name === 'reference' ? ['crisp', 'crispFast', 'crispGuarded', 'dense', 'flexPrefill'] : ['crisp', 'dense']);
     }
     for (const r of lat.rows) {
       expect(r.ms.runs).toBeGreaterThanOrEqual(3);
