@@ -4,7 +4,7 @@
  * solver and the row generator.
  */
 import type { HeadKind, Range } from './profiles.js';
-import { gaussFromBits, hash4, type RowRng, rngFor } from './random.js';
+import { gaussFromBits, hash4, type RowRng, rngFor, unitFromBits } from './random.js';
 
 // ---------------------------------------------------------------------------------------
 // Channel layout and fixed generator constants.
@@ -19,6 +19,7 @@ export const QUERY_TOPIC_SPAN = 128; // query rows sharing one query topic (one 
 export const NOISE_LOGIT_STD = 0.35; // token-level logit jitter (nats)
 export const NEEDLE_VALUE = 3; // needle tokens carry a distinct, larger value vector
 export const DIFFUSE_LOCAL_CAP = 0.08; // most a diffuse head puts on the last 128 keys at the proxy rows
+export const THRESHOLD_LOCAL_CAP = 0.04; // the same for near-threshold retrieval heads, before the sink's share
 export const SINK_BLOCK = 128; // the sink block whose mass is targeted (p_v[0] at B = 128)
 export const SINK_SAMPLE_ROWS = 4; // rows (every 32nd of the last 128, the proxy rows) where the non-sink mass is summed
 
@@ -31,6 +32,9 @@ export const S_QTOPIC = 5;
 export const S_SAL_COARSE = 6;
 export const S_SAL_FINE = 7;
 export const S_SAL_TAIL = 8;
+export const S_SAL_BLOCK = 9;
+export const S_SAL_BLOCK_TAIL = 10;
+export const S_QFOCUS = 11;
 export const S_KINDS = 21;
 export const S_HEAD = 22;
 export const S_GROUP = 23;
@@ -89,6 +93,27 @@ export function salience(seed: number, g: number, j: number): number {
   return Math.min(j < SINK_BLOCK ? 0 : 5, Math.max(-5, z));
 }
 
+export const SALIENCE_BLOCK = 128; // tokens sharing one block-level salience (one key block at B = 128)
+export const PASSAGE_SHARE = 0.25; // share of key blocks that are salient passages when a profile has block salience
+export const PASSAGE_LEVEL = 2; // their salience level, in units of the profile's block salience
+
+/**
+ * The salience of key j in kv group g with the profile's block-level term (scale `amp`; none
+ * at 0, where this is `salience`). One key block in five is a salient passage, raised by
+ * `amp * PASSAGE_LEVEL`; every block gets a Gaussian level of std `amp / 2` too. On top of the
+ * heavy-tailed span salience, a handful of passages then hold most of the non-anchor mass, as
+ * the paragraphs a question is about do in a real prompt. The sink block keeps its plain
+ * salience (its mass is solved per head).
+ */
+export function keySalience(seed: number, g: number, j: number, amp: number): number {
+  const z = salience(seed, g, j);
+  if (amp === 0 || j < SINK_BLOCK) return z;
+  const b = Math.floor(j / SALIENCE_BLOCK);
+  const passage = unitFromBits(hash4(seed, S_SAL_BLOCK, g, b)) < PASSAGE_SHARE ? PASSAGE_LEVEL : 0;
+  const level = passage + 0.5 * gaussFromBits(hash4(seed, S_SAL_BLOCK_TAIL, g, b));
+  return Math.min(7, Math.max(-7, z + amp * level));
+}
+
 /**
  * Salience of a needle key. A planted fact is not salient by itself: only its asker rows find
  * it, through the needle channel (N_hm). Inheriting the span's z(j) (up to 5, times σ_h ≈ 2.5-3
@@ -103,6 +128,32 @@ export function needleSalience(z: number): number {
 export function fillTopic(seed: number, stream: number, a: number, b: number, out: Float64Array, scale: number): void {
   const r = rngFor(seed, stream, a, b);
   for (let t = 0; t < out.length; t++) out[t] = r.gauss() * scale;
+}
+
+/**
+ * The query topic of head h for query span `span` (QUERY_TOPIC_SPAN rows). A plain head draws
+ * a random topic per span. A focused head (`sink-topic`) points each span at one earlier
+ * content segment of its kv group g, drawn per span: the unit vector of that segment's key
+ * topic, so the focused segment gets about the head's topic strength in nats whichever it is,
+ * and the sink's share stays steady from one query block to the next. Spans in the first two
+ * segments have no earlier segment with a topic and get none.
+ */
+export function fillQueryTopic(seed: number, h: number, g: number, span: number, focus: boolean, out: Float64Array): void {
+  if (!focus) {
+    fillTopic(seed, S_QTOPIC, h, span, out, 1);
+    return;
+  }
+  const current = Math.floor((span * QUERY_TOPIC_SPAN) / TOPIC_SEGMENT);
+  if (current < 2) {
+    out.fill(0);
+    return;
+  }
+  const seg = 1 + Math.floor(unitFromBits(hash4(seed, S_QFOCUS, h, span)) * (current - 1));
+  fillTopic(seed, S_TOPIC, g, seg, out, 1);
+  let norm = 0;
+  for (let t = 0; t < out.length; t++) norm += out[t] * out[t];
+  norm = Math.sqrt(norm);
+  for (let t = 0; t < out.length; t++) out[t] /= norm;
 }
 
 export interface Needle {
@@ -121,6 +172,8 @@ export interface Group {
   readonly sign: Float64Array;
   readonly stripes: number[];
   readonly stripeSet: Set<number>;
+  /** std of the block-level salience term (0: none) */
+  readonly blockSalience: number;
   readonly needles: Needle[];
   /** stripe and needle tokens: keys without rotary phase */
   readonly positionFree: Set<number>;
@@ -137,6 +190,8 @@ export interface HeadPlan {
   stripe: number;
   readonly stripeTarget: number;
   readonly topic: number;
+  /** query topics point at one earlier content segment per query span (fillQueryTopic) */
+  readonly focus: boolean;
   readonly needleTargets: Map<number, number>;
   readonly needleStrength: Map<number, number>;
 }

@@ -2,6 +2,7 @@
 import { type DType, f32ToBf16Bits, f32ToF16Bits, InvalidArgumentError, wrapHost } from '@crisp/core';
 import {
   FLAG_K,
+  fillQueryTopic,
   fillTopic,
   type Group,
   type HeadPlan,
@@ -12,11 +13,10 @@ import {
   QUERY_TOPIC_SPAN,
   S_KNOISE,
   S_QNOISE,
-  S_QTOPIC,
   S_TOPIC,
   S_VNOISE,
+  keySalience,
   SINK_K,
-  salience,
   slashFreqs,
   TOPIC_K,
   TOPIC_SEGMENT,
@@ -127,7 +127,7 @@ export class RowGenerator {
             needleHere = nd;
           }
         }
-        const z = salience(this.seed, g, i);
+        const z = keySalience(this.seed, g, i, gr.blockSalience);
         row[L.salience] = needleHere ? needleSalience(z) : z;
         if (i >= this.sinkW.length && !gr.positionFree.has(i)) {
           for (let f = 0; f < F; f++) {
@@ -175,7 +175,7 @@ export class RowGenerator {
           const span = Math.floor(i / QUERY_TOPIC_SPAN);
           if (this.#qTopicSpan[h] !== span) {
             this.#qTopicSpan[h] = span;
-            fillTopic(this.seed, S_QTOPIC, h, span, this.#qTopic[h], 1);
+            fillQueryTopic(this.seed, h, p.g, span, p.focus, this.#qTopic[h]);
           }
           const qTopic = this.#qTopic[h];
           const c = (p.topic * sd) / TOPIC_K;

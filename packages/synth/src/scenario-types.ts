@@ -37,7 +37,7 @@ export interface HeadTruth {
   readonly head: number;
   readonly kvHead: number;
   readonly kind: HeadKind;
-  /** the route a correct router takes: diffuse heads are PE, the rest VS */
+  /** the route that serves the head best (EXPECTED_ROUTE): diffuse and sink-topic heads are PE, the rest VS */
   readonly expectedRoute: 'vs' | 'pe';
   /** sink-token mass aimed for at the last query row */
   readonly sinkTarget: number;

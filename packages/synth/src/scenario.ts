@@ -24,6 +24,8 @@
 import { assertDType, InvalidArgumentError } from '@crisp/core';
 import {
   DIFFUSE_LOCAL_CAP,
+  THRESHOLD_LOCAL_CAP,
+  fillQueryTopic,
   fillTopic,
   type HeadPlan,
   makeLayout,
@@ -32,16 +34,15 @@ import {
   QUERY_TOPIC_SPAN,
   rotaryKernel,
   S_KINDS,
-  S_QTOPIC,
   S_TOPIC,
   SINK_BLOCK,
   SINK_SAMPLE_ROWS,
-  salience,
+  keySalience,
   slashFreqs,
   TOPIC_SEGMENT,
 } from './layout.js';
 import { buildGroups, planHeads } from './plan.js';
-import { assignKinds, getProfile, type Profile, type ProfileName } from './profiles.js';
+import { assignKinds, EXPECTED_ROUTE, getProfile, type Profile, type ProfileName } from './profiles.js';
 import { rngFor } from './random.js';
 import { RowGenerator } from './rows.js';
 import type { GroundTruth, HeadStrengths, Scenario, ScenarioOptions } from './scenario-types.js';
@@ -113,13 +114,13 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
   };
   const queryTopic = (h: number, i: number): Float64Array => {
     const t = new Float64Array(L.topicDims);
-    fillTopic(seed, S_QTOPIC, h, Math.floor(i / QUERY_TOPIC_SPAN), t, 1);
+    fillQueryTopic(seed, h, plans[h].g, Math.floor(i / QUERY_TOPIC_SPAN), plans[h].focus, t);
     return t;
   };
   const salienceCache: Float64Array[] = [];
   const salienceOf = (g: number): Float64Array => {
     if (!salienceCache[g]) {
-      const z = Float64Array.from({ length: n }, (_, j) => salience(seed, g, j));
+      const z = Float64Array.from({ length: n }, (_, j) => keySalience(seed, g, j, groups[g].blockSalience));
       for (const nd of groups[g].needles) {
         for (let j = nd.position; j < nd.position + nd.length; j++) z[j] = needleSalience(z[j]);
       }
@@ -162,9 +163,10 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
    * A diffuse (PE) head's content topics can happen to favour the segment the last queries
    * sit in, piling mass on the local window and making C_struct look like a VS head's. Lower
    * (down to negative: a recency penalty) its rotary local amplitude until the last-block mass
-   * at the proxy rows is at most DIFFUSE_LOCAL_CAP.
+   * at the proxy rows is at most `cap` (DIFFUSE_LOCAL_CAP). A near-threshold retrieval head gets
+   * the same treatment with THRESHOLD_LOCAL_CAP, so its C_struct is its sink plus a few percent.
    */
-  const capLocalMass = (p: HeadPlan, h: number) => {
+  const capLocalMass = (p: HeadPlan, h: number, cap: number) => {
     const rows = [n - 1, Math.max(0, n - 128)];
     const share = (A: number) => {
       let worst = 0;
@@ -181,12 +183,12 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
       }
       return worst;
     };
-    if (share(p.local) <= DIFFUSE_LOCAL_CAP) return;
+    if (share(p.local) <= cap) return;
     let lo = -8;
     let hi = p.local;
     for (let it = 0; it < 30; it++) {
       const mid = (lo + hi) / 2;
-      if (share(mid) > DIFFUSE_LOCAL_CAP) hi = mid;
+      if (share(mid) > cap) hi = mid;
       else lo = mid;
     }
     p.local = lo;
@@ -196,7 +198,8 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
     const p = plans[h];
     const gr = groups[p.g];
     const i = n - 1;
-    if (p.kind === 'diffuse') capLocalMass(p, h);
+    if (p.kind === 'diffuse') capLocalMass(p, h, DIFFUSE_LOCAL_CAP);
+    if (p.kind === 'near-threshold-retrieval') capLocalMass(p, h, THRESHOLD_LOCAL_CAP);
     const base = baseLogits(h, i);
     const inSet = new Uint8Array(i + 1);
     for (let j = 0; j < sinkW.length; j++) inSet[j] = 1;
@@ -335,7 +338,7 @@ export function scenario(profile: ProfileName | string, opts: ScenarioOptions = 
       head: h,
       kvHead: p.g,
       kind: p.kind,
-      expectedRoute: p.kind === 'diffuse' ? 'pe' : 'vs',
+      expectedRoute: EXPECTED_ROUTE[p.kind],
       sinkTarget: p.sinkTarget,
       slashOffsets: p.slash.map((s) => s.offset),
       needles: [...p.needleTargets.keys()],
