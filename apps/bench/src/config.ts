@@ -10,13 +10,14 @@ import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
-export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen'] as const;
+export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen', 'parity'] as const;
 export type SuiteName = (typeof SUITE_NAMES)[number];
 /**
- * What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own) and
- * varlen (ragged batches and chunked prefill, a GPU phase of its own); both are asked for by name.
+ * What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own),
+ * varlen (ragged batches and chunked prefill, a GPU phase of its own) and parity (FlexPrefill's
+ * own code on the same tensors: PyTorch, Triton and a copy of that code); they are asked for by name.
  */
-export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs' && s !== 'varlen');
+export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs' && s !== 'varlen' && s !== 'parity');
 /**
  * The varlen suite's policies: the crisp preset, its copy scaled to B = 64 for short sequences
  * (CPU tests), or dense (every head dense: chunked prefill where sparse chunks are refused).
@@ -139,6 +140,23 @@ export interface BenchConfig {
     readonly chunks: number;
     readonly policy: VarlenPolicyName;
   };
+  /**
+   * The flexPrefill preset against FlexPrefill's published code (apps/bench/peers/flexprefill_peer.py)
+   * on the same bf16 tensors, CUDA only: routes, block sets, output error, density and time per
+   * (profile, n, seed). The shape's head dim must be one FlexPrefill's kernels take (16, 32, 64, 128).
+   */
+  readonly parity: {
+    readonly sizes: readonly number[];
+    readonly profiles: readonly ProfileName[];
+    readonly seeds: readonly number[];
+    readonly shape: Shape;
+    /** query rows sampled for both outputs' error against float64 dense attention */
+    readonly rows: number;
+    readonly reps: number;
+    readonly warmup: number;
+    /** folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill) */
+    readonly flexprefillDir?: string;
+  };
 }
 
 const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'crispGuarded', 'flexPrefill'];
@@ -180,6 +198,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
       tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
       varlen: { batch: 3, seed: 7, range: [300, 1500], chunkedN: 1536, chunks: 4, policy: 'crisp-b64' },
+      parity: { sizes: [2048], profiles: ['llama-like'], seeds: [1], shape: { heads: 4, kvHeads: 1, headDim: 64 }, rows: 8, reps: 3, warmup: 1 },
     };
   }
   return {
@@ -209,6 +228,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
     tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },
     varlen: { batch: 8, seed: 7, range: [4096, 131072], chunkedN: 131072, chunks: 4, policy: 'crisp' },
+    parity: { sizes: pow2(8192, 524288), profiles: PROFILE_NAMES, seeds: [1, 2], shape: { heads: 16, kvHeads: 4, headDim: 64 }, rows: 64, reps: 3, warmup: 1 },
   };
 }
 

@@ -21,6 +21,7 @@ import { crossoverSuite } from './suites/crossover.js';
 import { floorSummary, floorsSuite } from './suites/floors.js';
 import { latencySuite } from './suites/latency.js';
 import { onCurveSuite } from './suites/on-curve.js';
+import { paritySuite, resolveFlexPrefillPeer } from './suites/parity.js';
 import { tfjsSuite } from './suites/tfjs.js';
 import { varlenSuite } from './suites/varlen.js';
 
@@ -57,6 +58,12 @@ function program(): Command {
     .option('--varlen-policy <name>', `varlen suite: ${VARLEN_POLICIES.join(', ')} (default crisp; crisp-b64: B 64, kMin 256, for short sequences)`)
     .option('--chunked-n <n>', 'varlen suite: the chunked-prefill sequence\'s length (default 128k)')
     .option('--chunks <count>', 'varlen suite: equal query chunks of the chunked-prefill sequence (default 4)')
+    .option('--parity-sizes <sizes>', 'parity suite sizes (default 8k..512k)')
+    .option('--parity-profiles <list>', `parity suite: comma-separated @crisp/synth profiles (default ${PROFILE_NAMES.join(',')})`)
+    .option('--parity-seeds <list>', 'parity suite: comma-separated scenario seeds (default 1,2)')
+    .option('--parity-shape <H,Hkv,d>', "parity suite shape (default 16,4,64; d must be 16, 32, 64 or 128: FlexPrefill's kernels)")
+    .option('--parity-rows <count>', 'parity suite: query rows sampled for both outputs\' error against float64 dense attention (default 64)')
+    .option('--flexprefill-dir <dir>', "parity suite: folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill)")
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
     .option('--acc-profiles <list>', `accuracy: @crisp/synth profiles, a comma-separated subset of ${PROFILE_NAMES.join(',')} (default: all of them)`)
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
@@ -154,6 +161,17 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       chunks,
       policy: typeof o.varlenPolicy === 'string' ? list(o.varlenPolicy, VARLEN_POLICIES, 'varlen policy')[0] : base.varlen.policy,
     },
+    parity: {
+      ...base.parity,
+      sizes: sizes(o.paritySizes) ?? base.parity.sizes,
+      profiles: typeof o.parityProfiles === 'string' ? list(o.parityProfiles, PROFILE_NAMES, 'profile') : base.parity.profiles,
+      seeds: typeof o.paritySeeds === 'string' ? seedList(o.paritySeeds) : base.parity.seeds,
+      shape: shp(o.parityShape) ?? base.parity.shape,
+      rows: integer(o.parityRows, 'parity-rows', 1) ?? base.parity.rows,
+      reps: num(o.reps, 'reps', 3) ?? base.parity.reps,
+      warmup: num(o.warmup, 'warmup', 1) ?? base.parity.warmup,
+      ...(typeof o.flexprefillDir === 'string' ? { flexprefillDir: resolve(o.flexprefillDir) } : {}),
+    },
     accuracy: {
       ...base.accuracy,
       sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
@@ -175,6 +193,13 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       rows: num(o.accRows, 'acc-rows', 1) ?? base.floors.rows,
     },
   };
+}
+
+/** "1,2": non-negative integer seeds. */
+function seedList(text: string): number[] {
+  const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
+  if (out.length === 0 || out.some((x) => !Number.isInteger(x) || x < 0)) throw new Error(`bad seed list '${text}': use comma-separated integers >= 0 (e.g. 1,2)`);
+  return out;
 }
 
 /** One size: 8192 or 8k. */
@@ -340,6 +365,10 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     if (want(config, 'varlen')) {
       await phase('varlen');
       result.suites.varlen = await varlenSuite(ctx, opened, resolvePeerScript(repoRoot, typeof o.peerScript === 'string' ? o.peerScript : undefined));
+    }
+    if (want(config, 'parity')) {
+      await phase('parity');
+      result.suites.parity = await paritySuite(ctx, opened, resolveFlexPrefillPeer(repoRoot));
     }
     result.inProgress = undefined;
     result.finishedAt = new Date().toISOString();

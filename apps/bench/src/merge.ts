@@ -78,6 +78,6 @@ export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly 
         ...(prev.inProgress ? { inProgress: prev.inProgress } : {}),
       },
     ],
-    suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors, tfjs: c.tfjs ?? p.tfjs, varlen: c.varlen ?? p.varlen },
+    suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors, tfjs: c.tfjs ?? p.tfjs, varlen: c.varlen ?? p.varlen, parity: c.parity ?? p.parity },
   };
 }

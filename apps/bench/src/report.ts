@@ -1,6 +1,7 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
 import { JIT_WARMUP_N } from './suites/latency.js';
+import { parityMarkdown } from './suites/parity.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
 import { varlenMarkdown } from './suites/varlen-report.js';
 import type { BenchResult } from './result.js';
@@ -251,6 +252,7 @@ export function markdown(r: BenchResult): string {
   out.push('');
   if (r.suites.tfjs) out.push(...tfjsMarkdown(r.suites.tfjs, r.config.tfjs?.reps ?? 3));
   if (r.suites.varlen) out.push(...varlenMarkdown(r.suites.varlen, r.config.latency.reps, r.config.latency.warmup));
+  if (r.suites.parity) out.push(...parityMarkdown(r.suites.parity));
   return out.join('\n');
 }
 

@@ -25,6 +25,13 @@
 #                per sequence, CRISP's dense kernel and PyTorch SDPA flash and cuDNN per sequence,
 #                then one 128k sequence prefilled in 4 chunks against one full prefill:
 #                OUT/nvidia-h200-varlen (apps/bench/results/nvidia-h200-varlen).
+#   parity       crisp-bench's parity suite on CUDA: the flexPrefill preset against FlexPrefill's own
+#                flex_prefill_attention on the same @crisp/synth layers (llama-like, retrieval, diffuse;
+#                8k, 16k, 32k, 128k; seeds 1 and 2; shape 16,4,64): routes, block sets, errors
+#                against float64 dense rows, densities and times: OUT/nvidia-h200-parity
+#                (apps/bench/results/nvidia-h200-parity). Needs PyTorch, Triton, safetensors and a
+#                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
+#                (apps/bench/peers/README.md); without them the run records the peer as absent.
 #   million      one sequence of 1,048,576 tokens (q holds 2^32 elements: every offset 64-bit): the
 #                crisp preset's sparsePrefill on the llama fill against the dense kernel's output,
 #                then (when the CLI bundle is there) a 12 GB safetensors dump of the same layer
@@ -41,8 +48,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -108,6 +115,17 @@ case "$phase" in
     grep -E 'varlen|skip|peer|error' "$out/varlen.log" | tail -n 30
     exit $rc
     ;;
+  parity)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    fp=apps/bench/peers/.flexprefill/flex_prefill/ops/flex_prefill_attention.py
+    [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
+    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes 8k,16k,32k,128k \
+      --parity-profiles llama-like,retrieval,diffuse --parity-seeds 1,2 --parity-shape 16,4,64 --deadline-s 280 \
+      --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
+    rc=$?
+    grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
+    exit $rc
+    ;;
   million)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     timeout -s KILL 300 node "$app/cuda-main.mjs" --phase bench --ns none --cross none --e2e 1048576 --budget 280 \
@@ -137,7 +155,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, million, hostile)" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,105 @@
+// The parity suite's command line and its skips (no CUDA backend, no peer script, a head dim
+// FlexPrefill's kernels do not take), and the peer apps/bench/peers/flexprefill_peer.py: it
+// compiles, its --self-check passes without a GPU, and without torch it exits with status 3,
+// which the suite reports as an absent peer.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Backend } from '@crisp/core';
+import { describe, expect, it } from 'vitest';
+import type { OpenBackend } from './backends.js';
+import { defaultConfig } from './config.js';
+import type { SuiteContext } from './context.js';
+import { resolveConfig } from './main.js';
+import { PEER_ABSENT_STATUS, paritySuite, parityParams } from './suites/parity.js';
+
+const SCRIPT = fileURLToPath(new URL('../peers/flexprefill_peer.py', import.meta.url));
+const env = { ...process.env, PYTHONPYCACHEPREFIX: mkdtempSync(join(tmpdir(), 'crisp-pycache-')) };
+const py = (args: string[], timeout = 60_000) => spawnSync('python3', args, { encoding: 'utf8', env, timeout });
+const hasPython = py(['--version']).status === 0;
+const hasTorch = hasPython && py(['-c', 'import torch, safetensors, numpy']).status === 0;
+
+const untouchable = new Proxy({} as Backend, {
+  get: (_t, p) => {
+    throw new Error(`the parity suite touched the backend (${String(p)})`);
+  },
+});
+const ctx = (patch: Partial<ReturnType<typeof defaultConfig>['parity']> = {}): SuiteContext => {
+  const base = defaultConfig('full');
+  return { config: { ...base, parity: { ...base.parity, ...patch } }, command: 'crisp-bench (test)', log: () => {} };
+};
+
+describe('parity: command line', () => {
+  it('reads sizes, profiles, seeds, shape and rows', () => {
+    const c = resolveConfig({ paritySizes: '8k,16k', parityProfiles: 'llama-like,diffuse', paritySeeds: '1,2', parityShape: '32,8,128', parityRows: '16' });
+    expect(c.parity.sizes).toEqual([8192, 16384]);
+    expect(c.parity.profiles).toEqual(['llama-like', 'diffuse']);
+    expect(c.parity.seeds).toEqual([1, 2]);
+    expect(c.parity.shape).toEqual({ heads: 32, kvHeads: 8, headDim: 128 });
+    expect(c.parity.rows).toBe(16);
+    expect(resolveConfig({}).parity.sizes).toEqual([8192, 16384, 32768, 65536, 131072, 262144, 524288]);
+    expect(resolveConfig({}).suites).not.toContain('parity');
+    expect(() => resolveConfig({ paritySeeds: '1,x' })).toThrow(/bad seed list/);
+    expect(() => resolveConfig({ parityProfiles: 'nope' })).toThrow(/unknown profile 'nope'/);
+  });
+
+  it("passes the preset's settings in FlexPrefill's terms (min_budget in tokens)", () => {
+    expect(parityParams()).toEqual({ gamma: 0.95, tau: 0.1, minBudget: 1024, blockSize: 128 });
+  });
+});
+
+describe('parity: skips with a reason', () => {
+  it('without a CUDA backend', async () => {
+    const r = await paritySuite(ctx(), [{ name: 'reference', backend: untouchable }], SCRIPT);
+    expect(r.rows).toEqual([]);
+    expect(r.notes).toHaveLength(1);
+    expect(r.notes[0].status).toBe('absent');
+    expect(r.notes[0].detail).toMatch(/no CUDA backend here/);
+  });
+
+  it('without the peer script, and with a head dim FlexPrefill does not take', async () => {
+    const cuda: OpenBackend[] = [{ name: 'cuda', backend: untouchable }];
+    expect((await paritySuite(ctx(), cuda, undefined)).notes[0].detail).toMatch(/flexprefill_peer.py not found/);
+    expect((await paritySuite(ctx({ shape: { heads: 4, kvHeads: 1, headDim: 96 } }), cuda, SCRIPT)).notes[0].detail).toMatch(/head dim 96: FlexPrefill's kernels take 16, 32, 64, 128/);
+  });
+
+  it.skipIf(!hasPython || hasTorch)('without torch: the peer exits 3 and the suite reports it absent, the backend untouched', async () => {
+    const r = await paritySuite(ctx(), [{ name: 'cuda', backend: untouchable }], SCRIPT);
+    expect(r.notes[0].status).toBe('absent');
+    expect(r.notes[0].detail).toMatch(/^torch, safetensors or numpy missing: .*needs torch, safetensors and numpy/);
+  });
+});
+
+describe.skipIf(!hasPython)('flexprefill_peer.py', () => {
+  it('compiles', () => {
+    const r = py(['-m', 'py_compile', SCRIPT]);
+    expect(r.status, r.stderr).toBe(0);
+  });
+
+  it('--self-check passes without a GPU', () => {
+    const r = py([SCRIPT, '--self-check'], 120_000);
+    expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
+    expect(r.stdout).toMatch(/ok {3}the capture records the JSD and the block call the attention made/);
+    expect(r.stdout).toMatch(/self-check passed/);
+  }, 130_000);
+
+  it('refuses a call without a manifest, and a manifest without the parameters (status 2)', () => {
+    expect(py([SCRIPT]).status).toBe(2);
+    const m = join(mkdtempSync(join(tmpdir(), 'crisp-parity-test-')), 'm.json');
+    writeFileSync(m, JSON.stringify({ inputs: [] }));
+    const r = py([SCRIPT, '--manifest', m, '--out', `${m}.out`]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/lacks gamma, tau, min_budget, block_size/);
+  });
+
+  it.skipIf(hasTorch)('without torch says what to install and exits with status 3', () => {
+    const m = join(mkdtempSync(join(tmpdir(), 'crisp-parity-test-')), 'm.json');
+    writeFileSync(m, JSON.stringify({ inputs: [], gamma: 0.95, tau: 0.1, min_budget: 1024, block_size: 128 }));
+    const r = py([SCRIPT, '--manifest', m, '--out', `${m}.out`]);
+    expect(r.status).toBe(3);
+    expect(PEER_ABSENT_STATUS[3]).toBeDefined();
+    expect(r.stderr).toMatch(/pip install torch safetensors numpy/);
+  });
+});
