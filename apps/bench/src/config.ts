@@ -6,7 +6,7 @@
  */
 import type { DType } from '@crisp/core';
 import type { CudaSchedule, ProxyLayout } from '@crisp/kernels-cuda';
-import { PROFILE_NAMES, type ProfileName } from '@crisp/synth';
+import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
@@ -223,7 +223,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       freshInputs: false,
       hostTimings: false,
     },
-    accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: PROFILE_NAMES, rows: 32 },
+    accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: ALL_PROFILE_NAMES, gpuProfiles: ALL_PROFILE_NAMES, rows: 32 },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
     tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },

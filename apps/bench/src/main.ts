@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
 import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
-import { PROFILE_NAMES } from '@crisp/synth';
+import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { type OpenBackend, openBackend } from './backends.js';
 import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
 import { type SuiteContext, message } from './context.js';
@@ -59,13 +59,13 @@ function program(): Command {
     .option('--chunked-n <n>', 'varlen suite: the chunked-prefill sequence\'s length (default 128k)')
     .option('--chunks <count>', 'varlen suite: equal query chunks of the chunked-prefill sequence (default 4)')
     .option('--parity-sizes <sizes>', 'parity suite sizes (default 8k..512k)')
-    .option('--parity-profiles <list>', `parity suite: comma-separated @crisp/synth profiles (default ${PROFILE_NAMES.join(',')})`)
+    .option('--parity-profiles <list>', `parity suite: comma-separated @crisp/synth profiles (default llama-like,qwen-like,retrieval,diffuse; also ${ALL_PROFILE_NAMES.slice(4).join(',')})`)
     .option('--parity-seeds <list>', 'parity suite: comma-separated scenario seeds (default 1,2)')
     .option('--parity-shape <H,Hkv,d>', "parity suite shape (default 16,4,64; d must be 16, 32, 64 or 128: FlexPrefill's kernels)")
     .option('--parity-rows <count>', 'parity suite: query rows sampled for both outputs\' error against float64 dense attention (default 64)')
     .option('--flexprefill-dir <dir>', "parity suite: folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill)")
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
-    .option('--acc-profiles <list>', `accuracy: @crisp/synth profiles, a comma-separated subset of ${PROFILE_NAMES.join(',')} (default: all of them)`)
+    .option('--acc-profiles <list>', `accuracy: @crisp/synth profiles, a comma-separated subset of ${ALL_PROFILE_NAMES.join(',')} (default: all of them; smoke: the first four)`)
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
@@ -164,7 +164,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
     parity: {
       ...base.parity,
       sizes: sizes(o.paritySizes) ?? base.parity.sizes,
-      profiles: typeof o.parityProfiles === 'string' ? list(o.parityProfiles, PROFILE_NAMES, 'profile') : base.parity.profiles,
+      profiles: typeof o.parityProfiles === 'string' ? list(o.parityProfiles, ALL_PROFILE_NAMES, 'profile') : base.parity.profiles,
       seeds: typeof o.paritySeeds === 'string' ? seedList(o.paritySeeds) : base.parity.seeds,
       shape: shp(o.parityShape) ?? base.parity.shape,
       rows: integer(o.parityRows, 'parity-rows', 1) ?? base.parity.rows,
@@ -177,7 +177,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
       shape: accShape ?? base.accuracy.shape,
       ...(typeof o.accProfiles === 'string'
-        ? { profiles: list(o.accProfiles, PROFILE_NAMES, 'profile'), gpuProfiles: list(o.accProfiles, PROFILE_NAMES, 'profile') }
+        ? { profiles: list(o.accProfiles, ALL_PROFILE_NAMES, 'profile'), gpuProfiles: list(o.accProfiles, ALL_PROFILE_NAMES, 'profile') }
         : {}),
       rows: num(o.accRows, 'acc-rows', 1) ?? base.accuracy.rows,
     },

@@ -6,7 +6,7 @@ import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import { CrispError, isCrispError } from '@crisp/core';
-import { PROFILE_NAMES } from '@crisp/synth';
+import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { serveSynthChunks, setSynthWorkerEntry } from '@crisp/synth/node';
 import { BACKEND_CHOICES, type BackendChoice } from './backends.js';
 import { calibrateCommand } from './calibrate-command.js';
@@ -64,9 +64,9 @@ function addProblemFlags(cmd: Command): Command {
         .argParser(choiceFlag('--backend', BACKEND_CHOICES)),
     )
     .addOption(
-      new Option('--profile <name>', `scenario profile: ${PROFILE_NAMES.join(', ')}`)
+      new Option('--profile <name>', `scenario profile: ${ALL_PROFILE_NAMES.join(', ')} (the last two reproduce hard routing's failures)`)
         .default('llama-like')
-        .argParser(choiceFlag('--profile', PROFILE_NAMES)),
+        .argParser(choiceFlag('--profile', ALL_PROFILE_NAMES)),
     )
     .option('--n <tokens>', 'sequence length (default: fit for the backend; 4096 on the reference)', intFlag('--n', 1, 2 ** 26))
     .option('--heads <H>', 'query heads (default: fit for the backend)', intFlag('--heads', 1, 1024))

@@ -14,7 +14,7 @@ describe('buildPolicy', () => {
     const mine = buildPolicy(name);
     expect(mine.name).toBe(name);
     expect(mine.router?.name).toBe(presets[name].router?.name);
-    expect(mine.recallTarget).toBe(presets[name].recallTarget);
+    expect(mine.peWithVs).toBe(presets[name].peWithVs);
     const a = await planPrefill(be, t, mine, { minSparseLength: 0 });
     const b = await planPrefill(be, t, presets[name], { minSparseLength: 0 });
     expect(a.routing?.routes).toEqual(b.routing?.routes);
@@ -22,11 +22,11 @@ describe('buildPolicy', () => {
     expect(Array.from(a.proxyRecall!)).toEqual(Array.from(b.proxyRecall!));
   });
 
-  it('keeps the guard of crispGuarded under --tau-proxy and names the override', () => {
+  it('keeps the guards of crispGuarded under --tau-proxy and names the override', () => {
     const p = buildPolicy('crispGuarded', { tauProxy: 0.3 });
     expect(p.name).toBe('crispGuarded(α=1, γ=0.95, τ=0.3, B=128)');
-    expect(p.router?.name).toBe('anyPe(cStruct, jsd)');
-    expect(p.recallTarget).toBe(0.9);
-    expect(buildPolicy('crisp').recallTarget).toBeUndefined();
+    expect(p.router?.name).toBe('anyPe(cStruct, residualJsd)');
+    expect(p.peWithVs).toBe(true);
+    expect(buildPolicy('crisp').peWithVs).toBeUndefined();
   });
 });

@@ -8,7 +8,7 @@
  */
 import type { Policy } from '@crisp/core';
 import { type PresetName, presets } from '@crisp/presets';
-import { anyPe, cStruct, jsd } from '@crisp/router';
+import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import { UsageError } from './cli-io.js';
 
@@ -58,10 +58,10 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
     name: changed ? `${preset}(α=${alpha}, γ=${gamma}, τ=${tauProxy}, B=${B})` : preset,
     blockSize: B,
     kMin: K_MIN,
-    // crispGuarded: PE when either C_struct or JSD says so, and the recall guard
-    router: preset === 'crispGuarded' ? anyPe([byAnchors, jsd({ tau: 0.1 })]) : byAnchors,
+    // crispGuarded: PE when C_struct or the residual JSD says so, PE heads keeping VS lists too
+    router: preset === 'crispGuarded' ? anyPe([byAnchors, residualJsd({ tau: 0.1, minResidual: 0.3 })]) : byAnchors,
     vs: noiseFloor({ alpha, kMin: K_MIN }),
     pe: globalCoverage({ gamma, kMin: K_MIN }),
-    ...(preset === 'crispGuarded' ? { recallTarget: presets.crispGuarded.recallTarget } : {}),
+    ...(preset === 'crispGuarded' ? { peWithVs: true } : {}),
   };
 }

@@ -164,6 +164,13 @@ export interface Policy {
   /** tokens per direction that keep a head from going below the FlexPrefill minimum (default 1024) */
   readonly kMin?: number;
   /**
+   * PE heads also keep the VS selector's lists (both directions) beside their PE rows: a
+   * union of the two paths, so a needle the proxy rows see and the pooled map smooths away
+   * stays selected. Default false (PE heads keep the kMin best blocks per direction, as in
+   * FlexPrefill). Plans with it are made on the host.
+   */
+  readonly peWithVs?: boolean;
+  /**
    * The recall guard, 0 < recallTarget <= 1: every head whose proxy recall (the proxy rows'
    * mass inside its last query-block row, `PrefillPlan.proxyRecall`) is below it gets the key
    * blocks of largest proxy mass that row lacks, as vertical blocks, until it reaches it.

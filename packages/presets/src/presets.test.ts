@@ -15,12 +15,13 @@ describe('presets', () => {
     expect(flexPrefill.router).toMatchObject({ name: 'jsd', tau: 0.1 });
     expect(flexPrefill.vs).toMatchObject({ gamma: 0.95, kMin: 1024, needs: { tokenScores: true } });
     expect(flexPrefill.pe).toMatchObject({ gamma: 0.95 });
-    expect(crispGuarded.router?.name).toBe('anyPe(cStruct, jsd)');
-    expect((crispGuarded.router as unknown as { routers: unknown[] }).routers).toMatchObject([{ tauProxy: 0.2 }, { tau: 0.1 }]);
+    expect(crispGuarded.router?.name).toBe('anyPe(cStruct, residualJsd)');
+    expect((crispGuarded.router as unknown as { routers: unknown[] }).routers).toMatchObject([{ tauProxy: 0.2 }, { tau: 0.1, minResidual: 0.3 }]);
     expect(crispGuarded.vs).toMatchObject({ alpha: 1.0, kMin: 1024 });
     expect(crispGuarded.pe).toMatchObject({ gamma: 0.95, kMin: 1024 });
-    expect(crispGuarded.recallTarget).toBe(0.9);
-    expect(crisp.recallTarget).toBeUndefined();
+    expect(crispGuarded.peWithVs).toBe(true);
+    expect(crispGuarded.recallTarget).toBeUndefined();
+    expect(crisp.peWithVs).toBeUndefined();
     expect(dense).toBe(densePolicy);
     expect(Object.keys(presets).sort()).toEqual(['crisp', 'crispFast', 'crispGuarded', 'dense', 'flexPrefill']);
     for (const [name, p] of Object.entries(presets)) expect(p.name).toBe(name);

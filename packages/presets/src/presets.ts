@@ -4,15 +4,16 @@
  *
  *   crisp        C_struct router (τ_proxy 0.2) + noise floor (α 1.0) + global coverage (γ 0.95)
  *   crispFast    the same with α = 1.25 (fewer blocks, the paper's speed setting)
- *   crispGuarded PE when C_struct < 0.2 or JSD < 0.1 + noise floor (α 1.0) + global coverage
- *                (γ 0.95) + the recall guard at 0.9 (crisp with no head left behind)
+ *   crispGuarded PE when C_struct < 0.2 or the residual JSD < 0.1 + noise floor (α 1.0) + global
+ *                coverage (γ 0.95), PE heads keeping the noise floor's lists too (crisp with no
+ *                head left behind)
  *   flexPrefill  JSD router (τ 0.1) + cumulative coverage (γ 0.95) + global coverage (γ 0.95)
  *   dense        every head dense (@crisp/core's densePolicy)
  *
  * All sparse presets use B = 128 and k_min = 1024 tokens per direction.
  */
 import { describeValue, densePolicy, InvalidArgumentError, type Policy } from '@crisp/core';
-import { anyPe, cStruct, jsd } from '@crisp/router';
+import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 
 const common = { blockSize: 128, kMin: 1024 } as const;
@@ -36,19 +37,20 @@ export const crispFast: Policy = Object.freeze({
 });
 
 /**
- * CRISP with a guard on every head: `crisp`'s rules, except that a head goes to PE when either
- * C_struct < 0.2 or FlexPrefill's JSD < 0.1 says so (anyPe), and every head whose proxy recall
- * (PrefillPlan.proxyRecall) is below 0.9 gets the key blocks of largest proxy mass its last
- * row lacks, as vertical blocks (Policy.recallTarget). `crisp` stays the paper's method.
- * Plans are made on the host (the guard has no device form).
+ * CRISP with no head left behind: `crisp`'s rules with two guards beside them. A head goes to
+ * PE when C_struct < 0.2 or when the pooled estimate explains the mass its proxy rows put off
+ * the anchors (residualJsd: residual JSD < 0.1 with at least 0.3 of the mass there), which
+ * catches content-driven heads with a sink; and PE heads keep the noise floor's VS lists
+ * beside their PE rows (Policy.peWithVs), which keeps the needles the pooled map smooths
+ * away. `crisp` stays the paper's method. Plans are made on the host (no device form yet).
  */
 export const crispGuarded: Policy = Object.freeze({
   name: 'crispGuarded',
   ...common,
-  router: anyPe([cStruct({ tauProxy: 0.2, wSink: 128, wLocal: 128 }), jsd({ tau: 0.1 })]),
+  router: anyPe([cStruct({ tauProxy: 0.2, wSink: 128, wLocal: 128 }), residualJsd({ tau: 0.1, minResidual: 0.3 })]),
   vs: noiseFloor({ alpha: 1.0, kMin: 1024 }),
   pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
-  recallTarget: 0.9,
+  peWithVs: true,
 });
 
 /** FlexPrefill: jsd({ tau: 0.1 }) + cumulativeCoverage({ gamma: 0.95 }) + globalCoverage({ gamma: 0.95 }). */

@@ -1,6 +1,6 @@
 import { isCrispError, type ProxyStats, mulberry32 as rng } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
-import { cStruct, entropy, fixed, jsd, jsDistance, routingAgreement } from './index.js';
+import { cStruct, entropy, fixed, jsd, jsDistance, residualJsd, routingAgreement } from './index.js';
 
 
 function normalised(r: () => number, len: number, sharp: number): Float64Array {
@@ -180,9 +180,59 @@ describe('fixed and routingAgreement', () => {
   });
 });
 
+describe('residualJsd', () => {
+  it('scores the JSD over blocks 1..Nb−2 (renormalised) and routes PE iff it is below τ with enough residual mass', () => {
+    const seed = (Math.random() * 2 ** 31) >>> 0;
+    const H = 24;
+    const Nb = 33;
+    const s = stats(seed, H, Nb);
+    const r = residualJsd({ tau: 0.1, minResidual: 0.3 });
+    const d = r.route(s);
+    const sides = new Set<string>();
+    for (let h = 0; h < H; h++) {
+      const a = s.pooledEstimate.subarray(h * Nb + 1, (h + 1) * Nb - 1);
+      const b = s.verticalBlocks.subarray(h * Nb + 1, (h + 1) * Nb - 1);
+      const sa = a.reduce((x, y) => x + y, 0);
+      const sb = b.reduce((x, y) => x + y, 0);
+      const D = textbookD(a.map((x) => x / sa), b.map((x) => x / sb));
+      const residual = 1 - s.verticalBlocks[h * Nb] - s.verticalBlocks[(h + 1) * Nb - 1];
+      expect(d.scores[h], `seed ${seed} head ${h}`).toBeCloseTo(D, 12);
+      const want = residual >= 0.3 && D < 0.1 ? 'pe' : 'vs';
+      expect(d.routes[h], `seed ${seed} head ${h}`).toBe(want);
+      sides.add(want);
+    }
+    expect(sides.size, `seed ${seed}: both routes occur`).toBe(2);
+    expect(d.scoreName).toBe('residual JSD distance');
+    expect(d.threshold).toBe(0.1);
+  });
+
+  it('sends a sink head whose residual the pooled estimate matches to PE, where jsd keeps it VS', () => {
+    const Nb = 10;
+    // p_v: 0.4 on the sink block, the rest spread over the middle blocks; ā: the sink diluted
+    // (one mean key per block), the middle in the same proportions
+    const pv = [0.4, 0.1, 0.05, 0.1, 0.05, 0.1, 0.05, 0.05, 0.05, 0.05];
+    const mid = pv.slice(1, Nb - 1);
+    const midSum = mid.reduce((x, y) => x + y, 0);
+    const pa = [0.02, ...mid.map((x) => (x / midSum) * 0.93), 0.05];
+    const one = { ...stats(1, 1, Nb), verticalBlocks: Float64Array.from(pv), pooledEstimate: Float64Array.from(pa) };
+    expect(residualJsd().route(one).routes).toEqual(['pe']);
+    expect(residualJsd().route(one).scores[0]).toBeCloseTo(0, 12);
+    expect(jsd().route(one).routes).toEqual(['vs']);
+    // the same head with most of its mass on the anchors: too little residual to matter
+    const anchored = { ...one, verticalBlocks: Float64Array.from([0.8, ...mid.map((x) => (x / midSum) * 0.1), 0.1]) };
+    expect(residualJsd().route(anchored).routes).toEqual(['vs']);
+  });
+
+  it('validates its options', () => {
+    for (const tau of [0, 0.9, -1, Number.NaN]) expect(errCode(() => residualJsd({ tau }))).toBe('INVALID_ARGUMENT');
+    for (const minResidual of [-0.1, 1, Number.NaN]) expect(errCode(() => residualJsd({ minResidual }))).toBe('INVALID_ARGUMENT');
+    expect(residualJsd()).toMatchObject({ tau: 0.1, minResidual: 0.3, needs: { optionalStats: ['pooledEstimate'] } });
+  });
+});
+
 describe('declared optional statistics', () => {
   it('each router routes without reading an optional statistic it does not declare', () => {
-    for (const r of [cStruct(), entropy(), jsd(), fixed('vs')]) {
+    for (const r of [cStruct(), entropy(), jsd(), residualJsd(), fixed('vs')]) {
       const declared = r.needs?.optionalStats;
       expect(declared, r.name).toBeDefined();
       const s = { ...stats(3, 4, 10) };

@@ -34,6 +34,9 @@ export function validatePolicy(policy: Policy): void {
   if (policy.recallTarget !== undefined && !(typeof policy.recallTarget === 'number' && policy.recallTarget > 0 && policy.recallTarget <= 1)) {
     throw new InvalidArgumentError(`policy ${name}: recallTarget must be a number in (0, 1] (a share of the proxy rows' mass) or left out; got ${describeValue(policy.recallTarget)}`);
   }
+  if (policy.peWithVs !== undefined && typeof policy.peWithVs !== 'boolean') {
+    throw new InvalidArgumentError(`policy ${name}: peWithVs must be true or false; got ${describeValue(policy.peWithVs)}`);
+  }
   if (policy.dense) return;
   const { router, vs, pe } = policy;
   if (!router || typeof router !== 'object' || typeof router.route !== 'function') {
@@ -210,14 +213,14 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
 /**
  * The plan goes to the backend's device planner when the planner runs both the router's and
  * the selector's device form (and the selector needs no token scores, which the device plan
- * does not compute, and the policy has no recall guard, which the device plan does not
- * run); otherwise it is made on the host.
+ * does not compute, and the policy has neither a recall guard nor peWithVs, which the
+ * device plan does not run); otherwise it is made on the host.
  */
 function deviceRules(backend: Backend, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
   const planner = backend.planner;
   const route = policy.router!.device;
   const vs = policy.vs!.device;
-  if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined) return undefined;
+  if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined || policy.peWithVs === true) return undefined;
   if (vs.kMin % B !== 0) return undefined;
   if (!planner.routers.includes(route.kind) || !planner.selectors.includes(vs.kind)) return undefined;
   return { route, vs };

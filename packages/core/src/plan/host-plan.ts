@@ -138,23 +138,27 @@ export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHea
  * A plan's VS lists selected on the host: VS heads by `selector` over their block scores (and
  * token scores, when the statistics hold them), PE heads the `peK` best blocks of each
  * direction, ∪ {0} in the slash one (FlexPrefill gives PE heads the kMin best vertical and
- * slash blocks too, so every query block keeps at least its diagonal block). What the host
- * plan runs, and what a device planner's selection must equal.
+ * slash blocks too, so every query block keeps at least its diagonal block); with `peWithVs`
+ * (Policy.peWithVs) PE heads keep the selector's lists as well. What the host plan runs, and
+ * what a device planner's selection must equal.
  *
  * What the selector returns is checked (integers in [0, Nb); MaskError otherwise), and every
  * VS head must keep key block 0 in its vertical list or offset 0 in its slash list: without
  * either, query blocks below the smallest selected index attend to nothing (MaskError naming
  * the head and the selector).
  */
-export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selector: VsSelector, peK: number): VsLists {
+export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selector: VsSelector, peK: number, peWithVs = false): VsLists {
   const { heads: H, numBlocks: Nb } = stats;
   const selectHead = headSelector(stats, selector);
   const vertical: ArrayLike<number>[] = [];
   const slash: ArrayLike<number>[] = [];
   for (let h = 0; h < H; h++) {
     if (routes[h] === 'pe') {
-      vertical.push(topKIndices(headSlice(stats.verticalBlocks, h, Nb), peK));
-      slash.push(unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]));
+      const v = topKIndices(headSlice(stats.verticalBlocks, h, Nb), peK);
+      const s = unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]);
+      const both = peWithVs ? selectHead(h) : undefined;
+      vertical.push(both ? unionSorted(v, both.vertical) : v);
+      slash.push(both ? unionSorted(s, both.slash) : s);
       continue;
     }
     const { vertical: v, slash: s } = selectHead(h);
@@ -232,7 +236,7 @@ export async function hostPlan(
   assertFiniteStats(stats);
   const tStats = performance.now();
   const { routing, peHeads } = routeOnHost(policy, stats, H);
-  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK);
+  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, policy.peWithVs === true);
   // Selectors may be user code: check what they returned. The PE rows come from the backend,
   // which validates masks itself when it runs them, so they are not scanned here (at 512k
   // they can hold tens of millions of entries).

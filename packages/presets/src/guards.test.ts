@@ -1,7 +1,7 @@
 /**
  * The per-head check (PrefillPlan.proxyRecall) against brute force, the alternative path's
- * recall, the recall guard (Policy.recallTarget) and the anyPe router, on the reference
- * backend.
+ * recall, the guards (Policy.recallTarget, Policy.peWithVs) and the anyPe router, on the
+ * reference backend.
  */
 import { type HostTensor, type Policy, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
 import { createReferenceBackend, massRecall } from '@crisp/reference';
@@ -107,6 +107,37 @@ describe('the recall guard (Policy.recallTarget)', () => {
     for (const bad of [0, -0.5, 1.5, Number.NaN, '0.9']) {
       await expect(planOn(x, at64({ ...crisp, name: 'bad', recallTarget: bad as number }))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     }
+  });
+});
+
+describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
+  it('keeps both the PE rows and the VS selector lists on PE heads, and changes nothing on VS heads', async () => {
+    const seed = freshSeed();
+    const x = mixedHeads({ n, heads: kinds, seed });
+    const plain = await planOn(x, at64(crisp));
+    const both = await planOn(x, at64({ ...crisp, name: 'both', peWithVs: true }));
+    const allVs = await planOn(x, at64({ ...crisp, name: 'allVs', router: fixed('vs') }));
+    const msg = `seed ${seed}`;
+    expect(both.routing!.routes, msg).toEqual(plain.routing!.routes);
+    expect(plain.routing!.routes.includes('pe'), msg).toBe(true);
+    for (let h = 0; h < H; h++) {
+      const p = vsHead(plain.mask!.vs!, h);
+      const b = vsHead(both.mask!.vs!, h);
+      const sel = vsHead(allVs.mask!.vs!, h);
+      if (plain.routing!.routes[h] === 'vs') {
+        expect(Array.from(b.vertical), `${msg} head ${h}`).toEqual(Array.from(p.vertical));
+        expect(Array.from(b.slash), `${msg} head ${h}`).toEqual(Array.from(p.slash));
+        continue;
+      }
+      const union = (a: Int32Array, c: Int32Array) => [...new Set([...a, ...c])].sort((u, w) => u - w);
+      expect(Array.from(b.vertical), `${msg} head ${h}`).toEqual(union(p.vertical, sel.vertical));
+      expect(Array.from(b.slash), `${msg} head ${h}`).toEqual(union(p.slash, sel.slash));
+      expect(both.density[h], `${msg} head ${h}`).toBeGreaterThanOrEqual(plain.density[h]);
+      // the proxy rows keep at least what either path alone keeps
+      expect(both.proxyRecall![h] + 1e-12, `${msg} head ${h}`).toBeGreaterThanOrEqual(Math.max(plain.proxyRecall![h], allVs.proxyRecall![h]));
+    }
+    // the PE rows are the same rows
+    expect(Array.from(both.mask!.rows!.cols), msg).toEqual(Array.from(plain.mask!.rows!.cols));
   });
 });
 
