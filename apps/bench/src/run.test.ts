@@ -6,6 +6,7 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { afterAll, describe, expect, it } from 'vitest';
 import { main } from './main.js';
 import type { BenchResult } from './result.js';
@@ -60,7 +61,8 @@ describe('crisp-bench run', () => {
     expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy,onCurve,floors', '--proxy-sizes', '1024', '--deadline-s', '0.001', '--out', out])).toBe(0);
     const r = read(out);
     expect(r.suites.accuracy!.rows).toHaveLength(0);
-    expect(r.suites.accuracy!.skipped.length).toBe(4);
+    expect(r.suites.accuracy!.skipped.map((s) => s.profile)).toEqual(r.config.accuracy.profiles);
+    expect(r.config.accuracy.profiles).toEqual(ALL_PROFILE_NAMES);
     for (const s of [...r.suites.accuracy!.skipped, ...r.suites.onCurve!.skipped, ...r.suites.floors!.skipped]) expect(s.reason).toMatch(/--deadline-s/);
     expect(r.suites.floors!.skipped.map((s) => s.profile)).toEqual(r.config.floors.profiles);
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('--deadline-s');

@@ -3,9 +3,9 @@
 // their needles there while a VS selection keeps them; `vs-trap`'s sink-topic heads are routed
 // VS and lose the other query blocks' topics while PE keeps them. Fixed seeds: these are
 // measurements of the profiles, not of a random draw (the README gives the share of seeds on
-// which each head shows the failure).
+// which each head shows the failure). The crispGuarded preset serves every head of both.
 import { type Policy, planPrefill, type PrefillPlan } from '@crisp/core';
-import { crisp } from '@crisp/presets';
+import { crisp, crispGuarded } from '@crisp/presets';
 import { attentionRows, createReferenceBackend, massRecall, sampleRows } from '@crisp/reference';
 import { fixed } from '@crisp/router';
 import { describe, expect, it } from 'vitest';
@@ -81,7 +81,7 @@ describe('routing-failure profiles', () => {
 
   it('mixed-threshold: crisp routes the near-threshold retrieval heads PE and loses their needles; VS keeps them', async () => {
     const sc = scenario('mixed-threshold', { ...SHAPE, seed: 1 });
-    const [c, vs] = await score(sc, [crisp, forcedVs]);
+    const [c, vs, g] = await score(sc, [crisp, forcedVs, crispGuarded]);
     const heads = sc.truth.heads.filter((t) => t.kind === 'near-threshold-retrieval');
     expect(heads.length).toBe(4);
     const needles = needleRecall(c.plan, sc.truth);
@@ -97,7 +97,12 @@ describe('routing-failure profiles', () => {
       const kept = (nr: typeof needles) => nr.hits.filter((x) => x.head === h && x.recalled).length;
       expect(kept(needlesVs), msg).toBe(6);
       expect(kept(needles), msg).toBeLessThanOrEqual(4);
+      // crispGuarded: still PE, but with the noise floor's lists beside the PE rows
+      expect(g.plan.routing!.routes[h], msg).toBe('pe');
+      expect(g.error[h], `${msg}, crispGuarded ${g.error[h].toFixed(3)}`).toBeLessThan(0.05);
+      expect(kept(needleRecall(g.plan, sc.truth)), msg).toBe(6);
     }
+    for (let h = 0; h < sc.heads; h++) expect(g.error[h], `crispGuarded head ${h}`).toBeLessThan(0.15);
     // The heads around them are served as before.
     for (const t of sc.truth.heads.filter((x) => x.kind !== 'near-threshold-retrieval')) {
       expect(c.plan.routing!.routes[t.head], `head ${t.head} (${t.kind})`).toBe(t.expectedRoute);
@@ -107,7 +112,7 @@ describe('routing-failure profiles', () => {
 
   it('vs-trap: crisp routes the sink-topic heads VS and misses other query blocks; PE serves them', async () => {
     const sc = scenario('vs-trap', { ...SHAPE, seed: 1 });
-    const [c, pe] = await score(sc, [crisp, forcedPe], true);
+    const [c, pe, g] = await score(sc, [crisp, forcedPe, crispGuarded], true);
     const heads = sc.truth.heads.filter((t) => t.kind === 'sink-topic');
     expect(heads.length).toBe(4);
     for (const { head: h } of heads) {
@@ -118,7 +123,11 @@ describe('routing-failure profiles', () => {
       expect(c.error[h], msg).toBeGreaterThan(0.4);
       expect(pe.error[h], msg).toBeLessThan(0.05);
       expect(pe.recall![h] - c.recall![h], msg).toBeGreaterThan(0.15);
+      // crispGuarded: the residual JSD sends them to PE
+      expect(g.plan.routing!.routes[h], msg).toBe('pe');
+      expect(g.error[h], `${msg}, crispGuarded ${g.error[h].toFixed(3)}`).toBeLessThan(0.05);
     }
+    for (let h = 0; h < sc.heads; h++) expect(g.error[h], `crispGuarded head ${h}`).toBeLessThan(0.15);
     for (const t of sc.truth.heads.filter((x) => x.kind !== 'sink-topic')) {
       expect(c.plan.routing!.routes[t.head], `head ${t.head} (${t.kind})`).toBe(t.expectedRoute);
       expect(c.error[t.head], `head ${t.head} (${t.kind})`).toBeLessThan(0.05);
