@@ -26,12 +26,18 @@
 #                then one 128k sequence prefilled in 4 chunks against one full prefill:
 #                OUT/nvidia-h200-varlen (apps/bench/results/nvidia-h200-varlen).
 #   parity       crisp-bench's parity suite on CUDA: the flexPrefill preset against FlexPrefill's own
-#                flex_prefill_attention on the same @crisp/synth layers (llama-like, retrieval, diffuse;
-#                8k, 16k, 32k, 128k; seeds 1 and 2; shape 16,4,64): routes, block sets, errors
+#                flex_prefill_attention on the same @crisp/synth layers (llama-like, diffuse,
+#                mixed-threshold, vs-trap; 16k and 128k; seeds 1 and 2; the Llama shape 32,8,128;
+#                sizes the deadline does not reach are reported as skipped): routes, block sets, errors
 #                against float64 dense rows, densities and times: OUT/nvidia-h200-parity
 #                (apps/bench/results/nvidia-h200-parity). Needs PyTorch, Triton, safetensors and a
 #                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.
+#   guard        crisp-bench's accuracy suite on CUDA over the six @crisp/synth profiles (the routing-
+#                failure ones too) at 16k and 64k, every sparse preset (worst head, proxy recall,
+#                needles, density), then the latency of crisp, crispGuarded and flexPrefill at 128k
+#                and 512k on the llama fill (the guarded preset's plan share; no SDPA peer):
+#                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~300 s.
 #   million      one sequence of 1,048,576 tokens (q holds 2^32 elements: every offset 64-bit): the
 #                crisp preset's sparsePrefill on the llama fill against the dense kernel's output,
 #                then (when the CLI bundle is there) a 12 GB safetensors dump of the same layer
@@ -48,8 +54,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -119,12 +125,25 @@ case "$phase" in
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     fp=apps/bench/peers/.flexprefill/flex_prefill/ops/flex_prefill_attention.py
     [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
-    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes 8k,16k,32k,128k \
-      --parity-profiles llama-like,retrieval,diffuse --parity-seeds 1,2 --parity-shape 16,4,64 --deadline-s 280 \
+    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes 16k,128k \
+      --parity-profiles llama-like,diffuse,mixed-threshold,vs-trap --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 280 \
       --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
     rc=$?
     grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
     exit $rc
+    ;;
+  guard)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 160 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 150 \
+      --out "$out/nvidia-h200-guard" > "$out/guard-accuracy.log" 2>&1
+    rc=$?
+    grep -E 'accuracy' "$out/guard-accuracy.log" | tail -n 16
+    timeout -s KILL 150 node "$app/crisp-bench.mjs" --backends cuda --suites latency --latency-inputs fill --sizes 128k,512k \
+      --presets crisp,crispGuarded,flexPrefill --jit-warmup 200 --peer-script /nonexistent-peer.py --deadline-s 140 \
+      --merge --out "$out/nvidia-h200-guard" > "$out/guard-latency.log" 2>&1
+    rc2=$?
+    grep -E 'latency|plan' "$out/guard-latency.log" | tail -n 12
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
     ;;
   million)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
@@ -155,7 +174,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, million, hostile)" >&2
     exit 2
     ;;
 esac
