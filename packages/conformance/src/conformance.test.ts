@@ -12,13 +12,13 @@ import {
 import { crisp, flexPrefill } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
-import { crispSmall, flexPrefillSmall, formatReport, listConformanceCases, runConformance } from './index.js';
+import { crispGuardedSmall, crispSmall, flexPrefillSmall, formatReport, listConformanceCases, runConformance } from './index.js';
 import { defineConformanceSuite } from './vitest.js';
 
 // The plain reference must pass the whole suite: every dtype and shape with the scaled
 // policies, and the presets as shipped (B = 128, kMin = 1024: nearly dense at n = 1100, so
 // the slowest cases) in f32.
-defineConformanceSuite('reference', () => createReferenceBackend(), { policies: [crispSmall, flexPrefillSmall] });
+defineConformanceSuite('reference', () => createReferenceBackend(), { policies: [crispSmall, flexPrefillSmall, crispGuardedSmall] });
 defineConformanceSuite('reference, presets as shipped', () => createReferenceBackend(), {
   dtypes: ['f32'],
   filter: /^pipeline\//,

@@ -29,4 +29,4 @@ export {
 export { LARGE_VARLEN, SMALL_VARLEN, type VarlenShapeCase } from './varlen-cases.js';
 export { DEFAULT_TOLERANCES, type Tolerance } from './compare.js';
 export { attentionInputs, caseSeed, rng } from './random.js';
-export { crispSmall, defaultPolicies, flexPrefillSmall } from './policies.js';
+export { crispGuardedSmall, crispSmall, defaultPolicies, flexPrefillSmall } from './policies.js';

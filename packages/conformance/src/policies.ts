@@ -5,7 +5,7 @@
  */
 import type { Policy } from '@crisp/core';
 import { crisp, flexPrefill } from '@crisp/presets';
-import { cStruct, jsd } from '@crisp/router';
+import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 
 /** crisp with B = 64, kMin = 256, wSink = wLocal = 64 (τ_proxy 0.2, α 1.0, γ 0.95). */
@@ -30,7 +30,21 @@ export const flexPrefillSmall: Policy = Object.freeze({
   pe: globalCoverage({ gamma: 0.95, kMin: 256 }),
 });
 
-/** The default pipeline policies: the presets as shipped, and their scaled copies. */
+/**
+ * crispGuarded with B = 64, kMin = 256, windows 64: PE when C_struct < 0.2 or the residual JSD
+ * < 0.1, PE heads keeping the noise floor's lists too (a host plan on every backend).
+ */
+export const crispGuardedSmall: Policy = Object.freeze({
+  name: 'crispGuarded-b64-kmin256',
+  blockSize: 64,
+  kMin: 256,
+  router: anyPe([cStruct({ tauProxy: 0.2, wSink: 64, wLocal: 64 }), residualJsd({ tau: 0.1, minResidual: 0.3 })]),
+  vs: noiseFloor({ alpha: 1.0, kMin: 256 }),
+  pe: globalCoverage({ gamma: 0.95, kMin: 256 }),
+  peWithVs: true,
+});
+
+/** The default pipeline policies: the presets as shipped, and their scaled copies (crispGuarded's scaled copy only). */
 export function defaultPolicies(): Policy[] {
-  return [crisp, flexPrefill, crispSmall, flexPrefillSmall];
+  return [crisp, flexPrefill, crispSmall, flexPrefillSmall, crispGuardedSmall];
 }
