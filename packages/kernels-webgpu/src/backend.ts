@@ -30,6 +30,7 @@ import { fmaAttentionProgram } from './kernels/attention/fma.js';
 import { subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor, StorageDType } from './kernels/common.js';
 import { denseAttention, sparseAttention } from './ops/attention.js';
+import { type DeviceVsPlan, type DeviceVsRequest, deviceVsPlan } from './ops/device-select.js';
 import { expandMask } from './ops/expand-mask.js';
 import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
@@ -51,6 +52,7 @@ export {
   type WebGpuInfo,
 } from './options.js';
 export { OPTIONAL_FEATURES } from './runtime/device.js';
+export type { DeviceVsPlan, DeviceVsRequest } from './ops/device-select.js';
 
 let nextId = 0;
 
@@ -204,6 +206,16 @@ export class WebGpuBackend implements Backend {
 
   expandMask(mask: BlockMask): Promise<BlockRows> {
     return expandMask(this.#host, mask);
+  }
+
+  /**
+   * The cStruct router and the noise-floor VS selection on the device (kernels/select.ts),
+   * giving the host rules' routes and lists exactly, expanded into block rows on the device;
+   * nothing is read back until the result's read(), blockCounts() or attention(). Not yet a
+   * DevicePlanner: the PE heads' rows (their γ cut) stay on the host here (peBlockRows).
+   */
+  deviceVsPlan(stats: ProxyStats, req: DeviceVsRequest): Promise<DeviceVsPlan> {
+    return deviceVsPlan(this.#host, stats, req);
   }
 
   sparseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, mask: BlockMask, opts: AttentionOptions = {}): Promise<AttentionResult> {

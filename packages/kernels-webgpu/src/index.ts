@@ -14,6 +14,8 @@ export {
   WebGpuBackend,
   type WebGpuBackendOptions,
   type WebGpuInfo,
+  type DeviceVsPlan,
+  type DeviceVsRequest,
 } from './backend.js';
 export { DeviceLostError, GpuContext, type DeviceLimits } from './runtime/gpu-context.js';
 export type { WebGpuTensor } from './runtime/tensor.js';

@@ -36,7 +36,6 @@ export async function expandOnDevice(host: OpHost, mask: BlockMask): Promise<{ r
   const H = mask.heads;
   const Nb = mask.numBlocks;
   checkRows(host, H, Nb);
-  const R = H * Nb;
   const g = host.gpu;
   const vs = mask.vs;
   // Upper bound on the expanded size: a row holds at most I + 1 blocks and at most the
@@ -67,6 +66,41 @@ export async function expandOnDevice(host: OpHost, mask: BlockMask): Promise<{ r
     list.set(vs.vertical, 0);
     list.set(vs.slash, sliceBase);
   }
+  const temps: GPUBuffer[] = [];
+  const checks: Check[] = [];
+  let ptrB: GPUBuffer | undefined;
+  let listB: GPUBuffer | undefined;
+  try {
+    g.scoped(checks, 'the mask lists', () => {
+      ptrB = g.u32Buffer(vsPtr, 'vsPtr');
+      temps.push(ptrB);
+      listB = g.u32Buffer(list, 'vsList');
+      temps.push(listB);
+    });
+    await g.settle(checks);
+    return await expandBuffers(host, H, Nb, { vsPtr: ptrB!, vsList: listB!, sliceBase }, mask.rows, cap);
+  } finally {
+    g.retire(...temps);
+  }
+}
+
+/**
+ * Expand lists already on the device (vsPtr [vertical H + 1][slash H + 1], vsList with the
+ * slash lists from sliceBase) and optional host rows into rows of at most `cap` blocks in all:
+ * count, scan, fill, queued with nothing read back.
+ */
+export async function expandBuffers(
+  host: OpHost,
+  H: number,
+  Nb: number,
+  lists: { readonly vsPtr: GPUBuffer; readonly vsList: GPUBuffer; readonly sliceBase: number },
+  rows: BlockRows | undefined,
+  cap: number,
+): Promise<{ rowPtr: GPUBuffer; cols: GPUBuffer; rows: number }> {
+  checkRows(host, H, Nb);
+  const R = H * Nb;
+  const g = host.gpu;
+  g.checkBindings('expanding the mask', { 'expanded cols': Math.max(1, cap) * 4, 'input cols': (rows?.cols.length ?? 0) * 4 });
   const [pCount, pScan, pFill] = await Promise.all([
     g.pipeline(expandCountProgram()),
     g.pipeline(expandFillProgram()),
@@ -81,22 +115,20 @@ export async function expandOnDevice(host: OpHost, mask: BlockMask): Promise<{ r
         temps.push(b);
         return b;
       };
-      const ptrB = keep(g.u32Buffer(vsPtr, 'vsPtr'));
-      const listB = keep(g.u32Buffer(list, 'vsList'));
-      const rpB = keep(g.u32Buffer(mask.rows ? mask.rows.rowPtr : [0], 'rowPtr.in'));
-      const colsB = keep(g.u32Buffer(mask.rows ? mask.rows.cols : [0], 'cols.in'));
+      const rpB = keep(g.u32Buffer(rows ? rows.rowPtr : [0], 'rowPtr.in'));
+      const colsB = keep(g.u32Buffer(rows ? rows.cols : [0], 'cols.in'));
       const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
       const ptr = g.createBuffer((R + 1) * 4, S, 'rowPtr');
       made.push(ptr);
       const cols = g.createBuffer(Math.max(1, cap) * 4, S, 'cols');
       made.push(cols);
       const grid = g.grid(R);
-      const u = keep(g.uniform([H, Nb, mask.rows ? 1 : 0, sliceBase, grid.rowWidth, 0, 0, 0]));
+      const u = keep(g.uniform([H, Nb, rows ? 1 : 0, lists.sliceBase, grid.rowWidth, 0, 0, 0]));
       const us = keep(g.uniform([R, 0, 0, 0]));
       const enc = g.device.createCommandEncoder();
-      g.dispatch(enc, pCount, [u, ptrB, listB, rpB, colsB, ptr], grid.groups);
+      g.dispatch(enc, pCount, [u, lists.vsPtr, lists.vsList, rpB, colsB, ptr], grid.groups);
       g.dispatch(enc, pScan, [us, ptr], [1]);
-      g.dispatch(enc, pFill, [u, ptrB, listB, rpB, colsB, ptr, cols], grid.groups);
+      g.dispatch(enc, pFill, [u, lists.vsPtr, lists.vsList, rpB, colsB, ptr, cols], grid.groups);
       g.submit(enc, temps);
       return [ptr, cols] as const;
     });

@@ -1,0 +1,192 @@
+/**
+ * Routing, VS selection and the mask's expansion as device work (kernels/select.ts): the
+ * cStruct router and the noise floor run on the GPU, exactly as @crisp/router and
+ * @crisp/select do on the host (same routes, same lists, ties toward the lower index), and
+ * the lists are expanded into block rows where they are, with nothing read back until asked.
+ * The building block of a WebGPU device plan; the PE heads' rows are not part of it (their
+ * γ cut runs on the host in this backend: peBlockRows).
+ */
+import {
+  type AttentionOptions,
+  type AttentionResult,
+  type DeviceSelectorRule,
+  type DeviceTensor,
+  InvalidArgumentError,
+  LimitError,
+  type ProxyStats,
+  type Route,
+  type VsLists,
+  numBlocks,
+} from '@crisp/core';
+import { SELECT_MAX_BLOCKS, vsPackProgram, vsSelectProgram } from '../kernels/select.js';
+import { type Check, Usage } from '../runtime/gpu-context.js';
+import { checkAttentionOptions, runAttention } from './attention.js';
+import { expandBuffers } from './expand-mask.js';
+import type { OpHost } from './host.js';
+import { prepare, ready } from './validate.js';
+
+export interface DeviceVsRequest {
+  /** the cStruct rule's τ: VS iff C_struct >= τ */
+  readonly tauProxy: number;
+  readonly vs: DeviceSelectorRule;
+  /** blocks per direction for PE heads */
+  readonly peK: number;
+}
+
+/** A selection and its expanded mask on the device; release it when done. */
+export interface DeviceVsPlan {
+  readonly heads: number;
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /** the routes and lists, read back */
+  read(): Promise<{ routes: Route[]; vs: VsLists }>;
+  /** [H] blocks of each head's expanded rows, read back */
+  blockCounts(): Promise<Float64Array>;
+  /** sparse attention over the expanded mask (the rows never leave the device) */
+  attention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts?: AttentionOptions): Promise<AttentionResult>;
+  release(): void;
+}
+
+/** The order key (kernels/f64.ts f32Key) of the smallest f32 >= τ: f32 x >= τ iff key(x) >= it. */
+export function tauKey(tau: number): number {
+  const f = new Float32Array(1);
+  const u = new Uint32Array(f.buffer);
+  f[0] = tau;
+  const key = (b: number) => ((b & 0x7fffffff) === 0 ? 0x80000000 : b >>> 31 ? ~b >>> 0 : (b | 0x80000000) >>> 0);
+  const k = key(u[0]);
+  // rounded below τ: the next f32 up (the next key)
+  return f[0] < tau ? k + 1 : k;
+}
+
+/** f64 bits (hi, lo) of x */
+function f64Bits(x: number): [number, number] {
+  const d = new Float64Array([x]);
+  const u = new Uint32Array(d.buffer);
+  return [u[1], u[0]];
+}
+
+/**
+ * The statistics' block sums in proxyStats' device layout [H][Nb + 1][2] f32 (the statistics
+ * hold f32 values, so this is exact).
+ */
+export function blockSumsOf(stats: ProxyStats): Float32Array {
+  const { heads: H, numBlocks: Nb } = stats;
+  const out = new Float32Array(H * (Nb + 1) * 2);
+  for (let h = 0; h < H; h++) {
+    for (let J = 0; J < Nb; J++) {
+      out[(h * (Nb + 1) + J) * 2] = stats.verticalBlocks[h * Nb + J];
+      out[(h * (Nb + 1) + J) * 2 + 1] = stats.slashBlocks[h * Nb + J];
+    }
+    out[(h * (Nb + 1) + Nb) * 2] = stats.cStruct[h];
+  }
+  return out;
+}
+
+/**
+ * Route, select and expand on the device from block sums in proxyStats' layout (uploaded
+ * from `stats`' values, which are the f32 values proxyStats computed).
+ */
+export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceVsRequest): Promise<DeviceVsPlan> {
+  host.alive();
+  const { heads: H, numBlocks: Nb, blockSize: B } = stats ?? ({} as ProxyStats);
+  if (!Number.isInteger(H) || !Number.isInteger(Nb) || H < 1 || Nb < 1) throw new InvalidArgumentError('deviceVsPlan needs the statistics from proxyStats');
+  const { tauProxy, vs: rule, peK } = req ?? ({} as DeviceVsRequest);
+  if (typeof tauProxy !== 'number' || Number.isNaN(tauProxy)) throw new InvalidArgumentError(`tauProxy must be a number; got ${String(tauProxy)}`);
+  if (rule?.kind !== 'noiseFloor' || !(rule.alpha > 0 && Number.isFinite(rule.alpha)) || !Number.isInteger(rule.kMin) || rule.kMin < 1) {
+    throw new InvalidArgumentError('the device selection runs the noiseFloor rule { alpha > 0 finite, kMin a positive integer }');
+  }
+  if (!Number.isInteger(peK) || peK < 0) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${String(peK)}`);
+  if (Nb > SELECT_MAX_BLOCKS) {
+    throw new LimitError(`the device selection handles up to ${SELECT_MAX_BLOCKS} blocks a head; got ${Nb}`, { limit: 'selectBlocks', max: SELECT_MAX_BLOCKS * B });
+  }
+  const kBlocks = Math.ceil(rule.kMin / B);
+  const g = host.gpu;
+  const [pSel, pPack] = await Promise.all([g.pipeline(vsSelectProgram()), g.pipeline(vsPackProgram())]);
+  const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
+  const checks: Check[] = [];
+  const temps: GPUBuffer[] = [];
+  const held: GPUBuffer[] = [];
+  try {
+    const [routes, vsPtr, vsList] = g.scoped(checks, 'the device selection', () => {
+      const mk = (bytes: number, label: string, keep: GPUBuffer[]) => {
+        const b = g.createBuffer(Math.max(4, bytes), S, label);
+        keep.push(b);
+        return b;
+      };
+      const sums = mk(H * (Nb + 1) * 8, 'blockSums', temps);
+      g.device.queue.writeBuffer(sums, 0, blockSumsOf(stats));
+      const lists = mk(2 * H * Nb * 4, 'selected', temps);
+      const counts = mk(2 * H * 4, 'selectedCounts', temps);
+      const routes = mk(H * 4, 'routes', held);
+      const vsPtr = mk(2 * (H + 1) * 4, 'vsPtr', held);
+      const vsList = mk(2 * H * Nb * 4, 'vsList', held);
+      const [aHi, aLo] = f64Bits(rule.alpha);
+      const u = g.uniform([H, Nb, kBlocks, peK, tauKey(tauProxy), aHi, aLo, 0]);
+      const up = g.uniform([H, Nb, 0, 0]);
+      temps.push(u, up);
+      const enc = g.device.createCommandEncoder();
+      g.dispatch(enc, pSel, [u, sums, lists, counts, routes], [2, H]);
+      g.dispatch(enc, pPack, [up, lists, counts, vsPtr, vsList], [2, H]);
+      g.submit(enc, temps);
+      return [routes, vsPtr, vsList] as const;
+    });
+    await g.settle(checks);
+    // every row holds at most I + 1 blocks
+    const cap = (H * Nb * (Nb + 1)) / 2;
+    const e = await expandBuffers(host, H, Nb, { vsPtr, vsList, sliceBase: H * Nb }, undefined, cap);
+    held.push(e.rowPtr, e.cols);
+    let released = false;
+    const alive = () => {
+      host.alive();
+      if (released) throw new InvalidArgumentError('this device selection was released');
+    };
+    return {
+      heads: H,
+      numBlocks: Nb,
+      blockSize: B,
+      async read() {
+        alive();
+        const [rAb, pAb] = await Promise.all([g.read(routes, 0, H * 4), g.read(vsPtr, 0, 2 * (H + 1) * 4)]);
+        const r = new Uint32Array(rAb);
+        const ptr = new Int32Array(pAb);
+        const verticalPtr = ptr.slice(0, H + 1);
+        const slashPtr = ptr.slice(H + 1);
+        const nv = verticalPtr[H];
+        const ns = slashPtr[H];
+        const [vAb, sAb] = await Promise.all([
+          nv > 0 ? g.read(vsList, 0, nv * 4) : new ArrayBuffer(0),
+          ns > 0 ? g.read(vsList, H * Nb * 4, ns * 4) : new ArrayBuffer(0),
+        ]);
+        return {
+          routes: Array.from(r, (x): Route => (x === 1 ? 'vs' : 'pe')),
+          vs: { verticalPtr, vertical: new Int32Array(vAb), slashPtr, slash: new Int32Array(sAb) },
+        };
+      },
+      async blockCounts() {
+        alive();
+        const ptr = new Int32Array(await g.read(e.rowPtr, 0, (H * Nb + 1) * 4));
+        return Float64Array.from({ length: H }, (_, h) => ptr[(h + 1) * Nb] - ptr[h * Nb]);
+      },
+      async attention(q, k, v, opts = {}) {
+        alive();
+        const { shape, qt, kt, vt } = prepare(host, q, k, v);
+        if (shape.heads !== H || numBlocks(shape.keys, B) !== Nb || shape.queries !== shape.keys) {
+          throw new InvalidArgumentError(`this device selection is for H=${H}, Nb=${Nb} (B=${B}) and a full prefill; got H=${shape.heads}, n=${shape.keys}, m=${shape.queries}`);
+        }
+        checkAttentionOptions(host, shape, [qt, kt, vt!], opts);
+        await ready(qt, kt, vt);
+        return runAttention(host, shape, qt, kt, vt!, { rowPtr: e.rowPtr, cols: e.cols, B, Nb, blocks: cap }, opts);
+      },
+      release() {
+        if (released) return;
+        released = true;
+        g.retire(...held);
+      },
+    };
+  } catch (err) {
+    g.retire(...held);
+    throw err;
+  } finally {
+    g.retire(...temps);
+  }
+}
