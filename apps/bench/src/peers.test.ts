@@ -31,6 +31,7 @@ describe('densePeers', () => {
       ['cuda', 'torch-sdpa-flash', 'absent'],
       ['cuda', 'torch-sdpa-cudnn', 'absent'],
       ['webgpu', 'tfjs-webgpu', 'absent'],
+      ['webgpu', 'ort-web-webgpu', 'absent'],
     ]);
     for (const x of r.notes) expect(x.detail).toMatch(/no size had CRISP's dense kernel timed on (cuda|webgpu).*add dense to --presets/);
   });
@@ -41,7 +42,7 @@ describe('densePeers', () => {
       ['webgpu', [4096]],
     ]);
     const r = await densePeers(ctx(2_000), opened, measured, 'apps/bench/peers/sdpa_peer.py');
-    expect(r.notes).toHaveLength(3);
+    expect(r.notes).toHaveLength(4);
     for (const x of r.notes) {
       expect(x.status).toBe('absent');
       expect(x.detail).toBe('not run: 2 s left before --deadline-s');

@@ -9,16 +9,20 @@
  * manifest and spawns it. Timing dense attention does not depend on the values.
  *
  * WebGPU: TensorFlow.js on WebGPU (@crisp/kernels-webgpu/tfjs-peer), dense attention as a
- * TF.js user writes it, on its own Dawn device in the same process.
+ * TF.js user writes it, on its own Dawn device in the same process; and ONNX Runtime Web's
+ * WebGPU GroupQueryAttention (@crisp/kernels-webgpu/ort-peer), the attention a browser app
+ * running an ONNX decoder gets, on the latency suite's own q/k/v (regenerated from the same
+ * seed, read back from CRISP's device) and checked against CRISP's dense output.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import type { Backend, DeviceTensor, HostTensor } from '@crisp/core';
+import { type Backend, type DeviceTensor, type HostTensor, f16BitsToF32 } from '@crisp/core';
 import type { OpenBackend } from './backends.js';
 import type { Shape } from './config.js';
 import { type SuiteContext, timeLeft } from './context.js';
+import { latencyInputs } from './inputs.js';
 import { type Spread, spread } from './stats.js';
 
 export interface PeerRow {
@@ -207,6 +211,92 @@ async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape
   return { rows, notes: [{ backend: 'webgpu', peer, status, detail: `${head}${skipped.length ? `; ${skipped.join('; ')}` : ''}` }] };
 }
 
+/** Rows of a CRISP output the ORT peer is compared on: eight spread over n, and the last. */
+export function ortCheckRows(n: number): number[] {
+  return [...new Set([...Array.from({ length: 8 }, (_, j) => Math.floor((j * n) / 8)), n - 1])];
+}
+
+/** A device tensor to the host: f32 values or f16 bit patterns, as stored. */
+async function hostValues(b: Backend, t: DeviceTensor): Promise<Float32Array | Uint16Array> {
+  const h = await b.download(t);
+  return h.data as Float32Array | Uint16Array;
+}
+
+/**
+ * ONNX Runtime Web's WebGPU GroupQueryAttention (@crisp/kernels-webgpu/ort-peer, loaded only
+ * here) at the sizes CRISP's dense kernel was timed: for each, the latency suite's q/k/v
+ * (latencyInputs with the run's profile and seed, on the CRISP backend), CRISP's dense output
+ * on ortCheckRows, then q/k/v read back to the host and handed to the peer, which checks its
+ * output against float64 and against CRISP's rows before timing (relErrVsCrispDense). f16
+ * where the adapter has shader-f16, else f32 on the same f16 values.
+ */
+async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly number[], shape: Shape, reps: number, warmup: number, budgetMs: number): Promise<PeerResult> {
+  const peer = 'ort-web-webgpu';
+  let mod: typeof import('@crisp/kernels-webgpu/ort-peer');
+  try {
+    mod = await import('@crisp/kernels-webgpu/ort-peer');
+  } catch (e) {
+    return { rows: [], notes: [{ backend: 'webgpu', peer, status: 'absent', detail: `@crisp/kernels-webgpu/ort-peer did not load: ${e instanceof Error ? e.message : String(e)}` }] };
+  }
+  const c = ctx.config.latency;
+  const { heads: H, kvHeads: Hkv, headDim: D } = shape;
+  const rows: PeerRow[] = [];
+  const skipped: string[] = [];
+  let failed = false;
+  let absent = false;
+  let what: string | undefined;
+  const started = performance.now();
+  let last: { n: number; ms: number } | undefined;
+  for (const n of sizes) {
+    if (absent) break;
+    const projected = last ? last.ms * (n / last.n) ** 2 : 0;
+    const left = budgetMs - (performance.now() - started);
+    if (projected > left || left <= 0) {
+      skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`);
+      continue;
+    }
+    const t0 = performance.now();
+    let r: Awaited<ReturnType<typeof mod.timeOrtAttention>>;
+    let inputs: Awaited<ReturnType<typeof latencyInputs>> | undefined;
+    try {
+      inputs = await latencyInputs(b, c.profile, n, shape, 'f16', ctx.config.seed, c.maxHostValues, c.inputs, undefined, c.synthThreads);
+      const dense = await b.denseAttention(inputs.q, inputs.k, inputs.v);
+      const checkRows = ortCheckRows(n);
+      const out = await hostValues(b, dense.output);
+      dense.output.dispose();
+      const values = new Float32Array(checkRows.length * H * D);
+      checkRows.forEach((i, ri) => {
+        for (let x = 0; x < H * D; x++) values[ri * H * D + x] = out instanceof Uint16Array ? f16BitsToF32(out[i * H * D + x]) : out[i * H * D + x];
+      });
+      const [q, k, v] = [await hostValues(b, inputs.q), await hostValues(b, inputs.k), await hostValues(b, inputs.v)];
+      inputs.dispose();
+      inputs = undefined;
+      const dtype = q instanceof Uint16Array ? 'f16' : 'f32';
+      r = await mod.timeOrtAttention({ n, heads: H, kvHeads: Hkv, headDim: D, inputs: { q, k, v, dtype } as import('@crisp/kernels-webgpu/ort-peer').OrtAttentionInputs, expected: { rows: checkRows, values }, reps, warmup });
+    } catch (e) {
+      r = { failed: `n=${n}: ${e instanceof Error ? e.message : String(e)}` };
+    } finally {
+      inputs?.dispose();
+    }
+    if ('medianMs' in r) {
+      last = { n, ms: performance.now() - t0 };
+      what = `${r.dtype} on ${r.adapter}, onnxruntime-web ${r.ortVersion}`;
+      rows.push({ backend: 'webgpu', peer, n, ms: spread(r.runs), tflops: r.tflops, relErrVsCrispDense: r.check.relErrVsExpected });
+      ctx.log(`  peer ${peer} n=${n}: ${r.medianMs.toFixed(2)} ms (${r.dtype}; check: max rel err ${r.check.maxRelError.toExponential(1)} vs float64, ${r.check.relErrVsExpected?.toExponential(1)} vs CRISP dense)`);
+    } else {
+      const why = 'absent' in r ? r.absent : r.failed;
+      if ('failed' in r) failed = true;
+      // ORT or WebGPU missing: every size would say the same
+      if ('absent' in r && !why.startsWith('n=')) absent = true;
+      skipped.push(why.startsWith('n=') ? why : `n=${n}: ${why}`);
+      ctx.log(`  peer ${peer} n=${n}: ${why}`);
+    }
+  }
+  const status: PeerNote['status'] = rows.length ? 'ran' : failed ? 'failed' : 'absent';
+  const head = `ONNX Runtime Web ${mod.ORT_WEB_VERSION} WebGPU EP, com.microsoft GroupQueryAttention (causal, GQA), ${what ?? 'f16 where the adapter has shader-f16, else f32'}; the latency suite's q/k/v; rows checked against float64 and CRISP's dense output`;
+  return { rows, notes: [{ backend: 'webgpu', peer, status, detail: `${head}${skipped.length ? `; ${skipped.join('; ')}` : ''}` }] };
+}
+
 export async function densePeers(
   ctx: SuiteContext,
   backends: readonly OpenBackend[],
@@ -218,7 +308,7 @@ export async function densePeers(
   const c = ctx.config.latency;
   for (const ob of backends) {
     if (!ob.backend || (ob.name !== 'cuda' && ob.name !== 'webgpu')) continue;
-    const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['tfjs-webgpu'];
+    const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['tfjs-webgpu', 'ort-web-webgpu'];
     const absent = (detail: string) => notes.push(...names.map((peer) => ({ backend: ob.name, peer, status: 'absent' as const, detail })));
     // The peers are timed at the sizes CRISP's dense kernel was: none (a run without the dense
     // preset, or every size skipped) leaves nothing to compare, so no peer process starts.
@@ -245,6 +335,15 @@ export async function densePeers(
       const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, budgetMs);
       rows.push(...r.rows);
       notes.push(...r.notes);
+      // ORT gets its own budget of the same length, cut to what the deadline leaves now.
+      const ortBudgetMs = Math.min(c.budgetMs, timeLeft(ctx));
+      if (ortBudgetMs < 5_000) {
+        notes.push({ backend: 'webgpu', peer: 'ort-web-webgpu', status: 'absent', detail: `not run: ${Math.round(Math.max(ortBudgetMs, 0) / 1000)} s left before --deadline-s` });
+      } else {
+        const o = await ortWebgpuPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, ortBudgetMs);
+        rows.push(...o.rows);
+        notes.push(...o.notes);
+      }
     }
   }
   return { rows, notes };
