@@ -114,7 +114,8 @@ export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceV
         return b;
       };
       const sums = mk(H * (Nb + 1) * 8, 'blockSums', temps);
-      g.device.queue.writeBuffer(sums, 0, blockSumsOf(stats));
+      const sumsData = blockSumsOf(stats);
+      g.device.queue.writeBuffer(sums, 0, sumsData.buffer, sumsData.byteOffset, sumsData.byteLength);
       const lists = mk(2 * H * Nb * 4, 'selected', temps);
       const counts = mk(2 * H * 4, 'selectedCounts', temps);
       const routes = mk(H * 4, 'routes', held);
