@@ -28,6 +28,7 @@
  */
 import { CrispError, f16BitsToF32, f32ToF16Bits } from '@crisp/core';
 import { GQA_INPUTS, GQA_OUTPUT, gqaModel } from './onnx-graph.js';
+import { positiveInt as checkedInt, errText, keepAlive, type PeerTimes, peerTimes, webgpuEntry, withNavigatorGpu } from './peer-support.js';
 
 export const ORT_WEB_VERSION = '1.30.0';
 
@@ -61,15 +62,8 @@ export interface OrtAttentionOptions {
   readonly tolerance?: number;
 }
 
-export interface OrtAttentionTiming {
+export interface OrtAttentionTiming extends PeerTimes {
   readonly n: number;
-  readonly medianMs: number;
-  readonly minMs: number;
-  readonly maxMs: number;
-  /** every timed run, ms */
-  readonly runs: number[];
-  /** 4·d·H·n(n+1)/2 causal flops per ms median, in TFLOP/s */
-  readonly tflops: number;
   readonly dtype: 'f16' | 'f32';
   readonly check: {
     /** worst max|o − ref| / max(max|ref|, 1e-3) against float64 attention, over the checked (head, row) pairs */
@@ -105,11 +99,7 @@ interface Started {
   readonly sessions: Map<string, Promise<Session | OrtAbsent>>;
 }
 
-/** Dawn instances and devices made here stay referenced for the process (see node.ts). */
-const keep: unknown[] = [];
 const started = new Map<GPU | undefined, Promise<Started | OrtAbsent>>();
-
-const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
 
 /**
  * Features ORT's WebGPU EP uses when it makes its own device, where the adapter has them.
@@ -132,26 +122,6 @@ const WANTED_LIMITS = [
   'maxComputeWorkgroupsPerDimension',
 ] as const;
 
-async function webgpuEntry(given: GPU | undefined): Promise<GPU | OrtAbsent> {
-  const nav = (globalThis as { navigator?: { gpu?: GPU } }).navigator;
-  let gpu = given ?? nav?.gpu;
-  if (typeof (globalThis as { GPUBufferUsage?: unknown }).GPUBufferUsage === 'undefined' || !gpu) {
-    // Node: ORT-web reads GPUBufferUsage, GPUDevice & co. from globalThis.
-    try {
-      const pkg = 'webgpu';
-      const dawn = (await import(/* @vite-ignore */ pkg)) as typeof import('webgpu');
-      Object.assign(globalThis, dawn.globals);
-      if (!gpu) {
-        gpu = dawn.create(['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia']);
-        keep.push(gpu);
-      }
-    } catch (e) {
-      if (!gpu) return { absent: `no navigator.gpu and the webgpu package (Dawn) did not load: ${errText(e)}` };
-    }
-  }
-  return gpu ?? { absent: 'no WebGPU entry point' };
-}
-
 /**
  * dawn.node's writeBuffer throws "Invalid argument" for a view of a SharedArrayBuffer, which
  * is where ORT's threaded WebAssembly keeps uniforms and host inputs: copy those first.
@@ -172,37 +142,14 @@ function copySharedWrites(device: GPUDevice): void {
   }) as GPUQueue['writeBuffer'];
 }
 
-/** navigator.gpu is `gpu` while `f` runs, then as it was (callers' own navigator checks stay honest). */
-async function withNavigatorGpu<T>(gpu: GPU, f: () => Promise<T>): Promise<T> {
-  const g = globalThis as { navigator?: { gpu?: GPU } };
-  const navDesc = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
-  const nav = g.navigator;
-  const gpuDesc = nav ? Object.getOwnPropertyDescriptor(nav, 'gpu') : undefined;
-  const swapNav = !nav;
-  const swapGpu = !!nav && nav.gpu !== gpu;
-  if (swapNav) Object.defineProperty(globalThis, 'navigator', { value: { gpu }, configurable: true });
-  if (swapGpu) Object.defineProperty(nav, 'gpu', { value: gpu, configurable: true });
-  try {
-    return await f();
-  } finally {
-    if (swapNav) {
-      if (navDesc) Object.defineProperty(globalThis, 'navigator', navDesc);
-      else delete g.navigator;
-    }
-    if (swapGpu && nav) {
-      if (gpuDesc) Object.defineProperty(nav, 'gpu', gpuDesc);
-      else delete nav.gpu;
-    }
-  }
-}
-
 /** ORT-web's WebGPU build and a device for it, once per WebGPU entry point. */
 export function startOrtWebGpu(gpu?: GPU): Promise<Started | OrtAbsent> {
   let p = started.get(gpu);
   if (!p) {
     p = (async (): Promise<Started | OrtAbsent> => {
+      // (in Node ORT-web reads GPUBufferUsage, GPUDevice & co. from globalThis)
       const entry = await webgpuEntry(gpu);
-      if ('absent' in entry) return entry;
+      if (typeof entry === 'string') return { absent: entry };
       let adapter: GPUAdapter | null;
       try {
         adapter = await entry.requestAdapter({ powerPreference: 'high-performance' });
@@ -221,7 +168,7 @@ export function startOrtWebGpu(gpu?: GPU): Promise<Started | OrtAbsent> {
       } catch (e) {
         return { absent: `requestDevice failed: ${errText(e)}` };
       }
-      keep.push(device);
+      keepAlive(device);
       copySharedWrites(device);
       let ort: Ort;
       try {
@@ -267,12 +214,7 @@ function session(s: Started, heads: number, kvHeads: number, headDim: number, dt
   return p;
 }
 
-function positiveInt(name: string, x: unknown, min = 1): number {
-  if (typeof x !== 'number' || !Number.isInteger(x) || x < min) {
-    throw new CrispError('INVALID_ARGUMENT', `timeOrtAttention: ${name} must be an integer >= ${min}, got ${String(x)}`);
-  }
-  return x;
-}
+const positiveInt = (name: string, x: unknown, min = 1) => checkedInt('timeOrtAttention', name, x, min);
 
 /** float64 causal attention of query row i, head h (group g), over keys 0..i. */
 function referenceRow(q: Float32Array, k: Float32Array, v: Float32Array, i: number, h: number, g: number, H: number, Hkv: number, d: number): Float64Array {
@@ -464,16 +406,9 @@ export async function timeOrtAttention(opts: OrtAttentionOptions): Promise<OrtAt
     if (again.some((x, i) => !(x === got[i]))) {
       return { failed: `n=${n}: the last timed run did not write the checked output (poison or other values found); not reported` };
     }
-    const sorted = [...runs].sort((a, b) => a - b);
-    const mid = sorted.length >> 1;
-    const medianMs = sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
     return {
       n,
-      medianMs,
-      minMs: sorted[0],
-      maxMs: sorted[sorted.length - 1],
-      runs,
-      tflops: (4 * d * H * ((n * (n + 1)) / 2)) / medianMs / 1e9,
+      ...peerTimes(runs, n, H, d),
       dtype,
       check,
       ortVersion: ort.env.versions?.web ?? ORT_WEB_VERSION,

@@ -14,6 +14,7 @@
  * @module @crisp/kernels-webgpu/tfjs-peer
  */
 import { CrispError } from '@crisp/core';
+import { positiveInt as checkedInt, errText, type PeerTimes, peerTimes, webgpuEntry, withNavigatorGpu } from './peer-support.js';
 
 export interface TfjsDenseAttentionOptions {
   /** a WebGPU entry point (navigator.gpu or Dawn's create()); default navigator.gpu, else Dawn with DEFAULT flags */
@@ -33,15 +34,8 @@ export interface TfjsDenseAttentionOptions {
   readonly tolerance?: number;
 }
 
-export interface TfjsDenseAttentionTiming {
+export interface TfjsDenseAttentionTiming extends PeerTimes {
   readonly n: number;
-  readonly medianMs: number;
-  readonly minMs: number;
-  readonly maxMs: number;
-  /** every timed run, ms */
-  readonly runs: number[];
-  /** 4·d·H·n(n+1)/2 causal flops per ms median, in TFLOP/s */
-  readonly tflops: number;
   readonly dtype: 'f32';
   /** the float64 check: worst max|o − ref| / max(max|ref|, 1e-3) over the checked (head, row) pairs */
   readonly check: { readonly maxRelError: number; readonly rows: number[]; readonly heads: number[] };
@@ -63,63 +57,7 @@ export type TfjsDenseAttentionResult = TfjsDenseAttentionTiming | TfjsAbsent | T
 type Tf = typeof import('@tensorflow/tfjs-core');
 type Tensor = import('@tensorflow/tfjs-core').Tensor;
 
-/**
- * Dawn instances made here stay referenced for the process (dawn.node 0.6.2 crashed when a
- * GPU object was reachable only through its device; see node.ts).
- */
-const keep: unknown[] = [];
 let tfReady: Promise<{ tf: Tf } | TfjsAbsent> | undefined;
-
-const errText = (e: unknown) => (e instanceof Error ? e.message : String(e));
-
-async function navigatorGpu(given: GPU | undefined): Promise<GPU | string> {
-  const nav = (globalThis as { navigator?: { gpu?: GPU } }).navigator;
-  let gpu = given ?? nav?.gpu;
-  if (typeof (globalThis as { GPUBufferUsage?: unknown }).GPUBufferUsage === 'undefined' || !gpu) {
-    // Node: tfjs-webgpu reads GPUBufferUsage & co. and navigator.gpu from globalThis.
-    try {
-      const pkg = 'webgpu';
-      const dawn = (await import(/* @vite-ignore */ pkg)) as typeof import('webgpu');
-      Object.assign(globalThis, dawn.globals);
-      if (!gpu) {
-        gpu = dawn.create(['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia']);
-        keep.push(gpu);
-      }
-    } catch (e) {
-      if (!gpu) return `no navigator.gpu and the webgpu package (Dawn) did not load: ${errText(e)}`;
-    }
-  }
-  if (!gpu) return 'no WebGPU entry point';
-  return gpu;
-}
-
-/**
- * tfjs-backend-webgpu registers itself only if navigator.gpu exists when it is imported, and
- * its factory asks navigator.gpu for the adapter; so navigator.gpu is `gpu` while TF.js
- * starts, and is put back as it was afterwards (callers' own navigator checks stay honest).
- */
-async function withNavigatorGpu<T>(gpu: GPU, f: () => Promise<T>): Promise<T> {
-  const g = globalThis as { navigator?: { gpu?: GPU } };
-  const navDesc = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
-  const nav = g.navigator;
-  const gpuDesc = nav ? Object.getOwnPropertyDescriptor(nav, 'gpu') : undefined;
-  const swapNav = !nav;
-  const swapGpu = !!nav && nav.gpu !== gpu;
-  if (swapNav) Object.defineProperty(globalThis, 'navigator', { value: { gpu }, configurable: true });
-  if (swapGpu) Object.defineProperty(nav, 'gpu', { value: gpu, configurable: true });
-  try {
-    return await f();
-  } finally {
-    if (swapNav) {
-      if (navDesc) Object.defineProperty(globalThis, 'navigator', navDesc);
-      else delete g.navigator;
-    }
-    if (swapGpu && nav) {
-      if (gpuDesc) Object.defineProperty(nav, 'gpu', gpuDesc);
-      else delete nav.gpu;
-    }
-  }
-}
 
 /**
  * TF.js on tfjs-backend-webgpu, started once per process (the backend registry is global):
@@ -132,8 +70,9 @@ export function startTfjsWebGpu(gpu?: GPU): Promise<{ tf: Tf } | TfjsAbsent> {
 /** TF.js on its WebGPU backend, started once per process (the backend registry is global). */
 function startTfjs(gpu: GPU | undefined): Promise<{ tf: Tf } | TfjsAbsent> {
   tfReady ??= (async () => {
-    const g = await navigatorGpu(gpu);
+    const g = await webgpuEntry(gpu);
     if (typeof g === 'string') return { absent: g };
+    // tfjs-backend-webgpu registers itself only if navigator.gpu exists when it is imported
     return withNavigatorGpu(g, async () => {
       let tf: Tf;
       try {
@@ -155,12 +94,7 @@ function startTfjs(gpu: GPU | undefined): Promise<{ tf: Tf } | TfjsAbsent> {
   return tfReady;
 }
 
-function positiveInt(name: string, x: unknown, min = 1): number {
-  if (typeof x !== 'number' || !Number.isInteger(x) || x < min) {
-    throw new CrispError('INVALID_ARGUMENT', `timeTfjsDenseAttention: ${name} must be an integer >= ${min}, got ${String(x)}`);
-  }
-  return x;
-}
+const positiveInt = (name: string, x: unknown, min = 1) => checkedInt('timeTfjsDenseAttention', name, x, min);
 
 /** The rows checked: first, middle, last (causal edge cases: one key, half, all keys). */
 function checkedRows(n: number): number[] {
@@ -281,16 +215,9 @@ export async function timeTfjsDenseAttention(opts: TfjsDenseAttentionOptions): P
       await run();
       runs.push(performance.now() - t0);
     }
-    const sorted = [...runs].sort((a, b) => a - b);
-    const mid = sorted.length >> 1;
-    const medianMs = sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
     return {
       n,
-      medianMs,
-      minMs: sorted[0],
-      maxMs: sorted[sorted.length - 1],
-      runs,
-      tflops: (4 * D * H * ((n * (n + 1)) / 2)) / medianMs / 1e9,
+      ...peerTimes(runs, n, H, D),
       dtype: 'f32',
       check,
       tfjsVersion: tf.version_core,
