@@ -3,7 +3,7 @@
  * recall, the guards (Policy.recallTarget, Policy.peWithVs) and the anyPe router, on the
  * reference backend.
  */
-import { type HostTensor, type Policy, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
+import { alternativeRecall, type HostTensor, type Policy, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
 import { createReferenceBackend, massRecall } from '@crisp/reference';
 import { anyPe, cStruct, fixed, jsd } from '@crisp/router';
 import { globalCoverage, noiseFloor, topK } from '@crisp/select';
@@ -50,24 +50,32 @@ describe('PrefillPlan.proxyRecall', () => {
     const seed = freshSeed();
     const x = mixedHeads({ n, heads: kinds, seed });
     // every head PE: the alternative is the VS selector's lists, exactly
-    const allPe = await planOn(x, at64({ ...crisp, name: 'allPe', router: fixed('pe') }));
+    const peP = at64({ ...crisp, name: 'allPe', router: fixed('pe') });
+    const allPe = await planOn(x, peP);
     const allVs = await planOn(x, at64({ ...crisp, name: 'allVs', router: fixed('vs') }));
+    const altPe = alternativeRecall(allPe, peP);
     for (let h = 0; h < H; h++) {
-      expect(allPe.alternativeRecall![h], `seed ${seed} head ${h}`).toBeCloseTo(allVs.proxyRecall![h], 12);
+      expect(altPe[h], `seed ${seed} head ${h}`).toBeCloseTo(allVs.proxyRecall![h], 12);
     }
     // cStruct does not read the pooled estimate: no estimate for VS heads
-    const c = await planOn(x, at64(crisp));
+    const cP = at64(crisp);
+    const c = await planOn(x, cP);
+    const altC = alternativeRecall(c, cP);
     for (let h = 0; h < H; h++) {
-      if (c.routing!.routes[h] === 'vs') expect(Number.isNaN(c.alternativeRecall![h])).toBe(true);
+      if (c.routing!.routes[h] === 'vs') expect(Number.isNaN(altC[h])).toBe(true);
     }
     // a router that reads it (jsd): the estimate is a share of the mass
-    const j = await planOn(x, at64({ ...crisp, name: 'jsdVs', router: anyPe([fixed('vs'), jsd()]) }));
+    const jP = at64({ ...crisp, name: 'jsdVs', router: anyPe([fixed('vs'), jsd()]) });
+    const j = await planOn(x, jP);
+    const altJ = alternativeRecall(j, jP);
     for (let h = 0; h < H; h++) {
       if (j.routing!.routes[h] === 'vs') {
-        expect(j.alternativeRecall![h]).toBeGreaterThan(0);
-        expect(j.alternativeRecall![h]).toBeLessThanOrEqual(1);
+        expect(altJ[h]).toBeGreaterThan(0);
+        expect(altJ[h]).toBeLessThanOrEqual(1);
       }
     }
+    // only with the plan's own sparse policy
+    expect(() => alternativeRecall(j, cP)).toThrow(/the sparse policy the plan was made with/);
   });
 });
 

@@ -65,7 +65,7 @@ export async function buildPlan(
   const derived = sparseDerived(backend, policy, B);
   const statsOpts: ProxyStatsOptions = opts.scale === undefined ? derived.statsOpts : { ...derived.statsOpts, scale: opts.scale };
   const stats = await backend.proxyStats(inputs.q, inputs.k, statsOpts);
-  const c = { t0, shape, B, Nb, peK: derived.peK, stats, scale: opts.scale, pooledStat: derived.pooledStat };
+  const c = { t0, shape, B, Nb, peK: derived.peK, stats, scale: opts.scale };
   if (derived.device !== undefined) {
     return { queued: await queueDevicePlan(backend, inputs, policy, { ...c, rules: derived.device }, markStats) };
   }

@@ -163,8 +163,6 @@ export interface SparseDerived {
   readonly peK: number;
   /** set when the plan is made by the backend's device planner */
   readonly device: DeviceRules | undefined;
-  /** whether the statistics compute the pooled estimate in their pass (the router reads it) */
-  readonly pooledStat: boolean;
   /** proxyStats' options with the default scale (one object literal, no spreads) */
   readonly statsOpts: ProxyStatsOptions;
 }
@@ -188,7 +186,6 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
     needsTokens,
     peK: Math.ceil(policy.pe!.kMin / B),
     device,
-    pooledStat: optionalStats === undefined || optionalStats.includes('pooledEstimate'),
     statsOpts: Object.freeze({
       blockSize: B,
       wSink: statsWindow(policy, 'wSink'),
@@ -244,6 +241,15 @@ function statsWindow(policy: Policy, key: 'wSink' | 'wLocal'): number {
     throw new InvalidArgumentError(`policy ${policy.name}: ${key} must be a positive integer number of tokens; got ${w}`);
   }
   return w;
+}
+
+/**
+ * Whether the proxy statistics of a plan made with this policy hold the pooled estimate
+ * (its router reads it, or declares nothing, so every optional statistic is computed).
+ */
+export function readsPooledEstimate(policy: Policy): boolean {
+  const declared = optionalStatsOf(policy);
+  return declared === undefined || declared.includes('pooledEstimate');
 }
 
 /** The optional statistics the policy's router declares it reads (undefined: it does not say, so all). */

@@ -27,7 +27,6 @@ export interface DevicePlanContext {
   readonly stats: ProxyStats;
   readonly rules: DeviceRules;
   readonly scale: number | undefined;
-  readonly pooledStat: boolean;
 }
 
 /** A device plan queued and not read back yet. */
@@ -89,7 +88,7 @@ export async function queueDevicePlan(
       ({ perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb));
       const rows = outcome.peRows ? spreadRows(await outcome.peRows(), peHeads, H, Nb) : undefined;
       const mask = { heads: H, numBlocks: Nb, blockSize: B, vs: outcome.vs, rows };
-      const { proxyRecall, alternativeRecall } = checkRecall(mask, policy, routing.routes, c);
+      const { proxyRecall } = checkRecall(mask, policy, c.stats);
       const tEnd = performance.now();
       const phases = overlapped
         ? { statsMs: tStats - t0, selectMs: 0, peRowsMs: tDevice - tStats, maskMs: 0, overlappedMs: tEnd - tRead }
@@ -106,7 +105,6 @@ export async function queueDevicePlan(
         density,
         overallDensity,
         proxyRecall,
-        alternativeRecall,
         planMs: overlapped ? tDevice - t0 : tEnd - t0,
         phases,
       };

@@ -22,7 +22,7 @@ import type { DirectionScores, Policy, Route, Router, RoutingDecision, VsSelecto
 import { topKIndices, unionSorted } from '../ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
-import { alternativeRecallOf, proxyRecallOf, type SelectHead, topUpVsLists } from './proxy-recall.js';
+import { proxyRecallOf, type SelectHead, topUpVsLists } from './proxy-recall.js';
 import type { PrefillPlan } from './types.js';
 
 /**
@@ -199,29 +199,21 @@ export interface HostPlanContext {
   readonly peK: number;
   readonly stats: ProxyStats;
   readonly scale: number | undefined;
-  /** whether stats hold the pooled estimate already (SparseDerived.pooledStat) */
-  readonly pooledStat: boolean;
 }
 
 /**
  * The per-head check of a finished mask (proxy-recall.ts), and the recall guard when the
- * policy has one: the plan's recall fields, and the mask and counts after the guard.
+ * policy has one: the plan's proxy recall, and the mask after the guard.
  */
 export function checkRecall(
   mask: BlockMask,
   policy: Policy,
-  routes: readonly Route[],
-  c: Pick<HostPlanContext, 'stats' | 'peK' | 'pooledStat'>,
-): { mask: BlockMask; proxyRecall: Float64Array; alternativeRecall: Float64Array; guardAdded?: Int32Array } {
-  const alternativeRecall = alternativeRecallOf(c.stats, routes, headSelector(c.stats, policy.vs!), {
-    gamma: policy.pe!.gamma,
-    peK: c.peK,
-    pooled: c.pooledStat,
-  });
-  const recall = proxyRecallOf(mask, c.stats);
-  if (policy.recallTarget === undefined) return { mask, proxyRecall: recall, alternativeRecall };
-  const up = topUpVsLists(mask, c.stats, recall, policy.recallTarget);
-  return { mask: { ...mask, vs: up.vs }, proxyRecall: up.recall, alternativeRecall, guardAdded: up.added };
+  stats: ProxyStats,
+): { mask: BlockMask; proxyRecall: Float64Array; guardAdded?: Int32Array } {
+  const recall = proxyRecallOf(mask, stats);
+  if (policy.recallTarget === undefined) return { mask, proxyRecall: recall };
+  const up = topUpVsLists(mask, stats, recall, policy.recallTarget);
+  return { mask: { ...mask, vs: up.vs }, proxyRecall: up.recall, guardAdded: up.added };
 }
 
 /** Route, select, build the PE rows and the mask on the host: a complete plan. */
@@ -249,7 +241,7 @@ export async function hostPlan(
     tPe = performance.now();
     rows = spreadRows(pe, peHeads, H, Nb);
   }
-  const checked = checkRecall({ heads: H, numBlocks: Nb, blockSize: B, vs, rows }, policy, routing.routes, c);
+  const checked = checkRecall({ heads: H, numBlocks: Nb, blockSize: B, vs, rows }, policy, stats);
   const mask = checked.mask;
   const { perHead, overall } = densityFromCounts(countValidated(mask), Nb);
   const tEnd = performance.now();
@@ -264,7 +256,6 @@ export async function hostPlan(
     density: perHead,
     overallDensity: overall,
     proxyRecall: checked.proxyRecall,
-    alternativeRecall: checked.alternativeRecall,
     ...(checked.guardAdded ? { guardAdded: checked.guardAdded } : {}),
     planMs: tEnd - t0,
     phases: { statsMs: tStats - t0, selectMs: tSelect - tStats, peRowsMs: tPe - tSelect, maskMs: tEnd - tPe },

@@ -15,7 +15,8 @@
  * ones ignore is not measured here (when n is not a multiple of B, the proxy rows spanning two
  * query blocks are counted against the last block's row).
  *
- * `alternativeRecall` is what the other path would keep in that row: for a PE head, the
+ * `alternativeRecall(plan, policy)` (alternative-recall.ts, asked for after the plan) is what
+ * the other path would keep in that row: for a PE head, the
  * policy's VS selector's lists; for a VS head, an estimate of the PE path's last row (the
  * pooled estimate ā's blocks up to γ of its mass, with the kMin best VS blocks a PE head also
  * gets), NaN when the statistics lack the pooled estimate (routers that do not read it, such

@@ -58,15 +58,10 @@ export interface PrefillPlan {
    * [H] the per-head check: the share of the proxy rows' attention mass (the last B queries)
    * inside the blocks the plan keeps for the last query block, from the statistics the plan
    * already has (docs/ALGORITHM.md, "The per-head check"). A head well below the others lost
-   * mass its proxy rows could see. Absent for dense plans.
+   * mass its proxy rows could see. Absent for dense plans. What the other path would have kept
+   * is `alternativeRecall(plan, policy)`, computed when asked for.
    */
   readonly proxyRecall?: Float64Array;
-  /**
-   * [H] what the other path would keep of that mass: for PE heads the VS selector's lists, for
-   * VS heads an estimate of the PE path's last row from the pooled estimate (NaN when the
-   * statistics lack it: routers that do not read it leave it uncomputed). Absent for dense plans.
-   */
-  readonly alternativeRecall?: Float64Array;
   /**
    * [H] vertical blocks the recall guard (`Policy.recallTarget`) added to each head; present
    * when the policy has a guard. `proxyRecall` is measured after them.
