@@ -33,6 +33,7 @@ export * from './ranking.js';
 export * from './plan/types.js';
 export { selectVsLists } from './plan/host-plan.js';
 export { alternativeRecall } from './plan/alternative-recall.js';
+export { planFromStatistics, type StatisticsSource } from './plan/from-statistics.js';
 export * from './prefill.js';
 export { type AttentionPart, type MergedAttention, mergeAttentionByLse } from './merge.js';
 export * from './varlen.js';

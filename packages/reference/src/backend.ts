@@ -47,7 +47,8 @@ import {
   type VarlenAttentionOptions,
   type VarlenBatch,
 } from '@crisp/core';
-import { attendMany, attendManySliced, type HeadMajor, peRowsF64, proxyStatsF64, toHeadMajor } from './math.js';
+import { attendMany, attendManySliced, type HeadMajor, proxyStatsF64, toHeadMajor } from './math.js';
+import { peRowsF64 } from './pooled.js';
 
 export const REFERENCE_BACKEND_NAME = 'reference';
 

@@ -10,10 +10,10 @@ import {
   type DType,
   decode,
   type HostData,
-  InvalidArgumentError,
   NonFiniteError,
   type ProxyStats,
 } from '@crisp/core';
+import { blockMeans } from './block-means.js';
 
 /** Head-major f64 copy of a [rows, heads, d] tensor: data[(h * rows + r) * d + c]. */
 export interface HeadMajor {
@@ -478,29 +478,6 @@ export async function attendManySliced(
   return { output: pass.output, lse: pass.lse };
 }
 
-/** Mean key of each block (partial last block over its real rows): [Hkv][Nb][d]. */
-function blockMeans(x: HeadMajor, B: number, firstPos: number, Nb: number): { mean: Float64Array; count: Int32Array } {
-  const { rows, heads, dim } = x;
-  const mean = new Float64Array(heads * Nb * dim);
-  const count = new Int32Array(Nb);
-  for (let r = 0; r < rows; r++) count[Math.floor((firstPos + r) / B)]++;
-  for (let h = 0; h < heads; h++) {
-    for (let r = 0; r < rows; r++) {
-      const J = Math.floor((firstPos + r) / B);
-      const src = (h * rows + r) * dim;
-      const dst = (h * Nb + J) * dim;
-      for (let c = 0; c < dim; c++) mean[dst + c] += x.data[src + c];
-    }
-    for (let J = 0; J < Nb; J++) {
-      if (count[J] === 0) continue;
-      const inv = 1 / count[J];
-      const dst = (h * Nb + J) * dim;
-      for (let c = 0; c < dim; c++) mean[dst + c] *= inv;
-    }
-  }
-  return { mean, count };
-}
-
 export interface ProxyOptions {
   readonly blockSize: number;
   readonly wSink: number;
@@ -581,24 +558,8 @@ export function proxyStatsF64(p: Problem, o: ProxyOptions): ProxyStats {
       }
     }
     // FlexPrefill's pooled estimate ā = softmax_J(mean_i(Q̂_i) · K̄_J · scale).
-    qMean.fill(0);
-    for (let t = 0; t < b; t++) {
-      const qo = (h * m + (m - b + t)) * d;
-      for (let c = 0; c < d; c++) qMean[c] += q.data[qo + c];
-    }
-    for (let c = 0; c < d; c++) qMean[c] *= invB;
-    const g = kvHeadOf(h, H, k.heads);
-    let mx = Number.NEGATIVE_INFINITY;
-    for (let J = 0; J < Nb; J++) {
-      const ko = (g * Nb + J) * d;
-      let dot = 0;
-      for (let c = 0; c < d; c++) dot += qMean[c] * kMeans[ko + c];
-      pooledLogits[J] = dot * p.scale;
-      if (pooledLogits[J] > mx) mx = pooledLogits[J];
-    }
-    let z = 0;
-    for (let J = 0; J < Nb; J++) z += Math.exp(pooledLogits[J] - mx);
-    for (let J = 0; J < Nb; J++) pooledEstimate[h * Nb + J] = Math.exp(pooledLogits[J] - mx) / z;
+    proxyQueryMean(q, h, b, qMean);
+    pooledEstimateOf(qMean, kMeans, kvHeadOf(h, H, k.heads), Nb, p.scale, pooledLogits, pooledEstimate.subarray(h * Nb, (h + 1) * Nb));
   }
   return {
     n,
@@ -616,144 +577,37 @@ export function proxyStatsF64(p: Problem, o: ProxyOptions): ProxyStats {
   };
 }
 
-/**
- * The pooled block map of one head, flattened row-major (I, then J <= I) and normalised to
- * sum 1: Ā[I, J] = softmax_J(Q̄_I · K̄_J · scale) over J <= I, divided by the number of query
- * blocks. Q̄_I, K̄_J are block means (partial blocks over their real rows); with chunked
- * prefill, query blocks holding no query rows get zeros and do not count.
- */
-export class PooledMap {
-  readonly Nb: number;
-  readonly entries: number;
-  readonly flatI: Int32Array;
-  readonly flatJ: Int32Array;
-  readonly #kMeans: Float64Array;
-  readonly #qm: { mean: Float64Array; count: Int32Array };
-  readonly #p: Problem;
-  constructor(p: Problem, B: number) {
-    const n = p.k.rows;
-    this.#p = p;
-    this.Nb = Math.ceil(n / B);
-    const Nb = this.Nb;
-    this.#kMeans = blockMeans(p.k, B, 0, Nb).mean;
-    this.#qm = blockMeans(p.q, B, n - p.q.rows, Nb);
-    this.entries = (Nb * (Nb + 1)) / 2;
-    this.flatI = new Int32Array(this.entries);
-    this.flatJ = new Int32Array(this.entries);
-    let f = 0;
-    for (let I = 0; I < Nb; I++) {
-      for (let J = 0; J <= I; J++) {
-        this.flatI[f] = I;
-        this.flatJ[f] = J;
-        f++;
-      }
-    }
+/** Mean of head h's last b query rows (the proxy rows Q̂) into qMean [d]. */
+export function proxyQueryMean(q: HeadMajor, h: number, b: number, qMean: Float64Array): Float64Array {
+  const d = q.dim;
+  const m = q.rows;
+  qMean.fill(0);
+  for (let t = 0; t < b; t++) {
+    const qo = (h * m + (m - b + t)) * d;
+    for (let c = 0; c < d; c++) qMean[c] += q.data[qo + c];
   }
-  /** query block I holds at least one query row */
-  active(I: number): boolean {
-    return this.#qm.count[I] > 0;
-  }
-  /** Fill vals (length `entries`) with head h's normalised map. */
-  values(h: number, vals: Float64Array): Float64Array {
-    const { q, k } = this.#p;
-    const d = q.dim;
-    const Nb = this.Nb;
-    const g = kvHeadOf(h, q.heads, k.heads);
-    const qMean = this.#qm.mean;
-    const kMeans = this.#kMeans;
-    let f = 0;
-    let activeRows = 0;
-    for (let I = 0; I < Nb; I++) {
-      if (!this.active(I)) {
-        for (let J = 0; J <= I; J++) vals[f++] = 0;
-        continue;
-      }
-      activeRows++;
-      const qo = (h * Nb + I) * d;
-      let mx = Number.NEGATIVE_INFINITY;
-      for (let J = 0; J <= I; J++) {
-        const ko = (g * Nb + J) * d;
-        let dot = 0;
-        for (let c = 0; c < d; c++) dot += qMean[qo + c] * kMeans[ko + c];
-        const x = dot * this.#p.scale;
-        vals[f + J] = x;
-        if (x > mx) mx = x;
-      }
-      let z = 0;
-      for (let J = 0; J <= I; J++) {
-        const e = Math.exp(vals[f + J] - mx);
-        vals[f + J] = e;
-        z += e;
-      }
-      for (let J = 0; J <= I; J++) vals[f + J] /= z;
-      f += I + 1;
-    }
-    // Each active row sums to 1, so normalising the whole map divides by the row count.
-    const invRows = 1 / activeRows;
-    for (let e = 0; e < this.entries; e++) vals[e] *= invRows;
-    return vals;
-  }
-}
-
-/** Flat indices sorted by descending value, ties to the lower flat index. */
-export function sortedEntries(vals: Float64Array): Int32Array {
-  const order = new Int32Array(vals.length);
-  for (let e = 0; e < order.length; e++) order[e] = e;
-  return order.sort((a, b) => (vals[a] === vals[b] ? a - b : vals[b] > vals[a] ? 1 : -1));
+  const invB = 1 / b;
+  for (let c = 0; c < d; c++) qMean[c] *= invB;
+  return qMean;
 }
 
 /**
- * PE rows for the listed heads from the pooled map (see PooledMap). The entries are sorted
- * descending with ties to the lower flat index (row-major I, then J), and the SHORTEST
- * prefix whose cumulative sum reaches γ is kept (FlexPrefill keeps one entry fewer: the
- * prefix whose sum stays <= γ). Floating-point sums that never reach γ (γ = 1) keep every
- * entry.
+ * FlexPrefill's pooled estimate of one head, ā = softmax_J(q̄ · K̄_J · scale), into out [Nb]:
+ * q̄ the proxy rows' mean (proxyQueryMean), K̄ [Hkv][Nb][d] the key block means (blockMeans),
+ * g the head's kv head; `logits` is [Nb] scratch.
  */
-export function peRowsF64(p: Problem, B: number, gamma: number, heads: readonly number[]): BlockRows {
-  if (!(gamma > 0 && gamma <= 1)) {
-    throw new InvalidArgumentError(`gamma must be in (0, 1]; got ${gamma}`);
+export function pooledEstimateOf(qMean: Float64Array, kMeans: Float64Array, g: number, Nb: number, scale: number, logits: Float64Array, out: Float64Array): Float64Array {
+  const d = qMean.length;
+  let mx = Number.NEGATIVE_INFINITY;
+  for (let J = 0; J < Nb; J++) {
+    const ko = (g * Nb + J) * d;
+    let dot = 0;
+    for (let c = 0; c < d; c++) dot += qMean[c] * kMeans[ko + c];
+    logits[J] = dot * scale;
+    if (logits[J] > mx) mx = logits[J];
   }
-  const map = new PooledMap(p, B);
-  const { Nb, entries, flatI, flatJ } = map;
-  const vals = new Float64Array(entries);
-  const keep = new Uint8Array(entries);
-  const perHeadRows: Int32Array[][] = [];
-  for (const h of heads) {
-    map.values(h, vals);
-    const order = sortedEntries(vals);
-    keep.fill(0);
-    let cum = 0;
-    for (let t = 0; t < entries; t++) {
-      const e = order[t];
-      if (!map.active(flatI[e])) continue; // a query block with no query rows (chunked)
-      keep[e] = 1;
-      cum += vals[e];
-      if (cum >= gamma) break;
-    }
-    const rowsOfHead: Int32Array[] = [];
-    let e = 0;
-    for (let I = 0; I < Nb; I++) {
-      let c = 0;
-      for (let J = 0; J <= I; J++) if (keep[e + J]) c++;
-      const row = new Int32Array(c);
-      c = 0;
-      for (let J = 0; J <= I; J++) if (keep[e + J]) row[c++] = flatJ[e + J];
-      rowsOfHead.push(row);
-      e += I + 1;
-    }
-    perHeadRows.push(rowsOfHead);
-  }
-  const rowPtr = new Int32Array(heads.length * Nb + 1);
-  let total = 0;
-  for (let s = 0; s < heads.length; s++) {
-    for (let I = 0; I < Nb; I++) {
-      total += perHeadRows[s][I].length;
-      rowPtr[s * Nb + I + 1] = total;
-    }
-  }
-  const cols = new Int32Array(total);
-  for (let s = 0; s < heads.length; s++) {
-    for (let I = 0; I < Nb; I++) cols.set(perHeadRows[s][I], rowPtr[s * Nb + I]);
-  }
-  return { rowPtr, cols };
+  let z = 0;
+  for (let J = 0; J < Nb; J++) z += Math.exp(logits[J] - mx);
+  for (let J = 0; J < Nb; J++) out[J] = Math.exp(logits[J] - mx) / z;
+  return out;
 }

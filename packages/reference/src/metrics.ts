@@ -18,7 +18,8 @@ import {
   toFloat32,
   validateMask,
 } from '@crisp/core';
-import { attendMany, attendRow, kvHeadOf, PooledMap, Scratch, sortedEntries, toHeadMajor } from './math.js';
+import { attendMany, attendRow, kvHeadOf, Scratch, toHeadMajor } from './math.js';
+import { PooledMap, sortedEntries } from './pooled.js';
 
 export interface PerHead {
   /** [H] one value per query head */
@@ -203,7 +204,7 @@ export function pooledBlockMap(
   for (const h of heads) {
     if (!Number.isInteger(h) || h < 0 || h >= shape.heads) throw new InvalidArgumentError(`head ${h} is outside [0, ${shape.heads - 1}]`);
   }
-  const map = new PooledMap(
+  const map = PooledMap.of(
     {
       q: toHeadMajor(q.dtype, q.shape, q.data, 'q'),
       k: toHeadMajor(k.dtype, k.shape, k.data, 'k'),

@@ -3,7 +3,7 @@
  * the backend's device planner (when it runs the policy's router and selector rules) or the
  * host plan.
  */
-import { assertBlockSize, assertSupported, attentionShape, numBlocks } from '../attention.js';
+import { type AttentionShape, assertBlockSize, assertSupported, attentionShape, numBlocks } from '../attention.js';
 import type { Backend } from '../backend.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { Policy } from '../policy.js';
@@ -33,41 +33,47 @@ export async function buildPlan(
   assertSupported(backend.capabilities, shape, backend.name);
   const B = policy.blockSize ?? DEFAULTS.blockSize;
   assertBlockSize(B, backend.capabilities.blockSizes);
-  const n = shape.keys;
-  const H = shape.heads;
-  const Nb = numBlocks(n, B);
-  const kMin = policy.kMin ?? DEFAULTS.kMin;
-  const dense = (reason: PrefillPlan['denseReason']): BuiltPlan => ({
-    ready: {
-      policy: policy.name,
-      shape,
-      blockSize: B,
-      numBlocks: Nb,
-      denseReason: reason,
-      density: new Float64Array(H).fill(1),
-      overallDensity: 1,
-      planMs: performance.now() - t0,
-    },
-  });
-  if (policy.dense) return dense('policy');
-  validatePolicyBlocks(policy, B);
-  // (chunked prefill, q the last m of n positions: the gates and the key blocks count keys;
-  // the proxy rows are the chunk's last min(B, m) rows)
-  // FlexPrefill's rule: too short to have anything to skip.
-  if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return dense('min-length');
-  // (opts.minSparseLength was checked by the entry; the backend's own crossover is checked here)
-  const gate = opts.minSparseLength ?? backend.sparseCrossover;
-  if (!(typeof gate === 'number' && Number.isFinite(gate) && gate >= 0)) {
-    throw new InvalidArgumentError(`backend ${backend.name}: sparseCrossover must be a finite number >= 0 (keys); got ${gate}`);
-  }
-  if (n < gate) return dense('length-gate');
+  const reason = denseGate(policy, shape.keys, B, opts.minSparseLength ?? backend.sparseCrossover, `backend ${backend.name}: sparseCrossover`);
+  if (reason !== undefined) return { ready: densePlan(policy, shape, B, reason, t0) };
 
   const derived = sparseDerived(backend, policy, B);
   const statsOpts: ProxyStatsOptions = opts.scale === undefined ? derived.statsOpts : { ...derived.statsOpts, scale: opts.scale };
   const stats = await backend.proxyStats(inputs.q, inputs.k, statsOpts);
-  const c = { t0, shape, B, Nb, peK: derived.peK, stats, scale: opts.scale };
+  const c = { t0, shape, B, Nb: numBlocks(shape.keys, B), peK: derived.peK, stats, scale: opts.scale };
   if (derived.device !== undefined) {
     return { queued: await queueDevicePlan(backend, inputs, policy, { ...c, rules: derived.device }, markStats) };
   }
-  return { ready: await hostPlan(backend, inputs, policy, c) };
+  return { ready: await hostPlan((o) => backend.peBlockRows(inputs.q, inputs.k, o), policy, c) };
+}
+
+/**
+ * Why the plan is dense, or undefined when it takes the sparse path: the policy is dense;
+ * FlexPrefill's rule (n <= max(2B, kMin rounded up to B): too short to have anything to
+ * skip); or n below the length gate `gate` (named `gateName` in its error when it is not a
+ * finite number >= 0). Checks the policy's block-size rules on the sparse path.
+ */
+export function denseGate(policy: Policy, n: number, B: number, gate: unknown, gateName: string): PrefillPlan['denseReason'] | undefined {
+  if (policy.dense) return 'policy';
+  validatePolicyBlocks(policy, B);
+  const kMin = policy.kMin ?? DEFAULTS.kMin;
+  if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return 'min-length';
+  if (!(typeof gate === 'number' && Number.isFinite(gate) && gate >= 0)) {
+    throw new InvalidArgumentError(`${gateName} must be a finite number >= 0 (keys); got ${gate}`);
+  }
+  return n < gate ? 'length-gate' : undefined;
+}
+
+/** A dense plan: every causal block of every head. */
+export function densePlan(policy: Policy, shape: AttentionShape, B: number, reason: PrefillPlan['denseReason'], t0: number): PrefillPlan {
+  const H = shape.heads;
+  return {
+    policy: policy.name,
+    shape,
+    blockSize: B,
+    numBlocks: numBlocks(shape.keys, B),
+    denseReason: reason,
+    density: new Float64Array(H).fill(1),
+    overallDensity: 1,
+    planMs: performance.now() - t0,
+  };
 }

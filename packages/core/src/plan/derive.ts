@@ -4,7 +4,7 @@
  * frozen policy and block size, since from an idle device the host's time to the first
  * launch counts in the plan: the less the host touches there, the better.
  */
-import type { Backend } from '../backend.js';
+import type { Backend, DevicePlanner } from '../backend.js';
 import { InvalidArgumentError, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
@@ -173,30 +173,12 @@ export interface SparseDerived {
  */
 const derivedCache = new WeakMap<Backend, WeakMap<Policy, SparseDerived>>();
 
-/** The sparse path's derived settings for a validated, non-dense policy. */
+/** The sparse path's derived settings for a validated, non-dense policy (cached per backend and frozen policy). */
 export function sparseDerived(backend: Backend, policy: Policy, B: number): SparseDerived {
   let byPolicy = derivedCache.get(backend);
   const hit = byPolicy?.get(policy);
   if (hit !== undefined && hit.blockSize === B) return hit;
-  const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
-  const device = deviceRules(backend, policy, B, needsTokens);
-  const optionalStats = optionalStatsOf(policy);
-  const d: SparseDerived = {
-    blockSize: B,
-    needsTokens,
-    peK: Math.ceil(policy.pe!.kMin / B),
-    device,
-    statsOpts: Object.freeze({
-      blockSize: B,
-      wSink: statsWindow(policy, 'wSink'),
-      wLocal: statsWindow(policy, 'wLocal'),
-      scale: undefined,
-      tokenScores: needsTokens,
-      // a device plan reads the statistics back only after the attention is queued
-      deferRead: device !== undefined,
-      optionalStats,
-    }),
-  };
+  const d = deriveSparse(backend.planner, policy, B);
   if (frozenPolicy(policy)) {
     if (!byPolicy) {
       byPolicy = new WeakMap();
@@ -208,13 +190,37 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
 }
 
 /**
+ * The derived settings themselves: `planner` is the device planner that may take the plan
+ * (undefined: the plan is made on the host, as for statistics gathered from a sharded prefill).
+ */
+export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy, B: number): SparseDerived {
+  const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
+  const device = deviceRules(planner, policy, B, needsTokens);
+  const optionalStats = optionalStatsOf(policy);
+  return {
+    blockSize: B,
+    needsTokens,
+    peK: Math.ceil(policy.pe!.kMin / B),
+    device,
+    statsOpts: Object.freeze({
+      blockSize: B,
+      wSink: statsWindow(policy, 'wSink'),
+      wLocal: statsWindow(policy, 'wLocal'),
+      scale: undefined,
+      tokenScores: needsTokens,
+      deferRead: device !== undefined,
+      optionalStats,
+    }),
+  };
+}
+
+/**
  * The plan goes to the backend's device planner when the planner runs both the router's and
  * the selector's device form (and the selector needs no token scores, which the device plan
  * does not compute, and the policy has neither a recall guard nor peWithVs, which the
  * device plan does not run); otherwise it is made on the host.
  */
-function deviceRules(backend: Backend, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
-  const planner = backend.planner;
+function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
   const route = policy.router!.device;
   const vs = policy.vs!.device;
   if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined || policy.peWithVs === true) return undefined;

@@ -5,7 +5,7 @@
  * what a device plan must equal.
  */
 import type { AttentionShape } from '../attention.js';
-import type { Backend } from '../backend.js';
+import type { PeRowsOptions } from '../backend.js';
 import { CrispError, InvalidArgumentError, MaskError, NonFiniteError, describeValue, isCrispError } from '../errors.js';
 import {
   assertIndexList,
@@ -21,7 +21,6 @@ import {
 import type { DirectionScores, Policy, Route, Router, RoutingDecision, VsSelector } from '../policy.js';
 import { topKIndices, unionSorted } from '../ranking.js';
 import { assertFiniteStats, headSlice, type ProxyStats } from '../stats.js';
-import type { DeviceTensor } from '../tensor.js';
 import { proxyRecallOf, type SelectHead, topUpVsLists } from './proxy-recall.js';
 import type { PrefillPlan } from './types.js';
 
@@ -216,13 +215,11 @@ export function checkRecall(
   return { mask: { ...mask, vs: up.vs }, proxyRecall: up.recall, guardAdded: up.added };
 }
 
-/** Route, select, build the PE rows and the mask on the host: a complete plan. */
-export async function hostPlan(
-  backend: Backend,
-  inputs: { readonly q: DeviceTensor; readonly k: DeviceTensor },
-  policy: Policy,
-  c: HostPlanContext,
-): Promise<PrefillPlan> {
+/**
+ * Route, select, build the PE rows and the mask on the host: a complete plan. `peRows` gives
+ * the PE heads' rows (the backend's `peBlockRows` over q and k, or a sharded prefill's).
+ */
+export async function hostPlan(peRows: (opts: PeRowsOptions) => Promise<BlockRows>, policy: Policy, c: HostPlanContext): Promise<PrefillPlan> {
   const { t0, shape, B, Nb, peK, stats } = c;
   const H = shape.heads;
   assertFiniteStats(stats);
@@ -237,7 +234,7 @@ export async function hostPlan(
   let rows: BlockRows | undefined;
   let tPe = tSelect;
   if (peHeads.length > 0) {
-    const pe = await backend.peBlockRows(inputs.q, inputs.k, { blockSize: B, gamma: policy.pe!.gamma, heads: peHeads, scale: c.scale });
+    const pe = await peRows({ blockSize: B, gamma: policy.pe!.gamma, heads: peHeads, scale: c.scale });
     tPe = performance.now();
     rows = spreadRows(pe, peHeads, H, Nb);
   }

@@ -1,0 +1,95 @@
+/**
+ * How a sequence is sharded over ranks: zig-zag, the causal load balance of context-parallel
+ * attention. The Nb blocks are cut into 2P chunks of whole blocks (as even as they go); rank r
+ * holds chunks r and 2P - 1 - r, so every rank holds one early and one late chunk and the
+ * causal work (which grows with the position) is about even. A shard is the concatenation of
+ * its ranges in position order; every range starts on a block boundary, so each block lives
+ * on exactly one rank.
+ */
+import { type HostTensor, InvalidArgumentError, ShapeError } from '@crisp/core';
+
+/** Rows [start, end) of the sequence. */
+export interface RowRange {
+  readonly start: number;
+  readonly end: number;
+}
+
+export interface ShardLayout {
+  readonly n: number;
+  readonly size: number;
+  readonly blockSize: number;
+  readonly numBlocks: number;
+  /** per rank: its ranges, ascending and non-empty (one or two; every rank holds at least one block) */
+  readonly ranges: readonly (readonly RowRange[])[];
+  /** per block: the rank that holds it */
+  readonly owner: Int32Array;
+}
+
+/** The zig-zag layout of n positions over `size` ranks, in blocks of `blockSize`. */
+export function zigzagLayout(n: number, size: number, blockSize: number): ShardLayout {
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`n must be a positive integer; got ${String(n)}`);
+  if (!Number.isInteger(size) || size < 1) throw new InvalidArgumentError(`size (ranks) must be a positive integer; got ${String(size)}`);
+  if (!Number.isInteger(blockSize) || blockSize < 1) throw new InvalidArgumentError(`blockSize must be a positive integer; got ${String(blockSize)}`);
+  const Nb = Math.ceil(n / blockSize);
+  if (Nb < size) throw new InvalidArgumentError(`${n} positions make ${Nb} blocks of ${blockSize}: too few for ${size} ranks (each needs a block); use fewer ranks`);
+  const chunks = 2 * size;
+  const owner = new Int32Array(Nb);
+  const ranges: RowRange[][] = Array.from({ length: size }, () => []);
+  for (let c = 0; c < chunks; c++) {
+    const b0 = Math.floor((c * Nb) / chunks);
+    const b1 = Math.floor(((c + 1) * Nb) / chunks);
+    if (b1 <= b0) continue;
+    const rank = c < size ? c : chunks - 1 - c;
+    owner.fill(rank, b0, b1);
+    ranges[rank].push({ start: b0 * blockSize, end: Math.min(b1 * blockSize, n) });
+  }
+  return { n, size, blockSize, numBlocks: Nb, ranges, owner };
+}
+
+/** Rows a rank holds. */
+export function shardRows(layout: ShardLayout, rank: number): number {
+  let rows = 0;
+  for (const r of layout.ranges[rank]) rows += r.end - r.start;
+  return rows;
+}
+
+/** Row i of the shard is row `positions[i]` of the sequence. */
+export function shardPositions(layout: ShardLayout, rank: number): Int32Array {
+  const out = new Int32Array(shardRows(layout, rank));
+  let at = 0;
+  for (const r of layout.ranges[rank]) for (let p = r.start; p < r.end; p++) out[at++] = p;
+  return out;
+}
+
+/** The rank's shard of a whole [n, ...] host tensor: its rows, in position order (a copy). */
+export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor): HostTensor {
+  if (whole.shape[0] !== layout.n) throw new ShapeError(`shardTensor: the tensor has ${whole.shape[0]} rows, the layout ${layout.n}`);
+  const per = whole.shape.slice(1).reduce((a, b) => a * b, 1);
+  const data = whole.data;
+  const out = data.constructor === Float32Array ? new Float32Array(shardRows(layout, rank) * per) : new Uint16Array(shardRows(layout, rank) * per);
+  let at = 0;
+  for (const r of layout.ranges[rank]) {
+    out.set(data.subarray(r.start * per, r.end * per), at);
+    at += (r.end - r.start) * per;
+  }
+  return { dtype: whole.dtype, shape: [shardRows(layout, rank), ...whole.shape.slice(1)], data: out };
+}
+
+/** The whole [n, ...] tensor from every rank's shard (the inverse of shardTensor). */
+export function unshardTensor(layout: ShardLayout, shards: readonly HostTensor[]): HostTensor {
+  if (shards.length !== layout.size) throw new ShapeError(`unshardTensor: ${shards.length} shards for ${layout.size} ranks`);
+  const first = shards[0];
+  const per = first.shape.slice(1).reduce((a, b) => a * b, 1);
+  const out = first.data.constructor === Float32Array ? new Float32Array(layout.n * per) : new Uint16Array(layout.n * per);
+  shards.forEach((s, rank) => {
+    if (s.shape[0] !== shardRows(layout, rank) || s.dtype !== first.dtype) {
+      throw new ShapeError(`unshardTensor: rank ${rank}'s shard is ${s.dtype} [${s.shape}], expected ${first.dtype} with ${shardRows(layout, rank)} rows`);
+    }
+    let at = 0;
+    for (const r of layout.ranges[rank]) {
+      out.set(s.data.subarray(at * per, (at + r.end - r.start) * per), r.start * per);
+      at += r.end - r.start;
+    }
+  });
+  return { dtype: first.dtype, shape: [layout.n, ...first.shape.slice(1)], data: out };
+}

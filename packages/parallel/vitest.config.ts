@@ -1,0 +1,3 @@
+import { crispVitest } from '../../tooling/vitest.preset';
+
+export default crispVitest;
