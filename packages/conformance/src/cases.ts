@@ -126,6 +126,7 @@ function proxyStatsCase(dtype: DType, s: ShapeCase): ConformanceCase {
     // As a device plan asks for them when its router reads no optional statistic (the CUDA
     // backend's lean pass): the optional ones are computed when read, and all must match.
     const lean = await ctx.backend.proxyStats(d.q, d.k, { ...opts, tokenScores: false, deferRead: true, optionalStats: [] });
+    await lean.settle?.();
     const cl = compareStats(lean, blockRef, ctx.tolerance.stats);
     return outcome(Math.max(c.error, cb.error, cl.error), ctx.tolerance.stats, [
       ...c.lines,
@@ -181,7 +182,8 @@ function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
           pe: { q: d.q, k: d.k, gamma },
         });
         try {
-          const got = res.read();
+          const got = await res.read();
+          await stats.settle?.();
           assertFiniteStats(stats);
           const routes = cStructRoutes(stats, tauProxy);
           if (got.routes.join(',') !== routes.join(',')) lines.push(`alpha ${alpha}: routes ${got.routes.join(',')}, expected ${routes.join(',')}`);
@@ -235,7 +237,8 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
       const qOut = poisoned(be, dtype, x.q.shape);
       outs.push(qOut);
       const queued = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: empty }, { prepared: res.prepared, out: qOut });
-      const plan = res.read();
+      const plan = await res.read();
+      await stats.settle?.();
       assertFiniteStats(stats);
       const routes = cStructRoutes(stats, tauProxy);
       if (!bitEqual(Array.from(plan.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
@@ -255,7 +258,8 @@ function devicePlanCase(dtype: DType, s: ShapeCase): ConformanceCase {
       }
       const rows = wantRows ? { rowPtr: spreadRowPtr(wantRows.rowPtr, peHeads, H, Nb), cols: wantRows.cols } : undefined;
       const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
-      if (!bitEqual(res.prepared.blockCounts, counts)) lines.push(`block counts ${res.prepared.blockCounts.join(',')} differ from the host's ${counts.join(',')}`);
+      const gotCounts = await res.prepared.readBlockCounts();
+      if (!bitEqual(gotCounts, counts)) lines.push(`block counts ${gotCounts.join(',')} differ from the host's ${counts.join(',')}`);
       if (split && (!peHeads.length || peHeads.length === H)) lines.push(`tauProxy ${tauProxy} gave one route to every head (C_struct has ${distinct} distinct values)`);
       // the same kernel on the same blocks: the same bits
       const hOut = poisoned(be, dtype, x.q.shape);

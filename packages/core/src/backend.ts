@@ -86,8 +86,13 @@ export interface PreparedMask {
   readonly heads: number;
   readonly numBlocks: number;
   readonly blockSize: number;
-  /** [H] selected causal blocks per head: the union of the VS part and the rows, counted on the device */
-  readonly blockCounts: Float64Array;
+  /**
+   * [H] selected causal blocks per head: the union of the VS part and the rows, counted on
+   * the device. A promise because a device read may only be asynchronous (WebGPU maps
+   * buffers with mapAsync): it resolves after the plan's own kernels, not after later work
+   * such as an attention queued behind the plan (each call may read again).
+   */
+  readBlockCounts(): Promise<Float64Array>;
   readonly released: boolean;
   release(): void;
 }
@@ -112,16 +117,16 @@ export interface DevicePlanRequest {
 export interface DevicePlanResult {
   /**
    * The plan's mask, ready for `sparseAttention` at once: nothing was read back, so the
-   * attention can be queued behind the plan. Its `blockCounts` are read on first access
-   * (that read waits for the plan's kernels, not for later work).
+   * attention can be queued behind the plan. `readBlockCounts()` reads its block counts.
    */
   readonly prepared: PreparedMask;
   /**
-   * The device's routes and VS lists, copied to the host when called (waiting for the plan's
-   * kernels only, so a caller launches the attention first); call it before
-   * `prepared.release()`. Throws what the device's checks of the plan found.
+   * The device's routes and VS lists, copied to the host when called (a caller queues the
+   * attention first). A promise on every backend, since a device read may only be
+   * asynchronous (WebGPU); call it before `prepared.release()`. Rejects with what the
+   * device's checks of the plan found (NON_FINITE statistics, a bad row).
    */
-  readonly read: () => DevicePlanOutcome;
+  readonly read: () => Promise<DevicePlanOutcome>;
 }
 
 export interface DevicePlanOutcome {
@@ -160,7 +165,7 @@ export interface DevicePlanner {
   readonly routers: readonly DeviceRouterRule['kind'][];
   /** VS selector rule kinds `plan` can run (`DeviceSelectorRule['kind']`) */
   readonly selectors: readonly DeviceSelectorRule['kind'][];
-  /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.blockCounts`. */
+  /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.readBlockCounts()`. */
   plan(req: DevicePlanRequest): Promise<DevicePlanResult>;
 }
 

@@ -58,6 +58,8 @@ export interface ProxyStatsOptions {
    * (and the block statistics) are read from the device on first access, which waits for the
    * device. For plans routed on the device (`Backend.planner`), which read them only
    * at the end; a non-finite statistic then shows as `finite: false` instead of a throw.
+   * A backend whose reads are asynchronous (WebGPU) cannot read on first access: its
+   * deferred statistics have `settle()`, which must resolve before any field is read.
    * Backends that cannot defer ignore it.
    */
   readonly deferRead?: boolean;
@@ -98,6 +100,15 @@ export interface ProxyStats {
    * at 512k reads 2H + 3H·Nb = 393k values. Selectors still check the scores they read.
    */
   readonly finite?: boolean;
+  /**
+   * Present on statistics queued with `deferRead` by a backend whose reads can only be
+   * asynchronous (WebGPU): copies the statistics to the host, after which every field above
+   * holds its value; reading a field before throws INVALID_ARGUMENT. Rejects with NON_FINITE
+   * when q or k held NaN or Inf. Calling it again returns the same promise. A device plan
+   * (`Backend.planner`) reads the statistics where they are on the device, and the pipeline
+   * settles them once the plan is read back.
+   */
+  readonly settle?: () => Promise<void>;
 }
 
 /** Policies read these; NaN here means the inputs held NaN/Inf or overflowed. */

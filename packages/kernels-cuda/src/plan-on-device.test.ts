@@ -410,7 +410,7 @@ describe('the device planner (stand-in driver)', () => {
     expect(launches.indexOf('route_cstruct')).toBeGreaterThanOrEqual(0);
     expect(launches.indexOf('route_cstruct')).toBeLessThan(launches.indexOf('vs_select'));
     expect(launches.filter((x) => x === 'route_cstruct')).toHaveLength(1);
-    expect(res.read().routes).toEqual(wantVs.map((x) => (x === 1 ? 'vs' : 'pe')));
+    expect((await res.read()).routes).toEqual(wantVs.map((x) => (x === 1 ? 'vs' : 'pe')));
     res.prepared.release();
     be.dispose();
   });

@@ -38,6 +38,8 @@ import { proxyStats } from './ops/proxy-stats.js';
 import { sliceRows } from './ops/slice-rows.js';
 import { allocate, download, read, upload, wrapBuffer, write } from './ops/transfer.js';
 import { varlenAttention } from './ops/varlen.js';
+import { WebGpuDevicePlanner } from './plan/planner.js';
+import { sparseAttentionPrepared } from './plan/run-prepared.js';
 import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
 import { openDevice } from './runtime/device.js';
 import type { GpuContext } from './runtime/gpu-context.js';
@@ -77,6 +79,11 @@ export class WebGpuBackend implements Backend {
   #disposed = false;
   readonly #id = nextId++;
   readonly #host: OpHost;
+  /**
+   * The device plan for the cStruct router and the noise-floor selector (plan/planner.ts):
+   * the `crisp` and `crispFast` presets are planned on the device, other policies on the host.
+   */
+  readonly planner: WebGpuDevicePlanner;
 
   /** (options already checked by checkOptions: createWebGpuBackend does that before any device work) */
   constructor(ctx: GpuContext, info: WebGpuInfo, opts: WebGpuBackendOptions) {
@@ -107,6 +114,7 @@ export class WebGpuBackend implements Backend {
       attentionPipeline: (dtype, D) => this.#attentionPipeline(dtype, D),
       varlenPipeline: (dtype, D) => ctx.pipeline(fmaAttentionProgram(dtype, D, ctx.compact, true)),
     };
+    this.planner = new WebGpuDevicePlanner(this.#host);
   }
 
   toString(): string {
@@ -211,14 +219,19 @@ export class WebGpuBackend implements Backend {
   /**
    * The cStruct router and the noise-floor VS selection on the device (kernels/select.ts),
    * giving the host rules' routes and lists exactly, expanded into block rows on the device;
-   * nothing is read back until the result's read(), blockCounts() or attention(). Not yet a
-   * DevicePlanner: the PE heads' rows (their γ cut) stay on the host here (peBlockRows).
+   * nothing is read back until the result's read(), blockCounts() or attention(). The
+   * building block of `planner`, without the PE heads' rows.
    */
   deviceVsPlan(stats: ProxyStats, req: DeviceVsRequest): Promise<DeviceVsPlan> {
     return deviceVsPlan(this.#host, stats, req);
   }
 
+  /**
+   * Exact attention over the mask's blocks; with `opts.prepared` (a mask this backend's
+   * planner made) over the device's rows instead (plan/run-prepared.ts).
+   */
   sparseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, mask: BlockMask, opts: AttentionOptions = {}): Promise<AttentionResult> {
+    if (opts !== null && typeof opts === 'object' && opts.prepared !== undefined) return sparseAttentionPrepared(this.#host, q, k, v, mask, opts);
     return sparseAttention(this.#host, q, k, v, mask, opts);
   }
 

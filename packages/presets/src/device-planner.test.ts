@@ -56,7 +56,7 @@ function withPlanner(base: Backend) {
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      blockCounts: Float64Array.from({ length: H }, (_, h) => full.rowPtr[(h + 1) * Nb] - full.rowPtr[h * Nb]),
+      readBlockCounts: async () => Float64Array.from({ length: H }, (_, h) => full.rowPtr[(h + 1) * Nb] - full.rowPtr[h * Nb]),
       rows: full,
       released: false,
       release() {
@@ -67,7 +67,7 @@ function withPlanner(base: Backend) {
     const deviceRoutes = flip ? routes.map((r, h) => (h === 0 ? (r === 'vs' ? 'pe' : 'vs') : r)) : routes;
     return {
       prepared,
-      read: () => {
+      read: async () => {
         log.reads.push(log.ranWithPrepared);
         return { routes: deviceRoutes, vs, ...(pe ? { peRows: async () => pe } : {}) };
       },

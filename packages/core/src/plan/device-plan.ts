@@ -72,9 +72,10 @@ export async function queueDevicePlan(
     let density: Float64Array;
     let overallDensity: number;
     try {
-      // the device's routes and lists (waiting for the plan), then the statistics (non-finite
-      // ones throw here)
-      outcome = r.read();
+      // the device's routes and lists (waiting for the plan), then the statistics (settled
+      // when the backend's reads are asynchronous; non-finite ones throw here)
+      outcome = await r.read();
+      await stats.settle?.();
       const tReadDone = performance.now();
       assertFiniteStats(stats);
       ({ routing, peHeads } = routeOnHost(policy, stats, H));
@@ -85,7 +86,7 @@ export async function queueDevicePlan(
         );
       }
       tRoute = performance.now();
-      ({ perHead: density, overall: overallDensity } = densityFromCounts(r.prepared.blockCounts, Nb));
+      ({ perHead: density, overall: overallDensity } = densityFromCounts(await r.prepared.readBlockCounts(), Nb));
       const rows = outcome.peRows ? spreadRows(await outcome.peRows(), peHeads, H, Nb) : undefined;
       const mask = { heads: H, numBlocks: Nb, blockSize: B, vs: outcome.vs, rows };
       const { proxyRecall } = checkRecall(mask, policy, c.stats);

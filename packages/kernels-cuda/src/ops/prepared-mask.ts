@@ -64,9 +64,10 @@ export class CudaPreparedMask implements PreparedMask {
     this.backend = BACKEND_NAME;
     this.#counts = counts;
   }
-  get blockCounts(): Float64Array {
+  /** (the read is synchronous here, on the copy stream; core's interface is asynchronous for WebGPU) */
+  async readBlockCounts(): Promise<Float64Array> {
     if (typeof this.#counts === 'function') {
-      if (this.#released) throw new InvalidArgumentError('blockCounts read for the first time after the prepared mask was released');
+      if (this.#released) throw new InvalidArgumentError('the block counts were read for the first time after the prepared mask was released');
       this.#counts = this.#counts();
     }
     return this.#counts;

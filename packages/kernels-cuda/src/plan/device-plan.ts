@@ -75,7 +75,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
       pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
     });
     const outcome = { routes, vs: res.vs, ...(res.peRows ? { peRows: res.peRows } : {}) };
-    return { prepared: res.prepared, read: () => outcome };
+    return { prepared: res.prepared, read: async () => outcome };
   }
   cx.assertFinite(r.qt, 'q');
   cx.assertFinite(r.kt, 'k');
@@ -184,7 +184,8 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
       });
     }
     let outcome: DevicePlanOutcome | undefined;
-    const read = (): DevicePlanOutcome => {
+    // (synchronous reads on the copy stream; core's read() is a promise for WebGPU)
+    const read = async (): Promise<DevicePlanOutcome> => {
       if (outcome) return outcome;
       const { routes, lists, nPe } = fetch();
       const peRows = (() => {

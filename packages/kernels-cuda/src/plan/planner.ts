@@ -23,7 +23,7 @@ export class CudaDevicePlanner implements DevicePlanner {
   /**
    * The plan after the statistics as device work: routes from the statistics' C_struct,
    * VS selection on those routes, the PE heads' rows, the union expanded and counted, an
-   * event behind the last kernel; nothing read back until `read()` or `blockCounts`.
+   * event behind the last kernel; nothing read back until `read()` or `prepared.readBlockCounts()`.
    */
   plan(req: DevicePlanRequest): Promise<DevicePlanResult> {
     return planOnDevice(this.#cx, this.#kept, req);

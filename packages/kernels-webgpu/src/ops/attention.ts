@@ -78,7 +78,8 @@ export async function denseAttention(host: OpHost, q: DeviceTensor, k: DeviceTen
 /**
  * AttentionOptions checked before any work: an object; scale; returnLse a boolean; `out` of
  * this backend, q's dtype and [m, H, d], and none of q, k, v (the kernel reads those while it
- * writes out); no `prepared` mask (this backend has no device planner). Returns `out`.
+ * writes out); no `prepared` mask (sparseAttention takes its own device plan's masks
+ * (../plan/run-prepared.ts) and passes the options here without it). Returns `out`.
  */
 export function checkAttentionOptions(
   host: OpHost,
@@ -94,7 +95,7 @@ export function checkAttentionOptions(
   if (opts.prepared !== undefined) {
     throw new CrispError(
       'WRONG_BACKEND',
-      `the WebGPU backend has no device planner, so a prepared mask (from backend '${(opts.prepared as { backend?: string } | null)?.backend ?? 'unknown'}') cannot run here; pass the BlockMask alone`,
+      `a prepared mask (from backend '${(opts.prepared as { backend?: string } | null)?.backend ?? 'unknown'}') runs only in sparseAttention of the WebGPU backend whose planner made it; pass the BlockMask alone`,
     );
   }
   if (opts.out === undefined) return undefined;
@@ -121,8 +122,8 @@ export async function runAttention(
   qt: WebGpuTensor,
   kt: WebGpuTensor,
   vt: WebGpuTensor,
-  sparse: { rowPtr: GPUBuffer; cols: GPUBuffer; B: number; Nb: number; blocks: number } | undefined,
-  opts: AttentionOptions,
+  sparse: { rowPtr: GPUBuffer; cols: GPUBuffer; B: number; Nb: number; blocks: number; heads?: readonly number[] } | undefined,
+  opts: AttentionOptions & { readonly lseInto?: WebGpuTensor },
 ): Promise<AttentionResult> {
   const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
   const B = sparse?.B ?? 128;
@@ -140,6 +141,7 @@ export async function runAttention(
     work: (j) => workOf(firstTile + numTiles - 1 - j),
     uniform: (h0, first, count) => [m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, firstTile + numTiles - first - count, count],
     extra: sparse ? [sparse.rowPtr, sparse.cols] : undefined,
+    heads: sparse?.heads,
     pipeline: () => host.attentionPipeline(shape.dtype as StorageDType, D),
   });
 }
@@ -157,6 +159,8 @@ export interface AttentionLaunches {
   uniform(h0: number, first: number, count: number): UniformField[];
   /** bindings 6 onwards (rowPtr, cols, ...); undefined: dense, two placeholders */
   readonly extra?: readonly GPUBuffer[];
+  /** only these heads (one at a time; the others' output and LSE are left as they are); default all */
+  readonly heads?: readonly number[];
   pipeline(): Promise<GPUComputePipeline>;
 }
 
@@ -200,7 +204,7 @@ export async function launchAttention(
   host: OpHost,
   shape: AttentionShape,
   [qt, kt, vt]: readonly [WebGpuTensor, WebGpuTensor, WebGpuTensor],
-  opts: { readonly scale?: number; readonly returnLse?: boolean; readonly out?: DeviceTensor },
+  opts: { readonly scale?: number; readonly returnLse?: boolean; readonly out?: DeviceTensor; readonly lseInto?: WebGpuTensor },
   run: AttentionLaunches,
 ): Promise<AttentionResult> {
   const { queries: m, heads: H, headDim: D } = shape;
@@ -216,7 +220,7 @@ export async function launchAttention(
   try {
     g.scoped(checks, `the attention output [${m}, ${H}, ${D}]`, () => {
       out = given ?? host.newTensor(shape.dtype, [m, H, D]);
-      lse = opts.returnLse ? host.newTensor('f32', [H, m]) : undefined;
+      lse = opts.returnLse ? (opts.lseInto ?? host.newTensor('f32', [H, m])) : undefined;
       dummy = run.extra ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
       lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
     });
@@ -244,12 +248,16 @@ export async function launchAttention(
     // heaviest first. (Tile ranges of all heads measured slower at 32k-64k: their jobs are
     // all about as long, so the last wave of each dispatch runs part-empty.)
     const maxRows = g.limits.maxComputeWorkgroupsPerDimension;
-    for (const [h0, nh, first, count] of splitDispatches(run.rows, run.work, H, host.maxWork, maxRows)) launch(h0, nh, first, count);
+    const heads = run.heads;
+    const runs = heads
+      ? heads.flatMap((h) => splitDispatches(run.rows, run.work, 1, host.maxWork, maxRows).map(([, , first, count]) => [h, 1, first, count] as const))
+      : splitDispatches(run.rows, run.work, H, host.maxWork, maxRows);
+    for (const [h0, nh, first, count] of runs) launch(h0, nh, first, count);
     // Out of memory, invalid bindings: the scopes of this call's own recording say so.
     await Promise.all([g.settle(checks), ready(out, lse)]);
   } catch (e) {
     if (!given) out?.dispose();
-    lse?.dispose();
+    if (lse !== opts.lseInto) lse?.dispose();
     throw e;
   } finally {
     host.gpu.retire(...temps);

@@ -3,8 +3,8 @@
  * cStruct router and the noise floor run on the GPU, exactly as @crisp/router and
  * @crisp/select do on the host (same routes, same lists, ties toward the lower index), and
  * the lists are expanded into block rows where they are, with nothing read back until asked.
- * The building block of a WebGPU device plan; the PE heads' rows are not part of it (their
- * γ cut runs on the host in this backend: peBlockRows).
+ * The building block of the WebGPU device plan (../plan/planner.ts), which adds the PE
+ * heads' rows.
  */
 import {
   type AttentionOptions,
@@ -23,6 +23,7 @@ import { type Check, Usage } from '../runtime/gpu-context.js';
 import { checkAttentionOptions, runAttention } from './attention.js';
 import { expandBuffers } from './expand-mask.js';
 import type { OpHost } from './host.js';
+import { keptBlockSums } from './stats-readback.js';
 import { prepare, ready } from './validate.js';
 
 export interface DeviceVsRequest {
@@ -82,14 +83,26 @@ export function blockSumsOf(stats: ProxyStats): Float32Array {
   return out;
 }
 
-/**
- * Route, select and expand on the device from block sums in proxyStats' layout (uploaded
- * from `stats`' values, which are the f32 values proxyStats computed).
- */
-export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceVsRequest): Promise<DeviceVsPlan> {
-  host.alive();
-  const { heads: H, numBlocks: Nb, blockSize: B } = stats ?? ({} as ProxyStats);
-  if (!Number.isInteger(H) || !Number.isInteger(Nb) || H < 1 || Nb < 1) throw new InvalidArgumentError('deviceVsPlan needs the statistics from proxyStats');
+/** Routes, lists and their expansion queued on the device (the caller retires `held`). */
+export interface QueuedSelection {
+  /** [H] u32: 1 VS, 0 PE */
+  readonly routes: GPUBuffer;
+  /** [vertical H + 1][slash H + 1] u32 */
+  readonly vsPtr: GPUBuffer;
+  /** [vertical H * Nb][slash H * Nb] u32, each head's lists from its pointers */
+  readonly vsList: GPUBuffer;
+  /** the lists expanded into rows (rowPtr [H * Nb + 1], cols) */
+  readonly rowPtr: GPUBuffer;
+  readonly cols: GPUBuffer;
+  /** the expanded cols' capacity in blocks: every causal block, H * Nb (Nb + 1) / 2 */
+  readonly cap: number;
+  /** every buffer above */
+  readonly held: GPUBuffer[];
+}
+
+/** Checks of a selection request (typed errors before any work). */
+function checkSelection(H: number, Nb: number, B: number, req: DeviceVsRequest): void {
+  if (!Number.isInteger(H) || !Number.isInteger(Nb) || H < 1 || Nb < 1) throw new InvalidArgumentError('the device selection needs the statistics from proxyStats');
   const { tauProxy, vs: rule, peK } = req ?? ({} as DeviceVsRequest);
   if (typeof tauProxy !== 'number' || Number.isNaN(tauProxy)) throw new InvalidArgumentError(`tauProxy must be a number; got ${String(tauProxy)}`);
   if (rule?.kind !== 'noiseFloor' || !(rule.alpha > 0 && Number.isFinite(rule.alpha)) || !Number.isInteger(rule.kMin) || rule.kMin < 1) {
@@ -99,9 +112,25 @@ export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceV
   if (Nb > SELECT_MAX_BLOCKS) {
     throw new LimitError(`the device selection handles up to ${SELECT_MAX_BLOCKS} blocks a head; got ${Nb}`, { limit: 'selectBlocks', max: SELECT_MAX_BLOCKS * B });
   }
+}
+
+/**
+ * Route, select and expand on the device from block sums in proxyStats' layout: where
+ * deferred statistics of this backend left them (read there, nothing read back), or else
+ * uploaded from `stats`' values (the f32 values proxyStats computed; deferred statistics
+ * whose settle() was called are settled first).
+ */
+export async function queueSelection(host: OpHost, stats: ProxyStats, req: DeviceVsRequest): Promise<QueuedSelection> {
+  const { heads: H, numBlocks: Nb, blockSize: B } = stats;
+  checkSelection(H, Nb, B, req);
+  const { tauProxy, vs: rule, peK } = req;
   const kBlocks = Math.ceil(rule.kMin / B);
   const g = host.gpu;
   const [pSel, pPack] = await Promise.all([g.pipeline(vsSelectProgram()), g.pipeline(vsPackProgram())]);
+  // (looked up with no await before the submission below: settle() retires the buffers
+  // after the work submitted before it)
+  const sums = keptBlockSums(g, stats);
+  if (!sums && stats.settle) await stats.settle();
   const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
   const checks: Check[] = [];
   const temps: GPUBuffer[] = [];
@@ -113,9 +142,12 @@ export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceV
         keep.push(b);
         return b;
       };
-      const sums = mk(H * (Nb + 1) * 8, 'blockSums', temps);
-      const sumsData = blockSumsOf(stats);
-      g.device.queue.writeBuffer(sums, 0, sumsData.buffer, sumsData.byteOffset, sumsData.byteLength);
+      let src = sums;
+      if (!src) {
+        src = mk(H * (Nb + 1) * 8, 'blockSums', temps);
+        const sumsData = blockSumsOf(stats);
+        g.device.queue.writeBuffer(src, 0, sumsData.buffer, sumsData.byteOffset, sumsData.byteLength);
+      }
       const lists = mk(2 * H * Nb * 4, 'selected', temps);
       const counts = mk(2 * H * 4, 'selectedCounts', temps);
       const routes = mk(H * 4, 'routes', held);
@@ -126,7 +158,7 @@ export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceV
       const up = g.uniform([H, Nb, 0, 0]);
       temps.push(u, up);
       const enc = g.device.createCommandEncoder();
-      g.dispatch(enc, pSel, [u, sums, lists, counts, routes], [2, H]);
+      g.dispatch(enc, pSel, [u, src, lists, counts, routes], [2, H]);
       g.dispatch(enc, pPack, [up, lists, counts, vsPtr, vsList], [2, H]);
       g.submit(enc, temps);
       return [routes, vsPtr, vsList] as const;
@@ -136,58 +168,82 @@ export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceV
     const cap = (H * Nb * (Nb + 1)) / 2;
     const e = await expandBuffers(host, H, Nb, { vsPtr, vsList, sliceBase: H * Nb }, undefined, cap);
     held.push(e.rowPtr, e.cols);
-    let released = false;
-    const alive = () => {
-      host.alive();
-      if (released) throw new InvalidArgumentError('this device selection was released');
-    };
-    return {
-      heads: H,
-      numBlocks: Nb,
-      blockSize: B,
-      async read() {
-        alive();
-        const [rAb, pAb] = await Promise.all([g.read(routes, 0, H * 4), g.read(vsPtr, 0, 2 * (H + 1) * 4)]);
-        const r = new Uint32Array(rAb);
-        const ptr = new Int32Array(pAb);
-        const verticalPtr = ptr.slice(0, H + 1);
-        const slashPtr = ptr.slice(H + 1);
-        const nv = verticalPtr[H];
-        const ns = slashPtr[H];
-        const [vAb, sAb] = await Promise.all([
-          nv > 0 ? g.read(vsList, 0, nv * 4) : new ArrayBuffer(0),
-          ns > 0 ? g.read(vsList, H * Nb * 4, ns * 4) : new ArrayBuffer(0),
-        ]);
-        return {
-          routes: Array.from(r, (x): Route => (x === 1 ? 'vs' : 'pe')),
-          vs: { verticalPtr, vertical: new Int32Array(vAb), slashPtr, slash: new Int32Array(sAb) },
-        };
-      },
-      async blockCounts() {
-        alive();
-        const ptr = new Int32Array(await g.read(e.rowPtr, 0, (H * Nb + 1) * 4));
-        return Float64Array.from({ length: H }, (_, h) => ptr[(h + 1) * Nb] - ptr[h * Nb]);
-      },
-      async attention(q, k, v, opts = {}) {
-        alive();
-        const { shape, qt, kt, vt } = prepare(host, q, k, v);
-        if (shape.heads !== H || numBlocks(shape.keys, B) !== Nb || shape.queries !== shape.keys) {
-          throw new InvalidArgumentError(`this device selection is for H=${H}, Nb=${Nb} (B=${B}) and a full prefill; got H=${shape.heads}, n=${shape.keys}, m=${shape.queries}`);
-        }
-        checkAttentionOptions(host, shape, [qt, kt, vt!], opts);
-        await ready(qt, kt, vt);
-        return runAttention(host, shape, qt, kt, vt!, { rowPtr: e.rowPtr, cols: e.cols, B, Nb, blocks: cap }, opts);
-      },
-      release() {
-        if (released) return;
-        released = true;
-        g.retire(...held);
-      },
-    };
+    return { routes, vsPtr, vsList, rowPtr: e.rowPtr, cols: e.cols, cap, held };
   } catch (err) {
     g.retire(...held);
     throw err;
   } finally {
     g.retire(...temps);
   }
+}
+
+/** The routes and VS lists of a queued selection, read back. */
+export async function readSelection(host: OpHost, sel: QueuedSelection, H: number, Nb: number): Promise<{ routes: Route[]; vs: VsLists }> {
+  const g = host.gpu;
+  const [rAb, pAb] = await Promise.all([g.read(sel.routes, 0, H * 4), g.read(sel.vsPtr, 0, 2 * (H + 1) * 4)]);
+  const r = new Uint32Array(rAb);
+  const ptr = new Int32Array(pAb);
+  const verticalPtr = ptr.slice(0, H + 1);
+  const slashPtr = ptr.slice(H + 1);
+  const nv = verticalPtr[H];
+  const ns = slashPtr[H];
+  const [vAb, sAb] = await Promise.all([
+    nv > 0 ? g.read(sel.vsList, 0, nv * 4) : new ArrayBuffer(0),
+    ns > 0 ? g.read(sel.vsList, H * Nb * 4, ns * 4) : new ArrayBuffer(0),
+  ]);
+  return {
+    routes: Array.from(r, (x): Route => (x === 1 ? 'vs' : 'pe')),
+    vs: { verticalPtr, vertical: new Int32Array(vAb), slashPtr, slash: new Int32Array(sAb) },
+  };
+}
+
+/** [H] blocks of each head's expanded rows, from rowPtr [H * Nb + 1] on the device. */
+export async function readRowCounts(host: OpHost, rowPtr: GPUBuffer, H: number, Nb: number): Promise<Float64Array> {
+  const ptr = new Int32Array(await host.gpu.read(rowPtr, 0, (H * Nb + 1) * 4));
+  return Float64Array.from({ length: H }, (_, h) => ptr[(h + 1) * Nb] - ptr[h * Nb]);
+}
+
+/**
+ * Route, select and expand on the device from the statistics' block sums: where deferred
+ * statistics left them (proxyStats with deferRead), else uploaded from `stats`' values.
+ */
+export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceVsRequest): Promise<DeviceVsPlan> {
+  host.alive();
+  const { heads: H, numBlocks: Nb, blockSize: B } = stats ?? ({} as ProxyStats);
+  checkSelection(H, Nb, B, req);
+  const sel = await queueSelection(host, stats, req);
+  const g = host.gpu;
+  let released = false;
+  const alive = () => {
+    host.alive();
+    if (released) throw new InvalidArgumentError('this device selection was released');
+  };
+  return {
+    heads: H,
+    numBlocks: Nb,
+    blockSize: B,
+    async read() {
+      alive();
+      return readSelection(host, sel, H, Nb);
+    },
+    async blockCounts() {
+      alive();
+      return readRowCounts(host, sel.rowPtr, H, Nb);
+    },
+    async attention(q, k, v, opts = {}) {
+      alive();
+      const { shape, qt, kt, vt } = prepare(host, q, k, v);
+      if (shape.heads !== H || numBlocks(shape.keys, B) !== Nb || shape.queries !== shape.keys) {
+        throw new InvalidArgumentError(`this device selection is for H=${H}, Nb=${Nb} (B=${B}) and a full prefill; got H=${shape.heads}, n=${shape.keys}, m=${shape.queries}`);
+      }
+      checkAttentionOptions(host, shape, [qt, kt, vt!], opts);
+      await ready(qt, kt, vt);
+      return runAttention(host, shape, qt, kt, vt!, { rowPtr: sel.rowPtr, cols: sel.cols, B, Nb, blocks: sel.cap }, opts);
+    },
+    release() {
+      if (released) return;
+      released = true;
+      g.retire(...sel.held);
+    },
+  };
 }

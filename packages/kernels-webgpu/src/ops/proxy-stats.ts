@@ -1,13 +1,14 @@
 /**
  * proxyStats: the proxy pass's per-head statistics (C_struct, row entropy, vertical and
- * slash block mass, pooled estimate) from the last `blockSize` query rows, on the GPU.
+ * slash block mass, pooled estimate) from the last `blockSize` query rows, on the GPU. With
+ * `deferRead` nothing is read back: the statistics stay in their device buffers (a device
+ * plan reads the block sums there, ./stats-readback.ts) until `settle()` copies them.
  */
 import {
   assertBlockSize,
   assertStatsWindows,
   type DeviceTensor,
   InvalidArgumentError,
-  NonFiniteError,
   numBlocks,
   type ProxyStats,
   type ProxyStatsOptions,
@@ -18,6 +19,7 @@ import { checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
+import { type KeptBuffers, deferredStats, readStats } from './stats-readback.js';
 
 export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
   const { shape, qt, kt } = prepare(host, q, k, undefined);
@@ -115,59 +117,14 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
       g.submit(enc, temps);
     });
     await g.settle(checks);
-    const [rowsAb, sumsAb, logitsAb, avAb, asAb] = await Promise.all([
-      g.read(rows, 0, H * b * 16),
-      g.read(sums, 0, H * (Nb + 1) * 8),
-      g.read(logits, 0, H * Nb * 4),
-      opts.tokenScores ? g.read(av, 0, H * n * 4) : undefined,
-      opts.tokenScores ? g.read(as, 0, H * n * 4) : undefined,
-    ]);
-    const rowStats = new Float32Array(rowsAb);
-    for (let r = 0; r < H * b; r++) {
-      if (rowStats[r * 4 + 3] !== 0) {
-        throw new NonFiniteError(
-          `q or k holds NaN or Inf (seen by proxy row ${r % b} of head ${Math.floor(r / b)}); clean the inputs first`,
-          { head: Math.floor(r / b) },
-        );
-      }
+    const base = { n, heads: H, blockSize: B, numBlocks: Nb, proxyRows: b };
+    const kept: KeptBuffers = { rows, sums, logits, av: opts.tokenScores ? av : undefined, as: opts.tokenScores ? as : undefined };
+    if (opts.deferRead) {
+      // the buffers the statistics are read from stay on the device until settle() reads them
+      owned.splice(0, owned.length, ...owned.filter((x) => x !== rows && x !== sums && x !== logits && x !== kept.av && x !== kept.as));
+      return deferredStats(host, base, kept);
     }
-    const blockSums = new Float32Array(sumsAb);
-    const lg = new Float32Array(logitsAb);
-    const cStruct = new Float64Array(H);
-    const rowEntropy = new Float64Array(H);
-    const verticalBlocks = new Float64Array(H * Nb);
-    const slashBlocks = new Float64Array(H * Nb);
-    const pooledEstimate = new Float64Array(H * Nb);
-    for (let h = 0; h < H; h++) {
-      let e = 0;
-      for (let i = 0; i < b; i++) e += rowStats[(h * b + i) * 4 + 2];
-      rowEntropy[h] = e / b;
-      const base = h * (Nb + 1);
-      cStruct[h] = blockSums[(base + Nb) * 2];
-      for (let J = 0; J < Nb; J++) {
-        verticalBlocks[h * Nb + J] = blockSums[(base + J) * 2];
-        slashBlocks[h * Nb + J] = blockSums[(base + J) * 2 + 1];
-      }
-      let mx = Number.NEGATIVE_INFINITY;
-      for (let J = 0; J < Nb; J++) mx = Math.max(mx, lg[h * Nb + J]);
-      let z = 0;
-      for (let J = 0; J < Nb; J++) z += Math.exp(lg[h * Nb + J] - mx);
-      for (let J = 0; J < Nb; J++) pooledEstimate[h * Nb + J] = Math.exp(lg[h * Nb + J] - mx) / z;
-    }
-    return {
-      n,
-      heads: H,
-      blockSize: B,
-      numBlocks: Nb,
-      proxyRows: b,
-      cStruct,
-      verticalBlocks,
-      slashBlocks,
-      pooledEstimate,
-      rowEntropy,
-      verticalTokens: avAb ? new Float32Array(avAb) : undefined,
-      slashTokens: asAb ? new Float32Array(asAb) : undefined,
-    };
+    return { ...base, ...(await readStats(host, base, kept)) };
   } finally {
     host.gpu.retire(...temps, ...owned);
   }

@@ -27,6 +27,7 @@ import { type Check, Usage } from '../runtime/gpu-context.js';
 import { checkAttentionOptions, launchAttention } from './attention.js';
 import { expandOnDevice } from './expand-mask.js';
 import type { OpHost } from './host.js';
+import { WebGpuPreparedMask } from '../plan/prepared-mask.js';
 import { checkBindings, checkMaskArrays, ready } from './validate.js';
 
 /** One sequence's mask rows as the run binds them. */
@@ -54,11 +55,13 @@ export async function varlenAttention(
   assertVarlenBatch(batch, shape, host.capabilities.blockSizes);
   const { segments, masks, blockSize: B } = batch;
   for (const mask of masks) if (mask !== undefined) checkMaskArrays(mask);
-  const held = batch.prepared?.findIndex((p) => p !== undefined) ?? -1;
-  if (held >= 0) {
+  // This backend's own prepared masks may come along (varlenPrefill passes its plans'): the
+  // batch runs the host masks, which a plan holds complete once planPrefill resolves.
+  const foreign = batch.prepared?.findIndex((p) => p !== undefined && !(p instanceof WebGpuPreparedMask && p.ownedBy(host))) ?? -1;
+  if (foreign >= 0) {
     throw new CrispError(
       'WRONG_BACKEND',
-      `batch.prepared[${held}] is a prepared mask, but the WebGPU backend has no device planner; pass the BlockMasks alone`,
+      `batch.prepared[${foreign}] is a prepared mask not made by this WebGPU backend's planner; pass the BlockMasks alone`,
     );
   }
   const longest = Math.max(...segments.map((g) => g.keys));

@@ -1,0 +1,167 @@
+/**
+ * The WebGPU device planner (plan/planner.ts) through core's pipeline: with crisp's rules
+ * (cStruct router, noise floor) planPrefill and sparsePrefill take the device path, and the
+ * plan equals the host plan of the same rules on the same backend (routes, VS lists, PE rows,
+ * density, per-head check), the outputs are bit-identical and close to the float64
+ * reference, and sparsePrefill queues the attention before anything is read back. Shapes:
+ * n not a multiple of B, GQA, chunked prefill (q the last m of n). Small shapes
+ * (SwiftShader in CI).
+ */
+import {
+  type DeviceTensor,
+  hostTensor,
+  mulberry32,
+  type Policy,
+  planPrefill,
+  releasePlan,
+  runPlan,
+  sparsePrefill,
+  toFloat32,
+} from '@crisp/core';
+import { crisp } from '@crisp/presets';
+import { createReferenceBackend } from '@crisp/reference';
+import { globalCoverage, noiseFloor } from '@crisp/select';
+import { describe, expect, it } from 'vitest';
+import { code, sharedBackend } from './test-support.js';
+
+const { backend, reason } = await sharedBackend();
+
+const D = 64;
+const B = 64;
+
+// crisp's router and selector rules at a scale these shapes can have (kMin 128 tokens);
+// γ 0.6 so the PE rows leave blocks out
+const onDevice: Policy = Object.freeze({
+  ...crisp,
+  blockSize: B,
+  kMin: 128,
+  vs: noiseFloor({ alpha: 1, kMin: 128 }),
+  pe: globalCoverage({ gamma: 0.6, kMin: 128 }),
+});
+// the same rules without their device forms (a spread router has none): the host plan
+const onHost: Policy = Object.freeze({ ...onDevice, name: 'crisp-host', router: { ...onDevice.router! }, vs: { ...onDevice.vs! } });
+
+/**
+ * q [m, H, D], k and v [n, Hkv, D]: noise, plus a direction u at the first keys (the sink)
+ * that the even heads' queries follow, and a direction w at keys in the middle that the odd
+ * heads' queries follow. Even heads then put their mass in the sink window (C_struct high:
+ * VS), odd heads outside both windows (C_struct low: PE).
+ */
+function inputs(seed: number, n: number, m: number, H: number, Hkv: number) {
+  const r = mulberry32(seed);
+  const noise = (len: number, amp: number) => Float32Array.from({ length: len }, () => (r() * 2 - 1) * amp);
+  const q = noise(m * H * D, 0.5);
+  const k = noise(n * Hkv * D, 0.5);
+  const v = noise(n * Hkv * D, 1);
+  for (let i = 0; i < m; i++) {
+    for (let h = 0; h < H; h++) q[(i * H + h) * D + (h % 2 === 0 ? 0 : 1)] += 8;
+  }
+  for (let j = 0; j < n; j++) {
+    for (let g = 0; g < Hkv; g++) {
+      if (j < 8) k[(j * Hkv + g) * D] += 3;
+      if (j > n / 3 && j < n / 3 + 150) k[(j * Hkv + g) * D + 1] += 2;
+    }
+  }
+  return { q: hostTensor('f32', [m, H, D], q), k: hostTensor('f32', [n, Hkv, D], k), v: hostTensor('f32', [n, Hkv, D], v) };
+}
+
+describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason}`}`, () => {
+  const be = backend!;
+
+  it('lists the cStruct router and the noise floor', () => {
+    expect(be.planner.routers).toEqual(['cStruct']);
+    expect(be.planner.selectors).toEqual(['noiseFloor']);
+  });
+
+  for (const [n, m, H, Hkv, seed] of [
+    [600, 600, 4, 2, 5],
+    [520, 150, 2, 2, 9],
+  ] as const) {
+    it(`plans on the device what the host plans, n=${n}, m=${m}, H=${H}, Hkv=${Hkv}`, async () => {
+      const x = inputs(seed, n, m, H, Hkv);
+      const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+      const outs: DeviceTensor[] = [];
+      try {
+        const host = await planPrefill(be, t, onHost, { minSparseLength: 0 });
+        const dev = await planPrefill(be, t, onDevice, { minSparseLength: 0 });
+        expect(host.prepared).toBeUndefined();
+        // the device path was taken: its mask is held on the device
+        expect(dev.prepared?.released).toBe(false);
+        expect(new Set(host.routing!.routes)).toEqual(new Set(['vs', 'pe']));
+        expect(dev.routing!.routes).toEqual(host.routing!.routes);
+        for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+          expect(Array.from(dev.mask!.vs![key]), key).toEqual(Array.from(host.mask!.vs![key]));
+        }
+        expect(Array.from(dev.mask!.rows!.rowPtr)).toEqual(Array.from(host.mask!.rows!.rowPtr));
+        expect(Array.from(dev.mask!.rows!.cols)).toEqual(Array.from(host.mask!.rows!.cols));
+        expect(Array.from(dev.density)).toEqual(Array.from(host.density));
+        expect(dev.overallDensity).toBe(host.overallDensity);
+        expect(dev.overallDensity).toBeLessThan(0.9);
+        expect(Array.from(dev.proxyRecall!)).toEqual(Array.from(host.proxyRecall!));
+
+        // the same kernel over the same blocks: the same bits, on the prepared mask and after its release
+        const a = await runPlan(be, host, t, { returnLse: true });
+        const b = await runPlan(be, dev, t);
+        outs.push(a.output, a.lse!, b.output);
+        const want = toFloat32(await be.download(a.output));
+        expect(toFloat32(await be.download(b.output))).toEqual(want);
+        releasePlan(dev);
+        expect(dev.prepared?.released).toBe(true);
+
+        // sparsePrefill: the attention queued before any read back, the plan complete after
+        const log: string[] = [];
+        const g = be.gpu;
+        const { read, dispatch } = g;
+        g.read = (...args) => {
+          log.push('read');
+          return read.apply(g, args);
+        };
+        g.dispatch = (enc, pipe, ...rest) => {
+          if (pipe.label === 'attentionFma') log.push('attention');
+          return dispatch.call(g, enc, pipe, ...rest);
+        };
+        let res: Awaited<ReturnType<typeof sparsePrefill>>;
+        try {
+          res = await sparsePrefill(be, t, onDevice, { minSparseLength: 0, returnLse: true });
+        } finally {
+          g.read = read;
+          g.dispatch = dispatch;
+        }
+        outs.push(res.output, res.lse!);
+        expect(log[0]).toBe('attention');
+        expect(log).toContain('read');
+        expect(res.plan.prepared).toBeUndefined();
+        expect(res.plan.mask).toEqual(host.mask);
+        expect(toFloat32(await be.download(res.output))).toEqual(want);
+        expect(toFloat32(await be.download(res.lse!))).toEqual(toFloat32(await be.download(a.lse!)));
+
+        // and close to the float64 reference on the host plan's mask
+        const ref = createReferenceBackend();
+        const r = await ref.sparseAttention(ref.upload(x.q), ref.upload(x.k), ref.upload(x.v), host.mask!);
+        const exact = toFloat32(await ref.download(r.output));
+        let err = 0;
+        for (let i = 0; i < exact.length; i++) err = Math.max(err, Math.abs(exact[i] - want[i]));
+        expect(err).toBeLessThan(1e-4);
+        ref.dispose();
+      } finally {
+        for (const d of [...outs, t.q, t.k, t.v]) d.dispose();
+      }
+    });
+  }
+
+  it('reports NaN inputs as NON_FINITE on the device path and keeps nothing', async () => {
+    const x = inputs(3, 300, 300, 2, 2);
+    (x.k.data as Float32Array)[5 * 2 * D] = Number.NaN;
+    const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+    await be.synchronize();
+    const before = be.gpu.liveBuffers.buffers;
+    try {
+      expect(await code(sparsePrefill(be, t, onDevice, { minSparseLength: 0 }))).toBe('NON_FINITE');
+      expect(await code(planPrefill(be, t, onDevice, { minSparseLength: 0 }))).toBe('NON_FINITE');
+      await be.synchronize();
+      expect(be.gpu.liveBuffers.buffers).toBe(before);
+    } finally {
+      for (const d of [t.q, t.k, t.v]) d.dispose();
+    }
+  });
+});

@@ -1,0 +1,96 @@
+/**
+ * The WebGPU backend's DevicePlanner (core): the plan after the statistics as device work,
+ * with nothing read back before the attention is queued.
+ *
+ * - Routing and VS selection: the cStruct router and the noise floor on the GPU
+ *   (kernels/select.ts), exactly the host rules' routes and lists; they read the block sums
+ *   where proxyStats (deferRead) left them, so the statistics are not read back first.
+ * - The VS lists (of every head: a PE head's are its peK best blocks each way) are expanded
+ *   into rows on the device: the mask `sparseAttention` runs at once.
+ * - The PE heads' rows: their γ cut stays on the host in this backend (peBlockRows: the
+ *   pooled map on the GPU, the cut over its Nb (Nb + 1) / 2 values in two radix passes on
+ *   the host). An exact γ cut on the device would have to add the map's values in the
+ *   host's f64 order, one head at a time: far slower than the host. So the PE part is
+ *   queued through the existing path when first needed, behind the VS path, never in its
+ *   way: sparseAttention queues the attention of every head over the VS rows, then reads
+ *   the routes, builds the PE heads' rows (peBlockRows), expands every head's rows with
+ *   them and runs the PE heads' attention again over their complete rows (the VS heads'
+ *   output is final after the first run). A PE head's first run covers only its VS part
+ *   (2 peK blocks a row): that is the extra work. The plan's read() (or readBlockCounts())
+ *   makes the PE part when sparseAttention did not, and then runPlan's attention runs
+ *   every head's rows at once. The plan's mask thus holds the PE rows peBlockRows gives
+ *   the host plan, and the plan equals the host plan exactly.
+ */
+import {
+  type DevicePlanOutcome,
+  type DevicePlanRequest,
+  type DevicePlanResult,
+  type DevicePlanner,
+  type DeviceRouterRule,
+  type DeviceSelectorRule,
+  InvalidArgumentError,
+  UnsupportedError,
+  numBlocks,
+} from '@crisp/core';
+import { queueSelection } from '../ops/device-select.js';
+import type { OpHost } from '../ops/host.js';
+import { checkScale, prepare } from '../ops/validate.js';
+import { WebGpuPreparedMask } from './prepared-mask.js';
+
+export class WebGpuDevicePlanner implements DevicePlanner {
+  /** Router rules the plan runs on the device (kernels/select.ts). */
+  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct'] as const);
+  /** Selector rules the plan runs on the device (kernels/select.ts). */
+  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor'] as const);
+  readonly #host: OpHost;
+
+  constructor(host: OpHost) {
+    this.#host = host;
+  }
+
+  /**
+   * Routes, VS lists and their rows queued on the device from the statistics' block sums;
+   * the PE heads' rows when first needed (see the file's header). Typed errors before any
+   * work for a request it cannot run.
+   */
+  async plan(req: DevicePlanRequest): Promise<DevicePlanResult> {
+    const host = this.#host;
+    host.alive();
+    const { stats, route, vs, peK, pe } = req ?? ({} as DevicePlanRequest);
+    if (route?.kind !== 'cStruct') {
+      throw new UnsupportedError(`the WebGPU device plan routes by the cStruct rule; got ${String(route?.kind)}`, { limit: 'deviceRouter' });
+    }
+    if (!(typeof route.tauProxy === 'number' && Number.isFinite(route.tauProxy))) {
+      throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${String(route.tauProxy)}`);
+    }
+    if (!stats || typeof stats !== 'object' || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
+      throw new InvalidArgumentError('the device plan needs the statistics from proxyStats');
+    }
+    if (!pe || typeof pe !== 'object') throw new InvalidArgumentError('the device plan needs the PE inputs { q, k, gamma }');
+    if (typeof pe.gamma !== 'number' || !(pe.gamma > 0 && pe.gamma <= 1)) {
+      throw new InvalidArgumentError(`gamma must be a number in (0, 1]; got ${String(pe.gamma)}`);
+    }
+    const { shape, qt, kt } = prepare(host, pe.q, pe.k, undefined);
+    const { heads: H, numBlocks: Nb, blockSize: B } = stats;
+    if (shape.heads !== H || shape.keys !== stats.n || numBlocks(shape.keys, B) !== Nb) {
+      throw new InvalidArgumentError(
+        `the statistics are for n=${stats.n}, H=${H}, Nb=${Nb}; q and k for n=${shape.keys}, H=${shape.heads}, Nb=${numBlocks(shape.keys, B)}`,
+      );
+    }
+    const scale = pe.scale === undefined ? undefined : checkScale(pe.scale, shape.headDim);
+    const sel = await queueSelection(host, stats, { tauProxy: route.tauProxy, vs, peK });
+    const prepared = new WebGpuPreparedMask(host, { heads: H, numBlocks: Nb, blockSize: B }, sel, { q: qt, k: kt, gamma: pe.gamma, scale });
+    let outcome: Promise<DevicePlanOutcome> | undefined;
+    const read = (): Promise<DevicePlanOutcome> => {
+      outcome ??= (async () => {
+        // non-finite statistics first (NON_FINITE), as the host plan reports them
+        await stats.settle?.();
+        const got = await prepared.read();
+        const peRows = got.peRows;
+        return { routes: got.routes, vs: got.vs, ...(peRows ? { peRows: async () => peRows } : {}) };
+      })();
+      return outcome;
+    };
+    return { prepared, read };
+  }
+}
