@@ -194,6 +194,11 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     const dots = r.heads.reduce((a, h) => a + h.verticalSelected.length + h.slashSelected.length, 0);
     expect(await run.page.locator('#cliff circle').count()).toBe(dots);
     expect(await run.page.locator('#summary').textContent()).toContain(`${(100 * r.overallDensity).toFixed(1)}%`);
+    // the kernel the backend chose and its achieved rates are on the page
+    expect(r.attentionKernel).toBe((await run.page.evaluate(() => window.__crispAdapter as AdapterReport)).attentionKernel);
+    expect(r.denseTflops).toBeGreaterThan(0);
+    expect(r.sparseTflops).toBeGreaterThan(0);
+    expect(await run.page.locator('#summary').textContent()).toContain(`attention kernel${r.attentionKernel}`);
     // On SwiftShader (the CI default) the page says its times mean nothing; on a GPU it does not.
     const adapter = await run.page.evaluate(() => window.__crispAdapter as AdapterReport);
     const swiftShader = /swiftshader/i.test(`${adapter.vendor} ${adapter.architecture} ${adapter.description}`);
@@ -209,7 +214,7 @@ describe('the demo page in headless Chromium with WebGPU', () => {
       console.log(`demo screenshot: ${join(SHOTS, 'demo.png')}`);
     }
     console.log(
-      `demo in Chromium: ${r.config.dtype}, density ${r.overallDensity.toFixed(3)}, routes ${r.heads.map((h) => h.route).join(',')}, kernel error ${r.kernelError.toExponential(2)}, dense ${r.denseKernelError.toExponential(2)}, output error ${r.outputError.toExponential(2)}, needle recall ${r.needleRecall.recall}`,
+      `demo in Chromium: ${r.config.dtype}, kernel ${r.attentionKernel} (dense ${r.denseTflops.toFixed(4)}, sparse ${r.sparseTflops.toFixed(4)} TFLOP/s), density ${r.overallDensity.toFixed(3)}, routes ${r.heads.map((h) => h.route).join(',')}, kernel error ${r.kernelError.toExponential(2)}, dense ${r.denseKernelError.toExponential(2)}, output error ${r.outputError.toExponential(2)}, needle recall ${r.needleRecall.recall}`,
     );
   });
 

@@ -62,6 +62,7 @@ function fmt(x: number | null, digits = 3): string {
 }
 
 const pct = (x: number): string => `${(100 * x).toFixed(1)}%`;
+const tflops = (x: number): string => (x < 0.1 ? x.toFixed(4) : x.toFixed(2));
 const ms = (x: number): string => `${x < 10 ? x.toFixed(2) : x.toFixed(1)} ms`;
 
 function setProgress(message: string, error = false): void {
@@ -123,6 +124,8 @@ function renderResult(r: DemoResult): void {
     ['sparse total (plan + attention)', ms(r.sparseMs)],
     ['dense attention, same device', ms(r.denseMs)],
     ['speed-up vs dense', `${r.speedup.toFixed(2)}x${c.warmup ? '' : ' (no warm-up: the times include shader compiles)'}`],
+    ['attention kernel', r.attentionKernel],
+    ['achieved TFLOP/s: dense, sparse (computed blocks)', `${tflops(r.denseTflops)}, ${tflops(r.sparseTflops)}`],
     ['kernel error vs float64, same mask', fmt(r.kernelError)],
     ['dense kernel error vs float64', fmt(r.denseKernelError)],
     ['output error vs float64 dense', fmt(r.outputError)],

@@ -98,6 +98,13 @@ describe('runDemo on the reference backend', () => {
       expect(h.massRecall).toBeLessThanOrEqual(1 + 1e-12);
     }
     expect(checkCliffData(r.heads, s.mask!)).toBeNull();
+    // the achieved rates: each head's computed blocks over the sparse time, the causal FLOPs over the dense time
+    expect(r.attentionKernel).toBe(backend.name);
+    const flops = (heads: number) => 4 * 64 * heads * ((1280 * 1281) / 2);
+    expect(r.denseTflops).toBeCloseTo(flops(2) / r.denseMs / 1e9, 12);
+    const computed = (r.heads[0].density + r.heads[1].density) * flops(1);
+    expect(r.sparseTflops).toBeCloseTo(computed / r.attentionMs / 1e9, 12);
+    expect(r.sparseTflops).toBeGreaterThan(0);
     expect(r.needleRecall.recall).toBeGreaterThanOrEqual(0);
     expect(r.needleRecall.recall).toBeLessThanOrEqual(1);
     expect(r.needleRecall.total).toBe(sc.truth.needles.reduce((a, nd) => a + nd.readers.length, 0));

@@ -173,6 +173,15 @@ export interface DemoResult {
   readonly denseMs: number;
   /** denseMs / sparseMs */
   readonly speedup: number;
+  /** the backend's attention kernel (WebGPU: 'fma-v4', 'subgroup-matrix-staged', ...; the backend's name elsewhere) */
+  readonly attentionKernel: string;
+  /** causal attention FLOPs (4·d·H·n(n+1)/2) per second of the dense attention, in TFLOP/s */
+  readonly denseTflops: number;
+  /**
+   * the sparse attention's achieved rate: the FLOPs of the blocks it computed (each head's
+   * density times its causal FLOPs) per second of the sparse attention (plan excluded), in TFLOP/s
+   */
+  readonly sparseTflops: number;
   readonly rows: readonly number[];
   /** ‖O_gpu − O_f64(same mask)‖ / ‖O_f64(same mask)‖ over the sampled rows: the kernel's exactness */
   readonly kernelError: number;
@@ -209,6 +218,11 @@ export interface DemoRun {
 export type Progress = (message: string) => void;
 
 const now = (): number => performance.now();
+
+/** FLOPs of causal attention over n positions: two products of 2·d FLOPs per (query, key ≤ query) pair and head. */
+export function causalFlops(n: number, heads: number, headDim: number): number {
+  return 4 * headDim * heads * ((n * (n + 1)) / 2);
+}
 /** Let the page draw between steps (setTimeout exists in browsers and Node alike). */
 const yieldToUi = (): Promise<void> => new Promise((resolve) => setTimeout(resolve, 0));
 
@@ -376,6 +390,9 @@ export async function runDemo(backend: Backend, cfg: DemoConfig, dtype: DType, p
     }));
     const sparseMs = median(sparseTimes);
     const denseMs = median(denseTimes);
+    const attentionMs = median(attnTimes);
+    const headFlops = causalFlops(cfg.n, 1, cfg.headDim);
+    const sparseFlops = heads.reduce((t, h) => t + h.density * headFlops, 0);
     const expanded = mask ? expandToRows(mask) : undefined;
     const samples: DemoSamples = {
       rows,
@@ -398,10 +415,13 @@ export async function runDemo(backend: Backend, cfg: DemoConfig, dtype: DType, p
       heads,
       overallDensity: plan.overallDensity,
       planMs: median(planTimes),
-      attentionMs: median(attnTimes),
+      attentionMs,
       sparseMs,
       denseMs,
       speedup: denseMs / sparseMs,
+      attentionKernel: (backend as { attentionKernel?: string }).attentionKernel ?? backend.name,
+      denseTflops: causalFlops(cfg.n, cfg.heads, cfg.headDim) / denseMs / 1e9,
+      sparseTflops: sparseFlops / attentionMs / 1e9,
       rows,
       kernelError: kernel.overall,
       denseKernelError: denseKernel.overall,
