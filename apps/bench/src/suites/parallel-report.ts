@@ -16,7 +16,7 @@ function table(head: string[], rows: string[][]): string[] {
 export function parallelMarkdown(r: ParallelResult, reproduce: string): string[] {
   const out: string[] = ['', '## Context-parallel prefill: traffic and load per rank', ''];
   out.push(
-    "@crisp/parallel shards a layer's sequence over P ranks in a zig-zag layout (rank r holds chunks r and 2P − 1 − r of 2P); every rank makes the single-backend plan from gathered statistics and receives only the K/V blocks (per kv head) its query blocks select. The figures below follow from that plan, made once per size with planPrefill on the backend named (length gate off), on the @crisp/synth llama-like scenario. **K/V received**: bytes every rank receives, in all and on the busiest rank, in the backend's dtype; against a **dense ring** (every shard to every other rank: (P − 1)·n·Hkv·d·2 elements) and a **causal dense** exchange (every block before a rank's last that it does not hold). **Plan bytes**: what a rank receives while planning (proxy rows, log-sum-exps, partial sums, key and, with PE heads, query block means, all float64; the shard and plan checks), from the message sizes; the total is over the ranks. **Work max/mean**: selected (head, query block, key block) triples of each rank's query blocks, the busiest rank over the mean; beside it the same for dense causal attention. MiB = 2^20 bytes. Deterministic for a seed: no spread.",
+    "@crisp/parallel shards a layer's sequence over P ranks in a zig-zag layout (rank r holds chunks r and 2P − 1 − r of 2P); every rank makes the single-backend plan from gathered statistics and receives only the K/V blocks (per kv head) its query blocks select. The figures below follow from that plan, made once per size with planPrefill on the backend named (length gate off), on the @crisp/synth llama-like scenario. **K/V received**: bytes every rank receives, in all and on the busiest rank (and that rank over the mean), in the backend's dtype; against a **dense ring** (every shard to every other rank: (P − 1)·n·Hkv·d·2 elements) and a **causal dense** exchange (every block before a rank's last that it does not hold). **Plan bytes**: what a rank receives while planning (proxy rows, log-sum-exps, partial sums, key and, with PE heads, query block means, all float64; the shard and plan checks), from the message sizes; the total is over the ranks. **Work max/mean**: selected (head, query block, key block) triples of each rank's query blocks, the busiest rank over the mean; beside it the same for dense causal attention. MiB = 2^20 bytes. Deterministic for a seed: no spread.",
   );
   out.push('');
   out.push(reproduce);
@@ -28,7 +28,7 @@ export function parallelMarkdown(r: ParallelResult, reproduce: string): string[]
     out.push('');
     out.push(
       ...table(
-        ['preset', 'n', 'P', 'density', 'PE heads', 'K/V received MiB', 'of dense ring', 'of causal dense', 'busiest rank MiB', 'dense ring MiB', 'plan MiB per rank (max)', 'plan MiB total', 'work max/mean', 'dense work max/mean', 'plan s'],
+        ['preset', 'n', 'P', 'density', 'PE heads', 'K/V received MiB', 'of dense ring', 'of causal dense', 'busiest rank MiB', 'K/V max/mean', 'dense ring MiB', 'plan MiB per rank (max)', 'plan MiB total', 'work max/mean', 'dense work max/mean', 'plan s'],
         rs.map((x) => [
           x.preset,
           kn(x.n),
@@ -39,6 +39,7 @@ export function parallelMarkdown(r: ParallelResult, reproduce: string): string[]
           pct(x.kvBytes.total, x.denseRingBytes),
           pct(x.kvBytes.total, x.causalDenseBytes),
           mib(x.kvBytes.max),
+          (x.kvBytes.max / x.kvBytes.mean).toFixed(3),
           mib(x.denseRingBytes),
           mib(x.planBytes.max),
           mib(x.planBytes.total),
@@ -57,6 +58,7 @@ export function parallelMarkdown(r: ParallelResult, reproduce: string): string[]
   for (const s of r.skipped) out.push(`- skipped ${s.backend} n=${kn(s.n)}${s.ranks === undefined ? '' : ` P=${s.ranks}`}: ${s.reason}`);
   if (r.notes.length) out.push('');
   for (const x of r.notes) out.push(`- ${x}`);
+  out.push('');
   return out;
 }
 
