@@ -10,14 +10,15 @@ import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
-export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen', 'parity'] as const;
+export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen', 'parity', 'parallel'] as const;
 export type SuiteName = (typeof SUITE_NAMES)[number];
 /**
  * What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own),
- * varlen (ragged batches and chunked prefill, a GPU phase of its own) and parity (FlexPrefill's
- * own code on the same tensors: PyTorch, Triton and a copy of that code); they are asked for by name.
+ * varlen (ragged batches and chunked prefill, a GPU phase of its own), parity (FlexPrefill's
+ * own code on the same tensors: PyTorch, Triton and a copy of that code) and parallel
+ * (context-parallel traffic and load per rank); they are asked for by name.
  */
-export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs' && s !== 'varlen' && s !== 'parity');
+export const DEFAULT_SUITES: readonly SuiteName[] = SUITE_NAMES.filter((s) => s !== 'tfjs' && s !== 'varlen' && s !== 'parity' && s !== 'parallel');
 /**
  * The varlen suite's policies: the crisp preset, its copy scaled to B = 64 for short sequences
  * (CPU tests), or dense (every head dense: chunked prefill where sparse chunks are refused).
@@ -157,6 +158,23 @@ export interface BenchConfig {
     /** folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill) */
     readonly flexprefillDir?: string;
   };
+  /**
+   * Context-parallel prefill (@crisp/parallel) from the single-backend plan: per size and rank
+   * count, the K/V bytes each rank receives against a dense ring, the plan-phase bytes and the
+   * attention's load balance over the zig-zag shards. The plan is made once per size, on the
+   * first backend available of cuda, webgpu, reference.
+   */
+  readonly parallel: {
+    /** sizes when the plan is made on a GPU backend */
+    readonly sizes: readonly number[];
+    /** sizes when it is made on the float64 reference (its proxy statistics are O(B·n·H·d) on the host) */
+    readonly referenceSizes: readonly number[];
+    /** rank counts P */
+    readonly ranks: readonly number[];
+    readonly shape: Shape;
+    /** presets planned (names from @crisp/presets) */
+    readonly presets: readonly string[];
+  };
 }
 
 const ALL_PRESETS = ['dense', 'crisp', 'crispFast', 'crispGuarded', 'flexPrefill'];
@@ -199,6 +217,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
       varlen: { batch: 3, seed: 7, range: [300, 1500], chunkedN: 1536, chunks: 4, policy: 'crisp-b64' },
       parity: { sizes: [2048], profiles: ['llama-like'], seeds: [1], shape: { heads: 4, kvHeads: 1, headDim: 64 }, rows: 8, reps: 3, warmup: 1 },
+      parallel: { sizes: [2048], referenceSizes: [2048], ranks: [2, 4], shape: { heads: 4, kvHeads: 2, headDim: 64 }, presets: ['crisp'] },
     };
   }
   return {
@@ -229,6 +248,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
     tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },
     varlen: { batch: 8, seed: 7, range: [4096, 131072], chunkedN: 131072, chunks: 4, policy: 'crisp' },
     parity: { sizes: pow2(8192, 524288), profiles: PROFILE_NAMES, seeds: [1, 2], shape: { heads: 16, kvHeads: 4, headDim: 64 }, rows: 64, reps: 3, warmup: 1 },
+    parallel: { sizes: pow2(32768, 524288), referenceSizes: [16384, 32768], ranks: [2, 4, 8], shape: { heads: 32, kvHeads: 8, headDim: 128 }, presets: ['crisp'] },
   };
 }
 

@@ -17,7 +17,7 @@ export interface SuiteContext {
    * Hand the suite's results so far to the run, which writes bench.json and bench.md at
    * once: a run killed at a wall-clock limit still leaves every finished size on disk.
    */
-  progress?(suite: 'latency' | 'accuracy' | 'onCurve' | 'floors' | 'varlen' | 'parity', partial: unknown): void;
+  progress?(suite: 'latency' | 'accuracy' | 'onCurve' | 'floors' | 'varlen' | 'parity' | 'parallel', partial: unknown): void;
 }
 
 /** Time left before the run's deadline (Infinity when there is none). */

@@ -21,6 +21,7 @@ import { crossoverSuite } from './suites/crossover.js';
 import { floorSummary, floorsSuite } from './suites/floors.js';
 import { latencySuite } from './suites/latency.js';
 import { onCurveSuite } from './suites/on-curve.js';
+import { parallelSuite } from './suites/parallel.js';
 import { paritySuite, resolveFlexPrefillPeer } from './suites/parity.js';
 import { tfjsSuite } from './suites/tfjs.js';
 import { varlenSuite } from './suites/varlen.js';
@@ -64,13 +65,16 @@ function program(): Command {
     .option('--parity-shape <H,Hkv,d>', "parity suite shape (default 16,4,64; d must be 16, 32, 64 or 128: FlexPrefill's kernels)")
     .option('--parity-rows <count>', 'parity suite: query rows sampled for both outputs\' error against float64 dense attention (default 64)')
     .option('--flexprefill-dir <dir>', "parity suite: folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill)")
+    .option('--parallel-sizes <sizes>', 'parallel suite sizes (default 32k..512k with a GPU backend, 16k,32k on the reference)')
+    .option('--parallel-ranks <list>', 'parallel suite: comma-separated rank counts P (default 2,4,8)')
+    .option('--parallel-shape <H,Hkv,d>', 'parallel suite shape (default 32,8,128: Llama-3.1-8B)')
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
     .option('--acc-profiles <list>', `accuracy: @crisp/synth profiles, a comma-separated subset of ${ALL_PROFILE_NAMES.join(',')} (default: all of them; smoke: the first four)`)
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
     .option('--floors-n <n>', 'n for the floors comparison')
-    .option('--presets <list>', 'latency presets (default dense,crisp,crispFast,flexPrefill)')
+    .option('--presets <list>', 'latency presets (default dense,crisp,crispFast,crispGuarded,flexPrefill) and parallel presets (default crisp)')
     .option('--reps <count>', 'timed runs per measurement (>= 3)')
     .option('--warmup <count>', 'untimed runs first')
     .option('--jit-warmup <count>', 'GPU backends: untimed prefills at 8k before the first size (at most 30 s after one prefill of each preset, which compile the kernels), so the timed calls run JIT-optimised JavaScript (default 2000: functions a prefill calls once need ~1,000 calls before V8 optimises them; 0: cold)')
@@ -172,6 +176,14 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       warmup: num(o.warmup, 'warmup', 1) ?? base.parity.warmup,
       ...(typeof o.flexprefillDir === 'string' ? { flexprefillDir: resolve(o.flexprefillDir) } : {}),
     },
+    parallel: {
+      ...base.parallel,
+      sizes: sizes(o.parallelSizes) ?? base.parallel.sizes,
+      referenceSizes: sizes(o.parallelSizes) ?? base.parallel.referenceSizes,
+      ranks: typeof o.parallelRanks === 'string' ? rankList(o.parallelRanks) : base.parallel.ranks,
+      shape: shp(o.parallelShape) ?? base.parallel.shape,
+      presets: presetList ?? base.parallel.presets,
+    },
     accuracy: {
       ...base.accuracy,
       sizes: sizes(o.accSizes) ?? base.accuracy.sizes,
@@ -199,6 +211,13 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
 function seedList(text: string): number[] {
   const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
   if (out.length === 0 || out.some((x) => !Number.isInteger(x) || x < 0)) throw new Error(`bad seed list '${text}': use comma-separated integers >= 0 (e.g. 1,2)`);
+  return out;
+}
+
+/** "2,4,8": rank counts, integers >= 2. */
+function rankList(text: string): number[] {
+  const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
+  if (out.length === 0 || out.some((x) => !Number.isInteger(x) || x < 2)) throw new Error(`bad rank list '${text}': use comma-separated integers >= 2 (e.g. 2,4,8)`);
   return out;
 }
 
@@ -369,6 +388,10 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     if (want(config, 'parity')) {
       await phase('parity');
       result.suites.parity = await paritySuite(ctx, opened, resolveFlexPrefillPeer(repoRoot));
+    }
+    if (want(config, 'parallel')) {
+      await phase('parallel');
+      result.suites.parallel = await parallelSuite(ctx, opened);
     }
     result.inProgress = undefined;
     result.finishedAt = new Date().toISOString();

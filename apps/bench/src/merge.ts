@@ -17,6 +17,7 @@ export function rowsOf(r: BenchResult): { suite: string; rows: readonly { run?: 
     { suite: 'accuracy', rows: [...(s.accuracy?.rows ?? []), ...(s.accuracy?.routing ?? [])] },
     { suite: 'onCurve', rows: [...(s.onCurve?.synthetic ?? []), ...(s.onCurve?.proxy ?? [])] },
     { suite: 'floors', rows: s.floors?.rows ?? [] },
+    { suite: 'parallel', rows: s.parallel?.rows ?? [] },
   ];
 }
 
@@ -62,6 +63,14 @@ export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly 
     c.onCurve && p.onCurve
       ? { synthetic: c.onCurve.synthetic, proxy: keep(p.onCurve.proxy, c.onCurve.proxy, [...c.onCurve.proxy, ...c.onCurve.skipped]), skipped: keep(p.onCurve.skipped, c.onCurve.skipped, [...c.onCurve.proxy, ...c.onCurve.skipped]) }
       : (c.onCurve ?? p.onCurve);
+  const parallel =
+    c.parallel && p.parallel
+      ? {
+          rows: keep(p.parallel.rows, c.parallel.rows, [...c.parallel.rows, ...c.parallel.skipped]),
+          skipped: keep(p.parallel.skipped, c.parallel.skipped, [...c.parallel.rows, ...c.parallel.skipped]),
+          notes: [...new Set([...p.parallel.notes, ...c.parallel.notes])],
+        }
+      : (c.parallel ?? p.parallel);
   const backends = [...prev.backends.filter((b) => !ran.includes(b.name)), ...cur.backends.filter((b) => ran.includes(b.name))];
   const crossover =
     latency && (c.crossover || p.crossover) ? crossoverSuite(latency.rows, new Map(backends.map((b) => [b.name, b.shippedCrossover]))) : undefined;
@@ -78,6 +87,6 @@ export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly 
         ...(prev.inProgress ? { inProgress: prev.inProgress } : {}),
       },
     ],
-    suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors, tfjs: c.tfjs ?? p.tfjs, varlen: c.varlen ?? p.varlen, parity: c.parity ?? p.parity },
+    suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors, tfjs: c.tfjs ?? p.tfjs, varlen: c.varlen ?? p.varlen, parity: c.parity ?? p.parity, parallel },
   };
 }

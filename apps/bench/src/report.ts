@@ -1,6 +1,7 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
 import { JIT_WARMUP_N } from './suites/latency.js';
+import { parallelMarkdown } from './suites/parallel-report.js';
 import { parityMarkdown } from './suites/parity.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
 import { varlenMarkdown } from './suites/varlen-report.js';
@@ -253,6 +254,7 @@ export function markdown(r: BenchResult): string {
   if (r.suites.tfjs) out.push(...tfjsMarkdown(r.suites.tfjs, r.config.tfjs?.reps ?? 3));
   if (r.suites.varlen) out.push(...varlenMarkdown(r.suites.varlen, r.config.latency.reps, r.config.latency.warmup));
   if (r.suites.parity) out.push(...parityMarkdown(r.suites.parity));
+  if (r.suites.parallel) out.push(...parallelMarkdown(r.suites.parallel, producedBy(r, 'parallel')));
   return out.join('\n');
 }
 

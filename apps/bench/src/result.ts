@@ -7,6 +7,7 @@ import type { CrossoverResult } from './suites/crossover.js';
 import type { FloorsResult } from './suites/floors.js';
 import type { LatencyResult } from './suites/latency.js';
 import type { OnCurveResult } from './suites/on-curve.js';
+import type { ParallelResult } from './suites/parallel.js';
 import type { ParityResult } from './suites/parity.js';
 import type { TfjsResult } from './suites/tfjs.js';
 import type { VarlenResult } from './suites/varlen.js';
@@ -36,6 +37,7 @@ export interface BenchResult {
     tfjs?: TfjsResult;
     varlen?: VarlenResult;
     parity?: ParityResult;
+    parallel?: ParallelResult;
   };
   figures?: string[];
   /** with --merge: the commands whose results this file also holds */
