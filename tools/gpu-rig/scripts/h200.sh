@@ -38,6 +38,11 @@
 #                needles, density), then the latency of crisp, crispGuarded and flexPrefill at 128k
 #                and 512k on the llama fill (the guarded preset's plan share; no SDPA peer):
 #                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~300 s.
+#   parallel     crisp-bench's parallel suite on CUDA: the crisp plan of the @crisp/synth llama-like layer
+#                at 512k, 1M, 2M and 4M tokens (one GPU makes the plan, which every rank of a context-parallel
+#                run makes too), and for 2, 4 and 8 ranks the K/V bytes each rank receives against a dense
+#                ring, the plan's bytes and the load balance: OUT/nvidia-h200-parallel
+#                (apps/bench/results/nvidia-h200-parallel). Time and scaling need several GPUs.
 #   million      one sequence of 1,048,576 tokens (q holds 2^32 elements: every offset 64-bit): the
 #                crisp preset's sparsePrefill on the llama fill against the dense kernel's output,
 #                then (when the CLI bundle is there) a 12 GB safetensors dump of the same layer
@@ -54,8 +59,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|parallel|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|parallel|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -144,6 +149,14 @@ case "$phase" in
     rc2=$?
     grep -E 'latency|plan' "$out/guard-latency.log" | tail -n 12
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
+    ;;
+  parallel)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 540 node "$app/crisp-bench.mjs" --backends cuda --suites parallel --parallel-sizes 512k,1024k,2048k,4096k \
+      --parallel-ranks 2,4,8 --deadline-s 520 --out "$out/nvidia-h200-parallel" > "$out/parallel.log" 2>&1
+    rc=$?
+    grep -E 'parallel|skip|error' "$out/parallel.log" | tail -n 30
+    exit $rc
     ;;
   million)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
