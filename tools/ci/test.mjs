@@ -8,7 +8,7 @@
  * - the typecheck and vitest suites of every package, in parallel under turbo with
  *   `--continue` (turbo otherwise stops the suites still running at the first failure), and
  *   in the same run `test:heavy` (the nvcc compile check of @crisp/kernels-cuda, minutes of
- *   CPU), whose nvcc runs at the lowest CPU priority: it fills the CPU the suites leave idle
+ *   CPU), whose nvcc runs at a low CPU priority (nice 10): it fills the CPU the suites leave idle
  *   towards their end (a few long suites, one process each) instead of running after them;
  * - the API reference (`pnpm docs:api`: TypeDoc over every published entry, warnings such as
  *   a broken `{@link}` or a referenced type that is not exported fail it), beside
