@@ -1,10 +1,12 @@
 // `pnpm test` of this package: the vitest suite as two processes at once, each one Dawn
-// device with its modules shared across its files (vitest.config.ts). The first runs the
-// files that share the default kernels' pipelines (each compiled once; on SwiftShader a
-// compile takes seconds); the second the files whose pipelines are their own anyway: the
-// FMA, subgroup-matrix and unknown attention kernels, a device of their own (device loss),
-// and the TF.js and ONNX Runtime peers with their own shaders. On 2 cores the suite then
-// ends when the longer half does, not after both. Extra arguments go to both runs.
+// device with its modules shared across its files (vitest.config.ts), so a WGSL pipeline is
+// compiled once per process (on SwiftShader a compile takes seconds). As one process the
+// suite ran on one core for minutes after every other suite had ended. The second process
+// takes attention-kernels (the FMA kernel in f16 and f32 at d 64 and 128, dispatch splitting,
+// the subgroup-matrix and unknown kernels), device-loss (a device of its own) and the TF.js
+// and ONNX Runtime peers (their libraries' shaders); the first the rest, which share the
+// default kernels' pipelines with the conformance suite. Only the FMA pipelines that both
+// halves use are compiled twice. Extra arguments go to both runs.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
