@@ -1,34 +1,38 @@
 #!/usr/bin/env node
 /**
- * `pnpm test`: every check CI runs, in order, each one run even when one before it failed,
- * so one failure does not hide the others' results; the exit status is 1 when any failed,
- * with a closing table of what passed and what did not.
+ * `pnpm test`: every check CI runs, each one run even when one before it failed, so one
+ * failure does not hide the others' results; the exit status is 1 when any failed, with a
+ * closing table of what passed and what did not.
  *
  * - lint and import cycles;
  * - the typecheck and vitest suites of every package, in parallel under turbo with
- *   `--continue` (turbo otherwise stops the suites still running at the first failure);
- * - `test:heavy` (the nvcc compile check of @crisp/kernels-cuda, minutes of CPU) after them,
- *   alone, so its time limit holds however loaded the machine was by the parallel suites;
+ *   `--continue` (turbo otherwise stops the suites still running at the first failure), and
+ *   in the same run `test:heavy` (the nvcc compile check of @crisp/kernels-cuda, minutes of
+ *   CPU), whose nvcc runs at a low CPU priority (nice 10): it fills the CPU the suites leave idle
+ *   towards their end (a few long suites, one process each) instead of running after them;
  * - the API reference (`pnpm docs:api`: TypeDoc over every published entry, warnings such as
- *   a broken `{@link}` or a referenced type that is not exported fail it);
- * - the tarball check (tools/pack-check) and `pnpm -r publish --dry-run`.
+ *   a broken `{@link}` or a referenced type that is not exported fail it), beside
+ * - the tarball check (tools/pack-check), then `pnpm -r publish --dry-run`: TypeDoc reads the
+ *   sources and writes only docs/api, the tarball check builds (cache hits after the suites)
+ *   and packs, so the two share nothing but the CPU (one process each, on 2 cores).
  *
+ * Steps of one `group` run at once; the output of each is shown whole when it ends.
  * `pnpm test -- --only suites,api-docs` runs only the named steps.
  */
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const pnpm = process.platform === 'win32' ? 'pnpm.cmd' : 'pnpm';
 
+/** `after`: the step waits for that one (in the same group) and runs after it. */
 const steps = [
   { name: 'lint', cmd: [pnpm, 'lint'] },
   { name: 'cycles', cmd: [pnpm, 'cycles'] },
-  { name: 'suites', cmd: [pnpm, 'exec', 'turbo', 'run', 'typecheck', 'test', '--continue'] },
-  { name: 'heavy', cmd: [pnpm, 'exec', 'turbo', 'run', 'test:heavy', '--continue'] },
-  { name: 'api-docs', cmd: [pnpm, 'docs:api'] },
-  { name: 'pack', cmd: [process.execPath, 'tools/pack-check/src/main.mjs'] },
-  { name: 'publish-dry-run', cmd: [pnpm, 'release:check'] },
+  { name: 'suites', cmd: [pnpm, 'exec', 'turbo', 'run', 'typecheck', 'test', 'test:heavy', '--continue'] },
+  { name: 'api-docs', cmd: [pnpm, 'docs:api'], group: 'publish' },
+  { name: 'pack', cmd: [process.execPath, 'tools/pack-check/src/main.mjs'], group: 'publish' },
+  { name: 'publish-dry-run', cmd: [pnpm, 'release:check'], group: 'publish', after: 'pack' },
 ];
 
 const at = process.argv.indexOf('--only');
@@ -39,14 +43,45 @@ if (unknown.length) {
   process.exit(2);
 }
 
+const shown = (cmd) => cmd.slice(cmd[0] === process.execPath ? 1 : 0).join(' ');
+
+/** Runs one step; `quiet` buffers its output and prints it whole at the end (steps run at once). */
+function runStep(step, quiet) {
+  return new Promise((resolve) => {
+    const t0 = Date.now();
+    if (!quiet) console.log(`\ntest: ${step.name}: ${shown(step.cmd)}`);
+    const child = spawn(step.cmd[0], step.cmd.slice(1), { cwd: root, stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit' });
+    const out = [];
+    child.stdout?.on('data', (b) => out.push(b));
+    child.stderr?.on('data', (b) => out.push(b));
+    let ended = false;
+    const done = (status) => {
+      if (ended) return;
+      ended = true;
+      if (quiet) {
+        console.log(`\ntest: ${step.name}: ${shown(step.cmd)}`);
+        process.stdout.write(Buffer.concat(out));
+      }
+      resolve({ name: step.name, status, s: (Date.now() - t0) / 1000 });
+    };
+    child.on('error', (e) => done(`could not start: ${e.message}`));
+    child.on('close', (code, signal) => done(code === 0 ? 'ok' : `FAILED (exit ${code ?? signal})`));
+  });
+}
+
+const chosen = steps.filter((s) => !only || only.has(s.name));
 const results = [];
-for (const step of steps) {
-  if (only && !only.has(step.name)) continue;
-  const t0 = Date.now();
-  console.log(`\ntest: ${step.name}: ${step.cmd.slice(step.cmd[0] === process.execPath ? 1 : 0).join(' ')}`);
-  const r = spawnSync(step.cmd[0], step.cmd.slice(1), { cwd: root, stdio: 'inherit' });
-  const status = r.error ? `could not start: ${r.error.message}` : r.status === 0 ? 'ok' : `FAILED (exit ${r.status ?? r.signal})`;
-  results.push({ name: step.name, status, s: (Date.now() - t0) / 1000 });
+for (let i = 0; i < chosen.length; ) {
+  const group = chosen[i].group;
+  const batch = group === undefined ? [chosen[i]] : chosen.filter((s) => s.group === group);
+  i += batch.length;
+  const quiet = batch.length > 1;
+  const started = new Map();
+  for (const step of batch) {
+    const before = step.after && batch.find((s) => s.name === step.after) ? started.get(step.after) : undefined;
+    started.set(step.name, before ? before.then(() => runStep(step, quiet)) : runStep(step, quiet));
+  }
+  for (const r of await Promise.all(started.values())) results.push(r);
 }
 
 console.log('\ntest: summary');

@@ -11,6 +11,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { listTree, tempDir } from './test-support.js';
 
 const SRC = fileURLToPath(new URL('.', import.meta.url));
+const PKG = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 let bundle: string;
 
 beforeAll(async () => {
@@ -43,6 +44,8 @@ runProcess(process.argv);`,
     format: 'esm',
     target: 'node20',
     conditions: ['@crisp/source'],
+    // as tools/gpu-rig/scripts/pack.sh bundles it: the version inside (no package.json beside it)
+    define: { __CRISP_CLI_VERSION__: JSON.stringify(PKG.version) },
     external: ['webgpu', 'koffi'],
     banner: { js: "import { createRequire as __crispRequire } from 'node:module'; const require = __crispRequire(import.meta.url);" },
     logLevel: 'warning',
@@ -89,6 +92,13 @@ function crisp(args: string[], opts: SpawnOptions = {}): Promise<Exit> {
 }
 
 describe('crisp as a process', () => {
+  it('--version from a bundle with no package.json above it prints the version bundled into it', async () => {
+    const r = await crisp(['--version']);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe(`${PKG.version}\n`);
+  });
+
   it('Ctrl-C during --out leaves no file and no temporary file, and exits 130', async () => {
     const dir = tempDir();
     const out = join(dir, 'out.safetensors');

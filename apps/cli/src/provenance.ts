@@ -5,10 +5,10 @@
  * CRISP_COMMIT, when set, names the commit instead of asking git (for builds without a checkout).
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { arch, cpus, platform, release, totalmem } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { cliVersion } from './version.js';
 
 export interface Provenance {
   /** ISO 8601, UTC */
@@ -33,9 +33,9 @@ function git(args: string[]): string | null {
   }
 }
 
-function cliVersion(): string {
+function versionOrUnknown(): string {
   try {
-    return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string }).version ?? 'unknown';
+    return cliVersion();
   } catch {
     return 'unknown';
   }
@@ -57,7 +57,7 @@ export function collectProvenance(preset: string, overrides: { alpha?: number; g
     date: new Date().toISOString(),
     commit: commit && /^[0-9a-f]{7,64}$/i.test(commit) ? commit : null,
     dirty: status === null ? null : status.length > 0,
-    versions: { cli: cliVersion(), node: process.version, v8: process.versions.v8 },
+    versions: { cli: versionOrUnknown(), node: process.version, v8: process.versions.v8 },
     machine: {
       os: `${platform()} ${release()}`,
       arch: arch(),

@@ -27,6 +27,29 @@ async function collector(): Promise<() => void> {
   return gc;
 }
 
+/** Held value of the sentinel a test registers beside its statistics objects. */
+const SENTINEL = 'sentinel';
+
+/**
+ * Runs a full collection and waits until `registry` has reported it: a sentinel dropped just
+ * before is collected by it, and V8 reports every object of one registry that a collection
+ * freed in the same cleanup task, so once the sentinel is reported (`reported()`) the rest
+ * are too. Registries report in tasks of their own, queued together: two timer turns after
+ * the sentinel cover the backend's. No fixed number of turns, which a loaded machine outlasts
+ * (a minute without the report fails: a hang guard).
+ */
+async function collectAndSettle(gc: () => void, registry: FinalizationRegistry<unknown>, reported: () => boolean): Promise<void> {
+  // (made and dropped in a frame of its own, so nothing on this one keeps it)
+  ((r) => r.register({}, SENTINEL))(registry);
+  gc();
+  const deadline = Date.now() + 60_000;
+  while (!reported()) {
+    if (Date.now() > deadline) throw new Error('the collection was not reported within a minute');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
+}
+
 function setup() {
   const s = standInDriver({ heads: H });
   const be = new CudaBackend(s.libs, { cacheDir: null });
@@ -61,10 +84,13 @@ describe('statistics kept on the device (stand-in driver)', () => {
     for (let i = 0; i < 140; i++) {
       await be.proxyStats(q, k, opts);
       if (i % 16 === 15) {
-        // collected after a turn of the event loop; their finalizers run on a later one
+        // collectable after a turn of the event loop; their finalizers run on a later one
         await new Promise((r) => setTimeout(r, 0));
-        gc();
-        await new Promise((r) => setTimeout(r, 0));
+        let reported = false;
+        const registry = new FinalizationRegistry(() => {
+          reported = true;
+        });
+        await collectAndSettle(gc, registry, () => reported);
       }
     }
     expect(downloads()).toBe(0);
@@ -78,17 +104,17 @@ describe('statistics kept on the device (stand-in driver)', () => {
     const gc = await collector();
     const { be, q, k, downloads } = setup();
     let collected = 0;
-    const registry = new FinalizationRegistry(() => {
-      collected++;
+    let reported = false;
+    const registry = new FinalizationRegistry((held) => {
+      if (held === SENTINEL) reported = true;
+      else collected++;
     });
     for (let i = 0; i < 140; i++) registry.register(await be.proxyStats(q, k, opts), i);
     // past the cap, the oldest were downloaded (the backend cannot tell that they are garbage)
     expect(downloads()).toBe(12);
-    // collected in the same job; the registry reports it in later tasks, which on a loaded
-    // machine can come after more than the two timer turns that suffice on an idle one
-    // (seen during the full parallel test run: 0 reported after two turns)
-    gc();
-    for (let i = 0; i < 200 && collected < 139; i++) await new Promise((r) => setTimeout(r, i < 2 ? 0 : 10));
+    // collected in the same job (the collection runs before any await); the registry reports
+    // it in later tasks, which on a loaded machine come after any fixed number of timer turns
+    await collectAndSettle(gc, registry, () => reported);
     expect(collected).toBeGreaterThanOrEqual(139);
     be.dispose();
   });

@@ -1,7 +1,7 @@
 /**
  * The shipped kernel sources: their layout, the spliced headers, programmatic launches and
  * parameter counts. The nvcc compile check of the same files is nvcc-compile.test.ts, run
- * as its own task (`test:heavy`) after the other suites.
+ * as its own task (`test:heavy`), beside the other suites at a low CPU priority.
  */
 import { readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';

@@ -59,6 +59,8 @@ export interface Faults {
   badBindGroup?: () => boolean;
   /** how many faults were injected */
   injected: number;
+  /** the labels of the compute pipelines created through the device, in order */
+  pipelines?: string[];
 }
 
 class GPUOutOfMemoryError {
@@ -118,6 +120,14 @@ export function faultyDevice(real: GPUDevice, faults: Faults): GPUDevice {
             return target.createBindGroup({ ...desc, entries: [...desc.entries].slice(1) });
           }
           return target.createBindGroup(desc);
+        };
+      }
+      if (prop === 'createComputePipeline' || prop === 'createComputePipelineAsync') {
+        const create = Reflect.get(target, prop) as (desc: GPUComputePipelineDescriptor) => unknown;
+        return (desc: GPUComputePipelineDescriptor) => {
+          faults.pipelines ??= [];
+          faults.pipelines.push(desc.label ?? '');
+          return create.call(target, desc);
         };
       }
       const v = Reflect.get(target, prop);

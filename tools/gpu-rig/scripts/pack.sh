@@ -38,11 +38,15 @@ fi
 # apps/bench/scripts/bundle.mjs does); CommonJS dependencies get a require().
 esbuild=node_modules/.bin/esbuild
 [ -x "$esbuild" ] || { echo "$0: $esbuild missing (pnpm install)" >&2; exit 1; }
+# The crisp command's version goes into the bundle (apps/cli/src/version.ts): there is no
+# apps/cli/package.json beside the bundle on the GPU host.
+cli_version=$(node -p 'JSON.stringify(require("./apps/cli/package.json").version)')
 for entry in "$@"; do
   [ -f "$entry" ] || { echo "$0: no such entry: $entry" >&2; exit 2; }
   name=$(basename "${entry%.*}")
   "$esbuild" "$entry" --bundle --platform=node --format=esm --target=node20 \
     --conditions=@crisp/source --external:koffi --external:webgpu --sourcemap=inline \
+    --define:__CRISP_CLI_VERSION__="$cli_version" \
     --banner:js="import { createRequire as __crispRequire } from 'node:module'; const require = __crispRequire(import.meta.url);" \
     --outfile="$out/app/$name.mjs" --log-level=warning
   echo "bundle: .device/app/$name.mjs"

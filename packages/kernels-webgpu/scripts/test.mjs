@@ -1,0 +1,32 @@
+// `pnpm test` of this package: the vitest suite as two processes at once, each one Dawn
+// device with its modules shared across its files (vitest.config.ts), so a WGSL pipeline is
+// compiled once per process (on SwiftShader a compile takes seconds). As one process the
+// suite ran on one core for minutes after every other suite had ended. The second process
+// takes attention-kernels (the FMA kernel in f16 and f32 at d 64 and 128, dispatch splitting,
+// the subgroup-matrix and unknown kernels), device-loss (a device of its own) and the TF.js
+// and ONNX Runtime peers (their libraries' shaders); the first the rest, which share the
+// default kernels' pipelines with the conformance suite. Only the FMA pipelines that both
+// halves use are compiled twice. Extra arguments go to both runs.
+import { spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+
+const OWN_PIPELINES = ['src/attention-kernels.test.ts', 'src/device-loss.test.ts', 'src/ort-peer.test.ts', 'src/tfjs-peer.test.ts'];
+const manifest = createRequire(import.meta.url).resolve('vitest/package.json');
+const vitest = join(dirname(manifest), 'vitest.mjs');
+const extra = process.argv.slice(2);
+const runs = [
+  ['run', ...OWN_PIPELINES.flatMap((f) => ['--exclude', f]), ...extra],
+  ['run', ...OWN_PIPELINES, ...extra],
+];
+const codes = await Promise.all(
+  runs.map(
+    (args) =>
+      new Promise((resolve) => {
+        const child = spawn(process.execPath, [vitest, ...args], { stdio: 'inherit' });
+        child.on('error', () => resolve(1));
+        child.on('close', (code) => resolve(code ?? 1));
+      }),
+  ),
+);
+process.exit(codes.some((c) => c !== 0) ? 1 : 0);
