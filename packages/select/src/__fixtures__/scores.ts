@@ -9,9 +9,9 @@ import { mulberry32 } from '@crisp/core';
 /** mulberry32, from @crisp/core (one generator for every seeded input). */
 export const rng: (seed: number) => () => number = mulberry32;
 
-/** A fresh seed per run, printed by the caller on failure. */
+/** A fresh seed per run, printed by the caller on failure; CRISP_SEED=S reruns seed S. */
 export function freshSeed(): number {
-  return (Math.random() * 2 ** 31) >>> 0;
+  return process.env.CRISP_SEED === undefined ? (Math.random() * 2 ** 31) >>> 0 : Number(process.env.CRISP_SEED);
 }
 
 export interface CliffSpec {
