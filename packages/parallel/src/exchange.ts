@@ -57,6 +57,18 @@ function markHead(mask: BlockMask, h: number, base: number, owned: Int32Array, l
   }
 }
 
+/**
+ * The (kv head, block) pairs rank `owner` sends to a rank with the needs `need`, as flat
+ * [g, J, g, J, ...] in the order they travel (kv head, then block, ascending): the one order
+ * the sender packs and the receiver unpacks.
+ */
+function wireOrder(need: Uint8Array, layout: ShardLayout, owner: number, Hkv: number): Int32Array {
+  const Nb = layout.numBlocks;
+  const out: number[] = [];
+  for (let g = 0; g < Hkv; g++) for (let J = 0; J < Nb; J++) if (need[g * Nb + J] && layout.owner[J] === owner) out.push(g, J);
+  return Int32Array.from(out);
+}
+
 /** What a rank's attention reads: its keys and values for positions [0, rows), and the traffic. */
 export interface GatheredKv {
   /** [rows, Hkv, d] in the shard's dtype: the rank's own rows, the blocks it received, and a poison value elsewhere */
@@ -102,19 +114,18 @@ export async function exchangeKv(comm: Communicator, plan: PrefillPlan, layout: 
   const got = await exchangeStep(comm, 'exchanging the selected K/V blocks', () =>
     needs.map((need, dst) => {
       if (dst === rank) return new Uint8Array(0);
+      const sent = wireOrder(need, layout, rank, Hkv);
       let total = 0;
-      for (let g = 0; g < Hkv; g++) for (let J = 0; J < Nb; J++) if (need[g * Nb + J] && layout.owner[J] === rank) total += 2 * blockRows(J) * rowBytes;
+      for (let p = 1; p < sent.length; p += 2) total += 2 * blockRows(sent[p]) * rowBytes;
       const out = new Uint8Array(total);
       let at = 0;
-      for (let g = 0; g < Hkv; g++) {
-        for (let J = 0; J < Nb; J++) {
-          if (!need[g * Nb + J] || layout.owner[J] !== rank) continue;
-          for (const src of [kBytes, vBytes]) {
-            for (let i = 0; i < blockRows(J); i++) {
-              const o = ((localRow[J] + i) * Hkv + g) * rowBytes;
-              out.set(src.subarray(o, o + rowBytes), at);
-              at += rowBytes;
-            }
+      for (let p = 0; p < sent.length; p += 2) {
+        const [g, J] = [sent[p], sent[p + 1]];
+        for (const src of [kBytes, vBytes]) {
+          for (let i = 0; i < blockRows(J); i++) {
+            const o = ((localRow[J] + i) * Hkv + g) * rowBytes;
+            out.set(src.subarray(o, o + rowBytes), at);
+            at += rowBytes;
           }
         }
       }
@@ -145,15 +156,14 @@ export async function exchangeKv(comm: Communicator, plan: PrefillPlan, layout: 
   got.forEach((part, src) => {
     if (src === rank) return;
     bytesReceived += part.byteLength;
+    const sent = wireOrder(need, layout, src, Hkv);
     let at = 0;
-    for (let g = 0; g < Hkv; g++) {
-      for (let J = 0; J < Nb; J++) {
-        if (!need[g * Nb + J] || layout.owner[J] !== src) continue;
-        for (const dst of [kOutBytes, vOutBytes]) {
-          for (let i = 0; i < blockRows(J); i++) {
-            dst.set(part.subarray(at, at + rowBytes), ((J * B + i) * Hkv + g) * rowBytes);
-            at += rowBytes;
-          }
+    for (let p = 0; p < sent.length; p += 2) {
+      const [g, J] = [sent[p], sent[p + 1]];
+      for (const dst of [kOutBytes, vOutBytes]) {
+        for (let i = 0; i < blockRows(J); i++) {
+          dst.set(part.subarray(at, at + rowBytes), ((J * B + i) * Hkv + g) * rowBytes);
+          at += rowBytes;
         }
       }
     }

@@ -6,7 +6,7 @@
  * its ranges in position order; every range starts on a block boundary, so each block lives
  * on exactly one rank.
  */
-import { type HostTensor, InvalidArgumentError, ShapeError } from '@crisp/core';
+import { type HostData, type HostTensor, InvalidArgumentError, ShapeError } from '@crisp/core';
 
 /** Rows [start, end) of the sequence. */
 export interface RowRange {
@@ -53,6 +53,11 @@ export function shardRows(layout: ShardLayout, rank: number): number {
   return rows;
 }
 
+/** New host storage of `length` values of the same kind as `data` (f32 values, or f16/bf16 bits). */
+export function storageLike(data: HostData, length: number): HostData {
+  return data instanceof Float32Array ? new Float32Array(length) : new Uint16Array(length);
+}
+
 /** Row i of the shard is row `positions[i]` of the sequence. */
 export function shardPositions(layout: ShardLayout, rank: number): Int32Array {
   const out = new Int32Array(shardRows(layout, rank));
@@ -66,7 +71,7 @@ export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor
   if (whole.shape[0] !== layout.n) throw new ShapeError(`shardTensor: the tensor has ${whole.shape[0]} rows, the layout ${layout.n}`);
   const per = whole.shape.slice(1).reduce((a, b) => a * b, 1);
   const data = whole.data;
-  const out = data.constructor === Float32Array ? new Float32Array(shardRows(layout, rank) * per) : new Uint16Array(shardRows(layout, rank) * per);
+  const out = storageLike(data, shardRows(layout, rank) * per);
   let at = 0;
   for (const r of layout.ranges[rank]) {
     out.set(data.subarray(r.start * per, r.end * per), at);
@@ -80,7 +85,7 @@ export function unshardTensor(layout: ShardLayout, shards: readonly HostTensor[]
   if (shards.length !== layout.size) throw new ShapeError(`unshardTensor: ${shards.length} shards for ${layout.size} ranks`);
   const first = shards[0];
   const per = first.shape.slice(1).reduce((a, b) => a * b, 1);
-  const out = first.data.constructor === Float32Array ? new Float32Array(layout.n * per) : new Uint16Array(layout.n * per);
+  const out = storageLike(first.data, layout.n * per);
   shards.forEach((s, rank) => {
     if (s.shape[0] !== shardRows(layout, rank) || s.dtype !== first.dtype) {
       throw new ShapeError(`unshardTensor: rank ${rank}'s shard is ${s.dtype} [${s.shape}], expected ${first.dtype} with ${shardRows(layout, rank)} rows`);

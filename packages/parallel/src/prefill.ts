@@ -14,6 +14,7 @@ import {
   type Backend,
   type BlockMask,
   CrispError,
+  DEFAULTS,
   defaultScale,
   type DeviceTensor,
   type HostTensor,
@@ -28,7 +29,7 @@ import {
 } from '@crisp/core';
 import { assertCommunicator, bytesOf, type Communicator, gatherStep, i32Of } from './communicator.js';
 import { denseRingBytes, exchangeKv } from './exchange.js';
-import { type ShardLayout, shardRows } from './layout.js';
+import { type ShardLayout, shardRows, storageLike } from './layout.js';
 import { ShardStatistics, shardData } from './shard-stats.js';
 
 /** One rank's shard: its rows of q [rows, H, d], k and v [rows, Hkv, d], in position order. */
@@ -74,7 +75,7 @@ function describeShard(layout: ShardLayout, rank: number, backend: Backend, loca
   if (shape.queries !== rows || shape.keys !== rows) {
     throw new ShapeError(`rank ${rank} holds ${rows} rows under the layout; its q has ${shape.queries} and k ${shape.keys}`, { rank });
   }
-  const B = policy?.blockSize ?? 128;
+  const B = policy?.blockSize ?? DEFAULTS.blockSize;
   if (B !== layout.blockSize) {
     throw new InvalidArgumentError(`the layout cuts blocks of ${layout.blockSize} rows, policy ${policy?.name} plans blocks of ${B}; make them agree`);
   }
@@ -177,11 +178,10 @@ export async function parallelPrefill(
     name: 'parallelPrefill',
     proxyStats: async (o: Parameters<ShardStatistics['proxyStats']>[0]) => {
       // decoding is local work: a rank with NaN in its shard fails here, and every rank with it
-      const parts = await gatherStep(comm, 'decoding the shards', () => {
+      await gatherStep(comm, 'decoding the shards', () => {
         stats = new ShardStatistics(comm, shardData(layout, rank, local.q, local.k), scale);
         return new Uint8Array(0);
       });
-      void parts;
       return stats!.proxyStats(o);
     },
     peBlockRows: (o: Parameters<ShardStatistics['peBlockRows']>[0]) => stats!.peBlockRows(o),
@@ -200,7 +200,7 @@ export async function parallelPrefill(
   const tExchange = performance.now();
 
   const rows = shardRows(layout, rank);
-  const outData = local.q.data.constructor === Float32Array ? new Float32Array(rows * H * d) : new Uint16Array(rows * H * d);
+  const outData = storageLike(local.q.data, rows * H * d);
   const made: DeviceTensor[] = [];
   try {
     let at = 0;

@@ -111,12 +111,12 @@ async function gatherBlockMeans(comm: Communicator, s: ShardData, x: HeadMajor, 
     let at = 0; // the rank's blocks, ascending: the order the ranges hold them in
     for (const r of ranges[s.rank]) {
       const len = r.end - r.start;
-      const sub = sliceRows(x, row, len);
-      const m = blockMeans(sub, B, r.start, Nb).mean;
-      const J0 = r.start / B;
-      const J1 = Math.ceil(r.end / B);
-      for (let J = J0; J < J1; J++, at++) {
-        for (let h = 0; h < heads; h++) out.set(m.subarray((h * Nb + J) * d, (h * Nb + J + 1) * d), (at * heads + h) * d);
+      // the range's own blocks, indexed from 0 (r.start is a block boundary, so each block
+      // sums the same rows in the same order as over the whole sequence)
+      const local = Math.ceil(len / B);
+      const m = blockMeans(sliceRows(x, row, len), B, 0, local).mean;
+      for (let j = 0; j < local; j++, at++) {
+        for (let h = 0; h < heads; h++) out.set(m.subarray((h * local + j) * d, (h * local + j + 1) * d), (at * heads + h) * d);
       }
       row += len;
     }
