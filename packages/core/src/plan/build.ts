@@ -55,8 +55,12 @@ export async function buildPlan(
 export function denseGate(policy: Policy, n: number, B: number, gate: unknown, gateName: string): PrefillPlan['denseReason'] | undefined {
   if (policy.dense) return 'policy';
   validatePolicyBlocks(policy, B);
+  // (chunked prefill, q the last m of n positions: the gates and the key blocks count keys;
+  // the proxy rows are the chunk's last min(B, m) rows)
+  // FlexPrefill's rule: too short to have anything to skip.
   const kMin = policy.kMin ?? DEFAULTS.kMin;
   if (n <= Math.max(2 * B, Math.ceil(kMin / B) * B)) return 'min-length';
+  // (a caller's minSparseLength was checked by the entry; a backend's own crossover is checked here)
   if (!(typeof gate === 'number' && Number.isFinite(gate) && gate >= 0)) {
     throw new InvalidArgumentError(`${gateName} must be a finite number >= 0 (keys); got ${gate}`);
   }

@@ -208,6 +208,7 @@ export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy,
       wLocal: statsWindow(policy, 'wLocal'),
       scale: undefined,
       tokenScores: needsTokens,
+      // a device plan reads the statistics back only after the attention is queued
       deferRead: device !== undefined,
       optionalStats,
     }),
