@@ -65,12 +65,16 @@ export function i32Of(b: Uint8Array): Int32Array {
  * gets the same bits.
  */
 export async function allReduceSum(comm: Communicator, x: Float64Array): Promise<Float64Array> {
-  const parts = await comm.allGather(bytesOf(x));
-  const out = new Float64Array(x.length);
+  return sumInRankOrder(await comm.allGather(bytesOf(x)), x.length);
+}
+
+/** Element-wise sum of gathered float64 parts of `length` values each, rank 0's first. */
+export function sumInRankOrder(parts: readonly Uint8Array[], length: number): Float64Array {
+  const out = new Float64Array(length);
   for (const p of parts) {
     const v = f64Of(p);
-    if (v.length !== x.length) throw new CrispError('BACKEND_ERROR', `allReduceSum: a rank sent ${v.length} values, this one ${x.length}`);
-    for (let i = 0; i < out.length; i++) out[i] += v[i];
+    if (v.length !== length) throw new CrispError('BACKEND_ERROR', `a rank sent ${v.length} values to sum, this one ${length}`);
+    for (let i = 0; i < length; i++) out[i] += v[i];
   }
   return out;
 }

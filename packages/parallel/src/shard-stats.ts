@@ -19,7 +19,7 @@
  */
 import { type BlockRows, type HostTensor, InvalidArgumentError, type PeRowsOptions, type ProxyStats, type ProxyStatsOptions } from '@crisp/core';
 import { blockMeans, type HeadMajor, kvHeadOf, PooledMap, peRowsOfMap, pooledEstimateOf, proxyQueryMean, toHeadMajor } from '@crisp/reference/f64';
-import { bytesOf, type Communicator, f64Of, gatherStep } from './communicator.js';
+import { bytesOf, type Communicator, f64Of, gatherStep, sumInRankOrder } from './communicator.js';
 import { type ShardLayout, shardPositions } from './layout.js';
 
 /** A rank's own rows, decoded to float64 head-major. */
@@ -259,11 +259,7 @@ export class ShardStatistics {
       }
       return bytesOf(part);
     });
-    const sums = new Float64Array(width);
-    for (const p of sumParts) {
-      const v = f64Of(p);
-      for (let i = 0; i < width; i++) sums[i] += v[i];
-    }
+    const sums = sumInRankOrder(sumParts, width);
     // 3. the pooled estimate from the gathered key block means (as the reference computes it)
     const kMeans = (await gatherBlockMeans(comm, s, s.k, 'key')).mean;
     this.#kMeans = kMeans;
