@@ -37,9 +37,9 @@
 #                failure ones too) at 16k and 64k, every sparse preset (worst head, proxy recall,
 #                needles, density), then the latency of crisp, crispGuarded and flexPrefill at 128k
 #                and 512k on the llama fill (the guarded preset's plan share; no SDPA peer):
-#                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~300 s.
+#                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~420 s.
 #   parallel     crisp-bench's parallel suite on CUDA: the crisp plan of the @crisp/synth llama-like layer
-#                at 512k, 1M, 2M and 4M tokens (one GPU makes the plan, which every rank of a context-parallel
+#                at 512k and 1M tokens (the CUDA backend's maxSequence; one GPU makes the plan, which every rank of a context-parallel
 #                run makes too), and for 2, 4 and 8 ranks the K/V bytes each rank receives against a dense
 #                ring, the plan's bytes and the load balance: OUT/nvidia-h200-parallel
 #                (apps/bench/results/nvidia-h200-parallel). Time and scaling need several GPUs.
@@ -130,8 +130,8 @@ case "$phase" in
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     fp=apps/bench/peers/.flexprefill/flex_prefill/ops/flex_prefill_attention.py
     [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
-    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes 16k,128k \
-      --parity-profiles llama-like,diffuse,mixed-threshold,vs-trap --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 280 \
+    timeout -s KILL 560 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes "${PARITY_SIZES:-16k,128k}" \
+      --parity-profiles "${PARITY_PROFILES:-llama-like,diffuse,mixed-threshold,vs-trap}" --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 540 \
       --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
     rc=$?
     grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
@@ -139,7 +139,7 @@ case "$phase" in
     ;;
   guard)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
-    timeout -s KILL 160 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 150 \
+    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 290 \
       --out "$out/nvidia-h200-guard" > "$out/guard-accuracy.log" 2>&1
     rc=$?
     grep -E 'accuracy' "$out/guard-accuracy.log" | tail -n 16
@@ -152,8 +152,8 @@ case "$phase" in
     ;;
   parallel)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
-    timeout -s KILL 540 node "$app/crisp-bench.mjs" --backends cuda --suites parallel --parallel-sizes 512k,1024k,2048k,4096k \
-      --parallel-ranks 2,4,8 --deadline-s 520 --out "$out/nvidia-h200-parallel" > "$out/parallel.log" 2>&1
+    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites parallel --parallel-sizes 512k,1024k \
+      --parallel-ranks 2,4,8 --deadline-s 280 --out "$out/nvidia-h200-parallel" > "$out/parallel.log" 2>&1
     rc=$?
     grep -E 'parallel|skip|error' "$out/parallel.log" | tail -n 30
     exit $rc
@@ -187,7 +187,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, parallel, million, hostile)" >&2
     exit 2
     ;;
 esac
