@@ -228,3 +228,10 @@ export function makeCase(name: string, dtype: DType, shape: ShapeCase, blockSize
     run: (ctx) => body(ctx, rng(ctx.seed)),
   };
 }
+
+/** Same length and the same values (NaN equal to NaN). */
+export function bitEqual(a: ArrayLike<number>, b: ArrayLike<number>): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i] && !(Number.isNaN(a[i]) && Number.isNaN(b[i]))) return false;
+  return true;
+}

@@ -99,9 +99,10 @@ export interface PreparedMask {
 
 /**
  * A plan's routing, VS selection and mask building as one queue of device work
- * (`DevicePlanner.plan`): heads routed by `route` over the statistics' C_struct, VS heads
- * selected by `vs`, PE heads given their pooled-map rows (γ cut) and the `peK` best blocks
- * of each direction, the union expanded and counted, all on the device.
+ * (`DevicePlanner.plan`): heads routed by `route` over the statistics (C_struct, and p_v
+ * with the pooled estimate for a residual rule), VS heads selected by `vs`, PE heads given
+ * their pooled-map rows (γ cut) and the `peK` best blocks of each direction (with
+ * `peWithVs`, `vs`'s lists too), the union expanded and counted, all on the device.
  */
 export interface DevicePlanRequest {
   /** statistics from this backend's proxyStats (best with `deferRead`: nothing is read before the end) */
@@ -112,6 +113,8 @@ export interface DevicePlanRequest {
   readonly peK: number;
   /** the PE path's inputs: q and k the statistics came from, γ, the softmax scale (default 1/sqrt(d)) */
   readonly pe: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly gamma: number; readonly scale?: number };
+  /** PE heads keep the `vs` rule's lists beside their peK best (Policy.peWithVs); only for a planner with `peWithVs` */
+  readonly peWithVs?: boolean;
 }
 
 export interface DevicePlanResult {
@@ -165,6 +168,8 @@ export interface DevicePlanner {
   readonly routers: readonly DeviceRouterRule['kind'][];
   /** VS selector rule kinds `plan` can run (`DeviceSelectorRule['kind']`) */
   readonly selectors: readonly DeviceSelectorRule['kind'][];
+  /** whether `plan` runs `peWithVs` requests (Policy.peWithVs); absent: it does not */
+  readonly peWithVs?: boolean;
   /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.readBlockCounts()`. */
   plan(req: DevicePlanRequest): Promise<DevicePlanResult>;
 }

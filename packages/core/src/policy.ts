@@ -48,16 +48,32 @@ export interface RoutingDecision {
 }
 
 /**
- * A routing rule in a form a backend can run on the device (where C_struct is): the plan
- * then routes, selects and builds the mask in one queue of device work, with no read in
- * between (`Backend.planner`). Only rules whose device form gives exactly `route`'s
- * decisions (the same f64 comparison); the pipeline re-routes on the host afterwards and
- * rejects a backend whose routes differ.
- *   cStruct: 'vs' iff C_struct >= tauProxy.
+ * A routing rule in a form a backend can run on the device (where the statistics are): the
+ * plan then routes, selects and builds the mask in one queue of device work, with no read in
+ * between (`Backend.planner`). Only rules whose device form gives `route`'s decisions; the
+ * pipeline re-routes on the host afterwards and rejects a backend whose routes differ
+ * (see `deviceRouteMargin` for the one tolerance).
+ *   cStruct:     'vs' iff C_struct >= tauProxy (the same f64 comparison on both sides).
+ *   residualJsd: 'pe' iff r = 1 − p_v[0] − p_v[Nb−1] >= minResidual and the JS distance
+ *                between the pooled estimate and p_v over blocks 1..Nb−2 is < tau.
+ *   anyPe:       'pe' iff any of `rules` routes the head to PE.
  */
-export interface DeviceRouterRule {
+export type DeviceRouterRule = DeviceCStructRule | DeviceResidualJsdRule | DeviceAnyPeRule;
+
+export interface DeviceCStructRule {
   readonly kind: 'cStruct';
   readonly tauProxy: number;
+}
+
+export interface DeviceResidualJsdRule {
+  readonly kind: 'residualJsd';
+  readonly tau: number;
+  readonly minResidual: number;
+}
+
+export interface DeviceAnyPeRule {
+  readonly kind: 'anyPe';
+  readonly rules: readonly DeviceRouterRule[];
 }
 
 /**
@@ -167,7 +183,8 @@ export interface Policy {
    * PE heads also keep the VS selector's lists (both directions) beside their PE rows: a
    * union of the two paths, so a needle the proxy rows see and the pooled map smooths away
    * stays selected. Default false (PE heads keep the kMin best blocks per direction, as in
-   * FlexPrefill). Plans with it are made on the host.
+   * FlexPrefill). Plans with it are made on the host unless the backend's planner runs it
+   * (`DevicePlanner.peWithVs`).
    */
   readonly peWithVs?: boolean;
   /**

@@ -6,7 +6,7 @@
  * router's fails the plan and releases what it held.
  */
 import { type DeviceTensor, type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
-import { crisp } from '@crisp/presets';
+import { crisp, crispGuarded } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
 import { CudaBackend, type CudaTensor, PDL_KERNELS } from './index.js';
@@ -38,8 +38,47 @@ function planRequest(stats: ProxyStats, q: DeviceTensor, k: DeviceTensor) {
 describe('the device planner (stand-in driver)', () => {
   it('lists the router and selector rules it runs on the device', () => {
     const { be } = setup();
-    expect(be.planner.routers).toEqual(['cStruct']);
+    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'anyPe']);
     expect(be.planner.selectors).toEqual(['noiseFloor']);
+    expect(be.planner.peWithVs).toBe(true);
+    be.dispose();
+  });
+
+  it('runs crispGuarded on the device: the residual test before the routes on the main stream, the noise floor for PE heads too', async () => {
+    const s = standInDriver({ heads: H, decodeArgs: 11 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+    releasePlan(await planPrefill(be, inputs, crispGuarded, { minSparseLength: 0 }));
+    s.log.length = 0;
+    be.startTrace();
+    const plan = await planPrefill(be, inputs, crispGuarded, { minSparseLength: 0 });
+    const launches = s.log.filter((e) => e.kind === 'launch');
+    const names = launches.map((e) => e.name as string);
+    expect(plan.prepared).toBeDefined();
+    // (the zeros' C_struct routes every head to PE, on both sides)
+    expect(plan.routing?.routes).toEqual(Array(H).fill('pe'));
+    expect(names.filter((x) => x === 'route_residual')).toHaveLength(1);
+    expect(names.filter((x) => x === 'route_cstruct')).toHaveLength(1);
+    expect(names.indexOf('route_residual')).toBeLessThan(names.indexOf('route_cstruct'));
+    expect(names.indexOf('route_cstruct')).toBeLessThan(names.indexOf('vs_select'));
+    const residual = launches.find((e) => e.name === 'route_residual')!;
+    expect(residual.args![2][0]).toBe(H);
+    expect(residual.args![3][0]).toBe(n / 128);
+    // route_cstruct: mode 3 (routes and the copy), with the residual verdicts' pointer
+    const route = launches.find((e) => e.name === 'route_cstruct')!;
+    expect(route.args![5][0]).toBe(3);
+    expect(route.args![6][0]).not.toBe(0);
+    // vs_select's last argument: peWithVs
+    expect(launches.find((e) => e.name === 'vs_select')!.args![10][0]).toBe(1);
+    const streams = be.stopTrace().filter((e) => e.name === 'route_residual' || e.name === 'route_cstruct').map((e) => e.stream);
+    expect(streams).toEqual(['main', 'main']);
+    // crisp's plan: no residual test, peWithVs 0
+    s.log.length = 0;
+    releasePlan(plan);
+    releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 }));
+    const plain = s.log.filter((e) => e.kind === 'launch');
+    expect(plain.some((e) => e.name === 'route_residual')).toBe(false);
+    expect(plain.find((e) => e.name === 'vs_select')!.args![10][0]).toBe(0);
     be.dispose();
   });
 

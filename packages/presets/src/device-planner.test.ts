@@ -12,11 +12,14 @@ import {
   type BlockMask,
   type DevicePlanRequest,
   type DevicePlanResult,
+  deviceRouteTerms,
   expandToRows,
+  headSlice,
   planPrefill,
   type PreparedMask,
   type ProxyStatsOptions,
   releasePlan,
+  residualDistance,
   type Route,
   type Router,
   runPlan,
@@ -26,28 +29,39 @@ import {
   toFloat32,
 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
-import { cStruct } from '@crisp/router';
+import { anyPe, cStruct, residualJsd } from '@crisp/router';
 import { globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
-import { crisp } from './index.js';
+import { crisp, crispGuarded } from './index.js';
 
 type Prepared = PreparedMask & { readonly rows: BlockMask['rows'] };
 
 /** The reference backend plus a planner running the device rules on the host. */
 function withPlanner(base: Backend) {
-  const log = { planned: 0, ranWithPrepared: 0, deferred: [] as boolean[], reads: [] as number[], outputs: [] as { disposed: boolean }[] };
+  const log = { planned: 0, ranWithPrepared: 0, deferred: [] as boolean[], peWithVs: [] as boolean[], reads: [] as number[], outputs: [] as { disposed: boolean }[] };
   const live: Prepared[] = [];
-  let flip = false;
+  // a head whose device route is turned over (the device disagreeing with the host router there)
+  let flip: number | undefined;
   const plan = async (req: DevicePlanRequest): Promise<DevicePlanResult> => {
     log.planned++;
     const { stats } = req;
     const H = stats.heads;
     const Nb = stats.numBlocks;
     const B = stats.blockSize;
-    const routes = Array.from(stats.cStruct, (c): Route => (c >= req.route.tauProxy ? 'vs' : 'pe'));
+    // the rule's two tests, as a device runs them
+    const terms = deviceRouteTerms(req.route)!;
+    const hostRoutes = Array.from({ length: H }, (_, h): Route => {
+      const byC = !(stats.cStruct[h] >= terms.tauProxy);
+      const r = terms.residual;
+      const res = r ? residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb)) : undefined;
+      return byC || (r && res && res.residual >= r.minResidual && res.distance < r.tau) ? 'pe' : 'vs';
+    });
+    // the plan follows the device's routes, also where they differ from the rule's
+    const routes = hostRoutes.map((r, h): Route => (h === flip ? (r === 'vs' ? 'pe' : 'vs') : r));
     const heads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
-    const vs = selectVsLists(stats, routes, noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }), req.peK);
+    const vs = selectVsLists(stats, routes, noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }), req.peK, req.peWithVs === true);
+    log.peWithVs.push(req.peWithVs === true);
     const pe = heads.length ? await base.peBlockRows(req.pe.q, req.pe.k, { blockSize: B, gamma: req.pe.gamma, heads, scale: req.pe.scale }) : undefined;
     const rows = pe ? { rowPtr: spreadRowPtr(pe.rowPtr, heads, H, Nb), cols: pe.cols } : undefined;
     const full = expandToRows({ heads: H, numBlocks: Nb, blockSize: B, vs, rows });
@@ -64,12 +78,11 @@ function withPlanner(base: Backend) {
       },
     };
     live.push(prepared);
-    const deviceRoutes = flip ? routes.map((r, h) => (h === 0 ? (r === 'vs' ? 'pe' : 'vs') : r)) : routes;
     return {
       prepared,
       read: async () => {
         log.reads.push(log.ranWithPrepared);
-        return { routes: deviceRoutes, vs, ...(pe ? { peRows: async () => pe } : {}) };
+        return { routes, vs, ...(pe ? { peRows: async () => pe } : {}) };
       },
     };
   };
@@ -110,14 +123,14 @@ function withPlanner(base: Backend) {
     denseAttention: (q, k, v, o) => base.denseAttention(q, k, v, o),
     synchronize: () => base.synchronize(),
     dispose: () => base.dispose(),
-    planner: { routers: ['cStruct'], selectors: ['noiseFloor'], plan },
+    planner: { routers: ['cStruct', 'residualJsd', 'anyPe'], selectors: ['noiseFloor'], peWithVs: true, plan },
   };
   return {
     be,
     log,
     live,
-    setFlip: (f: boolean) => {
-      flip = f;
+    setFlip: (h: number | undefined) => {
+      flip = h;
     },
   };
 }
@@ -134,6 +147,18 @@ function inputsFor(seed: number) {
 
 // γ 0.5 so the PE rows leave blocks out on these small inputs
 const policy = { ...crisp, blockSize: 64, kMin: 256, pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+
+/** crispGuarded's rules at this size, the residual router's τ given */
+function guarded(tau = 0.1, minResidual = 0.3) {
+  return {
+    ...crispGuarded,
+    blockSize: 64,
+    kMin: 256,
+    router: anyPe([cStruct({ tauProxy: 0.2, wSink: 128, wLocal: 128 }), residualJsd({ tau, minResidual })]),
+    vs: noiseFloor({ alpha: 1, kMin: 256 }),
+    pe: globalCoverage({ gamma: 0.5, kMin: 256 }),
+  };
+}
 
 describe('plans made by a device planner', () => {
   it('give the host plan’s routing, mask, density and output; sparsePrefill queues the attention first and releases the mask', async () => {
@@ -193,19 +218,70 @@ describe('plans made by a device planner', () => {
     const msg = `seed ${seed}`;
     const { host, inputs } = inputsFor(seed);
     const { be, log, live, setFlip } = withPlanner(host);
-    setFlip(true);
+    setFlip(0);
     await expect(planPrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((p) => p.released), msg).toBe(true);
     await expect(sparsePrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((p) => p.released), msg).toBe(true);
     expect(log.outputs.length, msg).toBe(1);
     expect(log.outputs[0].disposed, msg).toBe(true);
-    setFlip(false);
+    setFlip(undefined);
     // a router whose host route() returns the wrong number of routes is the router's error
     // (INVALID_ARGUMENT, as on the host path), not the backend's
     const short = { ...policy, router: { ...cStruct(), device: cStruct().device, route: (s: Parameters<Router['route']>[0]) => ({ ...cStruct().route(s), routes: [] }) } };
     await expect(planPrefill(be, inputs, short, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     expect(live.every((p) => p.released), msg).toBe(true);
+  });
+
+  it('run crispGuarded (anyPe of cStruct and residualJsd, PE heads keeping the noise floor lists): the host plan, made by the planner', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    // a τ that sends a sink head to PE by its residual alone, so all three kinds of head occur
+    const stats = await host.proxyStats(inputs.q, inputs.k, { blockSize: 64, wSink: 128, wLocal: 128 });
+    const d0 = residualDistance(headSlice(stats.verticalBlocks, 0, stats.numBlocks), headSlice(stats.pooledEstimate, 0, stats.numBlocks));
+    const p = guarded(Math.min(0.8, d0.distance * 1.5), 0);
+    const ref = await sparsePrefill(host, inputs, p, { minSparseLength: 0 });
+    // head 0 passes C_struct and goes to PE by its residual; the diffuse heads by C_struct
+    expect(stats.cStruct[0], msg).toBeGreaterThanOrEqual(0.2);
+    expect([0, 1, 3].map((h) => ref.plan.routing?.routes[h]), msg).toEqual(['pe', 'pe', 'pe']);
+    const { be, log, live } = withPlanner(host);
+    const res = await sparsePrefill(be, inputs, p, { minSparseLength: 0 });
+    expect(log.planned, msg).toBe(1);
+    expect(log.peWithVs, msg).toEqual([true]);
+    expect(res.plan.routing, msg).toEqual(ref.plan.routing);
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
+    expect(live.every((x) => x.released), msg).toBe(true);
+    expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
+    // the PE heads' lists hold the noise floor's: a plan without peWithVs selects fewer blocks there
+    const plain = await sparsePrefill(host, inputs, { ...p, peWithVs: false }, { minSparseLength: 0 });
+    expect(ref.plan.density[0], msg).toBeGreaterThanOrEqual(plain.plan.density[0]);
+    expect(ref.plan.mask?.vs?.verticalPtr[1], msg).toBeGreaterThan(plain.plan.mask?.vs?.verticalPtr[1] ?? 0);
+  });
+
+  it('may route a head the other way where its residual distance is within RESIDUAL_MARGIN of τ, and nowhere else', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const stats = await host.proxyStats(inputs.q, inputs.k, { blockSize: 64, wSink: 128, wLocal: 128 });
+    const Nb = stats.numBlocks;
+    // head 0 (a sink head: cStruct says VS) with τ a hair above its distance: the host routes it PE
+    expect(stats.cStruct[0], msg).toBeGreaterThanOrEqual(0.2);
+    const d = residualDistance(headSlice(stats.verticalBlocks, 0, Nb), headSlice(stats.pooledEstimate, 0, Nb)).distance;
+    const { be, setFlip, live } = withPlanner(host);
+    setFlip(0);
+    const near = guarded(d + 1e-12, 0);
+    const plan = await planPrefill(be, inputs, near, { minSparseLength: 0 });
+    const hostPlan = await planPrefill(host, inputs, near, { minSparseLength: 0 });
+    expect(hostPlan.routing?.routes[0], msg).toBe('pe');
+    // the device's route stands (its mask was built from it); the host's scores are kept
+    expect(plan.routing?.routes, msg).toEqual(hostPlan.routing!.routes.map((r, h) => (h === 0 ? 'vs' : r)));
+    expect(Array.from(plan.routing!.scores), msg).toEqual(Array.from(hostPlan.routing!.scores));
+    releasePlan(plan);
+    // τ well away from the distance: the same disagreement is the backend's fault
+    await expect(planPrefill(be, inputs, guarded(d * 1.1, 0), { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    expect(live.every((x) => x.released), msg).toBe(true);
   });
 
   it('are not asked for where the planner cannot run the policy: those plans are made on the host, statistics read at once', async () => {

@@ -42,7 +42,8 @@ export const crispFast: Policy = Object.freeze({
  * the anchors (residualJsd: residual JSD < 0.1 with at least 0.3 of the mass there), which
  * catches content-driven heads with a sink; and PE heads keep the noise floor's VS lists
  * beside their PE rows (Policy.peWithVs), which keeps the needles the pooled map smooths
- * away. `crisp` stays the paper's method. Plans are made on the host (no device form yet).
+ * away. `crisp` stays the paper's method. On a backend whose planner runs these rules (CUDA)
+ * the plan is made on the device, as crisp's is.
  */
 export const crispGuarded: Policy = Object.freeze({
   name: 'crispGuarded',

@@ -3,13 +3,14 @@
  * when all agree it is VS.
  *
  * Each router reads a different sign that pooled estimation is the safer path: cStruct a weak
- * anchor mass, jsd a pooled estimate that already matches the proxy rows. A head that either
- * flags is one whose VS lists, taken from the last queries, may not serve the earlier ones
- * (content-driven heads with a real sink pass C_struct and fail VS). `crispGuarded` routes
- * with `anyPe([cStruct(), jsd()])` and covers the other direction (a PE head whose pooled map
- * smooths away a needle the proxy rows see) with the recall guard (`Policy.recallTarget`).
+ * anchor mass, residualJsd a pooled estimate that explains the mass off the anchors. A head
+ * that either flags is one whose VS lists, taken from the last queries, may not serve the
+ * earlier ones (content-driven heads with a real sink pass C_struct and fail VS).
+ * `crispGuarded` routes with `anyPe([cStruct(), residualJsd()])` and covers the other
+ * direction (a PE head whose pooled map smooths away a needle the proxy rows see) with
+ * `Policy.peWithVs`. When every part has a device form, so does the union (`device`).
  */
-import type { OptionalStat, ProxyStats, Route, Router, RoutingDecision, StatsNeeds } from '@crisp/core';
+import type { DeviceRouterRule, OptionalStat, ProxyStats, Route, Router, RoutingDecision, StatsNeeds } from '@crisp/core';
 import { describeValue, InvalidArgumentError } from '@crisp/core';
 
 export interface AnyPeRouter extends Router {
@@ -54,7 +55,7 @@ export function anyPe(routers: readonly Router[]): AnyPeRouter {
   const list = Object.freeze([...routers]);
   const needs = mergeNeeds(list);
   const name = `anyPe(${list.map((r) => r.name).join(', ')})`;
-  return Object.freeze({
+  const router: AnyPeRouter = {
     name,
     routers: list,
     needs,
@@ -68,5 +69,12 @@ export function anyPe(routers: readonly Router[]): AnyPeRouter {
         ? { routes, scores: first.scores, scoreName: first.scoreName }
         : { routes, scores: first.scores, scoreName: first.scoreName, threshold: first.threshold };
     },
-  });
+  };
+  // A device form when every part has one (non-enumerable, as the parts' are): the planner
+  // runs the union of the parts' PE decisions.
+  const parts = list.map((r) => r.device);
+  if (parts.every((d): d is DeviceRouterRule => d !== undefined)) {
+    Object.defineProperty(router, 'device', { value: Object.freeze({ kind: 'anyPe' as const, rules: Object.freeze(parts) }), enumerable: false });
+  }
+  return Object.freeze(router);
 }

@@ -11,7 +11,7 @@
  * "query-aware" and goes to PE; D >= τ: the map has structure pooling blurs (a sink token
  * diluted by its block's mean key, per-query diagonals), so it goes to VS.
  */
-import { checkOptions, InvalidArgumentError, type ProxyStats, type Route, type Router, type RoutingDecision, ShapeError } from '@crisp/core';
+import { checkOptions, InvalidArgumentError, jsDistance, type ProxyStats, type Route, type Router, type RoutingDecision } from '@crisp/core';
 import { checkRange, checkStats } from './stats-check.js';
 
 export interface JsdOptions {
@@ -23,40 +23,7 @@ export interface JsdRouter extends Router {
   readonly tau: number;
 }
 
-/** x · ln(x / m) with the 0 · ln 0 = 0 convention; m >= x/2 > 0 whenever x > 0. */
-function klTerm(x: number, m: number): number {
-  return x > 0 ? x * Math.log(x / m) : 0;
-}
-
-/**
- * Jensen-Shannon distance D between two distributions over the same support (natural logs).
- * Inputs are renormalised to sum 1 first, so float32 rounding in either does not bias D.
- * NaN when either has a negative entry or no positive mass.
- */
-export function jsDistance(p: ArrayLike<number>, q: ArrayLike<number>): number {
-  if (!p || !q || typeof p.length !== 'number' || p.length !== q.length) {
-    throw new ShapeError(`jsDistance needs two distributions of the same length; got lengths ${p?.length} and ${q?.length}`);
-  }
-  let sp = 0;
-  let sq = 0;
-  for (let i = 0; i < p.length; i++) {
-    sp += p[i];
-    sq += q[i];
-  }
-  if (!(sp > 0) || !(sq > 0)) return Number.NaN;
-  for (let i = 0; i < p.length; i++) if (p[i] < 0 || q[i] < 0) return Number.NaN;
-  let kp = 0;
-  let kq = 0;
-  for (let i = 0; i < p.length; i++) {
-    const a = p[i] / sp;
-    const b = q[i] / sq;
-    const m = 0.5 * (a + b);
-    kp += klTerm(a, m);
-    kq += klTerm(b, m);
-  }
-  // Rounding can push the sum a hair below 0 when p == q.
-  return Math.sqrt(Math.max(0, 0.5 * kp + 0.5 * kq));
-}
+export { jsDistance };
 
 /** JSD router (FlexPrefill): 'pe' iff D(ā, â) < τ, else 'vs'. */
 export function jsd(options?: JsdOptions): JsdRouter {

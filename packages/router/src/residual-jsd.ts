@@ -19,8 +19,7 @@
  * (the crispGuarded preset); alone it sends sink-free diffuse heads to VS when their residual
  * is not pooled-smooth.
  */
-import { checkOptions, InvalidArgumentError, type ProxyStats, type Route, type Router, type RoutingDecision } from '@crisp/core';
-import { jsDistance } from './jsd.js';
+import { checkOptions, InvalidArgumentError, type ProxyStats, residualDistance, type Route, type Router, type RoutingDecision } from '@crisp/core';
 import { checkRange, checkStats } from './stats-check.js';
 
 export interface ResidualJsdOptions {
@@ -44,7 +43,7 @@ export function residualJsd(options?: ResidualJsdOptions): ResidualJsdRouter {
     throw new InvalidArgumentError(`residualJsd: minResidual must be a number in [0, 1); got ${String(minResidual)}`);
   }
   const name = 'residualJsd';
-  return Object.freeze({
+  const router: ResidualJsdRouter = {
     name,
     tau,
     minResidual,
@@ -58,13 +57,16 @@ export function residualJsd(options?: ResidualJsdOptions): ResidualJsdRouter {
       for (let h = 0; h < H; h++) {
         const pv = stats.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
         const pa = stats.pooledEstimate.subarray(h * Nb, (h + 1) * Nb);
-        const residual = Nb >= 3 ? 1 - pv[0] - pv[Nb - 1] : 0;
-        // no residual to explain (or nothing between the end blocks): the most VS-like score
-        const d = Nb >= 3 && residual > 0 ? jsDistance(pa.subarray(1, Nb - 1), pv.subarray(1, Nb - 1)) : Math.sqrt(Math.LN2);
-        scores[h] = Number.isNaN(d) ? Math.sqrt(Math.LN2) : d;
-        routes.push(residual >= minResidual && scores[h] < tau ? 'pe' : 'vs');
+        const { residual, distance } = residualDistance(pv, pa);
+        scores[h] = distance;
+        routes.push(residual >= minResidual && distance < tau ? 'pe' : 'vs');
       }
       return { routes, scores, scoreName: 'residual JSD distance', threshold: tau };
     },
-  });
+  };
+  // The same rule for backends that route on the device (@crisp/core DeviceRouterRule);
+  // non-enumerable, like cStruct's, so a router spread from this one with its own route()
+  // does not inherit it.
+  Object.defineProperty(router, 'device', { value: Object.freeze({ kind: 'residualJsd' as const, tau, minResidual }), enumerable: false });
+  return Object.freeze(router);
 }

@@ -1,6 +1,6 @@
-import { isCrispError, type ProxyStats, mulberry32 as rng } from '@crisp/core';
+import { deviceRouteTerms, isCrispError, type ProxyStats, mulberry32 as rng } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
-import { cStruct, entropy, fixed, jsd, jsDistance, residualJsd, routingAgreement } from './index.js';
+import { anyPe, cStruct, entropy, fixed, jsd, jsDistance, residualJsd, routingAgreement } from './index.js';
 
 
 function normalised(r: () => number, len: number, sharp: number): Float64Array {
@@ -221,6 +221,20 @@ describe('residualJsd', () => {
     // the same head with most of its mass on the anchors: too little residual to matter
     const anchored = { ...one, verticalBlocks: Float64Array.from([0.8, ...mid.map((x) => (x / midSum) * 0.1), 0.1]) };
     expect(residualJsd().route(anchored).routes).toEqual(['vs']);
+  });
+
+  it('offers its rule for device routing, and anyPe of device rules offers their union; deviceRouteTerms reduces it to two tests', () => {
+    const r = residualJsd({ tau: 0.2, minResidual: 0.25 });
+    expect(r.device).toEqual({ kind: 'residualJsd', tau: 0.2, minResidual: 0.25 });
+    expect(Object.keys(r)).not.toContain('device');
+    const both = anyPe([cStruct({ tauProxy: 0.3 }), r, cStruct({ tauProxy: 0.1 })]);
+    expect(both.device).toEqual({ kind: 'anyPe', rules: [{ kind: 'cStruct', tauProxy: 0.3 }, r.device, { kind: 'cStruct', tauProxy: 0.1 }] });
+    // PE iff C_struct < 0.3 or C_struct < 0.1: one test with the larger τ
+    expect(deviceRouteTerms(both.device!)).toEqual({ tauProxy: 0.3, residual: { tau: 0.2, minResidual: 0.25 } });
+    expect(deviceRouteTerms(r.device!)).toEqual({ tauProxy: Number.NEGATIVE_INFINITY, residual: { tau: 0.2, minResidual: 0.25 } });
+    // two residual tests do not reduce; a part with no device form leaves the union without one
+    expect(deviceRouteTerms(anyPe([r, residualJsd()]).device!)).toBeUndefined();
+    expect(anyPe([cStruct(), jsd()]).device).toBeUndefined();
   });
 
   it('validates its options', () => {

@@ -8,6 +8,7 @@ import type { Backend, DevicePlanner } from '../backend.js';
 import { InvalidArgumentError, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
+import { deviceRouteTerms, deviceRuleKinds } from './device-route.js';
 import { DEFAULTS } from './types.js';
 
 /**
@@ -86,13 +87,20 @@ function checkNeeds(needs: unknown, what: string): void {
 }
 
 /** A router's device form: a DeviceRouterRule whose parameters are in range (a backend runs it as given). */
-function checkRouterRule(rule: unknown, what: string): void {
-  const r = rule as Partial<DeviceRouterRule> | null;
-  if (!r || typeof r !== 'object' || r.kind !== 'cStruct' || typeof r.tauProxy !== 'number' || !Number.isFinite(r.tauProxy)) {
-    throw new InvalidArgumentError(
-      `${what} must be { kind: 'cStruct', tauProxy: a finite number } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
-    );
+function checkRouterRule(rule: unknown, what: string, depth = 0): void {
+  const r = rule as Partial<Record<string, unknown>> | null;
+  const num = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
+  if (r && typeof r === 'object' && r.kind === 'cStruct' && num(r.tauProxy)) return;
+  if (r && typeof r === 'object' && r.kind === 'residualJsd' && num(r.tau) && r.tau > 0 && num(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1) return;
+  if (r && typeof r === 'object' && r.kind === 'anyPe' && Array.isArray(r.rules) && r.rules.length >= 1 && depth < 4) {
+    r.rules.forEach((x: unknown, i: number) => {
+      checkRouterRule(x, `${what}.rules[${i}]`, depth + 1);
+    });
+    return;
   }
+  throw new InvalidArgumentError(
+    `${what} must be { kind: 'cStruct', tauProxy: a finite number }, { kind: 'residualJsd', tau > 0, minResidual in [0, 1) }, { kind: 'anyPe', rules: [such rules] } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
+  );
 }
 
 /** A VS selector's device form: a DeviceSelectorRule whose parameters are in range. */
@@ -217,16 +225,19 @@ export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy,
 
 /**
  * The plan goes to the backend's device planner when the planner runs both the router's and
- * the selector's device form (and the selector needs no token scores, which the device plan
- * does not compute, and the policy has neither a recall guard nor peWithVs, which the
- * device plan does not run); otherwise it is made on the host.
+ * the selector's device form (every kind of an anyPe rule, reducible to the planner's two
+ * tests: deviceRouteTerms), the selector needs no token scores (the device plan computes
+ * none), the policy has no recall guard, and the planner runs peWithVs when the policy
+ * asks for it; otherwise the plan is made on the host.
  */
 function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
   const route = policy.router!.device;
   const vs = policy.vs!.device;
-  if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined || policy.peWithVs === true) return undefined;
+  if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined) return undefined;
+  if (policy.peWithVs === true && planner.peWithVs !== true) return undefined;
   if (vs.kMin % B !== 0) return undefined;
-  if (!planner.routers.includes(route.kind) || !planner.selectors.includes(vs.kind)) return undefined;
+  if (![...deviceRuleKinds(route)].every((k) => planner.routers.includes(k)) || !planner.selectors.includes(vs.kind)) return undefined;
+  if (deviceRouteTerms(route) === undefined) return undefined;
   return { route, vs };
 }
 

@@ -4,17 +4,18 @@
  * rows and the mask behind them, reading nothing back. The attention can then be queued right
  * behind the plan (sparsePrefill does). Reading the plan back (`finish`) waits for the plan's
  * kernels only; the host router then runs on the same statistics, and its routes must equal
- * the device's (the device rule is the same comparison): the plan reports the host's
- * RoutingDecision.
+ * the device's (the device rule is the same comparison; device-route.ts has the one margin):
+ * the plan reports the host's RoutingDecision.
  */
 import type { AttentionShape } from '../attention.js';
 import type { Backend, DeviceMark, DevicePlanOutcome, PreparedMask } from '../backend.js';
 import { CrispError } from '../errors.js';
 import { densityFromCounts } from '../mask.js';
-import type { Policy, RoutingDecision } from '../policy.js';
+import type { DeviceRouterRule, Policy, Route, RoutingDecision } from '../policy.js';
 import { assertFiniteStats, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
 import type { DeviceRules } from './derive.js';
+import { deviceRouteTerms, routeMarginal } from './device-route.js';
 import { checkRecall, routeOnHost, spreadRows } from './host-plan.js';
 import type { PrefillPlan } from './types.js';
 
@@ -44,6 +45,35 @@ export interface QueuedDevicePlan {
   finish(overlapped: boolean): Promise<PrefillPlan>;
 }
 
+/**
+ * The host router's decision checked against the device's routes: equal, except on heads
+ * whose residual test is within RESIDUAL_MARGIN of a threshold (device-route.ts), where the
+ * device's route stands (the mask was built from it). Any other difference is the backend's
+ * fault (BACKEND_ERROR).
+ */
+function agreedRoutes(
+  routing: RoutingDecision,
+  peHeads: number[],
+  device: readonly Route[],
+  rule: DeviceRouterRule,
+  stats: ProxyStats,
+  who: string,
+  router: string,
+): { routing: RoutingDecision; peHeads: number[] } {
+  const H = routing.routes.length;
+  let differ = false;
+  for (let h = 0; h < H; h++) if (routing.routes[h] !== device[h]) differ = true;
+  if (!differ) return { routing, peHeads };
+  const terms = deviceRouteTerms(rule);
+  for (let h = 0; h < H; h++) {
+    if (routing.routes[h] !== device[h] && !(terms && routeMarginal(terms, stats, h))) {
+      throw new CrispError('BACKEND_ERROR', `${who}: the device routed [${device.join(',')}], router ${router} routes [${routing.routes.join(',')}] on the same statistics`);
+    }
+  }
+  const routes = [...device];
+  return { routing: { ...routing, routes }, peHeads: routes.flatMap((x, h) => (x === 'pe' ? [h] : [])) };
+}
+
 export async function queueDevicePlan(
   backend: Backend,
   inputs: { readonly q: DeviceTensor; readonly k: DeviceTensor },
@@ -61,6 +91,7 @@ export async function queueDevicePlan(
     vs: c.rules.vs,
     peK: c.peK,
     pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: c.scale },
+    ...(policy.peWithVs === true ? { peWithVs: true } : {}),
   });
   const tDevice = performance.now();
   const finish = async (overlapped: boolean): Promise<PrefillPlan> => {
@@ -79,12 +110,7 @@ export async function queueDevicePlan(
       const tReadDone = performance.now();
       assertFiniteStats(stats);
       ({ routing, peHeads } = routeOnHost(policy, stats, H));
-      if (!routing.routes.every((x, h) => x === outcome.routes[h])) {
-        throw new CrispError(
-          'BACKEND_ERROR',
-          `backend ${backend.name}: the device routed [${outcome.routes.join(',')}], router ${policy.router!.name} routes [${routing.routes.join(',')}] on the same statistics`,
-        );
-      }
+      ({ routing, peHeads } = agreedRoutes(routing, peHeads, outcome.routes, c.rules.route, stats, `backend ${backend.name}`, policy.router!.name));
       tRoute = performance.now();
       ({ perHead: density, overall: overallDensity } = densityFromCounts(await r.prepared.readBlockCounts(), Nb));
       const rows = outcome.peRows ? spreadRows(await outcome.peRows(), peHeads, H, Nb) : undefined;

@@ -5,7 +5,8 @@
 //   VS heads:  μ = max(1 − p[0] − p[Nb−1], 0) / (Nb − 2); keep {J : p[J] > α μ} ∪ {0, Nb − 1};
 //              when fewer than kBlocks blocks pass (both ends counted if they pass), the
 //              kBlocks best instead, ∪ {0, Nb − 1}; Nb <= 2: every block;
-//   PE heads:  the peK best of each direction, ∪ {0} in the slash direction.
+//   PE heads:  the peK best of each direction, ∪ {0} in the slash direction; with peWithVs
+//              (Policy.peWithVs) ∪ the VS heads' rule too.
 // "Best": higher score first, ties toward the lower index. Lists come out ascending and
 // duplicate-free through a bitmap of the head's Nb blocks in shared memory, compacted in
 // index order.
@@ -63,10 +64,11 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
 }
 
 // Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. lists
-// [2][H][Nb]: the selected blocks ascending; counts [2][H].
+// [2][H][Nb]: the selected blocks ascending; counts [2][H]. peWithVs: PE heads take the VS
+// rule's blocks as well.
 extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, const double* ps, const int* routes,
                                                               int H, int Nb, double alpha, int kBlocks, int peK,
-                                                              int* lists, int* counts) {
+                                                              int* lists, int* counts, int peWithVs) {
   CRISP_PDL_ENTRY();
   extern __shared__ u32 bits[];
   __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
@@ -78,7 +80,8 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
   for (int w = t; w < words; w += SEL_T) bits[w] = 0u;
   __syncthreads();
   auto setBit = [&](int J) { atomicOr(&bits[J >> 5], 1u << (J & 31)); };
-  if (routes[h] != 0) {
+  const bool vsHead = routes[h] != 0;
+  if (vsHead || peWithVs) {
     if (Nb <= 2) {
       if (t < Nb) setBit(t);
     } else {
@@ -106,7 +109,10 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
         setBit(Nb - 1);
       }
     }
-  } else {
+  }
+  if (!vsHead) {
+    // (the VS rule's bits, when it ran, are all set: sel_topk_bits' thread 0 adds to them)
+    __syncthreads();
     if (peK >= Nb) {
       for (int J = t; J < Nb; J += SEL_T) setBit(J);
     } else if (peK > 0) {

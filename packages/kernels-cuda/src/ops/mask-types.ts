@@ -17,6 +17,8 @@ export interface DeviceVsRequest {
   readonly routes: readonly Route[];
   /** blocks per direction for PE heads (kMin / B) */
   readonly peK: number;
+  /** PE heads keep the rule's lists too (Policy.peWithVs) */
+  readonly peWithVs?: boolean;
 }
 
 export interface PrepareMaskRequest {

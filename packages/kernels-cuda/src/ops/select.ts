@@ -38,7 +38,7 @@ export function selectOnDevice(
   temp: DeviceBlock[],
   prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
 ): DeviceVsSelection {
-  const { rule, stats, routes, peK } = req;
+  const { rule, stats, routes, peK, peWithVs } = req;
   if (rule?.kind !== 'noiseFloor') {
     throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
   }
@@ -89,6 +89,7 @@ export function selectOnDevice(
     I(peK),
     P(lists.ptr),
     P(counts.ptr),
+    I(peWithVs === true ? 1 : 0),
   ]);
   const vPtr = buf.ptr + pb;
   cx.launch('select/select.cu', 'vs_pack', [2, H], 256, 0, [P(lists.ptr), P(counts.ptr), I(H), I(Nb), P(vPtr)]);

@@ -8,7 +8,6 @@ import {
   type DevicePlanResult,
   InvalidArgumentError,
   type Route,
-  UnsupportedError,
   type VsLists,
 } from '@crisp/core';
 import { expand, uploadTemp } from '../ops/expand.js';
@@ -21,13 +20,14 @@ import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import { assertGoodRows, devicePlanLayout } from './plan-layout.js';
-import { routesOnDevice } from './route.js';
+import { checkedTerms, residualFlags, routesOnDevice } from './route.js';
 import { splitPe } from './split-pe.js';
 
 /**
  * The plan after the statistics as device work (core's planOnDevice): routes (route.cu)
- * from the statistics' C_struct where proxyStats left it, VS selection (select.cu) on those
- * routes, then the rows expanded and counted (mask.cu), an event behind the last kernel.
+ * from the statistics' C_struct where proxyStats left it (and the residual test over p_v and
+ * the pooled estimate, route_residual, when the rule has one), VS selection (select.cu) on those
+ * routes (PE heads too with peWithVs), then the rows expanded and counted (mask.cu), an event behind the last kernel.
  * Nothing is read here, so the caller queues the attention behind the plan; `read()` then
  * brings the routes, the PE count, the statistics' head values, expand's summary and the
  * list pointers back in one copy on the copy stream (waiting for that event only), and the
@@ -42,13 +42,8 @@ import { splitPe } from './split-pe.js';
 export async function planOnDevice(cx: CudaContext, store: KeptStats, req: DevicePlanRequest): Promise<DevicePlanResult> {
   cx.alive();
   cx.tracer.host('planOnDevice()');
-  const { stats, route, vs: rule, peK, pe } = req ?? ({} as DevicePlanRequest);
-  if (route?.kind !== 'cStruct') {
-    throw new UnsupportedError(`device routing supports the cStruct rule; got ${route?.kind}`, { limit: 'deviceRouter' });
-  }
-  if (!(typeof route.tauProxy === 'number' && Number.isFinite(route.tauProxy))) {
-    throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${route.tauProxy}`);
-  }
+  const { stats, route, vs: rule, peK, pe, peWithVs } = req ?? ({} as DevicePlanRequest);
+  const terms = checkedTerms(route);
   if (!stats || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
     throw new InvalidArgumentError('planOnDevice needs the statistics from proxyStats');
   }
@@ -65,13 +60,13 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     // it goes: no second stream, so the statistics' held scratch can go back now
     const entry = store.get(stats);
     if (entry) store.releaseHeld(entry);
-    const routes = routesOnDevice(cx, store, stats, route.tauProxy);
+    const routes = routesOnDevice(cx, store, stats, terms);
     const heads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
     const res = await prepareMask(cx, store, {
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      vs: { rule, stats, routes, peK },
+      vs: { rule, stats, routes, peK, peWithVs },
       pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
     });
     const outcome = { routes, vs: res.vs, ...(res.peRows ? { peRows: res.peRows } : {}) };
@@ -92,8 +87,10 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     // since): the router waits only for C_struct there, and the main stream waits for the
     // routes before the VS selection. The PE heads then go to the second stream once the
     // attention of the VS heads is queued (sparseAttention; splitPe).
+    // (a residual test reads p_v and the pooled estimate, which the main stream writes last:
+    // no early routing on the second stream then)
     const side =
-      kept?.cstructReady !== undefined && kept.launchesAtEnd === cx.mainLaunches && kept === store.entries.at(-1)
+      terms.residual === undefined && kept?.cstructReady !== undefined && kept.launchesAtEnd === cx.mainLaunches && kept === store.entries.at(-1)
         ? cx.streams.side()
         : undefined;
     // One buffer before the VS list pointers, read with them (devicePlanLayout)
@@ -101,32 +98,34 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     let rt = 0;
     const fill = (ptr: number) => {
       rt = ptr + headBytes;
-      const args = [P(st), I(H), D64(route.tauProxy), P(ptr), P(rt)];
+      const args = [P(st), I(H), D64(terms.tauProxy), P(ptr), P(rt)];
+      const flags = [P(0)];
       const tail = kept?.tailDone !== undefined ? cx.streams.tailStream : undefined;
       if (side) {
         cx.streams.waitFor(side, kept!.cstructReady);
-        cx.streams.onStream(side, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1)]));
+        cx.streams.onStream(side, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1), ...flags]));
         cx.streams.fence(side, cx.streams.main);
         // the head values' copy behind their kernels (count, entropies): on the third stream
         // when they are there, which the main stream joins at the plan's end (KeptStats.releaseHeld).
         // (The buffer is new, but nothing released since proxyStats' fence can be in it: the
         // statistics hold their scratch until then, and the plan releases nothing before.)
         if (tail) {
-          cx.streams.onStream(tail, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]));
+          cx.streams.onStream(tail, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2), ...flags]));
           // (kept held an event already, so it is in KeptStats: KeptStats.releaseRetained joins this one)
           kept!.tailDone = cx.streams.recordIn(cx.streams.tailEvents, tail);
         } else {
-          cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2)]);
+          cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2), ...flags]);
         }
       } else {
         if (kept) store.joinTail(kept);
-        cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3)]);
+        if (terms.residual) flags[0] = P(residualFlags(cx, stats, kept?.block.ptr, terms.residual, temp));
+        cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3), ...flags]);
       }
       return rt;
     };
     let vsDev: DeviceVsSelection;
     try {
-      vsDev = selectOnDevice(cx, store, { rule, stats, peK }, H, Nb, B, temp, { bytes, fill });
+      vsDev = selectOnDevice(cx, store, { rule, stats, peK, peWithVs }, H, Nb, B, temp, { bytes, fill });
     } finally {
       // one plan a statistics object on the second stream: its event is a ring slot that
       // later fences reuse, so another plan on these statistics runs on the main stream

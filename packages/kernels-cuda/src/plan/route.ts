@@ -1,36 +1,99 @@
 /**
- * Routing read back to the host through the device form of the router (kernels/route/route.cu):
- * for the device plan's fallback, so that the C_struct rule has one device implementation
- * beside @crisp/router's host one.
+ * Routing on the device (kernels/route/route.cu): the rule's two tests (core's
+ * deviceRouteTerms), the residual one's per-head verdicts, and the routes read back for the
+ * device plan's fallback, so that each rule has one device implementation beside
+ * @crisp/router's host one.
  */
-import type { ProxyStats, Route } from '@crisp/core';
+import {
+  type DeviceRouteTerms,
+  type DeviceRouterRule,
+  deviceRouteTerms,
+  InvalidArgumentError,
+  type ProxyStats,
+  type Route,
+  UnsupportedError,
+} from '@crisp/core';
+import { uploadTemp } from '../ops/expand.js';
 import type { CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 
+/** The request's rule as route.cu's two tests; typed errors for a rule it cannot run. */
+export function checkedTerms(route: DeviceRouterRule | undefined): DeviceRouteTerms {
+  const kinds = new Set(['cStruct', 'residualJsd', 'anyPe']);
+  const known = (r: DeviceRouterRule | undefined): boolean =>
+    r !== undefined && r !== null && kinds.has(r.kind) && (r.kind !== 'anyPe' || (Array.isArray(r.rules) && r.rules.every(known)));
+  if (!known(route)) {
+    throw new UnsupportedError(`device routing runs the cStruct and residualJsd rules and anyPe of them; got ${describe(route)}`, { limit: 'deviceRouter' });
+  }
+  const terms = deviceRouteTerms(route!);
+  if (!terms) throw new UnsupportedError('device routing runs at most one residualJsd rule in an anyPe', { limit: 'deviceRouter' });
+  if (!(typeof terms.tauProxy === 'number' && (Number.isFinite(terms.tauProxy) || terms.tauProxy === Number.NEGATIVE_INFINITY))) {
+    throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${terms.tauProxy}`);
+  }
+  const r = terms.residual;
+  if (r && !(Number.isFinite(r.tau) && r.tau > 0 && Number.isFinite(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1)) {
+    throw new InvalidArgumentError(`residualJsd needs tau > 0 and minResidual in [0, 1); got tau ${r.tau}, minResidual ${r.minResidual}`);
+  }
+  return terms;
+}
+
+function describe(route: DeviceRouterRule | undefined): string {
+  return route && typeof route === 'object' ? String((route as { kind?: unknown }).kind) : String(route);
+}
+
 /**
- * Each head's route by route_cstruct (mode 1: routes only) over C_struct where proxyStats left
- * it (uploaded otherwise), read synchronously. The caller has joined the statistics' third
- * stream (KeptStats.releaseHeld), so their C_struct is complete on the main stream.
+ * route_residual's verdicts [H] int (1: the residual test sends the head to PE), queued on
+ * the current stream into a block of `temp`. `keptBlock`: the statistics' device buffer
+ * ([non-finite count][C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb] f64), else p_v
+ * and the pooled estimate are uploaded from the object.
  */
-export function routesOnDevice(cx: CudaContext, store: KeptStats, stats: ProxyStats, tauProxy: number): Route[] {
+export function residualFlags(
+  cx: CudaContext,
+  stats: ProxyStats,
+  keptBlock: number | undefined,
+  residual: NonNullable<DeviceRouteTerms['residual']>,
+  temp: DeviceBlock[],
+): number {
+  const { heads: H, numBlocks: Nb } = stats;
+  const HNb = H * Nb;
+  let pv: number;
+  let pooled: number;
+  if (keptBlock !== undefined) {
+    pv = keptBlock + 8 + 2 * H * 8;
+    pooled = pv + 2 * HNb * 8;
+  } else {
+    const both = new Float64Array(2 * HNb);
+    both.set(stats.verticalBlocks.subarray(0, HNb));
+    both.set(stats.pooledEstimate.subarray(0, HNb), HNb);
+    pv = uploadTemp(cx, both, temp);
+    pooled = pv + HNb * 8;
+  }
+  const out = cx.scratch(H * 4);
+  temp.push(out);
+  cx.launch('route/route.cu', 'route_residual', [H], 256, 0, [P(pv), P(pooled), I(H), I(Nb), D64(residual.tau), D64(residual.minResidual), P(out.ptr)]);
+  return out.ptr;
+}
+
+/**
+ * Each head's route by route_cstruct (mode 1: routes only; with route_residual's verdicts
+ * when the rule has a residual test) over the statistics where proxyStats left them
+ * (uploaded otherwise), read synchronously. The caller has joined the statistics' third
+ * stream (KeptStats.releaseHeld), so they are complete on the main stream.
+ */
+export function routesOnDevice(cx: CudaContext, store: KeptStats, stats: ProxyStats, terms: DeviceRouteTerms): Route[] {
   const H = stats.heads;
   const kept = store.get(stats);
   const temp: DeviceBlock[] = [];
   try {
     // [non-finite count][C_struct H] (route.cu reads C_struct at stats + 1)
-    let st: number;
-    if (kept) st = kept.block.ptr;
-    else {
-      const up = cx.uploadArray(Float64Array.from([0, ...stats.cStruct]));
-      temp.push(up);
-      st = up.ptr;
-    }
+    const st = kept ? kept.block.ptr : uploadTemp(cx, Float64Array.from([0, ...stats.cStruct]), temp);
+    const flags = terms.residual ? residualFlags(cx, stats, kept?.block.ptr, terms.residual, temp) : 0;
     // routes [H] then the PE head list [count][heads]
     const out = cx.scratch((2 * H + 1) * 4);
     temp.push(out);
-    cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [P(st), I(H), D64(tauProxy), P(0), P(out.ptr), I(1)]);
+    cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [P(st), I(H), D64(terms.tauProxy), P(0), P(out.ptr), I(1), P(flags)]);
     return Array.from(cx.read(out.ptr, new Int32Array(H)), (x): Route => (x === 1 ? 'vs' : 'pe'));
   } finally {
     cx.releaseBlocks(temp);

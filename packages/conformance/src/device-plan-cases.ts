@@ -1,0 +1,206 @@
+/**
+ * The device planner's cases (backends with `planner`): routing, VS selection, PE rows and
+ * the expanded mask made on the device must equal the host parts on the same statistics,
+ * for crisp's rules (cStruct + noise floor) and crispGuarded's (anyPe of cStruct and
+ * residualJsd, PE heads keeping the noise floor's lists).
+ */
+import {
+  assertFiniteStats,
+  type DeviceRouterRule,
+  type DeviceTensor,
+  type DType,
+  headSlice,
+  numBlocks,
+  type ProxyStats,
+  RESIDUAL_MARGIN,
+  residualDistance,
+  type Route,
+  selectedBlockCounts,
+  selectVsLists,
+  spreadRowPtr,
+  toFloat32,
+  vsListsFromArrays,
+} from '@crisp/core';
+import { noiseFloor } from '@crisp/select';
+import { bitEqual, type ConformanceCase, makeCase, outcome, poisoned, type ShapeCase, shapeName, upload } from './case-support.js';
+import { attentionInputs } from './random.js';
+
+/**
+ * τ for a device-plan case: between the two middle distinct values of the statistics'
+ * C_struct, so both routes occur; when the windows cover every key (n <= wSink + wLocal)
+ * C_struct is 1 up to rounding for every head, and one route is all there is to check.
+ */
+function splitTau(stats: ProxyStats): { tauProxy: number; split: boolean; distinct: number } {
+  const distinct = [...new Set(stats.cStruct)].sort((a, b) => a - b);
+  const m = Math.max(1, Math.floor(distinct.length / 2));
+  const split = distinct.length > 1;
+  return { tauProxy: split ? (distinct[m - 1] + distinct[m]) / 2 : distinct[0], split, distinct: distinct.length };
+}
+
+/** The cStruct rule's routes, by its definition (C_struct >= τ: VS). */
+function cStructRoutes(stats: ProxyStats, tauProxy: number): Route[] {
+  return Array.from(stats.cStruct, (v): Route => (v >= tauProxy ? 'vs' : 'pe'));
+}
+
+/**
+ * Device selection (backends whose planner runs the noise floor): the device plan's routes
+ * and lists must equal the host rules' on the same statistics, exactly (same f64 rule, same
+ * ties), for VS heads on the floor, VS heads where too few blocks pass (the top-k fallback)
+ * and PE heads (the peK best of each direction).
+ */
+export function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
+  const c = makeCase(`deviceSelect/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const B = s.blockSize;
+    const be = ctx.backend;
+    const d = upload(be, x);
+    const opts = { blockSize: B, wSink: B, wLocal: B };
+    const { tauProxy } = splitTau(await be.proxyStats(d.q, d.k, opts));
+    const gamma = 0.8 + 0.15 * r();
+    const lines: string[] = [];
+    try {
+      // alpha 1 (the floor), a huge alpha (nothing passes: the kMin / B best), peK 2
+      for (const alpha of [1, 1e6]) {
+        const peK = 2;
+        const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true, optionalStats: [] });
+        const res = await be.planner!.plan({
+          stats,
+          route: { kind: 'cStruct', tauProxy },
+          vs: { kind: 'noiseFloor', alpha, kMin: 2 * B },
+          peK,
+          pe: { q: d.q, k: d.k, gamma },
+        });
+        try {
+          const got = await res.read();
+          await stats.settle?.();
+          assertFiniteStats(stats);
+          const routes = cStructRoutes(stats, tauProxy);
+          if (got.routes.join(',') !== routes.join(',')) lines.push(`alpha ${alpha}: routes ${got.routes.join(',')}, expected ${routes.join(',')}`);
+          const want = selectVsLists(stats, routes, noiseFloor({ alpha, kMin: 2 * B }), peK);
+          for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+            if (!bitEqual(got.vs[key], want[key])) lines.push(`alpha ${alpha}: ${key} differs from the host selector's: got [${got.vs[key].slice(0, 12).join(',')}...], expected [${want[key].slice(0, 12).join(',')}...]`);
+          }
+        } finally {
+          res.prepared.release();
+        }
+      }
+    } finally {
+      for (const t of Object.values(d)) t.dispose();
+    }
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: 'cStruct' } };
+}
+
+/**
+ * The plan on the device (backends with a planner): statistics with deferRead, then
+ * routing, selection, PE rows and expansion in one request. Exactly what the host parts give
+ * on the same statistics: the cStruct rule's routes, the noise floor's lists, the backend's
+ * own peBlockRows for the routed PE heads (checked against the reference by peBlockRows'
+ * case), and the union's block counts. τ sits between two heads' C_struct, so both routes
+ * occur.
+ */
+export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): ConformanceCase {
+  const c = makeCase(`devicePlan${guarded ? 'Guarded' : ''}/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+    const x = attentionInputs(r, dtype, s);
+    const B = s.blockSize;
+    const be = ctx.backend;
+    const d = upload(be, x);
+    const H = s.heads;
+    const Nb = numBlocks(s.n, B);
+    const opts = { blockSize: B, wSink: B, wLocal: B };
+    const { tauProxy, split, distinct } = splitTau(await be.proxyStats(d.q, d.k, opts));
+    const gamma = 0.8 + 0.15 * r();
+    const peK = 2;
+    const rule = { kind: 'noiseFloor' as const, alpha: 1, kMin: 2 * B };
+    // (as sparsePrefill asks for them: no optional statistics with the C_struct router, the
+    // pooled estimate with the residual one)
+    const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true, optionalStats: guarded ? ['pooledEstimate'] : [] });
+    // guarded: τ for the residual test between the two middle distances of the heads cStruct
+    // sends to VS, so that some go to PE by their residual alone
+    const residual = guarded ? splitResidual(await be.proxyStats(d.q, d.k, { ...opts, optionalStats: ['pooledEstimate'] }), tauProxy) : undefined;
+    const route: DeviceRouterRule = residual
+      ? { kind: 'anyPe', rules: [{ kind: 'cStruct', tauProxy }, { kind: 'residualJsd', tau: residual.tau, minResidual: 0 }] }
+      : { kind: 'cStruct', tauProxy };
+    const res = await be.planner!.plan({ stats, route, vs: rule, peK, pe: { q: d.q, k: d.k, gamma }, ...(guarded ? { peWithVs: true } : {}) });
+    const lines: string[] = [];
+    const outs: DeviceTensor[] = [];
+    try {
+      // the attention queued behind the plan before anything is read back, as sparsePrefill
+      // does; checked below against the same mask from the host parts
+      const none: number[][] = Array.from({ length: H }, () => []);
+      const empty = vsListsFromArrays(none, none);
+      const qOut = poisoned(be, dtype, x.q.shape);
+      outs.push(qOut);
+      const queued = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: empty }, { prepared: res.prepared, out: qOut });
+      const plan = await res.read();
+      await stats.settle?.();
+      assertFiniteStats(stats);
+      const routes = residual ? guardedRoutes(stats, tauProxy, residual.tau) : cStructRoutes(stats, tauProxy);
+      if (!bitEqual(Array.from(plan.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
+        lines.push(`routes ${plan.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy}${residual ? `, residual τ ${residual.tau}` : ''})`);
+      }
+      if (residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= tauProxy)) {
+        lines.push(`residual τ ${residual.tau} sent no head to PE by its residual alone`);
+      }
+      const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK, guarded);
+      const got = plan.vs;
+      for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+        if (!bitEqual(got[key], want[key])) lines.push(`${key} differs from the host selector's`);
+      }
+      const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
+      const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads: peHeads }) : undefined;
+      const gotRows = plan.peRows ? await plan.peRows() : undefined;
+      if (Boolean(gotRows) !== Boolean(wantRows)) lines.push(`PE rows ${gotRows ? 'returned' : 'missing'} for PE heads [${peHeads.join(',')}]`);
+      else if (gotRows && wantRows && !(bitEqual(gotRows.rowPtr, wantRows.rowPtr) && bitEqual(gotRows.cols, wantRows.cols))) {
+        lines.push(`PE rows differ from peBlockRows for heads [${peHeads.join(',')}]`);
+      }
+      const rows = wantRows ? { rowPtr: spreadRowPtr(wantRows.rowPtr, peHeads, H, Nb), cols: wantRows.cols } : undefined;
+      const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
+      const gotCounts = await res.prepared.readBlockCounts();
+      if (!bitEqual(gotCounts, counts)) lines.push(`block counts ${gotCounts.join(',')} differ from the host's ${counts.join(',')}`);
+      if (split && (!peHeads.length || peHeads.length === H)) lines.push(`tauProxy ${tauProxy} gave one route to every head (C_struct has ${distinct} distinct values)`);
+      // the same kernel on the same blocks: the same bits
+      const hOut = poisoned(be, dtype, x.q.shape);
+      outs.push(hOut);
+      const host = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: want, rows }, { out: hOut });
+      const [a, b] = [toFloat32(await be.download(queued.output)), toFloat32(await be.download(host.output))];
+      if (!bitEqual(a, b)) lines.push('the attention run on the unread device plan differs from the run on the host mask');
+    } finally {
+      res.prepared.release();
+      for (const t of [...outs, ...Object.values(d)]) t.dispose();
+    }
+    return outcome(lines.length ? 1 : 0, 0, lines);
+  });
+  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: guarded ? 'anyPe' : 'cStruct' } };
+}
+
+/**
+ * A residual τ for the guarded case: between the two middle distinct residual distances of
+ * the heads cStruct sends to VS (each more than RESIDUAL_MARGIN away), so both residual routes
+ * occur among them; `split` false when fewer than two such heads differ.
+ */
+function splitResidual(stats: ProxyStats, tauProxy: number): { tau: number; split: boolean } {
+  const Nb = stats.numBlocks;
+  const ds: number[] = [];
+  for (let h = 0; h < stats.heads; h++) {
+    if (!(stats.cStruct[h] >= tauProxy)) continue;
+    const r = residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb));
+    if (r.residual > 0) ds.push(r.distance);
+  }
+  const distinct = [...new Set(ds)].sort((a, b) => a - b);
+  for (let m = Math.floor(distinct.length / 2); m >= 1; m--) {
+    if (distinct[m] - distinct[m - 1] > 4 * RESIDUAL_MARGIN && distinct[m] < 0.8) return { tau: (distinct[m - 1] + distinct[m]) / 2, split: true };
+  }
+  return { tau: 0.1, split: false };
+}
+
+/** anyPe(cStruct τ, residualJsd τr, minResidual 0), by the rules' definitions. */
+function guardedRoutes(stats: ProxyStats, tauProxy: number, tau: number): Route[] {
+  const Nb = stats.numBlocks;
+  return Array.from({ length: stats.heads }, (_, h): Route => {
+    if (!(stats.cStruct[h] >= tauProxy)) return 'pe';
+    const r = residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb));
+    return r.residual >= 0 && r.distance < tau ? 'pe' : 'vs';
+  });
+}

@@ -1,0 +1,61 @@
+/**
+ * A DeviceRouterRule as the two tests a device planner runs per head, and the one place the
+ * device's routes may differ from the host router's.
+ *
+ * Every rule reduces to: PE iff C_struct < tauProxy (−Infinity when no cStruct part; the
+ * largest τ of several), or the residual test (at most one residualJsd part). The cStruct
+ * test compares the same f64 value on both sides. The residual test's distance is a sum of
+ * logarithms the device adds in another order with its own log, so it can differ from the
+ * host's in the last bits: a head whose distance (or residual mass) lies within
+ * RESIDUAL_MARGIN of its threshold may be routed either way, and the plan keeps the device's
+ * route there (the mask was built from it).
+ */
+import { residualDistance } from '../divergence.js';
+import type { DeviceRouterRule } from '../policy.js';
+import { headSlice, type ProxyStats } from '../stats.js';
+
+/** The device plan's two tests; undefined when the rule has no such form (two residual parts). */
+export interface DeviceRouteTerms {
+  /** PE iff C_struct < tauProxy; −Infinity: no cStruct part */
+  readonly tauProxy: number;
+  /** PE iff residual >= minResidual and distance < tau */
+  readonly residual?: { readonly tau: number; readonly minResidual: number };
+}
+
+/** How far from its threshold a residual distance or mass must be for the device's and the host's test to agree. */
+export const RESIDUAL_MARGIN = 1e-9;
+
+export function deviceRouteTerms(rule: DeviceRouterRule): DeviceRouteTerms | undefined {
+  let tauProxy = Number.NEGATIVE_INFINITY;
+  let residual: DeviceRouteTerms['residual'];
+  let ok = true;
+  const visit = (r: DeviceRouterRule): void => {
+    if (r.kind === 'cStruct') tauProxy = Math.max(tauProxy, r.tauProxy);
+    else if (r.kind === 'residualJsd') {
+      if (residual) ok = false;
+      residual = { tau: r.tau, minResidual: r.minResidual };
+    } else for (const x of r.rules) visit(x);
+  };
+  visit(rule);
+  if (!ok) return undefined;
+  return residual ? { tauProxy, residual } : { tauProxy };
+}
+
+/** Every rule kind in `rule` (anyPe and its parts). */
+export function deviceRuleKinds(rule: DeviceRouterRule): Set<DeviceRouterRule['kind']> {
+  const out = new Set<DeviceRouterRule['kind']>([rule.kind]);
+  if (rule.kind === 'anyPe') for (const r of rule.rules) for (const k of deviceRuleKinds(r)) out.add(k);
+  return out;
+}
+
+/**
+ * Whether head h's route may differ between the device and the host: its cStruct test says
+ * VS (so the residual test decides) and the residual test is within RESIDUAL_MARGIN of either
+ * threshold.
+ */
+export function routeMarginal(terms: DeviceRouteTerms, stats: ProxyStats, h: number): boolean {
+  if (!terms.residual || !(stats.cStruct[h] >= terms.tauProxy)) return false;
+  const Nb = stats.numBlocks;
+  const { residual, distance } = residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb));
+  return Math.abs(distance - terms.residual.tau) <= RESIDUAL_MARGIN || Math.abs(residual - terms.residual.minResidual) <= RESIDUAL_MARGIN;
+}
