@@ -70,6 +70,17 @@ describe('headline.md', () => {
     expect(md).toContain('NVIDIA H200');
   });
 
+  it('lists every sparse preset\'s plan time, share and density in bench.md when more than crisp was timed', () => {
+    const r = result('cmd', 't0', [lat('cuda', 'crisp', 131072, 200, 1, 0.45), lat('cuda', 'crispGuarded', 131072, 250, 5, 0.5), lat('cuda', 'dense', 131072, 600, 0.1, 1)]);
+    const lines = markdown(r).split('\n');
+    const at = lines.indexOf('Plan per preset (ms, share of the preset\'s total, density):');
+    expect(at).toBeGreaterThan(0);
+    expect(lines[at + 2]).toBe('| n | crisp | crispGuarded |');
+    expect(lines[at + 4]).toBe('| 128k | 1.00 (0.5%), 0.450 | 5.00 (2.0%), 0.500 |');
+    // crisp alone: the main table has its plan already
+    expect(markdown(result('cmd', 't0', [lat('cuda', 'crisp', 131072, 200, 1, 0.45)]))).not.toContain('Plan per preset');
+  });
+
   it('says so when the run stopped early', () => {
     const r = result('cmd', 't0', [lat('cuda', 'dense', 8192, 1, 0, 1)]);
     r.inProgress = 'accuracy';

@@ -107,6 +107,18 @@ export function markdown(r: BenchResult): string {
         return [kn(n), ...inputCell, ...presets.map(cell), ...peers.map(peerCell), ...presets.filter((p) => p !== 'dense').map(speed), f(cr?.density), cr ? ms(cr.planMs) : '–', planShare(cr), afterStatsShare(cr)];
       });
       out.push(table(head, body));
+      // every sparse preset's plan, when the run timed more than crisp
+      const sparse = presets.filter((p) => p !== 'dense');
+      if (sparse.some((p) => p !== 'crisp')) {
+        out.push('');
+        out.push('Plan per preset (ms, share of the preset\'s total, density):');
+        out.push('');
+        const planCell = (n: number, p: string) => {
+          const x = rs.find((y) => y.n === n && y.preset === p);
+          return x ? `${ms(x.planMs)} (${planShare(x)}), ${f(x.density)}` : '–';
+        };
+        out.push(table(['n', ...sparse], sizes.map((n) => [kn(n), ...sparse.map((p) => planCell(n, p))])));
+      }
     }
     if (lat.peers.notes.length) {
       out.push('');

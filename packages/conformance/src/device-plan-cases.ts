@@ -159,7 +159,12 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
       const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
       const gotCounts = await res.prepared.readBlockCounts();
       if (!bitEqual(gotCounts, counts)) lines.push(`block counts ${gotCounts.join(',')} differ from the host's ${counts.join(',')}`);
-      if (split && (!peHeads.length || peHeads.length === H)) lines.push(`tauProxy ${tauProxy} gave one route to every head (C_struct has ${distinct} distinct values)`);
+      // (guarded: the residual test may send every head cStruct keeps to PE where it has no
+      // split, e.g. with Nb = 3, where the one residual block gives every head distance 0)
+      const mixed = residual ? residual.split : split;
+      if (mixed && (!peHeads.length || peHeads.length === H)) {
+        lines.push(`tauProxy ${tauProxy}${residual ? ` and residual τ ${residual.tau}` : ''} gave one route to every head (C_struct has ${distinct} distinct values)`);
+      }
       // the same kernel on the same blocks: the same bits
       const hOut = poisoned(be, dtype, x.q.shape);
       outs.push(hOut);
