@@ -81,6 +81,25 @@ describe('headline.md', () => {
     expect(markdown(result('cmd', 't0', [lat('cuda', 'crisp', 131072, 200, 1, 0.45)]))).not.toContain('Plan per preset');
   });
 
+  it('puts each kernel\'s achieved TFLOP/s against the H200\'s peak in a roofline table: dense over the whole call, a sparse preset over its computed blocks and attention time', () => {
+    const n = 131072;
+    const full = 4 * 32 * 128 * ((n * (n + 1)) / 2);
+    const r = result('cmd', 't0', [lat('cuda', 'dense', n, 400, 0, 1), { ...lat('cuda', 'crisp', n, 40, 2, 0.1), attentionMs: 38 }], [{ n, peer: 'torch-sdpa-cudnn', median: 250 }]);
+    const lines = markdown(r).split('\n');
+    expect(lines).toContain('## Roofline: achieved TFLOP/s per kernel');
+    const row = (kernel: string) => lines.find((l) => l.startsWith(`| cuda | 128k | ${kernel} |`));
+    const t = (ms: number, flops: number) => (flops / (ms * 1e-3) / 1e12).toFixed(1);
+    const pct = (ms: number, flops: number) => `${((100 * flops) / (ms * 1e-3) / 1e12 / 790).toFixed(0)}%`;
+    expect(row('dense (CRISP)')).toBe(`| cuda | 128k | dense (CRISP) | 400 | ${t(400, full)} | ${pct(400, full)} |`);
+    expect(row('crisp attention (density 0.100)')).toBe(`| cuda | 128k | crisp attention (density 0.100) | 38.0 | ${t(38, 0.1 * full)} | ${pct(38, 0.1 * full)} |`);
+    expect(row('torch-sdpa-cudnn')).toBe(`| cuda | 128k | torch-sdpa-cudnn | 250 | ${t(250, full)} | ${pct(250, full)} |`);
+    // a GPU with no listed peak: no share column
+    const other = result('cmd', 't0', [lat('cuda', 'dense', n, 400, 0, 1)]);
+    const md = markdown({ ...other, machine: { ...other.machine, gpus: [{ name: 'Some GPU', driver: '1', memory: '1 MiB' }] } });
+    expect(md).toContain('No peak is listed for this GPU.');
+    expect(md).toContain('| backend | n | kernel | ms | TFLOP/s |\n');
+  });
+
   it('says so when the run stopped early', () => {
     const r = result('cmd', 't0', [lat('cuda', 'dense', 8192, 1, 0, 1)]);
     r.inProgress = 'accuracy';

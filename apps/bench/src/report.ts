@@ -1,5 +1,6 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
+import { rooflineMarkdown } from './roofline.js';
 import { JIT_WARMUP_N } from './suites/latency.js';
 import { parallelMarkdown } from './suites/parallel-report.js';
 import { parityMarkdown } from './suites/parity.js';
@@ -131,6 +132,7 @@ export function markdown(r: BenchResult): string {
       for (const s of lat.skipped) out.push(`- ${s.backend} n=${kn(s.n)}${s.preset ? ` ${s.preset}` : ''}: ${s.reason}`);
     }
   }
+  out.push(...rooflineMarkdown(r));
   const cross = r.suites.crossover;
   if (cross) {
     out.push('');
