@@ -7,8 +7,10 @@
  *   flatten the Nb(Nb+1)/2 causal entries, normalise to sum 1, sort descending, keep the
  *   shortest prefix whose cumulative sum reaches γ.
  *
- * PE heads also receive the kMin / B best vertical and slash blocks (FlexPrefill's
- * guarantee; the pipeline adds them), so every query block keeps its diagonal block.
+ * PE heads also receive the kMin / B best vertical and slash blocks (the pipeline adds them,
+ * with offset 0 added to the slash ones), so every query block keeps its diagonal block.
+ * FlexPrefill forces key block 0 and offset 0 inside its kMin / B; here key block 0 is kept
+ * only when it ranks (see @crisp/presets' README on flexPrefill).
  * The pipeline uses ceil(kMin / B) blocks, so kMin should be a multiple of B.
  */
 import type { PeSelector } from '@crisp/core';
