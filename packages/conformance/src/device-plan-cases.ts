@@ -46,7 +46,7 @@ function cStructRoutes(stats: ProxyStats, tauProxy: number): Route[] {
  * Device selection (backends whose planner runs the noise floor): the device plan's routes
  * and lists must equal the host rules' on the same statistics, exactly (same f64 rule, same
  * ties), for VS heads on the floor, VS heads where too few blocks pass (the top-k fallback)
- * and PE heads (the peK best of each direction).
+ * and PE heads (the peK best of each direction, ∪ {0}).
  */
 export function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
   const c = makeCase(`deviceSelect/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {

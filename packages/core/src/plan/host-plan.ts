@@ -136,8 +136,9 @@ export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHea
 /**
  * A plan's VS lists selected on the host: VS heads by `selector` over their block scores (and
  * token scores, when the statistics hold them), PE heads the `peK` best blocks of each
- * direction, ∪ {0} in the slash one (FlexPrefill gives PE heads the kMin best vertical and
- * slash blocks too, so every query block keeps at least its diagonal block); with `peWithVs`
+ * direction ∪ {0} (FlexPrefill gives PE heads the kMin best vertical and slash blocks too, and
+ * forces key block 0, the sink, and offset 0, the diagonal, among them: a pooled map's mean
+ * key dilutes the sink token, so its γ cut alone can miss that column); with `peWithVs`
  * (Policy.peWithVs) PE heads keep the selector's lists as well. What the host plan runs, and
  * what a device planner's selection must equal.
  *
@@ -153,7 +154,7 @@ export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selec
   const slash: ArrayLike<number>[] = [];
   for (let h = 0; h < H; h++) {
     if (routes[h] === 'pe') {
-      const v = topKIndices(headSlice(stats.verticalBlocks, h, Nb), peK);
+      const v = unionSorted(topKIndices(headSlice(stats.verticalBlocks, h, Nb), peK), [0]);
       const s = unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]);
       const both = peWithVs ? selectHead(h) : undefined;
       vertical.push(both ? unionSorted(v, both.vertical) : v);

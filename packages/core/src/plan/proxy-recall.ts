@@ -95,6 +95,8 @@ function pooledRecall(a: Float64Array, pv: Float64Array, ps: Float64Array, gamma
   }
   for (const J of topKIndices(pv, peK)) mark[J] = 1;
   for (const O of topKIndices(ps, peK)) mark[last - O] = 1;
+  // key block 0 and the diagonal, as a PE head's lists always hold them
+  mark[0] = 1;
   mark[last] = 1;
   return markedMass(pv, mark);
 }

@@ -5,7 +5,7 @@
 //   VS heads:  μ = max(1 − p[0] − p[Nb−1], 0) / (Nb − 2); keep {J : p[J] > α μ} ∪ {0, Nb − 1};
 //              when fewer than kBlocks blocks pass (both ends counted if they pass), the
 //              kBlocks best instead, ∪ {0, Nb − 1}; Nb <= 2: every block;
-//   PE heads:  the peK best of each direction, ∪ {0} in the slash direction; with peWithVs
+//   PE heads:  the peK best of each direction, ∪ {0} (the sink column, the diagonal); with peWithVs
 //              (Policy.peWithVs) ∪ the VS heads' rule too.
 // "Best": higher score first, ties toward the lower index. Lists come out ascending and
 // duplicate-free through a bitmap of the head's Nb blocks in shared memory, compacted in
@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
       sel_topk_bits(p, Nb, peK, bits, sv, si);
     }
     __syncthreads();
-    if (dir == 1 && t == 0) setBit(0);
+    if (t == 0) setBit(0);
   }
   __syncthreads();
   // compact the bitmap in index order: thread t owns words [w0, w1)

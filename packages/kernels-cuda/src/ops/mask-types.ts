@@ -6,7 +6,7 @@ import type { BlockRows, DeviceSelectorRule, DeviceTensor, PeRowsOptions, Prepar
 
 /**
  * VS selection to run on the device: VS heads by `rule` over the block scores of `stats`, PE
- * heads the `peK` best blocks of each direction (∪ {0} in the slash one), as the pipeline
+ * heads the `peK` best blocks of each direction (∪ {0}), as the pipeline
  * does on the host.
  */
 export interface DeviceVsRequest {

@@ -6,7 +6,7 @@
  *               f32), and the kernel compares order keys of the bits (NaN goes to PE).
  *   noiseFloor: VS heads keep {J : p[J] > α μ} ∪ {0, Nb − 1}, the kBlocks best when fewer
  *               pass (both ends counted if they pass), every block when Nb <= 2; PE heads
- *               the peK best of each direction, ∪ {0} in the slash direction. The threshold
+ *               the peK best of each direction, ∪ {0}. The threshold
  *               is the host's f64 value bit for bit (./f64.ts), p[J] is widened to f64
  *               exactly, and the comparison is one of order keys.
  * "Best": higher score first, ties toward the lower index, on order keys of the f32 bits
@@ -132,7 +132,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       topK(h, dir, P.peK, lid);
     }
     workgroupBarrier();
-    if (dir == 1u && lid == 0u) { setBit(0u); }
+    if (lid == 0u) { setBit(0u); }
   }
   workgroupBarrier();
   // compact in index order: thread lid owns words [w0, w1)
