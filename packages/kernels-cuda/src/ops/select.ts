@@ -2,13 +2,39 @@
  * VS selection on the device (kernels/select/select.cu): the noise-floor rule over the
  * statistics' block scores where proxyStats left them, packed into lists the host reads once.
  */
-import { InvalidArgumentError, type Route, UnsupportedError, type VsLists } from '@crisp/core';
+import { InvalidArgumentError, type ProxyStats, type Route, UnsupportedError, type VsLists } from '@crisp/core';
 import type { CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import { uploadTemp } from './expand.js';
 import type { DeviceVsRequest } from './mask-types.js';
+
+/** The block statistics in a kept statistics buffer, in its order after [non-finite count][C_struct H][entropy H] (f64). */
+const BLOCK_FIELDS = ['verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const;
+
+/**
+ * Device pointers to `fields` of the statistics ([H·Nb] f64 each): in `keptBlock`, the buffer
+ * proxyStats left them in, when given, else uploaded from the object into a block of `temp`.
+ */
+export function blockStatsOnDevice(
+  cx: CudaContext,
+  keptBlock: number | undefined,
+  stats: ProxyStats,
+  fields: readonly (typeof BLOCK_FIELDS)[number][],
+  temp: DeviceBlock[],
+): number[] {
+  const HNb = stats.heads * stats.numBlocks;
+  if (keptBlock !== undefined) {
+    // after the non-finite count, C_struct and the entropies
+    const first = keptBlock + 8 + 2 * stats.heads * 8;
+    return fields.map((f) => first + BLOCK_FIELDS.indexOf(f) * HNb * 8);
+  }
+  const all = new Float64Array(fields.length * HNb);
+  for (const [i, f] of fields.entries()) all.set(stats[f].subarray(0, HNb), i * HNb);
+  const ptr = uploadTemp(cx, all, temp);
+  return fields.map((_, i) => ptr + i * HNb * 8);
+}
 
 /** selectOnDevice's lists on the device: their pointers, their buffer, and their read. */
 export interface DeviceVsSelection {
@@ -54,19 +80,7 @@ export function selectOnDevice(
     throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
   }
   const HNb = H * Nb;
-  let pv: number;
-  let ps: number;
-  const kept = store.get(stats);
-  if (kept) {
-    pv = kept.block.ptr + 8 + 2 * H * 8; // after the non-finite count, C_struct and the entropies
-    ps = pv + HNb * 8;
-  } else {
-    const both = new Float64Array(2 * HNb);
-    both.set(stats.verticalBlocks.subarray(0, HNb));
-    both.set(stats.slashBlocks.subarray(0, HNb), HNb);
-    pv = uploadTemp(cx, both, temp);
-    ps = pv + HNb * 8;
-  }
+  const [pv, ps] = blockStatsOnDevice(cx, store.get(stats)?.block.ptr, stats, ['verticalBlocks', 'slashBlocks'], temp);
   // each block to `temp` as it is taken (the caller releases them, also after a failure here)
   const take = (bytes: number): DeviceBlock => {
     const x = cx.scratch(bytes);

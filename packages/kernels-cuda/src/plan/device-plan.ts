@@ -99,27 +99,27 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     const fill = (ptr: number) => {
       rt = ptr + headBytes;
       const args = [P(st), I(H), D64(terms.tauProxy), P(ptr), P(rt)];
-      const flags = [P(0)];
       const tail = kept?.tailDone !== undefined ? cx.streams.tailStream : undefined;
       if (side) {
         cx.streams.waitFor(side, kept!.cstructReady);
-        cx.streams.onStream(side, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1), ...flags]));
+        cx.streams.onStream(side, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(1), P(0)]));
         cx.streams.fence(side, cx.streams.main);
         // the head values' copy behind their kernels (count, entropies): on the third stream
         // when they are there, which the main stream joins at the plan's end (KeptStats.releaseHeld).
         // (The buffer is new, but nothing released since proxyStats' fence can be in it: the
         // statistics hold their scratch until then, and the plan releases nothing before.)
         if (tail) {
-          cx.streams.onStream(tail, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2), ...flags]));
+          cx.streams.onStream(tail, () => cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2), P(0)]));
           // (kept held an event already, so it is in KeptStats: KeptStats.releaseRetained joins this one)
           kept!.tailDone = cx.streams.recordIn(cx.streams.tailEvents, tail);
         } else {
-          cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2), ...flags]);
+          cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(2), P(0)]);
         }
       } else {
         if (kept) store.joinTail(kept);
-        if (terms.residual) flags[0] = P(residualFlags(cx, stats, kept?.block.ptr, terms.residual, temp));
-        cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3), ...flags]);
+        // (the second stream routes only without a residual test: its verdicts come here)
+        const flags = terms.residual ? residualFlags(cx, stats, kept?.block.ptr, terms.residual, temp) : 0;
+        cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3), P(flags)]);
       }
       return rt;
     };

@@ -14,6 +14,7 @@ import {
   UnsupportedError,
 } from '@crisp/core';
 import { uploadTemp } from '../ops/expand.js';
+import { blockStatsOnDevice } from '../ops/select.js';
 import type { CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P } from '../runtime/launcher.js';
@@ -57,19 +58,7 @@ export function residualFlags(
   temp: DeviceBlock[],
 ): number {
   const { heads: H, numBlocks: Nb } = stats;
-  const HNb = H * Nb;
-  let pv: number;
-  let pooled: number;
-  if (keptBlock !== undefined) {
-    pv = keptBlock + 8 + 2 * H * 8;
-    pooled = pv + 2 * HNb * 8;
-  } else {
-    const both = new Float64Array(2 * HNb);
-    both.set(stats.verticalBlocks.subarray(0, HNb));
-    both.set(stats.pooledEstimate.subarray(0, HNb), HNb);
-    pv = uploadTemp(cx, both, temp);
-    pooled = pv + HNb * 8;
-  }
+  const [pv, pooled] = blockStatsOnDevice(cx, keptBlock, stats, ['verticalBlocks', 'pooledEstimate'], temp);
   const out = cx.scratch(H * 4);
   temp.push(out);
   cx.launch('route/route.cu', 'route_residual', [H], 256, 0, [P(pv), P(pooled), I(H), I(Nb), D64(residual.tau), D64(residual.minResidual), P(out.ptr)]);
