@@ -7,9 +7,9 @@ import { parityMarkdown } from './suites/parity.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
 import { varlenMarkdown } from './suites/varlen-report.js';
 import type { BenchResult } from './result.js';
+import { kn, ms } from './format.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
-const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
 const pct = (part: number, x: { ms: { median: number } }): string => `${((100 * part) / x.ms.median).toFixed(1)}%`;
 const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? pct(x.planMs, x) : '–');
 /**
@@ -20,7 +20,6 @@ const afterStatsShare = (x: { planMs: number; planPhases?: Record<string, number
   const st = x?.planPhases?.statsMs;
   return x && st !== undefined && Number.isFinite(st) ? pct(Math.max(0, x.planMs - st), x) : '–';
 };
-const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
 
 /** Every run whose rows this result holds: the earlier merged ones, then this one. */
 export function runsOf(r: BenchResult): { command: string; startedAt: string; inProgress?: string }[] {

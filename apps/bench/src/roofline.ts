@@ -5,6 +5,7 @@
  * call with the FLOPs of the blocks it computes (density × causal), over the attention time
  * alone (its plan excluded), which is the rate its kernel runs at.
  */
+import { kn, ms } from './format.js';
 import type { BenchResult } from './result.js';
 import { causalAttentionFlops } from './stats.js';
 import type { LatencyRow } from './suites/latency.js';
@@ -74,8 +75,6 @@ export function rooflineMarkdown(r: BenchResult): string[] {
     `| backend | n | kernel | ms | TFLOP/s |${peak ? ' of peak |' : ''}`,
     `|---|---|---|---|---|${peak ? '---|' : ''}`,
   ];
-  const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
-  const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
   for (const l of lines) {
     out.push(`| ${l.backend} | ${kn(l.n)} | ${l.kernel} | ${ms(l.ms)} | ${l.tflops.toFixed(1)} |${l.ofPeak !== undefined ? ` ${(100 * l.ofPeak).toFixed(0)}% |` : ''}`);
   }

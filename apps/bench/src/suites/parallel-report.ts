@@ -1,7 +1,7 @@
 /** The parallel suite's section of bench.md: traffic and load per rank count, then per rank. */
 import type { ParallelResult, ParallelRow } from './parallel.js';
+import { kn } from '../format.js';
 
-const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
 const mib = (bytes: number): string => {
   const x = bytes / 2 ** 20;
   return x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(1) : x.toFixed(3);

@@ -1,11 +1,10 @@
 /** The varlen suite's section of bench.md: the ragged batch per backend, then chunked prefill. */
 import type { Spread } from '../stats.js';
 import type { VarlenResult } from './varlen.js';
+import { kn, ms } from '../format.js';
 
-const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
 const cell = (s: Spread | undefined): string => (s ? `${ms(s.median)} [${ms(s.min)}, ${ms(s.max)}]` : '–');
 const ratio = (a: number | undefined, b: number | undefined): string => (a !== undefined && b !== undefined && b > 0 ? `${(a / b).toFixed(2)}x` : '–');
-const kn = (n: number): string => (n % 1024 === 0 ? `${n / 1024}k` : String(n));
 const e = (x: number | undefined): string => (x === undefined || !Number.isFinite(x) ? '–' : x === 0 ? '0' : x.toExponential(2));
 
 function table(head: string[], rows: string[][]): string[] {
