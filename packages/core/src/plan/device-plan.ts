@@ -51,27 +51,18 @@ export interface QueuedDevicePlan {
  * device's route stands (the mask was built from it). Any other difference is the backend's
  * fault (BACKEND_ERROR).
  */
-function agreedRoutes(
-  routing: RoutingDecision,
-  peHeads: number[],
-  device: readonly Route[],
-  rule: DeviceRouterRule,
-  stats: ProxyStats,
-  who: string,
-  router: string,
-): { routing: RoutingDecision; peHeads: number[] } {
-  const H = routing.routes.length;
+function agreedRoutes(routing: RoutingDecision, device: readonly Route[], rule: DeviceRouterRule, stats: ProxyStats, who: string, router: string): RoutingDecision {
+  let terms: ReturnType<typeof deviceRouteTerms> | null = null;
   let differ = false;
-  for (let h = 0; h < H; h++) if (routing.routes[h] !== device[h]) differ = true;
-  if (!differ) return { routing, peHeads };
-  const terms = deviceRouteTerms(rule);
-  for (let h = 0; h < H; h++) {
-    if (routing.routes[h] !== device[h] && !(terms && routeMarginal(terms, stats, h))) {
+  for (let h = 0; h < routing.routes.length; h++) {
+    if (routing.routes[h] === device[h]) continue;
+    terms ??= deviceRouteTerms(rule);
+    if (!(terms && routeMarginal(terms, stats, h))) {
       throw new CrispError('BACKEND_ERROR', `${who}: the device routed [${device.join(',')}], router ${router} routes [${routing.routes.join(',')}] on the same statistics`);
     }
+    differ = true;
   }
-  const routes = [...device];
-  return { routing: { ...routing, routes }, peHeads: routes.flatMap((x, h) => (x === 'pe' ? [h] : [])) };
+  return differ ? { ...routing, routes: [...device] } : routing;
 }
 
 export async function queueDevicePlan(
@@ -109,8 +100,8 @@ export async function queueDevicePlan(
       await stats.settle?.();
       const tReadDone = performance.now();
       assertFiniteStats(stats);
-      ({ routing, peHeads } = routeOnHost(policy, stats, H));
-      ({ routing, peHeads } = agreedRoutes(routing, peHeads, outcome.routes, c.rules.route, stats, `backend ${backend.name}`, policy.router!.name));
+      routing = agreedRoutes(routeOnHost(policy, stats, H).routing, outcome.routes, c.rules.route, stats, `backend ${backend.name}`, policy.router!.name);
+      peHeads = routing.routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       tRoute = performance.now();
       ({ perHead: density, overall: overallDensity } = densityFromCounts(await r.prepared.readBlockCounts(), Nb));
       const rows = outcome.peRows ? spreadRows(await outcome.peRows(), peHeads, H, Nb) : undefined;
