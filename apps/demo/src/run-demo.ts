@@ -149,7 +149,10 @@ export interface HeadResult {
    */
   readonly verticalMass: number[] | null;
   readonly slashMass: number[] | null;
-  /** the VS selector's key blocks J and offset blocks O for this head (empty for PE heads) */
+  /**
+   * The head's key blocks J and offset blocks O: the VS selector's on VS heads; on PE heads the
+   * kMin / B best of each direction with block 0 forced in (FlexPrefill's rule)
+   */
   readonly verticalSelected: number[];
   readonly slashSelected: number[];
 }
