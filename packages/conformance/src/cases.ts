@@ -34,6 +34,7 @@ import {
 import { attentionInputs, } from './random.js';
 
 export * from './case-support.js';
+import { devicePlanCoverageCase } from './device-coverage-cases.js';
 import { deviceSelectCase, devicePlanCase } from './device-plan-cases.js';
 import {
   bitEqual,
@@ -474,6 +475,7 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       if (use !== 'pipeline') {
         if (i === 0) out.push(transferCase(dtype, s), typedErrorsCase(dtype, s), nonFiniteCase(dtype, s));
         out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s), devicePlanCase(dtype, s), devicePlanCase(dtype, s, true));
+        out.push(devicePlanCoverageCase(dtype, s));
         // (the mask expansion does not depend on q: once a shape, not again for its chunks)
         if (!chunked) for (const f of FORMS) out.push(expandCase(dtype, s, f));
         for (const f of FORMS) out.push(sparseCase(dtype, s, f));

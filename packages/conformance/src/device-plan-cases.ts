@@ -6,11 +6,14 @@
  */
 import {
   assertFiniteStats,
+  type Backend,
+  type DevicePlanOutcome,
   type DeviceRouterRule,
   type DeviceTensor,
   type DType,
   headSlice,
   numBlocks,
+  type PreparedMask,
   type ProxyStats,
   RESIDUAL_MARGIN,
   residualDistance,
@@ -20,6 +23,7 @@ import {
   spreadRowPtr,
   toFloat32,
   vsListsFromArrays,
+  type VsLists,
 } from '@crisp/core';
 import { noiseFloor } from '@crisp/select';
 import { bitEqual, type ConformanceCase, makeCase, outcome, poisoned, type ShapeCase, shapeName, upload } from './case-support.js';
@@ -149,28 +153,13 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
         if (!bitEqual(got[key], want[key])) lines.push(`${key} differs from the host selector's`);
       }
       const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
-      const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads: peHeads }) : undefined;
-      const gotRows = plan.peRows ? await plan.peRows() : undefined;
-      if (Boolean(gotRows) !== Boolean(wantRows)) lines.push(`PE rows ${gotRows ? 'returned' : 'missing'} for PE heads [${peHeads.join(',')}]`);
-      else if (gotRows && wantRows && !(bitEqual(gotRows.rowPtr, wantRows.rowPtr) && bitEqual(gotRows.cols, wantRows.cols))) {
-        lines.push(`PE rows differ from peBlockRows for heads [${peHeads.join(',')}]`);
-      }
-      const rows = wantRows ? { rowPtr: spreadRowPtr(wantRows.rowPtr, peHeads, H, Nb), cols: wantRows.cols } : undefined;
-      const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
-      const gotCounts = await res.prepared.readBlockCounts();
-      if (!bitEqual(gotCounts, counts)) lines.push(`block counts ${gotCounts.join(',')} differ from the host's ${counts.join(',')}`);
       // (guarded: the residual test may send every head cStruct keeps to PE where it has no
       // split, e.g. with Nb = 3, where the one residual block gives every head distance 0)
       const mixed = residual ? residual.split : split;
       if (mixed && (!peHeads.length || peHeads.length === H)) {
         lines.push(`tauProxy ${tauProxy}${residual ? ` and residual τ ${residual.tau}` : ''} gave one route to every head (C_struct has ${distinct} distinct values)`);
       }
-      // the same kernel on the same blocks: the same bits
-      const hOut = poisoned(be, dtype, x.q.shape);
-      outs.push(hOut);
-      const host = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: want, rows }, { out: hOut });
-      const [a, b] = [toFloat32(await be.download(queued.output)), toFloat32(await be.download(host.output))];
-      if (!bitEqual(a, b)) lines.push('the attention run on the unread device plan differs from the run on the host mask');
+      await checkAgainstHostParts(be, d, dtype, { heads: H, numBlocks: Nb, blockSize: B, gamma, peHeads, want }, plan, res.prepared, queued.output, outs, lines);
     } finally {
       res.prepared.release();
       for (const t of [...outs, ...Object.values(d)]) t.dispose();
@@ -178,6 +167,42 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
     return outcome(lines.length ? 1 : 0, 0, lines);
   });
   return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: guarded ? 'anyPe' : 'cStruct' } };
+}
+
+/**
+ * The rest of a device plan's check, given the host's lists `want` on the plan's routes (PE
+ * heads `peHeads`): the PE rows equal the backend's own peBlockRows, the prepared mask's block
+ * counts the union's, and the attention queued on the unread plan (`queued`) the attention on
+ * the host mask, bit for bit (the same kernel on the same blocks). Failures go to `lines`; the
+ * outputs it makes to `outs`.
+ */
+export async function checkAgainstHostParts(
+  be: Backend,
+  d: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly v: DeviceTensor },
+  dtype: DType,
+  p: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number; readonly gamma: number; readonly peHeads: number[]; readonly want: VsLists },
+  plan: DevicePlanOutcome,
+  prepared: PreparedMask,
+  queued: DeviceTensor,
+  outs: DeviceTensor[],
+  lines: string[],
+): Promise<void> {
+  const { heads: H, numBlocks: Nb, blockSize: B, peHeads, want } = p;
+  const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma: p.gamma, heads: peHeads }) : undefined;
+  const gotRows = plan.peRows ? await plan.peRows() : undefined;
+  if (Boolean(gotRows) !== Boolean(wantRows)) lines.push(`PE rows ${gotRows ? 'returned' : 'missing'} for PE heads [${peHeads.join(',')}]`);
+  else if (gotRows && wantRows && !(bitEqual(gotRows.rowPtr, wantRows.rowPtr) && bitEqual(gotRows.cols, wantRows.cols))) {
+    lines.push(`PE rows differ from peBlockRows for heads [${peHeads.join(',')}]`);
+  }
+  const rows = wantRows ? { rowPtr: spreadRowPtr(wantRows.rowPtr, peHeads, H, Nb), cols: wantRows.cols } : undefined;
+  const counts = selectedBlockCounts({ heads: H, numBlocks: Nb, blockSize: B, vs: want, rows });
+  const gotCounts = await prepared.readBlockCounts();
+  if (!bitEqual(gotCounts, counts)) lines.push(`block counts ${gotCounts.join(',')} differ from the host's ${counts.join(',')}`);
+  const hOut = poisoned(be, dtype, d.q.shape);
+  outs.push(hOut);
+  const host = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: want, rows }, { out: hOut });
+  const [a, b] = [toFloat32(await be.download(queued)), toFloat32(await be.download(host.output))];
+  if (!bitEqual(a, b)) lines.push('the attention run on the unread device plan differs from the run on the host mask');
 }
 
 /**

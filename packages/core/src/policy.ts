@@ -56,9 +56,11 @@ export interface RoutingDecision {
  *   cStruct:     'vs' iff C_struct >= tauProxy (the same f64 comparison on both sides).
  *   residualJsd: 'pe' iff r = 1 − p_v[0] − p_v[Nb−1] >= minResidual and the JS distance
  *                between the pooled estimate and p_v over blocks 1..Nb−2 is < tau.
+ *   jsd:         'pe' iff the JS distance between the pooled estimate and p_v over every
+ *                block is < tau (FlexPrefill's router).
  *   anyPe:       'pe' iff any of `rules` routes the head to PE.
  */
-export type DeviceRouterRule = DeviceCStructRule | DeviceResidualJsdRule | DeviceAnyPeRule;
+export type DeviceRouterRule = DeviceCStructRule | DeviceResidualJsdRule | DeviceJsdRule | DeviceAnyPeRule;
 
 export interface DeviceCStructRule {
   readonly kind: 'cStruct';
@@ -69,6 +71,11 @@ export interface DeviceResidualJsdRule {
   readonly kind: 'residualJsd';
   readonly tau: number;
   readonly minResidual: number;
+}
+
+export interface DeviceJsdRule {
+  readonly kind: 'jsd';
+  readonly tau: number;
 }
 
 export interface DeviceAnyPeRule {
@@ -113,11 +120,25 @@ export interface DirectionScores {
  * the plan then reads back only the selected lists instead of selecting over H·Nb scores on
  * the host. Only rules whose device form gives exactly `select`'s lists (same f64 arithmetic,
  * same tie order); the conformance suite checks that on every backend that offers it.
- *   noiseFloor: keep {J : p[J] > α · μ} ∪ {0, Nb − 1} (the kMin / B best when fewer pass).
+ *   noiseFloor:         keep {J : p[J] > α · μ} ∪ {0, Nb − 1} (the kMin / B best when fewer
+ *                       pass).
+ *   cumulativeCoverage: FlexPrefill's: the token scores' coverage count for γ, then block 0
+ *                       and the best blocks up to max(kMin / B, count / B + 1) (reads the
+ *                       token scores; offered for γ <= 0.99, where the device's count is
+ *                       exact).
  */
-export interface DeviceSelectorRule {
+export type DeviceSelectorRule = DeviceNoiseFloorRule | DeviceCoverageRule;
+
+export interface DeviceNoiseFloorRule {
   readonly kind: 'noiseFloor';
   readonly alpha: number;
+  /** tokens, a multiple of B */
+  readonly kMin: number;
+}
+
+export interface DeviceCoverageRule {
+  readonly kind: 'cumulativeCoverage';
+  readonly gamma: number;
   /** tokens, a multiple of B */
   readonly kMin: number;
 }

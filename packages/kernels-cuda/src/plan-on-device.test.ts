@@ -38,9 +38,48 @@ function planRequest(stats: ProxyStats, q: DeviceTensor, k: DeviceTensor) {
 describe('the device planner (stand-in driver)', () => {
   it('lists the router and selector rules it runs on the device', () => {
     const { be } = setup();
-    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'anyPe']);
-    expect(be.planner.selectors).toEqual(['noiseFloor']);
+    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
+    expect(be.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
     expect(be.planner.peWithVs).toBe(true);
+    be.dispose();
+  });
+
+  it("runs flexPrefill's rules on the device: the distance over every block before the routes, the coverage over the token scores proxyStats kept there", async () => {
+    const s = standInDriver({ heads: H, decodeArgs: 16 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+    const opts = { blockSize: 128, wSink: 128, wLocal: 128, tokenScores: true, optionalStats: ['pooledEstimate' as const] };
+    // without deferRead the token scores come back at once; with it they stay on the device
+    await be.proxyStats(inputs.q, inputs.k, opts);
+    expect(s.log.filter((e) => (e.kind === 'read' || e.kind === 'copyRead') && e.bytes === H * n * 4)).toHaveLength(2);
+    s.log.length = 0;
+    const stats = await be.proxyStats(inputs.q, inputs.k, { ...opts, deferRead: true });
+    const req = { stats, route: { kind: 'jsd' as const, tau: 0.1 }, vs: { kind: 'cumulativeCoverage' as const, gamma: 0.95, kMin: 1024 }, peK: 8, pe: { q: inputs.q, k: inputs.k, gamma: 0.95 } };
+    const res = await be.planner.plan(req);
+    await res.read();
+    const launches = s.log.filter((e) => e.kind === 'launch');
+    const names = launches.map((e) => e.name as string);
+    expect(names).not.toContain('vs_select');
+    expect(names.indexOf('route_residual')).toBeLessThan(names.indexOf('route_cstruct'));
+    expect(names.indexOf('route_cstruct')).toBeLessThan(names.indexOf('coverage_select'));
+    // route_residual over every block (full = 1); route_cstruct with no C_struct test (−inf) and its verdicts
+    expect(launches.find((e) => e.name === 'route_residual')!.args![7][0]).toBe(1);
+    // coverage_select: n, B, T = floor(γ 2^52) as a u64, kBlocks, peK, peWithVs 0
+    const cov = launches.find((e) => e.name === 'coverage_select')!;
+    expect(cov.shape).toEqual([2, H, 1, 256, 1, 1, Math.ceil(n / 128 / 32) * 4]);
+    expect(cov.args![7][0]).toBe(n);
+    expect(cov.args![8][0]).toBe(128);
+    const T = Math.floor(0.95 * 2 ** 52);
+    expect(cov.args![9][0] + cov.args![9][1] * 2 ** 32).toBe(T);
+    expect(cov.args![10][0]).toBe(1024 / 128);
+    expect(cov.args![11][0]).toBe(8);
+    expect(cov.args![15][0]).toBe(0);
+    // the token scores were not read back, and the rule's pointers are the kept ones (no upload of H·n floats)
+    expect(s.log.filter((e) => (e.kind === 'read' || e.kind === 'copyRead') && e.bytes === H * n * 4)).toHaveLength(0);
+    expect(cov.args![2][0] + cov.args![2][1] * 2 ** 32).not.toBe(0);
+    // reading the statistics' token scores brings them back then
+    expect(stats.verticalTokens).toHaveLength(H * n);
+    res.prepared.release();
     be.dispose();
   });
 
@@ -140,11 +179,11 @@ describe('the device planner (stand-in driver)', () => {
     expect(on.map((e) => [e.name, e.stream, e.shape])).toEqual(off.map((e) => [e.name, e.stream, e.shape]));
     expect(on.every((e) => e.shape?.length === 7 && e.shape.every((x) => x >= 0))).toBe(true);
     const programmatic = on.filter((e) => e.attributes !== undefined);
-    // each of the chain's kernels ran (but the scans' tile sums: one tile at this n), and
-    // exactly those went through cuLaunchKernelEx, each with the one attribute: programmatic
-    // stream serialisation allowed
-    expect(on.some((e) => e.name === 'exclusive_scan_sums')).toBe(false);
-    expect(new Set(programmatic.map((e) => e.name))).toEqual(new Set([...PDL_KERNELS].filter((x) => x !== 'exclusive_scan_sums')));
+    // each of the chain's kernels ran (but the scans' tile sums: one tile at this n; and
+    // coverage_select, the other selection), and exactly those went through
+    // cuLaunchKernelEx, each with the one attribute: programmatic stream serialisation allowed
+    expect(on.some((e) => e.name === 'exclusive_scan_sums' || e.name === 'coverage_select')).toBe(false);
+    expect(new Set(programmatic.map((e) => e.name))).toEqual(new Set([...PDL_KERNELS].filter((x) => x !== 'exclusive_scan_sums' && x !== 'coverage_select')));
     expect(on.filter((e) => PDL_KERNELS.has(e.name as string)).every((e) => e.attributes !== undefined)).toBe(true);
     for (const e of programmatic) expect(e.attributes, e.name).toEqual([[6, 1]]);
     expect(on.find((e) => (e.name as string).startsWith('proxy_wg_pass1'))?.attributes).toBeUndefined();
@@ -467,7 +506,12 @@ describe('the device planner (stand-in driver)', () => {
         return (e as { code?: string }).code;
       }
     };
-    expect(await code({ ...base, route: { kind: 'jsd', tauProxy: 0.1 } })).toBe('UNSUPPORTED');
+    expect(await code({ ...base, route: { kind: 'entropy', tau: 0.1 } })).toBe('UNSUPPORTED');
+    expect(await code({ ...base, route: { kind: 'jsd', tauProxy: 0.1 } })).toBe('INVALID_ARGUMENT');
+    expect(await code({ ...base, route: { kind: 'anyPe', rules: [{ kind: 'jsd', tau: 0.1 }, { kind: 'residualJsd', tau: 0.1, minResidual: 0.3 }] } })).toBe('UNSUPPORTED');
+    expect(await code({ ...base, vs: { kind: 'cumulativeCoverage', gamma: 0.995, kMin: 1024 } })).toBe('INVALID_ARGUMENT');
+    // (the coverage rule reads token scores, which these statistics do not hold)
+    expect(await code({ ...base, vs: { kind: 'cumulativeCoverage', gamma: 0.95, kMin: 1024 } })).toBe('INVALID_ARGUMENT');
     expect(await code({ ...base, route: { kind: 'cStruct', tauProxy: Number.NaN } })).toBe('INVALID_ARGUMENT');
     expect(await code({ ...base, vs: { kind: 'noiseFloor', alpha: 1, kMin: 1000 } })).toBe('INVALID_ARGUMENT');
     expect(await code({ ...base, pe: { ...base.pe, gamma: 1.5 } })).toBe('INVALID_ARGUMENT');

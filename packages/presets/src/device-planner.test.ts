@@ -15,6 +15,7 @@ import {
   deviceRouteTerms,
   expandToRows,
   headSlice,
+  jsDistance,
   planPrefill,
   type PreparedMask,
   type ProxyStatsOptions,
@@ -29,11 +30,11 @@ import {
   toFloat32,
 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
-import { anyPe, cStruct, residualJsd } from '@crisp/router';
-import { globalCoverage, noiseFloor } from '@crisp/select';
+import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
+import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { freshSeed, mixedHeads } from './__fixtures__/heads.js';
-import { crisp, crispGuarded } from './index.js';
+import { crisp, crispGuarded, flexPrefill } from './index.js';
 
 type Prepared = PreparedMask & { readonly rows: BlockMask['rows'] };
 
@@ -55,12 +56,16 @@ function withPlanner(base: Backend) {
       const byC = !(stats.cStruct[h] >= terms.tauProxy);
       const r = terms.residual;
       const res = r ? residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb)) : undefined;
-      return byC || (r && res && res.residual >= r.minResidual && res.distance < r.tau) ? 'pe' : 'vs';
+      const byJsd = terms.jsd !== undefined && jsDistance(headSlice(stats.pooledEstimate, h, Nb), headSlice(stats.verticalBlocks, h, Nb)) < terms.jsd.tau;
+      return byC || byJsd || (r && res && res.residual >= r.minResidual && res.distance < r.tau) ? 'pe' : 'vs';
     });
     // the plan follows the device's routes, also where they differ from the rule's
     const routes = hostRoutes.map((r, h): Route => (h === flip ? (r === 'vs' ? 'pe' : 'vs') : r));
     const heads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
-    const vs = selectVsLists(stats, routes, noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }), req.peK, req.peWithVs === true);
+    // (the coverage rule reads the token scores, which the deferred statistics hold)
+    const selector =
+      req.vs.kind === 'noiseFloor' ? noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }) : cumulativeCoverage({ gamma: req.vs.gamma, kMin: req.vs.kMin });
+    const vs = selectVsLists(stats, routes, selector, req.peK, req.peWithVs === true);
     log.peWithVs.push(req.peWithVs === true);
     const pe = heads.length ? await base.peBlockRows(req.pe.q, req.pe.k, { blockSize: B, gamma: req.pe.gamma, heads, scale: req.pe.scale }) : undefined;
     const rows = pe ? { rowPtr: spreadRowPtr(pe.rowPtr, heads, H, Nb), cols: pe.cols } : undefined;
@@ -123,7 +128,7 @@ function withPlanner(base: Backend) {
     denseAttention: (q, k, v, o) => base.denseAttention(q, k, v, o),
     synchronize: () => base.synchronize(),
     dispose: () => base.dispose(),
-    planner: { routers: ['cStruct', 'residualJsd', 'anyPe'], selectors: ['noiseFloor'], peWithVs: true, plan },
+    planner: { routers: ['cStruct', 'residualJsd', 'jsd', 'anyPe'], selectors: ['noiseFloor', 'cumulativeCoverage'], peWithVs: true, plan },
   };
   return {
     be,
@@ -282,6 +287,26 @@ describe('plans made by a device planner', () => {
     // τ well away from the distance: the same disagreement is the backend's fault
     await expect(planPrefill(be, inputs, guarded(d * 1.1, 0), { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((x) => x.released), msg).toBe(true);
+  });
+
+  it('run flexPrefill (jsd and cumulative coverage over the token scores): the host plan, made by the planner', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const flex = { ...flexPrefill, blockSize: 64, kMin: 256, router: jsd({ tau: 0.1 }), vs: cumulativeCoverage({ gamma: 0.95, kMin: 256 }), pe: globalCoverage({ gamma: 0.5, kMin: 256 }) };
+    const ref = await sparsePrefill(host, inputs, flex, { minSparseLength: 0 });
+    const { be, log } = withPlanner(host);
+    const res = await sparsePrefill(be, inputs, flex, { minSparseLength: 0 });
+    expect(log.planned, msg).toBe(1);
+    expect(log.deferred, msg).toEqual([true]);
+    expect(res.plan.routing, msg).toEqual(ref.plan.routing);
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
+    // γ above 0.99 has no device form (the device's count is exact up to 0.99): the host plans it
+    const high = { ...flex, vs: cumulativeCoverage({ gamma: 0.995, kMin: 256 }) };
+    const p = await planPrefill(be, inputs, high, { minSparseLength: 0 });
+    expect(log.planned, msg).toBe(1);
+    expect(p.mask, msg).toEqual((await planPrefill(host, inputs, high, { minSparseLength: 0 })).mask);
   });
 
   it('are not asked for where the planner cannot run the policy: those plans are made on the host, statistics read at once', async () => {

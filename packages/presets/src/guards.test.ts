@@ -178,7 +178,8 @@ describe('anyPe', () => {
     expect(d.scoreName).toBe('C_struct');
     expect(d.threshold).toBe(0.2);
     expect(r.needs).toEqual({ wSink: 128, wLocal: 128, optionalStats: ['pooledEstimate'] });
-    expect(r.device).toBeUndefined();
+    // both parts have device forms: so has the union (C_struct < 0.2, or the distance over every block < 0.1)
+    expect(r.device).toEqual({ kind: 'anyPe', rules: [{ kind: 'cStruct', tauProxy: 0.2 }, { kind: 'jsd', tau: 0.1 }] });
   });
 
   it('merges needs and refuses routers that disagree on a window or too few routers', () => {

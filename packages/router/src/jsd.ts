@@ -30,7 +30,7 @@ export function jsd(options?: JsdOptions): JsdRouter {
   const opts: JsdOptions = checkOptions(options, 'jsd', ['tau']);
   const tau = checkRange(opts.tau ?? 0.1, 'tau', 0, Math.sqrt(Math.LN2), 'in (0, sqrt(ln 2) ≈ 0.833) (FlexPrefill uses 0.1)');
   const name = 'jsd';
-  return Object.freeze({
+  const router: JsdRouter = {
     name,
     tau,
     needs: Object.freeze({ optionalStats: Object.freeze(['pooledEstimate'] as const) }),
@@ -56,6 +56,11 @@ export function jsd(options?: JsdOptions): JsdRouter {
       }
       return { routes, scores, scoreName: 'JSD distance', threshold: tau };
     },
-  });
+  };
+  // The same rule for backends that route on the device (@crisp/core DeviceRouterRule);
+  // non-enumerable, like cStruct's, so a router spread from this one with its own route()
+  // does not inherit it.
+  Object.defineProperty(router, 'device', { value: Object.freeze({ kind: 'jsd' as const, tau }), enumerable: false });
+  return Object.freeze(router);
 }
 

@@ -232,9 +232,15 @@ describe('residualJsd', () => {
     // PE iff C_struct < 0.3 or C_struct < 0.1: one test with the larger τ
     expect(deviceRouteTerms(both.device!)).toEqual({ tauProxy: 0.3, residual: { tau: 0.2, minResidual: 0.25 } });
     expect(deviceRouteTerms(r.device!)).toEqual({ tauProxy: Number.NEGATIVE_INFINITY, residual: { tau: 0.2, minResidual: 0.25 } });
-    // two residual tests do not reduce; a part with no device form leaves the union without one
+    // jsd's device form is its distance over every block: the other distance test
+    expect(jsd({ tau: 0.15 }).device).toEqual({ kind: 'jsd', tau: 0.15 });
+    expect(Object.keys(jsd())).not.toContain('device');
+    expect(deviceRouteTerms(anyPe([cStruct({ tauProxy: 0.3 }), jsd({ tau: 0.15 })]).device!)).toEqual({ tauProxy: 0.3, jsd: { tau: 0.15 } });
+    // two distance tests do not reduce; a part with no device form leaves the union without one
     expect(deviceRouteTerms(anyPe([r, residualJsd()]).device!)).toBeUndefined();
-    expect(anyPe([cStruct(), jsd()]).device).toBeUndefined();
+    expect(deviceRouteTerms(anyPe([r, jsd()]).device!)).toBeUndefined();
+    const own = { ...cStruct(), name: 'own', route: cStruct().route };
+    expect(anyPe([own, jsd()]).device).toBeUndefined();
   });
 
   it('validates its options', () => {

@@ -235,7 +235,7 @@ export function cumulativeCoverage(options?: CumulativeCoverageOptions): Cumulat
   const gamma = checkGamma(opts.gamma ?? 0.95);
   const kMin = checkKMin(opts.kMin ?? 1024);
   const name = `cumulativeCoverage(gamma=${gamma})`;
-  return Object.freeze({
+  const selector: CumulativeCoverageSelector = {
     name,
     gamma,
     kMin,
@@ -271,5 +271,13 @@ export function cumulativeCoverage(options?: CumulativeCoverageOptions): Cumulat
       for (let i = 0; i < order.length && kept.length < blocks; i++) if (order[i] !== 0) kept.push(order[i]);
       return unionSorted(kept);
     },
-  });
+  };
+  // The same rule for backends that select on the device (@crisp/core DeviceSelectorRule),
+  // non-enumerable as the noise floor's. Only for γ <= 0.99: there the device's count, exact
+  // integer sums of the scores >= 2^-29, is the definition's (the scores below 2^-29 hold under
+  // 2^-9 of a softmax row's mass at n <= 2^20, so the running sum passes γ before them).
+  if (gamma <= 0.99) {
+    Object.defineProperty(selector, 'device', { value: Object.freeze({ kind: 'cumulativeCoverage' as const, gamma, kMin }), enumerable: false });
+  }
+  return Object.freeze(selector);
 }

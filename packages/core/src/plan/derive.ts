@@ -92,6 +92,7 @@ function checkRouterRule(rule: unknown, what: string, depth = 0): void {
   const num = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
   if (r && typeof r === 'object' && r.kind === 'cStruct' && num(r.tauProxy)) return;
   if (r && typeof r === 'object' && r.kind === 'residualJsd' && num(r.tau) && r.tau > 0 && num(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1) return;
+  if (r && typeof r === 'object' && r.kind === 'jsd' && num(r.tau) && r.tau > 0) return;
   if (r && typeof r === 'object' && r.kind === 'anyPe' && Array.isArray(r.rules) && r.rules.length >= 1 && depth < 4) {
     r.rules.forEach((x: unknown, i: number) => {
       checkRouterRule(x, `${what}.rules[${i}]`, depth + 1);
@@ -99,26 +100,21 @@ function checkRouterRule(rule: unknown, what: string, depth = 0): void {
     return;
   }
   throw new InvalidArgumentError(
-    `${what} must be { kind: 'cStruct', tauProxy: a finite number }, { kind: 'residualJsd', tau > 0, minResidual in [0, 1) }, { kind: 'anyPe', rules: [such rules] } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
+    `${what} must be { kind: 'cStruct', tauProxy: a finite number }, { kind: 'residualJsd', tau > 0, minResidual in [0, 1) }, { kind: 'jsd', tau > 0 }, { kind: 'anyPe', rules: [such rules] } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
   );
 }
 
 /** A VS selector's device form: a DeviceSelectorRule whose parameters are in range. */
 function checkSelectorRule(rule: unknown, what: string): void {
-  const r = rule as Partial<DeviceSelectorRule> | null;
+  const r = rule as Partial<Record<string, unknown>> | null;
+  const num = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
+  const kMin = r && typeof r === 'object' && typeof r.kMin === 'number' && Number.isInteger(r.kMin) && r.kMin >= 1;
   const ok =
-    r &&
-    typeof r === 'object' &&
-    r.kind === 'noiseFloor' &&
-    typeof r.alpha === 'number' &&
-    Number.isFinite(r.alpha) &&
-    r.alpha > 0 &&
-    typeof r.kMin === 'number' &&
-    Number.isInteger(r.kMin) &&
-    r.kMin >= 1;
+    kMin &&
+    ((r.kind === 'noiseFloor' && num(r.alpha) && r.alpha > 0) || (r.kind === 'cumulativeCoverage' && num(r.gamma) && r.gamma > 0 && r.gamma <= 0.99));
   if (!ok) {
     throw new InvalidArgumentError(
-      `${what} must be { kind: 'noiseFloor', alpha > 0, kMin: a positive integer } or left out (a selector with its own select() has no device form); got ${describeValue(rule)}`,
+      `${what} must be { kind: 'noiseFloor', alpha > 0, kMin }, { kind: 'cumulativeCoverage', gamma in (0, 0.99], kMin } (kMin a positive integer) or left out (a selector with its own select() has no device form); got ${describeValue(rule)}`,
     );
   }
 }
@@ -226,14 +222,16 @@ export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy,
 /**
  * The plan goes to the backend's device planner when the planner runs both the router's and
  * the selector's device form (every kind of an anyPe rule, reducible to the planner's two
- * tests: deviceRouteTerms), the selector needs no token scores (the device plan computes
- * none), the policy has no recall guard, and the planner runs peWithVs when the policy
- * asks for it; otherwise the plan is made on the host.
+ * tests: deviceRouteTerms), the router needs no token scores and the selector only through
+ * its device form (cumulativeCoverage: the planner reads them where proxyStats left them),
+ * the policy has no recall guard, and the planner runs peWithVs when the policy asks for it;
+ * otherwise the plan is made on the host.
  */
 function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
   const route = policy.router!.device;
   const vs = policy.vs!.device;
-  if (planner === undefined || route === undefined || vs === undefined || needsTokens || policy.recallTarget !== undefined) return undefined;
+  if (planner === undefined || route === undefined || vs === undefined || policy.recallTarget !== undefined) return undefined;
+  if (needsTokens && (policy.router!.needs?.tokenScores || vs.kind !== 'cumulativeCoverage')) return undefined;
   if (policy.peWithVs === true && planner.peWithVs !== true) return undefined;
   if (vs.kMin % B !== 0) return undefined;
   if (![...deviceRuleKinds(route)].every((k) => planner.routers.includes(k)) || !planner.selectors.includes(vs.kind)) return undefined;

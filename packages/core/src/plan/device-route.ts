@@ -3,14 +3,15 @@
  * device's routes may differ from the host router's.
  *
  * Every rule reduces to: PE iff C_struct < tauProxy (−Infinity when no cStruct part; the
- * largest τ of several), or the residual test (at most one residualJsd part). The cStruct
+ * largest τ of several), or one JS distance test: the residual one (a residualJsd part) or
+ * the distance over every block (a jsd part), at most one of the two. The cStruct
  * test compares the same f64 value on both sides. The residual test's distance is a sum of
  * logarithms the device adds in another order with its own log, so it can differ from the
  * host's in the last bits: a head whose distance (or residual mass) lies within
  * RESIDUAL_MARGIN of its threshold may be routed either way, and the plan keeps the device's
  * route there (the mask was built from it).
  */
-import { residualDistance } from '../divergence.js';
+import { jsDistance, residualDistance } from '../divergence.js';
 import type { DeviceRouterRule } from '../policy.js';
 import { headSlice, type ProxyStats } from '../stats.js';
 
@@ -20,6 +21,8 @@ export interface DeviceRouteTerms {
   readonly tauProxy: number;
   /** PE iff residual >= minResidual and distance < tau */
   readonly residual?: { readonly tau: number; readonly minResidual: number };
+  /** PE iff the JS distance over every block < tau (never with `residual`) */
+  readonly jsd?: { readonly tau: number };
 }
 
 /** How far from its threshold a residual distance or mass must be for the device's and the host's test to agree. */
@@ -28,17 +31,19 @@ export const RESIDUAL_MARGIN = 1e-9;
 export function deviceRouteTerms(rule: DeviceRouterRule): DeviceRouteTerms | undefined {
   let tauProxy = Number.NEGATIVE_INFINITY;
   let residual: DeviceRouteTerms['residual'];
+  let jsd: DeviceRouteTerms['jsd'];
   let ok = true;
   const visit = (r: DeviceRouterRule): void => {
     if (r.kind === 'cStruct') tauProxy = Math.max(tauProxy, r.tauProxy);
-    else if (r.kind === 'residualJsd') {
-      if (residual) ok = false;
-      residual = { tau: r.tau, minResidual: r.minResidual };
+    else if (r.kind === 'residualJsd' || r.kind === 'jsd') {
+      if (residual || jsd) ok = false;
+      if (r.kind === 'jsd') jsd = { tau: r.tau };
+      else residual = { tau: r.tau, minResidual: r.minResidual };
     } else for (const x of r.rules) visit(x);
   };
   visit(rule);
   if (!ok) return undefined;
-  return residual ? { tauProxy, residual } : { tauProxy };
+  return residual ? { tauProxy, residual } : jsd ? { tauProxy, jsd } : { tauProxy };
 }
 
 /** Every rule kind in `rule` (anyPe and its parts). */
@@ -50,12 +55,17 @@ export function deviceRuleKinds(rule: DeviceRouterRule): Set<DeviceRouterRule['k
 
 /**
  * Whether head h's route may differ between the device and the host: its cStruct test says
- * VS (so the residual test decides) and the residual test is within RESIDUAL_MARGIN of either
- * threshold.
+ * VS (so the distance test decides) and the distance test is within RESIDUAL_MARGIN of either
+ * threshold (the residual test's) or of τ (the jsd test's).
  */
 export function routeMarginal(terms: DeviceRouteTerms, stats: ProxyStats, h: number): boolean {
-  if (!terms.residual || !(stats.cStruct[h] >= terms.tauProxy)) return false;
+  if (!(terms.residual || terms.jsd) || !(stats.cStruct[h] >= terms.tauProxy)) return false;
   const Nb = stats.numBlocks;
+  if (terms.jsd) {
+    const d = jsDistance(headSlice(stats.pooledEstimate, h, Nb), headSlice(stats.verticalBlocks, h, Nb));
+    return Math.abs(d - terms.jsd.tau) <= RESIDUAL_MARGIN;
+  }
+  if (!terms.residual) return false;
   const { residual, distance } = residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb));
   return Math.abs(distance - terms.residual.tau) <= RESIDUAL_MARGIN || Math.abs(residual - terms.residual.minResidual) <= RESIDUAL_MARGIN;
 }

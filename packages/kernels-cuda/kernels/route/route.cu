@@ -9,6 +9,9 @@
 //                renormalised) is < tau (route_residual, core's residualDistance; the sums
 //                in another order, so a distance within core's RESIDUAL_MARGIN of tau may
 //                round the other way, which the host check allows).
+//   jsd:         head h goes to PE iff the JS distance over every block is < tau
+//                (FlexPrefill's router, core's jsDistance; route_residual with full = 1, the
+//                same margin). It takes the residual test's place: a rule has one of the two.
 // A head goes to PE when either test says so (anyPe).
 //
 // Output out [2H + 1] int: routes [H] (1 = VS, 0 = PE, as select.cu reads them), then the PE
@@ -54,25 +57,30 @@ __device__ __forceinline__ double res_kl(double x, double m) { return x > 0.0 ? 
 // The residual test, one CTA of RES_T threads a head: pv and pooled [H][Nb] f64 (the
 // statistics' p_v and pooled estimate); pe [H] gets 1 where the head goes to PE. As core's
 // residualDistance: Nb < 3, no residual mass, a non-positive or negative-entry distribution:
-// distance sqrt(ln 2) (VS).
+// distance sqrt(ln 2) (VS). full: FlexPrefill's jsd router instead, the distance over every
+// block (core's jsDistance) and no residual mass test; an undefined distance is VS here (the
+// host router rejects such statistics).
 extern "C" __global__ void __launch_bounds__(RES_T) route_residual(const double* pv, const double* pooled, int H, int Nb,
-                                                                    double tau, double minResidual, int* pe) {
+                                                                    double tau, double minResidual, int* pe, int full) {
   __shared__ double red[RES_T / 32];
   const int h = blockIdx.x, t = threadIdx.x;
   const double* p = pv + (size_t)h * Nb;
   const double* a = pooled + (size_t)h * Nb;
-  if (Nb < 3) {
-    if (t == 0) pe[h] = 0;
-    return;
-  }
-  const double residual = 1.0 - p[0] - p[Nb - 1];
-  // (the whole CTA takes the same branch: residual is one value)
-  if (!(residual > 0.0) || !(residual >= minResidual)) {
-    if (t == 0) pe[h] = 0;
-    return;
+  const int lo = full ? 0 : 1, hi = full ? Nb : Nb - 1;
+  if (!full) {
+    if (Nb < 3) {
+      if (t == 0) pe[h] = 0;
+      return;
+    }
+    const double residual = 1.0 - p[0] - p[Nb - 1];
+    // (the whole CTA takes the same branch: residual is one value)
+    if (!(residual > 0.0) || !(residual >= minResidual)) {
+      if (t == 0) pe[h] = 0;
+      return;
+    }
   }
   double sp = 0.0, sa = 0.0, neg = 0.0;
-  for (int J = 1 + t; J < Nb - 1; J += RES_T) {
+  for (int J = lo + t; J < hi; J += RES_T) {
     sp += p[J];
     sa += a[J];
     if (p[J] < 0.0 || a[J] < 0.0) neg = 1.0;
@@ -85,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(RES_T) route_residual(const double*
     return;
   }
   double kp = 0.0, ka = 0.0;
-  for (int J = 1 + t; J < Nb - 1; J += RES_T) {
+  for (int J = lo + t; J < hi; J += RES_T) {
     const double x = a[J] / sa, y = p[J] / sp, m = 0.5 * (x + y);
     kp += res_kl(x, m);
     ka += res_kl(y, m);

@@ -1,5 +1,5 @@
-// VS index selection on the device, for selectors with an exact device form (the noise floor,
-// core's DeviceSelectorRule): the plan's block scores p_v / p_s stay where proxy_blocks wrote
+// VS index selection on the device, for selectors with an exact device form (the noise floor
+// and FlexPrefill's cumulative coverage, core's DeviceSelectorRule): the plan's block scores p_v / p_s stay where proxy_blocks wrote
 // them, and the host reads back only the selected lists. The rules and the tie order are
 // @crisp/select's, in the same f64 arithmetic, so the lists are the host selector's:
 //   VS heads:  μ = max(1 − p[0] − p[Nb−1], 0) / (Nb − 2); keep {J : p[J] > α μ} ∪ {0, Nb − 1};
@@ -63,6 +63,28 @@ __device__ void sel_topk_bits(const double* p, int Nb, int k, u32* bits, double*
   }
 }
 
+// The bitmap's blocks in index order into out, their number into *count: thread t owns the
+// words [w0, w1) (red: SEL_T / 32 ints, as cta_exclusive_sum's).
+__device__ void sel_write_list(const u32* bits, int words, int* out, int* count, int* red) {
+  const int t = threadIdx.x;
+  const int per = (words + SEL_T - 1) / SEL_T;
+  const int w0 = t * per < words ? t * per : words, w1 = w0 + per < words ? w0 + per : words;
+  int own = 0;
+  for (int w = w0; w < w1; w++) own += __popc(bits[w]);
+  // this thread's first output position, and the list's length
+  int total;
+  int run = cta_exclusive_sum<SEL_T>(own, red, total);
+  for (int w = w0; w < w1; w++) {
+    u32 b = bits[w];
+    while (b) {
+      const int j = __ffs(b) - 1;
+      b &= b - 1;
+      out[run++] = w * 32 + j;
+    }
+  }
+  if (t == 0) *count = total;
+}
+
 // Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. lists
 // [2][H][Nb]: the selected blocks ascending; counts [2][H]. peWithVs: PE heads take the VS
 // rule's blocks as well.
@@ -122,24 +144,216 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
     if (t == 0) setBit(0);
   }
   __syncthreads();
-  // compact the bitmap in index order: thread t owns words [w0, w1)
-  const int per = (words + SEL_T - 1) / SEL_T;
-  const int w0 = t * per < words ? t * per : words, w1 = w0 + per < words ? w0 + per : words;
-  int own = 0;
-  for (int w = w0; w < w1; w++) own += __popc(bits[w]);
-  // this thread's first output position, and the list's length
-  int total;
-  int run = cta_exclusive_sum<SEL_T>(own, red, total);
-  int* out = lists + ((size_t)dir * H + h) * Nb;
-  for (int w = w0; w < w1; w++) {
-    u32 b = bits[w];
-    while (b) {
-      const int j = __ffs(b) - 1;
-      b &= b - 1;
-      out[run++] = w * 32 + j;
+  sel_write_list(bits, words, lists + ((size_t)dir * H + h) * Nb, counts + dir * H + h, red);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FlexPrefill's cumulative coverage (@crisp/select's cumulativeCoverage) on VS heads:
+//   count  = the position, in the token scores a sorted descending, where their running sum
+//            first exceeds γ (n + 1 when it never does);
+//   blocks = min(Nb, max(kBlocks, floor(count / B) + 1));
+//   keep block 0 and the blocks − 1 best of the others (higher score first, ties toward the
+//   lower index).
+// The host sums the sorted scores in float64. A float32 score >= 2^-29 (exponent field >= 98)
+// is a whole multiple of 2^-52, so the sums of such scores below 2 are exact in float64 and do
+// not depend on the order: here they are 64-bit integers in units of 2^-52 (cov_fixed), and a
+// radix select over the scores' bit patterns (8 bits a pass, highest digit first, the masses
+// of each digit's scores added exactly) finds the score where the running sum passes γ, and
+// how many equal scores before it are needed. Exact for softmax rows (scores in [0, 1] that
+// sum to about 1) with γ <= 0.99: the scores below 2^-29 (n <= 2^20 of them) hold under 2^-9
+// of the mass, so the running sum passes γ among the exact ones. A head outside that (a score
+// above 1, negative, non-finite, or a crossing among the tiny scores) keeps every block:
+// never less than the host's set; the device form is offered only for γ <= 0.99.
+#define COV_EXACT_BYTE 49  // top byte of the float32 patterns >= 2^-29 (exponent field 98)
+
+// A float32 pattern of a score in [2^-29, 1], times 2^52 (exact: the mantissa shifted left by
+// the exponent above 98, at most 29 places).
+__device__ __forceinline__ u64 cov_fixed(u32 x) {
+  return (u64)((x & 0x7fffffu) | 0x800000u) << ((x >> 23) - 98u);
+}
+
+// An f64 score's bit pattern mapped so that unsigned order is the value's order.
+__device__ __forceinline__ u64 cov_key(double v) {
+  const u64 b = (u64)__double_as_longlong(v);
+  return (b >> 63) ? ~b : (b | 0x8000000000000000ULL);
+}
+
+// Sets the bits of the k best blocks among 1..Nb−1 (k < Nb − 1) by a radix select over their
+// keys: the k-th best key K, every block above it, then the blocks equal to K from the lowest
+// index (thread 0 alone: ties are few). cnt: 256 shared words; sh: 2 shared u64.
+__device__ void cov_topk_bits(const double* p, int Nb, int k, u32* bits, u32* cnt, u64* sh) {
+  const int t = threadIdx.x;
+  if (t == 0) {
+    sh[0] = 0ULL;       // the key's digits so far
+    sh[1] = (u64)k;     // how many still to take at or below them
+  }
+  for (int pass = 0; pass < 8; pass++) {
+    const int shift = 56 - 8 * pass;
+    cnt[t] = 0u;  // (SEL_T == 256: one word a thread)
+    __syncthreads();
+    const u64 prefix = sh[0];
+    for (int J = 1 + t; J < Nb; J += SEL_T) {
+      const u64 key = cov_key(p[J]);
+      if (pass == 0 || (key >> (shift + 8)) == prefix) atomicAdd(&cnt[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (t == 0) {
+      u64 need = sh[1];
+      int d = 255;
+      for (; d > 0 && (u64)cnt[d] < need; d--) need -= cnt[d];
+      sh[0] = (prefix << 8) | (u64)d;
+      sh[1] = need;
+    }
+    __syncthreads();
+  }
+  const u64 K = sh[0];
+  for (int J = 1 + t; J < Nb; J += SEL_T) {
+    if (cov_key(p[J]) > K) atomicOr(&bits[J >> 5], 1u << (J & 31));
+  }
+  if (t == 0) {
+    u64 need = sh[1];
+    for (int J = 1; J < Nb && need > 0; J++) {
+      if (cov_key(p[J]) == K) {
+        atomicOr(&bits[J >> 5], 1u << (J & 31));
+        need--;
+      }
     }
   }
-  if (t == 0) counts[dir * H + h] = total;
+  __syncthreads();
+}
+
+// The count of one direction's n token scores a (see above), or −1 where it is not exact.
+// cnt: 256 shared words, mass: 256 shared u64, sh: 4 shared u64.
+__device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass, u64* sh) {
+  const int t = threadIdx.x;
+  const u32* bits = reinterpret_cast<const u32*>(a);
+  if (t == 0) {
+    sh[0] = 0ULL;  // the crossing score's digits so far
+    sh[1] = 0ULL;  // the mass of the scores above them (units of 2^-52)
+    sh[2] = 0ULL;  // how many scores are above them
+    sh[3] = 0ULL;  // 1: decided (the result in sh[2]); 2: not exact
+  }
+  __shared__ int bad;
+  if (t == 0) bad = 0;
+  for (int pass = 0; pass < 4; pass++) {
+    const int shift = 24 - 8 * pass;
+    cnt[t] = 0u;
+    mass[t] = 0ULL;
+    __syncthreads();
+    const u64 prefix = sh[0];
+    for (int i = t; i < n; i += SEL_T) {
+      const u32 x = bits[i];
+      if (pass == 0) {
+        // above 1, negative (−0 too), Inf or NaN: not a softmax score
+        if (x > 0x3f800000u) {
+          bad = 1;
+          continue;
+        }
+        const u32 d = x >> 24;
+        atomicAdd(&cnt[d], 1u);
+        if (d >= COV_EXACT_BYTE) atomicAdd(&mass[d], cov_fixed(x));
+      } else if ((u64)(x >> (shift + 8)) == prefix) {
+        const u32 d = (x >> shift) & 255u;
+        atomicAdd(&cnt[d], 1u);
+        atomicAdd(&mass[d], cov_fixed(x));
+      }
+    }
+    __syncthreads();
+    if (t == 0) {
+      u64 M = sh[1], C = sh[2];
+      const int lowest = pass == 0 ? COV_EXACT_BYTE : 0;
+      int cross = -1;
+      for (int d = 255; d >= lowest; d--) {
+        if (M + mass[d] > T) {
+          cross = d;
+          break;
+        }
+        M += mass[d];
+        C += cnt[d];
+      }
+      if (bad) {
+        sh[3] = 2ULL;
+      } else if (cross < 0) {
+        // the whole mass stays <= γ: n + 1 when every score was exact, else undecided
+        u64 tiny = 0;
+        if (pass == 0)
+          for (int d = 0; d < COV_EXACT_BYTE; d++) tiny += cnt[d];
+        sh[3] = pass == 0 && tiny == 0 ? 1ULL : 2ULL;
+        sh[2] = C + 1;
+      } else {
+        sh[0] = (prefix << 8) | (u64)cross;
+        sh[1] = M;
+        sh[2] = C;
+      }
+    }
+    __syncthreads();
+    if (sh[3] != 0ULL) break;
+  }
+  long long r;
+  if (sh[3] == 1ULL) {
+    r = (long long)sh[2];
+  } else if (sh[3] == 2ULL) {
+    r = -1;
+  } else {
+    // sh[0] is the crossing score's pattern: the j-th of the equal scores passes γ
+    const u64 v = cov_fixed((u32)sh[0]);
+    r = (long long)(sh[2] + (T - sh[1]) / v + 1ULL);
+  }
+  __syncthreads();  // (every thread has read sh before a next call writes it)
+  return r;
+}
+
+// Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. pv, ps
+// [H][Nb] f64 (the block scores), av, as [H][n] f32 (the token scores a_v, a_s); T = floor(γ ·
+// 2^52); lists [2][H][Nb], counts [2][H] as vs_select's; tokenCounts [2][H] the count (−1 where
+// it was not exact and the head kept every block; 0 on PE heads without peWithVs). PE heads
+// as vs_select's: the peK best of each direction ∪ {0}, and the coverage rule's blocks too
+// with peWithVs.
+extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double* pv, const double* ps, const float* av,
+                                                                    const float* as, const int* routes, int H, int Nb,
+                                                                    int n, int B, unsigned long long T, int kBlocks,
+                                                                    int peK, int* lists, int* counts, int* tokenCounts,
+                                                                    int peWithVs) {
+  CRISP_PDL_ENTRY();
+  extern __shared__ u32 bits[];
+  __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
+  __shared__ int si[SEL_T / 32];
+  __shared__ int red[SEL_T / 32];
+  __shared__ u32 cnt[256];
+  __shared__ u64 mass[256];
+  __shared__ u64 sh[4];
+  const int dir = blockIdx.x, h = blockIdx.y, t = threadIdx.x;
+  const int words = (Nb + 31) >> 5;
+  const double* p = (dir == 0 ? pv : ps) + (size_t)h * Nb;
+  for (int w = t; w < words; w += SEL_T) bits[w] = 0u;
+  __syncthreads();
+  const bool vsHead = routes[h] != 0;
+  long long count = 0;
+  if (vsHead || peWithVs) {
+    count = cov_count((dir == 0 ? av : as) + (size_t)h * n, n, T, cnt, mass, sh);
+    const long long want = count < 0 ? (long long)Nb : count / B + 1;
+    const int blocks = (int)min((long long)Nb, max((long long)kBlocks, want));
+    if (blocks >= Nb) {
+      for (int J = t; J < Nb; J += SEL_T) atomicOr(&bits[J >> 5], 1u << (J & 31));
+    } else if (blocks > 1) {
+      cov_topk_bits(p, Nb, blocks - 1, bits, cnt, sh);
+    }
+    __syncthreads();
+    if (t == 0) atomicOr(&bits[0], 1u);
+  }
+  if (!vsHead) {
+    __syncthreads();
+    if (peK >= Nb) {
+      for (int J = t; J < Nb; J += SEL_T) atomicOr(&bits[J >> 5], 1u << (J & 31));
+    } else if (peK > 0) {
+      sel_topk_bits(p, Nb, peK, bits, sv, si);
+    }
+    __syncthreads();
+    if (t == 0) atomicOr(&bits[0], 1u);
+  }
+  if (t == 0) tokenCounts[dir * H + h] = (int)min(count, (long long)0x7fffffff);
+  __syncthreads();
+  sel_write_list(bits, words, lists + ((size_t)dir * H + h) * Nb, counts + dir * H + h, red);
 }
 
 // The selected lists as VS lists: buf = [verticalPtr H+1][slashPtr H+1][vertical H·Nb][slash H·Nb]

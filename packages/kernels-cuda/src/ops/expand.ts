@@ -44,7 +44,7 @@ export function expandOnDevice(cx: CudaContext, mask: BlockMask): { rowPtr: Devi
   }
 }
 
-export function uploadTemp(cx: CudaContext, a: Int32Array | Float64Array, temp: DeviceBlock[]): number {
+export function uploadTemp(cx: CudaContext, a: Int32Array | Float32Array | Float64Array, temp: DeviceBlock[]): number {
   const b = cx.uploadArray(a);
   temp.push(b);
   return b.ptr;

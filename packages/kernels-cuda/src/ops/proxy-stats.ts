@@ -413,13 +413,30 @@ export class ProxyStatsOp {
         numBlocks: Nb,
         proxyRows: b,
         ...(head ? { cStruct: head.cStruct, rowEntropy: head.rowEntropy, finite: head.finite } : {}),
-        ...(as
+        // token scores: read now, or (deferRead: a device plan's coverage selection reads them
+        // where they are) kept with the entry and read on first access
+        ...(as && !opts.deferRead
           ? {
               verticalTokens: cx.read(av.ptr, new Float32Array(H * n)),
               slashTokens: cx.read(as.ptr, new Float32Array(H * n)),
             }
           : {}),
       } as unknown as ProxyStats;
+      const tokenBlocks: [DeviceBlock, DeviceBlock] | undefined = as && opts.deferRead ? [av, as] : undefined;
+      const tokenLazy = tokenBlocks
+        ? deferFields(
+            stats,
+            ['verticalTokens', 'slashTokens'] as const,
+            () => ({
+              verticalTokens: cx.streams.readOnCopyStream(av.ptr, new Float32Array(H * n)),
+              slashTokens: cx.streams.readOnCopyStream(as!.ptr, new Float32Array(H * n)),
+            }),
+            (e) =>
+              new CrispError('BACKEND_ERROR', `proxy statistics: the token scores could not be downloaded before their device buffers were released (${(e as Error).message})`, {
+                cause: String((e as Error).message),
+              }),
+          )
+        : undefined;
       // deferred: C_struct, the entropies and the device's finiteness verdict on first access
       // (the lean pass's entropies are placeholders: see below)
       const headLoad = () => {
@@ -465,6 +482,7 @@ export class ProxyStatsOp {
       // kept past this call: the statistics' buffer (the entry's) and the key block means (KeptStats.kMeans)
       blocks.splice(blocks.indexOf(out), 1);
       if (km) blocks.splice(blocks.indexOf(km), 1);
+      for (const t of tokenBlocks ?? []) blocks.splice(blocks.indexOf(t), 1);
       // keep the buffer for a device selection on these statistics (prepareMask), and for
       // their block statistics until read
       const entry: DeviceStats = {
@@ -472,7 +490,9 @@ export class ProxyStatsOp {
         materialize: () => {
           headLazy?.materialize();
           lazy.materialize();
+          tokenLazy?.materialize();
         },
+        ...(tokenBlocks ? { tokens: tokenBlocks } : {}),
         ...(headLazy
           ? {
               settle: (h: Float64Array) => {

@@ -1,11 +1,12 @@
 /**
- * VS selection on the device (kernels/select/select.cu): the noise-floor rule over the
- * statistics' block scores where proxyStats left them, packed into lists the host reads once.
+ * VS selection on the device (kernels/select/select.cu): the noise-floor rule, or FlexPrefill's
+ * cumulative coverage (the token scores' count, then the best blocks), over the statistics'
+ * scores where proxyStats left them, packed into lists the host reads once.
  */
 import { InvalidArgumentError, type ProxyStats, type Route, UnsupportedError, type VsLists } from '@crisp/core';
 import type { CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
-import { D64, I, P } from '../runtime/launcher.js';
+import { D64, I, P, U64 } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import { uploadTemp } from './expand.js';
 import type { DeviceVsRequest } from './mask-types.js';
@@ -34,6 +35,23 @@ export function blockStatsOnDevice(
   for (const [i, f] of fields.entries()) all.set(stats[f].subarray(0, HNb), i * HNb);
   const ptr = uploadTemp(cx, all, temp);
   return fields.map((_, i) => ptr + i * HNb * 8);
+}
+
+/**
+ * Device pointers to the statistics' token scores [a_v, a_s] ([H·n] f32 each): where proxyStats
+ * kept them (deferRead statistics with token scores), else uploaded from the object into
+ * blocks of `temp`.
+ */
+function tokensOnDevice(cx: CudaContext, store: KeptStats, stats: ProxyStats, temp: DeviceBlock[]): [number, number] {
+  const kept = store.get(stats)?.tokens;
+  if (kept) return [kept[0].ptr, kept[1].ptr];
+  const HN = stats.heads * stats.n;
+  const v = stats.verticalTokens;
+  const s = stats.slashTokens;
+  if (!(v instanceof Float32Array && s instanceof Float32Array && v.length === HN && s.length === HN)) {
+    throw new InvalidArgumentError('cumulativeCoverage on the device reads the token scores: ask proxyStats for them (tokenScores: true)');
+  }
+  return [uploadTemp(cx, v, temp), uploadTemp(cx, s, temp)];
 }
 
 /** selectOnDevice's lists on the device: their pointers, their buffer, and their read. */
@@ -65,12 +83,18 @@ export function selectOnDevice(
   prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
 ): DeviceVsSelection {
   const { rule, stats, routes, peK, peWithVs } = req;
-  if (rule?.kind !== 'noiseFloor') {
-    throw new UnsupportedError(`device selection supports the noiseFloor rule; got ${rule?.kind}`, { limit: 'deviceSelector' });
+  if (rule?.kind !== 'noiseFloor' && rule?.kind !== 'cumulativeCoverage') {
+    throw new UnsupportedError(`device selection supports the noiseFloor and cumulativeCoverage rules; got ${(rule as { kind?: unknown } | undefined)?.kind}`, {
+      limit: 'deviceSelector',
+    });
   }
-  if (!(Number.isFinite(rule.alpha) && rule.alpha > 0)) throw new InvalidArgumentError(`noiseFloor alpha must be finite and > 0; got ${rule.alpha}`);
+  if (rule.kind === 'noiseFloor' && !(Number.isFinite(rule.alpha) && rule.alpha > 0)) throw new InvalidArgumentError(`noiseFloor alpha must be finite and > 0; got ${rule.alpha}`);
+  // (γ <= 0.99: where select.cu's count is exact; the selector offers no device form above it)
+  if (rule.kind === 'cumulativeCoverage' && !(Number.isFinite(rule.gamma) && rule.gamma > 0 && rule.gamma <= 0.99)) {
+    throw new InvalidArgumentError(`cumulativeCoverage gamma must be in (0, 0.99] on the device; got ${rule.gamma}`);
+  }
   if (!(Number.isInteger(rule.kMin) && rule.kMin >= 1 && rule.kMin % B === 0)) {
-    throw new InvalidArgumentError(`noiseFloor kMin must be a positive multiple of the block size ${B}; got ${rule.kMin}`);
+    throw new InvalidArgumentError(`${rule.kind} kMin must be a positive multiple of the block size ${B}; got ${rule.kMin}`);
   }
   if (!(Number.isInteger(peK) && peK >= 0)) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${peK}`);
   if (!stats || stats.heads !== H || stats.numBlocks !== Nb || stats.blockSize !== B) {
@@ -91,20 +115,46 @@ export function selectOnDevice(
   const counts = take(2 * H * 4);
   const pb = prefix?.bytes ?? 0;
   const buf = take(pb + (2 * (H + 1) + 2 * HNb) * 4);
+  // the token scores a_v, a_s [H·n] f32 each (cumulativeCoverage): where proxyStats kept them
+  // (deferRead), else uploaded from the object
+  const tokens = rule.kind === 'cumulativeCoverage' ? tokensOnDevice(cx, store, stats, temp) : undefined;
   const rt = prefix ? prefix.fill(buf.ptr) : uploadTemp(cx, Int32Array.from(routes ?? [], (r) => (r === 'vs' ? 1 : 0)), temp);
-  cx.launch('select/select.cu', 'vs_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
-    P(pv),
-    P(ps),
-    P(rt),
-    I(H),
-    I(Nb),
-    D64(rule.alpha),
-    I(rule.kMin / B),
-    I(peK),
-    P(lists.ptr),
-    P(counts.ptr),
-    I(peWithVs === true ? 1 : 0),
-  ]);
+  if (rule.kind === 'noiseFloor') {
+    cx.launch('select/select.cu', 'vs_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
+      P(pv),
+      P(ps),
+      P(rt),
+      I(H),
+      I(Nb),
+      D64(rule.alpha),
+      I(rule.kMin / B),
+      I(peK),
+      P(lists.ptr),
+      P(counts.ptr),
+      I(peWithVs === true ? 1 : 0),
+    ]);
+  } else {
+    // T = floor(γ · 2^52): the running sums are integers in units of 2^-52 there (exact below 2^53)
+    const T = Math.floor(rule.gamma * 2 ** 52);
+    cx.launch('select/select.cu', 'coverage_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
+      P(pv),
+      P(ps),
+      P(tokens![0]),
+      P(tokens![1]),
+      P(rt),
+      I(H),
+      I(Nb),
+      I(stats.n),
+      I(B),
+      U64(T),
+      I(rule.kMin / B),
+      I(peK),
+      P(lists.ptr),
+      P(counts.ptr),
+      P(take(2 * H * 4).ptr),
+      I(peWithVs === true ? 1 : 0),
+    ]);
+  }
   const vPtr = buf.ptr + pb;
   cx.launch('select/select.cu', 'vs_pack', [2, H], 256, 0, [P(lists.ptr), P(counts.ptr), I(H), I(Nb), P(vPtr)]);
   const sPtr = vPtr + (H + 1) * 4;

@@ -87,10 +87,10 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     // since): the router waits only for C_struct there, and the main stream waits for the
     // routes before the VS selection. The PE heads then go to the second stream once the
     // attention of the VS heads is queued (sparseAttention; splitPe).
-    // (a residual test reads p_v and the pooled estimate, which the main stream writes last:
+    // (a distance test reads p_v and the pooled estimate, which the main stream writes last:
     // no early routing on the second stream then)
     const side =
-      terms.residual === undefined && kept?.cstructReady !== undefined && kept.launchesAtEnd === cx.mainLaunches && kept === store.entries.at(-1)
+      terms.residual === undefined && terms.jsd === undefined && kept?.cstructReady !== undefined && kept.launchesAtEnd === cx.mainLaunches && kept === store.entries.at(-1)
         ? cx.streams.side()
         : undefined;
     // One buffer before the VS list pointers, read with them (devicePlanLayout)
@@ -117,8 +117,8 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
         }
       } else {
         if (kept) store.joinTail(kept);
-        // (the second stream routes only without a residual test: its verdicts come here)
-        const flags = terms.residual ? residualFlags(cx, stats, kept?.block.ptr, terms.residual, temp) : 0;
+        // (the second stream routes only without a distance test: its verdicts come here)
+        const flags = residualFlags(cx, stats, kept?.block.ptr, terms, temp);
         cx.launch('route/route.cu', 'route_cstruct', [1], 32, 0, [...args, I(3), P(flags)]);
       }
       return rt;

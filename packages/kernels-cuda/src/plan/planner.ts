@@ -1,7 +1,8 @@
 /**
  * The CUDA backend's DevicePlanner (core): the rules the device runs as the host forms do
- * (route.cu's cStruct and residualJsd tests and anyPe of them, select.cu's noise floor, for
- * PE heads too with peWithVs), and the plan as one queue.
+ * (route.cu's cStruct, residualJsd and jsd tests and anyPe of them, select.cu's noise floor
+ * and FlexPrefill's cumulative coverage, for PE heads too with peWithVs), and the plan as one
+ * queue.
  */
 import type { DevicePlanRequest, DevicePlanResult, DevicePlanner, DeviceRouterRule, DeviceSelectorRule } from '@crisp/core';
 import type { CudaContext } from '../runtime/context.js';
@@ -10,10 +11,10 @@ import { planOnDevice } from './device-plan.js';
 
 export class CudaDevicePlanner implements DevicePlanner {
   /** Router rules the plan runs on the device (kernels/route/route.cu). */
-  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct', 'residualJsd', 'anyPe'] as const);
+  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct', 'residualJsd', 'jsd', 'anyPe'] as const);
   /** Selector rules the plan runs on the device (kernels/select/select.cu). */
-  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor'] as const);
-  /** PE heads keep the noise floor's lists too (Policy.peWithVs; select.cu) */
+  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor', 'cumulativeCoverage'] as const);
+  /** PE heads keep the selector's lists too (Policy.peWithVs; select.cu) */
   readonly peWithVs = true;
   readonly #cx: CudaContext;
   readonly #kept: KeptStats;

@@ -22,14 +22,14 @@ import type { DeviceBlock } from '../runtime/pool.js';
 
 /** The request's rule as route.cu's two tests; typed errors for a rule it cannot run. */
 export function checkedTerms(route: DeviceRouterRule | undefined): DeviceRouteTerms {
-  const kinds = new Set(['cStruct', 'residualJsd', 'anyPe']);
+  const kinds = new Set(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
   const known = (r: DeviceRouterRule | undefined): boolean =>
     r !== undefined && r !== null && kinds.has(r.kind) && (r.kind !== 'anyPe' || (Array.isArray(r.rules) && r.rules.every(known)));
   if (!known(route)) {
-    throw new UnsupportedError(`device routing runs the cStruct and residualJsd rules and anyPe of them; got ${describe(route)}`, { limit: 'deviceRouter' });
+    throw new UnsupportedError(`device routing runs the cStruct, residualJsd and jsd rules and anyPe of them; got ${describe(route)}`, { limit: 'deviceRouter' });
   }
   const terms = deviceRouteTerms(route!);
-  if (!terms) throw new UnsupportedError('device routing runs at most one residualJsd rule in an anyPe', { limit: 'deviceRouter' });
+  if (!terms) throw new UnsupportedError('device routing runs at most one residualJsd or jsd rule in an anyPe', { limit: 'deviceRouter' });
   if (!(typeof terms.tauProxy === 'number' && (Number.isFinite(terms.tauProxy) || terms.tauProxy === Number.NEGATIVE_INFINITY))) {
     throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${terms.tauProxy}`);
   }
@@ -37,6 +37,7 @@ export function checkedTerms(route: DeviceRouterRule | undefined): DeviceRouteTe
   if (r && !(Number.isFinite(r.tau) && r.tau > 0 && Number.isFinite(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1)) {
     throw new InvalidArgumentError(`residualJsd needs tau > 0 and minResidual in [0, 1); got tau ${r.tau}, minResidual ${r.minResidual}`);
   }
+  if (terms.jsd && !(Number.isFinite(terms.jsd.tau) && terms.jsd.tau > 0)) throw new InvalidArgumentError(`jsd needs tau > 0; got ${terms.jsd.tau}`);
   return terms;
 }
 
@@ -45,23 +46,21 @@ function describe(route: DeviceRouterRule | undefined): string {
 }
 
 /**
- * route_residual's verdicts [H] int (1: the residual test sends the head to PE), queued on
- * the current stream into a block of `temp`. `keptBlock`: the statistics' device buffer
- * ([non-finite count][C_struct H][entropy H][p_v H·Nb][p_s H·Nb][pooled H·Nb] f64), else p_v
- * and the pooled estimate are uploaded from the object.
+ * route_residual's verdicts [H] int (1: the distance test sends the head to PE), queued on
+ * the current stream into a block of `temp`; 0 (no verdicts) when the terms have no distance
+ * test. `keptBlock`: the statistics' device buffer ([non-finite count][C_struct H][entropy H]
+ * [p_v H·Nb][p_s H·Nb][pooled H·Nb] f64), else p_v and the pooled estimate are uploaded from
+ * the object.
  */
-export function residualFlags(
-  cx: CudaContext,
-  stats: ProxyStats,
-  keptBlock: number | undefined,
-  residual: NonNullable<DeviceRouteTerms['residual']>,
-  temp: DeviceBlock[],
-): number {
+export function residualFlags(cx: CudaContext, stats: ProxyStats, keptBlock: number | undefined, terms: DeviceRouteTerms, temp: DeviceBlock[]): number {
+  const test = terms.residual ?? (terms.jsd ? { tau: terms.jsd.tau, minResidual: 0 } : undefined);
+  if (!test) return 0;
   const { heads: H, numBlocks: Nb } = stats;
   const [pv, pooled] = blockStatsOnDevice(cx, keptBlock, stats, ['verticalBlocks', 'pooledEstimate'], temp);
   const out = cx.scratch(H * 4);
   temp.push(out);
-  cx.launch('route/route.cu', 'route_residual', [H], 256, 0, [P(pv), P(pooled), I(H), I(Nb), D64(residual.tau), D64(residual.minResidual), P(out.ptr)]);
+  const full = terms.residual ? 0 : 1;
+  cx.launch('route/route.cu', 'route_residual', [H], 256, 0, [P(pv), P(pooled), I(H), I(Nb), D64(test.tau), D64(test.minResidual), P(out.ptr), I(full)]);
   return out.ptr;
 }
 
@@ -78,7 +77,7 @@ export function routesOnDevice(cx: CudaContext, store: KeptStats, stats: ProxySt
   try {
     // [non-finite count][C_struct H] (route.cu reads C_struct at stats + 1)
     const st = kept ? kept.block.ptr : uploadTemp(cx, Float64Array.from([0, ...stats.cStruct]), temp);
-    const flags = terms.residual ? residualFlags(cx, stats, kept?.block.ptr, terms.residual, temp) : 0;
+    const flags = residualFlags(cx, stats, kept?.block.ptr, terms, temp);
     // routes [H] then the PE head list [count][heads]
     const out = cx.scratch((2 * H + 1) * 4);
     temp.push(out);

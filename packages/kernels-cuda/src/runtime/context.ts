@@ -244,7 +244,7 @@ export class CudaContext {
    * cuMemcpyHtoD first drains the stream: one idle gap of the GPU per upload). From pageable
    * memory the driver stages the bytes before returning, so `a` may change right after.
    */
-  uploadArray(a: Int32Array | Float64Array): DeviceBlock {
+  uploadArray(a: Int32Array | Float32Array | Float64Array): DeviceBlock {
     const b = this.scratch(a.byteLength);
     if (a.byteLength > 0) {
       const t = this.tracer.trace ? performance.now() : 0;

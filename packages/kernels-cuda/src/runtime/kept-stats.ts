@@ -12,6 +12,11 @@ import type { CudaTensor } from './tensor.js';
 export interface DeviceStats {
   readonly block: DeviceBlock;
   /**
+   * deferRead statistics with token scores: a_v and a_s [H·n] f32 each, where a device plan's
+   * coverage selection reads them; downloaded by materialize, released with the entry
+   */
+  readonly tokens?: readonly [DeviceBlock, DeviceBlock];
+  /**
    * downloads the block statistics for the object's getters, unless they were read (it cannot
    * tell whether the object is still alive: the entry holds no reference to it, not even a
    * WeakRef, see deferred-fields.ts)
@@ -62,6 +67,11 @@ const STATS_FINALIZER = new FinalizationRegistry<{ owner: KeptStats; entry: Devi
   h.owner.releaseCollected(h.entry);
 });
 
+/** The device bytes an entry keeps (its statistics and token scores). */
+function entryBytes(e: DeviceStats): number {
+  return e.block.size + (e.tokens ? e.tokens[0].size + e.tokens[1].size : 0);
+}
+
 export class KeptStats {
   readonly #cx: CudaContext;
   /**
@@ -110,7 +120,7 @@ export class KeptStats {
   add(stats: ProxyStats, entry: DeviceStats): void {
     this.entries.push(entry);
     this.#entry.set(stats, entry);
-    this.#bytes += entry.block.size;
+    this.#bytes += entryBytes(entry);
     if (entry.held !== undefined || entry.tailDone !== undefined) this.#holding.push(entry);
     STATS_FINALIZER.register(stats, { owner: this, entry }, entry);
   }
@@ -168,7 +178,7 @@ export class KeptStats {
   /** Entry i out of entries (its bytes out of the count). */
   #remove(i: number): DeviceStats {
     const e = this.entries.splice(i, 1)[0] as DeviceStats;
-    this.#bytes -= e.block.size;
+    this.#bytes -= entryBytes(e);
     return e;
   }
 
@@ -176,6 +186,7 @@ export class KeptStats {
     e.dropped = true;
     STATS_FINALIZER.unregister(e);
     this.#cx.pool.release(e.block);
+    for (const t of e.tokens ?? []) this.#cx.pool.release(t);
     this.releaseHeld(e);
   }
 

@@ -28,6 +28,7 @@ export const PDL_KERNELS: ReadonlySet<string> = new Set([
   'proxy_fused_sums',
   'proxy_blocks_b',
   'vs_select',
+  'coverage_select',
   'vs_pack',
   'expand_count',
   'exclusive_scan_sums',

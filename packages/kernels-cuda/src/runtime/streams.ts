@@ -189,7 +189,7 @@ export class Streams {
    * that ended in a synchronous read) or pass `after`, an event recorded on the main stream
    * behind the producers. Returns when the copy is done (pageable memory).
    */
-  readOnCopyStream<T extends Int32Array | Float64Array>(ptr: number, out: T, after?: unknown): T {
+  readOnCopyStream<T extends Int32Array | Float32Array | Float64Array>(ptr: number, out: T, after?: unknown): T {
     if (out.byteLength === 0) return out;
     const cu = this.#libs.cu;
     if (!this.#copyStream) {

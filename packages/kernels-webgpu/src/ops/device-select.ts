@@ -9,6 +9,7 @@
 import {
   type AttentionOptions,
   type AttentionResult,
+  type DeviceNoiseFloorRule,
   type DeviceSelectorRule,
   type DeviceTensor,
   InvalidArgumentError,
@@ -123,7 +124,9 @@ function checkSelection(H: number, Nb: number, B: number, req: DeviceVsRequest):
 export async function queueSelection(host: OpHost, stats: ProxyStats, req: DeviceVsRequest): Promise<QueuedSelection> {
   const { heads: H, numBlocks: Nb, blockSize: B } = stats;
   checkSelection(H, Nb, B, req);
-  const { tauProxy, vs: rule, peK } = req;
+  // (checkSelection let only the noiseFloor rule through)
+  const { tauProxy, peK } = req;
+  const rule = req.vs as DeviceNoiseFloorRule;
   const kBlocks = Math.ceil(rule.kMin / B);
   const g = host.gpu;
   const [pSel, pPack] = await Promise.all([g.pipeline(vsSelectProgram()), g.pipeline(vsPackProgram())]);
