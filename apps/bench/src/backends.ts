@@ -22,7 +22,7 @@ export interface OpenBackend {
 export async function openBackend(
   name: BackendName,
   repoRoot: string | undefined,
-  opts: { readonly cudaSchedule?: CudaSchedule; readonly proxyLayout?: ProxyLayout; readonly programmaticLaunch?: boolean } = {},
+  opts: { readonly cudaSchedule?: CudaSchedule; readonly proxyLayout?: ProxyLayout; readonly programmaticLaunch?: boolean; readonly flexPrefillOnDevice?: boolean } = {},
 ): Promise<OpenBackend> {
   try {
     if (name === 'reference') {
@@ -52,12 +52,13 @@ export async function openBackend(
       schedule,
       ...(opts.proxyLayout ? { proxyLayout: opts.proxyLayout } : {}),
       ...(opts.programmaticLaunch === undefined ? {} : { programmaticLaunch: opts.programmaticLaunch }),
+      ...(opts.flexPrefillOnDevice === undefined ? {} : { flexPrefillOnDevice: opts.flexPrefillOnDevice }),
     });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
     const pdl = (backend as { programmaticLaunch?: boolean }).programmaticLaunch;
     // (the host thread's wait named when it is not the driver's own, the proxy layout when
     // asked for, the programmatic launches when off)
-    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}`;
+    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice ? "; flexPrefill's plan on the device" : ''}`;
     return {
       name,
       backend,

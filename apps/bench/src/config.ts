@@ -44,6 +44,8 @@ export interface BenchConfig {
   readonly cudaProxyLayout?: ProxyLayout;
   /** the CUDA backend's `programmaticLaunch` (undefined: the backend's default, on where the GPU and driver have it) */
   readonly cudaPdl?: boolean;
+  /** the CUDA backend's `flexPrefillOnDevice` (undefined: the backend's default, off) */
+  readonly cudaFlexOnDevice?: boolean;
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

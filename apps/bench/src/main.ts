@@ -91,6 +91,7 @@ function program(): Command {
     .option('--cuda-schedule <mode>', "CUDA: how the host thread waits for the GPU (the primary context's scheduling flags): auto (default: left as they are), spin, yield or blocking")
     .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); w32 (every GPU) or wg (sm_90 wgmma)")
     .option('--cuda-pdl <on|off>', "CUDA: launch the plan's small kernels after the proxy pass programmatically (default on where the GPU, sm_90 and later, and the driver have it); off: plain launches, for A/B runs")
+    .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made (default host); device: its jsd router and coverage selection on the device planner (experimental, the backend's flexPrefillOnDevice)")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
     .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')
@@ -137,6 +138,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       ? { cudaProxyLayout: list(o.cudaProxyLayout, Object.keys(PROXY_LAYOUTS) as ProxyLayout[], 'CUDA proxy layout')[0] }
       : {}),
     ...(typeof o.cudaPdl === 'string' ? { cudaPdl: list(o.cudaPdl, ['on', 'off'], 'CUDA programmatic launch setting')[0] === 'on' } : {}),
+    ...(typeof o.cudaFlexPlan === 'string' ? { cudaFlexOnDevice: list(o.cudaFlexPlan, ['host', 'device'], "CUDA flexPrefill plan setting")[0] === 'device' } : {}),
     suites: typeof o.suites === 'string' ? list(o.suites, SUITE_NAMES, 'suite') : base.suites,
     latency: {
       ...base.latency,
@@ -277,6 +279,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
         cudaSchedule: config.cudaSchedule,
         ...(config.cudaProxyLayout ? { proxyLayout: config.cudaProxyLayout } : {}),
         ...(config.cudaPdl === undefined ? {} : { programmaticLaunch: config.cudaPdl }),
+        ...(config.cudaFlexOnDevice === undefined ? {} : { flexPrefillOnDevice: config.cudaFlexOnDevice }),
       });
       log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
       opened.push(ob);

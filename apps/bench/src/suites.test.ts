@@ -45,6 +45,10 @@ describe('parseSizes', () => {
     expect(resolveConfig({ cudaPdl: 'off' }).cudaPdl).toBe(false);
     expect(resolveConfig({ cudaPdl: 'on' }).cudaPdl).toBe(true);
     expect(() => resolveConfig({ cudaPdl: 'maybe' })).toThrow(/maybe/);
+    expect(resolveConfig({}).cudaFlexOnDevice).toBeUndefined();
+    expect(resolveConfig({ cudaFlexPlan: 'device' }).cudaFlexOnDevice).toBe(true);
+    expect(resolveConfig({ cudaFlexPlan: 'host' }).cudaFlexOnDevice).toBe(false);
+    expect(() => resolveConfig({ cudaFlexPlan: 'gpu' })).toThrow(/gpu/);
     expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
     expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);
     expect(() => resolveConfig({ jitWarmup: '-1' })).toThrow(/jit-warmup/);

@@ -98,6 +98,14 @@ export interface CudaBackendOptions {
    */
   readonly programmaticLaunch?: boolean;
   /**
+   * Experimental: FlexPrefill's rules (the jsd router and the cumulativeCoverage selector,
+   * route_residual over every block and coverage_select) in the device planner, so that
+   * `flexPrefill`'s plan is device work like `crisp`'s (default false: its plan is made on the
+   * host). The kernels are checked by the conformance case `devicePlanCoverage`; they are off
+   * by default until that case has passed on a GPU.
+   */
+  readonly flexPrefillOnDevice?: boolean;
+  /**
    * Testing: a fault injector between the backend and the driver (CudaFaults: failed
    * allocations and launches, a faulted context), for checking what the backend does under
    * each fault. Leave unset in production.
@@ -154,7 +162,7 @@ export class CudaBackend implements Backend {
     this.#kept = new KeptStats(cx);
     this.#proxy = new ProxyStatsOp(cx, this.#kept, layout, opts.proxyFused ?? true);
     this.#attention = new AttentionOp(cx, this.#kept, variant);
-    this.planner = new CudaDevicePlanner(cx, this.#kept);
+    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice === true);
   }
 
   get attentionVariant(): AttentionVariant {

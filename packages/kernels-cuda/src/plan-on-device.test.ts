@@ -38,15 +38,21 @@ function planRequest(stats: ProxyStats, q: DeviceTensor, k: DeviceTensor) {
 describe('the device planner (stand-in driver)', () => {
   it('lists the router and selector rules it runs on the device', () => {
     const { be } = setup();
-    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
-    expect(be.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
+    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'anyPe']);
+    expect(be.planner.selectors).toEqual(['noiseFloor']);
     expect(be.planner.peWithVs).toBe(true);
     be.dispose();
+    // FlexPrefill's rules with flexPrefillOnDevice
+    const s = standInDriver({ heads: H });
+    const flex = new CudaBackend(s.libs, { cacheDir: null, flexPrefillOnDevice: true });
+    expect(flex.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
+    expect(flex.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
+    flex.dispose();
   });
 
   it("runs flexPrefill's rules on the device: the distance over every block before the routes, the coverage over the token scores proxyStats kept there", async () => {
     const s = standInDriver({ heads: H, decodeArgs: 16 });
-    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const be = new CudaBackend(s.libs, { cacheDir: null, flexPrefillOnDevice: true });
     const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
     const opts = { blockSize: 128, wSink: 128, wLocal: 128, tokenScores: true, optionalStats: ['pooledEstimate' as const] };
     // without deferRead the token scores come back at once; with it they stay on the device

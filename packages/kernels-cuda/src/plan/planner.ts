@@ -10,18 +10,21 @@ import type { KeptStats } from '../runtime/kept-stats.js';
 import { planOnDevice } from './device-plan.js';
 
 export class CudaDevicePlanner implements DevicePlanner {
-  /** Router rules the plan runs on the device (kernels/route/route.cu). */
-  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct', 'residualJsd', 'jsd', 'anyPe'] as const);
-  /** Selector rules the plan runs on the device (kernels/select/select.cu). */
-  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor', 'cumulativeCoverage'] as const);
+  /** Router rules the plan runs on the device (kernels/route/route.cu); jsd with flexPrefillOnDevice. */
+  readonly routers: readonly DeviceRouterRule['kind'][];
+  /** Selector rules the plan runs on the device (kernels/select/select.cu); cumulativeCoverage with flexPrefillOnDevice. */
+  readonly selectors: readonly DeviceSelectorRule['kind'][];
   /** PE heads keep the selector's lists too (Policy.peWithVs; select.cu) */
   readonly peWithVs = true;
   readonly #cx: CudaContext;
   readonly #kept: KeptStats;
 
-  constructor(cx: CudaContext, kept: KeptStats) {
+  /** flexPrefill: FlexPrefill's rules too (CudaBackendOptions.flexPrefillOnDevice) */
+  constructor(cx: CudaContext, kept: KeptStats, flexPrefill = false) {
     this.#cx = cx;
     this.#kept = kept;
+    this.routers = Object.freeze(flexPrefill ? ['cStruct', 'residualJsd', 'jsd', 'anyPe'] : ['cStruct', 'residualJsd', 'anyPe']);
+    this.selectors = Object.freeze(flexPrefill ? ['noiseFloor', 'cumulativeCoverage'] : ['noiseFloor']);
   }
 
   /**
