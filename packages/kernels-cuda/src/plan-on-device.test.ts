@@ -48,6 +48,7 @@ describe('the device planner (stand-in driver)', () => {
     expect(flex.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
     expect(flex.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
     flex.dispose();
+    expect(() => new CudaBackend(s.libs, { cacheDir: null, flexPrefillOnDevice: 'yes' as unknown as boolean })).toThrow(/flexPrefillOnDevice must be true or false/);
   });
 
   it("runs flexPrefill's rules on the device: the distance over every block before the routes, the coverage over the token scores proxyStats kept there", async () => {
