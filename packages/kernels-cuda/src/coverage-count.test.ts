@@ -1,13 +1,15 @@
 /**
- * The arithmetic of select.cu's coverage_select, checked on the CPU: a line-for-line mirror of
+ * The arithmetic of select.cu's coverage_select, checked on the CPU: line-for-line mirrors of
  * its count (cov_count: a radix select over the float32 patterns, 8 bits a pass, the masses
- * of the scores >= 2^-29 added as integers in units of 2^-52) against @crisp/select's
- * coverageTokenCount, the definition (float64 running sums of the sorted scores), on softmax
- * rows with sinks, ties, zeros and scores below 2^-29. The kernel itself runs in the
- * conformance suite on a GPU (deviceSelect and devicePlan cases of the flexPrefill rules).
+ * of the scores >= 2^-29 added as integers in units of 2^-52) and of its block choice
+ * (cov_topk_bits: a radix select over the f64 scores' ordered keys, ties from the lower
+ * index), against @crisp/select's coverageTokenCount (the definition: float64 running sums of
+ * the sorted scores) and cumulativeCoverage's lists, on softmax rows with sinks, ties, zeros
+ * and scores below 2^-29. The kernel itself runs in the conformance suite on a GPU
+ * (devicePlanCoverage).
  */
 import { mulberry32 } from '@crisp/core';
-import { coverageTokenCount } from '@crisp/select';
+import { coverageTokenCount, cumulativeCoverage } from '@crisp/select';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
@@ -61,6 +63,48 @@ function deviceCount(a: Float32Array, gamma: number): number {
   return C + Math.floor((T - M) / fixed(prefix)) + 1;
 }
 
+/** cov_key: an f64 score's pattern mapped so that unsigned order is the value's order. */
+function key(v: number): bigint {
+  const b = new BigUint64Array(new Float64Array([v]).buffer)[0];
+  return b >> 63n ? ~b & 0xffffffffffffffffn : b | 0x8000000000000000n;
+}
+
+/** cov_topk_bits: the k best of blocks 1..Nb−1 (k < Nb − 1), as the set of their indices. */
+function topKBits(p: Float64Array, k: number): Set<number> {
+  const keys = Array.from(p, key);
+  let prefix = 0n;
+  let need = k;
+  for (let pass = 0; pass < 8; pass++) {
+    const shift = BigInt(56 - 8 * pass);
+    const cnt = new Array<number>(256).fill(0);
+    for (let J = 1; J < p.length; J++) {
+      if (pass === 0 || keys[J] >> (shift + 8n) === prefix) cnt[Number((keys[J] >> shift) & 255n)]++;
+    }
+    let d = 255;
+    for (; d > 0 && cnt[d] < need; d--) need -= cnt[d];
+    prefix = (prefix << 8n) | BigInt(d);
+  }
+  const out = new Set<number>();
+  for (let J = 1; J < p.length; J++) if (keys[J] > prefix) out.add(J);
+  for (let J = 1; J < p.length && need > 0; J++) {
+    if (keys[J] === prefix) {
+      out.add(J);
+      need--;
+    }
+  }
+  return out;
+}
+
+/** coverage_select on one VS head's direction: block 0 and the best blocks up to the count's budget. */
+function deviceList(p: Float64Array, a: Float32Array, gamma: number, B: number, kBlocks: number): number[] {
+  const Nb = p.length;
+  const count = deviceCount(a, gamma);
+  const blocks = Math.min(Nb, Math.max(kBlocks, count < 0 ? Nb : Math.floor(count / B) + 1));
+  const bits = blocks >= Nb ? new Set(Array.from({ length: Nb }, (_, J) => J)) : blocks > 1 ? topKBits(p, blocks - 1) : new Set<number>();
+  bits.add(0);
+  return [...bits].sort((x, y) => x - y);
+}
+
 /** A softmax-like row of n scores: a sink, some spikes, a background, exact ties and tiny tails. */
 function row(n: number, seed: number): Float32Array {
   const rnd = mulberry32(seed);
@@ -90,6 +134,25 @@ describe("coverage_select's count (select.cu)", () => {
         expect(got, `seed ${seed}, n ${n}, γ ${gamma}`).toBe(coverageTokenCount(a, gamma));
       }),
       { numRuns: 60 },
+    );
+  });
+
+  it("keeps the selector's blocks: block 0 and the best by score, ties toward the lower index", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 2 ** 31 - 1 }), fc.constantFrom(64, 128), fc.double({ min: 0.3, max: 0.99, noNaN: true }), (seed, B, gamma) => {
+        const rnd = mulberry32(seed ^ 0x5bd1e995);
+        const n = 4096 + Math.floor(rnd() * 30000);
+        const Nb = Math.ceil(n / B);
+        const a = row(n, seed);
+        // block scores with ties (a few levels) and a heavy first block
+        const p = Float64Array.from({ length: Nb }, () => Math.floor(rnd() * 6) / 64 + (rnd() < 0.5 ? rnd() * 1e-3 : 0));
+        p[0] = 0.5;
+        const kMin = B * (1 + Math.floor(rnd() * 4));
+        const sel = cumulativeCoverage({ gamma, kMin });
+        const want = Array.from(sel.select({ direction: 'vertical', head: 0, blockScores: p, tokenScores: a, blockSize: B, n }));
+        expect(deviceList(p, a, gamma, B, kMin / B), `seed ${seed}, B ${B}, γ ${gamma}`).toEqual(want);
+      }),
+      { numRuns: 40 },
     );
   });
 
