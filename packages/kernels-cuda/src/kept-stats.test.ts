@@ -119,6 +119,41 @@ describe('statistics kept on the device (stand-in driver)', () => {
     be.dispose();
   });
 
+  it('keeps token scores of deferred statistics with them: read back only when asked or evicted, released with the entry', async () => {
+    const gc = await collector();
+    const { s, be, q, k } = setup();
+    const tokenBytes = H * n * 4;
+    const tokenReads = () => s.log.filter((e) => (e.kind === 'read' || e.kind === 'copyRead') && e.bytes === tokenBytes).length;
+    const withTokens = { ...opts, tokenScores: true } as const;
+    const live0 = be.poolStats().liveBytes;
+    const a = await be.proxyStats(q, k, withTokens);
+    expect(tokenReads()).toBe(0);
+    // about 2·H·n·4 bytes more live while kept
+    expect(be.poolStats().liveBytes - live0).toBeGreaterThanOrEqual(2 * tokenBytes);
+    expect(a.verticalTokens).toHaveLength(H * n);
+    expect(a.slashTokens).toHaveLength(H * n);
+    expect(tokenReads()).toBe(2);
+    // past 127 kept statistics the oldest are downloaded, tokens too (here the count cap
+    // decides: 0.5 MiB of tokens each is far below the byte cap)
+    const kept = [];
+    for (let i = 0; i < 130; i++) kept.push(await be.proxyStats(q, k, withTokens));
+    // 131 made, 3 evicted: a (its tokens read already), kept[0] and kept[1] (two reads each)
+    expect(tokenReads()).toBe(2 + 2 * 2);
+    expect(kept[0].verticalTokens).toHaveLength(H * n);
+    expect(tokenReads()).toBe(6);
+    // dropped ones leave without a download and give their blocks back
+    kept.length = 0;
+    await new Promise((r) => setTimeout(r, 0));
+    let reported = false;
+    const registry = new FinalizationRegistry(() => {
+      reported = true;
+    });
+    await collectAndSettle(gc, registry, () => reported);
+    expect(tokenReads()).toBe(6);
+    be.dispose();
+    expect(s.memory.badFrees).toBe(0);
+  });
+
   // the same through the whole pipeline, as @crisp/conformance checks every backend (the GPU
   // runs it too; the stand-in's reads are zeros, which does not matter for lifetimes)
   it('passes the conformance lifetime case (awaited prefills in one job) on the stand-in driver', async () => {
