@@ -38,6 +38,12 @@
 #                needles, density), then the latency of crisp, crispGuarded and flexPrefill at 128k
 #                and 512k on the llama fill (the guarded preset's plan share; no SDPA peer):
 #                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~420 s.
+#   flexplan     flexPrefill's plan on the device (the CUDA backend's flexPrefillOnDevice): the
+#                conformance cases devicePlanCoverage and the flexPrefill pipeline cases in both
+#                dtypes, then, if they all passed, the latency of crisp and flexPrefill at 128k and
+#                512k on the llama fill with --cuda-flex-plan device: OUT/conformance,
+#                OUT/nvidia-h200-flexplan. Bounded at 500 s + 200 s (the filtered conformance is
+#                a few dozen cases).
 #   parallel     crisp-bench's parallel suite on CUDA: the crisp plan of the @crisp/synth llama-like layer
 #                at 512k and 1M tokens (the CUDA backend's maxSequence; one GPU makes the plan, which every rank of a context-parallel
 #                run makes too), and for 2, 4 and 8 ranks the K/V bytes each rank receives against a dense
@@ -59,8 +65,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|parallel|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|parallel|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|parallel|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|parallel|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -148,6 +154,24 @@ case "$phase" in
       --merge --out "$out/nvidia-h200-guard" > "$out/guard-latency.log" 2>&1
     rc2=$?
     grep -E 'latency|plan' "$out/guard-latency.log" | tail -n 12
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
+    ;;
+  flexplan)
+    [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    # exactness first: the device plan of FlexPrefill's rules against the host parts, and the
+    # flexPrefill pipeline cases (the rig's backend has flexPrefillOnDevice on), both dtypes
+    CONF_FILTER='^(devicePlanCoverage|pipeline/flexPrefill|varlen/pipeline/flexPrefill)' bash "$0" conformance "$out/conformance"
+    rc=$?
+    # then the timing, only if every case passed: flexPrefill with its plan on the device
+    rc2=1
+    if [ $rc -eq 0 ]; then
+      timeout -s KILL 200 node "$app/crisp-bench.mjs" --backends cuda --suites latency --latency-inputs fill --sizes 128k,512k \
+        --presets crisp,flexPrefill --cuda-flex-plan device --jit-warmup 200 --peer-script /nonexistent-peer.py --deadline-s 190 \
+        --out "$out/nvidia-h200-flexplan" > "$out/flexplan-latency.log" 2>&1
+      rc2=$?
+      grep -E 'latency|plan' "$out/flexplan-latency.log" | tail -n 12
+    fi
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
     ;;
   parallel)
