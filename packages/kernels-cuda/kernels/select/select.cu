@@ -299,7 +299,7 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
     const u64 v = cov_fixed((u32)sh[0]);
     r = (long long)(sh[2] + (T - sh[1]) / v + 1ULL);
   }
-  __syncthreads();  // (every thread has read sh before a next call writes it)
+  __syncthreads();  // (every thread has read sh before cov_topk_bits writes it)
   return r;
 }
 
