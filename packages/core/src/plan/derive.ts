@@ -8,7 +8,7 @@ import type { Backend, DevicePlanner } from '../backend.js';
 import { InvalidArgumentError, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
-import { deviceRouteTerms, deviceRuleKinds } from './device-route.js';
+import { checkDeviceRouterRule, checkDeviceSelectorRule, deviceRouteTerms, deviceRuleKinds } from './device-route.js';
 import { DEFAULTS } from './types.js';
 
 /**
@@ -47,7 +47,7 @@ export function validatePolicy(policy: Policy): void {
     throw new InvalidArgumentError(`policy ${name}: its router needs a non-empty name (errors and reports name it)`);
   }
   checkNeeds(router.needs, `policy ${name}: router ${router.name}: needs`);
-  if (router.device !== undefined) checkRouterRule(router.device, `policy ${name}: router ${router.name}: device`);
+  if (router.device !== undefined) checkDeviceRouterRule(router.device, `policy ${name}: router ${router.name}: device`);
   if (!vs || typeof vs !== 'object' || typeof vs.select !== 'function') {
     throw new InvalidArgumentError(`policy ${name} needs a VS selector: an object with a name and a synchronous select(input) (see @crisp/select)`);
   }
@@ -55,7 +55,7 @@ export function validatePolicy(policy: Policy): void {
     throw new InvalidArgumentError(`policy ${name}: its VS selector needs a non-empty name (errors and reports name it)`);
   }
   checkNeeds(vs.needs, `policy ${name}: selector ${vs.name}: needs`);
-  if (vs.device !== undefined) checkSelectorRule(vs.device, `policy ${name}: selector ${vs.name}: device`);
+  if (vs.device !== undefined) checkDeviceSelectorRule(vs.device, `policy ${name}: selector ${vs.name}: device`);
   if (!pe || typeof pe !== 'object' || typeof pe.gamma !== 'number' || !(pe.gamma > 0 && pe.gamma < 1)) {
     throw new InvalidArgumentError(
       `policy ${name} needs a PE selector with 0 < gamma < 1 (globalCoverage from @crisp/select); got gamma ${describeValue(pe?.gamma)}`,
@@ -84,39 +84,6 @@ function checkNeeds(needs: unknown, what: string): void {
   optionalTokens(n.wSink, `${what}.wSink`);
   optionalTokens(n.wLocal, `${what}.wLocal`);
   if (n.optionalStats !== undefined) wantedOptionalStats(n.optionalStats, `${what}.optionalStats`);
-}
-
-/** A router's device form: a DeviceRouterRule whose parameters are in range (a backend runs it as given). */
-function checkRouterRule(rule: unknown, what: string, depth = 0): void {
-  const r = rule as Partial<Record<string, unknown>> | null;
-  const num = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
-  if (r && typeof r === 'object' && r.kind === 'cStruct' && num(r.tauProxy)) return;
-  if (r && typeof r === 'object' && r.kind === 'residualJsd' && num(r.tau) && r.tau > 0 && num(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1) return;
-  if (r && typeof r === 'object' && r.kind === 'jsd' && num(r.tau) && r.tau > 0) return;
-  if (r && typeof r === 'object' && r.kind === 'anyPe' && Array.isArray(r.rules) && r.rules.length >= 1 && depth < 4) {
-    r.rules.forEach((x: unknown, i: number) => {
-      checkRouterRule(x, `${what}.rules[${i}]`, depth + 1);
-    });
-    return;
-  }
-  throw new InvalidArgumentError(
-    `${what} must be { kind: 'cStruct', tauProxy: a finite number }, { kind: 'residualJsd', tau > 0, minResidual in [0, 1) }, { kind: 'jsd', tau > 0 }, { kind: 'anyPe', rules: [such rules] } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
-  );
-}
-
-/** A VS selector's device form: a DeviceSelectorRule whose parameters are in range. */
-function checkSelectorRule(rule: unknown, what: string): void {
-  const r = rule as Partial<Record<string, unknown>> | null;
-  const num = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
-  const kMin = r && typeof r === 'object' && typeof r.kMin === 'number' && Number.isInteger(r.kMin) && r.kMin >= 1;
-  const ok =
-    kMin &&
-    ((r.kind === 'noiseFloor' && num(r.alpha) && r.alpha > 0) || (r.kind === 'cumulativeCoverage' && num(r.gamma) && r.gamma > 0 && r.gamma <= 0.99));
-  if (!ok) {
-    throw new InvalidArgumentError(
-      `${what} must be { kind: 'noiseFloor', alpha > 0, kMin }, { kind: 'cumulativeCoverage', gamma in (0, 0.99], kMin } (kMin a positive integer) or left out (a selector with its own select() has no device form); got ${describeValue(rule)}`,
-    );
-  }
 }
 
 /**

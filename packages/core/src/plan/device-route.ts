@@ -11,6 +11,7 @@
  * RESIDUAL_MARGIN of its threshold may be routed either way, and the plan keeps the device's
  * route there (the mask was built from it).
  */
+import { describeValue, InvalidArgumentError } from '../errors.js';
 import { jsDistance, residualDistance } from '../divergence.js';
 import type { DeviceRouterRule } from '../policy.js';
 import { headSlice, type ProxyStats } from '../stats.js';
@@ -59,7 +60,7 @@ export function deviceRuleKinds(rule: DeviceRouterRule): Set<DeviceRouterRule['k
  * threshold (the residual test's) or of τ (the jsd test's).
  */
 export function routeMarginal(terms: DeviceRouteTerms, stats: ProxyStats, h: number): boolean {
-  if (!(terms.residual || terms.jsd) || !(stats.cStruct[h] >= terms.tauProxy)) return false;
+  if (!(stats.cStruct[h] >= terms.tauProxy)) return false;
   const Nb = stats.numBlocks;
   if (terms.jsd) {
     const d = jsDistance(headSlice(stats.pooledEstimate, h, Nb), headSlice(stats.verticalBlocks, h, Nb));
@@ -68,4 +69,46 @@ export function routeMarginal(terms: DeviceRouteTerms, stats: ProxyStats, h: num
   if (!terms.residual) return false;
   const { residual, distance } = residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb));
   return Math.abs(distance - terms.residual.tau) <= RESIDUAL_MARGIN || Math.abs(residual - terms.residual.minResidual) <= RESIDUAL_MARGIN;
+}
+
+const finite = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
+
+/**
+ * A router's device form: a DeviceRouterRule whose parameters are in range (a backend runs it
+ * as given); INVALID_ARGUMENT naming `what` otherwise. Policies are checked with it, and device
+ * planners check the rules they are handed.
+ */
+export function checkDeviceRouterRule(rule: unknown, what: string): void {
+  checkRouterRuleAt(rule, what, 0);
+}
+
+/** checkDeviceRouterRule of a part `depth` anyPe levels down (at most 4). */
+function checkRouterRuleAt(rule: unknown, what: string, depth: number): void {
+  const r = rule as Partial<Record<string, unknown>> | null;
+  if (r && typeof r === 'object' && r.kind === 'cStruct' && finite(r.tauProxy)) return;
+  if (r && typeof r === 'object' && r.kind === 'residualJsd' && finite(r.tau) && r.tau > 0 && finite(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1) return;
+  if (r && typeof r === 'object' && r.kind === 'jsd' && finite(r.tau) && r.tau > 0) return;
+  if (r && typeof r === 'object' && r.kind === 'anyPe' && Array.isArray(r.rules) && r.rules.length >= 1 && depth < 4) {
+    r.rules.forEach((x: unknown, i: number) => {
+      checkRouterRuleAt(x, `${what}.rules[${i}]`, depth + 1);
+    });
+    return;
+  }
+  throw new InvalidArgumentError(
+    `${what} must be { kind: 'cStruct', tauProxy: a finite number }, { kind: 'residualJsd', tau > 0, minResidual in [0, 1) }, { kind: 'jsd', tau > 0 }, { kind: 'anyPe', rules: [such rules] } or left out (a router with its own route() has no device form); got ${describeValue(rule)}`,
+  );
+}
+
+/** A VS selector's device form: a DeviceSelectorRule whose parameters are in range; INVALID_ARGUMENT naming `what` otherwise. */
+export function checkDeviceSelectorRule(rule: unknown, what: string): void {
+  const r = rule as Partial<Record<string, unknown>> | null;
+  const kMin = r && typeof r === 'object' && typeof r.kMin === 'number' && Number.isInteger(r.kMin) && r.kMin >= 1;
+  const ok =
+    kMin &&
+    ((r.kind === 'noiseFloor' && finite(r.alpha) && r.alpha > 0) || (r.kind === 'cumulativeCoverage' && finite(r.gamma) && r.gamma > 0 && r.gamma <= 0.99));
+  if (!ok) {
+    throw new InvalidArgumentError(
+      `${what} must be { kind: 'noiseFloor', alpha > 0, kMin }, { kind: 'cumulativeCoverage', gamma in (0, 0.99], kMin } (kMin a positive integer) or left out (a selector with its own select() has no device form); got ${describeValue(rule)}`,
+    );
+  }
 }

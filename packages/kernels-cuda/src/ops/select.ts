@@ -3,7 +3,7 @@
  * cumulative coverage (the token scores' count, then the best blocks), over the statistics'
  * scores where proxyStats left them, packed into lists the host reads once.
  */
-import { InvalidArgumentError, type ProxyStats, type Route, UnsupportedError, type VsLists } from '@crisp/core';
+import { checkDeviceSelectorRule, InvalidArgumentError, type ProxyStats, type Route, UnsupportedError, type VsLists } from '@crisp/core';
 import type { CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P, U64 } from '../runtime/launcher.js';
@@ -88,14 +88,10 @@ export function selectOnDevice(
       limit: 'deviceSelector',
     });
   }
-  if (rule.kind === 'noiseFloor' && !(Number.isFinite(rule.alpha) && rule.alpha > 0)) throw new InvalidArgumentError(`noiseFloor alpha must be finite and > 0; got ${rule.alpha}`);
-  // (γ <= 0.99: where select.cu's count is exact; the selector offers no device form above it)
-  if (rule.kind === 'cumulativeCoverage' && !(Number.isFinite(rule.gamma) && rule.gamma > 0 && rule.gamma <= 0.99)) {
-    throw new InvalidArgumentError(`cumulativeCoverage gamma must be in (0, 0.99] on the device; got ${rule.gamma}`);
-  }
-  if (!(Number.isInteger(rule.kMin) && rule.kMin >= 1 && rule.kMin % B === 0)) {
-    throw new InvalidArgumentError(`${rule.kind} kMin must be a positive multiple of the block size ${B}; got ${rule.kMin}`);
-  }
+  // the parameters' ranges, as for a policy's device form (the coverage's γ <= 0.99: where
+  // select.cu's count is exact), and whole blocks of kMin
+  checkDeviceSelectorRule(rule, 'the device selection rule');
+  if (rule.kMin % B !== 0) throw new InvalidArgumentError(`${rule.kind} kMin must be a positive multiple of the block size ${B}; got ${rule.kMin}`);
   if (!(Number.isInteger(peK) && peK >= 0)) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${peK}`);
   if (!stats || stats.heads !== H || stats.numBlocks !== Nb || stats.blockSize !== B) {
     throw new InvalidArgumentError(`device selection: the statistics are for H=${stats?.heads}, Nb=${stats?.numBlocks}, B=${stats?.blockSize}; the mask for H=${H}, Nb=${Nb}, B=${B}`);

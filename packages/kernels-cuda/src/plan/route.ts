@@ -6,9 +6,9 @@
  */
 import {
   type DeviceRouteTerms,
+  checkDeviceRouterRule,
   type DeviceRouterRule,
   deviceRouteTerms,
-  InvalidArgumentError,
   type ProxyStats,
   type Route,
   UnsupportedError,
@@ -30,14 +30,8 @@ export function checkedTerms(route: DeviceRouterRule | undefined): DeviceRouteTe
   }
   const terms = deviceRouteTerms(route!);
   if (!terms) throw new UnsupportedError('device routing runs at most one residualJsd or jsd rule in an anyPe', { limit: 'deviceRouter' });
-  if (!(typeof terms.tauProxy === 'number' && (Number.isFinite(terms.tauProxy) || terms.tauProxy === Number.NEGATIVE_INFINITY))) {
-    throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${terms.tauProxy}`);
-  }
-  const r = terms.residual;
-  if (r && !(Number.isFinite(r.tau) && r.tau > 0 && Number.isFinite(r.minResidual) && r.minResidual >= 0 && r.minResidual < 1)) {
-    throw new InvalidArgumentError(`residualJsd needs tau > 0 and minResidual in [0, 1); got tau ${r.tau}, minResidual ${r.minResidual}`);
-  }
-  if (terms.jsd && !(Number.isFinite(terms.jsd.tau) && terms.jsd.tau > 0)) throw new InvalidArgumentError(`jsd needs tau > 0; got ${terms.jsd.tau}`);
+  // the parameters' ranges, as for a policy's device form
+  checkDeviceRouterRule(route, 'the device routing rule');
   return terms;
 }
 

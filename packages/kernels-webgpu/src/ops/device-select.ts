@@ -9,6 +9,7 @@
 import {
   type AttentionOptions,
   type AttentionResult,
+  checkDeviceSelectorRule,
   type DeviceNoiseFloorRule,
   type DeviceSelectorRule,
   type DeviceTensor,
@@ -106,9 +107,8 @@ function checkSelection(H: number, Nb: number, B: number, req: DeviceVsRequest):
   if (!Number.isInteger(H) || !Number.isInteger(Nb) || H < 1 || Nb < 1) throw new InvalidArgumentError('the device selection needs the statistics from proxyStats');
   const { tauProxy, vs: rule, peK } = req ?? ({} as DeviceVsRequest);
   if (typeof tauProxy !== 'number' || Number.isNaN(tauProxy)) throw new InvalidArgumentError(`tauProxy must be a number; got ${String(tauProxy)}`);
-  if (rule?.kind !== 'noiseFloor' || !(rule.alpha > 0 && Number.isFinite(rule.alpha)) || !Number.isInteger(rule.kMin) || rule.kMin < 1) {
-    throw new InvalidArgumentError('the device selection runs the noiseFloor rule { alpha > 0 finite, kMin a positive integer }');
-  }
+  if (rule?.kind !== 'noiseFloor') throw new InvalidArgumentError('the device selection runs the noiseFloor rule { alpha > 0 finite, kMin a positive integer }');
+  checkDeviceSelectorRule(rule, 'the device selection rule');
   if (!Number.isInteger(peK) || peK < 0) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${String(peK)}`);
   if (Nb > SELECT_MAX_BLOCKS) {
     throw new LimitError(`the device selection handles up to ${SELECT_MAX_BLOCKS} blocks a head; got ${Nb}`, { limit: 'selectBlocks', max: SELECT_MAX_BLOCKS * B });

@@ -22,6 +22,7 @@
  *   the host plan, and the plan equals the host plan exactly.
  */
 import {
+  checkDeviceRouterRule,
   type DevicePlanOutcome,
   type DevicePlanRequest,
   type DevicePlanResult,
@@ -60,9 +61,7 @@ export class WebGpuDevicePlanner implements DevicePlanner {
     if (route?.kind !== 'cStruct') {
       throw new UnsupportedError(`the WebGPU device plan routes by the cStruct rule; got ${String(route?.kind)}`, { limit: 'deviceRouter' });
     }
-    if (!(typeof route.tauProxy === 'number' && Number.isFinite(route.tauProxy))) {
-      throw new InvalidArgumentError(`cStruct tauProxy must be a finite number; got ${String(route.tauProxy)}`);
-    }
+    checkDeviceRouterRule(route, 'the device routing rule');
     if (!stats || typeof stats !== 'object' || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
       throw new InvalidArgumentError('the device plan needs the statistics from proxyStats');
     }
