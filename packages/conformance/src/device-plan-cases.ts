@@ -130,13 +130,7 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
     const lines: string[] = [];
     const outs: DeviceTensor[] = [];
     try {
-      // the attention queued behind the plan before anything is read back, as sparsePrefill
-      // does; checked below against the same mask from the host parts
-      const none: number[][] = Array.from({ length: H }, () => []);
-      const empty = vsListsFromArrays(none, none);
-      const qOut = poisoned(be, dtype, x.q.shape);
-      outs.push(qOut);
-      const queued = await be.sparseAttention(d.q, d.k, d.v, { heads: H, numBlocks: Nb, blockSize: B, vs: empty }, { prepared: res.prepared, out: qOut });
+      const queued = await queueOnUnreadPlan(be, d, dtype, { heads: H, numBlocks: Nb, blockSize: B }, res.prepared, outs);
       const plan = await res.read();
       await stats.settle?.();
       assertFiniteStats(stats);
@@ -148,10 +142,6 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
         lines.push(`residual τ ${residual.tau} sent no head to PE by its residual alone`);
       }
       const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK, guarded);
-      const got = plan.vs;
-      for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
-        if (!bitEqual(got[key], want[key])) lines.push(`${key} differs from the host selector's`);
-      }
       const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       // (guarded: the residual test may send every head cStruct keeps to PE where it has no
       // split, e.g. with Nb = 3, where the one residual block gives every head distance 0)
@@ -159,7 +149,7 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
       if (mixed && (!peHeads.length || peHeads.length === H)) {
         lines.push(`tauProxy ${tauProxy}${residual ? ` and residual τ ${residual.tau}` : ''} gave one route to every head (C_struct has ${distinct} distinct values)`);
       }
-      await checkAgainstHostParts(be, d, dtype, { heads: H, numBlocks: Nb, blockSize: B, gamma, peHeads, want }, plan, res.prepared, queued.output, outs, lines);
+      await checkAgainstHostParts(be, d, dtype, { heads: H, numBlocks: Nb, blockSize: B, gamma, peHeads, want }, plan, res.prepared, queued, outs, lines);
     } finally {
       res.prepared.release();
       for (const t of [...outs, ...Object.values(d)]) t.dispose();
@@ -169,18 +159,39 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
   return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: guarded ? 'anyPe' : 'cStruct' } };
 }
 
+type Geometry = { readonly heads: number; readonly numBlocks: number; readonly blockSize: number };
+
+/**
+ * The attention queued on a device plan's prepared mask before anything is read back, as
+ * sparsePrefill does, into a poisoned output (added to `outs`); checked afterwards against the
+ * same mask from the host parts (checkAgainstHostParts).
+ */
+export async function queueOnUnreadPlan(
+  be: Backend,
+  d: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly v: DeviceTensor },
+  dtype: DType,
+  g: Geometry,
+  prepared: PreparedMask,
+  outs: DeviceTensor[],
+): Promise<DeviceTensor> {
+  const none: number[][] = Array.from({ length: g.heads }, () => []);
+  const out = poisoned(be, dtype, d.q.shape);
+  outs.push(out);
+  return (await be.sparseAttention(d.q, d.k, d.v, { ...g, vs: vsListsFromArrays(none, none) }, { prepared, out })).output;
+}
+
 /**
  * The rest of a device plan's check, given the host's lists `want` on the plan's routes (PE
- * heads `peHeads`): the PE rows equal the backend's own peBlockRows, the prepared mask's block
- * counts the union's, and the attention queued on the unread plan (`queued`) the attention on
- * the host mask, bit for bit (the same kernel on the same blocks). Failures go to `lines`; the
- * outputs it makes to `outs`.
+ * heads `peHeads`): the plan's VS lists equal `want`, the PE rows the backend's own
+ * peBlockRows, the prepared mask's block counts the union's, and the attention queued on the
+ * unread plan (`queued`) the attention on the host mask, bit for bit (the same kernel on the
+ * same blocks). Failures go to `lines` (`context` after a list's), the outputs it makes to `outs`.
  */
 export async function checkAgainstHostParts(
   be: Backend,
   d: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly v: DeviceTensor },
   dtype: DType,
-  p: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number; readonly gamma: number; readonly peHeads: number[]; readonly want: VsLists },
+  p: Geometry & { readonly gamma: number; readonly peHeads: number[]; readonly want: VsLists; readonly context?: string },
   plan: DevicePlanOutcome,
   prepared: PreparedMask,
   queued: DeviceTensor,
@@ -188,6 +199,11 @@ export async function checkAgainstHostParts(
   lines: string[],
 ): Promise<void> {
   const { heads: H, numBlocks: Nb, blockSize: B, peHeads, want } = p;
+  for (const key of ['verticalPtr', 'vertical', 'slashPtr', 'slash'] as const) {
+    if (!bitEqual(plan.vs[key], want[key])) {
+      lines.push(`${key} differs from the host selector's${p.context ? ` (${p.context})` : ''}: got [${plan.vs[key].slice(0, 12).join(',')}...], expected [${want[key].slice(0, 12).join(',')}...]`);
+    }
+  }
   const wantRows = peHeads.length > 0 ? await be.peBlockRows(d.q, d.k, { blockSize: B, gamma: p.gamma, heads: peHeads }) : undefined;
   const gotRows = plan.peRows ? await plan.peRows() : undefined;
   if (Boolean(gotRows) !== Boolean(wantRows)) lines.push(`PE rows ${gotRows ? 'returned' : 'missing'} for PE heads [${peHeads.join(',')}]`);
