@@ -50,6 +50,19 @@ async function collectAndSettle(gc: () => void, registry: FinalizationRegistry<u
   for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
+/**
+ * Collects what the test let go of and waits until the backend's registry has reported it:
+ * collectable after a turn of the event loop, reported on a later one (collectAndSettle).
+ */
+async function collectDropped(gc: () => void): Promise<void> {
+  await new Promise((r) => setTimeout(r, 0));
+  let reported = false;
+  const registry = new FinalizationRegistry(() => {
+    reported = true;
+  });
+  await collectAndSettle(gc, registry, () => reported);
+}
+
 function setup() {
   const s = standInDriver({ heads: H });
   const be = new CudaBackend(s.libs, { cacheDir: null });
@@ -83,15 +96,7 @@ describe('statistics kept on the device (stand-in driver)', () => {
     const { be, q, k, downloads } = setup();
     for (let i = 0; i < 140; i++) {
       await be.proxyStats(q, k, opts);
-      if (i % 16 === 15) {
-        // collectable after a turn of the event loop; their finalizers run on a later one
-        await new Promise((r) => setTimeout(r, 0));
-        let reported = false;
-        const registry = new FinalizationRegistry(() => {
-          reported = true;
-        });
-        await collectAndSettle(gc, registry, () => reported);
-      }
+      if (i % 16 === 15) await collectDropped(gc);
     }
     expect(downloads()).toBe(0);
     be.dispose();
@@ -141,14 +146,9 @@ describe('statistics kept on the device (stand-in driver)', () => {
     expect(tokenReads()).toBe(2 + 2 * 2);
     expect(kept[0].verticalTokens).toHaveLength(H * n);
     expect(tokenReads()).toBe(6);
-    // dropped ones leave without a download and give their blocks back
+    // dropped ones leave without a download
     kept.length = 0;
-    await new Promise((r) => setTimeout(r, 0));
-    let reported = false;
-    const registry = new FinalizationRegistry(() => {
-      reported = true;
-    });
-    await collectAndSettle(gc, registry, () => reported);
+    await collectDropped(gc);
     expect(tokenReads()).toBe(6);
     be.dispose();
     expect(s.memory.badFrees).toBe(0);
