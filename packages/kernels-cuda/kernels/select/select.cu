@@ -305,15 +305,12 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
 
 // Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. pv, ps
 // [H][Nb] f64 (the block scores), av, as [H][n] f32 (the token scores a_v, a_s); T = floor(γ ·
-// 2^52); lists [2][H][Nb], counts [2][H] as vs_select's; tokenCounts [2][H] the count (−1 where
-// it was not exact and the head kept every block; 0 on PE heads without peWithVs). PE heads
-// as vs_select's: the peK best of each direction ∪ {0}, and the coverage rule's blocks too
-// with peWithVs.
+// 2^52); lists [2][H][Nb], counts [2][H] as vs_select's. PE heads as vs_select's: the peK
+// best of each direction ∪ {0}, and the coverage rule's blocks too with peWithVs.
 extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double* pv, const double* ps, const float* av,
                                                                     const float* as, const int* routes, int H, int Nb,
                                                                     int n, int B, unsigned long long T, int kBlocks,
-                                                                    int peK, int* lists, int* counts, int* tokenCounts,
-                                                                    int peWithVs) {
+                                                                    int peK, int* lists, int* counts, int peWithVs) {
   CRISP_PDL_ENTRY();
   extern __shared__ u32 bits[];
   __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
@@ -328,9 +325,8 @@ extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double
   for (int w = t; w < words; w += SEL_T) bits[w] = 0u;
   __syncthreads();
   const bool vsHead = routes[h] != 0;
-  long long count = 0;
   if (vsHead || peWithVs) {
-    count = cov_count((dir == 0 ? av : as) + (size_t)h * n, n, T, cnt, mass, sh);
+    const long long count = cov_count((dir == 0 ? av : as) + (size_t)h * n, n, T, cnt, mass, sh);
     const long long want = count < 0 ? (long long)Nb : count / B + 1;
     const int blocks = (int)min((long long)Nb, max((long long)kBlocks, want));
     if (blocks >= Nb) {
@@ -351,7 +347,6 @@ extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double
     __syncthreads();
     if (t == 0) atomicOr(&bits[0], 1u);
   }
-  if (t == 0) tokenCounts[dir * H + h] = (int)min(count, (long long)0x7fffffff);
   __syncthreads();
   sel_write_list(bits, words, lists + ((size_t)dir * H + h) * Nb, counts + dir * H + h, red);
 }

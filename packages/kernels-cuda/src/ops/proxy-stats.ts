@@ -428,8 +428,8 @@ export class ProxyStatsOp {
             stats,
             ['verticalTokens', 'slashTokens'] as const,
             () => ({
-              verticalTokens: cx.streams.readOnCopyStream(av.ptr, new Float32Array(H * n)),
-              slashTokens: cx.streams.readOnCopyStream(as!.ptr, new Float32Array(H * n)),
+              verticalTokens: cx.streams.readOnCopyStream(tokenBlocks[0].ptr, new Float32Array(H * n)),
+              slashTokens: cx.streams.readOnCopyStream(tokenBlocks[1].ptr, new Float32Array(H * n)),
             }),
             (e) =>
               new CrispError('BACKEND_ERROR', `proxy statistics: the token scores could not be downloaded before their device buffers were released (${(e as Error).message})`, {

@@ -147,7 +147,6 @@ export function selectOnDevice(
       I(peK),
       P(lists.ptr),
       P(counts.ptr),
-      P(take(2 * H * 4).ptr),
       I(peWithVs === true ? 1 : 0),
     ]);
   }
