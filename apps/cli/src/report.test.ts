@@ -45,6 +45,10 @@ describe('crisp report in headless Chromium', () => {
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--disable-component-update', '--disable-sync'],
       viewport: { width: 1400, height: 1000 },
     });
+    // Playwright's own 30 s default is a speed check: the page carries Plotly inline (megabytes
+    // of script), and on 2 busy CI cores its load event has taken longer than that. The test's
+    // own timeout stays the hang guard.
+    ctx.setDefaultTimeout(240_000);
   });
   afterAll(async () => {
     await ctx?.close();

@@ -73,6 +73,8 @@ describe('the demo page in headless Chromium with WebGPU', () => {
 
   async function open(params: Record<string, string | number>): Promise<PageRun> {
     const page = await browser!.newPage();
+    // every Playwright wait (navigation included) gets the hang guard, not Playwright's 30 s
+    page.setDefaultTimeout(WAIT_MS);
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
     // a missing favicon, a failed fetch or a WebGPU validation message all land here

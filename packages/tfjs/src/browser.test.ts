@@ -58,6 +58,8 @@ describe.skipIf(!have)('@crisp/tfjs on tfjs-backend-webgpu in headless Chromium'
     const { chromium } = await import('playwright-core');
     browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: [...ARGS] });
     const page = await browser.newPage();
+    // every Playwright wait (navigation included) gets the hang guard, not Playwright's 30 s
+    page.setDefaultTimeout(WAIT_MS);
     page.on('pageerror', (e) => errors.push(e.message));
     page.on('console', (m) => {
       if (m.type() === 'error') errors.push(`console: ${m.text()}`);
