@@ -2,7 +2,7 @@
  * crisp-bench: every suite on every backend this machine has, into
  * apps/bench/results/<machine>/ (bench.json, bench.md, SVG figures).
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
 import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
@@ -13,12 +13,12 @@ import { type SuiteContext, message } from './context.js';
 import { figures } from './figures.js';
 import { findRepoRoot, machineInfo } from './machine.js';
 import { densePeers, resolvePeerScript } from './peers.js';
-import { mergeResults, stampRuns } from './merge.js';
+import { mergeResults, readResult, stampRuns } from './merge.js';
 import { headline, markdown } from './report.js';
 import type { BenchResult } from './result.js';
 import { accuracySuite } from './suites/accuracy.js';
 import { crossoverSuite } from './suites/crossover.js';
-import { floorSummary, floorsSuite } from './suites/floors.js';
+import { floorsSuite } from './suites/floors.js';
 import { latencySuite } from './suites/latency.js';
 import { onCurveSuite } from './suites/on-curve.js';
 import { parallelSuite } from './suites/parallel.js';
@@ -287,13 +287,12 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     mkdirSync(outDir, { recursive: true });
     const previousFile = join(outDir, 'bench.json');
     // Read once, before the first checkpoint overwrites it: every write merges into this.
-    let previous = o.merge && existsSync(previousFile) ? (JSON.parse(readFileSync(previousFile, 'utf8')) as BenchResult) : undefined;
+    let previous = o.merge && existsSync(previousFile) ? readResult(previousFile) : undefined;
     if (o.merge) log(previous ? `merging into ${previousFile}` : `--merge: no ${previousFile} yet; starting it`);
     for (const file of typeof o.fold === 'string' ? o.fold.split(',').filter((x) => x.trim() !== '') : []) {
       let other: BenchResult;
       try {
-        other = JSON.parse(readFileSync(resolve(file.trim()), 'utf8')) as BenchResult;
-        if (other.schema !== 'crisp-bench/1') throw new Error(`schema '${String(other.schema)}' is not crisp-bench/1`);
+        other = readResult(resolve(file.trim()));
       } catch (e) {
         process.stderr.write(`crisp-bench: --fold ${file}: ${message(e)}\n`);
         return 2;
@@ -441,15 +440,12 @@ async function renderOnly(outDir: string, linkBase: string, log: (line: string) 
     process.stderr.write(`crisp-bench: --render-only: no ${file}\n`);
     return 2;
   }
-  const r = JSON.parse(readFileSync(file, 'utf8')) as BenchResult;
-  if (r.schema !== 'crisp-bench/1') {
-    process.stderr.write(`crisp-bench: --render-only: ${file} is not a crisp-bench/1 result\n`);
+  let r: BenchResult;
+  try {
+    r = readResult(file);
+  } catch (e) {
+    process.stderr.write(`crisp-bench: --render-only: ${message(e)}\n`);
     return 2;
-  }
-  // Results written before the Pareto flag existed: derive it from the same summary (in memory only).
-  const fl = r.suites.floors;
-  if (fl?.summary.some((x) => x.pareto === undefined)) {
-    r.suites.floors = { ...fl, summary: floorSummary(fl.summary, fl.rows) };
   }
   const figs = await figures(r);
   for (const fig of figs) writeAtomic(join(outDir, fig.file), fig.svg);

@@ -6,8 +6,23 @@
  * whole suites this run did not run are kept; the crossover is recomputed from the merged
  * latency. Every contributing command is listed.
  */
+import { readFileSync } from 'node:fs';
 import type { BenchResult } from './result.js';
 import { crossoverSuite } from './suites/crossover.js';
+import { floorSummary } from './suites/floors.js';
+
+/**
+ * A bench.json read back (to merge into, to fold in, or to render), with what results
+ * written by older versions lack derived from what they hold: the floors' Pareto flags.
+ * Throws when the file is not a crisp-bench/1 result.
+ */
+export function readResult(file: string): BenchResult {
+  const r = JSON.parse(readFileSync(file, 'utf8')) as BenchResult;
+  if (r.schema !== 'crisp-bench/1') throw new Error(`${file} is not a crisp-bench/1 result (schema '${String(r.schema)}')`);
+  const fl = r.suites.floors;
+  if (fl?.summary.some((x) => x.pareto === undefined)) r.suites.floors = { ...fl, summary: floorSummary(fl.summary, fl.rows) };
+  return r;
+}
 
 /** Every row of a suite, for stamping and provenance. */
 export function rowsOf(r: BenchResult): { suite: string; rows: readonly { run?: string }[] }[] {

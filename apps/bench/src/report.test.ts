@@ -1,6 +1,9 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultConfig } from './config.js';
-import { mergeResults } from './merge.js';
+import { mergeResults, readResult } from './merge.js';
 import { headline, markdown, suiteCommands } from './report.js';
 import type { BenchResult } from './result.js';
 import { floorSummary } from './suites/floors.js';
@@ -124,8 +127,8 @@ describe('provenance after --merge', () => {
 });
 
 describe('floorSummary', () => {
-  it('averages over profiles and marks the accuracy-density Pareto front', () => {
-    const row = (param: string, profile: string, massRecall: number, density: number) => ({
+  const variants2 = ['a', 'b'].map((param) => ({ family: 'mean', param }));
+  const row = (param: string, profile: string, massRecall: number, density: number) => ({
       backend: 'reference',
       profile,
       n: 8192,
@@ -144,8 +147,9 @@ describe('floorSummary', () => {
       worstHead: 0,
       minProxyRecall: massRecall,
       meanProxyRecall: massRecall,
-      guardedHeads: 0,
-    });
+    guardedHeads: 0,
+  });
+  it('averages over profiles and marks the accuracy-density Pareto front', () => {
     const variants = ['a', 'b', 'c', 'd'].map((param) => ({ family: 'mean', param }));
     const s = floorSummary(variants, [
       row('a', 'p', 0.9, 0.3),
@@ -163,5 +167,19 @@ describe('floorSummary', () => {
       ['c', 0.84, 0.3, false],
       ['d', 0.95, 0.5, false],
     ]);
+  });
+
+  it('is derived when a result written without the Pareto flags is read back (to merge, fold or render)', () => {
+    const rows = [row('a', 'p', 0.9, 0.3), row('b', 'p', 0.8, 0.4)];
+    const summary = floorSummary(variants2, rows).map(({ pareto: _, ...x }) => x);
+    const old = { ...result('old', '2026-11-30T00:00:00.000Z', []), suites: { floors: { backend: 'reference', n: 8192, rows, summary } } };
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-bench-read-'));
+    writeFileSync(join(dir, 'bench.json'), JSON.stringify(old));
+    expect(readResult(join(dir, 'bench.json')).suites.floors!.summary.map((x) => [x.param, x.pareto])).toEqual([
+      ['a', true],
+      ['b', false],
+    ]);
+    writeFileSync(join(dir, 'other.json'), JSON.stringify({ ...old, schema: 'other/2' }));
+    expect(() => readResult(join(dir, 'other.json'))).toThrow(/not a crisp-bench\/1 result \(schema 'other\/2'\)/);
   });
 });
