@@ -2,6 +2,7 @@
 import { planPrefill } from '@crisp/core';
 import { presets } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
+import type { AnyPeRouter } from '@crisp/router';
 import { scenario, uploadScenario } from '@crisp/synth';
 import { describe, expect, it } from 'vitest';
 import { buildPolicy, PRESET_NAMES } from './policy.js';
@@ -26,6 +27,7 @@ describe('buildPolicy', () => {
     const p = buildPolicy('crispGuarded', { tauProxy: 0.3 });
     expect(p.name).toBe('crispGuarded(α=1, γ=0.95, τ=0.3, B=128)');
     expect(p.router?.name).toBe('anyPe(cStruct, residualJsd)');
+    expect((p.router as AnyPeRouter).routers).toMatchObject([{ tauProxy: 0.3 }, { tau: 0.2, minResidual: 0.3 }]);
     expect(p.peWithVs).toBe(true);
     expect(buildPolicy('crisp').peWithVs).toBeUndefined();
   });

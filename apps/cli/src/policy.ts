@@ -8,8 +8,8 @@
  */
 import type { Policy } from '@crisp/core';
 import { type PresetName, presets } from '@crisp/presets';
-import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
-import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
+import { type AnyPeRouter, anyPe, cStruct, jsd } from '@crisp/router';
+import { cumulativeCoverage, globalCoverage, type NoiseFloorSelector, noiseFloor } from '@crisp/select';
 import { UsageError } from './cli-io.js';
 
 export const PRESET_NAMES = Object.keys(presets) as PresetName[];
@@ -50,7 +50,9 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
       pe: globalCoverage({ gamma, kMin: K_MIN }),
     };
   }
-  const alpha = o.alpha ?? (preset === 'crispFast' ? 1.25 : 1.0);
+  // Unset flags keep the preset's own values (its floor's α; crispGuarded's residual router).
+  const base = presets[preset];
+  const alpha = o.alpha ?? (base.vs as NoiseFloorSelector).alpha;
   const tauProxy = o.tauProxy ?? 0.2;
   const changed = o.alpha !== undefined || o.gamma !== undefined || o.tauProxy !== undefined || B !== 128;
   const byAnchors = cStruct({ tauProxy, wSink: 128, wLocal: 128 });
@@ -59,7 +61,7 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
     blockSize: B,
     kMin: K_MIN,
     // crispGuarded: PE when C_struct or the residual JSD says so, PE heads keeping VS lists too
-    router: preset === 'crispGuarded' ? anyPe([byAnchors, residualJsd({ tau: 0.1, minResidual: 0.3 })]) : byAnchors,
+    router: preset === 'crispGuarded' ? anyPe([byAnchors, (base.router as AnyPeRouter).routers[1]]) : byAnchors,
     vs: noiseFloor({ alpha, kMin: K_MIN }),
     pe: globalCoverage({ gamma, kMin: K_MIN }),
     ...(preset === 'crispGuarded' ? { peWithVs: true } : {}),

@@ -32,13 +32,13 @@ export const flexPrefillSmall: Policy = Object.freeze({
 
 /**
  * crispGuarded with B = 64, kMin = 256, windows 64: PE when C_struct < 0.2 or the residual JSD
- * < 0.1, PE heads keeping the noise floor's lists too (a host plan on every backend).
+ * < 0.2, PE heads keeping the noise floor's lists too (a host plan on every backend).
  */
 export const crispGuardedSmall: Policy = Object.freeze({
   name: 'crispGuarded-b64-kmin256',
   blockSize: 64,
   kMin: 256,
-  router: anyPe([cStruct({ tauProxy: 0.2, wSink: 64, wLocal: 64 }), residualJsd({ tau: 0.1, minResidual: 0.3 })]),
+  router: anyPe([cStruct({ tauProxy: 0.2, wSink: 64, wLocal: 64 }), residualJsd({ tau: 0.2, minResidual: 0.3 })]),
   vs: noiseFloor({ alpha: 1.0, kMin: 256 }),
   pe: globalCoverage({ gamma: 0.95, kMin: 256 }),
   peWithVs: true,

@@ -16,7 +16,7 @@ describe('presets', () => {
     expect(flexPrefill.vs).toMatchObject({ gamma: 0.95, kMin: 1024, needs: { tokenScores: true } });
     expect(flexPrefill.pe).toMatchObject({ gamma: 0.95 });
     expect(crispGuarded.router?.name).toBe('anyPe(cStruct, residualJsd)');
-    expect((crispGuarded.router as unknown as { routers: unknown[] }).routers).toMatchObject([{ tauProxy: 0.2 }, { tau: 0.1, minResidual: 0.3 }]);
+    expect((crispGuarded.router as unknown as { routers: unknown[] }).routers).toMatchObject([{ tauProxy: 0.2 }, { tau: 0.2, minResidual: 0.3 }]);
     expect(crispGuarded.vs).toMatchObject({ alpha: 1.0, kMin: 1024 });
     expect(crispGuarded.pe).toMatchObject({ gamma: 0.95, kMin: 1024 });
     expect(crispGuarded.peWithVs).toBe(true);

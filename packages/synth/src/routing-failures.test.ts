@@ -4,7 +4,7 @@
 // VS and lose the other query blocks' topics while PE keeps them. Fixed seeds: these are
 // measurements of the profiles, not of a random draw (the README gives the share of seeds on
 // which each head shows the failure). The crispGuarded preset serves every head of both.
-import { type Policy, planPrefill, type PrefillPlan } from '@crisp/core';
+import { type Policy, planPrefill, type PrefillPlan, residualDistance } from '@crisp/core';
 import { crisp, crispGuarded } from '@crisp/presets';
 import { attentionRows, createReferenceBackend, massRecall, sampleRows } from '@crisp/reference';
 import { fixed } from '@crisp/router';
@@ -131,6 +131,28 @@ describe('routing-failure profiles', () => {
     for (const t of sc.truth.heads.filter((x) => x.kind !== 'sink-topic')) {
       expect(c.plan.routing!.routes[t.head], `head ${t.head} (${t.kind})`).toBe(t.expectedRoute);
       expect(c.error[t.head], `head ${t.head} (${t.kind})`).toBeLessThan(0.05);
+    }
+  });
+
+  it('vs-trap at 64k: the residual test sends every sink-topic head to PE (a head there sits between τ 0.1 and 0.2)', async () => {
+    // Routing only: the plan's statistics, no scoring. At 64k one sink-topic head's residual
+    // distance is 0.16 (seed 7), which τ = 0.1 left on VS, where its error was 0.21.
+    const sc = scenario('vs-trap', { ...SHAPE, n: 65536, seed: 7 });
+    const be = createReferenceBackend();
+    const plan = await planPrefill(be, await uploadScenario(be, sc), crispGuarded, { minSparseLength: 0 });
+    const Nb = plan.numBlocks;
+    const st = plan.stats!;
+    let between = 0;
+    for (const t of sc.truth.heads.filter((x) => x.kind === 'sink-topic')) {
+      const h = t.head;
+      const r = residualDistance(st.verticalBlocks.subarray(h * Nb, (h + 1) * Nb), st.pooledEstimate!.subarray(h * Nb, (h + 1) * Nb));
+      const msg = `head ${h}: C_struct ${st.cStruct[h].toFixed(3)}, residual ${r.residual.toFixed(3)}, distance ${r.distance.toFixed(3)}`;
+      expect(plan.routing!.routes[h], msg).toBe('pe');
+      if (st.cStruct[h] >= 0.2 && r.distance >= 0.1) between++;
+    }
+    expect(between).toBeGreaterThan(0);
+    for (const t of sc.truth.heads.filter((x) => x.kind !== 'sink-topic' && x.kind !== 'diffuse')) {
+      expect(plan.routing!.routes[t.head], `head ${t.head} (${t.kind})`).toBe('vs');
     }
   });
 });
