@@ -209,6 +209,15 @@ export interface Policy {
    */
   readonly peWithVs?: boolean;
   /**
+   * With `peWithVs`, κ > 0: a PE head keeps only the VS selector's vertical blocks whose proxy
+   * mass exceeds κ times the pooled estimate's, p_v[J] > κ · ā[J] (the needles its PE rows,
+   * built from the same pooled map, under-read), and no slash list beyond its kMin best; a
+   * diffuse head, which the pooled map already serves, then adds few blocks. Needs the pooled
+   * estimate (it is computed for the plan). Plans with it are made on the host: no device
+   * planner runs it yet.
+   */
+  readonly peVsExcess?: number;
+  /**
    * The recall guard, 0 < recallTarget <= 1: every head whose proxy recall (the proxy rows'
    * mass inside its last query-block row, `PrefillPlan.proxyRecall`) is below it gets the key
    * blocks of largest proxy mass that row lacks, as vertical blocks, until it reaches it.

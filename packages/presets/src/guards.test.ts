@@ -1,6 +1,6 @@
 /**
  * The per-head check (PrefillPlan.proxyRecall) against brute force, the alternative path's
- * recall, the guards (Policy.recallTarget, Policy.peWithVs) and the anyPe router, on the
+ * recall, the guards (Policy.recallTarget, Policy.peWithVs, Policy.peVsExcess) and the anyPe router, on the
  * reference backend.
  */
 import { alternativeRecall, type HostTensor, type Policy, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
@@ -146,6 +146,56 @@ describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
     }
     // the PE rows are the same rows
     expect(Array.from(both.mask!.rows!.cols), msg).toEqual(Array.from(plain.mask!.rows!.cols));
+  });
+
+  it('with peVsExcess κ: PE heads keep only the vertical blocks the pooled estimate under-reads by κ, and no extra slash list', async () => {
+    const seed = freshSeed();
+    const x = mixedHeads({ n, heads: kinds, seed });
+    const plain = await planOn(x, at64(crisp));
+    const both = await planOn(x, at64({ ...crisp, name: 'both', peWithVs: true }));
+    const allVs = await planOn(x, at64({ ...crisp, name: 'allVs', router: fixed('vs') }));
+    const kappa = 2;
+    const lean = await planOn(x, at64({ ...crisp, name: 'lean', peWithVs: true, peVsExcess: kappa }));
+    const msg = `seed ${seed}`;
+    expect(lean.routing!.routes, msg).toEqual(plain.routing!.routes);
+    const Nb = lean.numBlocks;
+    const st = lean.stats!;
+    let narrowed = 0;
+    for (let h = 0; h < H; h++) {
+      const p = vsHead(plain.mask!.vs!, h);
+      const l = vsHead(lean.mask!.vs!, h);
+      if (plain.routing!.routes[h] === 'vs') {
+        expect(Array.from(l.vertical), `${msg} head ${h}`).toEqual(Array.from(p.vertical));
+        expect(Array.from(l.slash), `${msg} head ${h}`).toEqual(Array.from(p.slash));
+        continue;
+      }
+      // brute force from the statistics: the selector's vertical blocks J with p_v[J] > κ ā[J]
+      const pv = st.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
+      const pa = st.pooledEstimate.subarray(h * Nb, (h + 1) * Nb);
+      const under = Array.from(vsHead(allVs.mask!.vs!, h).vertical).filter((J) => pv[J] > kappa * pa[J]);
+      expect(Array.from(l.vertical), `${msg} head ${h}`).toEqual([...new Set([...p.vertical, ...under])].sort((u, w) => u - w));
+      expect(Array.from(l.slash), `${msg} head ${h}`).toEqual(Array.from(p.slash));
+      expect(lean.density[h], `${msg} head ${h}`).toBeGreaterThanOrEqual(plain.density[h]);
+      expect(lean.density[h], `${msg} head ${h}`).toBeLessThanOrEqual(both.density[h]);
+      if (lean.density[h] < both.density[h]) narrowed++;
+    }
+    // the diffuse head, which the pooled map serves, keeps fewer blocks than with every VS list
+    expect(narrowed, msg).toBeGreaterThan(0);
+    expect(Array.from(lean.mask!.rows!.cols), msg).toEqual(Array.from(plain.mask!.rows!.cols));
+  });
+
+  it('peVsExcess is checked: a finite number above 0, and only beside peWithVs', async () => {
+    const x = mixedHeads({ n: 512, heads: kinds, seed: 3 });
+    for (const bad of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '2']) {
+      await expect(planOn(x, at64({ ...crisp, name: 'bad', peWithVs: true, peVsExcess: bad as number })), String(bad)).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringMatching(/peVsExcess must be a finite number above 0/),
+      });
+    }
+    await expect(planOn(x, at64({ ...crisp, name: 'alone', peVsExcess: 2 }))).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringMatching(/peVsExcess narrows the VS lists PE heads keep, so it needs peWithVs: true/),
+    });
   });
 });
 

@@ -81,7 +81,8 @@ describe('routing-failure profiles', () => {
 
   it('mixed-threshold: crisp routes the near-threshold retrieval heads PE and loses their needles; VS keeps them', async () => {
     const sc = scenario('mixed-threshold', { ...SHAPE, seed: 1 });
-    const [c, vs, g] = await score(sc, [crisp, forcedVs, crispGuarded]);
+    const lean: Policy = { ...crispGuarded, name: 'crispGuarded-excess2', peVsExcess: 2 };
+    const [c, vs, g, gl] = await score(sc, [crisp, forcedVs, crispGuarded, lean]);
     const heads = sc.truth.heads.filter((t) => t.kind === 'near-threshold-retrieval');
     expect(heads.length).toBe(4);
     const needles = needleRecall(c.plan, sc.truth);
@@ -101,8 +102,14 @@ describe('routing-failure profiles', () => {
       expect(g.plan.routing!.routes[h], msg).toBe('pe');
       expect(g.error[h], `${msg}, crispGuarded ${g.error[h].toFixed(3)}`).toBeLessThan(0.05);
       expect(kept(needleRecall(g.plan, sc.truth)), msg).toBe(6);
+      // narrowed to the blocks the pooled estimate under-reads (peVsExcess 2): the same needles
+      expect(gl.plan.routing!.routes[h], msg).toBe('pe');
+      expect(gl.error[h], `${msg}, with peVsExcess ${gl.error[h].toFixed(3)}`).toBeLessThan(0.05);
+      expect(kept(needleRecall(gl.plan, sc.truth)), msg).toBe(6);
     }
     for (let h = 0; h < sc.heads; h++) expect(g.error[h], `crispGuarded head ${h}`).toBeLessThan(0.15);
+    for (let h = 0; h < sc.heads; h++) expect(gl.error[h], `crispGuarded with peVsExcess, head ${h}`).toBeLessThan(0.15);
+    expect(gl.plan.overallDensity).toBeLessThan(g.plan.overallDensity);
     // The heads around them are served as before.
     for (const t of sc.truth.heads.filter((x) => x.kind !== 'near-threshold-retrieval')) {
       expect(c.plan.routing!.routes[t.head], `head ${t.head} (${t.kind})`).toBe(t.expectedRoute);

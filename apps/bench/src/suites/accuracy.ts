@@ -1,10 +1,11 @@
 /**
- * Accuracy per preset and scenario profile on every backend (the plan comes from the
- * backend's own proxy statistics and PE rows; the mask is scored exactly on the host):
+ * Accuracy per preset (and crispGuarded with Policy.peVsExcess) and scenario profile on every
+ * backend (the plan comes from the backend's own proxy statistics and PE rows; the mask is
+ * scored exactly on the host):
  * mass recall, output error, needle recall, density, and the routing agreement of C_struct
  * and JSD on the same heads (and of each with the scenario's intended routes).
  */
-import type { DType } from '@crisp/core';
+import type { DType, Policy } from '@crisp/core';
 import { crisp, crispFast, crispGuarded, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
@@ -33,6 +34,13 @@ export interface AccuracyResult {
   readonly routing: RoutingRow[];
   readonly skipped: { backend: string; profile: string; n: number; reason: string }[];
 }
+
+/**
+ * crispGuarded with its PE heads' VS lists narrowed to the vertical blocks the pooled estimate
+ * under-reads twice over (Policy.peVsExcess = 2): measured beside the presets, since it keeps
+ * the guards' needles at fewer blocks. Host-planned on every backend (no device form yet).
+ */
+export const crispGuardedExcess2: Policy = Object.freeze({ ...crispGuarded, name: 'crispGuarded(peVsExcess=2)', peVsExcess: 2 });
 
 /** Accuracy inputs stay in f32 where the backend has it (CUDA: bf16). */
 export function accuracyDtype(ob: OpenBackend): DType {
@@ -76,7 +84,7 @@ export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBa
             tDense = performance.now() - t1;
           }
           const r = await withTimeout(
-            evaluatePolicies(b, sc, host, [crisp, crispFast, crispGuarded, flexPrefill], c.rows, accuracyDtype(ob), ref),
+            evaluatePolicies(b, sc, host, [crisp, crispFast, crispGuarded, crispGuardedExcess2, flexPrefill], c.rows, accuracyDtype(ob), ref),
             600_000,
             `accuracy ${ob.name} ${profile} n=${n}`,
           );

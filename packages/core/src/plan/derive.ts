@@ -38,6 +38,14 @@ export function validatePolicy(policy: Policy): void {
   if (policy.peWithVs !== undefined && typeof policy.peWithVs !== 'boolean') {
     throw new InvalidArgumentError(`policy ${name}: peWithVs must be true or false; got ${describeValue(policy.peWithVs)}`);
   }
+  if (policy.peVsExcess !== undefined) {
+    if (!(typeof policy.peVsExcess === 'number' && Number.isFinite(policy.peVsExcess) && policy.peVsExcess > 0)) {
+      throw new InvalidArgumentError(`policy ${name}: peVsExcess must be a finite number above 0 (κ in p_v > κ · ā) or left out; got ${describeValue(policy.peVsExcess)}`);
+    }
+    if (policy.peWithVs !== true) {
+      throw new InvalidArgumentError(`policy ${name}: peVsExcess narrows the VS lists PE heads keep, so it needs peWithVs: true`);
+    }
+  }
   if (policy.dense) return;
   const { router, vs, pe } = policy;
   if (!router || typeof router !== 'object' || typeof router.route !== 'function') {
@@ -200,6 +208,7 @@ function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: numb
   if (planner === undefined || route === undefined || vs === undefined || policy.recallTarget !== undefined) return undefined;
   if (needsTokens && (policy.router!.needs?.tokenScores || vs.kind !== 'cumulativeCoverage')) return undefined;
   if (policy.peWithVs === true && planner.peWithVs !== true) return undefined;
+  if (policy.peVsExcess !== undefined) return undefined;
   if (vs.kMin % B !== 0) return undefined;
   if (![...deviceRuleKinds(route)].every((k) => planner.routers.includes(k)) || !planner.selectors.includes(vs.kind)) return undefined;
   if (deviceRouteTerms(route) === undefined) return undefined;
@@ -235,8 +244,13 @@ export function readsPooledEstimate(policy: Policy): boolean {
   return declared === undefined || declared.includes('pooledEstimate');
 }
 
-/** The optional statistics the policy's router declares it reads (undefined: it does not say, so all). */
+/**
+ * The optional statistics the plan reads: the ones the policy's router declares, plus the
+ * pooled estimate for peVsExcess (undefined: the router does not say, so all).
+ */
 function optionalStatsOf(policy: Policy): readonly OptionalStat[] | undefined {
   const declared = policy.router!.needs?.optionalStats;
-  return declared === undefined ? undefined : wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`);
+  if (declared === undefined) return undefined;
+  const wanted = wantedOptionalStats(declared, `router ${policy.router!.name}: needs.optionalStats`);
+  return policy.peVsExcess !== undefined && !wanted.includes('pooledEstimate') ? Object.freeze([...wanted, 'pooledEstimate' as const]) : wanted;
 }

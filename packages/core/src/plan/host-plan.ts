@@ -139,24 +139,42 @@ export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHea
  * direction ∪ {0} (FlexPrefill gives PE heads the kMin best vertical and slash blocks too, and
  * forces key block 0, the sink, and offset 0, the diagonal, among them: a pooled map's mean
  * key dilutes the sink token, so its γ cut alone can miss that column); with `peWithVs`
- * (Policy.peWithVs) PE heads keep the selector's lists as well. What the host plan runs, and
- * what a device planner's selection must equal.
+ * (Policy.peWithVs) PE heads keep the selector's lists as well; with `peExcess` as well
+ * (Policy.peVsExcess), only the selector's vertical blocks J with p_v[J] > peExcess · ā[J]
+ * (ā the statistics' pooled estimate, which must have been computed), and no slash list
+ * beyond the peK best. What the host
+ * plan runs, and what a device planner's selection must equal.
  *
  * What the selector returns is checked (integers in [0, Nb); MaskError otherwise), and every
  * VS head must keep key block 0 in its vertical list or offset 0 in its slash list: without
  * either, query blocks below the smallest selected index attend to nothing (MaskError naming
  * the head and the selector).
  */
-export function selectVsLists(stats: ProxyStats, routes: readonly Route[], selector: VsSelector, peK: number, peWithVs = false): VsLists {
+export function selectVsLists(
+  stats: ProxyStats,
+  routes: readonly Route[],
+  selector: VsSelector,
+  peK: number,
+  peWithVs = false,
+  peExcess?: number,
+): VsLists {
   const { heads: H, numBlocks: Nb } = stats;
   const selectHead = headSelector(stats, selector);
   const vertical: ArrayLike<number>[] = [];
   const slash: ArrayLike<number>[] = [];
   for (let h = 0; h < H; h++) {
     if (routes[h] === 'pe') {
-      const v = unionSorted(topKIndices(headSlice(stats.verticalBlocks, h, Nb), peK), [0]);
+      const pv = headSlice(stats.verticalBlocks, h, Nb);
+      const v = unionSorted(topKIndices(pv, peK), [0]);
       const s = unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]);
       const both = peWithVs ? selectHead(h) : undefined;
+      if (both && peExcess !== undefined) {
+        // only the blocks the pooled map under-reads: what its rows cannot bring back
+        const pa = headSlice(stats.pooledEstimate!, h, Nb);
+        vertical.push(unionSorted(v, Array.from(both.vertical).filter((J) => pv[J] > peExcess * pa[J])));
+        slash.push(s);
+        continue;
+      }
       vertical.push(both ? unionSorted(v, both.vertical) : v);
       slash.push(both ? unionSorted(s, both.slash) : s);
       continue;
@@ -226,7 +244,7 @@ export async function hostPlan(peRows: (opts: PeRowsOptions) => Promise<BlockRow
   assertFiniteStats(stats);
   const tStats = performance.now();
   const { routing, peHeads } = routeOnHost(policy, stats, H);
-  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, policy.peWithVs === true);
+  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, policy.peWithVs === true, policy.peVsExcess);
   // Selectors may be user code: check what they returned. The PE rows come from the backend,
   // which validates masks itself when it runs them, so they are not scanned here (at 512k
   // they can hold tens of millions of entries).
