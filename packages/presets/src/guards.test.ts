@@ -119,12 +119,18 @@ describe('the recall guard (Policy.recallTarget)', () => {
 });
 
 describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
-  it('keeps both the PE rows and the VS selector lists on PE heads, and changes nothing on VS heads', async () => {
+  /** Fresh mixed heads planned by crisp, by crisp with peWithVs, and with every head VS. */
+  async function peWithVsPlans() {
     const seed = freshSeed();
     const x = mixedHeads({ n, heads: kinds, seed });
     const plain = await planOn(x, at64(crisp));
     const both = await planOn(x, at64({ ...crisp, name: 'both', peWithVs: true }));
     const allVs = await planOn(x, at64({ ...crisp, name: 'allVs', router: fixed('vs') }));
+    return { seed, x, plain, both, allVs };
+  }
+
+  it('keeps both the PE rows and the VS selector lists on PE heads, and changes nothing on VS heads', async () => {
+    const { seed, plain, both, allVs } = await peWithVsPlans();
     const msg = `seed ${seed}`;
     expect(both.routing!.routes, msg).toEqual(plain.routing!.routes);
     expect(plain.routing!.routes.includes('pe'), msg).toBe(true);
@@ -149,11 +155,7 @@ describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
   });
 
   it('with peVsExcess κ: PE heads keep only the vertical blocks the pooled estimate under-reads by κ, and no extra slash list', async () => {
-    const seed = freshSeed();
-    const x = mixedHeads({ n, heads: kinds, seed });
-    const plain = await planOn(x, at64(crisp));
-    const both = await planOn(x, at64({ ...crisp, name: 'both', peWithVs: true }));
-    const allVs = await planOn(x, at64({ ...crisp, name: 'allVs', router: fixed('vs') }));
+    const { seed, x, plain, both, allVs } = await peWithVsPlans();
     const kappa = 2;
     const lean = await planOn(x, at64({ ...crisp, name: 'lean', peWithVs: true, peVsExcess: kappa }));
     const msg = `seed ${seed}`;
