@@ -211,7 +211,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, parallel, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, flexplan, parallel, million, hostile)" >&2
     exit 2
     ;;
 esac
