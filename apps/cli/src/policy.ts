@@ -14,6 +14,12 @@ import { UsageError } from './cli-io.js';
 
 export const PRESET_NAMES = Object.keys(presets) as PresetName[];
 
+/** The noise-floor α a preset runs with (undefined for presets without the floor: flexPrefill, dense, unknown names). */
+export function presetAlpha(preset: string): number | undefined {
+  const vs = (presets as Record<string, Policy | undefined>)[preset]?.vs;
+  return vs?.device?.kind === 'noiseFloor' ? (vs as NoiseFloorSelector).alpha : undefined;
+}
+
 export interface PolicyOverrides {
   readonly alpha?: number;
   readonly gamma?: number;
@@ -52,7 +58,7 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
   }
   // Unset flags keep the preset's own values (its floor's α; crispGuarded's residual router).
   const base = presets[preset];
-  const alpha = o.alpha ?? (base.vs as NoiseFloorSelector).alpha;
+  const alpha = o.alpha ?? presetAlpha(preset);
   const tauProxy = o.tauProxy ?? 0.2;
   const changed = o.alpha !== undefined || o.gamma !== undefined || o.tauProxy !== undefined || B !== 128;
   const byAnchors = cStruct({ tauProxy, wSink: 128, wLocal: 128 });
@@ -64,6 +70,6 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
     router: preset === 'crispGuarded' ? anyPe([byAnchors, (base.router as AnyPeRouter).routers[1]]) : byAnchors,
     vs: noiseFloor({ alpha, kMin: K_MIN }),
     pe: globalCoverage({ gamma, kMin: K_MIN }),
-    ...(preset === 'crispGuarded' ? { peWithVs: true } : {}),
+    ...(base.peWithVs ? { peWithVs: true } : {}),
   };
 }

@@ -8,9 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { arch, cpus, platform, release, totalmem } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Policy } from '@crisp/core';
-import { presets } from '@crisp/presets';
-import type { NoiseFloorSelector } from '@crisp/select';
+import { presetAlpha } from './policy.js';
 import { cliVersion } from './version.js';
 
 export interface Provenance {
@@ -48,8 +46,7 @@ function versionOrUnknown(): string {
 export function presetSettings(preset: string, o: { alpha?: number; gamma?: number; tauProxy?: number }): Provenance['settings'] {
   if (preset === 'dense') return { preset };
   if (preset === 'flexPrefill') return { preset, gamma: o.gamma ?? 0.95 };
-  const floor = (presets as Record<string, Policy | undefined>)[preset]?.vs as NoiseFloorSelector | undefined;
-  return { preset, alpha: o.alpha ?? floor?.alpha ?? 1.0, gamma: o.gamma ?? 0.95, tauProxy: o.tauProxy ?? 0.2 };
+  return { preset, alpha: o.alpha ?? presetAlpha(preset) ?? 1.0, gamma: o.gamma ?? 0.95, tauProxy: o.tauProxy ?? 0.2 };
 }
 
 export function collectProvenance(preset: string, overrides: { alpha?: number; gamma?: number; tauProxy?: number }): Provenance {
