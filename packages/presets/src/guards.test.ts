@@ -3,7 +3,7 @@
  * recall, the guards (Policy.recallTarget, Policy.peWithVs, Policy.peVsExcess) and the anyPe router, on the
  * reference backend.
  */
-import { alternativeRecall, type HostTensor, type Policy, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
+import { alternativeRecall, type HostTensor, type Policy, type PrefillPlan, planPrefill, type ProxyStats, vsHead } from '@crisp/core';
 import { createReferenceBackend, massRecall } from '@crisp/reference';
 import { anyPe, cStruct, fixed, jsd } from '@crisp/router';
 import { globalCoverage, noiseFloor, topK } from '@crisp/select';
@@ -129,21 +129,30 @@ describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
     return { seed, x, plain, both, allVs };
   }
 
+  /** The sorted, duplicate-free union of two block lists (brute force). */
+  const union = (a: ArrayLike<number>, c: ArrayLike<number>) => [...new Set([...Array.from(a), ...Array.from(c)])].sort((u, w) => u - w);
+
+  /** Head h keeps the same vertical and slash lists in both plans. */
+  function expectSameVsLists(got: PrefillPlan, want: PrefillPlan, h: number, label: string): void {
+    const g = vsHead(got.mask!.vs!, h);
+    const w = vsHead(want.mask!.vs!, h);
+    expect(Array.from(g.vertical), label).toEqual(Array.from(w.vertical));
+    expect(Array.from(g.slash), label).toEqual(Array.from(w.slash));
+  }
+
   it('keeps both the PE rows and the VS selector lists on PE heads, and changes nothing on VS heads', async () => {
     const { seed, plain, both, allVs } = await peWithVsPlans();
     const msg = `seed ${seed}`;
     expect(both.routing!.routes, msg).toEqual(plain.routing!.routes);
     expect(plain.routing!.routes.includes('pe'), msg).toBe(true);
     for (let h = 0; h < H; h++) {
+      if (plain.routing!.routes[h] === 'vs') {
+        expectSameVsLists(both, plain, h, `${msg} head ${h}`);
+        continue;
+      }
       const p = vsHead(plain.mask!.vs!, h);
       const b = vsHead(both.mask!.vs!, h);
       const sel = vsHead(allVs.mask!.vs!, h);
-      if (plain.routing!.routes[h] === 'vs') {
-        expect(Array.from(b.vertical), `${msg} head ${h}`).toEqual(Array.from(p.vertical));
-        expect(Array.from(b.slash), `${msg} head ${h}`).toEqual(Array.from(p.slash));
-        continue;
-      }
-      const union = (a: Int32Array, c: Int32Array) => [...new Set([...a, ...c])].sort((u, w) => u - w);
       expect(Array.from(b.vertical), `${msg} head ${h}`).toEqual(union(p.vertical, sel.vertical));
       expect(Array.from(b.slash), `${msg} head ${h}`).toEqual(union(p.slash, sel.slash));
       expect(both.density[h], `${msg} head ${h}`).toBeGreaterThanOrEqual(plain.density[h]);
@@ -164,18 +173,17 @@ describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
     const st = lean.stats!;
     let narrowed = 0;
     for (let h = 0; h < H; h++) {
-      const p = vsHead(plain.mask!.vs!, h);
-      const l = vsHead(lean.mask!.vs!, h);
       if (plain.routing!.routes[h] === 'vs') {
-        expect(Array.from(l.vertical), `${msg} head ${h}`).toEqual(Array.from(p.vertical));
-        expect(Array.from(l.slash), `${msg} head ${h}`).toEqual(Array.from(p.slash));
+        expectSameVsLists(lean, plain, h, `${msg} head ${h}`);
         continue;
       }
+      const p = vsHead(plain.mask!.vs!, h);
+      const l = vsHead(lean.mask!.vs!, h);
       // brute force from the statistics: the selector's vertical blocks J with p_v[J] > κ ā[J]
       const pv = st.verticalBlocks.subarray(h * Nb, (h + 1) * Nb);
       const pa = st.pooledEstimate.subarray(h * Nb, (h + 1) * Nb);
       const under = Array.from(vsHead(allVs.mask!.vs!, h).vertical).filter((J) => pv[J] > kappa * pa[J]);
-      expect(Array.from(l.vertical), `${msg} head ${h}`).toEqual([...new Set([...p.vertical, ...under])].sort((u, w) => u - w));
+      expect(Array.from(l.vertical), `${msg} head ${h}`).toEqual(union(p.vertical, under));
       expect(Array.from(l.slash), `${msg} head ${h}`).toEqual(Array.from(p.slash));
       expect(lean.density[h], `${msg} head ${h}`).toBeGreaterThanOrEqual(plain.density[h]);
       expect(lean.density[h], `${msg} head ${h}`).toBeLessThanOrEqual(both.density[h]);

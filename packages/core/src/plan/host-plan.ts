@@ -142,8 +142,8 @@ export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHea
  * (Policy.peWithVs) PE heads keep the selector's lists as well; with `peExcess` as well
  * (Policy.peVsExcess), only the selector's vertical blocks J with p_v[J] > peExcess · ā[J]
  * (ā the statistics' pooled estimate, which must have been computed), and no slash list
- * beyond the peK best. What the host
- * plan runs, and what a device planner's selection must equal.
+ * beyond the peK best. What the host plan runs, and what a device planner's selection must
+ * equal.
  *
  * What the selector returns is checked (integers in [0, Nb); MaskError otherwise), and every
  * VS head must keep key block 0 in its vertical list or offset 0 in its slash list: without
@@ -170,7 +170,7 @@ export function selectVsLists(
       const both = peWithVs ? selectHead(h) : undefined;
       if (both && peExcess !== undefined) {
         // only the blocks the pooled map under-reads: what its rows cannot bring back
-        const pa = headSlice(stats.pooledEstimate!, h, Nb);
+        const pa = headSlice(stats.pooledEstimate, h, Nb);
         vertical.push(unionSorted(v, Array.from(both.vertical).filter((J) => pv[J] > peExcess * pa[J])));
         slash.push(s);
         continue;
