@@ -112,7 +112,8 @@ export function selectOnDevice(
   const pb = prefix?.bytes ?? 0;
   const buf = take(pb + (2 * (H + 1) + 2 * HNb) * 4);
   // the token scores a_v, a_s [H·n] f32 each (cumulativeCoverage): where proxyStats kept them
-  // (deferRead), else uploaded from the object
+  // (deferRead), else uploaded from the object; found before prefix.fill launches the routes,
+  // so statistics without them are refused before any launch
   const tokens = rule.kind === 'cumulativeCoverage' ? tokensOnDevice(cx, store, stats, temp) : undefined;
   const rt = prefix ? prefix.fill(buf.ptr) : uploadTemp(cx, Int32Array.from(routes ?? [], (r) => (r === 'vs' ? 1 : 0)), temp);
   if (rule.kind === 'noiseFloor') {
