@@ -129,3 +129,58 @@ describe('varlen batches (stand-in driver)', () => {
     be.dispose();
   });
 });
+
+describe('TMA attention layout (stand-in driver)', () => {
+  it('passes the K and V tensor maps by value after the common arguments, and later launches get their slots back', async () => {
+    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 4096, decodeArgs: 19 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    const [n, H, Hkv, D] = [1000, 8, 2, 128];
+    const q = be.allocate('bf16', [n, H, D]) as CudaTensor;
+    const k = be.allocate('bf16', [n, Hkv, D]) as CudaTensor;
+    const v = be.allocate('bf16', [n, Hkv, D]) as CudaTensor;
+    const attention = () => s.log.find((e) => e.kind === 'launch' && e.name?.startsWith('attn_'))!;
+    be.attentionVariant = 'wgt';
+    expect(be.attentionVariantFallback).toBeUndefined();
+    s.log.length = 0;
+    await be.denseAttention(q, k, v);
+    const maps = s.log.filter((e) => e.kind === 'tensorMap').map((e) => e.tensorMap!);
+    expect(maps.map((m) => Number(m.address))).toEqual([k.ptr, v.ptr]);
+    for (const m of maps) {
+      // [rows, Hkv, D] innermost first, 16-bit elements; boxes of 64 columns × 1 head × B rows, 128-byte swizzle
+      expect(m.dims).toEqual([BigInt(D), BigInt(Hkv), BigInt(n)]);
+      expect(m.strides).toEqual([BigInt(D * 2), BigInt(Hkv * D * 2)]);
+      expect(m.box).toEqual([64, 1, 128]);
+      expect(m.swizzle).toBe(3);
+      expect(m.at % 64n).toBe(0n);
+    }
+    const a = attention();
+    expect(a.name).toBe('attn_wgt_bf16_d128_b128');
+    expect(a.argPtrs!.slice(17)).toEqual(maps.map((m) => m.at));
+    expect(maps[1].at - maps[0].at).toBe(128n);
+    // the same slots hold ordinary values again for the next launch
+    be.attentionVariant = 'wgw';
+    s.log.length = 0;
+    await be.denseAttention(q, k, v);
+    expect(s.log.some((e) => e.kind === 'tensorMap')).toBe(false);
+    const b = attention();
+    expect(b.name).toBe('attn_wgw_bf16_d128_b128');
+    const ptrs = b.argPtrs!;
+    for (let i = 1; i < ptrs.length; i++) expect(ptrs[i] - ptrs[i - 1]).toBe(8n);
+    be.dispose();
+  });
+});
+
+describe('TMA attention layout without cuTensorMapEncodeTiled (stand-in driver)', () => {
+  it('launches the cp.async Hopper layout instead and says why', async () => {
+    const s = standInDriver({ heads: 8 });
+    const be = new CudaBackend({ ...s.libs, cu: { ...s.libs.cu, cuTensorMapEncodeTiled: undefined } }, { cacheDir: null });
+    expect(be.attentionVariant).toBe('wgt');
+    expect(be.attentionVariantFallback).toMatch(/cuTensorMapEncodeTiled.*so wgw runs instead/);
+    const q = be.allocate('f16', [300, 8, 64]) as CudaTensor;
+    const k = be.allocate('f16', [300, 2, 64]) as CudaTensor;
+    s.log.length = 0;
+    await be.denseAttention(q, k, k);
+    expect(s.log.find((e) => e.kind === 'launch' && e.name?.startsWith('attn_'))?.name).toBe('attn_wgw_f16_d64_b128');
+    be.dispose();
+  });
+});

@@ -15,7 +15,7 @@ export interface StandInEvent {
    * 'record' (an event recorded), 'wait' (a stream made to wait for an event), 'ctxFlags'
    * (the primary context's flags set: name holds them)
    */
-  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait' | 'ctxFlags';
+  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait' | 'ctxFlags' | 'tensorMap';
   readonly name?: string;
   readonly bytes?: number;
   /** a synchronous read's source: the device address it copied from */
@@ -27,6 +27,20 @@ export interface StandInEvent {
    * bytes read through cuLaunchKernel's kernelParams as [low 32 bits, high 32 bits]
    */
   readonly args?: readonly (readonly [number, number])[];
+  /** with `args`: the kernelParams slots' pointers themselves (where each argument's bytes are) */
+  readonly argPtrs?: readonly bigint[];
+  /**
+   * a 'tensorMap' (cuTensorMapEncodeTiled): where the map was written, the tensor's address,
+   * its dimensions (innermost first), byte strides, box and swizzle mode
+   */
+  readonly tensorMap?: {
+    readonly at: bigint;
+    readonly address: bigint;
+    readonly dims: readonly bigint[];
+    readonly strides: readonly bigint[];
+    readonly box: readonly number[];
+    readonly swizzle: number;
+  };
   /**
    * the stream of a launch, a record or a wait (the stream made to wait): streams are
    * numbered in creation order from 1 (the backend's main stream is 1)
@@ -100,6 +114,7 @@ export function standInDriver(
       return [lo, hi];
     });
   };
+  const ptrsOf = (params: unknown): bigint[] => Array.from(koffi.decode(params, 'uint64_t', decodeArgs) as BigUint64Array, BigInt);
   let streams = 0;
   // streams are real host pointers (a launch config names its stream by address), numbered
   // in creation order from 1
@@ -230,7 +245,7 @@ export function standInDriver(
       const at = performance.now();
       const shape = rest.slice(0, 7).map(Number);
       if (refused(shape[3], shape[4], shape[5], shape[6])) return 1;
-      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), shape, ...(decodeArgs > 0 ? { args: argsOf(rest[8]) } : {}) });
+      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), shape, ...(decodeArgs > 0 ? { args: argsOf(rest[8]), argPtrs: ptrsOf(rest[8]) } : {}) });
       return 0;
     },
     cuLaunchKernelEx: (config: unknown, f: { name: string }, params: unknown) => {
@@ -252,7 +267,11 @@ export function standInDriver(
       const stream = streamIds.get(v.getBigUint64(32, true));
       if (refused(shape[3], shape[4], shape[5], shape[6])) return 1;
       const attributes = Array.from({ length: v.getUint32(48, true) }, (_, i) => [v.getUint32(c.list + 72 * i, true), v.getUint32(c.list + 72 * i + 8, true)] as const);
-      log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...(decodeArgs > 0 ? { args: argsOf(params) } : {}) });
+      log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...(decodeArgs > 0 ? { args: argsOf(params), argPtrs: ptrsOf(params) } : {}) });
+      return 0;
+    },
+    cuTensorMapEncodeTiled: (at: bigint, _dt: number, rank: number, address: bigint, dims: BigUint64Array, strides: BigUint64Array, box: Uint32Array, _es: Uint32Array, _il: number, swizzle: number) => {
+      log.push({ kind: 'tensorMap', tensorMap: { at: BigInt(at), address: BigInt(address), dims: [...dims].slice(0, rank), strides: [...strides].slice(0, rank - 1), box: [...box].slice(0, rank), swizzle } });
       return 0;
     },
     cuMemcpyHtoD: () => 0,

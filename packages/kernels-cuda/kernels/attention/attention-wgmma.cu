@@ -29,6 +29,13 @@
 
 #include "../common/wgmma.cuh"
 
+// A CUtensorMap (cuda.h, which NVRTC builds do not include): 128 opaque bytes, 64-byte aligned,
+// encoded on the host by cuTensorMapEncodeTiled and passed by value as a __grid_constant__
+// kernel parameter.
+struct __align__(64) TmaDesc {
+  unsigned long long bits[16];
+};
+
 #ifdef CRISP_WGMMA
 
 // One key tile's online-softmax step on the S fragment (FA2; the paper's m, ℓ): causal
@@ -151,6 +158,21 @@ __device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
   while (!mbar_try(addr, parity)) {
   }
 }
+// The producer's arrival on a full mbarrier, announcing `bytes` of TMA writes to wait for.
+__device__ __forceinline__ void mbar_expect_tx(u32 addr, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(addr), "r"(bytes) : "memory");
+}
+// One TMA box (64 head-dim columns × B rows of one kv head) from the tensor map at `map` (a
+// kernel parameter's address) to shared memory at dst, completing on the mbarrier `bar`.
+__device__ __forceinline__ void tma_load_3d(u32 dst, const TmaDesc* map, int c0, int c1, int c2, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch(const TmaDesc* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
 
 // wgw: the consumers issue S_t = Q K_tᵀ and the previous tile's O += P_{t-1} V_{t-1} back to
 // back, so the softmax of one tile runs under the other's MMAs (FA3's intra-warpgroup
@@ -163,11 +185,24 @@ __device__ __forceinline__ void mbar_wait(u32 addr, int parity) {
 // empty stage for tile t, so with ST >= 2 the chain cannot deadlock. The two
 // consumer warpgroups no longer meet at a barrier each tile, so one's softmax can run under
 // the other's MMAs.
-template <int D, int NWG, bool BF16, int ST>
+// PP (wgp, NWG 2): FA3's ping-pong on top. The two consumer warpgroups take turns to issue
+// their MMAs through two named barriers (2 and 3): warpgroup w waits on barrier 2 + w, issues
+// its S_t and P_{t-1}V_{t-1}, then arrives on the other's barrier, so one warpgroup's MMAs run
+// while the other does its softmax instead of both softmaxes landing at the same time and
+// leaving the tensor cores idle. Each warpgroup issues nTiles + 1 times (the first S, the
+// loop, the last P·V), warpgroup 1 arrives first once so that warpgroup 0 starts; its last
+// arrival is never waited on (named barriers do not outlive the CTA).
+// TMA (wgt): the producer is one thread issuing tensor-memory-accelerator copies of K and V
+// (cp.async.bulk.tensor, tensor maps tmK / tmV over the [rows, Hkv, D] key and value tensors,
+// boxes of 64 head-dim columns × B keys written in the 128-byte swizzle the descriptors read),
+// so no producer thread computes addresses or issues per-chunk copies; each full mbarrier
+// waits for one arrival and the tile's bytes. Keys past the tensor's rows read as zeros.
+template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
-                                        float scaleLog2, const int* hsel, int hmode, size_t lseStride) {
+                                        float scaleLog2, const int* hsel, int hmode, size_t lseStride,
+                                        const TmaDesc* tmK = nullptr, const TmaDesc* tmV = nullptr, int kRow0 = 0) {
   constexpr int BM = 64 * NWG;
   constexpr int BN = BM;
   constexpr int NC = NWG * 128;  // consumer threads
@@ -196,8 +231,8 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 
   if (tid == 0) {
     for (int st = 0; st < ST; st++) {
-      mbar_init(fullK(st), 128);
-      mbar_init(fullV(st), 128);
+      mbar_init(fullK(st), TMA ? 1 : 128);
+      mbar_init(fullV(st), TMA ? 1 : 128);
       mbar_init(emptyK(st), NC);
       mbar_init(emptyV(st), NC);
     }
@@ -207,6 +242,25 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 
   if (warp >= NWG * 4) {
     if (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (TMA) {
+      if (tid != NC) return;
+      tma_prefetch(tmK);
+      tma_prefetch(tmV);
+      // one thread: per tile, K then V, each when its stage is free; a tile's bytes are
+      // counted by its full mbarrier (arrive.expect_tx), so the consumers wait for the data itself
+      for (int t = 0; t < nTiles; t++) {
+        const int st = t % ST, par = ((t / ST) & 1) ^ 1, row = kRow0 + tileStart(t);
+        mbar_wait(emptyK(st), par);
+        mbar_expect_tx(fullK(st), TBYTES);
+#pragma unroll
+        for (int pn = 0; pn < D / 64; pn++) tma_load_3d(sK + st * TBYTES + pn * BN * 128, tmK, pn * 64, kvh, row, fullK(st));
+        mbar_wait(emptyV(st), par);
+        mbar_expect_tx(fullV(st), TBYTES);
+#pragma unroll
+        for (int pn = 0; pn < D / 64; pn++) tma_load_3d(sV + st * TBYTES + pn * BN * 128, tmV, pn * 64, kvh, row, fullV(st));
+      }
+      return;
+    }
     // Producer: K_t then V_t into stage t % ST, each when its stage is free; the tile before
     // is signalled in between (its groups are the older ones: wait_group 1).
     const int ptid = tid - NC;
@@ -265,6 +319,14 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
   const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
   const u32 qBase = sQ + wg * 64 * 128;
+  constexpr bool PING = PP && NWG == 2;
+  auto turnWait = [&]() {
+    if (PING) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + wg) : "memory");
+  };
+  auto turnPass = [&]() {
+    if (PING) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - wg) : "memory");
+  };
+  if (PING && wg == 1 && nTiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
   auto softmaxS = [&](int t, float& cA, float& cB) {
     const int ks = tileStart(t);
     online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
@@ -273,9 +335,11 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   if (nTiles > 0) {
     mbar_wait(fullK(0), 0);
     reg_fence<BN / 2>(s);
+    turnWait();
     wgmma_fence();
     issue_s<D, BN, BM, BF16>(s, qBase, sK);
     wgmma_commit();
+    turnPass();
     wgmma_wait0();
     reg_fence<BN / 2>(s);
     mbar_arrive(emptyK(0));
@@ -290,11 +354,13 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
     reg_fence<BN / 2>(s);
     reg_fence<D / 2>(acc);
     reg_fence_u<BN / 16>(p);
+    turnWait();
     wgmma_fence();
     issue_s<D, BN, BM, BF16>(s, qBase, sK + sk * TBYTES);
     wgmma_commit();
     issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
     wgmma_commit();
+    turnPass();
     wgmma_wait1();
     reg_fence<BN / 2>(s);
     mbar_arrive(emptyK(sk));
@@ -312,9 +378,11 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
     mbar_wait(fullV(sv), ((nTiles - 1) / ST) & 1);
     reg_fence<D / 2>(acc);
     reg_fence_u<BN / 16>(p);
+    turnWait();
     wgmma_fence();
     issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
     wgmma_commit();
+    turnPass();
     wgmma_wait0();
     reg_fence<D / 2>(acc);
   }
@@ -342,6 +410,26 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 // wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
 // shared memory at B 128, d 128).
 #define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, D, wgw_body<D, NWG, BF16, 3>)
+// wgt: wgp with K and V loaded by TMA: two tensor-map parameters after the common ones (the
+// key and value maps; a varlen launch's maps span the packed rows, and a sequence's first
+// row is its segment's kRow).
+#ifdef CRISP_WGMMA
+#define CRISP_TMA_CALL(D, ...)                                                                                \
+  const int kRow0 = segs != nullptr ? (int)segs[blockIdx.z].kRow : 0;                                        \
+  if (!varlen_segment<D>(segs, q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv)) return;                    \
+  __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode, (size_t)lseStride, &tmK, \
+              &tmV, kRow0);
+#else
+#define CRISP_TMA_CALL(D, ...)
+#endif
+#define CRISP_ATTN_WGT(NAME, D, NWG, BF16, PP)                                                               \
+  extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                          \
+      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols,  \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
+           const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
+           const __grid_constant__ TmaDesc tmV) {                                                             \
+    CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, PP, true>)                                                    \
+  }
 
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
@@ -351,3 +439,19 @@ CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false)
+CRISP_ATTN_WGT(attn_wgt_bf16_d64_b64, 64, 1, true, true)
+CRISP_ATTN_WGT(attn_wgt_bf16_d64_b128, 64, 2, true, true)
+CRISP_ATTN_WGT(attn_wgt_bf16_d128_b64, 128, 1, true, true)
+CRISP_ATTN_WGT(attn_wgt_bf16_d128_b128, 128, 2, true, true)
+CRISP_ATTN_WGT(attn_wgt_f16_d64_b64, 64, 1, false, true)
+CRISP_ATTN_WGT(attn_wgt_f16_d64_b128, 64, 2, false, true)
+CRISP_ATTN_WGT(attn_wgt_f16_d128_b64, 128, 1, false, true)
+CRISP_ATTN_WGT(attn_wgt_f16_d128_b128, 128, 2, false, true)
+CRISP_ATTN_WGT(attn_wgtn_bf16_d64_b64, 64, 1, true, false)
+CRISP_ATTN_WGT(attn_wgtn_bf16_d64_b128, 64, 2, true, false)
+CRISP_ATTN_WGT(attn_wgtn_bf16_d128_b64, 128, 1, true, false)
+CRISP_ATTN_WGT(attn_wgtn_bf16_d128_b128, 128, 2, true, false)
+CRISP_ATTN_WGT(attn_wgtn_f16_d64_b64, 64, 1, false, false)
+CRISP_ATTN_WGT(attn_wgtn_f16_d64_b128, 64, 2, false, false)
+CRISP_ATTN_WGT(attn_wgtn_f16_d128_b64, 128, 1, false, false)
+CRISP_ATTN_WGT(attn_wgtn_f16_d128_b128, 128, 2, false, false)

@@ -24,7 +24,7 @@ import {
 } from '@crisp/core';
 import { BACKEND_NAME, CUDA_CAPABILITIES, type CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
-import { F, I, P } from '../runtime/launcher.js';
+import { type Arg, F, I, P, TMAP } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import type { CudaTensor } from '../runtime/tensor.js';
 import { expandOnDevice } from './expand.js';
@@ -33,30 +33,38 @@ import { CudaPreparedMask } from './prepared-mask.js';
 /**
  * Attention kernel layouts (same math, same results up to f32 summation order). `w32`
  * (kernels/attention.cu, mma.sync, any sm_80+ GPU): B/32 warps of 32 query rows (each K/V
- * fragment feeds two MMAs), 64-key tiles, two CTAs per SM. `wgw` (kernels/attention-wgmma.cu,
- * Hopper only, built for sm_90a): B/64 consumer warpgroups of 64 rows on wgmma.mma_async with
- * Q/K/V read from shared memory through descriptors, key tiles of B rows, each tile's softmax
- * overlapped with the previous tile's P·V, fed by a producer warpgroup through mbarriers (3
- * stages, no CTA-wide barrier per tile; FA3's warp specialisation with cp.async). On a GPU
- * other than compute capability 9.0 `wgw` launches `w32` instead and
- * `attentionVariantFallback` says why. Measured on the H200 (bf16, d 128, B 128, dense at
- * 64k): w32 326, wgw 403 TFLOP/s. `keyTile` null: the key tile is the mask block (B rows).
+ * fragment feeds two MMAs), 64-key tiles, two CTAs per SM. The Hopper layouts
+ * (kernels/attention-wgmma.cu, built for sm_90a): B/64 consumer warpgroups of 64 rows on
+ * wgmma.mma_async with Q/K/V read from shared memory through descriptors, key tiles of B rows,
+ * each tile's softmax overlapped with the previous tile's P·V, fed by a producer warpgroup
+ * through mbarriers (3 stages, no CTA-wide barrier per tile). `wgw`: the producer's 128
+ * threads load K and V with cp.async. `wgt`: one producer thread loads them with TMA (tensor
+ * maps encoded at each launch), and the two consumer warpgroups take turns to issue their
+ * MMAs (ping-pong); `wgtn` is `wgt` without the ping-pong. On a GPU other than compute
+ * capability 9.0 the Hopper layouts launch `w32`, and a TMA layout launches `wgw` where the
+ * driver cannot encode tensor maps; `attentionVariantFallback` says why. Measured dense at
+ * 64k (bf16, d 128, B 128): w32 326, wgw 403 TFLOP/s on the H200; wgw 421, wgt 570 on an H100.
+ * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
-  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false },
-  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true },
+  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false, tma: false },
+  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: false },
+  wgt: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgt_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
+  wgtn: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgtn_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 /** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
 const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
+/** what a TMA variant launches on Hopper where the driver cannot encode tensor maps */
+const CP_ASYNC_HOPPER_VARIANT: AttentionVariant = 'wgw';
 /**
  * The layout a backend launches unless told otherwise: the fastest measured on the GPU's
- * architecture. Hopper (compute capability 9.0): `wgw` (403 TFLOP/s dense at 64k on the H200,
- * SDPA's flash backend ~330; per computed sparse block 1.04-1.07x dense). Elsewhere `w32`,
+ * architecture. Hopper (compute capability 9.0): `wgt` (570 TFLOP/s dense at 64k on an H100
+ * against `wgw`'s 421 in the same run; per computed sparse block 1.02-1.08x dense). Elsewhere `w32`,
  * the fastest mma.sync layout on the H200 (not measured on other GPUs).
  */
 export function defaultAttentionVariant(computeCapability: readonly [number, number]): AttentionVariant {
-  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wgw' : PORTABLE_ATTENTION_VARIANT;
+  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wgt' : PORTABLE_ATTENTION_VARIANT;
 }
 
 const LOG2E = Math.LOG2E;
@@ -91,10 +99,26 @@ export class AttentionOp {
    * Ampere/Ada and not carried forward to later architectures); elsewhere `w32` runs.
    */
   get fallback(): string | undefined {
+    return this.#launched().why;
+  }
+
+  /** The variant launched for the selected one, and why it differs (see fallback). */
+  #launched(): { name: AttentionVariant; why?: string } {
     const cx = this.#cx;
     const lay = ATTENTION_VARIANTS[this.variant];
-    if (!lay.sm90a || cx.arch === 90) return undefined;
-    return `attention variant ${this.variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${cx.info.name} is ${cx.info.computeCapability.join('.')}, so ${PORTABLE_ATTENTION_VARIANT} runs instead`;
+    if (lay.sm90a && cx.arch !== 90) {
+      return {
+        name: PORTABLE_ATTENTION_VARIANT,
+        why: `attention variant ${this.variant} needs a Hopper GPU (compute capability 9.0, wgmma); ${cx.info.name} is ${cx.info.computeCapability.join('.')}, so ${PORTABLE_ATTENTION_VARIANT} runs instead`,
+      };
+    }
+    if (lay.tma && !cx.libs.cu.cuTensorMapEncodeTiled) {
+      return {
+        name: CP_ASYNC_HOPPER_VARIANT,
+        why: `attention variant ${this.variant} loads with TMA, which needs cuTensorMapEncodeTiled (a CUDA 12 or later driver); this driver lacks it, so ${CP_ASYNC_HOPPER_VARIANT} runs instead`,
+      };
+    }
+    return { name: this.variant };
   }
 
   /**
@@ -148,7 +172,7 @@ export class AttentionOp {
 
   /** The layout launched, its shared memory and threads per CTA for block size B, head dim D. */
   #layout(B: number, D: number): { lay: (typeof ATTENTION_VARIANTS)[AttentionVariant]; smem: number; block: number } {
-    const lay = ATTENTION_VARIANTS[this.fallback ? PORTABLE_ATTENTION_VARIANT : this.variant];
+    const lay = ATTENTION_VARIANTS[this.#launched().name];
     // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
     // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
     // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
@@ -156,6 +180,13 @@ export class AttentionOp {
     const smem =
       B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
     return { lay, smem, block: (B / lay.rowsPerWarp) * 32 + lay.producerThreads };
+  }
+
+  /** A TMA layout's two extra arguments: the tensor maps of K and V ([rows, Hkv, D], B-row boxes). */
+  #tensorMaps(lay: (typeof ATTENTION_VARIANTS)[AttentionVariant], kt: CudaTensor, vt: CudaTensor, B: number): Arg[] {
+    if (!lay.tma) return [];
+    const [rows, heads, cols] = kt.shape;
+    return [TMAP({ ptr: kt.ptr, rows, heads, cols, boxRows: B }), TMAP({ ptr: vt.ptr, rows, heads, cols, boxRows: B })];
   }
 
   /**
@@ -196,6 +227,7 @@ export class AttentionOp {
       I(hmode),
       P(0),
       I(m),
+      ...this.#tensorMaps(lay, kt, vt, B),
     ]);
     // housekeeping while the kernel runs: old statistics to the host (KeptStats.evictRetained)
     this.#kept.evictRetained(1);
@@ -232,6 +264,7 @@ export class AttentionOp {
       I(0),
       P(segs),
       I(Mq),
+      ...this.#tensorMaps(lay, kt, vt, B),
     ]);
     this.#kept.evictRetained(1);
     return lse ? { output: out, lse } : { output: out };

@@ -39,6 +39,11 @@ export interface CudaDriver {
    * attributes, here programmatic stream serialisation (CudaBackendOptions.programmaticLaunch)
    */
   readonly cuLaunchKernelEx?: Fn;
+  /**
+   * cuTensorMapEncodeTiled (CUDA 12.0 and later drivers): a TMA tensor map (CUtensorMap, 128
+   * bytes) for the attention layouts that load K and V with the tensor memory accelerator
+   */
+  readonly cuTensorMapEncodeTiled?: Fn;
   readonly cuMemAlloc: Fn;
   readonly cuMemFree: Fn;
   readonly cuMemGetInfo: Fn;
@@ -226,6 +231,12 @@ function bind(): CudaLibs {
       'int cuLaunchKernel(void *fn, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem, void *stream, void *params, void *extra)',
     ),
     cuLaunchKernelEx: optional(lib, 'int cuLaunchKernelEx(const void *config, void *fn, void *params, void *extra)'),
+    // the map's and the tensor's addresses as integers (the map goes into the launcher's
+    // 64-byte-aligned parameter area; the tensor is a device pointer)
+    cuTensorMapEncodeTiled: optional(
+      lib,
+      'int cuTensorMapEncodeTiled(uint64_t map, int dataType, unsigned int rank, uint64_t address, const uint64_t *dims, const uint64_t *strides, const uint32_t *box, const uint32_t *elementStrides, int interleave, int swizzle, int l2Promotion, int oobFill)',
+    ),
     cuMemAlloc: f(lib, 'int cuMemAlloc_v2(_Out_ uint64_t *ptr, size_t bytes)'),
     cuMemFree: f(lib, 'int cuMemFree_v2(uint64_t ptr)'),
     cuMemGetInfo: f(lib, 'int cuMemGetInfo_v2(_Out_ size_t *free, _Out_ size_t *total)'),

@@ -7,13 +7,26 @@ import { CrispError } from '@crisp/core';
 import { compileCubin, kernelParamCounts, kernelSource } from './compile.js';
 import { type CudaLibs, type Handle, STICKY_ERRORS, check } from './ffi.js';
 
-/** One kernel argument: a device pointer, i32, f32, f64 or u64 value. */
-export type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number];
+/**
+ * A TMA tensor map over a row-major [rows, heads, cols] tensor of 16-bit elements at device
+ * address `ptr`: boxes of 64 columns (128 bytes, the 128-byte swizzle's width) × one head ×
+ * `boxRows` rows, written to shared memory in that swizzle; rows past `rows` read as zeros.
+ */
+export interface TensorMap16 {
+  readonly ptr: number;
+  readonly rows: number;
+  readonly heads: number;
+  readonly cols: number;
+  readonly boxRows: number;
+}
+/** One kernel argument: a device pointer, i32, f32, f64 or u64 value, or a tensor map (128 bytes by value). */
+export type Arg = readonly ['p' | 'i' | 'f' | 'd' | 'u64', number] | readonly ['tmap', TensorMap16];
 export const P = (x: number): Arg => ['p', x];
 export const I = (x: number): Arg => ['i', x];
 export const F = (x: number): Arg => ['f', x];
 export const D64 = (x: number): Arg => ['d', x];
 export const U64 = (x: number): Arg => ['u64', x];
+export const TMAP = (x: TensorMap16): Arg => ['tmap', x];
 
 /**
  * The kernels launched with programmatic stream serialisation (programmaticLaunch): each
@@ -44,6 +57,13 @@ const CFG_ATTR = 64;
 /** kernelParams: at most MAX_ARGS arguments; their pointers at bytes 0.., their values from ARG_VALUES (argMem) */
 const MAX_ARGS = 64;
 const ARG_VALUES = 512;
+/** tensor maps (128 bytes each, 64-byte aligned) from TMAP_AREA on; at most MAX_TMAPS a launch */
+const TMAP_AREA = 2048;
+const MAX_TMAPS = 4;
+/** cuTensorMapEncodeTiled's enums (cuda.h): UINT16, no interleave, 128-byte swizzle, 256-byte L2 promotion, zero fill */
+const TMAP_UINT16 = 1;
+const TMAP_SWIZZLE_128B = 3;
+const TMAP_L2_256B = 3;
 
 /** kernel files built with an architecture feature suffix (sm_90a) instead of the GPU's plain sm_XY */
 const FILE_ARCH: Readonly<Record<string, string>> = { 'attention/attention-wgmma.cu': '90a', 'proxy/proxy-wgmma.cu': '90a' };
@@ -69,6 +89,11 @@ export class Launcher {
   readonly #launchCfg: { mem: Handle; view: DataView } | undefined;
   /** the streams' handles as addresses, for CUlaunchConfig.hStream */
   readonly #streamAddr = new Map<unknown, bigint>();
+  /** argMem's base address, and the offset of its 64-byte-aligned tensor-map area */
+  readonly #argBase: bigint;
+  readonly #tmapOff: number;
+  /** parameter slots whose pointer a tensor map moved (put back by the next prepare) */
+  readonly #movedSlots: number[] = [];
   /** milliseconds spent compiling or loading modules, by file */
   readonly compileMs: Record<string, { ms: number; cached: boolean }> = {};
 
@@ -84,6 +109,8 @@ export class Launcher {
     // launch writes only the values (no BigInt a launch on the host path).
     const base = BigInt(libs.koffi.address(this.#argMem));
     for (let i = 0; i < MAX_ARGS; i++) this.#argView.setBigUint64(i * 8, base + BigInt(ARG_VALUES + i * 8), true);
+    this.#argBase = base;
+    this.#tmapOff = TMAP_AREA + Number((64n - ((base + BigInt(TMAP_AREA)) % 64n)) % 64n);
     if (programmatic) {
       // The config's block y and z (1) and attribute list (one attribute, programmatic
       // serialisation allowed) are written once; a launch writes the grid, the block's x, the
@@ -181,8 +208,15 @@ export class Launcher {
     }
     if (args.length > MAX_ARGS) throw new CrispError('BACKEND_ERROR', `${name} takes ${args.length} arguments; launches carry at most ${MAX_ARGS}`);
     const v = this.#argView;
+    for (const i of this.#movedSlots) v.setBigUint64(i * 8, this.#argBase + BigInt(ARG_VALUES + i * 8), true);
+    this.#movedSlots.length = 0;
     for (let i = 0, off = ARG_VALUES; i < args.length; i++, off += 8) {
-      const [t, x] = args[i];
+      const a = args[i];
+      if (a[0] === 'tmap') {
+        this.#tensorMap(i, a[1], name);
+        continue;
+      }
+      const [t, x] = a;
       if (t === 'p' || t === 'u64') {
         // a 64-bit value as two 32-bit halves (device pointers and sizes are below 2^53)
         v.setUint32(off, x % 4294967296, true);
@@ -196,6 +230,33 @@ export class Launcher {
       throw new CrispError('LIMIT_EXCEEDED', `launch grid [${gx}, ${gy}, ${gz}] for ${name} is out of range`);
     }
     return f;
+  }
+
+  /** Encodes `map` into the next free tensor-map slot and points parameter slot `i` at it. */
+  #tensorMap(i: number, map: TensorMap16, name: string): void {
+    const encode = this.#libs.cu.cuTensorMapEncodeTiled;
+    if (!encode) throw new CrispError('BACKEND_UNAVAILABLE', `${name} loads with TMA, which needs cuTensorMapEncodeTiled (a CUDA 12 or later driver)`);
+    const j = this.#movedSlots.length;
+    if (j >= MAX_TMAPS) throw new CrispError('BACKEND_ERROR', `${name} takes more than ${MAX_TMAPS} tensor maps`);
+    const at = this.#argBase + BigInt(this.#tmapOff + 128 * j);
+    const { ptr, rows, heads, cols, boxRows } = map;
+    const r = encode(
+      at,
+      TMAP_UINT16,
+      3,
+      BigInt(ptr),
+      new BigUint64Array([BigInt(cols), BigInt(heads), BigInt(rows)]),
+      new BigUint64Array([BigInt(cols * 2), BigInt(heads * cols * 2)]),
+      new Uint32Array([64, 1, boxRows]),
+      new Uint32Array([1, 1, 1]),
+      0,
+      TMAP_SWIZZLE_128B,
+      TMAP_L2_256B,
+      0,
+    );
+    check(this.#libs, r, `cuTensorMapEncodeTiled(${name}: ${rows} × ${heads} × ${cols}, box ${boxRows} rows)`);
+    this.#argView.setBigUint64(i * 8, at, true);
+    this.#movedSlots.push(i);
   }
 
   /** Launches `f` (prepared) on `stream`: programmatically for PDL_KERNELS when enabled. */
