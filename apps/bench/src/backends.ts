@@ -58,7 +58,7 @@ export async function openBackend(
     const pdl = (backend as { programmaticLaunch?: boolean }).programmaticLaunch;
     // (the host thread's wait named when it is not the driver's own, the proxy layout when
     // asked for, the programmatic launches when off)
-    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice ? "; flexPrefill's plan on the device" : ''}`;
+    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice === false ? "; flexPrefill's plan on the host" : ''}`;
     return {
       name,
       backend,

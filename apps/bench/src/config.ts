@@ -44,7 +44,7 @@ export interface BenchConfig {
   readonly cudaProxyLayout?: ProxyLayout;
   /** the CUDA backend's `programmaticLaunch` (undefined: the backend's default, on where the GPU and driver have it) */
   readonly cudaPdl?: boolean;
-  /** the CUDA backend's `flexPrefillOnDevice` (undefined: the backend's default, off) */
+  /** the CUDA backend's `flexPrefillOnDevice` (undefined: the backend's default, on) */
   readonly cudaFlexOnDevice?: boolean;
   readonly suites: readonly SuiteName[];
   readonly latency: {

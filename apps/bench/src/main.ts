@@ -91,7 +91,7 @@ function program(): Command {
     .option('--cuda-schedule <mode>', "CUDA: how the host thread waits for the GPU (the primary context's scheduling flags): auto (default: left as they are), spin, yield or blocking")
     .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); w32 (every GPU) or wg (sm_90 wgmma)")
     .option('--cuda-pdl <on|off>', "CUDA: launch the plan's small kernels after the proxy pass programmatically (default on where the GPU, sm_90 and later, and the driver have it); off: plain launches, for A/B runs")
-    .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made (default host); device: its jsd router and coverage selection on the device planner (experimental, the backend's flexPrefillOnDevice)")
+    .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
     .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')

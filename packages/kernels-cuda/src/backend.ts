@@ -98,11 +98,11 @@ export interface CudaBackendOptions {
    */
   readonly programmaticLaunch?: boolean;
   /**
-   * Experimental: FlexPrefill's rules (the jsd router and the cumulativeCoverage selector,
-   * route_residual over every block and coverage_select) in the device planner, so that
-   * `flexPrefill`'s plan is device work like `crisp`'s (default false: its plan is made on the
-   * host). The kernels are checked by the conformance case `devicePlanCoverage`; they are off
-   * by default until that case has passed on a GPU.
+   * FlexPrefill's rules (the jsd router and the cumulativeCoverage selector, route_residual
+   * over every block and coverage_select) in the device planner, so that `flexPrefill`'s plan
+   * is device work like `crisp`'s (default true; false makes its plan on the host, reading the
+   * token scores back). Checked by the conformance cases `devicePlanCoverage` and
+   * `pipeline/flexPrefill*` on the GPU.
    */
   readonly flexPrefillOnDevice?: boolean;
   /**
@@ -165,7 +165,7 @@ export class CudaBackend implements Backend {
     this.#kept = new KeptStats(cx);
     this.#proxy = new ProxyStatsOp(cx, this.#kept, layout, opts.proxyFused ?? true);
     this.#attention = new AttentionOp(cx, this.#kept, variant);
-    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice === true);
+    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice !== false);
   }
 
   get attentionVariant(): AttentionVariant {

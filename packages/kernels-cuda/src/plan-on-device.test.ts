@@ -37,17 +37,18 @@ function planRequest(stats: ProxyStats, q: DeviceTensor, k: DeviceTensor) {
 
 describe('the device planner (stand-in driver)', () => {
   it('lists the router and selector rules it runs on the device', () => {
+    // FlexPrefill's rules by default (flexPrefillOnDevice)
     const { be } = setup();
-    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'anyPe']);
-    expect(be.planner.selectors).toEqual(['noiseFloor']);
+    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
+    expect(be.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
     expect(be.planner.peWithVs).toBe(true);
     be.dispose();
-    // FlexPrefill's rules with flexPrefillOnDevice
+    // and without them when the option is off (flexPrefill then plans on the host)
     const s = standInDriver({ heads: H });
-    const flex = new CudaBackend(s.libs, { cacheDir: null, flexPrefillOnDevice: true });
-    expect(flex.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
-    expect(flex.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
-    flex.dispose();
+    const host = new CudaBackend(s.libs, { cacheDir: null, flexPrefillOnDevice: false });
+    expect(host.planner.routers).toEqual(['cStruct', 'residualJsd', 'anyPe']);
+    expect(host.planner.selectors).toEqual(['noiseFloor']);
+    host.dispose();
     expect(() => new CudaBackend(s.libs, { cacheDir: null, flexPrefillOnDevice: 'yes' as unknown as boolean })).toThrow(/flexPrefillOnDevice must be true or false/);
   });
 
