@@ -1,9 +1,11 @@
-/** The Llama attention shape the kernel and bench phases use, and the block masks built for it. */
+/** The Llama attention shape the kernel and bench phases use (--headDim 64 for d = 64), and the block masks built for it. */
 import { type BlockMask, vsListsFromArrays } from '@crisp/core';
+import { arg } from './args.js';
 
 export const H = 32;
 export const Hkv = 8;
-export const D = 128;
+/** head dimension: 128 (Llama), or --headDim 64 */
+export const D = Number(arg('headDim', '128'));
 export const B = 128;
 
 export function fullVsMask(Nb: number): BlockMask {
