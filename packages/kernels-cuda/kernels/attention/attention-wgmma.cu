@@ -6,8 +6,8 @@
 // m64nNk16 (f32 accumulators): Q and K are read by the tensor cores straight from shared
 // memory through matrix descriptors; P (the softmax numerators, bf16/f16) goes from
 // registers, V from shared memory as an N-major ("transposed") operand. Keys stream in tiles
-// of BN = B rows (one mask block per tile), three stages deep, loaded with cp.async by a
-// producer warpgroup (wgw_body below). Softmax is FA2-style online in fp32 registers: the accumulator fragment of
+// of BN = B rows (one mask block per tile), three stages deep, loaded by a producer warpgroup
+// (wgw_body below): with cp.async by its 128 threads (wgw), or with TMA by one thread (wgt). Softmax is FA2-style online in fp32 registers: the accumulator fragment of
 // m64nNk16 is, per warp, the mma.sync m16n8 fragment repeated along N, so the masking,
 // row max, exp2 (scale folded into one FFMA) and the rescale skip are those of attention.cu.
 //
@@ -19,7 +19,8 @@
 //   N-major operand (V as B, N = head dim): SBO = 1024 (the next 8 keys), LBO = the panel
 //   stride (the next 64 head-dim columns); a 16-key k-step is +16 · 128 bytes.
 // Reading from shared memory through the async proxy: cp.async writes are made visible with
-// fence.proxy.async.shared::cta before the barrier that precedes the MMAs.
+// fence.proxy.async.shared::cta before the barrier that precedes the MMAs (TMA writes through
+// the async proxy already).
 //
 // Built only for sm_90a (NVRTC --gpu-architecture=sm_90a): elsewhere (the sm_80/sm_90 compile
 // checks) the kernels are empty stubs, which the backend never launches (it falls back to
@@ -185,13 +186,13 @@ __device__ __forceinline__ void tma_prefetch(const TmaDesc* map) {
 // empty stage for tile t, so with ST >= 2 the chain cannot deadlock. The two
 // consumer warpgroups no longer meet at a barrier each tile, so one's softmax can run under
 // the other's MMAs.
-// PP (wgp, NWG 2): FA3's ping-pong on top. The two consumer warpgroups take turns to issue
+// PP (wgt, NWG 2): FA3's ping-pong on top. The two consumer warpgroups take turns to issue
 // their MMAs through two named barriers (2 and 3): warpgroup w waits on barrier 2 + w, issues
 // its S_t and P_{t-1}V_{t-1}, then arrives on the other's barrier, so one warpgroup's MMAs run
-// while the other does its softmax instead of both softmaxes landing at the same time and
-// leaving the tensor cores idle. Each warpgroup issues nTiles + 1 times (the first S, the
+// while the other does its softmax. Each warpgroup issues nTiles + 1 times (the first S, the
 // loop, the last P·V), warpgroup 1 arrives first once so that warpgroup 0 starts; its last
-// arrival is never waited on (named barriers do not outlive the CTA).
+// arrival is never waited on (named barriers do not outlive the CTA). Measured on an H100 it
+// is neither a gain nor a loss beyond the run-to-run spread (PERFORMANCE.md); TMA is the gain.
 // TMA (wgt): the producer is one thread issuing tensor-memory-accelerator copies of K and V
 // (cp.async.bulk.tensor, tensor maps tmK / tmV over the [rows, Hkv, D] key and value tensors,
 // boxes of 64 head-dim columns × B keys written in the 128-byte swizzle the descriptors read),
@@ -422,13 +423,13 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 #else
 #define CRISP_TMA_CALL(D, ...)
 #endif
-#define CRISP_ATTN_WGT(NAME, D, NWG, BF16, PP)                                                               \
+#define CRISP_ATTN_WGT(NAME, D, NWG, BF16)                                                                   \
   extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                          \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols,  \
            int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
            const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
            const __grid_constant__ TmaDesc tmV) {                                                             \
-    CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, PP, true>)                                                    \
+    CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, true, true>)                                                  \
   }
 
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
@@ -439,19 +440,11 @@ CRISP_ATTN_WGW(attn_wgw_f16_d64_b64, 64, 1, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d64_b128, 64, 2, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d128_b64, 128, 1, false)
 CRISP_ATTN_WGW(attn_wgw_f16_d128_b128, 128, 2, false)
-CRISP_ATTN_WGT(attn_wgt_bf16_d64_b64, 64, 1, true, true)
-CRISP_ATTN_WGT(attn_wgt_bf16_d64_b128, 64, 2, true, true)
-CRISP_ATTN_WGT(attn_wgt_bf16_d128_b64, 128, 1, true, true)
-CRISP_ATTN_WGT(attn_wgt_bf16_d128_b128, 128, 2, true, true)
-CRISP_ATTN_WGT(attn_wgt_f16_d64_b64, 64, 1, false, true)
-CRISP_ATTN_WGT(attn_wgt_f16_d64_b128, 64, 2, false, true)
-CRISP_ATTN_WGT(attn_wgt_f16_d128_b64, 128, 1, false, true)
-CRISP_ATTN_WGT(attn_wgt_f16_d128_b128, 128, 2, false, true)
-CRISP_ATTN_WGT(attn_wgtn_bf16_d64_b64, 64, 1, true, false)
-CRISP_ATTN_WGT(attn_wgtn_bf16_d64_b128, 64, 2, true, false)
-CRISP_ATTN_WGT(attn_wgtn_bf16_d128_b64, 128, 1, true, false)
-CRISP_ATTN_WGT(attn_wgtn_bf16_d128_b128, 128, 2, true, false)
-CRISP_ATTN_WGT(attn_wgtn_f16_d64_b64, 64, 1, false, false)
-CRISP_ATTN_WGT(attn_wgtn_f16_d64_b128, 64, 2, false, false)
-CRISP_ATTN_WGT(attn_wgtn_f16_d128_b64, 128, 1, false, false)
-CRISP_ATTN_WGT(attn_wgtn_f16_d128_b128, 128, 2, false, false)
+CRISP_ATTN_WGT(attn_wgt_bf16_d64_b64, 64, 1, true)
+CRISP_ATTN_WGT(attn_wgt_bf16_d64_b128, 64, 2, true)
+CRISP_ATTN_WGT(attn_wgt_bf16_d128_b64, 128, 1, true)
+CRISP_ATTN_WGT(attn_wgt_bf16_d128_b128, 128, 2, true)
+CRISP_ATTN_WGT(attn_wgt_f16_d64_b64, 64, 1, false)
+CRISP_ATTN_WGT(attn_wgt_f16_d64_b128, 64, 2, false)
+CRISP_ATTN_WGT(attn_wgt_f16_d128_b64, 128, 1, false)
+CRISP_ATTN_WGT(attn_wgt_f16_d128_b128, 128, 2, false)

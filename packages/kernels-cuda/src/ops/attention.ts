@@ -40,7 +40,7 @@ import { CudaPreparedMask } from './prepared-mask.js';
  * through mbarriers (3 stages, no CTA-wide barrier per tile). `wgw`: the producer's 128
  * threads load K and V with cp.async. `wgt`: one producer thread loads them with TMA (tensor
  * maps encoded at each launch), and the two consumer warpgroups take turns to issue their
- * MMAs (ping-pong); `wgtn` is `wgt` without the ping-pong. On a GPU other than compute
+ * MMAs (ping-pong). On a GPU other than compute
  * capability 9.0 the Hopper layouts launch `w32`, and a TMA layout launches `wgw` where the
  * driver cannot encode tensor maps; `attentionVariantFallback` says why. Measured dense at
  * 64k (bf16, d 128, B 128): w32 326, wgw 403 TFLOP/s on the H200; wgw 421, wgt 570 on an H100.
@@ -50,7 +50,6 @@ export const ATTENTION_VARIANTS = {
   w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false, tma: false },
   wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: false },
   wgt: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgt_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
-  wgtn: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgtn_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
 } as const;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 /** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
