@@ -19,15 +19,23 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 M32 = 0xFFFFFFFF
 
 
+HASH_CHUNK = 1 << 26
+
+
 def crisp_hash_values(count, seed, amp, device):
-    """The bench.cu formula in int64 (every product stays below 2^63)."""
-    idx = torch.arange(count, dtype=torch.int64, device=device)
-    x = (idx * 2654435761 + seed) & M32
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & M32
-    x = (((x >> 16) ^ x) * 0x45D9F3B) & M32
-    x = (x >> 16) ^ x
-    u = (x >> 8).to(torch.float32) * 5.9604644775390625e-08
-    return ((u - 0.5) * 2.0 * amp).to(torch.bfloat16)
+    """The bench.cu formula in int64 (every product stays below 2^63), HASH_CHUNK elements at
+    a time: the int64 temporaries of a whole 512k-token q (2^31 elements) would not fit an
+    80 GB GPU beside the output."""
+    out = torch.empty(count, dtype=torch.bfloat16, device=device)
+    for start in range(0, count, HASH_CHUNK):
+        idx = torch.arange(start, min(count, start + HASH_CHUNK), dtype=torch.int64, device=device)
+        x = (idx * 2654435761 + seed) & M32
+        x = (((x >> 16) ^ x) * 0x45D9F3B) & M32
+        x = (((x >> 16) ^ x) * 0x45D9F3B) & M32
+        x = (x >> 16) ^ x
+        u = (x >> 8).to(torch.float32) * 5.9604644775390625e-08
+        out[start : start + len(idx)] = ((u - 0.5) * 2.0 * amp).to(torch.bfloat16)
+    return out
 
 
 def make_inputs(n, H, Hkv, D, seeds, amps, device):
