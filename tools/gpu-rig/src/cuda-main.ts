@@ -6,6 +6,9 @@
  *
  *   node .device/app/cuda-main.mjs --phase all --out $OUT --budget 420
  *
+ * --phase kernels: every attention layout (--layouts, default all) self-checked against w32, then
+ * timed dense and on a regular sparse pattern at --sweep sizes; --headDim 64 for d = 64.
+ *
  * --phase dump: the llama fill at --dumpN tokens written to --dumpPath as safetensors (for crisp run --qkv).
  *
  * --phase hostile: the hostile-input soak (--calls N, --seed S, --strictPolicy on|off) and the
