@@ -94,8 +94,9 @@ export class AttentionOp {
 
   /**
    * Why the selected variant is not the one launched (undefined when it is): the Hopper
-   * variant needs compute capability 9.0 (wgmma is an sm_90a feature, absent from
-   * Ampere/Ada and not carried forward to later architectures); elsewhere `w32` runs.
+   * variants need compute capability 9.0 (wgmma is an sm_90a feature, absent from
+   * Ampere/Ada and not carried forward to later architectures), elsewhere `w32` runs; and
+   * the TMA variant needs the driver's cuTensorMapEncodeTiled, without which `wgw` runs.
    */
   get fallback(): string | undefined {
     return this.#launched().why;
