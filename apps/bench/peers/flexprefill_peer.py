@@ -1,15 +1,15 @@
 """FlexPrefill's published code as a peer of crisp-bench's parity suite (runs on the GPU machine).
 
 For each input of a manifest (a safetensors file with q [n, H, d], k and v [n, Hkv, d] in
-bf16, the sampled query rows `rows` [r] int32 and CRISP's output at those rows `crisp_out`
-[r, H, d]), it
+bf16, the sampled query rows `rows` [r] int32, CRISP's flexPrefill output at those rows
+`crisp_out` [r, H, d] and, optionally, other presets' outputs `also_<preset>` [r, H, d]), it
 
 - runs `flex_prefill_attention(q, k, v, gamma, tau, min_budget=..., block_size=...,
   return_computational_ratio=True)` on q [1, n, H, d], k/v [1, n, Hkv, d] (bf16, CUDA,
   contiguous; GQA not interleaved: query head h reads KV head h // (H / Hkv)), timed with
   CUDA events (warm-up calls, then the median and range of `reps` calls);
 - computes exact causal attention in float64 at the sampled rows and the relative error
-  (Frobenius over those rows) of FlexPrefill's output and of CRISP's output against it;
+  (Frobenius over those rows) of FlexPrefill's output and of CRISP's outputs against it;
 - records what FlexPrefill decided per head, from the very call whose output is scored:
   the module-level functions `get_active_blocks`, `square_root_js_divergence` and
   `transform_veritcal_slash_idx` are wrapped for that call (flex_prefill_attention looks
@@ -78,6 +78,12 @@ def split_flat(indices, nb):
 def routes_from_jsd(jsd, tau):
     """FlexPrefill's rule: `block_sparse_mask = kl_div < tau` (query-aware). NaN compares false: 'vs'."""
     return ["pe" if (d == d and d < tau) else "vs" for d in jsd]
+
+
+def also_names(keys):
+    """The presets whose outputs an input carries as tensors also_<preset> (CRISP's own presets
+    on the same tensors, scored like crisp_out), sorted."""
+    return sorted(k[len("also_"):] for k in keys if k.startswith("also_") and len(k) > len("also_"))
 
 
 def sorted_unique(xs):
@@ -303,6 +309,9 @@ def run_input(torch, load_file, mod, man, item, out_dir):
     r["relErr"] = rel_err(torch, o_rows, ref)
     if "crisp_out" in t:
         r["crispRelErr"] = rel_err(torch, t["crisp_out"].to(ref.device).view(len(rows), H, d), ref)
+    also = also_names(t.keys())
+    if also:
+        r["alsoRelErr"] = {name: rel_err(torch, t["also_" + name].to(ref.device).view(len(rows), H, d), ref) for name in also}
     r["ratio"] = float(ratio)
     r["causalRatio"] = float(ratio) * nb * nb / causal_blocks(nb)
     flat = dec.pop("blocks")
@@ -401,6 +410,7 @@ def self_check():
     check(causal_blocks(4) == 10, "causal blocks of a 4x4 grid: 10")
     check(split_flat([0, 5, 8, 13, 14, 5, 2], 4) == (5, 1), "flat indices 0,5,8,13,14 causal, 2 = (0,2) not, duplicates once")
     check(routes_from_jsd([0.05, 0.1, 0.3, float("nan")], 0.1) == ["pe", "vs", "vs", "vs"], "routes: pe iff JSD < tau; NaN is vs")
+    check(also_names(["q", "crisp_out", "also_crispGuarded", "also_crisp", "also_"]) == ["crisp", "crispGuarded"], "also_<preset> tensors name the other presets' outputs")
     stub = types.ModuleType("stub")
     stub.get_active_blocks = lambda *a, **k: [["blocks"]]
     stub.square_root_js_divergence = lambda p, q: p - q

@@ -11,6 +11,9 @@ import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
 export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen', 'parity', 'parallel'] as const;
+/** CRISP's presets the parity suite may run beside FlexPrefill's code (config.parity.presets) */
+export const PARITY_PRESETS = ['crisp', 'crispFast', 'crispGuarded'] as const;
+export type ParityPreset = (typeof PARITY_PRESETS)[number];
 export type SuiteName = (typeof SUITE_NAMES)[number];
 /**
  * What runs without --suites: every suite but tfjs (it needs a WebGPU adapter of its own),
@@ -159,6 +162,8 @@ export interface BenchConfig {
     readonly warmup: number;
     /** folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill) */
     readonly flexprefillDir?: string;
+    /** CRISP's own presets run on the same layers, timed and scored beside FlexPrefill's code */
+    readonly presets: readonly ParityPreset[];
   };
   /**
    * Context-parallel prefill (@crisp/parallel) from the single-backend plan: per size and rank
@@ -218,7 +223,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
       tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
       varlen: { batch: 3, seed: 7, range: [300, 1500], chunkedN: 1536, chunks: 4, policy: 'crisp-b64' },
-      parity: { sizes: [2048], profiles: ['llama-like'], seeds: [1], shape: { heads: 4, kvHeads: 1, headDim: 64 }, rows: 8, reps: 3, warmup: 1 },
+      parity: { sizes: [2048], profiles: ['llama-like'], seeds: [1], shape: { heads: 4, kvHeads: 1, headDim: 64 }, rows: 8, reps: 3, warmup: 1, presets: ['crisp', 'crispGuarded'] },
       parallel: { sizes: [2048], referenceSizes: [2048], ranks: [2, 4], shape: { heads: 4, kvHeads: 2, headDim: 64 }, presets: ['crisp'] },
     };
   }
@@ -249,7 +254,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
     tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },
     varlen: { batch: 8, seed: 7, range: [4096, 131072], chunkedN: 131072, chunks: 4, policy: 'crisp' },
-    parity: { sizes: pow2(8192, 524288), profiles: PROFILE_NAMES, seeds: [1, 2], shape: { heads: 16, kvHeads: 4, headDim: 64 }, rows: 64, reps: 3, warmup: 1 },
+    parity: { sizes: pow2(8192, 524288), profiles: PROFILE_NAMES, seeds: [1, 2], shape: { heads: 16, kvHeads: 4, headDim: 64 }, rows: 64, reps: 3, warmup: 1, presets: ['crisp', 'crispGuarded'] },
     parallel: { sizes: pow2(32768, 524288), referenceSizes: [16384, 32768], ranks: [2, 4, 8], shape: { heads: 32, kvHeads: 8, headDim: 128 }, presets: ['crisp'] },
   };
 }

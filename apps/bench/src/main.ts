@@ -8,7 +8,7 @@ import { Command, Option } from 'commander';
 import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
 import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { type OpenBackend, openBackend } from './backends.js';
-import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
+import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, PARITY_PRESETS, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
 import { type SuiteContext, message } from './context.js';
 import { figures } from './figures.js';
 import { findRepoRoot, machineInfo } from './machine.js';
@@ -64,6 +64,7 @@ function program(): Command {
     .option('--parity-seeds <list>', 'parity suite: comma-separated scenario seeds (default 1,2)')
     .option('--parity-shape <H,Hkv,d>', "parity suite shape (default 16,4,64; d must be 16, 32, 64 or 128: FlexPrefill's kernels)")
     .option('--parity-rows <count>', 'parity suite: query rows sampled for both outputs\' error against float64 dense attention (default 64)')
+    .option('--parity-presets <list>', "parity suite: CRISP's presets timed and scored on the same layers as FlexPrefill's code (default crisp,crispGuarded; none for none)")
     .option('--flexprefill-dir <dir>', "parity suite: folder holding FlexPrefill's flex_prefill package (default apps/bench/peers/.flexprefill)")
     .option('--parallel-sizes <sizes>', 'parallel suite sizes (default 32k..512k with a GPU backend, 16k,32k on the reference)')
     .option('--parallel-ranks <list>', 'parallel suite: comma-separated rank counts P (default 2,4,8)')
@@ -177,6 +178,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       reps: num(o.reps, 'reps', 3) ?? base.parity.reps,
       warmup: num(o.warmup, 'warmup', 1) ?? base.parity.warmup,
       ...(typeof o.flexprefillDir === 'string' ? { flexprefillDir: resolve(o.flexprefillDir) } : {}),
+      presets: typeof o.parityPresets === 'string' ? (o.parityPresets === 'none' ? [] : list(o.parityPresets, PARITY_PRESETS, 'parity preset')) : base.parity.presets,
     },
     parallel: {
       ...base.parallel,

@@ -115,6 +115,15 @@ export interface LayerComparison {
   readonly meanAbsDensityDiff: number;
 }
 
+/** Mean over heads of the causal blocks each selection keeps, over Nb (Nb + 1) / 2. */
+export function causalDensity(Nb: number, selections: readonly HeadSelection[]): number {
+  if (!selections.length) return 0;
+  const total = (Nb * (Nb + 1)) / 2;
+  let sum = 0;
+  for (const sel of selections) sum += countSet(headBitmap(sel, Nb)) / total;
+  return sum / selections.length;
+}
+
 const mean = (xs: readonly number[]): number | undefined => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : undefined);
 
 /**

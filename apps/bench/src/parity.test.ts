@@ -8,12 +8,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Backend } from '@crisp/core';
+import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
 import type { OpenBackend } from './backends.js';
 import { defaultConfig } from './config.js';
 import type { SuiteContext } from './context.js';
 import { resolveConfig } from './main.js';
-import { PEER_ABSENT_STATUS, paritySuite, parityParams } from './suites/parity.js';
+import { PEER_ABSENT_STATUS, parityMarkdown, paritySuite, parityParams } from './suites/parity.js';
 
 const SCRIPT = fileURLToPath(new URL('../peers/flexprefill_peer.py', import.meta.url));
 const env = { ...process.env, PYTHONPYCACHEPREFIX: mkdtempSync(join(tmpdir(), 'crisp-pycache-')) };
@@ -39,6 +40,10 @@ describe('parity: command line', () => {
     expect(c.parity.seeds).toEqual([1, 2]);
     expect(c.parity.shape).toEqual({ heads: 32, kvHeads: 8, headDim: 128 });
     expect(c.parity.rows).toBe(16);
+    expect(c.parity.presets).toEqual(['crisp', 'crispGuarded']);
+    expect(resolveConfig({ parityPresets: 'crispFast' }).parity.presets).toEqual(['crispFast']);
+    expect(resolveConfig({ parityPresets: 'none' }).parity.presets).toEqual([]);
+    expect(() => resolveConfig({ parityPresets: 'flexPrefill' })).toThrow(/parity preset/);
     expect(resolveConfig({}).parity.sizes).toEqual([8192, 16384, 32768, 65536, 131072, 262144, 524288]);
     expect(resolveConfig({}).suites).not.toContain('parity');
     expect(() => resolveConfig({ paritySeeds: '1,x' })).toThrow(/bad seed list/);
@@ -103,3 +108,65 @@ describe.skipIf(!hasPython)('flexprefill_peer.py', () => {
     expect(r.stderr).toMatch(/pip install torch safetensors numpy/);
   });
 });
+
+// A stand-in for FlexPrefill's peer (Python's standard library only): it answers the probe, and
+// per input reads the safetensors header the suite wrote, checks that every also_<preset>
+// tensor is bf16 [rows, H, d] like crisp_out, and reports each one's position in the file's
+// sorted names as its "error", so the test can see that every preset's output arrived.
+const STUB_PEER = `
+import json, struct, sys
+a = sys.argv
+man = json.load(open(a[a.index("--manifest") + 1]))
+out = a[a.index("--out") + 1]
+runs = []
+for item in man["inputs"]:
+    with open(item["file"], "rb") as fh:
+        size = struct.unpack("<Q", fh.read(8))[0]
+        header = json.loads(fh.read(size))
+    n, H, d = header["q"]["shape"]
+    r = len(header["rows"]["data_offsets"]) and header["rows"]["shape"][0]
+    also = sorted(k[5:] for k in header if k.startswith("also_"))
+    bad = [k for k in also if header["also_" + k]["dtype"] != "BF16" or header["also_" + k]["shape"] != [r, H, d]]
+    run = {"name": item["name"], "relErr": 0.5, "crispRelErr": 0.25, "density": [0.5] * H, "routes": ["vs"] * H, "ms": [8.0, 8.0, 8.0]}
+    if bad:
+        run["error"] = "bad also_ tensors: " + ",".join(bad)
+    run["alsoRelErr"] = {k: float(i + 1) for i, k in enumerate(also)}
+    runs.append(run)
+json.dump({"torch": "stub", "runs": runs}, open(out, "w"))
+`;
+
+describe.skipIf(!hasPython)("parity: CRISP's presets beside FlexPrefill's code (reference backend, a stand-in peer)", () => {
+  it('runs each preset on the same layer, writes its rows for the peer and reports its time, density and score', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'crisp-parity-stub-'));
+    const stub = join(dir, 'peer.py');
+    writeFileSync(stub, STUB_PEER);
+    const b = createReferenceBackend();
+    try {
+      const c = ctx({ sizes: [2048], profiles: ['llama-like'], seeds: [1], shape: { heads: 4, kvHeads: 1, headDim: 64 }, rows: 8, reps: 1, warmup: 0, presets: ['crisp', 'crispGuarded'] });
+      const r = await paritySuite(c, [{ name: 'cuda', backend: b }], stub);
+      expect(r.skipped).toEqual([]);
+      expect(r.rows).toHaveLength(1);
+      const row = r.rows[0];
+      expect(row.theirsRelErr).toBe(0.5);
+      expect(row.oursRelErr).toBe(0.25);
+      expect(row.others?.map((x) => x.preset)).toEqual(['crisp', 'crispGuarded']);
+      // the stub scores the also_ tensors in sorted order: crisp 1, crispGuarded 2
+      expect(row.others?.map((x) => x.relErr)).toEqual([1, 2]);
+      for (const x of row.others!) {
+        expect(x.density).toBeGreaterThan(0);
+        expect(x.density).toBeLessThanOrEqual(1);
+        expect(x.ms.median).toBeGreaterThan(0);
+      }
+      const md = parityMarkdown(r).join('\n');
+      expect(md).toContain("### CRISP's presets against FlexPrefill's code on the same layers");
+      expect(md).toMatch(/\| llama-like \| 2048 \| 1 \| crispGuarded \| [0-9.]+ \| 2\.0000 \| [0-9.]+ \| 0\.500 \/ 0\.5000 \/ 8\.00 \| [0-9.]+x \|/);
+      // none asked: no other presets, no table
+      const none = await paritySuite(ctx({ ...c.config.parity, presets: [] }), [{ name: 'cuda', backend: b }], stub);
+      expect(none.rows[0].others).toBeUndefined();
+      expect(parityMarkdown(none).join('\n')).not.toContain("CRISP's presets against");
+    } finally {
+      b.dispose?.();
+    }
+  }, 240_000);
+});
+

@@ -29,7 +29,8 @@
 #                flex_prefill_attention on the same @crisp/synth layers (llama-like, diffuse,
 #                mixed-threshold, vs-trap; 16k and 128k; seeds 1 and 2; the Llama shape 32,8,128;
 #                sizes the deadline does not reach are reported as skipped): routes, block sets, errors
-#                against float64 dense rows, densities and times: OUT/nvidia-h200-parity
+#                against float64 dense rows, densities and times, with crisp and crispGuarded timed
+#                and scored on the same layers beside FlexPrefill's code: OUT/nvidia-h200-parity
 #                (apps/bench/results/nvidia-h200-parity). Needs PyTorch, Triton, safetensors and a
 #                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.

@@ -15,14 +15,14 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type Backend, type DeviceTensor, type HostData, planPrefill, type Route, sparsePrefill } from '@crisp/core';
 import { deviceTensorSource, writeSafetensors } from '@crisp/io';
-import { flexPrefill } from '@crisp/presets';
+import { flexPrefill, presetByName } from '@crisp/presets';
 import { sampleRows } from '@crisp/reference';
 import type { ProfileName } from '@crisp/synth';
 import type { OpenBackend } from '../backends.js';
 import type { Shape } from '../config.js';
 import { deadlineReason, message, type SuiteContext, timeLeft } from '../context.js';
 import { inputsProgress, latencyInputs } from '../inputs.js';
-import { compareLayer, type HeadComparison, type HeadSelection, selectionsFromFlat, selectionsFromMask } from '../parity-compare.js';
+import { causalDensity, compareLayer, type HeadComparison, type HeadSelection, selectionsFromFlat, selectionsFromMask } from '../parity-compare.js';
 import type { PeerNote } from '../peers.js';
 import { type Spread, spread } from '../stats.js';
 
@@ -37,6 +37,21 @@ export interface ParityParams {
   /** tokens (FlexPrefill converts to ceil(min_budget / block_size) blocks per direction) */
   readonly minBudget: number;
   readonly blockSize: number;
+}
+
+/**
+ * Another preset (CRISP's own, config.parity.presets) on the same layer as FlexPrefill's code:
+ * the time, density and output error to set against FlexPrefill's (the comparison a user
+ * choosing between them makes; the flexPrefill preset is the port being checked).
+ */
+export interface ParityOther {
+  readonly preset: string;
+  /** sparsePrefill, plan and attention, host clock (as oursMs) */
+  readonly ms: Spread;
+  /** mean over heads of the causal blocks kept */
+  readonly density: number;
+  /** relative error against float64 dense attention at the sampled rows, scored by the peer */
+  readonly relErr?: number;
 }
 
 export interface ParityRow {
@@ -66,6 +81,8 @@ export interface ParityRow {
   readonly theirsJsd?: (number | null)[];
   readonly oursJsd?: number[];
   readonly heads: HeadComparison[];
+  /** the other presets on the same layer (absent when config.parity.presets is empty) */
+  readonly others?: ParityOther[];
   readonly run?: string;
 }
 
@@ -99,6 +116,8 @@ interface PeerRun {
   ms?: number[];
   relErr?: number;
   crispRelErr?: number;
+  /** the other presets' outputs (tensors also_<preset>) scored like crisp_out */
+  alsoRelErr?: Record<string, number>;
   causalRatio?: number;
   density?: number[];
   routes?: string[];
@@ -156,6 +175,25 @@ interface Ours {
   readonly jsd?: number[];
   readonly selections: HeadSelection[];
   readonly ms: Spread;
+  readonly others: Omit<ParityOther, 'relErr'>[];
+}
+
+/** `reps` timed sparsePrefill calls of `policy` after `warmup` untimed ones, and the last output's rows. */
+async function timedRows(b: Backend, inputs: Parameters<typeof sparsePrefill>[1], policy: Parameters<typeof sparsePrefill>[2], rows: number[], warmup: number, reps: number): Promise<{ times: number[]; rows: HostData }> {
+  const times: number[] = [];
+  let output: DeviceTensor | undefined;
+  try {
+    for (let i = 0; i < warmup + reps; i++) {
+      output?.dispose();
+      output = undefined;
+      const r = await sparsePrefill(b, inputs, policy, { minSparseLength: 0 });
+      output = r.output;
+      if (i >= warmup) times.push(r.timings.totalMs);
+    }
+    return { times, rows: await readRows(b, output!, rows) };
+  } finally {
+    output?.dispose();
+  }
 }
 
 /** Plan, time and write one input; returns CRISP's side. */
@@ -167,17 +205,19 @@ async function oursOne(ctx: SuiteContext, b: Backend, profile: ProfileName, n: n
     const plan = await planPrefill(b, inputs, flexPrefill, { minSparseLength: 0 });
     if (!plan.mask || !plan.routing) throw new Error(`the preset made a dense plan (${plan.denseReason ?? 'no mask'})`);
     const selections = selectionsFromMask(plan.mask);
-    const times: number[] = [];
-    let output: DeviceTensor | undefined;
-    for (let i = 0; i < c.warmup + c.reps; i++) {
-      output?.dispose();
-      const r = await sparsePrefill(b, inputs, flexPrefill, { minSparseLength: 0 });
-      output = r.output;
-      if (i >= c.warmup) times.push(r.timings.totalMs);
-    }
-    const outRows = await readRows(b, output!, rows);
-    output!.dispose();
+    const { times, rows: outRows } = await timedRows(b, inputs, flexPrefill, rows, c.warmup, c.reps);
     const { heads: H, headDim: d } = c.shape;
+    // CRISP's own presets on the same tensors, their output rows beside flexPrefill's
+    const others: Omit<ParityOther, 'relErr'>[] = [];
+    const alsoTensors: Record<string, { dtype: 'bf16'; shape: number[]; data: HostData }> = {};
+    for (const name of c.presets) {
+      const policy = presetByName(name);
+      const p = await planPrefill(b, inputs, policy, { minSparseLength: 0 });
+      const density = p.mask ? causalDensity(p.numBlocks, selectionsFromMask(p.mask)) : 1;
+      const r = await timedRows(b, inputs, policy, rows, c.warmup, c.reps);
+      others.push({ preset: name, ms: spread(r.times), density });
+      alsoTensors[`also_${name}`] = { dtype: 'bf16', shape: [rows.length, H, d], data: r.rows };
+    }
     await writeSafetensors(
       file,
       {
@@ -186,11 +226,12 @@ async function oursOne(ctx: SuiteContext, b: Backend, profile: ProfileName, n: n
         v: deviceTensorSource(b, inputs.v),
         rows: { dtype: 'i32', shape: [rows.length], data: Int32Array.from(rows) },
         crisp_out: { dtype: 'bf16', shape: [rows.length, H, d], data: outRows },
+        ...alsoTensors,
       },
       { metadata: { 'crisp.profile': profile, 'crisp.seed': String(seed), 'crisp.source': inputs.source } },
     );
     const jsd = plan.routing.scoreName === 'JSD distance' ? Array.from(plan.routing.scores) : undefined;
-    return { profile, n, seed, numBlocks: plan.numBlocks, routes: [...plan.routing.routes], jsd, selections, ms: spread(times) };
+    return { profile, n, seed, numBlocks: plan.numBlocks, routes: [...plan.routing.routes], jsd, selections, ms: spread(times), others };
   } finally {
     inputs.dispose();
   }
@@ -226,6 +267,7 @@ function compareOne(o: Ours, run: PeerRun): ParityRow {
     theirsJsd: run.jsd,
     oursJsd: o.jsd,
     heads: cmp.heads,
+    ...(o.others.length ? { others: o.others.map((x) => ({ ...x, relErr: run.alsoRelErr?.[x.preset] })) } : {}),
   };
 }
 
@@ -308,7 +350,7 @@ export async function paritySuite(ctx: SuiteContext, backends: readonly OpenBack
         const row = compareOne(o, run);
         result.rows.push(row);
         ctx.log(
-          `  parity ${run.name}: routes agree ${fmt(row.routeAgreement, 2)}, Jaccard ${fmt(row.meanJaccard, 3)}, density ${row.oursDensity.toFixed(3)} / ${row.theirsDensity.toFixed(3)}, err ${fmt(row.oursRelErr, 4)} / ${fmt(row.theirsRelErr, 4)}, ms ${row.oursMs.median.toFixed(2)} / ${fmt(row.theirsMs?.median, 2)}`,
+          `  parity ${run.name}: routes agree ${fmt(row.routeAgreement, 2)}, Jaccard ${fmt(row.meanJaccard, 3)}, density ${row.oursDensity.toFixed(3)} / ${row.theirsDensity.toFixed(3)}, err ${fmt(row.oursRelErr, 4)} / ${fmt(row.theirsRelErr, 4)}, ms ${row.oursMs.median.toFixed(2)} / ${fmt(row.theirsMs?.median, 2)}${(row.others ?? []).map((x) => `; ${x.preset} density ${x.density.toFixed(3)}, err ${fmt(x.relErr, 4)}, ms ${x.ms.median.toFixed(2)}`).join('')}`,
         );
       }
     } finally {
@@ -351,6 +393,25 @@ export function parityMarkdown(p: ParityResult): string[] {
       out.push(
         `| ${r.profile} | ${r.n} | ${r.seed} | ${f(r.routeAgreement, 2)} | ${r.oursPeHeads} / ${r.theirsPeHeads ?? '–'} | ${f(r.meanJaccard, 3)} (${f(r.meanJaccardSameRoute, 3)} / ${f(r.meanJaccardOtherRoute, 3)}) | ${r.oursDensity.toFixed(3)} / ${r.theirsDensity.toFixed(3)} | ${f(r.oursRelErr, 4)} / ${f(r.theirsRelErr, 4)} | ${r.oursMs.median.toFixed(2)} / ${f(r.theirsMs?.median, 2)} |`,
       );
+    }
+  }
+  const others = p.rows.filter((r) => r.others?.length);
+  if (others.length) {
+    const f = (x: number | undefined, d: number) => fmt(x, d);
+    out.push('', "### CRISP's presets against FlexPrefill's code on the same layers", '');
+    out.push(
+      "Each of CRISP's presets run on the same tensors as FlexPrefill's code above (time: sparsePrefill on the host clock, plan and attention; FlexPrefill's: CUDA events around flex_prefill_attention); error scored by the peer at the same rows. Speed-up = FlexPrefill's ms / the preset's ms.",
+      '',
+    );
+    out.push('| profile | n | seed | preset | density | error | ms | FlexPrefill density / error / ms | speed-up |');
+    out.push('|---|---|---|---|---|---|---|---|---|');
+    for (const r of others) {
+      for (const x of r.others!) {
+        const speed = r.theirsMs ? r.theirsMs.median / x.ms.median : undefined;
+        out.push(
+          `| ${r.profile} | ${r.n} | ${r.seed} | ${x.preset} | ${x.density.toFixed(3)} | ${f(x.relErr, 4)} | ${x.ms.median.toFixed(2)} | ${r.theirsDensity.toFixed(3)} / ${f(r.theirsRelErr, 4)} / ${f(r.theirsMs?.median, 2)} | ${speed === undefined ? '–' : `${speed.toFixed(2)}x`} |`,
+        );
+      }
     }
   }
   for (const s of p.skipped) out.push(`- skipped${s.profile ? ` ${s.profile}` : ''}${s.n ? ` n=${s.n}` : ''}${s.seed !== undefined ? ` seed ${s.seed}` : ''}: ${s.reason}`);
