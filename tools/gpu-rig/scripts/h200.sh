@@ -45,6 +45,10 @@
 #                512k on the llama fill with --cuda-flex-plan device: OUT/conformance,
 #                OUT/nvidia-h200-flexplan. Bounded at 500 s + 200 s (the filtered conformance is
 #                a few dozen cases).
+#   kernels      the attention layouts wgw and wgt, each checked against w32 at 4k, then timed dense and
+#                on a regular sparse pattern at 16k-512k (d 128) and 64k (d 64), and PyTorch SDPA flash
+#                and cuDNN at d 64 / 64k and d 128 / 512k (apps/bench/peers/sdpa_time.py): OUT/kernels-d128,
+#                OUT/kernels-d64, OUT/sdpa-*.json (apps/bench/results/<gpu>/kernels). ~250 s.
 #   parallel     crisp-bench's parallel suite on CUDA: the crisp plan of the @crisp/synth llama-like layer
 #                at 512k and 1M tokens (the CUDA backend's maxSequence; one GPU makes the plan, which every rank of a context-parallel
 #                run makes too), and for 2, 4 and 8 ranks the K/V bytes each rank receives against a dense
@@ -66,8 +70,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|parallel|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|parallel|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -175,6 +179,22 @@ case "$phase" in
     fi
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
     ;;
+  kernels)
+    [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
+    timeout -s KILL 130 node "$app/cuda-main.mjs" --phase kernels --layouts wgw,wgt --sweep 16384,65536,131072,524288 \
+      --budget 120 --out "$out/kernels-d128" > "$out/kernels-d128.log" 2>&1
+    rc=$?
+    timeout -s KILL 60 node "$app/cuda-main.mjs" --phase kernels --headDim 64 --layouts wgw,wgt --sweep 65536 \
+      --budget 50 --out "$out/kernels-d64" > "$out/kernels-d64.log" 2>&1 || rc=1
+    for spec in "65536 64" "524288 128"; do
+      set -- $spec
+      timeout -s KILL 90 python3 apps/bench/peers/sdpa_time.py --n "$1" --head-dim "$2" --reps 3 \
+        > "$out/sdpa-n$1-d$2.json" 2> "$out/sdpa-n$1-d$2.err" || rc=1
+    done
+    grep -h "layout" "$out"/kernels-d*.log
+    cat "$out"/sdpa-*.json
+    exit $rc
+    ;;
   parallel)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites parallel --parallel-sizes 512k,1024k \
@@ -212,7 +232,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, flexplan, parallel, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, flexplan, kernels, parallel, million, hostile)" >&2
     exit 2
     ;;
 esac
