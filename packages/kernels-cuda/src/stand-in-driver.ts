@@ -104,17 +104,19 @@ export function standInDriver(
   const log: StandInEvent[] = [];
   let next = opts.baseAddress ?? 1 << 20;
   const decodeArgs = opts.decodeArgs ?? 0;
-  // kernelParams[i] is a host pointer to argument i's bytes
-  const argsOf = (params: unknown): [number, number][] => {
+  // kernelParams[i] is a host pointer to argument i's bytes: a launch's event gets the first
+  // decodeArgs pointers and the bytes each points at (none when decodeArgs is 0)
+  const launchArgs = (params: unknown): Pick<StandInEvent, 'args' | 'argPtrs'> => {
+    if (decodeArgs === 0) return {};
     const ptrs = koffi.decode(params, 'uint64_t', decodeArgs) as BigUint64Array;
     const base = koffi.address(params) as bigint;
     // (read relative to kernelParams: koffi reads raw memory at an offset from a pointer)
-    return Array.from(ptrs, (p) => {
+    const args = Array.from(ptrs, (p): [number, number] => {
       const [lo, hi] = koffi.decode(params, Number(p - base), 'uint32_t', 2) as Uint32Array;
       return [lo, hi];
     });
+    return { args, argPtrs: Array.from(ptrs, BigInt) };
   };
-  const ptrsOf = (params: unknown): bigint[] => Array.from(koffi.decode(params, 'uint64_t', decodeArgs) as BigUint64Array, BigInt);
   let streams = 0;
   // streams are real host pointers (a launch config names its stream by address), numbered
   // in creation order from 1
@@ -245,7 +247,7 @@ export function standInDriver(
       const at = performance.now();
       const shape = rest.slice(0, 7).map(Number);
       if (refused(shape[3], shape[4], shape[5], shape[6])) return 1;
-      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), shape, ...(decodeArgs > 0 ? { args: argsOf(rest[8]), argPtrs: ptrsOf(rest[8]) } : {}) });
+      log.push({ kind: 'launch', name: f.name, at, stream: sid(rest[7]), shape, ...launchArgs(rest[8]) });
       return 0;
     },
     cuLaunchKernelEx: (config: unknown, f: { name: string }, params: unknown) => {
@@ -267,7 +269,7 @@ export function standInDriver(
       const stream = streamIds.get(v.getBigUint64(32, true));
       if (refused(shape[3], shape[4], shape[5], shape[6])) return 1;
       const attributes = Array.from({ length: v.getUint32(48, true) }, (_, i) => [v.getUint32(c.list + 72 * i, true), v.getUint32(c.list + 72 * i + 8, true)] as const);
-      log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...(decodeArgs > 0 ? { args: argsOf(params), argPtrs: ptrsOf(params) } : {}) });
+      log.push({ kind: 'launch', name: f.name, at, stream, shape, attributes, ...launchArgs(params) });
       return 0;
     },
     cuTensorMapEncodeTiled: (at: bigint, _dt: number, rank: number, address: bigint, dims: BigUint64Array, strides: BigUint64Array, box: Uint32Array, _es: Uint32Array, _il: number, swizzle: number) => {
