@@ -411,9 +411,9 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 // wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
 // shared memory at B 128, d 128).
 #define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, D, wgw_body<D, NWG, BF16, 3>)
-// wgt: wgp with K and V loaded by TMA: two tensor-map parameters after the common ones (the
-// key and value maps; a varlen launch's maps span the packed rows, and a sequence's first
-// row is its segment's kRow).
+// wgt: wgw's schedule with the consumers in ping-pong and K and V loaded by TMA: two
+// tensor-map parameters after the common ones (the key and value maps; a varlen launch's maps
+// span the packed rows, and a sequence's first row is its segment's kRow).
 #ifdef CRISP_WGMMA
 #define CRISP_TMA_CALL(D, ...)                                                                                \
   const int kRow0 = segs != nullptr ? (int)segs[blockIdx.z].kRow : 0;                                        \
