@@ -397,7 +397,6 @@ export function parityMarkdown(p: ParityResult): string[] {
   }
   const others = p.rows.filter((r) => r.others?.length);
   if (others.length) {
-    const f = (x: number | undefined, d: number) => fmt(x, d);
     out.push('', "### CRISP's presets against FlexPrefill's code on the same layers", '');
     out.push(
       "Each of CRISP's presets run on the same tensors as FlexPrefill's code above (time: sparsePrefill on the host clock, plan and attention; FlexPrefill's: CUDA events around flex_prefill_attention); error scored by the peer at the same rows. Speed-up = FlexPrefill's ms / the preset's ms.",
@@ -409,7 +408,7 @@ export function parityMarkdown(p: ParityResult): string[] {
       for (const x of r.others!) {
         const speed = r.theirsMs ? r.theirsMs.median / x.ms.median : undefined;
         out.push(
-          `| ${r.profile} | ${r.n} | ${r.seed} | ${x.preset} | ${x.density.toFixed(3)} | ${f(x.relErr, 4)} | ${x.ms.median.toFixed(2)} | ${r.theirsDensity.toFixed(3)} / ${f(r.theirsRelErr, 4)} / ${f(r.theirsMs?.median, 2)} | ${speed === undefined ? '–' : `${speed.toFixed(2)}x`} |`,
+          `| ${r.profile} | ${r.n} | ${r.seed} | ${x.preset} | ${x.density.toFixed(3)} | ${fmt(x.relErr, 4)} | ${x.ms.median.toFixed(2)} | ${r.theirsDensity.toFixed(3)} / ${fmt(r.theirsRelErr, 4)} / ${fmt(r.theirsMs?.median, 2)} | ${speed === undefined ? '–' : `${speed.toFixed(2)}x`} |`,
         );
       }
     }
