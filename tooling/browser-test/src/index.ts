@@ -53,3 +53,61 @@ export async function serveStatic(dir: string): Promise<{ url: string; server: S
   const { port } = server.address() as AddressInfo;
   return { url: `http://127.0.0.1:${port}/`, server };
 }
+
+/** A page that stopped making progress: its last progress line and how long it stood. */
+export class PageStalled extends Error {
+  constructor(
+    readonly progress: string,
+    readonly stoodMs: number,
+    readonly waitedMs: number,
+  ) {
+    super(`the page made no progress for ${(stoodMs / 1000).toFixed(0)} s (after ${(waitedMs / 1000).toFixed(0)} s in all); its last progress line: '${progress}'`);
+    this.name = 'PageStalled';
+  }
+}
+
+export interface WatchOptions {
+  /** fail when the progress line stands this long (a hang), however long the whole run takes */
+  readonly stallMs: number;
+  /** fail after this long in all, progress or not */
+  readonly totalMs: number;
+  readonly pollMs?: number;
+}
+
+/** `p`, or a rejection after `ms` (a page whose main thread is busy answers evaluate late). */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not answer in ${(ms / 1000).toFixed(0)} s`)), ms);
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Wait until `done()` says yes, polling, with a hang guard that follows the page's own progress
+ * line instead of a fixed deadline: a run that is slow because the machine is loaded keeps
+ * going while its progress line moves, and a run that hangs fails with the line it hung on.
+ */
+export async function waitWithProgress(
+  done: () => Promise<boolean>,
+  progress: () => Promise<string>,
+  opts: WatchOptions,
+): Promise<void> {
+  const t0 = Date.now();
+  let line = '';
+  let since = t0;
+  for (;;) {
+    const finished = await within(done(), opts.stallMs, 'the page').catch((e: Error) => {
+      throw new PageStalled(`${line} (${e.message})`, Date.now() - since, Date.now() - t0);
+    });
+    if (finished) return;
+    const now = Date.now();
+    const p = await within(progress(), opts.stallMs, 'the page').catch(() => line);
+    if (p !== line) {
+      line = p;
+      since = now;
+    }
+    if (now - since > opts.stallMs || now - t0 > opts.totalMs) throw new PageStalled(line, now - since, now - t0);
+    await new Promise((r) => setTimeout(r, opts.pollMs ?? 500));
+  }
+}

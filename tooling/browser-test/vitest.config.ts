@@ -1,0 +1,3 @@
+import { crispVitest } from '../vitest.preset';
+
+export default crispVitest;
