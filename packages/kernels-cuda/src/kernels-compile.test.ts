@@ -14,13 +14,14 @@ const files = readdirSync(kernelDir, { recursive: true })
   .filter((f) => f.endsWith('.cu'));
 
 describe('kernel sources', () => {
-  it('ships the nine kernel files, in folders by role', () => {
+  it('ships the ten kernel files, in folders by role', () => {
     expect(files.sort()).toEqual([
       'attention/attention-wgmma.cu',
       'attention/attention.cu',
       'fill/fill.cu',
       'mask/mask.cu',
       'pe/pe.cu',
+      'proxy/proxy-reduce.cu',
       'proxy/proxy-wgmma.cu',
       'proxy/proxy.cu',
       'route/route.cu',
@@ -70,7 +71,7 @@ describe('programmatic launches', () => {
 describe('kernel parameter counts (checked at every launch)', () => {
   it('reads each written-out kernel signature, skipping macro lines', async () => {
     const { kernelParamCounts } = await import('./runtime/compile.js');
-    const c = kernelParamCounts(kernelSource(kernelDir, 'proxy/proxy.cu'));
+    const c = kernelParamCounts(kernelSource(kernelDir, 'proxy/proxy-reduce.cu'));
     expect(c.get('proxy_cstruct')).toBe(9);
     expect(c.get('proxy_combine')).toBe(10);
     expect(c.get('proxy_fused_sums')).toBe(10);

@@ -178,7 +178,7 @@ export function peParts(
   try {
     if (!reused) {
       const bm = `block_means_${dtype}`;
-      cx.launch('proxy/proxy.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
+      cx.launch('proxy/proxy-reduce.cu', bm, [Nb, Hkv], D, 0, [P(kt.ptr), P(km.ptr), I(n), I(Hkv), I(D), I(B), I(0)]);
     }
     for (const l of lists) {
       // this list's Q̄ rows start at its first slot

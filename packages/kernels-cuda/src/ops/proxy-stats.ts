@@ -57,7 +57,7 @@ export function defaultProxyLayout(computeCapability: readonly [number, number])
 }
 
 const LOG2E = Math.LOG2E;
-/** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy/proxy.cu) */
+/** keys per proxy-statistics CTA (PART_KEYS in kernels/proxy/proxy-common.cuh) */
 const PART_KEYS = 1024;
 
 /** The proxy passes' kernels for one configuration (ProxyStatsOp.#passNames). */
@@ -250,7 +250,7 @@ export class ProxyStatsOp {
       // cuMemAlloc (0.31 ms at 128k in a trace on the H200)
       const out = cx.allocTraced(() => cx.pool.allocBatch((outLen + 1) * 8, 16));
       blocks.push(out);
-      cx.launch('proxy/proxy.cu', 'proxy_combine', [Math.ceil((H * b * 32) / 256)], 256, 0, [
+      cx.launch('proxy/proxy-reduce.cu', 'proxy_combine', [Math.ceil((H * b * 32) / 256)], 256, 0, [
         P(pm.ptr),
         P(pl.ptr),
         P(pt.ptr),
@@ -275,7 +275,7 @@ export class ProxyStatsOp {
       if (bins) {
         if (tail) cx.streams.fence(cx.streams.main, tail);
         cx.streams.onStream(tail ?? cx.streams.main, () =>
-          cx.launch('proxy/proxy.cu', 'proxy_cstruct', [nParts, H], 32, 0, [
+          cx.launch('proxy/proxy-reduce.cu', 'proxy_cstruct', [nParts, H], 32, 0, [
             P(bins.ptr),
             P(pm.ptr),
             P(lse2.ptr),
@@ -292,7 +292,7 @@ export class ProxyStatsOp {
           tailDone = cstructReady;
         }
         // the rows' bins weighted by 2^(m − lse) into pass 2b's outputs, the window's left out
-        cx.launch('proxy/proxy.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
+        cx.launch('proxy/proxy-reduce.cu', 'proxy_fused_sums', [nParts, H], 256, 0, [
           P(bins.ptr),
           P(pm.ptr),
           P(lse2.ptr),
@@ -350,7 +350,7 @@ export class ProxyStatsOp {
       const sums = [P(av.ptr), P(sp.ptr), P(qm ? qm.ptr : 0), P(km ? km.ptr : 0)];
       const shape = [P(st), I(n), I(H), I(Hkv), I(b), I(B), I(nParts), I(D), F(scale), I(Nb)];
       cx.launch(
-        'proxy/proxy.cu',
+        'proxy/proxy-reduce.cu',
         tokens ? 'proxy_blocks' : 'proxy_blocks_b',
         // (proxy_blocks: a block a warp; proxy_blocks_b: BB_J = 4 blocks a warp)
         [Math.ceil(Nb / (tokens ? 4 : 16)), H],
@@ -364,7 +364,7 @@ export class ProxyStatsOp {
       try {
         cx.streams.onStream(tail ?? cx.streams.main, () => {
           // (the fused pass: neither av nor winPart, C_struct is proxy_cstruct's)
-          cx.launch('proxy/proxy.cu', 'proxy_heads', [H], 256, 0, [
+          cx.launch('proxy/proxy-reduce.cu', 'proxy_heads', [H], 256, 0, [
             P(tokens ? av.ptr : 0),
             P(win && !bins ? win.ptr : 0),
             // (the lean pass: no entropy sums, the entropy 0)
@@ -379,7 +379,7 @@ export class ProxyStatsOp {
             I(nParts),
           ]);
           check(cx.libs, cx.libs.cu.cuMemsetD32Async(out.ptr, 0, 2, cx.streams.cur), 'cuMemsetD32Async');
-          cx.launch('proxy/proxy.cu', 'count_nonfinite_f64', [Math.min(cx.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
+          cx.launch('proxy/proxy-reduce.cu', 'count_nonfinite_f64', [Math.min(cx.info.multiprocessors, Math.ceil(outLen / 256))], 256, 0, [
             P(st),
             I(outLen),
             P(out.ptr),
