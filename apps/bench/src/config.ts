@@ -105,6 +105,12 @@ export interface BenchConfig {
     readonly gpuProfiles: readonly ProfileName[];
     /** query rows sampled for mass recall and output error (float64, host) */
     readonly rows: number;
+    /**
+     * FlexPrefill at these coverage γ (its VS and PE selections) beside the presets, for the
+     * comparison at matched error (the report finds the smallest γ whose error is within
+     * crispGuarded's); empty: none. Absent in results written before it existed.
+     */
+    readonly flexGammas?: readonly number[];
   };
   readonly onCurve: {
     /** score-vector sizes (pure TS, no backend) */
@@ -218,7 +224,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         freshInputs: false,
         hostTimings: false,
       },
-      accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8 },
+      accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8, flexGammas: [] },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
       floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
       tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
@@ -249,7 +255,14 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       freshInputs: false,
       hostTimings: false,
     },
-    accuracy: { sizes: [8192], shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: ALL_PROFILE_NAMES, gpuProfiles: ALL_PROFILE_NAMES, rows: 32 },
+    accuracy: {
+      sizes: [8192],
+      shape: { heads: 16, kvHeads: 4, headDim: 64 },
+      profiles: ALL_PROFILE_NAMES,
+      gpuProfiles: ALL_PROFILE_NAMES,
+      rows: 32,
+      flexGammas: [0.98, 0.99, 0.995, 0.999],
+    },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },
     tfjs: { sizes: [8192, 16384, 32768], shape: { heads: 32, kvHeads: 8, headDim: 128 }, reps: 3, warmup: 1, copyN: 16384 },

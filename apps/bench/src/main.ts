@@ -72,6 +72,10 @@ function program(): Command {
     .option('--acc-shape <H,Hkv,d>', 'accuracy and floors shape')
     .option('--acc-profiles <list>', `accuracy: @crisp/synth profiles, a comma-separated subset of ${ALL_PROFILE_NAMES.join(',')} (default: all of them; smoke: the first four)`)
     .option('--acc-rows <count>', 'query rows sampled for mass recall and output error')
+    .option(
+      '--acc-flex-gammas <list>',
+      "accuracy: FlexPrefill at these coverage γ (each in (0, 1)) beside the presets, for the comparison at matched error; 'none' for none (default: 0.98,0.99,0.995,0.999; smoke: none)",
+    )
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
     .option('--floors-n <n>', 'n for the floors comparison')
@@ -196,6 +200,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
         ? { profiles: list(o.accProfiles, ALL_PROFILE_NAMES, 'profile'), gpuProfiles: list(o.accProfiles, ALL_PROFILE_NAMES, 'profile') }
         : {}),
       rows: num(o.accRows, 'acc-rows', 1) ?? base.accuracy.rows,
+      flexGammas: typeof o.accFlexGammas === 'string' ? gammaList(o.accFlexGammas) : base.accuracy.flexGammas,
     },
     onCurve: {
       ...base.onCurve,
@@ -223,6 +228,13 @@ function rankList(text: string): number[] {
   const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
   if (out.length === 0 || out.some((x) => !Number.isInteger(x) || x < 2)) throw new Error(`bad rank list '${text}': use comma-separated integers >= 2 (e.g. 2,4,8)`);
   return out;
+}
+
+function gammaList(text: string): number[] {
+  if (text.trim() === 'none') return [];
+  const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
+  if (out.length === 0 || out.some((x) => !(x > 0 && x < 1))) throw new Error(`bad γ list '${text}': use comma-separated numbers in (0, 1) (e.g. 0.99,0.995), or 'none'`);
+  return [...new Set(out)].sort((a, b) => a - b);
 }
 
 /** One size: 8192 or 8k. */

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultConfig } from './config.js';
 import { mergeResults, readResult } from './merge.js';
-import { headline, markdown, suiteCommands } from './report.js';
+import { headline, markdown, matchedErrorMarkdown, suiteCommands } from './report.js';
 import type { BenchResult } from './result.js';
 import { floorSummary } from './suites/floors.js';
 import type { LatencyRow } from './suites/latency.js';
@@ -181,5 +181,53 @@ describe('floorSummary', () => {
     ]);
     writeFileSync(join(dir, 'other.json'), JSON.stringify({ ...old, schema: 'other/2' }));
     expect(() => readResult(join(dir, 'other.json'))).toThrow(/not a crisp-bench\/1 result \(schema 'other\/2'\)/);
+  });
+});
+
+describe('matchedErrorMarkdown', () => {
+  const acc = (profile: string, policy: string, outputError: number, density: number) => ({
+    backend: 'reference',
+    profile,
+    n: 16384,
+    policy,
+    massRecall: 0.99,
+    outputError,
+    needleRecall: 1,
+    needleOutputRecall: 1,
+    needles: 2,
+    density,
+    vsHeads: 4,
+    planMs: 1,
+    worstHeadError: outputError,
+    worstHead: 0,
+    minProxyRecall: 0.9,
+    meanProxyRecall: 0.95,
+    guardedHeads: 0,
+  });
+
+  it("finds the smallest γ whose error is within crispGuarded's, or says none reached it", () => {
+    const lines = matchedErrorMarkdown([
+      acc('p', 'crispGuarded', 0.01, 0.2),
+      acc('p', 'crisp', 0.02, 0.15),
+      acc('p', 'flexPrefill', 0.05, 0.14),
+      // listed out of order: the table goes by γ
+      acc('p', 'flexPrefill(γ=0.995)', 0.008, 0.3),
+      acc('p', 'flexPrefill(γ=0.99)', 0.012, 0.25),
+      acc('q', 'crispGuarded', 0.01, 0.2),
+      acc('q', 'flexPrefill', 0.05, 0.14),
+      acc('q', 'flexPrefill(γ=0.99)', 0.03, 0.25),
+      acc('q', 'flexPrefill(γ=0.999)', 0.02, 0.4),
+    ]).join('\n');
+    expect(lines).toContain('| reference | p | 16k | 0.0100 / 0.200 | 0.0500 / 0.140 | γ=0.995: 0.0080 / 0.300 (1.50x) |');
+    expect(lines).toContain('| reference | q | 16k | 0.0100 / 0.200 | 0.0500 / 0.140 | none up to γ=0.999 (0.0200 / 0.400, 2.00x the blocks at 2.0x the error) |');
+  });
+
+  it('takes the preset itself when it is already within the error', () => {
+    const lines = matchedErrorMarkdown([acc('p', 'crispGuarded', 0.05, 0.2), acc('p', 'flexPrefill', 0.04, 0.1), acc('p', 'flexPrefill(γ=0.99)', 0.01, 0.3)]).join('\n');
+    expect(lines).toContain('| γ=0.95: 0.0400 / 0.100 (0.50x) |');
+  });
+
+  it('is empty without the swept rows (results from before them, or --acc-flex-gammas none)', () => {
+    expect(matchedErrorMarkdown([acc('p', 'crispGuarded', 0.01, 0.2), acc('p', 'flexPrefill', 0.05, 0.14)])).toEqual([]);
   });
 });

@@ -39,6 +39,53 @@ function producedBy(r: BenchResult, suite: string): string {
   return `Reproduce: ${cmds.map((c) => `\`${c}\``).join(', then ')} (from the repository root${cmds.length > 1 ? '; each with --merge into the same --out' : ''}).`;
 }
 
+type AccRow = NonNullable<BenchResult['suites']['accuracy']>['rows'][number];
+
+/**
+ * crispGuarded against FlexPrefill at matched error: for each input the smallest γ of the
+ * flexPrefill(γ=…) rows whose output error is within crispGuarded's, and its density. Empty
+ * when the run measured no such rows (--acc-flex-gammas none, or results from before them).
+ */
+export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
+  const gammaOf = (policy: string): number | undefined => {
+    const m = /^flexPrefill\(γ=([0-9.]+)\)$/.exec(policy);
+    return m ? Number(m[1]) : undefined;
+  };
+  const inputs = new Map<string, AccRow[]>();
+  for (const x of rows) {
+    const key = `${x.backend}|${x.profile}|${x.n}`;
+    inputs.set(key, [...(inputs.get(key) ?? []), x]);
+  }
+  const lines: string[][] = [];
+  for (const group of inputs.values()) {
+    const guarded = group.find((x) => x.policy === 'crispGuarded');
+    const flex = group.find((x) => x.policy === 'flexPrefill');
+    const swept = group.filter((x) => gammaOf(x.policy) !== undefined).sort((a, b) => gammaOf(a.policy)! - gammaOf(b.policy)!);
+    if (!guarded || !flex || swept.length === 0) continue;
+    const all = [{ ...flex, policy: 'flexPrefill(γ=0.95)' }, ...swept];
+    const match = all.find((x) => x.outputError <= guarded.outputError);
+    const last = all[all.length - 1];
+    const g = guarded;
+    lines.push([
+      g.backend,
+      g.profile,
+      kn(g.n),
+      `${f(g.outputError, 4)} / ${f(g.density)}`,
+      `${f(flex.outputError, 4)} / ${f(flex.density)}`,
+      match
+        ? `γ=${gammaOf(match.policy)}: ${f(match.outputError, 4)} / ${f(match.density)} (${f(match.density / g.density, 2)}x)`
+        : `none up to γ=${gammaOf(last.policy)} (${f(last.outputError, 4)} / ${f(last.density)}, ${f(last.density / g.density, 2)}x the blocks at ${f(last.outputError / g.outputError, 1)}x the error)`,
+    ]);
+  }
+  if (lines.length === 0) return [];
+  return [
+    '',
+    "crispGuarded against FlexPrefill at matched error. FlexPrefill's knob is its coverage γ (0.95 in the preset, for its VS and PE selections alike); the same inputs were planned at the γ listed in the config, and the last column is the smallest γ whose output error is within crispGuarded's, with its density and its blocks relative to crispGuarded's:",
+    '',
+    table(['backend', 'profile', 'n', 'crispGuarded error / density', 'flexPrefill (γ=0.95) error / density', 'flexPrefill at crispGuarded\'s error'], lines),
+  ];
+}
+
 function table(head: string[], rows: string[][]): string {
   return [`| ${head.join(' | ')} |`, `|${head.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
 }
@@ -192,6 +239,7 @@ export function markdown(r: BenchResult): string {
       ),
     );
     for (const s of acc.skipped) out.push(`- skipped ${s.backend} ${s.profile} n=${kn(s.n)}: ${s.reason}`);
+    out.push(...matchedErrorMarkdown(acc.rows));
   }
   const curve = r.suites.onCurve;
   if (curve) {

@@ -7,6 +7,7 @@
  */
 import type { DType, Policy } from '@crisp/core';
 import { crisp, crispFast, crispGuarded, flexPrefill } from '@crisp/presets';
+import { cumulativeCoverage, globalCoverage } from '@crisp/select';
 import type { OpenBackend } from '../backends.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
 import { denseReference, evaluatePolicies, type MaskMetrics, type RoutingMetrics } from '../evaluate.js';
@@ -42,10 +43,29 @@ export interface AccuracyResult {
  */
 export const crispGuardedExcess2: Policy = Object.freeze({ ...crispGuarded, name: 'crispGuarded(peVsExcess=2)', peVsExcess: 2 });
 
+/**
+ * The flexPrefill preset with coverage γ for both its selections (VS: cumulative coverage of
+ * the proxy rows' token scores; PE: γ of the pooled map), the rest unchanged: FlexPrefill's
+ * own knob for trading blocks for accuracy, for the comparison at matched error.
+ */
+export function flexPrefillAtGamma(gamma: number): Policy {
+  const kMin = flexPrefill.pe!.kMin;
+  return Object.freeze({
+    ...flexPrefill,
+    name: flexAtGammaName(gamma),
+    vs: cumulativeCoverage({ gamma, kMin }),
+    pe: globalCoverage({ gamma, kMin }),
+  });
+}
+
+export const flexAtGammaName = (gamma: number): string => `flexPrefill(γ=${gamma})`;
+
 /** Accuracy inputs stay in f32 where the backend has it (CUDA: bf16). */
 export function accuracyDtype(ob: OpenBackend): DType {
   return ob.backend?.capabilities.dtypes.includes('f32') ? 'f32' : 'bf16';
 }
+
+const presets: readonly Policy[] = [crisp, crispFast, crispGuarded, crispGuardedExcess2, flexPrefill];
 
 export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBackend[]): Promise<AccuracyResult> {
   const c = ctx.config.accuracy;
@@ -84,7 +104,7 @@ export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBa
             tDense = performance.now() - t1;
           }
           const r = await withTimeout(
-            evaluatePolicies(b, sc, host, [crisp, crispFast, crispGuarded, crispGuardedExcess2, flexPrefill], c.rows, accuracyDtype(ob), ref),
+            evaluatePolicies(b, sc, host, [...presets, ...(c.flexGammas ?? []).map(flexPrefillAtGamma)], c.rows, accuracyDtype(ob), ref),
             600_000,
             `accuracy ${ob.name} ${profile} n=${n}`,
           );
