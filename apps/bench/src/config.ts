@@ -49,6 +49,8 @@ export interface BenchConfig {
   readonly cudaPdl?: boolean;
   /** the CUDA backend's `flexPrefillOnDevice` (undefined: the backend's default, on) */
   readonly cudaFlexOnDevice?: boolean;
+  /** CUDA: the backend's peVsExcessOnDevice (crispGuarded's narrowed PE lists on the device planner); undefined: the backend's default (host) */
+  readonly cudaGuardOnDevice?: boolean;
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

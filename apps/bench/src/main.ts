@@ -96,6 +96,10 @@ function program(): Command {
     .option('--cuda-schedule <mode>', "CUDA: how the host thread waits for the GPU (the primary context's scheduling flags): auto (default: left as they are), spin, yield or blocking")
     .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); w32 (every GPU) or wg (sm_90 wgmma)")
     .option('--cuda-pdl <on|off>', "CUDA: launch the plan's small kernels after the proxy pass programmatically (default on where the GPU, sm_90 and later, and the driver have it); off: plain launches, for A/B runs")
+    .option(
+      '--cuda-guard-plan <host|device>',
+      "CUDA: where crispGuarded's plan is made: host (the backend's default until its narrowed PE lists pass conformance on a GPU) or device (the backend's peVsExcessOnDevice)",
+    )
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
@@ -144,6 +148,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       : {}),
     ...(typeof o.cudaPdl === 'string' ? { cudaPdl: list(o.cudaPdl, ['on', 'off'], 'CUDA programmatic launch setting')[0] === 'on' } : {}),
     ...(typeof o.cudaFlexPlan === 'string' ? { cudaFlexOnDevice: list(o.cudaFlexPlan, ['host', 'device'], "CUDA flexPrefill plan setting")[0] === 'device' } : {}),
+    ...(typeof o.cudaGuardPlan === 'string' ? { cudaGuardOnDevice: list(o.cudaGuardPlan, ['host', 'device'], 'CUDA crispGuarded plan setting')[0] === 'device' } : {}),
     suites: typeof o.suites === 'string' ? list(o.suites, SUITE_NAMES, 'suite') : base.suites,
     latency: {
       ...base.latency,
@@ -294,6 +299,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
         ...(config.cudaProxyLayout ? { proxyLayout: config.cudaProxyLayout } : {}),
         ...(config.cudaPdl === undefined ? {} : { programmaticLaunch: config.cudaPdl }),
         ...(config.cudaFlexOnDevice === undefined ? {} : { flexPrefillOnDevice: config.cudaFlexOnDevice }),
+        ...(config.cudaGuardOnDevice === undefined ? {} : { peVsExcessOnDevice: config.cudaGuardOnDevice }),
       });
       log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
       opened.push(ob);

@@ -49,6 +49,10 @@ describe('parseSizes', () => {
     expect(resolveConfig({ cudaFlexPlan: 'device' }).cudaFlexOnDevice).toBe(true);
     expect(resolveConfig({ cudaFlexPlan: 'host' }).cudaFlexOnDevice).toBe(false);
     expect(() => resolveConfig({ cudaFlexPlan: 'gpu' })).toThrow(/gpu/);
+    expect(resolveConfig({}).cudaGuardOnDevice).toBeUndefined();
+    expect(resolveConfig({ cudaGuardPlan: 'device' }).cudaGuardOnDevice).toBe(true);
+    expect(resolveConfig({ cudaGuardPlan: 'host' }).cudaGuardOnDevice).toBe(false);
+    expect(() => resolveConfig({ cudaGuardPlan: 'gpu' })).toThrow(/gpu/);
     expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
     expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);
     expect(() => resolveConfig({ jitWarmup: '-1' })).toThrow(/jit-warmup/);

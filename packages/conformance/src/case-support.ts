@@ -77,6 +77,8 @@ export interface ConformanceCase {
     readonly chunked: boolean;
     readonly deviceSelector?: DeviceSelectorRule['kind'];
     readonly deviceRouter?: DeviceRouterRule['kind'];
+    /** the backend's planner narrows PE heads' lists on the device (`DevicePlanner.peVsExcess`) */
+    readonly narrowedPeLists?: boolean;
     /** the backend returns the LSE (`capabilities.logSumExp`) */
     readonly lse?: boolean;
     /** a ragged batch: the backend's varlenAttention (and sliceRows for the pipeline) */

@@ -474,7 +474,7 @@ export function buildCases(o: CaseListOptions): ConformanceCase[] {
       const chunked = (s.m ?? s.n) !== s.n;
       if (use !== 'pipeline') {
         if (i === 0) out.push(transferCase(dtype, s), typedErrorsCase(dtype, s), nonFiniteCase(dtype, s));
-        out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s), devicePlanCase(dtype, s), devicePlanCase(dtype, s, true));
+        out.push(proxyStatsCase(dtype, s), peCase(dtype, s), deviceSelectCase(dtype, s), devicePlanCase(dtype, s), devicePlanCase(dtype, s, true), devicePlanCase(dtype, s, true, true));
         out.push(devicePlanCoverageCase(dtype, s));
         // (the mask expansion does not depend on q: once a shape, not again for its chunks)
         if (!chunked) for (const f of FORMS) out.push(expandCase(dtype, s, f));

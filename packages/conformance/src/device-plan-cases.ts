@@ -102,10 +102,12 @@ export function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
  * on the same statistics: the cStruct rule's routes, the noise floor's lists, the backend's
  * own peBlockRows for the routed PE heads (checked against the reference by peBlockRows'
  * case), and the union's block counts. τ sits between two heads' C_struct, so both routes
- * occur.
+ * occur. `narrowed` (with `guarded`): the PE heads' lists narrowed as Policy.peVsExcess does,
+ * with a band of C_struct (Policy.peVsFullAnchor) that keeps the full lists on some PE heads.
  */
-export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): ConformanceCase {
-  const c = makeCase(`devicePlan${guarded ? 'Guarded' : ''}/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
+export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narrowed = false): ConformanceCase {
+  const kind = narrowed ? 'Narrowed' : guarded ? 'Guarded' : '';
+  const c = makeCase(`devicePlan${kind}/${shapeName(s)}/${dtype}`, dtype, s, s.blockSize, async (ctx, r) => {
     const x = attentionInputs(r, dtype, s);
     const B = s.blockSize;
     const be = ctx.backend;
@@ -126,7 +128,11 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
     const route: DeviceRouterRule = residual
       ? { kind: 'anyPe', rules: [{ kind: 'cStruct', tauProxy }, { kind: 'residualJsd', tau: residual.tau, minResidual: 0 }] }
       : { kind: 'cStruct', tauProxy };
-    const res = await be.planner!.plan({ stats, route, vs: rule, peK, pe: { q: d.q, k: d.k, gamma }, ...(guarded ? { peWithVs: true } : {}) });
+    // narrowed: κ about 1 (about half of a random input's blocks pass p_v > κ ā), and the
+    // band [0, a midpoint between the two smallest C_struct): the lowest heads keep the full
+    // lists, the rest are narrowed
+    const narrow = narrowed ? { peVsExcess: 0.8 + 0.4 * r(), peVsFullAnchor: lowestBand(await be.proxyStats(d.q, d.k, opts)) } : undefined;
+    const res = await be.planner!.plan({ stats, route, vs: rule, peK, pe: { q: d.q, k: d.k, gamma }, ...(guarded ? { peWithVs: true } : {}), ...narrow });
     const lines: string[] = [];
     const outs: DeviceTensor[] = [];
     try {
@@ -141,7 +147,10 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
       if (residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= tauProxy)) {
         lines.push(`residual τ ${residual.tau} sent no head to PE by its residual alone`);
       }
-      const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK, guarded);
+      const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK, guarded, narrow?.peVsExcess, narrow?.peVsFullAnchor);
+      if (narrow && residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= narrow.peVsFullAnchor.below)) {
+        lines.push(`the band [0, ${narrow.peVsFullAnchor.below}) of C_struct left no PE head to narrow`);
+      }
       const peHeads = routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       // (guarded: the residual test may send every head cStruct keeps to PE where it has no
       // split, e.g. with Nb = 3, where the one residual block gives every head distance 0)
@@ -156,7 +165,13 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false): Con
     }
     return outcome(lines.length ? 1 : 0, 0, lines);
   });
-  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: guarded ? 'anyPe' : 'cStruct' } };
+  return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: guarded ? 'anyPe' : 'cStruct', ...(narrowed ? { narrowedPeLists: true } : {}) } };
+}
+
+/** [0, a midpoint between the two smallest distinct C_struct values) (all heads' when they are equal). */
+function lowestBand(st: ProxyStats): { from: number; below: number } {
+  const c = [...new Set(Array.from(st.cStruct))].sort((a, b) => a - b);
+  return { from: 0, below: c.length > 1 ? (c[0] + c[1]) / 2 : Math.min(1, c[0] + 1e-6) };
 }
 
 type Geometry = { readonly heads: number; readonly numBlocks: number; readonly blockSize: number };

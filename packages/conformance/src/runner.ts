@@ -119,6 +119,9 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (c.needs.deviceRouter && !backend.planner?.routers.includes(c.needs.deviceRouter)) {
     return `backend does not route with ${c.needs.deviceRouter} on the device`;
   }
+  if (c.needs.narrowedPeLists && backend.planner?.peVsExcess !== true) {
+    return "backend's planner does not narrow PE heads' lists on the device (DevicePlanner.peVsExcess; CUDA: peVsExcessOnDevice)";
+  }
   return undefined;
 }
 

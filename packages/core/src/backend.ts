@@ -115,6 +115,13 @@ export interface DevicePlanRequest {
   readonly pe: { readonly q: DeviceTensor; readonly k: DeviceTensor; readonly gamma: number; readonly scale?: number };
   /** PE heads keep the `vs` rule's lists beside their peK best (Policy.peWithVs); only for a planner with `peWithVs` */
   readonly peWithVs?: boolean;
+  /**
+   * With `peWithVs`, narrow PE heads' vertical lists to p_v[J] > peVsExcess · ā[J] and drop
+   * their extra slash lists, except heads whose C_struct lies in `peVsFullAnchor`
+   * (Policy.peVsExcess, Policy.peVsFullAnchor); only for a planner with `peVsExcess`
+   */
+  readonly peVsExcess?: number;
+  readonly peVsFullAnchor?: { readonly from: number; readonly below: number };
 }
 
 export interface DevicePlanResult {
@@ -170,6 +177,8 @@ export interface DevicePlanner {
   readonly selectors: readonly DeviceSelectorRule['kind'][];
   /** whether `plan` runs `peWithVs` requests (Policy.peWithVs); absent: it does not */
   readonly peWithVs?: boolean;
+  /** whether `plan` runs `peVsExcess` requests beside the noise floor (Policy.peVsExcess, peVsFullAnchor); absent: it does not */
+  readonly peVsExcess?: boolean;
   /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.readBlockCounts()`. */
   plan(req: DevicePlanRequest): Promise<DevicePlanResult>;
 }

@@ -218,6 +218,17 @@ export interface Policy {
    */
   readonly peVsExcess?: number;
   /**
+   * With `peVsExcess`: the PE heads whose anchor mass C_struct lies in [from, below) keep the
+   * full VS lists all the same (no narrowing). Those are the mixed heads hard routing fails
+   * on: a real sink, but too little anchor mass for VS, and needles or stripes beside a
+   * content-driven part the pooled map smooths; the lists the narrowing would drop carry
+   * mass their PE rows miss. Heads below `from` (little anchor mass: diffuse) and at or above
+   * `below` (sent to PE by another test, e.g. residualJsd: their mass off the anchors is
+   * content-driven, which the pooled map reads) keep the narrowed lists. `below` is usually
+   * the C_struct router's τ_proxy. Absent: every PE head is narrowed.
+   */
+  readonly peVsFullAnchor?: { readonly from: number; readonly below: number };
+  /**
    * The recall guard, 0 < recallTarget <= 1: every head whose proxy recall (the proxy rows'
    * mass inside its last query-block row, `PrefillPlan.proxyRecall`) is below it gets the key
    * blocks of largest proxy mass that row lacks, as vertical blocks, until it reaches it.

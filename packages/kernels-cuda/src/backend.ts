@@ -106,6 +106,15 @@ export interface CudaBackendOptions {
    */
   readonly flexPrefillOnDevice?: boolean;
   /**
+   * The narrowed lists of PE heads (Policy.peVsExcess and peVsFullAnchor, which
+   * `crispGuarded` sets) in the device planner's selection (select.cu's vs_select), so that
+   * `crispGuarded`'s plan stays device work. Default false until the conformance cases
+   * `deviceSelectNarrowed`, `devicePlanGuarded` and `pipeline/crispGuarded*` have passed on a
+   * GPU: without it such plans are made on the host (correct, and slower: the host reads the
+   * statistics back and selects there).
+   */
+  readonly peVsExcessOnDevice?: boolean;
+  /**
    * Testing: a fault injector between the backend and the driver (CudaFaults: failed
    * allocations and launches, a faulted context), for checking what the backend does under
    * each fault. Leave unset in production.
@@ -151,6 +160,9 @@ export class CudaBackend implements Backend {
     if (opts.flexPrefillOnDevice !== undefined && typeof opts.flexPrefillOnDevice !== 'boolean') {
       throw new InvalidArgumentError(`flexPrefillOnDevice must be true or false; got ${String(opts.flexPrefillOnDevice)}`);
     }
+    if (opts.peVsExcessOnDevice !== undefined && typeof opts.peVsExcessOnDevice !== 'boolean') {
+      throw new InvalidArgumentError(`peVsExcessOnDevice must be true or false; got ${String(opts.peVsExcessOnDevice)}`);
+    }
     const driver = opts.faults ? opts.faults.wrap(libs) : libs;
     const cx = new CudaContext(driver, opts, opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir);
     this.#cx = cx;
@@ -165,7 +177,7 @@ export class CudaBackend implements Backend {
     this.#kept = new KeptStats(cx);
     this.#proxy = new ProxyStatsOp(cx, this.#kept, layout, opts.proxyFused ?? true);
     this.#attention = new AttentionOp(cx, this.#kept, variant);
-    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice !== false);
+    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice !== false, opts.peVsExcessOnDevice === true);
   }
 
   get attentionVariant(): AttentionVariant {

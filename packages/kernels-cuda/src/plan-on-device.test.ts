@@ -91,9 +91,9 @@ describe('the device planner (stand-in driver)', () => {
     be.dispose();
   });
 
-  it('runs crispGuarded on the device: the residual test before the routes on the main stream, the noise floor for PE heads too', async () => {
-    const s = standInDriver({ heads: H, decodeArgs: 11 });
-    const be = new CudaBackend(s.libs, { cacheDir: null });
+  it('runs crispGuarded on the device with peVsExcessOnDevice: the residual test before the routes on the main stream, the noise floor for PE heads too, narrowed', async () => {
+    const s = standInDriver({ heads: H, decodeArgs: 16 });
+    const be = new CudaBackend(s.libs, { cacheDir: null, peVsExcessOnDevice: true });
     const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
     releasePlan(await planPrefill(be, inputs, crispGuarded, { minSparseLength: 0 }));
     s.log.length = 0;
@@ -115,8 +115,17 @@ describe('the device planner (stand-in driver)', () => {
     const route = launches.find((e) => e.name === 'route_cstruct')!;
     expect(route.args![5][0]).toBe(3);
     expect(route.args![6][0]).not.toBe(0);
-    // vs_select's last argument: peWithVs
-    expect(launches.find((e) => e.name === 'vs_select')!.args![10][0]).toBe(1);
+    // vs_select: peWithVs, then the narrowing: ā and C_struct where the statistics are kept,
+    // κ and the band of C_struct that keeps the full lists (crispGuarded's)
+    const sel = launches.find((e) => e.name === 'vs_select')!.args!;
+    expect(sel[10][0]).toBe(1);
+    const ptr = (a: readonly number[]) => a[0] + a[1] * 2 ** 32;
+    const f64 = (a: readonly number[]) => new Float64Array(Uint32Array.from([a[0], a[1]]).buffer)[0];
+    expect(ptr(sel[11])).not.toBe(0);
+    // C_struct follows the kept buffer's non-finite count; p_v follows C_struct and the entropies
+    expect(ptr(sel[0]) - ptr(sel[12])).toBe(2 * H * 8);
+    expect(ptr(sel[11]) - ptr(sel[0])).toBe(2 * H * (n / 128) * 8);
+    expect([f64(sel[13]), f64(sel[14]), f64(sel[15])]).toEqual([crispGuarded.peVsExcess, crispGuarded.peVsFullAnchor!.from, crispGuarded.peVsFullAnchor!.below]);
     const streams = be.stopTrace().filter((e) => e.name === 'route_residual' || e.name === 'route_cstruct').map((e) => e.stream);
     expect(streams).toEqual(['main', 'main']);
     // crisp's plan: no residual test, peWithVs 0
@@ -126,6 +135,24 @@ describe('the device planner (stand-in driver)', () => {
     const plain = s.log.filter((e) => e.kind === 'launch');
     expect(plain.some((e) => e.name === 'route_residual')).toBe(false);
     expect(plain.find((e) => e.name === 'vs_select')!.args![10][0]).toBe(0);
+    expect(plain.find((e) => e.name === 'vs_select')!.args![13]).toEqual([0, 0]);
+    be.dispose();
+  });
+
+  it('makes crispGuarded\'s plan on the host without peVsExcessOnDevice (the default), with the same routes and lists', async () => {
+    const s = standInDriver({ heads: H });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    expect(be.planner.peVsExcess).toBe(false);
+    const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+    s.log.length = 0;
+    const plan = await planPrefill(be, inputs, crispGuarded, { minSparseLength: 0 });
+    const names = s.log.filter((e) => e.kind === 'launch').map((e) => e.name as string);
+    expect(plan.prepared).toBeUndefined();
+    expect(names).not.toContain('vs_select');
+    expect(names).not.toContain('route_residual');
+    // the same plan a device planner would make is the host rule's: every head PE on the zeros
+    expect(plan.routing?.routes).toEqual(Array(H).fill('pe'));
+    releasePlan(plan);
     be.dispose();
   });
 

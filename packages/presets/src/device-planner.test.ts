@@ -39,7 +39,7 @@ import { crisp, crispGuarded, flexPrefill } from './index.js';
 type Prepared = PreparedMask & { readonly rows: BlockMask['rows'] };
 
 /** The reference backend plus a planner running the device rules on the host. */
-function withPlanner(base: Backend) {
+function withPlanner(base: Backend, narrows = true) {
   const log = { planned: 0, ranWithPrepared: 0, deferred: [] as boolean[], peWithVs: [] as boolean[], reads: [] as number[], outputs: [] as { disposed: boolean }[] };
   const live: Prepared[] = [];
   // a head whose device route is turned over (the device disagreeing with the host router there)
@@ -65,7 +65,7 @@ function withPlanner(base: Backend) {
     // (the coverage rule reads the token scores, which the deferred statistics hold)
     const selector =
       req.vs.kind === 'noiseFloor' ? noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }) : cumulativeCoverage({ gamma: req.vs.gamma, kMin: req.vs.kMin });
-    const vs = selectVsLists(stats, routes, selector, req.peK, req.peWithVs === true);
+    const vs = selectVsLists(stats, routes, selector, req.peK, req.peWithVs === true, req.peVsExcess, req.peVsFullAnchor);
     log.peWithVs.push(req.peWithVs === true);
     const pe = heads.length ? await base.peBlockRows(req.pe.q, req.pe.k, { blockSize: B, gamma: req.pe.gamma, heads, scale: req.pe.scale }) : undefined;
     const rows = pe ? { rowPtr: spreadRowPtr(pe.rowPtr, heads, H, Nb), cols: pe.cols } : undefined;
@@ -128,7 +128,7 @@ function withPlanner(base: Backend) {
     denseAttention: (q, k, v, o) => base.denseAttention(q, k, v, o),
     synchronize: () => base.synchronize(),
     dispose: () => base.dispose(),
-    planner: { routers: ['cStruct', 'residualJsd', 'jsd', 'anyPe'], selectors: ['noiseFloor', 'cumulativeCoverage'], peWithVs: true, plan },
+    planner: { routers: ['cStruct', 'residualJsd', 'jsd', 'anyPe'], selectors: ['noiseFloor', 'cumulativeCoverage'], peWithVs: true, peVsExcess: narrows, plan },
   };
   return {
     be,
@@ -259,10 +259,24 @@ describe('plans made by a device planner', () => {
     expect(Array.from(res.plan.density), msg).toEqual(Array.from(ref.plan.density));
     expect(live.every((x) => x.released), msg).toBe(true);
     expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
-    // the PE heads' lists hold the noise floor's: a plan without peWithVs selects fewer blocks there
-    const plain = await sparsePrefill(host, inputs, { ...p, peWithVs: false }, { minSparseLength: 0 });
-    expect(ref.plan.density[0], msg).toBeGreaterThanOrEqual(plain.plan.density[0]);
-    expect(ref.plan.mask?.vs?.verticalPtr[1], msg).toBeGreaterThan(plain.plan.mask?.vs?.verticalPtr[1] ?? 0);
+    // the PE heads' lists hold the noise floor's: a plan without peWithVs selects fewer blocks
+    // there; crispGuarded narrows them (peVsExcess), so it keeps at most the full lists
+    const plainPolicy = { ...p, peWithVs: false, peVsExcess: undefined, peVsFullAnchor: undefined };
+    const plain = await sparsePrefill(host, inputs, plainPolicy, { minSparseLength: 0 });
+    const full = await sparsePrefill(host, inputs, { ...plainPolicy, peWithVs: true }, { minSparseLength: 0 });
+    for (const h of [0, 1, 3]) {
+      expect(ref.plan.density[h], `${msg}, head ${h}`).toBeGreaterThanOrEqual(plain.plan.density[h]);
+      expect(ref.plan.density[h], `${msg}, head ${h}`).toBeLessThanOrEqual(full.plan.density[h]);
+    }
+    expect(full.plan.mask?.vs?.verticalPtr[1], msg).toBeGreaterThan(plain.plan.mask?.vs?.verticalPtr[1] ?? 0);
+    // a planner that does not narrow leaves crispGuarded's plan to the host, with the same result
+    const other = withPlanner(host, false);
+    const hosted = await sparsePrefill(other.be, inputs, p, { minSparseLength: 0 });
+    expect(other.log.planned, msg).toBe(0);
+    expect(hosted.plan.mask, msg).toEqual(ref.plan.mask);
+    // and one that does makes the full-list plan too (no narrowing asked)
+    const fullByPlanner = await sparsePrefill(be, inputs, { ...plainPolicy, peWithVs: true }, { minSparseLength: 0 });
+    expect(fullByPlanner.plan.mask, msg).toEqual(full.plan.mask);
   });
 
   it('may route a head the other way where its residual distance is within RESIDUAL_MARGIN of τ, and nowhere else', async () => {

@@ -194,6 +194,41 @@ describe('PE heads with the VS lists too (Policy.peWithVs)', () => {
     expect(Array.from(lean.mask!.rows!.cols), msg).toEqual(Array.from(plain.mask!.rows!.cols));
   });
 
+  it('with peVsFullAnchor: PE heads whose C_struct lies in the band keep the full lists, the others are narrowed', async () => {
+    const { seed, x, plain, both } = await peWithVsPlans();
+    const msg = `seed ${seed}`;
+    const lean = await planOn(x, at64({ ...crisp, name: 'lean', peWithVs: true, peVsExcess: 2 }));
+    const st = lean.stats!;
+    const pe = plain.routing!.routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
+    // a band around the C_struct of one PE head that the narrowing changes (and no other's)
+    const h0 = pe.find((h) => lean.density[h] < both.density[h])!;
+    expect(h0, msg).toBeDefined();
+    const others = pe.filter((h) => h !== h0 && st.cStruct[h] !== st.cStruct[h0]);
+    expect(others.length, msg).toBeGreaterThan(0);
+    const band = { from: st.cStruct[h0], below: Math.min(1, st.cStruct[h0] + 1e-9) };
+    const banded = await planOn(x, at64({ ...crisp, name: 'banded', peWithVs: true, peVsExcess: 2, peVsFullAnchor: band }));
+    expectSameVsLists(banded, both, h0, `${msg} head ${h0} (in the band)`);
+    for (const h of others) expectSameVsLists(banded, lean, h, `${msg} head ${h} (outside it)`);
+    for (let h = 0; h < H; h++) if (plain.routing!.routes[h] === 'vs') expectSameVsLists(banded, plain, h, `${msg} head ${h}`);
+    // [from, below): a head at `below` is outside
+    const above = await planOn(x, at64({ ...crisp, name: 'above', peWithVs: true, peVsExcess: 2, peVsFullAnchor: { from: 0, below: st.cStruct[h0] } }));
+    expectSameVsLists(above, lean, h0, `${msg} head ${h0} (at below)`);
+  });
+
+  it('peVsFullAnchor is checked: 0 <= from < below <= 1, and only beside peVsExcess', async () => {
+    const x = mixedHeads({ n: 512, heads: kinds, seed: 3 });
+    for (const bad of [{ from: 0.2, below: 0.1 }, { from: 0.1, below: 0.1 }, { from: -0.1, below: 0.2 }, { from: 0, below: 1.5 }, { from: 0 }, 0.1, null]) {
+      await expect(planOn(x, at64({ ...crisp, name: 'bad', peWithVs: true, peVsExcess: 2, peVsFullAnchor: bad as never })), JSON.stringify(bad)).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringMatching(/peVsFullAnchor must be \{ from, below \} with 0 <= from < below <= 1/),
+      });
+    }
+    await expect(planOn(x, at64({ ...crisp, name: 'alone', peWithVs: true, peVsFullAnchor: { from: 0.05, below: 0.2 } }))).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringMatching(/peVsFullAnchor exempts heads from peVsExcess's narrowing, so it needs peVsExcess/),
+    });
+  });
+
   it('peVsExcess is checked: a finite number above 0, and only beside peWithVs', async () => {
     const x = mixedHeads({ n: 512, heads: kinds, seed: 3 });
     for (const bad of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '2']) {

@@ -5,8 +5,9 @@
  *   crisp        C_struct router (τ_proxy 0.2) + noise floor (α 1.0) + global coverage (γ 0.95)
  *   crispFast    the same with α = 1.25 (fewer blocks, the paper's speed setting)
  *   crispGuarded PE when C_struct < 0.2 or the residual JSD < 0.2 + noise floor (α 1.0) + global
- *                coverage (γ 0.95), PE heads keeping the noise floor's lists too (crisp with no
- *                head left behind)
+ *                coverage (γ 0.95), PE heads keeping the noise floor's lists too: whole on heads
+ *                with 0.05 <= C_struct < 0.2, elsewhere only the vertical blocks the pooled map
+ *                under-reads twice over (crisp with no head left behind)
  *   flexPrefill  JSD router (τ 0.1) + cumulative coverage (γ 0.95) + global coverage (γ 0.95)
  *   dense        every head dense (@crisp/core's densePolicy)
  *
@@ -54,6 +55,8 @@ export const crispGuarded: Policy = Object.freeze({
   vs: noiseFloor({ alpha: 1.0, kMin: 1024 }),
   pe: globalCoverage({ gamma: 0.95, kMin: 1024 }),
   peWithVs: true,
+  peVsExcess: 2,
+  peVsFullAnchor: { from: 0.05, below: 0.2 },
 });
 
 /** FlexPrefill: jsd({ tau: 0.1 }) + cumulativeCoverage({ gamma: 0.95 }) + globalCoverage({ gamma: 0.95 }). */

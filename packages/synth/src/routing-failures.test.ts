@@ -81,8 +81,11 @@ describe('routing-failure profiles', () => {
 
   it('mixed-threshold: crisp routes the near-threshold retrieval heads PE and loses their needles; VS keeps them', async () => {
     const sc = scenario('mixed-threshold', { ...SHAPE, seed: 1 });
-    const lean: Policy = { ...crispGuarded, name: 'crispGuarded-excess2', peVsExcess: 2 };
-    const [c, vs, g, gl] = await score(sc, [crisp, forcedVs, crispGuarded, lean]);
+    // crispGuarded narrows PE heads' lists (peVsExcess 2) outside a band of C_struct
+    // (peVsFullAnchor [0.05, 0.2)); beside it, narrowed everywhere and never
+    const lean: Policy = { ...crispGuarded, name: 'crispGuarded-excess2-everywhere', peVsFullAnchor: undefined };
+    const full: Policy = { ...crispGuarded, name: 'crispGuarded-full-lists', peVsExcess: undefined, peVsFullAnchor: undefined };
+    const [c, vs, g, gl, gf] = await score(sc, [crisp, forcedVs, crispGuarded, lean, full]);
     const heads = sc.truth.heads.filter((t) => t.kind === 'near-threshold-retrieval');
     expect(heads.length).toBe(4);
     const needles = needleRecall(c.plan, sc.truth);
@@ -98,8 +101,10 @@ describe('routing-failure profiles', () => {
       const kept = (nr: typeof needles) => nr.hits.filter((x) => x.head === h && x.recalled).length;
       expect(kept(needlesVs), msg).toBe(6);
       expect(kept(needles), msg).toBeLessThanOrEqual(4);
-      // crispGuarded: still PE, but with the noise floor's lists beside the PE rows
+      // crispGuarded: still PE, but with the noise floor's lists beside the PE rows, whole (the
+      // head's C_struct lies in the band)
       expect(g.plan.routing!.routes[h], msg).toBe('pe');
+      expect(g.plan.density[h], msg).toBe(gf.plan.density[h]);
       expect(g.error[h], `${msg}, crispGuarded ${g.error[h].toFixed(3)}`).toBeLessThan(0.05);
       expect(kept(needleRecall(g.plan, sc.truth)), msg).toBe(6);
       // narrowed to the blocks the pooled estimate under-reads (peVsExcess 2): the same needles
@@ -109,7 +114,10 @@ describe('routing-failure profiles', () => {
     }
     for (let h = 0; h < sc.heads; h++) expect(g.error[h], `crispGuarded head ${h}`).toBeLessThan(0.15);
     for (let h = 0; h < sc.heads; h++) expect(gl.error[h], `crispGuarded with peVsExcess, head ${h}`).toBeLessThan(0.15);
-    expect(gl.plan.overallDensity).toBeLessThan(g.plan.overallDensity);
+    // (here the narrowing takes nothing from the diffuse head that its PE rows do not hold)
+    expect(gl.plan.overallDensity).toBeLessThanOrEqual(g.plan.overallDensity);
+    expect(g.plan.overallDensity).toBeLessThanOrEqual(gf.plan.overallDensity);
+    expect(gl.plan.overallDensity).toBeLessThan(gf.plan.overallDensity);
     // The heads around them are served as before.
     for (const t of sc.truth.heads.filter((x) => x.kind !== 'near-threshold-retrieval')) {
       expect(c.plan.routing!.routes[t.head], `head ${t.head} (${t.kind})`).toBe(t.expectedRoute);

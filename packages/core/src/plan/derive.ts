@@ -46,6 +46,18 @@ export function validatePolicy(policy: Policy): void {
       throw new InvalidArgumentError(`policy ${name}: peVsExcess narrows the VS lists PE heads keep, so it needs peWithVs: true`);
     }
   }
+  if (policy.peVsFullAnchor !== undefined) {
+    const a = policy.peVsFullAnchor as { from?: unknown; below?: unknown } | null;
+    const ok = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0 && x <= 1;
+    if (!a || typeof a !== 'object' || !ok(a.from) || !ok(a.below) || !(a.from < a.below)) {
+      throw new InvalidArgumentError(
+        `policy ${name}: peVsFullAnchor must be { from, below } with 0 <= from < below <= 1 (a band of C_struct) or left out; got ${describeValue(policy.peVsFullAnchor)}`,
+      );
+    }
+    if (policy.peVsExcess === undefined) {
+      throw new InvalidArgumentError(`policy ${name}: peVsFullAnchor exempts heads from peVsExcess's narrowing, so it needs peVsExcess`);
+    }
+  }
   if (policy.dense) return;
   const { router, vs, pe } = policy;
   if (!router || typeof router !== 'object' || typeof router.route !== 'function') {
@@ -199,8 +211,8 @@ export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy,
  * the selector's device form (every kind of an anyPe rule, reducible to the planner's two
  * tests: deviceRouteTerms), the router needs no token scores and the selector only through
  * its device form (cumulativeCoverage: the planner reads them where proxyStats left them),
- * the policy has no recall guard, and the planner runs peWithVs when the policy asks for it;
- * otherwise the plan is made on the host.
+ * the policy has no recall guard, and the planner runs peWithVs and peVsExcess (the latter
+ * beside the noise floor) when the policy asks for them; otherwise the plan is made on the host.
  */
 function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
   const route = policy.router!.device;
@@ -208,7 +220,7 @@ function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: numb
   if (planner === undefined || route === undefined || vs === undefined || policy.recallTarget !== undefined) return undefined;
   if (needsTokens && (policy.router!.needs?.tokenScores || vs.kind !== 'cumulativeCoverage')) return undefined;
   if (policy.peWithVs === true && planner.peWithVs !== true) return undefined;
-  if (policy.peVsExcess !== undefined) return undefined;
+  if (policy.peVsExcess !== undefined && (planner.peVsExcess !== true || vs.kind !== 'noiseFloor')) return undefined;
   if (vs.kMin % B !== 0) return undefined;
   if (![...deviceRuleKinds(route)].every((k) => planner.routers.includes(k)) || !planner.selectors.includes(vs.kind)) return undefined;
   if (deviceRouteTerms(route) === undefined) return undefined;

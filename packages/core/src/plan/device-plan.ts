@@ -83,6 +83,8 @@ export async function queueDevicePlan(
     peK: c.peK,
     pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: c.scale },
     ...(policy.peWithVs === true ? { peWithVs: true } : {}),
+    ...(policy.peVsExcess !== undefined ? { peVsExcess: policy.peVsExcess } : {}),
+    ...(policy.peVsFullAnchor !== undefined ? { peVsFullAnchor: policy.peVsFullAnchor } : {}),
   });
   const tDevice = performance.now();
   const finish = async (overlapped: boolean): Promise<PrefillPlan> => {

@@ -142,8 +142,9 @@ export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHea
  * (Policy.peWithVs) PE heads keep the selector's lists as well; with `peExcess` as well
  * (Policy.peVsExcess), only the selector's vertical blocks J with p_v[J] > peExcess · ā[J]
  * (ā the statistics' pooled estimate, which must have been computed), and no slash list
- * beyond the peK best. What the host plan runs, and what a device planner's selection must
- * equal.
+ * beyond the peK best, except on heads whose C_struct lies in `fullAnchor` [from, below)
+ * (Policy.peVsFullAnchor), which keep the full lists. What the host plan runs, and what a
+ * device planner's selection must equal.
  *
  * What the selector returns is checked (integers in [0, Nb); MaskError otherwise), and every
  * VS head must keep key block 0 in its vertical list or offset 0 in its slash list: without
@@ -157,6 +158,7 @@ export function selectVsLists(
   peK: number,
   peWithVs = false,
   peExcess?: number,
+  fullAnchor?: { readonly from: number; readonly below: number },
 ): VsLists {
   const { heads: H, numBlocks: Nb } = stats;
   const selectHead = headSelector(stats, selector);
@@ -168,7 +170,9 @@ export function selectVsLists(
       const v = unionSorted(topKIndices(pv, peK), [0]);
       const s = unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]);
       const both = peWithVs ? selectHead(h) : undefined;
-      if (both && peExcess !== undefined) {
+      const c = stats.cStruct[h];
+      const full = fullAnchor !== undefined && c >= fullAnchor.from && c < fullAnchor.below;
+      if (both && peExcess !== undefined && !full) {
         // only the blocks the pooled map under-reads: what its rows cannot bring back
         const pa = headSlice(stats.pooledEstimate, h, Nb);
         vertical.push(unionSorted(v, Array.from(both.vertical).filter((J) => pv[J] > peExcess * pa[J])));
@@ -244,7 +248,7 @@ export async function hostPlan(peRows: (opts: PeRowsOptions) => Promise<BlockRow
   assertFiniteStats(stats);
   const tStats = performance.now();
   const { routing, peHeads } = routeOnHost(policy, stats, H);
-  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, policy.peWithVs === true, policy.peVsExcess);
+  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, policy.peWithVs === true, policy.peVsExcess, policy.peVsFullAnchor);
   // Selectors may be user code: check what they returned. The PE rows come from the backend,
   // which validates masks itself when it runs them, so they are not scanned here (at 512k
   // they can hold tens of millions of entries).

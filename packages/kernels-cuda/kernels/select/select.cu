@@ -6,7 +6,10 @@
 //              when fewer than kBlocks blocks pass (both ends counted if they pass), the
 //              kBlocks best instead, ∪ {0, Nb − 1}; Nb <= 2: every block;
 //   PE heads:  the peK best of each direction, ∪ {0} (the sink column, the diagonal); with peWithVs
-//              (Policy.peWithVs) ∪ the VS heads' rule too.
+//              (Policy.peWithVs) ∪ the VS heads' rule too; with excess κ > 0 as well
+//              (Policy.peVsExcess) only the rule's vertical blocks with p_v[J] > κ · ā[J] and
+//              none of its slash blocks, unless the head's C_struct lies in [fullFrom,
+//              fullBelow) (Policy.peVsFullAnchor).
 // "Best": higher score first, ties toward the lower index. Lists come out ascending and
 // duplicate-free through a bitmap of the head's Nb blocks in shared memory, compacted in
 // index order.
@@ -87,10 +90,13 @@ __device__ void sel_write_list(const u32* bits, int words, int* out, int* count,
 
 // Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. lists
 // [2][H][Nb]: the selected blocks ascending; counts [2][H]. peWithVs: PE heads take the VS
-// rule's blocks as well.
+// rule's blocks as well; excess > 0: narrowed as above, reading the pooled estimate ā [H][Nb]
+// and C_struct [H] (both unread when excess is 0).
 extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, const double* ps, const int* routes,
                                                               int H, int Nb, double alpha, int kBlocks, int peK,
-                                                              int* lists, int* counts, int peWithVs) {
+                                                              int* lists, int* counts, int peWithVs,
+                                                              const double* pooled, const double* cStruct,
+                                                              double excess, double fullFrom, double fullBelow) {
   CRISP_PDL_ENTRY();
   extern __shared__ u32 bits[];
   __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
@@ -130,6 +136,22 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
         setBit(0);
         setBit(Nb - 1);
       }
+    }
+  }
+  if (!vsHead && peWithVs && excess > 0.0 && !(cStruct[h] >= fullFrom && cStruct[h] < fullBelow)) {
+    // narrowed: of the rule's vertical blocks only those the pooled map under-reads by κ, of
+    // its slash blocks none (the peK best and {0} are added below either way)
+    __syncthreads();
+    const double* a = pooled + (size_t)h * Nb;
+    for (int w = t; w < words; w += SEL_T) {
+      u32 keep = 0u;
+      if (dir == 0) {
+        for (u32 b = bits[w]; b; b &= b - 1) {
+          const int J = w * 32 + __ffs(b) - 1;
+          if (p[J] > excess * a[J]) keep |= 1u << (J & 31);
+        }
+      }
+      bits[w] = keep;
     }
   }
   if (!vsHead) {

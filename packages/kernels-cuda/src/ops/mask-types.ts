@@ -19,6 +19,10 @@ export interface DeviceVsRequest {
   readonly peK: number;
   /** PE heads keep the rule's lists too (Policy.peWithVs) */
   readonly peWithVs?: boolean;
+  /** with peWithVs, narrow them (Policy.peVsExcess; the noiseFloor rule only) */
+  readonly peVsExcess?: number;
+  /** heads whose C_struct lies in [from, below) keep the full lists (Policy.peVsFullAnchor) */
+  readonly peVsFullAnchor?: { readonly from: number; readonly below: number };
 }
 
 export interface PrepareMaskRequest {

@@ -82,7 +82,7 @@ export function selectOnDevice(
   temp: DeviceBlock[],
   prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
 ): DeviceVsSelection {
-  const { rule, stats, routes, peK, peWithVs } = req;
+  const { rule, stats, routes, peK, peWithVs, peVsExcess, peVsFullAnchor } = req;
   if (rule?.kind !== 'noiseFloor' && rule?.kind !== 'cumulativeCoverage') {
     throw new UnsupportedError(`device selection supports the noiseFloor and cumulativeCoverage rules; got ${(rule as { kind?: unknown } | undefined)?.kind}`, {
       limit: 'deviceSelector',
@@ -99,8 +99,21 @@ export function selectOnDevice(
   if (!prefix && (!routes || routes.length !== H || routes.some((r) => r !== 'vs' && r !== 'pe'))) {
     throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
   }
+  const narrow = peVsExcess !== undefined;
+  if (narrow) {
+    if (rule.kind !== 'noiseFloor' || peWithVs !== true || !(Number.isFinite(peVsExcess) && peVsExcess > 0)) {
+      throw new InvalidArgumentError(`peVsExcess on the device needs the noiseFloor rule, peWithVs and a finite κ above 0; got ${rule.kind}, peWithVs ${peWithVs}, κ ${peVsExcess}`);
+    }
+    const a = peVsFullAnchor;
+    if (a !== undefined && !(a.from >= 0 && a.from < a.below && a.below <= 1)) {
+      throw new InvalidArgumentError(`peVsFullAnchor must be { from, below } with 0 <= from < below <= 1; got ${JSON.stringify(a)}`);
+    }
+  }
   const HNb = H * Nb;
-  const [pv, ps] = blockStatsOnDevice(cx, store.get(stats)?.block.ptr, stats, ['verticalBlocks', 'slashBlocks'], temp);
+  const kept = store.get(stats)?.block.ptr;
+  const [pv, ps, pooled] = blockStatsOnDevice(cx, kept, stats, narrow ? ['verticalBlocks', 'slashBlocks', 'pooledEstimate'] : ['verticalBlocks', 'slashBlocks'], temp);
+  // C_struct [H] f64: after the non-finite count in the kept buffer, else uploaded
+  const cs = !narrow ? 0 : kept !== undefined ? kept + 8 : uploadTemp(cx, Float64Array.from(stats.cStruct.subarray(0, H)), temp);
   // each block to `temp` as it is taken (the caller releases them, also after a failure here)
   const take = (bytes: number): DeviceBlock => {
     const x = cx.scratch(bytes);
@@ -129,6 +142,11 @@ export function selectOnDevice(
       P(lists.ptr),
       P(counts.ptr),
       I(peWithVs === true ? 1 : 0),
+      P(narrow ? pooled : 0),
+      P(cs),
+      D64(narrow ? peVsExcess : 0),
+      D64(peVsFullAnchor?.from ?? 0),
+      D64(peVsFullAnchor?.below ?? 0),
     ]);
   } else {
     // T = floor(γ · 2^52): the running sums are integers in units of 2^-52 there (exact below 2^53)

@@ -42,7 +42,8 @@ import { splitPe } from './split-pe.js';
 export async function planOnDevice(cx: CudaContext, store: KeptStats, req: DevicePlanRequest): Promise<DevicePlanResult> {
   cx.alive();
   cx.tracer.host('planOnDevice()');
-  const { stats, route, vs: rule, peK, pe, peWithVs } = req ?? ({} as DevicePlanRequest);
+  const { stats, route, vs: rule, peK, pe, peWithVs, peVsExcess, peVsFullAnchor } = req ?? ({} as DevicePlanRequest);
+  const narrow = { ...(peVsExcess !== undefined ? { peVsExcess } : {}), ...(peVsFullAnchor !== undefined ? { peVsFullAnchor } : {}) };
   const terms = checkedTerms(route);
   if (!stats || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
     throw new InvalidArgumentError('planOnDevice needs the statistics from proxyStats');
@@ -66,7 +67,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      vs: { rule, stats, routes, peK, peWithVs },
+      vs: { rule, stats, routes, peK, peWithVs, ...narrow },
       pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
     });
     const outcome = { routes, vs: res.vs, ...(res.peRows ? { peRows: res.peRows } : {}) };
@@ -125,7 +126,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     };
     let vsDev: DeviceVsSelection;
     try {
-      vsDev = selectOnDevice(cx, store, { rule, stats, peK, peWithVs }, H, Nb, B, temp, { bytes, fill });
+      vsDev = selectOnDevice(cx, store, { rule, stats, peK, peWithVs, ...narrow }, H, Nb, B, temp, { bytes, fill });
     } finally {
       // one plan a statistics object on the second stream: its event is a ring slot that
       // later fences reuse, so another plan on these statistics runs on the main stream

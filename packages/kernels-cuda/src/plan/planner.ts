@@ -16,13 +16,19 @@ export class CudaDevicePlanner implements DevicePlanner {
   readonly selectors: readonly DeviceSelectorRule['kind'][];
   /** PE heads keep the selector's lists too (Policy.peWithVs; select.cu) */
   readonly peWithVs = true;
+  /** and narrowed (Policy.peVsExcess beside the noise floor; select.cu) with peVsExcessOnDevice */
+  readonly peVsExcess: boolean;
   readonly #cx: CudaContext;
   readonly #kept: KeptStats;
 
-  /** flexPrefill: FlexPrefill's rules too (CudaBackendOptions.flexPrefillOnDevice) */
-  constructor(cx: CudaContext, kept: KeptStats, flexPrefill = false) {
+  /**
+   * flexPrefill: FlexPrefill's rules too (CudaBackendOptions.flexPrefillOnDevice); peVsExcess:
+   * the narrowed PE lists too (CudaBackendOptions.peVsExcessOnDevice)
+   */
+  constructor(cx: CudaContext, kept: KeptStats, flexPrefill = false, peVsExcess = false) {
     this.#cx = cx;
     this.#kept = kept;
+    this.peVsExcess = peVsExcess;
     this.routers = Object.freeze(flexPrefill ? ['cStruct', 'residualJsd', 'jsd', 'anyPe'] : ['cStruct', 'residualJsd', 'anyPe']);
     this.selectors = Object.freeze(flexPrefill ? ['noiseFloor', 'cumulativeCoverage'] : ['noiseFloor']);
   }

@@ -13,7 +13,7 @@ export async function conformancePhase(): Promise<void> {
     const varlenSizes = [...SMALL_VARLEN, ...LARGE_VARLEN.filter((s) => Math.max(...(s.keys ?? s.queries)) <= maxN)];
     // runConformance disposes the backend it is given: give it its own
     const confFilter = arg('confFilter', '');
-    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout: proxyLayoutArg, flexPrefillOnDevice: true }), {
+    const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout: proxyLayoutArg, flexPrefillOnDevice: true, peVsExcessOnDevice: true }), {
       sizes,
       varlenSizes,
       dtypes: confDtypes,
