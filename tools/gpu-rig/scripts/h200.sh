@@ -34,11 +34,14 @@
 #                (apps/bench/results/nvidia-h200-parity). Needs PyTorch, Triton, safetensors and a
 #                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.
-#   guard        crisp-bench's accuracy suite on CUDA over the six @crisp/synth profiles (the routing-
-#                failure ones too) at 16k and 64k, every sparse preset (worst head, proxy recall,
-#                needles, density), then the latency of crisp, crispGuarded and flexPrefill at 128k
-#                and 512k on the llama fill (the guarded preset's plan share; no SDPA peer):
-#                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~420 s.
+#   guard        the conformance cases devicePlanNarrowed and devicePlanGuarded (crispGuarded's
+#                narrowed PE lists on the device), then crisp-bench's accuracy suite on CUDA over
+#                the six @crisp/synth profiles (the routing-failure ones too) at 16k and 64k, every
+#                sparse preset (worst head, proxy recall, needles, density), then the latency of
+#                crisp, crispGuarded and flexPrefill at 128k and 512k on the llama fill (the
+#                guarded preset's plan share; no SDPA peer), crispGuarded planned on the device
+#                if the cases passed, else on the host (and the phase fails):
+#                OUT/nvidia-h200-guard (apps/bench/results/nvidia-h200-guard). ~500 s.
 #   flexplan     flexPrefill's plan on the device (the CUDA backend's flexPrefillOnDevice): the
 #                conformance cases devicePlanCoverage and the flexPrefill pipeline cases in both
 #                dtypes, then, if they all passed, the latency of crisp and flexPrefill at 128k and
@@ -149,17 +152,23 @@ case "$phase" in
     exit $rc
     ;;
   guard)
+    [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
-    timeout -s KILL 300 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 290 \
-      --out "$out/nvidia-h200-guard" > "$out/guard-accuracy.log" 2>&1
+    # exactness first: crispGuarded's narrowed PE lists on the device against the host parts
+    # (the rig's backend has peVsExcessOnDevice on); its plan goes on the device only if they pass
+    where=host
+    CONF_FILTER='^devicePlan(Narrowed|Guarded)/' bash "$0" conformance "$out/conformance-guard" && where=device
+    echo "guard: crispGuarded planned on the $where"
+    timeout -s KILL 260 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 250 \
+      --cuda-guard-plan "$where" --out "$out/nvidia-h200-guard" > "$out/guard-accuracy.log" 2>&1
     rc=$?
     grep -E 'accuracy' "$out/guard-accuracy.log" | tail -n 16
     timeout -s KILL 150 node "$app/crisp-bench.mjs" --backends cuda --suites latency --latency-inputs fill --sizes 128k,512k \
-      --presets crisp,crispGuarded,flexPrefill --jit-warmup 200 --peer-script /nonexistent-peer.py --deadline-s 140 \
-      --merge --out "$out/nvidia-h200-guard" > "$out/guard-latency.log" 2>&1
+      --presets crisp,crispGuarded,flexPrefill --cuda-guard-plan "$where" --jit-warmup 200 --peer-script /nonexistent-peer.py \
+      --deadline-s 140 --merge --out "$out/nvidia-h200-guard" > "$out/guard-latency.log" 2>&1
     rc2=$?
     grep -E 'latency|plan' "$out/guard-latency.log" | tail -n 12
-    [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
+    [ "$where" = device ] && [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
     ;;
   flexplan)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
