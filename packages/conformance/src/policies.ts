@@ -32,7 +32,8 @@ export const flexPrefillSmall: Policy = Object.freeze({
 
 /**
  * crispGuarded with B = 64, kMin = 256, windows 64: PE when C_struct < 0.2 or the residual JSD
- * < 0.2, PE heads keeping the noise floor's lists too (a host plan on every backend).
+ * < 0.2, PE heads keeping the noise floor's lists too, narrowed outside 0.05 <= C_struct < 0.2
+ * (planned on the device where the planner narrows: CUDA with peVsExcessOnDevice).
  */
 export const crispGuardedSmall: Policy = Object.freeze({
   name: 'crispGuarded-b64-kmin256',
@@ -42,6 +43,8 @@ export const crispGuardedSmall: Policy = Object.freeze({
   vs: noiseFloor({ alpha: 1.0, kMin: 256 }),
   pe: globalCoverage({ gamma: 0.95, kMin: 256 }),
   peWithVs: true,
+  peVsExcess: 2,
+  peVsFullAnchor: { from: 0.05, below: 0.2 },
 });
 
 /** The default pipeline policies: the presets as shipped, and their scaled copies (crispGuarded's scaled copy only). */
