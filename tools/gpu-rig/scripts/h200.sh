@@ -34,6 +34,8 @@
 #                (apps/bench/results/nvidia-h200-parity). Needs PyTorch, Triton, safetensors and a
 #                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.
+#                crispGuarded's plan is made on the host unless GUARD_PLAN=device (after the guard
+#                phase's conformance cases passed on this GPU).
 #   guard        the conformance cases devicePlanNarrowed and devicePlanGuarded (crispGuarded's
 #                narrowed PE lists on the device), then crisp-bench's accuracy suite on CUDA over
 #                the six @crisp/synth profiles (the routing-failure ones too) at 16k and 64k, every
@@ -113,7 +115,7 @@ case "$phase" in
     d=$out/nvidia-h200
     # accuracy at 8k and 16k, the O(n) curve's proxy statistics 4k-128k, floors at 8k
     timeout -s KILL 200 node "$app/crisp-bench.mjs" --backends cuda,webgpu --suites accuracy,onCurve,floors \
-      --acc-sizes 8k,16k --proxy-sizes 4k..128k --floors-n 8k --deadline-s 190 --merge --out "$d" \
+      --acc-sizes 8k,16k --acc-flex-gammas none --proxy-sizes 4k..128k --floors-n 8k --deadline-s 190 --merge --out "$d" \
       > "$out/suites.log" 2>&1
     rc=$?
     tail -n 3 "$out/suites.log"
@@ -146,7 +148,7 @@ case "$phase" in
     [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
     timeout -s KILL 560 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes "${PARITY_SIZES:-16k,128k}" \
       --parity-profiles "${PARITY_PROFILES:-llama-like,diffuse,mixed-threshold,vs-trap}" --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 540 \
-      --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
+      --cuda-guard-plan "${GUARD_PLAN:-host}" --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
     rc=$?
     grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
     exit $rc
@@ -159,8 +161,9 @@ case "$phase" in
     where=host
     CONF_FILTER='^devicePlan(Narrowed|Guarded)/' bash "$0" conformance "$out/conformance-guard" && where=device
     echo "guard: crispGuarded planned on the $where"
+    # (no FlexPrefill γ sweep here: the masks are the host rules', which the CPU results sweep)
     timeout -s KILL 260 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 250 \
-      --cuda-guard-plan "$where" --out "$out/nvidia-h200-guard" > "$out/guard-accuracy.log" 2>&1
+      --acc-flex-gammas none --cuda-guard-plan "$where" --out "$out/nvidia-h200-guard" > "$out/guard-accuracy.log" 2>&1
     rc=$?
     grep -E 'accuracy' "$out/guard-accuracy.log" | tail -n 16
     timeout -s KILL 150 node "$app/crisp-bench.mjs" --backends cuda --suites latency --latency-inputs fill --sizes 128k,512k \
