@@ -44,9 +44,17 @@ declare global {
 const params = new URLSearchParams(location.search);
 const num = (name: string, fallback: number) => Number(params.get(name) ?? fallback);
 
+const status = document.getElementById('status')!;
+/** the page's progress line (the browser test's hang guard watches it) */
+const step = (message: string) => {
+  status.textContent = message;
+};
+
 async function run(): Promise<PageReport> {
+  step('requesting a WebGPU adapter');
   const adapter = navigator.gpu ? await navigator.gpu.requestAdapter() : null;
   if (!adapter) return { ok: false, noWebGpu: navigator.gpu ? 'navigator.gpu.requestAdapter() gave no adapter' : 'no navigator.gpu' };
+  step('starting TF.js on webgpu');
   if (!(await tf.setBackend('webgpu'))) return { ok: false, error: 'tf.setBackend("webgpu") failed' };
   await tf.ready();
   const seed = num('seed', 1);
@@ -62,6 +70,7 @@ async function run(): Promise<PageReport> {
     [smallCrisp, { minSparseLength: 0 }],
     [dense, {}],
   ] as const) {
+    step(`running ${policy.name}`);
     const t0 = performance.now();
     const r = await crispAttention(q, k, v, { policy, ...extra });
     const all = await r.output.data();
@@ -87,7 +96,6 @@ async function run(): Promise<PageReport> {
   return { ok: true, tfBackend: tf.getBackend(), seed, sizes, runs };
 }
 
-const status = document.getElementById('status')!;
 run()
   .catch((e: unknown): PageReport => ({ ok: false, error: e instanceof Error ? `${e.name}: ${e.message}` : String(e) }))
   .then((report) => {
