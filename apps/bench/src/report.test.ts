@@ -126,28 +126,37 @@ describe('provenance after --merge', () => {
   });
 });
 
+/** One accuracy row (MaskMetrics with its input) for the report's functions: the worst head at the overall error, needles all recalled. */
+function maskRow(o: {
+  profile: string;
+  n: number;
+  policy: string;
+  massRecall: number;
+  outputError: number;
+  density: number;
+  minProxyRecall: number;
+  meanProxyRecall: number;
+}) {
+  return {
+    backend: 'reference',
+    ...o,
+    needleRecall: 1,
+    needleOutputRecall: 1,
+    needles: 2,
+    vsHeads: 4,
+    planMs: 1,
+    worstHeadError: o.outputError,
+    worstHead: 0,
+    guardedHeads: 0,
+  };
+}
+
 describe('floorSummary', () => {
   const variants2 = ['a', 'b'].map((param) => ({ family: 'mean', param }));
   const row = (param: string, profile: string, massRecall: number, density: number) => ({
-      backend: 'reference',
-      profile,
-      n: 8192,
-      family: 'mean' as const,
-      param,
-      policy: param,
-      massRecall,
-      outputError: 1 - massRecall,
-      needleRecall: 1,
-      needleOutputRecall: 1,
-      needles: 2,
-      density,
-      vsHeads: 4,
-      planMs: 1,
-      worstHeadError: 1 - massRecall,
-      worstHead: 0,
-      minProxyRecall: massRecall,
-      meanProxyRecall: massRecall,
-    guardedHeads: 0,
+    ...maskRow({ profile, n: 8192, policy: param, massRecall, outputError: 1 - massRecall, density, minProxyRecall: massRecall, meanProxyRecall: massRecall }),
+    family: 'mean' as const,
+    param,
   });
   it('averages over profiles and marks the accuracy-density Pareto front', () => {
     const variants = ['a', 'b', 'c', 'd'].map((param) => ({ family: 'mean', param }));
@@ -185,25 +194,8 @@ describe('floorSummary', () => {
 });
 
 describe('matchedErrorMarkdown', () => {
-  const acc = (profile: string, policy: string, outputError: number, density: number) => ({
-    backend: 'reference',
-    profile,
-    n: 16384,
-    policy,
-    massRecall: 0.99,
-    outputError,
-    needleRecall: 1,
-    needleOutputRecall: 1,
-    needles: 2,
-    density,
-    vsHeads: 4,
-    planMs: 1,
-    worstHeadError: outputError,
-    worstHead: 0,
-    minProxyRecall: 0.9,
-    meanProxyRecall: 0.95,
-    guardedHeads: 0,
-  });
+  const acc = (profile: string, policy: string, outputError: number, density: number) =>
+    maskRow({ profile, n: 16384, policy, massRecall: 0.99, outputError, density, minProxyRecall: 0.9, meanProxyRecall: 0.95 });
 
   it("finds the smallest γ whose error is within crispGuarded's, or says none reached it", () => {
     const lines = matchedErrorMarkdown([

@@ -1,6 +1,7 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
 import { rooflineMarkdown } from './roofline.js';
+import { FLEX_PRESET_GAMMA, flexAtGammaName, gammaOfFlexName } from './suites/accuracy.js';
 import { JIT_WARMUP_N } from './suites/latency.js';
 import { parallelMarkdown } from './suites/parallel-report.js';
 import { parityMarkdown } from './suites/parity.js';
@@ -47,10 +48,6 @@ type AccRow = NonNullable<BenchResult['suites']['accuracy']>['rows'][number];
  * when the run measured no such rows (--acc-flex-gammas none, or results from before them).
  */
 export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
-  const gammaOf = (policy: string): number | undefined => {
-    const m = /^flexPrefill\(γ=([0-9.]+)\)$/.exec(policy);
-    return m ? Number(m[1]) : undefined;
-  };
   const inputs = new Map<string, AccRow[]>();
   for (const x of rows) {
     const key = `${x.backend}|${x.profile}|${x.n}`;
@@ -60,9 +57,9 @@ export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
   for (const group of inputs.values()) {
     const guarded = group.find((x) => x.policy === 'crispGuarded');
     const flex = group.find((x) => x.policy === 'flexPrefill');
-    const swept = group.filter((x) => gammaOf(x.policy) !== undefined).sort((a, b) => gammaOf(a.policy)! - gammaOf(b.policy)!);
+    const swept = group.filter((x) => gammaOfFlexName(x.policy) !== undefined).sort((a, b) => gammaOfFlexName(a.policy)! - gammaOfFlexName(b.policy)!);
     if (!guarded || !flex || swept.length === 0) continue;
-    const all = [{ ...flex, policy: 'flexPrefill(γ=0.95)' }, ...swept];
+    const all = [{ ...flex, policy: flexAtGammaName(FLEX_PRESET_GAMMA) }, ...swept];
     const match = all.find((x) => x.outputError <= guarded.outputError);
     const last = all[all.length - 1];
     const g = guarded;
@@ -73,16 +70,16 @@ export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
       `${f(g.outputError, 4)} / ${f(g.density)}`,
       `${f(flex.outputError, 4)} / ${f(flex.density)}`,
       match
-        ? `γ=${gammaOf(match.policy)}: ${f(match.outputError, 4)} / ${f(match.density)} (${f(match.density / g.density, 2)}x)`
-        : `none up to γ=${gammaOf(last.policy)} (${f(last.outputError, 4)} / ${f(last.density)}, ${f(last.density / g.density, 2)}x the blocks at ${f(last.outputError / g.outputError, 1)}x the error)`,
+        ? `γ=${gammaOfFlexName(match.policy)}: ${f(match.outputError, 4)} / ${f(match.density)} (${f(match.density / g.density, 2)}x)`
+        : `none up to γ=${gammaOfFlexName(last.policy)} (${f(last.outputError, 4)} / ${f(last.density)}, ${f(last.density / g.density, 2)}x the blocks at ${f(last.outputError / g.outputError, 1)}x the error)`,
     ]);
   }
   if (lines.length === 0) return [];
   return [
     '',
-    "crispGuarded against FlexPrefill at matched error. FlexPrefill's knob is its coverage γ (0.95 in the preset, for its VS and PE selections alike); the same inputs were planned at the γ listed in the config, and the last column is the smallest γ whose output error is within crispGuarded's, with its density and its blocks relative to crispGuarded's:",
+    `crispGuarded against FlexPrefill at matched error. FlexPrefill's knob is its coverage γ (${FLEX_PRESET_GAMMA} in the preset, for its VS and PE selections alike); the same inputs were planned at the γ listed in the config, and the last column is the smallest γ whose output error is within crispGuarded's, with its density and its blocks relative to crispGuarded's:`,
     '',
-    table(['backend', 'profile', 'n', 'crispGuarded error / density', 'flexPrefill (γ=0.95) error / density', 'flexPrefill at crispGuarded\'s error'], lines),
+    table(['backend', 'profile', 'n', 'crispGuarded error / density', `flexPrefill (γ=${FLEX_PRESET_GAMMA}) error / density`, 'flexPrefill at crispGuarded\'s error'], lines),
   ];
 }
 

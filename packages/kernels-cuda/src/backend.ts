@@ -157,11 +157,8 @@ export class CudaBackend implements Backend {
     if (opts.sparseCrossover !== undefined && !(Number.isFinite(opts.sparseCrossover) && opts.sparseCrossover >= 0)) {
       throw new InvalidArgumentError(`sparseCrossover must be a finite number of keys >= 0; got ${opts.sparseCrossover}`);
     }
-    if (opts.flexPrefillOnDevice !== undefined && typeof opts.flexPrefillOnDevice !== 'boolean') {
-      throw new InvalidArgumentError(`flexPrefillOnDevice must be true or false; got ${String(opts.flexPrefillOnDevice)}`);
-    }
-    if (opts.peVsExcessOnDevice !== undefined && typeof opts.peVsExcessOnDevice !== 'boolean') {
-      throw new InvalidArgumentError(`peVsExcessOnDevice must be true or false; got ${String(opts.peVsExcessOnDevice)}`);
+    for (const key of ['flexPrefillOnDevice', 'peVsExcessOnDevice'] as const) {
+      if (opts[key] !== undefined && typeof opts[key] !== 'boolean') throw new InvalidArgumentError(`${key} must be true or false; got ${String(opts[key])}`);
     }
     const driver = opts.faults ? opts.faults.wrap(libs) : libs;
     const cx = new CudaContext(driver, opts, opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir);

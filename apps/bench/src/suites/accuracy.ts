@@ -59,6 +59,15 @@ export function flexPrefillAtGamma(gamma: number): Policy {
 
 export const flexAtGammaName = (gamma: number): string => `flexPrefill(γ=${gamma})`;
 
+/** The γ of a flexAtGammaName row's policy name; undefined for any other name. */
+export function gammaOfFlexName(policy: string): number | undefined {
+  const m = /^flexPrefill\(γ=([0-9.]+)\)$/.exec(policy);
+  return m ? Number(m[1]) : undefined;
+}
+
+/** The flexPrefill preset's own coverage γ (its VS and PE selections share it). */
+export const FLEX_PRESET_GAMMA = flexPrefill.pe!.gamma;
+
 /** Accuracy inputs stay in f32 where the backend has it (CUDA: bf16). */
 export function accuracyDtype(ob: OpenBackend): DType {
   return ob.backend?.capabilities.dtypes.includes('f32') ? 'f32' : 'bf16';

@@ -8,7 +8,7 @@ import type { Backend, DevicePlanner } from '../backend.js';
 import { InvalidArgumentError, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
-import { checkDeviceRouterRule, checkDeviceSelectorRule, deviceRouteTerms, deviceRuleKinds } from './device-route.js';
+import { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, deviceRouteTerms, deviceRuleKinds } from './device-route.js';
 import { DEFAULTS } from './types.js';
 
 /**
@@ -38,25 +38,12 @@ export function validatePolicy(policy: Policy): void {
   if (policy.peWithVs !== undefined && typeof policy.peWithVs !== 'boolean') {
     throw new InvalidArgumentError(`policy ${name}: peWithVs must be true or false; got ${describeValue(policy.peWithVs)}`);
   }
-  if (policy.peVsExcess !== undefined) {
-    if (!(typeof policy.peVsExcess === 'number' && Number.isFinite(policy.peVsExcess) && policy.peVsExcess > 0)) {
-      throw new InvalidArgumentError(`policy ${name}: peVsExcess must be a finite number above 0 (κ in p_v > κ · ā) or left out; got ${describeValue(policy.peVsExcess)}`);
-    }
-    if (policy.peWithVs !== true) {
-      throw new InvalidArgumentError(`policy ${name}: peVsExcess narrows the VS lists PE heads keep, so it needs peWithVs: true`);
-    }
+  checkPeVsNarrowing(policy.peVsExcess, policy.peVsFullAnchor, `policy ${name}: `);
+  if (policy.peVsExcess !== undefined && policy.peWithVs !== true) {
+    throw new InvalidArgumentError(`policy ${name}: peVsExcess narrows the VS lists PE heads keep, so it needs peWithVs: true`);
   }
-  if (policy.peVsFullAnchor !== undefined) {
-    const a = policy.peVsFullAnchor as { from?: unknown; below?: unknown } | null;
-    const ok = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x) && x >= 0 && x <= 1;
-    if (!a || typeof a !== 'object' || !ok(a.from) || !ok(a.below) || !(a.from < a.below)) {
-      throw new InvalidArgumentError(
-        `policy ${name}: peVsFullAnchor must be { from, below } with 0 <= from < below <= 1 (a band of C_struct) or left out; got ${describeValue(policy.peVsFullAnchor)}`,
-      );
-    }
-    if (policy.peVsExcess === undefined) {
-      throw new InvalidArgumentError(`policy ${name}: peVsFullAnchor exempts heads from peVsExcess's narrowing, so it needs peVsExcess`);
-    }
+  if (policy.peVsFullAnchor !== undefined && policy.peVsExcess === undefined) {
+    throw new InvalidArgumentError(`policy ${name}: peVsFullAnchor exempts heads from peVsExcess's narrowing, so it needs peVsExcess`);
   }
   if (policy.dense) return;
   const { router, vs, pe } = policy;

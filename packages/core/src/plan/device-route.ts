@@ -112,3 +112,22 @@ export function checkDeviceSelectorRule(rule: unknown, what: string): void {
     );
   }
 }
+
+/**
+ * The PE lists' narrowing (Policy.peVsExcess and Policy.peVsFullAnchor, and the same fields of
+ * a DevicePlanRequest): κ a finite number above 0, the band `{ from, below }` with
+ * 0 <= from < below <= 1; each may be left out. INVALID_ARGUMENT prefixed with `what` otherwise.
+ */
+export function checkPeVsNarrowing(excess: unknown, fullAnchor: unknown, what: string): void {
+  if (excess !== undefined && !(finite(excess) && excess > 0)) {
+    throw new InvalidArgumentError(`${what}peVsExcess must be a finite number above 0 (κ in p_v > κ · ā) or left out; got ${describeValue(excess)}`);
+  }
+  if (fullAnchor === undefined) return;
+  const a = fullAnchor as { from?: unknown; below?: unknown } | null;
+  const inUnit = (x: unknown): x is number => finite(x) && x >= 0 && x <= 1;
+  if (!a || typeof a !== 'object' || !inUnit(a.from) || !inUnit(a.below) || !(a.from < a.below)) {
+    throw new InvalidArgumentError(
+      `${what}peVsFullAnchor must be { from, below } with 0 <= from < below <= 1 (a band of C_struct) or left out; got ${describeValue(fullAnchor)}`,
+    );
+  }
+}

@@ -3,7 +3,7 @@
  * cumulative coverage (the token scores' count, then the best blocks), over the statistics'
  * scores where proxyStats left them, packed into lists the host reads once.
  */
-import { checkDeviceSelectorRule, InvalidArgumentError, type ProxyStats, type Route, UnsupportedError, type VsLists } from '@crisp/core';
+import { checkDeviceSelectorRule, checkPeVsNarrowing, InvalidArgumentError, type ProxyStats, type Route, UnsupportedError, type VsLists } from '@crisp/core';
 import type { CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
 import { D64, I, P, U64 } from '../runtime/launcher.js';
@@ -100,14 +100,9 @@ export function selectOnDevice(
     throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
   }
   const narrow = peVsExcess !== undefined;
-  if (narrow) {
-    if (rule.kind !== 'noiseFloor' || peWithVs !== true || !(Number.isFinite(peVsExcess) && peVsExcess > 0)) {
-      throw new InvalidArgumentError(`peVsExcess on the device needs the noiseFloor rule, peWithVs and a finite κ above 0; got ${rule.kind}, peWithVs ${peWithVs}, κ ${peVsExcess}`);
-    }
-    const a = peVsFullAnchor;
-    if (a !== undefined && !(a.from >= 0 && a.from < a.below && a.below <= 1)) {
-      throw new InvalidArgumentError(`peVsFullAnchor must be { from, below } with 0 <= from < below <= 1; got ${JSON.stringify(a)}`);
-    }
+  checkPeVsNarrowing(peVsExcess, peVsFullAnchor, 'device selection: ');
+  if (narrow && (rule.kind !== 'noiseFloor' || peWithVs !== true)) {
+    throw new InvalidArgumentError(`device selection: peVsExcess needs the noiseFloor rule and peWithVs; got ${rule.kind}, peWithVs ${peWithVs}`);
   }
   const HNb = H * Nb;
   const kept = store.get(stats)?.block.ptr;
