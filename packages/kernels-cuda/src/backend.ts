@@ -109,7 +109,7 @@ export interface CudaBackendOptions {
    * The narrowed lists of PE heads (Policy.peVsExcess and peVsFullAnchor, which
    * `crispGuarded` sets) in the device planner's selection (select.cu's vs_select), so that
    * `crispGuarded`'s plan stays device work. Default false until the conformance cases
-   * `deviceSelectNarrowed`, `devicePlanGuarded` and `pipeline/crispGuarded*` have passed on a
+   * `devicePlanNarrowed`, `devicePlanGuarded` and `pipeline/crispGuarded*` have passed on a
    * GPU: without it such plans are made on the host (correct, and slower: the host reads the
    * statistics back and selects there).
    */

@@ -36,8 +36,8 @@
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.
 #                crispGuarded's plan is made on the host unless GUARD_PLAN=device (after the guard
 #                phase's conformance cases passed on this GPU).
-#   guard        the conformance cases devicePlanNarrowed and devicePlanGuarded (crispGuarded's
-#                narrowed PE lists on the device), then crisp-bench's accuracy suite on CUDA over
+#   guard        the conformance cases devicePlanNarrowed, devicePlanGuarded and the crispGuarded
+#                pipelines (crispGuarded's narrowed PE lists on the device), then crisp-bench's accuracy suite on CUDA over
 #                the six @crisp/synth profiles (the routing-failure ones too) at 16k and 64k, every
 #                sparse preset (worst head, proxy recall, needles, density), then the latency of
 #                crisp, crispGuarded and flexPrefill at 128k and 512k on the llama fill (the
@@ -159,7 +159,7 @@ case "$phase" in
     # exactness first: crispGuarded's narrowed PE lists on the device against the host parts
     # (the rig's backend has peVsExcessOnDevice on); its plan goes on the device only if they pass
     where=host
-    CONF_FILTER='^devicePlan(Narrowed|Guarded)/' bash "$0" conformance "$out/conformance-guard" && where=device
+    CONF_FILTER='^(devicePlan(Narrowed|Guarded)/|pipeline/crispGuarded|varlen/pipeline/crispGuarded)' bash "$0" conformance "$out/conformance-guard" && where=device
     echo "guard: crispGuarded planned on the $where"
     # (no FlexPrefill γ sweep here: the masks are the host rules', which the CPU results sweep)
     timeout -s KILL 260 node "$app/crisp-bench.mjs" --backends cuda --suites accuracy --acc-sizes 16k,64k --deadline-s 250 \
