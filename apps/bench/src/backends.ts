@@ -7,7 +7,7 @@ import type { Backend } from '@crisp/core';
 import { type CudaSchedule, cudaAvailability, createCudaBackend, type ProxyLayout } from '@crisp/kernels-cuda';
 import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
 import { createReferenceBackend } from '@crisp/reference';
-import type { BackendName } from './config.js';
+import type { BackendName, BenchConfig } from './config.js';
 
 export interface OpenBackend {
   readonly name: BackendName;
@@ -22,7 +22,14 @@ export interface OpenBackend {
 export async function openBackend(
   name: BackendName,
   repoRoot: string | undefined,
-  opts: { readonly cudaSchedule?: CudaSchedule; readonly proxyLayout?: ProxyLayout; readonly programmaticLaunch?: boolean; readonly flexPrefillOnDevice?: boolean } = {},
+  opts: {
+    readonly cudaSchedule?: CudaSchedule;
+    readonly proxyLayout?: ProxyLayout;
+    readonly programmaticLaunch?: boolean;
+    readonly flexPrefillOnDevice?: boolean;
+    readonly peVsExcessOnDevice?: boolean;
+    readonly webgpuKernel?: BenchConfig['webgpuKernel'];
+  } = {},
 ): Promise<OpenBackend> {
   try {
     if (name === 'reference') {
@@ -32,12 +39,15 @@ export async function openBackend(
     if (name === 'webgpu') {
       const a = await webgpuAvailability();
       if (!a.available) return { name, reason: a.reason ?? 'no WebGPU adapter' };
-      const backend = await createNodeWebGpuBackend();
+      const wk = opts.webgpuKernel;
+      const backend = await createNodeWebGpuBackend(wk ? { attentionKernel: wk.kernel, ...(wk.form ? { subgroupMatrixForm: wk.form } : {}) } : {});
       const d = a.adapter;
+      // the kernel f16 attention runs (the tensor-core one where asked for and eligible)
+      const kernel = backend.subgroupMatrixForm ? `subgroup-matrix:${backend.subgroupMatrixForm}` : backend.attentionKernel;
       return {
         name,
         backend,
-        device: d ? `${d.vendor} ${d.architecture} ${d.description}`.trim() : undefined,
+        device: d ? `${`${d.vendor} ${d.architecture} ${d.description}`.trim()}, attention kernel ${kernel}` : `attention kernel ${kernel}`,
         shippedCrossover: backend.sparseCrossover,
       };
     }
@@ -53,12 +63,13 @@ export async function openBackend(
       ...(opts.proxyLayout ? { proxyLayout: opts.proxyLayout } : {}),
       ...(opts.programmaticLaunch === undefined ? {} : { programmaticLaunch: opts.programmaticLaunch }),
       ...(opts.flexPrefillOnDevice === undefined ? {} : { flexPrefillOnDevice: opts.flexPrefillOnDevice }),
+      ...(opts.peVsExcessOnDevice === undefined ? {} : { peVsExcessOnDevice: opts.peVsExcessOnDevice }),
     });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
     const pdl = (backend as { programmaticLaunch?: boolean }).programmaticLaunch;
     // (the host thread's wait named when it is not the driver's own, the proxy layout when
     // asked for, the programmatic launches when off)
-    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice === false ? "; flexPrefill's plan on the host" : ''}`;
+    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice === false ? "; flexPrefill's plan on the host" : ''}${opts.peVsExcessOnDevice ? "; crispGuarded's plan on the device" : ''}`;
     return {
       name,
       backend,

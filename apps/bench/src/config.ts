@@ -51,6 +51,8 @@ export interface BenchConfig {
   readonly cudaFlexOnDevice?: boolean;
   /** CUDA: the backend's peVsExcessOnDevice (crispGuarded's narrowed PE lists on the device planner); undefined: the backend's default (host) */
   readonly cudaGuardOnDevice?: boolean;
+  /** WebGPU: the attention kernel (and the tensor-core kernel's form); undefined: the backend's default ('fma') */
+  readonly webgpuKernel?: { readonly kernel: 'fma' | 'subgroup-matrix'; readonly form?: 'staged' | 'direct' | 'two-pass' };
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

@@ -100,6 +100,10 @@ function program(): Command {
       '--cuda-guard-plan <host|device>',
       "CUDA: where crispGuarded's plan is made: host (the backend's default until its narrowed PE lists pass conformance on a GPU) or device (the backend's peVsExcessOnDevice)",
     )
+    .option(
+      '--webgpu-kernel <kernel>',
+      "WebGPU: the attention kernel: fma (the default) or subgroup-matrix[:staged|direct|two-pass] (tensor cores where the adapter offers them; the dense baseline runs it too)",
+    )
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
@@ -115,6 +119,17 @@ function program(): Command {
 export interface MainOptions {
   /** where progress goes (default stderr) */
   readonly log?: (line: string) => void;
+}
+
+/** `--webgpu-kernel`: fma, subgroup-matrix or subgroup-matrix:FORM. */
+function webgpuKernelOption(x: string): NonNullable<BenchConfig['webgpuKernel']> {
+  const [kernel, form, ...rest] = x.split(':');
+  const kernels = ['fma', 'subgroup-matrix'] as const;
+  const forms = ['staged', 'direct', 'two-pass'] as const;
+  if (rest.length || !kernels.includes(kernel as never) || (form !== undefined && (kernel !== 'subgroup-matrix' || !forms.includes(form as never)))) {
+    throw new Error(`--webgpu-kernel must be fma or subgroup-matrix[:${forms.join('|')}]; got ${x}`);
+  }
+  return form === undefined ? { kernel: kernel as 'fma' | 'subgroup-matrix' } : { kernel: 'subgroup-matrix', form: form as (typeof forms)[number] };
 }
 
 /** Resolve the command line into a config (exported for tests). */
@@ -149,6 +164,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
     ...(typeof o.cudaPdl === 'string' ? { cudaPdl: list(o.cudaPdl, ['on', 'off'], 'CUDA programmatic launch setting')[0] === 'on' } : {}),
     ...(typeof o.cudaFlexPlan === 'string' ? { cudaFlexOnDevice: list(o.cudaFlexPlan, ['host', 'device'], "CUDA flexPrefill plan setting")[0] === 'device' } : {}),
     ...(typeof o.cudaGuardPlan === 'string' ? { cudaGuardOnDevice: list(o.cudaGuardPlan, ['host', 'device'], 'CUDA crispGuarded plan setting')[0] === 'device' } : {}),
+    ...(typeof o.webgpuKernel === 'string' ? { webgpuKernel: webgpuKernelOption(o.webgpuKernel) } : {}),
     suites: typeof o.suites === 'string' ? list(o.suites, SUITE_NAMES, 'suite') : base.suites,
     latency: {
       ...base.latency,
@@ -300,6 +316,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
         ...(config.cudaPdl === undefined ? {} : { programmaticLaunch: config.cudaPdl }),
         ...(config.cudaFlexOnDevice === undefined ? {} : { flexPrefillOnDevice: config.cudaFlexOnDevice }),
         ...(config.cudaGuardOnDevice === undefined ? {} : { peVsExcessOnDevice: config.cudaGuardOnDevice }),
+        ...(config.webgpuKernel ? { webgpuKernel: config.webgpuKernel } : {}),
       });
       log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
       opened.push(ob);

@@ -53,6 +53,13 @@ describe('parseSizes', () => {
     expect(resolveConfig({ cudaGuardPlan: 'device' }).cudaGuardOnDevice).toBe(true);
     expect(resolveConfig({ cudaGuardPlan: 'host' }).cudaGuardOnDevice).toBe(false);
     expect(() => resolveConfig({ cudaGuardPlan: 'gpu' })).toThrow(/gpu/);
+    expect(resolveConfig({}).webgpuKernel).toBeUndefined();
+    expect(resolveConfig({ webgpuKernel: 'fma' }).webgpuKernel).toEqual({ kernel: 'fma' });
+    expect(resolveConfig({ webgpuKernel: 'subgroup-matrix' }).webgpuKernel).toEqual({ kernel: 'subgroup-matrix' });
+    expect(resolveConfig({ webgpuKernel: 'subgroup-matrix:direct' }).webgpuKernel).toEqual({ kernel: 'subgroup-matrix', form: 'direct' });
+    for (const bad of ['tensor', 'fma:staged', 'subgroup-matrix:fast', 'subgroup-matrix:staged:x']) {
+      expect(() => resolveConfig({ webgpuKernel: bad }), bad).toThrow(/--webgpu-kernel/);
+    }
     expect(resolveConfig({ smoke: true }).latency.jitWarmup).toBe(0);
     expect(resolveConfig({ jitWarmup: '0' }).latency.jitWarmup).toBe(0);
     expect(() => resolveConfig({ jitWarmup: '-1' })).toThrow(/jit-warmup/);

@@ -12,7 +12,12 @@ import { create } from 'webgpu';
 import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
-import { subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
+import {
+  SUBGROUP_MATRIX_FORMS,
+  subgroupMatrixAttentionProgram,
+  subgroupMatrixHeadDim,
+  subgroupMatrixWorkgroupBytes,
+} from './kernels/attention/subgroup-matrix.js';
 import type { StorageDType } from './kernels/common.js';
 import { DEFAULT_DAWN_FLAGS } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
@@ -210,14 +215,38 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
     return info.messages.filter((m) => m.type === 'error').map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
   }
 
-  it('the subgroup-matrix attention kernel validates (fragment offsets subgroup-uniform)', async () => {
-    expect(await errorsOf(subgroupMatrixAttentionProgram(128).wgsl)).toEqual([]);
-    expect(await errorsOf(subgroupMatrixAttentionProgram(64).wgsl), 'd64').toEqual([]);
+  it('every form of the subgroup-matrix attention kernel validates (fragment offsets subgroup-uniform), d = 64 and 128', async () => {
+    for (const form of SUBGROUP_MATRIX_FORMS) {
+      for (const d of [64, 128]) {
+        const errs = await errorsOf(subgroupMatrixAttentionProgram(d, form).wgsl);
+        expect(errs, `${form} d${d}`).toEqual([]);
+      }
+    }
+  });
+
+  it('each form declares the workgroup memory its eligibility check assumes', () => {
+    const size: Record<string, number> = { f32: 4, u32: 4, f16: 2, 'vec2<u32>': 8, 'vec4<u32>': 16, 'vec4<f32>': 16, 'vec2<f32>': 8 };
+    for (const form of SUBGROUP_MATRIX_FORMS) {
+      for (const d of [64, 128]) {
+        let bytes = 0;
+        for (const m of subgroupMatrixAttentionProgram(d, form).wgsl.matchAll(/var<workgroup> \w+: (?:array<(.+), (\d+)>|(\w+(?:<\w+>)?));/g)) {
+          bytes += m[1] !== undefined ? size[m[1]] * Number(m[2]) : size[m[3]];
+        }
+        expect(bytes, `${form} d${d}`).toBeGreaterThan(0);
+        expect(bytes, `${form} d${d}`).toBeLessThanOrEqual(subgroupMatrixWorkgroupBytes(form, d));
+        expect(subgroupMatrixWorkgroupBytes(form, d), `${form} d${d}`).toBeLessThanOrEqual(48 * 1024);
+      }
+    }
+  });
+
+  it('the subgroup-matrix kernel is built for d = 64 and 128 only', () => {
+    expect(subgroupMatrixHeadDim(96)).toBe(false);
+    expect(() => subgroupMatrixAttentionProgram(96)).toThrow(/64 and 128/);
   });
 
   it('the Tint check can fail: offsets from local_invocation_index are rejected', async () => {
-    const bad = subgroupMatrixAttentionProgram(128).wgsl.replace('let sg = sgid;', 'let sg = lid / 32u;');
-    expect(bad).not.toBe(subgroupMatrixAttentionProgram(128).wgsl);
+    const bad = subgroupMatrixAttentionProgram(128, 'direct').wgsl.replace('let sg = sgid;', 'let sg = lid / 32u;');
+    expect(bad).not.toBe(subgroupMatrixAttentionProgram(128, 'direct').wgsl);
     const errs = await errorsOf(bad);
     expect(errs.join('\n')).toMatch(/uniform/);
   });

@@ -27,7 +27,7 @@ import {
   type VarlenBatch,
 } from '@crisp/core';
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
-import { subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
+import { type SubgroupMatrixForm, subgroupMatrixAttentionProgram, subgroupMatrixHeadDim } from './kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor, StorageDType } from './kernels/common.js';
 import { denseAttention, sparseAttention } from './ops/attention.js';
 import { type DeviceVsPlan, type DeviceVsRequest, deviceVsPlan } from './ops/device-select.js';
@@ -254,21 +254,29 @@ export class WebGpuBackend implements Backend {
 
   // ------------------------------------------------------ attention kernel
 
-  /** Which attention kernel f16 runs use: 'subgroup-matrix' (tensor cores, experimental) or 'fma'. */
+  /**
+   * Which attention kernel f16 runs at head dims 64 and 128 use: 'subgroup-matrix' (tensor
+   * cores, experimental) or 'fma'. Other head dims and f32 always run 'fma'.
+   */
   get attentionKernel(): ActiveAttentionKernel {
     return this.gpu.subgroupMatrix ? 'subgroup-matrix' : 'fma';
   }
 
+  /** The tensor-core kernel's form when it is in use (WebGpuBackendOptions.subgroupMatrixForm). */
+  get subgroupMatrixForm(): SubgroupMatrixForm | undefined {
+    return this.gpu.subgroupMatrix ? this.gpu.subgroupMatrixForm : undefined;
+  }
+
   /** The program the given attention kernel runs for this dtype and head dim (for build reports). */
   attentionProgramFor(kernel: ActiveAttentionKernel, dtype: StorageDType, D: number): ProgramDescriptor {
-    if (kernel === 'subgroup-matrix') return subgroupMatrixAttentionProgram(D);
+    if (kernel === 'subgroup-matrix') return subgroupMatrixAttentionProgram(D, this.gpu.subgroupMatrixForm);
     return fmaAttentionProgram(dtype, D, this.gpu.compact);
   }
 
   async #attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline> {
-    if (dtype === 'f16' && this.gpu.subgroupMatrix) {
+    if (dtype === 'f16' && this.gpu.subgroupMatrix && subgroupMatrixHeadDim(D)) {
       try {
-        return await this.gpu.pipeline(subgroupMatrixAttentionProgram(D));
+        return await this.gpu.pipeline(subgroupMatrixAttentionProgram(D, this.gpu.subgroupMatrixForm));
       } catch (e) {
         // An experimental feature: if the driver rejects the program, keep the portable
         // kernel for the rest of this backend's life and say why in kernelNote.

@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
+import { SUBGROUP_MATRIX_FORMS } from './kernels/attention/subgroup-matrix.js';
 import { ATTENTION_KERNELS } from './options.js';
 import { code, sharedBackend } from './test-support.js';
 
@@ -60,6 +61,8 @@ describe('createWebGpuBackend: options checked before any device work', () => {
     ['an unknown key (a typo)', { attentionKernal: 'fma' }],
     ['attentionKernel unknown', { attentionKernel: 'tensor' }],
     ['attentionKernel not a string', { attentionKernel: 1 }],
+    ['subgroupMatrixForm unknown', { subgroupMatrixForm: 'fast' }],
+    ['subgroupMatrixForm not a string', { subgroupMatrixForm: 2 }],
     ['sparseCrossover negative', { sparseCrossover: -1 }],
     ['sparseCrossover NaN', { sparseCrossover: Number.NaN }],
     ['sparseCrossover a string', { sparseCrossover: '8000' }],
@@ -89,7 +92,7 @@ describe('createWebGpuBackend: options checked before any device work', () => {
   });
 
   it('property: any option object is INVALID_ARGUMENT before requestAdapter exactly when an option is wrong', async () => {
-    const known = ['sparseCrossover', 'maxDispatchWork', 'attentionKernel', 'compactKernels'];
+    const known = ['sparseCrossover', 'maxDispatchWork', 'attentionKernel', 'subgroupMatrixForm', 'compactKernels'];
     const value = fc.oneof(
       fc.constant(undefined),
       fc.double(),
@@ -97,6 +100,7 @@ describe('createWebGpuBackend: options checked before any device work', () => {
       fc.boolean(),
       fc.string(),
       fc.constantFrom(...ATTENTION_KERNELS),
+      fc.constantFrom(...SUBGROUP_MATRIX_FORMS),
       fc.constant(null),
       fc.object({ maxDepth: 1 }),
     );
@@ -110,6 +114,8 @@ describe('createWebGpuBackend: options checked before any device work', () => {
           return typeof v === 'number' && v > 0;
         case 'attentionKernel':
           return (ATTENTION_KERNELS as readonly unknown[]).includes(v);
+        case 'subgroupMatrixForm':
+          return (SUBGROUP_MATRIX_FORMS as readonly unknown[]).includes(v);
         case 'compactKernels':
           return typeof v === 'boolean';
         default:

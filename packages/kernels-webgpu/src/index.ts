@@ -22,4 +22,12 @@ export type { WebGpuTensor } from './runtime/tensor.js';
 export { coverageCut } from './coverage.js';
 export type { ProgramDescriptor } from './kernels/common.js';
 export { FMA_ATTENTION_WORKGROUP_BYTES, fmaAttentionProgram } from './kernels/attention/fma.js';
-export { SUBGROUP_MATRIX_WORKGROUP_BYTES, subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
+export {
+  DEFAULT_SUBGROUP_MATRIX_FORM,
+  SUBGROUP_MATRIX_FORMS,
+  SUBGROUP_MATRIX_WORKGROUP_BYTES,
+  type SubgroupMatrixForm,
+  subgroupMatrixAttentionProgram,
+  subgroupMatrixHeadDim,
+  subgroupMatrixWorkgroupBytes,
+} from './kernels/attention/subgroup-matrix.js';

@@ -1,5 +1,6 @@
 /** The backend's options, its selectable attention kernels, and what it reports about its device. */
 import { InvalidArgumentError } from '@crisp/core';
+import { SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from './kernels/attention/subgroup-matrix.js';
 import type { DeviceLimits } from './runtime/gpu-context.js';
 
 /**
@@ -40,14 +41,20 @@ export interface WebGpuBackendOptions {
    *   32 KiB of workgroup memory. On one H200: 25.8 / 26.8 / 27.1 / 26.8 TFLOP/s dense at
    *   8k / 16k / 32k / 64k (f16, H = 32, Hkv = 8, d = 128); @crisp/conformance passes with
    *   it there at n = 4000 and 65536.
-   * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16
+   * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 at head dims 64 and 128
    *   (src/kernels/attention/subgroup-matrix.ts) when the adapter offers
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups),
-   *   `subgroups`, and 41 KiB of workgroup memory. It matches float64 on the H200 but runs at
-   *   6.7-7.3 TFLOP/s there, a quarter of 'fma'. f32 tensors, ineligible adapters or a failed
-   *   build use 'fma' (`kernelNote` says why a build failed).
+   *   `subgroups`, and the workgroup memory of its form (44 KiB for 'staged' at d = 128).
+   *   f32 tensors, other head dims, ineligible adapters or a failed build use 'fma'
+   *   (`kernelNote` says why a build failed).
    */
   readonly attentionKernel?: AttentionKernel;
+  /**
+   * The form of the 'subgroup-matrix' kernel (default 'staged'): 'staged' (K and V tiles
+   * in workgroup memory), 'direct' (K and V fragments from storage), or 'two-pass' (the first
+   * form, S computed twice), for measuring them side by side. See PERFORMANCE.md.
+   */
+  readonly subgroupMatrixForm?: SubgroupMatrixForm;
   /**
    * Rolled-loop WGSL (same arithmetic, far less code). Default: on for CPU adapters
    * (SwiftShader, fallback adapters), where pipeline compilation dominates; off on GPUs, where
@@ -64,7 +71,16 @@ export interface WebGpuInfo {
   readonly limits: DeviceLimits;
 }
 
-const OPTION_KEYS = ['device', 'adapter', 'gpu', 'sparseCrossover', 'maxDispatchWork', 'attentionKernel', 'compactKernels'] as const;
+const OPTION_KEYS = [
+  'device',
+  'adapter',
+  'gpu',
+  'sparseCrossover',
+  'maxDispatchWork',
+  'attentionKernel',
+  'subgroupMatrixForm',
+  'compactKernels',
+] as const;
 
 function describe(x: unknown): string {
   if (x === null) return 'null';
@@ -133,6 +149,9 @@ export function checkOptions(opts: unknown, entry = 'createWebGpuBackend', extra
   }
   if (o.attentionKernel !== undefined && !ATTENTION_KERNELS.includes(o.attentionKernel as AttentionKernel)) {
     throw new InvalidArgumentError(`attentionKernel must be one of ${ATTENTION_KERNELS.join(', ')}; got ${describe(o.attentionKernel)}`);
+  }
+  if (o.subgroupMatrixForm !== undefined && !SUBGROUP_MATRIX_FORMS.includes(o.subgroupMatrixForm as SubgroupMatrixForm)) {
+    throw new InvalidArgumentError(`subgroupMatrixForm must be one of ${SUBGROUP_MATRIX_FORMS.join(', ')}; got ${describe(o.subgroupMatrixForm)}`);
   }
   if (o.compactKernels !== undefined && typeof o.compactKernels !== 'boolean') {
     throw new InvalidArgumentError(`compactKernels must be true or false; got ${describe(o.compactKernels)}`);

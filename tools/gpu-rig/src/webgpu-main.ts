@@ -12,9 +12,9 @@
  *   --no-wgsl            do not write wgsl/<kernel>.wgsl (the device tool returns few files)
  *   --budget S           seconds for the whole run (default 420); each phase stops early (and
  *                        says so in the JSON) when its projected time would overrun.
- *   --variants V,...     attention kernels (default fma,subgroup-matrix). A variant is
- *                        KERNEL[:rolled][+TOGGLES]: rolled (the FMA kernel's compactKernels
- *                        loops); TOGGLES fast (Dawn device toggles disable_robustness,
+ *   --variants V,...     attention kernels (default fma and the three subgroup-matrix forms). A variant is
+ *                        KERNEL[:FORM][+TOGGLES]: FORM rolled (the FMA kernel's compactKernels
+ *                        loops) or staged|direct|two-pass (subgroup-matrix forms); TOGGLES fast (Dawn device toggles disable_robustness,
  *                        disable_workgroup_init, skip_validation) | norobust
  *                        (disable_robustness only). Each variant has its own Dawn device.
  *   --probes LIST        fma,lds,robust (default all; empty = none): FMA peak (fma()),

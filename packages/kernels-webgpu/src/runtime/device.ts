@@ -5,7 +5,7 @@
  */
 import { CrispError } from '@crisp/core';
 import { FMA_ATTENTION_WORKGROUP_BYTES } from '../kernels/attention/fma.js';
-import { SUBGROUP_MATRIX_WORKGROUP_BYTES } from '../kernels/attention/subgroup-matrix.js';
+import { DEFAULT_SUBGROUP_MATRIX_FORM, subgroupMatrixWorkgroupBytes } from '../kernels/attention/subgroup-matrix.js';
 import { type WebGpuBackendOptions, type WebGpuInfo, looksLikeDevice } from '../options.js';
 import { type DeviceLimits, GpuContext } from './gpu-context.js';
 
@@ -136,8 +136,9 @@ export async function openDevice(opts: WebGpuBackendOptions): Promise<{ ctx: Gpu
     [...(ai?.subgroupMatrixConfigs ?? [])].some(
       (c) => c.componentType === 'f16' && c.resultComponentType === 'f32' && c.M === 16 && c.N === 16 && c.K === 16,
     );
+  ctx.subgroupMatrixForm = opts.subgroupMatrixForm ?? DEFAULT_SUBGROUP_MATRIX_FORM;
   ctx.subgroupMatrix =
-    smm && kernel === 'subgroup-matrix' && ctx.limits.maxComputeWorkgroupStorageSize >= SUBGROUP_MATRIX_WORKGROUP_BYTES;
+    smm && kernel === 'subgroup-matrix' && ctx.limits.maxComputeWorkgroupStorageSize >= subgroupMatrixWorkgroupBytes(ctx.subgroupMatrixForm, 128);
   const cpu =
     /swiftshader|llvmpipe|lavapipe/i.test(`${adapterInfo?.architecture ?? ''} ${adapterInfo?.description ?? ''}`) ||
     Boolean((adapterInfo as { isFallbackAdapter?: boolean } | undefined)?.isFallbackAdapter);

@@ -6,6 +6,7 @@
  * globals such as GPUBufferUsage: Node's `webgpu` package does not install them.
  */
 import { CrispError } from '@crisp/core';
+import type { SubgroupMatrixForm } from '../kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor } from '../kernels/common.js';
 
 export const Usage = {
@@ -65,6 +66,8 @@ export class GpuContext {
   readonly keepAlive: unknown[] = [];
   /** f16 attention runs on the experimental subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
+  /** the tensor-core kernel's form (WebGpuBackendOptions.subgroupMatrixForm) */
+  subgroupMatrixForm: SubgroupMatrixForm = 'staged';
   /** generate rolled-loop WGSL (CPU adapters) */
   compact = false;
   #retired: GPUBuffer[] = [];

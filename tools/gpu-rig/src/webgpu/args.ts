@@ -1,7 +1,7 @@
 /** The run's flags (`--name value`; the list is in webgpu-main.ts), its output paths, the shape and the variants. */
 import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { ATTENTION_KERNELS, type AttentionKernel } from '@crisp/kernels-webgpu';
+import { ATTENTION_KERNELS, type AttentionKernel, SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from '@crisp/kernels-webgpu';
 import { DEFAULT_DAWN_FLAGS } from '@crisp/kernels-webgpu/node';
 
 export const args = new Map<string, string>();
@@ -47,7 +47,10 @@ function parseVariant(label: string): VariantSpec {
   const [main, toggles] = label.split('+');
   const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
   if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
-  if (form !== undefined && (form !== 'rolled' || kernel !== 'fma')) throw new Error(`variant ${label}: the only form is rolled, of the fma kernel`);
+  if (form !== undefined && kernel === 'fma' && form !== 'rolled') throw new Error(`variant ${label}: the fma kernel's only form is rolled`);
+  if (form !== undefined && kernel === 'subgroup-matrix' && !SUBGROUP_MATRIX_FORMS.includes(form as SubgroupMatrixForm)) {
+    throw new Error(`variant ${label}: the subgroup-matrix forms are ${SUBGROUP_MATRIX_FORMS.join(', ')}`);
+  }
   if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
   return { label, kernel, form, toggles };
 }
@@ -55,7 +58,7 @@ export function flagsFor(toggles: string | undefined): string[] {
   if (!toggles) return [...DEFAULT_DAWN_FLAGS];
   return DEFAULT_DAWN_FLAGS.map((f) => (f.startsWith('enable-dawn-features=') ? `${f},${TOGGLES[toggles].join(',')}` : f));
 }
-export const VARIANTS = (args.get('variants') || 'fma,subgroup-matrix').split(',').filter(Boolean).map(parseVariant);
+export const VARIANTS = (args.get('variants') || 'fma,subgroup-matrix:staged,subgroup-matrix:direct,subgroup-matrix:two-pass').split(',').filter(Boolean).map(parseVariant);
 export const PROBES = (args.get('probes') ?? 'fma,lds,robust').split(',').filter(Boolean);
 export const BEST_DENSE = list('best-dense', '');
 export const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));

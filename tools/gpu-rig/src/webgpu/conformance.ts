@@ -9,10 +9,9 @@ export async function conformancePhase(variants: Variant[], bestPlain: Variant |
   if (confSizes.length) {
     const reports: unknown[] = [];
     result.conformance = reports;
-    // The best plain variant, and the experimental tensor-core kernel wherever it ran correctly.
+    // The best plain variant, and each form of the tensor-core kernel that ran correctly.
     const specs: VariantSpec[] = [bestPlain ?? { label: 'fma', kernel: 'fma' }];
-    const smm = variants.find((v) => v.kernel === 'subgroup-matrix' && v.correct && !v.toggles);
-    if (smm && smm !== bestPlain) specs.push(smm);
+    for (const smm of variants.filter((v) => v.kernel === 'subgroup-matrix' && v.correct && !v.toggles)) if (smm !== bestPlain) specs.push(smm);
     for (const spec of specs) {
       for (const n of confSizes) {
         const kernel = spec.label;

@@ -1,5 +1,5 @@
 /** A variant as run (its backend on its own Dawn device and its state through the phases), and the choice of the best one. */
-import type { WebGpuBackend } from '@crisp/kernels-webgpu';
+import type { SubgroupMatrixForm, WebGpuBackend } from '@crisp/kernels-webgpu';
 import { createNodeWebGpuBackend } from '@crisp/kernels-webgpu/node';
 import { type VariantSpec, flagsFor } from './args.js';
 
@@ -19,6 +19,7 @@ export interface Variant extends VariantSpec {
 export async function backendFor(spec: VariantSpec): Promise<WebGpuBackend> {
   return createNodeWebGpuBackend({
     attentionKernel: spec.kernel,
+    subgroupMatrixForm: spec.kernel === 'subgroup-matrix' && spec.form ? (spec.form as SubgroupMatrixForm) : undefined,
     flags: flagsFor(spec.toggles),
     compactKernels: spec.form === 'rolled' ? true : undefined,
   });

@@ -6,111 +6,203 @@
  * Shape legend: q [m, H, d], k and v [n, Hkv, d], out [m, H, d] f16, lse [H, m];
  * B block size, Nb = ceil(n / B). Query row r sits at absolute position n - m + r.
  *
- * A subgroup-matrix result is opaque (no per-element access), so the usual online-softmax
- * rescale of the O accumulator cannot be done in registers. This kernel takes two passes
- * over the same key tiles instead: pass 1 computes S = Q Kᵀ with matrix ops and reduces each
- * row's max M and normaliser L (threads, through workgroup memory); pass 2 recomputes S,
- * writes P = 2^(s - M) / L as f16 and accumulates O += P V in f32 result matrices that are
- * never rescaled. Cost: Q Kᵀ twice (1.5x the matrix work of one pass). Workgroup: 4
- * subgroups of 32, each owning 16 of the tile's 64 query rows; key tiles of 64, staged once
- * per workgroup in workgroup memory (the four subgroups load their fragments from there);
- * block iteration (dense or block-sparse rows) as in the FMA kernel.
+ * One pass with an online softmax. A subgroup-matrix result is opaque (no per-row access),
+ * so the O accumulator cannot be rescaled in registers whenever a row's max grows. Each row
+ * keeps a reference max instead, and P = 2^(s - ref) is formed against it; the reference
+ * moves only when a row's max exceeds it by more than 8 (base 2), so P stays at most 256
+ * (exact in f16 to its usual relative precision, and the f32 sums cannot overflow). When
+ * any row of the workgroup moves, O goes through workgroup memory once, is scaled by row,
+ * and is loaded back: with a sink or a strong early key this happens on the first tile or
+ * two of a row and then never. The final 1/L uses the same references, so the result is the
+ * exact softmax.
  *
- * EXPERIMENTAL: it builds and matches float64 on the H200 but runs at 6.7-7.3 TFLOP/s there,
- * a quarter of the FMA kernel (PERFORMANCE.md); the row max and normaliser go through workgroup
- * memory element by element, and S is computed twice.
+ * Workgroup: 4 subgroups of 32, each owning 16 of the tile's 64 query rows (Q fragments
+ * held in registers); key tiles of 64. Per tile and subgroup: S = Q Kᵀ in four 16 x 16
+ * result fragments, stored to workgroup memory (f32, row stride 72 words: conflict-free
+ * fragment stores); each row is read by two lanes, 32 scores each, as vec4 loads in an order
+ * rotated by lane so that no two lanes of a quarter-warp share a bank; the row max combines
+ * across the pair by a shuffle; P is packed to f16 pairs and written as vec4 words (stride
+ * 72 halves); then O += P V with P loaded as four left fragments. Forms:
+ * - `'direct'`: K and V fragments load straight from storage (the four subgroups of a
+ *   workgroup read the same fragments, through the cache); two barriers a tile.
+ * - `'staged'`: the K tile, then the V tile, are copied into workgroup memory with 16-byte
+ *   loads (row stride d + 8 halves) and every subgroup loads its fragments there; four
+ *   barriers a tile, 44 KiB of workgroup memory at d = 128.
+ * Keys past n (the last, partial tile) are masked to P = 0; in the direct form their K/V
+ * loads are clamped into the binding by WebGPU's robust access, so they stay finite, and
+ * the staged form writes zeros.
+ *
+ * The first form, two passes with normalised P, is in subgroup-matrix-two-pass.ts.
  */
 import { attentionInterface, type ProgramDescriptor } from '../common.js';
+import { TWO_PASS_WORKGROUP_BYTES, twoPassAttentionProgram } from './subgroup-matrix-two-pass.js';
 
-/** Workgroup memory at d = 128 (S 16 KiB, P 8 KiB, K/V tile 16 KiB, partials): 41 KiB. */
-export const SUBGROUP_MATRIX_WORKGROUP_BYTES = 16384 + 8192 + 16384 + 1024 + 16;
+/** The tensor-core kernel's forms; `'staged'` is the default (see PERFORMANCE.md). */
+export type SubgroupMatrixForm = 'staged' | 'direct' | 'two-pass';
+export const SUBGROUP_MATRIX_FORMS: readonly SubgroupMatrixForm[] = ['staged', 'direct', 'two-pass'];
+export const DEFAULT_SUBGROUP_MATRIX_FORM: SubgroupMatrixForm = 'staged';
 
-/** The tensor-core attention program for head dim `headDim` (f16 only). */
-export function subgroupMatrixAttentionProgram(headDim: number): ProgramDescriptor {
+/** Row strides in workgroup memory: S in f32 words, P in halves (multiples of 16 bytes). */
+const SST = 72;
+const PST = 72;
+/** The reference max moves only when a row's max exceeds it by more than this (base 2). */
+const RESCALE_SLACK = 8;
+
+/** Workgroup memory a form needs at head dim `headDim`, in bytes. */
+export function subgroupMatrixWorkgroupBytes(form: SubgroupMatrixForm, headDim: number): number {
+  if (form === 'two-pass') return TWO_PASS_WORKGROUP_BYTES - 16384 + 64 * headDim * 2;
+  const s = 4 * 16 * SST * 4;
+  const p = 4 * 16 * PST * 2;
+  const kv = form === 'staged' ? 64 * (headDim + 8) * 2 : 0;
+  return s + p + kv + 32; // + the flags and ranges
+}
+
+/** The largest workgroup memory of any form at d = 128 (the eligibility floor of the kernel). */
+export const SUBGROUP_MATRIX_WORKGROUP_BYTES = subgroupMatrixWorkgroupBytes('staged', 128);
+
+/** Head dims the tensor-core kernel is built for (others run the FMA kernel). */
+export function subgroupMatrixHeadDim(headDim: number): boolean {
+  return headDim === 64 || headDim === 128;
+}
+
+/** The tensor-core attention program for head dim `headDim` (f16 only; 64 or 128). */
+export function subgroupMatrixAttentionProgram(headDim: number, form: SubgroupMatrixForm = DEFAULT_SUBGROUP_MATRIX_FORM): ProgramDescriptor {
+  if (form === 'two-pass') return twoPassAttentionProgram(headDim);
+  if (!subgroupMatrixHeadDim(headDim)) throw new RangeError(`subgroup-matrix attention is built for head dims 64 and 128; got ${headDim}`);
   const D = headDim;
-  // K or V tile [64 keys][d] into KVs as f16, two halves per u32 word of storage.
+  const D8 = D / 8; // vec4<u32> words per row of K or V
+  const KF = D / 16; // k-steps of Q Kᵀ over the head dim, and O fragments
+  const staged = form === 'staged';
+  const KST = D8 + 1; // staged row stride in vec4 words (d + 8 halves)
+  const PW = PST / 8; // P row stride in vec4 words
+  const SW = SST / 4; // S row stride in vec4 words
+
+  // K fragment (right operand [16 dims][16 keys], column = key) and V fragment (right
+  // operand [16 keys][16 dims], row = key), in vec4<u32> units (8 halves).
+  const kFrag = (nf: number, kk: number) =>
+    staged
+      ? `subgroupMatrixLoad<RM, col_major>(&KVs, ${nf * 16 * KST + kk * 2}u, ${KST}u)`
+      : `subgroupMatrixLoad<RM, col_major>(&K, kRow + ${nf * 16}u * kStride + ${kk * 2}u, kStride)`;
+  const vFrag = (kc: number, f: number) =>
+    staged
+      ? `subgroupMatrixLoad<RM, row_major>(&KVs, ${kc * 16 * KST + f * 2}u, ${KST}u)`
+      : `subgroupMatrixLoad<RM, row_major>(&V, kRow + ${kc * 16}u * kStride + ${f * 2}u, kStride)`;
   const stage = (src: string) => `
-      for (var x = lid; x < ${32 * D}u; x += 128u) {
-        let kp = k0 + x / ${D / 2}u;
-        var w = 0u;
-        if (kp < P.n) { w = ${src}[((kp * P.Hkv + g) * D) / 2u + x % ${D / 2}u]; }
-        let hv = bitcast<vec2<f16>>(w);
-        KVs[2u * x] = hv.x;
-        KVs[2u * x + 1u] = hv.y;
+      for (var x = lid; x < ${64 * D8}u; x += 128u) {
+        let kp = k0 + x / ${D8}u;
+        var w = vec4<u32>();
+        if (kp < P.n) { w = ${src}[(kp * P.Hkv + g) * ${D8}u + x % ${D8}u]; }
+        KVs[(x / ${D8}u) * ${KST}u + x % ${D8}u] = w;
       }`;
-  const KF = D / 16; // k-steps over the head dim for Q Kᵀ, and output fragments for P V
+
   const qLoads: string[] = [];
-  const sSteps: string[] = [];
   const oDecl: string[] = [];
-  const pvSteps: string[] = [];
   for (let kk = 0; kk < KF; kk++) {
-    qLoads.push(
-      `let qf${kk} = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Q, qBase + ${kk * 16}u, false, P.H * D);`,
-    );
-    oDecl.push(`var o${kk} = subgroup_matrix_result<f32, 16, 16>();`);
-    pvSteps.push(
-      `o${kk} = subgroupMatrixMultiplyAccumulate(pf, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, kc * 16u * D + ${kk * 16}u, false, D), o${kk});`,
-    );
+    qLoads.push(`let qf${kk} = subgroupMatrixLoad<LM, row_major>(&Q, qBase + ${kk * 16}u, P.H * D);`);
+    oDecl.push(`var o${kk} = AM();`);
   }
+  const sSteps: string[] = [];
   for (let nf = 0; nf < 4; nf++) {
     const steps: string[] = [];
-    for (let kk = 0; kk < KF; kk++) {
-      steps.push(
-        `acc = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&KVs, ${nf * 16 * D + kk * 16}u, true, D), acc);`,
-      );
-    }
+    for (let kk = 0; kk < KF; kk++) steps.push(`acc = subgroupMatrixMultiplyAccumulate(qf${kk}, ${kFrag(nf, kk)}, acc);`);
     sSteps.push(`{
-        var acc = subgroup_matrix_result<f32, 16, 16>();
+        var acc = AM();
         ${steps.join('\n        ')}
-        subgroupMatrixStore(&Ssh, sg * 1024u + ${nf * 16}u, acc, false, 64u);
+        subgroupMatrixStore<row_major>(&Ssh, sBase + ${nf * 4}u, acc, ${SW}u);
       }`);
   }
-  const scoreTile = `${stage('K')}
-      workgroupBarrier();
-      ${sSteps.join('\n      ')}`;
-  const oStore: string[] = [];
-  for (let hf = 0; hf * 4 < KF; hf++) {
-    const nfr = Math.min(4, KF - hf * 4);
-    const st: string[] = [];
-    for (let f = 0; f < nfr; f++) {
-      st.push(`subgroupMatrixStore(&Ssh, sg * 1024u + ${f * 16}u, o${hf * 4 + f}, false, 64u);`);
-    }
-    oStore.push(`${st.join('\n  ')}
-  workgroupBarrier();
-  if (rowOk) {
-    let obase = (qRow * P.H + h) * D + ${hf * 64}u;
-    for (var c = hc * ${nfr * 8}u; c < hc * ${nfr * 8}u + ${nfr * 8}u; c++) {
-      O[obase + c] = f16(Ssh[sg * 1024u + r * 64u + c] * poisonScale);
-    }
+  const pvSteps: string[] = [];
+  for (let kc = 0; kc < 4; kc++) {
+    const fs: string[] = [];
+    for (let f = 0; f < KF; f++) fs.push(`o${f} = subgroupMatrixMultiplyAccumulate(pf, ${vFrag(kc, f)}, o${f});`);
+    pvSteps.push(`{
+        let pf = subgroupMatrixLoad<LM, row_major>(&Psh, pBase + ${kc * 2}u, ${PW}u);
+        ${fs.join('\n        ')}
+      }`);
   }
-  workgroupBarrier();`);
-  }
-  const iterate = (body: string) => `
-  for (var si = sg2.x; si < sg2.y; si++) {
-    if (lid == 0u) {
-      if (P.dense == 1u) { tiles = vec2<u32>(0u, t + 1u); }
-      else { let J = cols[si]; tiles = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
-    }
-    let kr = workgroupUniformLoad(&tiles);
-    for (var kt = kr.x; kt < kr.y; kt++) {
-      let k0 = kt * 64u;
-      let kBase = (k0 * P.Hkv + g) * D;
-      ${body}
-    }
+  // O in groups of four fragments (64 columns) through this subgroup's S rows: store,
+  // barrier, `rowOp` on this lane's 32 values (vec4 j of the row half, as `ov`), barrier.
+  const throughS = (rowOp: string, reload: boolean) => {
+    const out: string[] = [];
+    for (let hf = 0; hf * 4 < KF; hf++) {
+      const st: string[] = [];
+      const ld: string[] = [];
+      for (let f = 0; f < 4; f++) {
+        st.push(`subgroupMatrixStore<row_major>(&Ssh, sBase + ${f * 4}u, o${hf * 4 + f}, ${SW}u);`);
+        ld.push(`o${hf * 4 + f} = subgroupMatrixLoad<AM, row_major>(&Ssh, sBase + ${f * 4}u, ${SW}u);`);
+      }
+      out.push(`${st.join('\n    ')}
     workgroupBarrier();
-  }`;
+    for (var j = 0u; j < 8u; j++) {
+      let jj = (j + hc) & 7u;
+      let at = rowS + jj;
+      let col = ${hf * 64}u + hc * 32u + 4u * jj;
+      var ov = Ssh[at];
+      ${rowOp}
+    }
+    workgroupBarrier();${reload ? `\n    ${ld.join('\n    ')}\n    workgroupBarrier();` : ''}`);
+    }
+    return out.join('\n    ');
+  };
+
+  const tileBody = `
+      ${staged ? `${stage('K')}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
+      ${sSteps.join('\n      ')}
+      workgroupBarrier();
+      ${staged ? `// every subgroup is past its K fragment loads: V replaces K\n      ${stage('V')}` : ''}
+      // this lane's 32 scores: row r, keys k0 + 32 hc + 4 jj + e, vec4 jj in rotated order
+      let lim = min(pos, P.n - 1u);
+      var tmx = -1.0e30;
+      for (var j = 0u; j < 8u; j++) {
+        let jj = (j + hc) & 7u;
+        let s4 = Ssh[rowS + jj] * P.scaleLog2;
+        let kp = k0 + hc * 32u + 4u * jj;
+        tmx = max(tmx, max(max(select(-1.0e30, s4.x, kp <= lim), select(-1.0e30, s4.y, kp + 1u <= lim)),
+                           max(select(-1.0e30, s4.z, kp + 2u <= lim), select(-1.0e30, s4.w, kp + 3u <= lim))));
+      }
+      tmx = max(tmx, subgroupShuffleXor(tmx, 1u));
+      var alpha = 1.0;
+      if (tmx > mref + ${RESCALE_SLACK}.0) {
+        if (mref > -1.0e29) { needWord[parity] = 1u; }
+        alpha = exp2(mref - tmx);
+        mref = tmx;
+      }
+      lsum *= alpha;
+      // four vec4 of P, each from two vec4 of scores (read in lane-dependent order: no bank conflicts)
+      for (var i = 0u; i < 4u; i++) {
+        let x = Ssh[rowS + 2u * i + hc];
+        let y = Ssh[rowS + 2u * i + 1u - hc];
+        let a = select(x, y, hc == 1u);
+        let b = select(y, x, hc == 1u);
+        let kp = vec4<u32>(k0 + hc * 32u + 8u * i) + vec4<u32>(0u, 1u, 2u, 3u);
+        let pa = select(vec4<f32>(), exp2(fma(a, vec4<f32>(P.scaleLog2), vec4<f32>(-mref))), kp <= vec4<u32>(lim));
+        let pb = select(vec4<f32>(), exp2(fma(b, vec4<f32>(P.scaleLog2), vec4<f32>(-mref))), kp + vec4<u32>(4u) <= vec4<u32>(lim));
+        lsum += (pa.x + pa.y) + (pa.z + pa.w) + (pb.x + pb.y) + (pb.z + pb.w);
+        Psh[rowP + i] = vec4<u32>(pack2x16float(pa.xy), pack2x16float(pa.zw), pack2x16float(pb.xy), pack2x16float(pb.zw));
+      }
+      // P (and a staged V) visible to the subgroup; did any row of the workgroup move its reference?
+      if (workgroupUniformLoad(&needWord[parity]) != 0u) {
+    ${throughS('Ssh[at] = ov * alpha;', true)}
+      }
+      if (lid == 0u) { needWord[parity ^ 1u] = 0u; }
+      parity ^= 1u;
+      ${pvSteps.join('\n      ')}
+      ${staged ? '// K of the next tile replaces V only after every subgroup has read it\n      workgroupBarrier();' : ''}`;
+
   const wgsl = /* wgsl */ `
 enable f16;
 enable subgroups;
 enable chromium_experimental_subgroup_matrix;
-${attentionInterface({ q: 'array<f16>', k: 'array<u32>', v: 'array<u32>', o: 'array<f16>' })}
+${attentionInterface({ q: 'array<f16>', k: 'array<vec4<u32>>', v: 'array<vec4<u32>>', o: 'array<vec2<u32>>' })}
 
+alias LM = subgroup_matrix_left<f16, 16, 16>;
+alias RM = subgroup_matrix_right<f16, 16, 16>;
+alias AM = subgroup_matrix_result<f32, 16, 16>;
 const D: u32 = ${D}u;
 const LN2: f32 = 0.6931471805599453;
-var<workgroup> Ssh: array<f32, 4096>;  // per subgroup [16 rows][64 keys] scores, then O staging
-var<workgroup> Psh: array<f16, 4096>;  // per subgroup [16 rows][64 keys] probabilities
-var<workgroup> KVs: array<f16, ${64 * D}>; // the K or V tile [64 keys][d]
-var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
+var<workgroup> Ssh: array<vec4<f32>, ${(4 * 16 * SST) / 4}>; // per subgroup [16 rows][${SST} words]: S, then O in passing
+var<workgroup> Psh: array<vec4<u32>, ${(4 * 16 * PST) / 8}>; // per subgroup [16 rows][${PST} halves]: P as f16
+${staged ? `var<workgroup> KVs: array<vec4<u32>, ${64 * KST}>; // the K or V tile [64 keys][d + 8 halves]\n` : ''}var<workgroup> needWord: array<u32, 2>;
 var<workgroup> seg: vec2<u32>;
 var<workgroup> tiles: vec2<u32>;
 
@@ -121,11 +213,10 @@ fn main(
   @builtin(subgroup_id) sgid: u32,
   @builtin(subgroup_invocation_id) lane: u32,
 ) {
-  // Fragment offsets must be uniform for the matrix builtins: subgroup_id is (per
-  // subgroup), lid / 32 is not, and Tint rejected the kernel built on it.
+  // Fragment offsets must be subgroup-uniform for the matrix builtins: subgroup_id is.
   let sg = sgid;
   let r = lane / 2u;          // this thread's row within the subgroup's 16
-  let hc = lane % 2u;         // which 32 of the tile's 64 keys it reduces
+  let hc = lane % 2u;         // which 32 of the tile's 64 keys (and of each 64 O columns) it handles
   let h = P.headBase + wid.x;
   let g = h / (P.H / P.Hkv);
   let t = P.firstTile + P.numTiles - 1u - wid.y;
@@ -138,68 +229,45 @@ fn main(
   let pos = rowOff + qb + r;
   let qRow = qb + r;
   let rowOk = pos >= q0 + sg * 16u && pos < q0 + sg * 16u + 16u && pos < P.n;
+  let kStride = P.Hkv * ${D8}u;
+  let sBase = sg * ${16 * SW}u;               // this subgroup's S rows, vec4 words
+  let rowS = sBase + r * ${SW}u + hc * 8u;    // this lane's 8 vec4 of scores
+  let pBase = sg * ${16 * PW}u;               // this subgroup's P rows, vec4 words
+  let rowP = pBase + r * ${PW}u + hc * 4u;    // this lane's 4 vec4 of P
   ${qLoads.join('\n  ')}
   let I = q0 / P.B;
   let tpb = P.B / 64u;
   if (lid == 0u) {
     if (P.dense == 1u) { seg = vec2<u32>(0u, 1u); }
     else { seg = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
+    needWord[0] = 0u;
+    needWord[1] = 0u;
   }
   let sg2 = workgroupUniformLoad(&seg);
 
-  // Pass 1: row max M and normaliser L (base 2, scale folded in).
-  var m = -1.0e30;
-  var l = 0.0;
-  ${iterate(`${scoreTile}
-      workgroupBarrier();
-      var tmx = m;
-      for (var c = 0u; c < 32u; c++) {
-        let kp = k0 + hc * 32u + c;
-        if (kp <= pos && kp < P.n) { tmx = max(tmx, Ssh[sg * 1024u + r * 64u + hc * 32u + c] * P.scaleLog2); }
-      }
-      var acc = 0.0;
-      for (var c = 0u; c < 32u; c++) {
-        let kp = k0 + hc * 32u + c;
-        if (kp <= pos && kp < P.n) { acc += exp2(Ssh[sg * 1024u + r * 64u + hc * 32u + c] * P.scaleLog2 - tmx); }
-      }
-      l = l * exp2(m - tmx) + acc;
-      m = tmx;
-      workgroupBarrier();`)}
-  parts[sg * 32u + lane] = vec2<f32>(m, l);
-  workgroupBarrier();
-  let other = parts[sg * 32u + (lane ^ 1u)];
-  let M = max(m, other.x);
-  let L = l * exp2(m - M) + other.y * exp2(other.x - M);
-  let invL = select(0.0, 1.0 / L, L > 0.0);
-  workgroupBarrier();
-
-  // Pass 2: O = Σ P V with P already normalised, so the accumulators never need rescaling.
+  var mref = -1.0e30;  // this row's reference max (base 2, scale folded in)
+  var lsum = 0.0;      // this lane's share of the row's normaliser, against mref
+  var parity = 0u;
   ${oDecl.join('\n  ')}
-  ${iterate(`${scoreTile}
-      workgroupBarrier();
-      for (var c = 0u; c < 32u; c++) {
-        let kp = k0 + hc * 32u + c;
-        let at = sg * 1024u + r * 64u + hc * 32u + c;
-        var p = 0.0;
-        if (kp <= pos && kp < P.n) { p = exp2(Ssh[at] * P.scaleLog2 - M) * invL; }
-        Psh[at] = f16(p);
-      }
-      // every subgroup is past its K fragment loads (barrier above): V may replace K
-      ${stage('V')}
-      workgroupBarrier();
-      for (var kc = 0u; kc < 4u; kc++) {
-        let pf = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Psh, sg * 1024u + kc * 16u, false, 64u);
-        let vBase = ((k0 + kc * 16u) * P.Hkv + g) * D;
-        ${pvSteps.join('\n        ')}
-      }
-      // K of the next tile replaces V only after every subgroup has read it
-      workgroupBarrier();`)}
-  let poisonScale = 1.0;
-  ${oStore.join('\n  ')}
+  for (var si = sg2.x; si < sg2.y; si++) {
+    if (lid == 0u) {
+      if (P.dense == 1u) { tiles = vec2<u32>(0u, t + 1u); }
+      else { let J = cols[si]; tiles = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
+    }
+    let kr = workgroupUniformLoad(&tiles);
+    for (var kt = kr.x; kt < kr.y; kt++) {
+      let k0 = kt * 64u;
+      ${tileBody}
+    }
+    workgroupBarrier();
+  }
+  let L = lsum + subgroupShuffleXor(lsum, 1u);
+  let invL = select(0.0, 1.0 / L, L > 0.0);
+  ${throughS(`if (rowOk) { let ob = ((qRow * P.H + h) * D + col) / 4u; O[ob] = vec2<u32>(pack2x16float(ov.xy * invL), pack2x16float(ov.zw * invL)); }`, false)}
   if (P.returnLse == 1u && rowOk && hc == 0u) {
-    LSE[h * P.m + qRow] = select(0xff800000u, bitcast<u32>((M + log2(L)) * LN2), L > 0.0);
+    LSE[h * P.m + qRow] = select(0xff800000u, bitcast<u32>((mref + log2(L)) * LN2), L > 0.0);
   }
 }
 `;
-  return { name: 'attentionSubgroupMatrix', cacheKey: `attentionSubgroupMatrix:f16:d${D}`, wgsl, entryPoint: 'main' };
+  return { name: `attentionSubgroupMatrix-${form}`, cacheKey: `attentionSubgroupMatrix:${form}:f16:d${D}`, wgsl, entryPoint: 'main' };
 }
