@@ -49,7 +49,7 @@ export interface BenchConfig {
   readonly cudaPdl?: boolean;
   /** the CUDA backend's `flexPrefillOnDevice` (undefined: the backend's default, on) */
   readonly cudaFlexOnDevice?: boolean;
-  /** CUDA: the backend's peVsExcessOnDevice (crispGuarded's narrowed PE lists on the device planner); undefined: the backend's default (host) */
+  /** CUDA: the backend's peVsExcessOnDevice (crispGuarded's narrowed PE lists on the device planner); undefined: the backend's default (device) */
   readonly cudaGuardOnDevice?: boolean;
   /** WebGPU: the attention kernel (and the tensor-core kernel's form); undefined: the backend's default ('fma') */
   readonly webgpuKernel?: { readonly kernel: 'fma' | 'subgroup-matrix'; readonly form?: 'staged' | 'direct' | 'two-pass' };

@@ -98,7 +98,7 @@ function program(): Command {
     .option('--cuda-pdl <on|off>', "CUDA: launch the plan's small kernels after the proxy pass programmatically (default on where the GPU, sm_90 and later, and the driver have it); off: plain launches, for A/B runs")
     .option(
       '--cuda-guard-plan <host|device>',
-      "CUDA: where crispGuarded's plan is made: host (the backend's default until its narrowed PE lists pass conformance on a GPU) or device (the backend's peVsExcessOnDevice)",
+      "CUDA: where crispGuarded's plan is made: device (the backend's default, its peVsExcessOnDevice) or host",
     )
     .option(
       '--webgpu-kernel <kernel>',

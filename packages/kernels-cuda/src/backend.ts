@@ -108,9 +108,9 @@ export interface CudaBackendOptions {
   /**
    * The narrowed lists of PE heads (Policy.peVsExcess and peVsFullAnchor, which
    * `crispGuarded` sets) in the device planner's selection (select.cu's vs_select), so that
-   * `crispGuarded`'s plan stays device work. Default false until the conformance cases
-   * `devicePlanNarrowed`, `devicePlanGuarded` and `pipeline/crispGuarded*` have passed on a
-   * GPU: without it such plans are made on the host (correct, and slower: the host reads the
+   * `crispGuarded`'s plan stays device work (default true: the conformance cases
+   * `devicePlanNarrowed`, `devicePlanGuarded` and `pipeline/crispGuarded*` pass on an H100,
+   * bf16 and f16). False makes such plans on the host (correct, and slower: the host reads the
    * statistics back and selects there).
    */
   readonly peVsExcessOnDevice?: boolean;
@@ -174,7 +174,7 @@ export class CudaBackend implements Backend {
     this.#kept = new KeptStats(cx);
     this.#proxy = new ProxyStatsOp(cx, this.#kept, layout, opts.proxyFused ?? true);
     this.#attention = new AttentionOp(cx, this.#kept, variant);
-    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice !== false, opts.peVsExcessOnDevice === true);
+    this.planner = new CudaDevicePlanner(cx, this.#kept, opts.flexPrefillOnDevice !== false, opts.peVsExcessOnDevice !== false);
   }
 
   get attentionVariant(): AttentionVariant {

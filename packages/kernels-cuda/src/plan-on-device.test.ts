@@ -139,9 +139,10 @@ describe('the device planner (stand-in driver)', () => {
     be.dispose();
   });
 
-  it('makes crispGuarded\'s plan on the host without peVsExcessOnDevice (the default), with the same routes and lists', async () => {
+  it('makes crispGuarded\'s plan on the host with peVsExcessOnDevice: false, with the same routes and lists', async () => {
     const s = standInDriver({ heads: H });
-    const be = new CudaBackend(s.libs, { cacheDir: null });
+    expect(new CudaBackend(s.libs, { cacheDir: null }).planner.peVsExcess, 'the default').toBe(true);
+    const be = new CudaBackend(s.libs, { cacheDir: null, peVsExcessOnDevice: false });
     expect(be.planner.peVsExcess).toBe(false);
     const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
     s.log.length = 0;

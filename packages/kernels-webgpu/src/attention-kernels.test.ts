@@ -177,8 +177,13 @@ describe.skipIf(!backend)(`attention kernels${reason ? ` (skipped: ${reason})` :
     b1.dispose();
   });
 
-  it('the default is the FMA kernel', async () => {
-    expect(backend!.attentionKernel).toBe('fma');
+  it('the default is the tensor-core kernel where the adapter offers it, else the FMA kernel', async () => {
+    const f = backend!.gpu.device.features;
+    const eligible = f.has('shader-f16') && f.has('subgroups') && f.has('chromium-experimental-subgroup-matrix');
+    if (!eligible) expect(backend!.attentionKernel).toBe('fma');
+    const forced = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
+    expect(forced.attentionKernel).toBe('fma');
+    forced.dispose();
     const want = fmaAttentionProgram('f16', 128, backend!.gpu.compact).wgsl;
     expect(backend!.attentionProgramFor('fma', 'f16', 128).wgsl).toBe(want);
   });

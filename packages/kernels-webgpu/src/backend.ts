@@ -256,7 +256,7 @@ export class WebGpuBackend implements Backend {
 
   /**
    * Which attention kernel f16 runs at head dims 64 and 128 use: 'subgroup-matrix' (tensor
-   * cores, experimental) or 'fma'. Other head dims and f32 always run 'fma'.
+   * cores, where the adapter offers them) or 'fma'. Other head dims and f32 always run 'fma'.
    */
   get attentionKernel(): ActiveAttentionKernel {
     return this.gpu.subgroupMatrix ? 'subgroup-matrix' : 'fma';

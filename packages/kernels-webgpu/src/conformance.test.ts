@@ -31,9 +31,9 @@ if (backend) {
   const eligible = probe.attentionKernel === 'subgroup-matrix';
   probe.dispose();
   if (eligible) {
-    defineConformanceSuite('webgpu (Dawn) subgroup-matrix attention (experimental)', smm, { sizes: 'small', dtypes: ['f16'] });
+    defineConformanceSuite('webgpu (Dawn) subgroup-matrix (tensor-core) attention', smm, { sizes: 'small', dtypes: ['f16'] });
   } else {
-    describe('webgpu (Dawn) subgroup-matrix attention (experimental) conformance', () => {
+    describe('webgpu (Dawn) subgroup-matrix (tensor-core) attention conformance', () => {
       it.skip('skipped: this adapter does not offer f16 16 x 16 x 16 subgroup matrices with 32-wide subgroups', () => {});
     });
   }

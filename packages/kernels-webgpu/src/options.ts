@@ -12,8 +12,8 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 export const H200_SPARSE_CROSSOVER = 8262;
 
 /**
- * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. 'fma' is the
- * default; 'subgroup-matrix' is EXPERIMENTAL.
+ * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. The default is
+ * 'subgroup-matrix' (tensor cores) where the adapter offers it, else 'fma'.
  */
 export type AttentionKernel = 'fma' | 'subgroup-matrix';
 export const ATTENTION_KERNELS: readonly AttentionKernel[] = ['fma', 'subgroup-matrix'];
@@ -37,16 +37,19 @@ export interface WebGpuBackendOptions {
   readonly maxDispatchWork?: number;
   /**
    * Attention kernel (dense and block-sparse use the same one).
-   * - 'fma' (default): FMA flash attention (src/kernels/attention/fma.ts), f16 and f32,
-   *   32 KiB of workgroup memory. On one H200: 25.8 / 26.8 / 27.1 / 26.8 TFLOP/s dense at
-   *   8k / 16k / 32k / 64k (f16, H = 32, Hkv = 8, d = 128); @crisp/conformance passes with
-   *   it there at n = 4000 and 65536.
-   * - 'subgroup-matrix': EXPERIMENTAL tensor-core kernel for f16 at head dims 64 and 128
-   *   (src/kernels/attention/subgroup-matrix.ts) when the adapter offers
+   * - 'subgroup-matrix' (default): the tensor-core kernel for f16 at head dims 64 and 128
+   *   (src/kernels/attention/subgroup-matrix.ts) where the adapter offers
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups),
-   *   `subgroups`, and the workgroup memory of its form (44 KiB for 'staged' at d = 128).
-   *   f32 tensors, other head dims, ineligible adapters or a failed build use 'fma'
-   *   (`kernelNote` says why a build failed).
+   *   `subgroups`, and the workgroup memory of its form (44 KiB for 'staged' at d = 128):
+   *   NVIDIA GPUs through Dawn with the flags of @crisp/kernels-webgpu/node, or a browser
+   *   that exposes the experimental feature. On one H100: 37-42 TFLOP/s dense at 8k-64k
+   *   (f16, H = 32, Hkv = 8, d = 128), 1.4-1.6x 'fma'; @crisp/conformance passes with it at
+   *   n = 4000. f32 tensors, other head dims, ineligible adapters (every browser by default)
+   *   or a failed build use 'fma' (`kernelNote` says why a build failed).
+   * - 'fma': FMA flash attention (src/kernels/attention/fma.ts), f16 and f32, any head dim
+   *   that is a multiple of 4, 32 KiB of workgroup memory, every adapter. On one H200: 25.8 /
+   *   26.8 / 27.1 / 26.8 TFLOP/s dense at 8k / 16k / 32k / 64k; @crisp/conformance passes with
+   *   it there at n = 4000 and 65536.
    */
   readonly attentionKernel?: AttentionKernel;
   /**

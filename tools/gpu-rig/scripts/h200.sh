@@ -34,8 +34,7 @@
 #                (apps/bench/results/nvidia-h200-parity). Needs PyTorch, Triton, safetensors and a
 #                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.
-#                crispGuarded's plan is made on the host unless GUARD_PLAN=device (after the guard
-#                phase's conformance cases passed on this GPU).
+#                crispGuarded's plan is made on the device (the backend's default) unless GUARD_PLAN=host.
 #   guard        the conformance cases devicePlanNarrowed, devicePlanGuarded and the crispGuarded
 #                pipelines (crispGuarded's narrowed PE lists on the device), then crisp-bench's accuracy suite on CUDA over
 #                the six @crisp/synth profiles (the routing-failure ones too) at 16k and 64k, every
@@ -148,7 +147,7 @@ case "$phase" in
     [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
     timeout -s KILL 560 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes "${PARITY_SIZES:-16k,128k}" \
       --parity-profiles "${PARITY_PROFILES:-llama-like,diffuse,mixed-threshold,vs-trap}" --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 540 \
-      --cuda-guard-plan "${GUARD_PLAN:-host}" --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
+      --cuda-guard-plan "${GUARD_PLAN:-device}" --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
     rc=$?
     grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
     exit $rc

@@ -126,7 +126,7 @@ export async function openDevice(opts: WebGpuBackendOptions): Promise<{ ctx: Gpu
   const ai = adapterInfo as unknown as
     | { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: Iterable<Record<string, unknown>> }
     | undefined;
-  const kernel = opts.attentionKernel ?? 'fma';
+  const kernel = opts.attentionKernel ?? 'subgroup-matrix';
   const smm =
     device.features.has('shader-f16') &&
     device.features.has('subgroups') &&
