@@ -27,7 +27,8 @@
  *   --sparse LIST        crisp-preset sparse vs own dense, best variant (default 32768,65536,131072)
  *   --tfjs LIST          TF.js peer sizes (default 8192,16384; empty = skip)
  *   --smm-probe N        subgroup-matrix GEMM probe size (default 8192; 0 = skip)
- *   --conformance LIST   @crisp/conformance (f16, best variant) at these n, last, if 40 s remain
+ *   --conformance LIST   @crisp/conformance (f16, best variant) at these n (0: the CI sizes, with
+ *                        chunked prefill and varlen), last, if 40 s remain
  *                        (default 4000; empty = skip)
  *   --heads H --kvheads HKV   (default 32, 8); d is 128
  *   --smoke              tiny sizes for an end-to-end check on a CPU adapter (SwiftShader)
