@@ -8,7 +8,8 @@
 #                                   from their TypeScript sources (no `tsc` build needed), koffi
 #                                   and webgpu kept external
 #   .device/app/node_modules/       koffi with its prebuilt linux-x64 part, webgpu's JavaScript
-#                                   and its dawn.node (xz-compressed)
+#                                   and its dawn.node (xz-compressed), onnxruntime-web's WebGPU
+#                                   bundle and its WebAssembly (xz-compressed)
 #   .device/debs/                   the Vulkan and EGL loader packages (amd64): the GPU host has
 #                                   the NVIDIA driver but not the loaders Dawn opens
 #   .device/setup.sh                source it on the GPU host, from the repository root: it
@@ -81,6 +82,20 @@ cp "$webgpu"/*.d.ts "$w/" 2>/dev/null || true
 # setup.sh decompresses it in place (21 MB -> ~6 MB)
 xz -T0 -6 -c "$dawn" > "$w/dist/linux-x64/dawn.node.xz"
 
+# onnxruntime-web's WebGPU build (crisp-bench's ORT Web peer imports it at run time): its
+# package.json, the self-contained bundle and the WebAssembly it loads (xz-compressed,
+# 27 MB -> ~4 MB; setup.sh decompresses it in place).
+ortweb=$(find_pkg onnxruntime-web)
+if [ -n "$ortweb" ]; then
+  ow=$out/app/node_modules/onnxruntime-web
+  rm -rf "$ow" && mkdir -p "$ow/dist"
+  cp "$ortweb"/package.json "$ow/"
+  cp "$ortweb"/dist/ort.webgpu.bundle.min.mjs "$ortweb"/dist/ort-wasm-simd-threaded.asyncify.mjs "$ow/dist/"
+  xz -T0 -6 -c "$ortweb"/dist/ort-wasm-simd-threaded.asyncify.wasm > "$ow/dist/ort-wasm-simd-threaded.asyncify.wasm.xz"
+else
+  echo "warning: onnxruntime-web not found in node_modules: crisp-bench's ORT Web peer will be absent on the GPU host" >&2
+fi
+
 # 4. The Vulkan and EGL loaders, amd64 packages from this machine's apt sources, with their
 # own package lists so the host's apt state is left alone. Downloaded once.
 debs=(libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
@@ -113,6 +128,11 @@ case ":$PATH:" in *":$_rig_prefix/bin:"*) ;; *) export PATH="$_rig_prefix/bin:$P
 _rig_dawn=$_rig_dev/app/node_modules/webgpu/dist/linux-x64/dawn.node
 if [ -f "$_rig_dawn.xz" ] && { [ ! -s "$_rig_dawn" ] || [ "$_rig_dawn.xz" -nt "$_rig_dawn" ]; }; then
   xz -dc "$_rig_dawn.xz" > "$_rig_dawn.tmp" && mv "$_rig_dawn.tmp" "$_rig_dawn"
+fi
+# onnxruntime-web's WebAssembly beside its bundle
+_rig_ortw=$_rig_dev/app/node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm
+if [ -f "$_rig_ortw.xz" ] && { [ ! -s "$_rig_ortw" ] || [ "$_rig_ortw.xz" -nt "$_rig_ortw" ]; }; then
+  xz -dc "$_rig_ortw.xz" > "$_rig_ortw.tmp" && mv "$_rig_ortw.tmp" "$_rig_ortw"
 fi
 # The loaders: the system's when it has them, else the packed ones, unpacked into the prefix
 _rig_lib=$_rig_prefix/root/usr/lib/x86_64-linux-gnu
