@@ -38,6 +38,7 @@ export async function conformancePhase(variants: Variant[], bestPlain: Variant |
           passed: rep.passed,
           counts: rep.counts,
           failures: rep.results.filter((x) => !x.passed && !x.skipped).map((x) => ({ name: x.name, detail: x.detail })),
+          skipped: rep.results.filter((x) => x.skipped).map((x) => `${x.name}: ${x.skipped}`),
         });
         log('conformance', n, kernel, rep.passed ? 'PASSED' : 'FAILED', rep.counts);
         save();
