@@ -130,6 +130,11 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
         outs.push(res.output, res.lse!);
         expect(log[0]).toBe('attention');
         expect(log).toContain('read');
+        // every head over the VS rows, then the PE heads together (the kernel's head table), one dispatch each
+        const pe = host.routing!.routes.filter((r) => r === 'pe').length;
+        // (seeded: two PE heads at n = 600, so one PE dispatch rather than one per head is checked)
+        expect(pe).toBe(n === 600 ? 2 : 1);
+        expect(log.filter((e) => e === 'attention').length).toBe(2);
         expect(res.plan.prepared).toBeUndefined();
         expect(res.plan.mask).toEqual(host.mask);
         expect(toFloat32(await be.download(res.output))).toEqual(want);

@@ -53,8 +53,10 @@ export const LOG2E = Math.LOG2E;
 
 /**
  * The binding interface every attention kernel shares (the host binds one uniform layout
- * and the same seven buffers whichever kernel runs): Params, then q, k, v, o, lse (f32 bits,
- * -inf for empty rows), rowPtr, cols; the varlen form adds the sequence table VT. Array types per kernel: vec4 storage for the FMA
+ * and the same buffers whichever kernel runs): Params, then q, k, v, o, lse (f32 bits,
+ * -inf for empty rows), rowPtr, cols, and the head table HT (a dispatch's workgroup x runs
+ * head HT[headBase + x]: every head, or a subset such as a plan's PE heads, in one
+ * dispatch); the varlen form has the sequence table VT in HT's place. Array types per kernel: vec4 storage for the FMA
  * kernels, scalar f16 or packed u32 for the subgroup-matrix ones.
  */
 export function attentionInterface(
@@ -81,7 +83,8 @@ export function attentionInterface(
 @group(0) @binding(4) var<storage, read_write> O: ${t.o};
 @group(0) @binding(5) var<storage, read_write> LSE: array<u32>; // f32 bits; -inf for empty rows
 @group(0) @binding(6) var<storage, read> rowPtr: array<u32>;
-@group(0) @binding(7) var<storage, read> cols: array<u32>;${varlen ? '\n@group(0) @binding(8) var<storage, read> VT: array<u32>; // sequence table' : ''}`;
+@group(0) @binding(7) var<storage, read> cols: array<u32>;
+${varlen ? '@group(0) @binding(8) var<storage, read> VT: array<u32>; // sequence table' : '@group(0) @binding(8) var<storage, read> HT: array<u32>; // head table: workgroup x runs head HT[headBase + x]'}`;
 }
 
 /** u32 words per sequence record of the varlen table. */

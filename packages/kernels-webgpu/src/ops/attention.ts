@@ -141,6 +141,7 @@ export async function runAttention(
     work: (j) => workOf(firstTile + numTiles - 1 - j),
     uniform: (h0, first, count) => [m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, firstTile + numTiles - first - count, count],
     extra: sparse ? [sparse.rowPtr, sparse.cols] : undefined,
+    headTable: true,
     heads: sparse?.heads,
     pipeline: () => host.attentionPipeline(shape.dtype as StorageDType, D),
   });
@@ -159,7 +160,15 @@ export interface AttentionLaunches {
   uniform(h0: number, first: number, count: number): UniformField[];
   /** bindings 6 onwards (rowPtr, cols, ...); undefined: dense, two placeholders */
   readonly extra?: readonly GPUBuffer[];
-  /** only these heads (one at a time; the others' output and LSE are left as they are); default all */
+  /**
+   * the kernel reads its head from a head table (binding 8, after `extra`): the launcher
+   * binds `heads` there (or every head) and cuts dispatches over the table's entries
+   */
+  readonly headTable?: boolean;
+  /**
+   * only these heads (the others' output and LSE are left as they are); default all. With a
+   * head table they run in the same dispatches; without one, one head at a time
+   */
   readonly heads?: readonly number[];
   pipeline(): Promise<GPUComputePipeline>;
 }
@@ -217,19 +226,26 @@ export async function launchAttention(
   const temps: GPUBuffer[] = [];
   let dummy: GPUBuffer | undefined;
   let lseBuf: GPUBuffer | undefined;
+  let headBuf: GPUBuffer | undefined;
+  // the heads this run computes, in the head table's order
+  const table = run.heads ?? Array.from({ length: H }, (_, h) => h);
   try {
     g.scoped(checks, `the attention output [${m}, ${H}, ${D}]`, () => {
       out = given ?? host.newTensor(shape.dtype, [m, H, D]);
       lse = opts.returnLse ? (opts.lseInto ?? host.newTensor('f32', [H, m])) : undefined;
       dummy = run.extra ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
       lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
+      if (run.headTable) {
+        headBuf = g.createBuffer(Math.max(16, 4 * table.length), Usage.STORAGE | Usage.COPY_DST, 'heads');
+        g.device.queue.writeBuffer(headBuf, 0, Uint32Array.from(table));
+      }
     });
     // a failed allocation ends the call here, before a pipeline is built or anything runs
     await Promise.all([g.settle(checks), ready(out, lse)]);
     const pipe = await run.pipeline();
     const o = out!;
     const lb = lseBuf!;
-    const extra = run.extra ?? [dummy!, dummy!];
+    const extra = [...(run.extra ?? [dummy!, dummy!]), ...(headBuf ? [headBuf] : [])];
     // One dispatch: nh heads from h0, grid rows first .. first + count (grid [nh, count]).
     const launch = (h0: number, nh: number, first: number, count: number) =>
       g.scoped(checks, 'an attention dispatch', () => {
@@ -248,10 +264,12 @@ export async function launchAttention(
     // heaviest first. (Tile ranges of all heads measured slower at 32k-64k: their jobs are
     // all about as long, so the last wave of each dispatch runs part-empty.)
     const maxRows = g.limits.maxComputeWorkgroupsPerDimension;
+    // With a head table, h0 and nh index the table (a subset of heads in the same dispatches).
     const heads = run.heads;
-    const runs = heads
-      ? heads.flatMap((h) => splitDispatches(run.rows, run.work, 1, host.maxWork, maxRows).map(([, , first, count]) => [h, 1, first, count] as const))
-      : splitDispatches(run.rows, run.work, H, host.maxWork, maxRows);
+    const runs =
+      heads && !run.headTable
+        ? heads.flatMap((h) => splitDispatches(run.rows, run.work, 1, host.maxWork, maxRows).map(([, , first, count]) => [h, 1, first, count] as const))
+        : splitDispatches(run.rows, run.work, table.length, host.maxWork, maxRows);
     for (const [h0, nh, first, count] of runs) launch(h0, nh, first, count);
     // Out of memory, invalid bindings: the scopes of this call's own recording say so.
     await Promise.all([g.settle(checks), ready(out, lse)]);
@@ -263,6 +281,7 @@ export async function launchAttention(
     host.gpu.retire(...temps);
     if (dummy) host.gpu.retire(dummy);
     if (lseBuf && !lse) host.gpu.retire(lseBuf);
+    if (headBuf) host.gpu.retire(headBuf);
   }
   return lse ? { output: out!, lse } : { output: out! };
 }

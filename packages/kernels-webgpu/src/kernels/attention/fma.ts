@@ -231,7 +231,7 @@ ${PACK_U2_WGSL}
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let tr = lid / 16u;
   let tc = lid % 16u;
-  let h = P.headBase + wid.x;
+  let h = ${varlen ? 'P.headBase + wid.x' : 'HT[P.headBase + wid.x]'};
   let g = h / (P.H / P.Hkv);
   // Heads fastest, heaviest tiles (most keys) first: every head's long tiles start in the
   // first wave, so the tail holds only short ones (and a kv group's heads share K/V in L2).

@@ -126,7 +126,7 @@ fn main(
   let sg = sgid;
   let r = lane / 2u;          // this thread's row within the subgroup's 16
   let hc = lane % 2u;         // which 32 of the tile's 64 keys it reduces
-  let h = P.headBase + wid.x;
+  let h = HT[P.headBase + wid.x];
   let g = h / (P.H / P.Hkv);
   let t = P.firstTile + P.numTiles - 1u - wid.y;
   let q0 = t * 64u;

@@ -217,7 +217,7 @@ fn main(
   let sg = sgid;
   let r = lane / 2u;          // this thread's row within the subgroup's 16
   let hc = lane % 2u;         // which 32 of the tile's 64 keys (and of each 64 O columns) it handles
-  let h = P.headBase + wid.x;
+  let h = HT[P.headBase + wid.x];
   let g = h / (P.H / P.Hkv);
   let t = P.firstTile + P.numTiles - 1u - wid.y;
   let q0 = t * 64u;
