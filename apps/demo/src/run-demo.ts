@@ -422,7 +422,10 @@ export async function runDemo(backend: Backend, cfg: DemoConfig, dtype: DType, p
       sparseMs,
       denseMs,
       speedup: denseMs / sparseMs,
-      attentionKernel: (backend as { attentionKernel?: string }).attentionKernel ?? backend.name,
+      // the kernel this run's dtype and head dim use (f32 runs the FMA kernel everywhere)
+      attentionKernel:
+        (backend as { attentionKernelFor?: (dtype: 'f16' | 'f32', d: number) => string }).attentionKernelFor?.(dtype === 'f16' ? 'f16' : 'f32', cfg.headDim) ??
+        backend.name,
       denseTflops: causalFlops(cfg.n, cfg.heads, cfg.headDim) / denseMs / 1e9,
       sparseTflops: sparseFlops / attentionMs / 1e9,
       rows,

@@ -183,7 +183,12 @@ describe.skipIf(!backend)(`attention kernels${reason ? ` (skipped: ${reason})` :
     if (!eligible) expect(backend!.attentionKernel).toBe('fma');
     const forced = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'fma' });
     expect(forced.attentionKernel).toBe('fma');
+    expect(forced.attentionKernelFor('f16', 128)).toBe('fma');
     forced.dispose();
+    // f32 and head dims other than 64 and 128 run the FMA kernel whatever the adapter offers
+    expect(backend!.attentionKernelFor('f32', 128)).toBe('fma');
+    expect(backend!.attentionKernelFor('f16', 96)).toBe('fma');
+    expect(backend!.attentionKernelFor('f16', 128)).toBe(backend!.attentionKernel);
     const want = fmaAttentionProgram('f16', 128, backend!.gpu.compact).wgsl;
     expect(backend!.attentionProgramFor('fma', 'f16', 128).wgsl).toBe(want);
   });

@@ -262,6 +262,11 @@ export class WebGpuBackend implements Backend {
     return this.gpu.subgroupMatrix ? 'subgroup-matrix' : 'fma';
   }
 
+  /** The attention kernel a run of this dtype and head dim uses (f32 and head dims other than 64 and 128 run 'fma'). */
+  attentionKernelFor(dtype: StorageDType, headDim: number): ActiveAttentionKernel {
+    return this.gpu.subgroupMatrix && dtype === 'f16' && subgroupMatrixHeadDim(headDim) ? 'subgroup-matrix' : 'fma';
+  }
+
   /** The tensor-core kernel's form when it is in use (WebGpuBackendOptions.subgroupMatrixForm). */
   get subgroupMatrixForm(): SubgroupMatrixForm | undefined {
     return this.gpu.subgroupMatrix ? this.gpu.subgroupMatrixForm : undefined;
