@@ -2,7 +2,7 @@
  * The attention kernels: 'fma' (the default, also run by primitives.test.ts and the
  * conformance suite; f16 and f32) against float64, dispatch splitting, non-finite inputs,
  * the option's validation, and the WGSL of the GPU forms (the unrolled FMA kernel, the
- * experimental subgroup-matrix kernel) through Tint on Dawn's null adapter, which offers
+ * tensor-core subgroup-matrix kernel) through Tint on Dawn's null adapter, which offers
  * chromium-experimental-subgroup-matrix: the checks a GPU build applies before any driver
  * sees the code (uniformity of fragment offsets, enables, types).
  */
@@ -193,7 +193,7 @@ describe.skipIf(!backend)(`attention kernels${reason ? ` (skipped: ${reason})` :
     expect(backend!.attentionProgramFor('fma', 'f16', 128).wgsl).toBe(want);
   });
 
-  it('subgroup-matrix (experimental) runs only where the adapter is eligible, else fma', async () => {
+  it('subgroup-matrix (tensor cores) runs only where the adapter is eligible, else fma', async () => {
     const b1 = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'subgroup-matrix' });
     const f = backend!.gpu.device.features;
     if (!f.has('shader-f16') || !f.has('chromium-experimental-subgroup-matrix')) expect(b1.attentionKernel).toBe('fma');

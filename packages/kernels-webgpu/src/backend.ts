@@ -246,7 +246,7 @@ export class WebGpuBackend implements Backend {
    * rowPtr/cols pair) or none (dense causal), split into bounded dispatches by work. Equal,
    * sequence by sequence, to sparseAttention / denseAttention on the sequence's rows. The
    * batch is checked (assertVarlenBatch) before any work. f16 batches run the FMA kernel even
-   * when the experimental subgroup-matrix kernel is chosen (it has no varlen form).
+   * where the subgroup-matrix kernel runs single sequences (it has no varlen form).
    */
   varlenAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, batch: VarlenBatch, opts: VarlenAttentionOptions = {}): Promise<AttentionResult> {
     return varlenAttention(this.#host, q, k, v, batch, opts);

@@ -1,6 +1,6 @@
 /**
  * @crisp/conformance on whatever adapter Dawn finds here (SwiftShader in CI), small sizes.
- * Without an adapter the suite is not registered and the reason is printed. The experimental
+ * Without an adapter the suite is not registered and the reason is printed. The tensor-core
  * subgroup-matrix kernel gets its own f16 suite wherever the adapter makes it eligible.
  */
 import { defaultPolicies } from '@crisp/conformance';

@@ -64,7 +64,7 @@ export class GpuContext {
   #destroyed = false;
   /** objects that must outlive the device (the GPU instance, the adapter) */
   readonly keepAlive: unknown[] = [];
-  /** f16 attention runs on the experimental subgroup-matrix (tensor-core) kernel */
+  /** f16 attention at head dims 64 and 128 runs on the subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
   /** the tensor-core kernel's form (WebGpuBackendOptions.subgroupMatrixForm) */
   subgroupMatrixForm: SubgroupMatrixForm = 'staged';
