@@ -21,9 +21,12 @@
  * and S is computed twice.
  */
 import { attentionInterface, type ProgramDescriptor } from '../common.js';
+import { SGM_FRAME_ENTRY, SGM_FRAME_VARS, sgmFrameSegments, sgmFrameTiles } from './subgroup-matrix-frame.js';
 
-/** Workgroup memory at d = 128 (S 16 KiB, P 8 KiB, K/V tile 16 KiB, partials): 41 KiB. */
-export const TWO_PASS_WORKGROUP_BYTES = 16384 + 8192 + 16384 + 1024 + 16;
+/** Workgroup memory at head dim `headDim` (S 16 KiB, P 8 KiB, the K/V tile, partials): 41 KiB at d = 128. */
+export function twoPassWorkgroupBytes(headDim: number): number {
+  return 16384 + 8192 + 64 * headDim * 2 + 1024 + 16;
+}
 
 /** The two-pass tensor-core attention program for head dim `headDim` (f16 only). */
 export function twoPassAttentionProgram(headDim: number): ProgramDescriptor {
@@ -85,20 +88,6 @@ export function twoPassAttentionProgram(headDim: number): ProgramDescriptor {
   }
   workgroupBarrier();`);
   }
-  const iterate = (body: string) => `
-  for (var si = sg2.x; si < sg2.y; si++) {
-    if (lid == 0u) {
-      if (P.dense == 1u) { tiles = vec2<u32>(0u, t + 1u); }
-      else { let J = cols[si]; tiles = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
-    }
-    let kr = workgroupUniformLoad(&tiles);
-    for (var kt = kr.x; kt < kr.y; kt++) {
-      let k0 = kt * 64u;
-      let kBase = (k0 * P.Hkv + g) * D;
-      ${body}
-    }
-    workgroupBarrier();
-  }`;
   const wgsl = /* wgsl */ `
 enable f16;
 enable subgroups;
@@ -111,46 +100,16 @@ var<workgroup> Ssh: array<f32, 4096>;  // per subgroup [16 rows][64 keys] scores
 var<workgroup> Psh: array<f16, 4096>;  // per subgroup [16 rows][64 keys] probabilities
 var<workgroup> KVs: array<f16, ${64 * D}>; // the K or V tile [64 keys][d]
 var<workgroup> parts: array<vec2<f32>, 128>; // per (row, half): (max, sum) partials
-var<workgroup> seg: vec2<u32>;
-var<workgroup> tiles: vec2<u32>;
+${SGM_FRAME_VARS}
 
-@compute @workgroup_size(128)
-fn main(
-  @builtin(workgroup_id) wid: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-  @builtin(subgroup_id) sgid: u32,
-  @builtin(subgroup_invocation_id) lane: u32,
-) {
-  // Fragment offsets must be uniform for the matrix builtins: subgroup_id is (per
-  // subgroup), lid / 32 is not, and Tint rejected the kernel built on it.
-  let sg = sgid;
-  let r = lane / 2u;          // this thread's row within the subgroup's 16
-  let hc = lane % 2u;         // which 32 of the tile's 64 keys it reduces
-  let h = HT[P.headBase + wid.x];
-  let g = h / (P.H / P.Hkv);
-  let t = P.firstTile + P.numTiles - 1u - wid.y;
-  let q0 = t * 64u;
-  let rowOff = P.n - P.m;
-  // Fragment rows: 16 consecutive q rows, clamped into the tensor (chunked prefill and
-  // short m); only rows inside this subgroup's slice of the tile are written.
-  let qb = u32(clamp(i32(q0 + sg * 16u) - i32(rowOff), 0, max(i32(P.m) - 16, 0)));
-  let qBase = (qb * P.H + h) * D;
-  let pos = rowOff + qb + r;
-  let qRow = qb + r;
-  let rowOk = pos >= q0 + sg * 16u && pos < q0 + sg * 16u + 16u && pos < P.n;
+${SGM_FRAME_ENTRY}
   ${qLoads.join('\n  ')}
-  let I = q0 / P.B;
-  let tpb = P.B / 64u;
-  if (lid == 0u) {
-    if (P.dense == 1u) { seg = vec2<u32>(0u, 1u); }
-    else { seg = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
-  }
-  let sg2 = workgroupUniformLoad(&seg);
+  ${sgmFrameSegments()}
 
   // Pass 1: row max M and normaliser L (base 2, scale folded in).
   var m = -1.0e30;
   var l = 0.0;
-  ${iterate(`${scoreTile}
+  ${sgmFrameTiles(`${scoreTile}
       workgroupBarrier();
       var tmx = m;
       for (var c = 0u; c < 32u; c++) {
@@ -175,7 +134,7 @@ fn main(
 
   // Pass 2: O = Σ P V with P already normalised, so the accumulators never need rescaling.
   ${oDecl.join('\n  ')}
-  ${iterate(`${scoreTile}
+  ${sgmFrameTiles(`${scoreTile}
       workgroupBarrier();
       for (var c = 0u; c < 32u; c++) {
         let kp = k0 + hc * 32u + c;
@@ -189,7 +148,6 @@ fn main(
       workgroupBarrier();
       for (var kc = 0u; kc < 4u; kc++) {
         let pf = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&Psh, sg * 1024u + kc * 16u, false, 64u);
-        let vBase = ((k0 + kc * 16u) * P.Hkv + g) * D;
         ${pvSteps.join('\n        ')}
       }
       // K of the next tile replaces V only after every subgroup has read it

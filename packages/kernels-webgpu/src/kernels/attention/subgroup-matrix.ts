@@ -35,7 +35,8 @@
  * The first form, two passes with normalised P, is in subgroup-matrix-two-pass.ts.
  */
 import { attentionInterface, type ProgramDescriptor } from '../common.js';
-import { TWO_PASS_WORKGROUP_BYTES, twoPassAttentionProgram } from './subgroup-matrix-two-pass.js';
+import { SGM_FRAME_ENTRY, SGM_FRAME_VARS, sgmFrameSegments, sgmFrameTiles } from './subgroup-matrix-frame.js';
+import { twoPassAttentionProgram, twoPassWorkgroupBytes } from './subgroup-matrix-two-pass.js';
 
 /** The tensor-core kernel's forms; `'staged'` is the default (see PERFORMANCE.md). */
 export type SubgroupMatrixForm = 'staged' | 'direct' | 'two-pass';
@@ -50,7 +51,7 @@ const RESCALE_SLACK = 8;
 
 /** Workgroup memory a form needs at head dim `headDim`, in bytes. */
 export function subgroupMatrixWorkgroupBytes(form: SubgroupMatrixForm, headDim: number): number {
-  if (form === 'two-pass') return TWO_PASS_WORKGROUP_BYTES - 16384 + 64 * headDim * 2;
+  if (form === 'two-pass') return twoPassWorkgroupBytes(headDim);
   const s = 4 * 16 * SST * 4;
   const p = 4 * 16 * PST * 2;
   const kv = form === 'staged' ? 64 * (headDim + 8) * 2 : 0;
@@ -203,64 +204,22 @@ const LN2: f32 = 0.6931471805599453;
 var<workgroup> Ssh: array<vec4<f32>, ${(4 * 16 * SST) / 4}>; // per subgroup [16 rows][${SST} words]: S, then O in passing
 var<workgroup> Psh: array<vec4<u32>, ${(4 * 16 * PST) / 8}>; // per subgroup [16 rows][${PST} halves]: P as f16
 ${staged ? `var<workgroup> KVs: array<vec4<u32>, ${64 * KST}>; // the K or V tile [64 keys][d + 8 halves]\n` : ''}var<workgroup> needWord: array<u32, 2>;
-var<workgroup> seg: vec2<u32>;
-var<workgroup> tiles: vec2<u32>;
+${SGM_FRAME_VARS}
 
-@compute @workgroup_size(128)
-fn main(
-  @builtin(workgroup_id) wid: vec3<u32>,
-  @builtin(local_invocation_index) lid: u32,
-  @builtin(subgroup_id) sgid: u32,
-  @builtin(subgroup_invocation_id) lane: u32,
-) {
-  // Fragment offsets must be subgroup-uniform for the matrix builtins: subgroup_id is.
-  let sg = sgid;
-  let r = lane / 2u;          // this thread's row within the subgroup's 16
-  let hc = lane % 2u;         // which 32 of the tile's 64 keys (and of each 64 O columns) it handles
-  let h = HT[P.headBase + wid.x];
-  let g = h / (P.H / P.Hkv);
-  let t = P.firstTile + P.numTiles - 1u - wid.y;
-  let q0 = t * 64u;
-  let rowOff = P.n - P.m;
-  // Fragment rows: 16 consecutive q rows, clamped into the tensor (chunked prefill and
-  // short m); only rows inside this subgroup's slice of the tile are written.
-  let qb = u32(clamp(i32(q0 + sg * 16u) - i32(rowOff), 0, max(i32(P.m) - 16, 0)));
-  let qBase = (qb * P.H + h) * D;
-  let pos = rowOff + qb + r;
-  let qRow = qb + r;
-  let rowOk = pos >= q0 + sg * 16u && pos < q0 + sg * 16u + 16u && pos < P.n;
+${SGM_FRAME_ENTRY}
   let kStride = P.Hkv * ${D8}u;
   let sBase = sg * ${16 * SW}u;               // this subgroup's S rows, vec4 words
   let rowS = sBase + r * ${SW}u + hc * 8u;    // this lane's 8 vec4 of scores
   let pBase = sg * ${16 * PW}u;               // this subgroup's P rows, vec4 words
   let rowP = pBase + r * ${PW}u + hc * 4u;    // this lane's 4 vec4 of P
   ${qLoads.join('\n  ')}
-  let I = q0 / P.B;
-  let tpb = P.B / 64u;
-  if (lid == 0u) {
-    if (P.dense == 1u) { seg = vec2<u32>(0u, 1u); }
-    else { seg = vec2<u32>(rowPtr[h * P.Nb + I], rowPtr[h * P.Nb + I + 1u]); }
-    needWord[0] = 0u;
-    needWord[1] = 0u;
-  }
-  let sg2 = workgroupUniformLoad(&seg);
+  ${sgmFrameSegments('needWord[0] = 0u;\n    needWord[1] = 0u;')}
 
   var mref = -1.0e30;  // this row's reference max (base 2, scale folded in)
   var lsum = 0.0;      // this lane's share of the row's normaliser, against mref
   var parity = 0u;
   ${oDecl.join('\n  ')}
-  for (var si = sg2.x; si < sg2.y; si++) {
-    if (lid == 0u) {
-      if (P.dense == 1u) { tiles = vec2<u32>(0u, t + 1u); }
-      else { let J = cols[si]; tiles = vec2<u32>(J * tpb, min(J * tpb + tpb, t + 1u)); }
-    }
-    let kr = workgroupUniformLoad(&tiles);
-    for (var kt = kr.x; kt < kr.y; kt++) {
-      let k0 = kt * 64u;
-      ${tileBody}
-    }
-    workgroupBarrier();
-  }
+  ${sgmFrameTiles(tileBody)}
   let L = lsum + subgroupShuffleXor(lsum, 1u);
   let invL = select(0.0, 1.0 / L, L > 0.0);
   ${throughS(`if (rowOk) { let ob = ((qRow * P.H + h) * D + col) / 4u; O[ob] = vec2<u32>(pack2x16float(ov.xy * invL), pack2x16float(ov.zw * invL)); }`, false)}
