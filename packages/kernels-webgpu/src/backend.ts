@@ -279,7 +279,7 @@ export class WebGpuBackend implements Backend {
   }
 
   async #attentionPipeline(dtype: StorageDType, D: number): Promise<GPUComputePipeline> {
-    if (dtype === 'f16' && this.gpu.subgroupMatrix && subgroupMatrixHeadDim(D)) {
+    if (this.attentionKernelFor(dtype, D) === 'subgroup-matrix') {
       try {
         return await this.gpu.pipeline(subgroupMatrixAttentionProgram(D, this.gpu.subgroupMatrixForm));
       } catch (e) {

@@ -165,10 +165,7 @@ export interface AttentionLaunches {
    * binds `heads` there (or every head) and cuts dispatches over the table's entries
    */
   readonly headTable?: boolean;
-  /**
-   * only these heads (the others' output and LSE are left as they are); default all. With a
-   * head table they run in the same dispatches; without one, one head at a time
-   */
+  /** only these heads (the others' output and LSE are left as they are); needs `headTable`; default all */
   readonly heads?: readonly number[];
   pipeline(): Promise<GPUComputePipeline>;
 }
@@ -227,6 +224,7 @@ export async function launchAttention(
   let dummy: GPUBuffer | undefined;
   let lseBuf: GPUBuffer | undefined;
   let headBuf: GPUBuffer | undefined;
+  if (run.heads && !run.headTable) throw new CrispError('BACKEND_ERROR', 'attention over a subset of heads needs a kernel with a head table');
   // the heads this run computes, in the head table's order
   const table = run.heads ?? Array.from({ length: H }, (_, h) => h);
   try {
@@ -235,10 +233,7 @@ export async function launchAttention(
       lse = opts.returnLse ? (opts.lseInto ?? host.newTensor('f32', [H, m])) : undefined;
       dummy = run.extra ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
       lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
-      if (run.headTable) {
-        headBuf = g.createBuffer(Math.max(16, 4 * table.length), Usage.STORAGE | Usage.COPY_DST, 'heads');
-        g.device.queue.writeBuffer(headBuf, 0, Uint32Array.from(table));
-      }
+      if (run.headTable) headBuf = g.u32Buffer(table, 'heads');
     });
     // a failed allocation ends the call here, before a pipeline is built or anything runs
     await Promise.all([g.settle(checks), ready(out, lse)]);
@@ -264,12 +259,8 @@ export async function launchAttention(
     // heaviest first. (Tile ranges of all heads measured slower at 32k-64k: their jobs are
     // all about as long, so the last wave of each dispatch runs part-empty.)
     const maxRows = g.limits.maxComputeWorkgroupsPerDimension;
-    // With a head table, h0 and nh index the table (a subset of heads in the same dispatches).
-    const heads = run.heads;
-    const runs =
-      heads && !run.headTable
-        ? heads.flatMap((h) => splitDispatches(run.rows, run.work, 1, host.maxWork, maxRows).map(([, , first, count]) => [h, 1, first, count] as const))
-        : splitDispatches(run.rows, run.work, table.length, host.maxWork, maxRows);
+    // h0 and nh index the head table (a subset of heads runs in the same dispatches).
+    const runs = splitDispatches(run.rows, run.work, table.length, host.maxWork, maxRows);
     for (const [h0, nh, first, count] of runs) launch(h0, nh, first, count);
     // Out of memory, invalid bindings: the scopes of this call's own recording say so.
     await Promise.all([g.settle(checks), ready(out, lse)]);
