@@ -4,6 +4,7 @@
  * (Llama-3.1-8B attention shape, n 8k..512k, each backend stopping where its memory or a
  * time budget stops it). Every size list can be overridden from the command line.
  */
+import type { AttentionKernel, SubgroupMatrixForm } from '@crisp/kernels-webgpu';
 import type { DType } from '@crisp/core';
 import type { CudaSchedule, ProxyLayout } from '@crisp/kernels-cuda';
 import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth';
@@ -52,7 +53,7 @@ export interface BenchConfig {
   /** CUDA: the backend's peVsExcessOnDevice (crispGuarded's narrowed PE lists on the device planner); undefined: the backend's default (device) */
   readonly cudaGuardOnDevice?: boolean;
   /** WebGPU: the attention kernel (and the tensor-core kernel's form); undefined: the backend's default ('fma') */
-  readonly webgpuKernel?: { readonly kernel: 'fma' | 'subgroup-matrix'; readonly form?: 'staged' | 'direct' | 'two-pass' };
+  readonly webgpuKernel?: { readonly kernel: AttentionKernel; readonly form?: SubgroupMatrixForm };
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

@@ -6,6 +6,7 @@ import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
 import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
+import { ATTENTION_KERNELS, type AttentionKernel, SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from '@crisp/kernels-webgpu';
 import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { type OpenBackend, openBackend } from './backends.js';
 import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, PARITY_PRESETS, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
@@ -124,12 +125,11 @@ export interface MainOptions {
 /** `--webgpu-kernel`: fma, subgroup-matrix or subgroup-matrix:FORM. */
 function webgpuKernelOption(x: string): NonNullable<BenchConfig['webgpuKernel']> {
   const [kernel, form, ...rest] = x.split(':');
-  const kernels = ['fma', 'subgroup-matrix'] as const;
-  const forms = ['staged', 'direct', 'two-pass'] as const;
-  if (rest.length || !kernels.includes(kernel as never) || (form !== undefined && (kernel !== 'subgroup-matrix' || !forms.includes(form as never)))) {
-    throw new Error(`--webgpu-kernel must be fma or subgroup-matrix[:${forms.join('|')}]; got ${x}`);
+  const known = ATTENTION_KERNELS.includes(kernel as AttentionKernel);
+  if (rest.length || !known || (form !== undefined && (kernel !== 'subgroup-matrix' || !SUBGROUP_MATRIX_FORMS.includes(form as SubgroupMatrixForm)))) {
+    throw new Error(`--webgpu-kernel must be fma or subgroup-matrix[:${SUBGROUP_MATRIX_FORMS.join('|')}]; got ${x}`);
   }
-  return form === undefined ? { kernel: kernel as 'fma' | 'subgroup-matrix' } : { kernel: 'subgroup-matrix', form: form as (typeof forms)[number] };
+  return form === undefined ? { kernel: kernel as AttentionKernel } : { kernel: 'subgroup-matrix', form: form as SubgroupMatrixForm };
 }
 
 /** Resolve the command line into a config (exported for tests). */
