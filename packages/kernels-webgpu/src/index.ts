@@ -25,8 +25,10 @@ export { FMA_ATTENTION_WORKGROUP_BYTES, fmaAttentionProgram } from './kernels/at
 export {
   DEFAULT_SUBGROUP_MATRIX_FORM,
   SUBGROUP_MATRIX_FORMS,
+  SUBGROUP_MATRIX_PARTS,
   SUBGROUP_MATRIX_WORKGROUP_BYTES,
   type SubgroupMatrixForm,
+  type SubgroupMatrixPart,
   subgroupMatrixAttentionProgram,
   subgroupMatrixHeadDim,
   subgroupMatrixWorkgroupBytes,

@@ -17,6 +17,9 @@
  *                        loops) or staged|direct|two-pass (subgroup-matrix forms); TOGGLES fast (Dawn device toggles disable_robustness,
  *                        disable_workgroup_init, skip_validation) | norobust
  *                        (disable_robustness only). Each variant has its own Dawn device.
+ *                        A subgroup-matrix FORM may name parts to leave out, FORM~PART~...
+ *                        (stage, softmax, pv): a timing-only build that shows what a part
+ *                        costs (its output is not attention; its check fails by design).
  *   --probes LIST        fma,lds,robust (default all; empty = none): FMA peak (fma()),
  *                        the workgroup-memory GEMM ceiling of the FMA kernel's tiling,
  *                        and whether the toggles reached the device (out-of-bounds read)

@@ -1,7 +1,14 @@
 /** The run's flags (`--name value`; the list is in webgpu-main.ts), its output paths, the shape and the variants. */
 import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { ATTENTION_KERNELS, type AttentionKernel, SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from '@crisp/kernels-webgpu';
+import {
+  ATTENTION_KERNELS,
+  type AttentionKernel,
+  SUBGROUP_MATRIX_FORMS,
+  SUBGROUP_MATRIX_PARTS,
+  type SubgroupMatrixForm,
+  type SubgroupMatrixPart,
+} from '@crisp/kernels-webgpu';
 import { DEFAULT_DAWN_FLAGS } from '@crisp/kernels-webgpu/node';
 
 export const args = new Map<string, string>();
@@ -41,18 +48,26 @@ export interface VariantSpec {
   label: string;
   kernel: AttentionKernel;
   form?: string;
+  /** parts of the tensor-core kernel left out (a timing-only build: FORM~PART~PART) */
+  without?: SubgroupMatrixPart[];
   toggles?: string;
 }
 function parseVariant(label: string): VariantSpec {
   const [main, toggles] = label.split('+');
-  const [kernel, form] = main.split(':') as [AttentionKernel, string | undefined];
+  const [kernel, formSpec] = main.split(':') as [AttentionKernel, string | undefined];
+  const [form, ...without] = formSpec === undefined ? [undefined] : formSpec.split('~');
+  for (const part of without) {
+    if (kernel !== 'subgroup-matrix' || !SUBGROUP_MATRIX_PARTS.includes(part as SubgroupMatrixPart)) {
+      throw new Error(`variant ${label}: only subgroup-matrix forms leave parts out, and the parts are ${SUBGROUP_MATRIX_PARTS.join(', ')}`);
+    }
+  }
   if (!ATTENTION_KERNELS.includes(kernel)) throw new Error(`unknown kernel in variant ${label}; known: ${ATTENTION_KERNELS.join(', ')}`);
   if (form !== undefined && kernel === 'fma' && form !== 'rolled') throw new Error(`variant ${label}: the fma kernel's only form is rolled`);
   if (form !== undefined && kernel === 'subgroup-matrix' && !SUBGROUP_MATRIX_FORMS.includes(form as SubgroupMatrixForm)) {
     throw new Error(`variant ${label}: the subgroup-matrix forms are ${SUBGROUP_MATRIX_FORMS.join(', ')}`);
   }
   if (toggles !== undefined && !(toggles in TOGGLES)) throw new Error(`variant ${label}: toggles are ${Object.keys(TOGGLES)}`);
-  return { label, kernel, form, toggles };
+  return { label, kernel, form, without: without.length ? (without as SubgroupMatrixPart[]) : undefined, toggles };
 }
 export function flagsFor(toggles: string | undefined): string[] {
   if (!toggles) return [...DEFAULT_DAWN_FLAGS];

@@ -1,5 +1,5 @@
 /** A variant as run (its backend on its own Dawn device and its state through the phases), and the choice of the best one. */
-import type { SubgroupMatrixForm, WebGpuBackend } from '@crisp/kernels-webgpu';
+import { type SubgroupMatrixForm, type WebGpuBackend, subgroupMatrixAttentionProgram } from '@crisp/kernels-webgpu';
 import { createNodeWebGpuBackend } from '@crisp/kernels-webgpu/node';
 import { type VariantSpec, flagsFor } from './args.js';
 
@@ -17,12 +17,23 @@ export interface Variant extends VariantSpec {
 
 /** A backend on its own Dawn device running this variant (toggles, rolled loops). */
 export async function backendFor(spec: VariantSpec): Promise<WebGpuBackend> {
-  return createNodeWebGpuBackend({
+  const b = await createNodeWebGpuBackend({
     attentionKernel: spec.kernel,
     subgroupMatrixForm: spec.kernel === 'subgroup-matrix' && spec.form ? (spec.form as SubgroupMatrixForm) : undefined,
     flags: flagsFor(spec.toggles),
     compactKernels: spec.form === 'rolled' ? true : undefined,
   });
+  const without = spec.without;
+  if (without) {
+    // a timing-only build: the tensor-core program with parts left out replaces the real one
+    const gpu = b.gpu;
+    const build = gpu.pipeline.bind(gpu);
+    gpu.pipeline = (p) => {
+      const m = /^attentionSubgroupMatrix:([a-z-]+):f16:d(\d+)$/.exec(p.cacheKey);
+      return build(m ? subgroupMatrixAttentionProgram(Number(m[2]), m[1] as SubgroupMatrixForm, without) : p);
+    };
+  }
+  return b;
 }
 
 /** The correct variant with the highest dense TFLOP/s at the largest n every timed variant reached. */

@@ -66,9 +66,25 @@ export function subgroupMatrixHeadDim(headDim: number): boolean {
   return headDim === 64 || headDim === 128;
 }
 
+/**
+ * Parts of the one-pass kernel that a timing-only build leaves out, to see what each costs:
+ * `stage` the K/V copies into workgroup memory (staged form), `softmax` the row max, P and
+ * the rescale, `pv` the O += P V products. A build without any of them computes no
+ * attention: the GPU rig times such builds beside the real one, nothing else uses them.
+ */
+export type SubgroupMatrixPart = 'stage' | 'softmax' | 'pv';
+export const SUBGROUP_MATRIX_PARTS: readonly SubgroupMatrixPart[] = ['stage', 'softmax', 'pv'];
+
 /** The tensor-core attention program for head dim `headDim` (f16 only; 64 or 128). */
-export function subgroupMatrixAttentionProgram(headDim: number, form: SubgroupMatrixForm = DEFAULT_SUBGROUP_MATRIX_FORM): ProgramDescriptor {
-  if (form === 'two-pass') return twoPassAttentionProgram(headDim);
+export function subgroupMatrixAttentionProgram(
+  headDim: number,
+  form: SubgroupMatrixForm = DEFAULT_SUBGROUP_MATRIX_FORM,
+  without: readonly SubgroupMatrixPart[] = [],
+): ProgramDescriptor {
+  if (form === 'two-pass') {
+    if (without.length) throw new RangeError('the two-pass form has no timing-only builds');
+    return twoPassAttentionProgram(headDim);
+  }
   if (!subgroupMatrixHeadDim(headDim)) throw new RangeError(`subgroup-matrix attention is built for head dims 64 and 128; got ${headDim}`);
   const D = headDim;
   const D8 = D / 8; // vec4<u32> words per row of K or V
@@ -102,16 +118,11 @@ export function subgroupMatrixAttentionProgram(headDim: number, form: SubgroupMa
     qLoads.push(`let qf${kk} = subgroupMatrixLoad<LM, row_major>(&Q, qBase + ${kk * 16}u, P.H * D);`);
     oDecl.push(`var o${kk} = AM();`);
   }
-  const sSteps: string[] = [];
-  for (let nf = 0; nf < 4; nf++) {
-    const steps: string[] = [];
-    for (let kk = 0; kk < KF; kk++) steps.push(`acc = subgroupMatrixMultiplyAccumulate(qf${kk}, ${kFrag(nf, kk)}, acc);`);
-    sSteps.push(`{
-        var acc = AM();
-        ${steps.join('\n        ')}
-        subgroupMatrixStore<row_major>(&Ssh, sBase + ${nf * 4}u, acc, ${SW}u);
-      }`);
-  }
+  // S = Q Kᵀ: four accumulators (one per 16 keys) advanced together over the head dim, so
+  // consecutive products do not wait on each other's result
+  const sSteps: string[] = ['var s0 = AM();', 'var s1 = AM();', 'var s2 = AM();', 'var s3 = AM();'];
+  for (let kk = 0; kk < KF; kk++) for (let nf = 0; nf < 4; nf++) sSteps.push(`s${nf} = subgroupMatrixMultiplyAccumulate(qf${kk}, ${kFrag(nf, kk)}, s${nf});`);
+  for (let nf = 0; nf < 4; nf++) sSteps.push(`subgroupMatrixStore<row_major>(&Ssh, sBase + ${nf * 4}u, s${nf}, ${SW}u);`);
   const pvSteps: string[] = [];
   for (let kc = 0; kc < 4; kc++) {
     const fs: string[] = [];
@@ -146,12 +157,7 @@ export function subgroupMatrixAttentionProgram(headDim: number, form: SubgroupMa
     return out.join('\n    ');
   };
 
-  const tileBody = `
-      ${staged ? `${stage('K')}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
-      ${sSteps.join('\n      ')}
-      workgroupBarrier();
-      ${staged ? `// every subgroup is past its K fragment loads: V replaces K\n      ${stage('V')}` : ''}
-      // this lane's 32 scores: row r, keys k0 + 32 hc + 4 jj + e, vec4 jj in rotated order
+  const softmaxPart = `      // this lane's 32 scores: row r, keys k0 + 32 hc + 4 jj + e, vec4 jj in rotated order
       let lim = min(pos, P.n - 1u);
       var tmx = -1.0e30;
       for (var j = 0u; j < 8u; j++) {
@@ -187,7 +193,14 @@ export function subgroupMatrixAttentionProgram(headDim: number, form: SubgroupMa
       }
       if (lid == 0u) { needWord[parity ^ 1u] = 0u; }
       parity ^= 1u;
-      ${pvSteps.join('\n      ')}
+`;
+  const keep = (part: SubgroupMatrixPart, text: string, instead = '') => (without.includes(part) ? instead : text);
+  const tileBody = `
+      ${staged ? `${keep('stage', stage('K'))}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
+      ${sSteps.join('\n      ')}
+      workgroupBarrier();
+      ${staged ? `// every subgroup is past its K fragment loads: V replaces K\n      ${keep('stage', stage('V'))}` : ''}
+${keep('softmax', softmaxPart, '      workgroupBarrier();\n')}      ${keep('pv', pvSteps.join('\n      '))}
       ${staged ? '// K of the next tile replaces V only after every subgroup has read it\n      workgroupBarrier();' : ''}`;
 
   const wgsl = /* wgsl */ `
@@ -228,5 +241,6 @@ ${SGM_FRAME_ENTRY}
   }
 }
 `;
-  return { name: `attentionSubgroupMatrix-${form}`, cacheKey: `attentionSubgroupMatrix:${form}:f16:d${D}`, wgsl, entryPoint: 'main' };
+  const cut = without.length ? `-without-${[...without].sort().join('-')}` : '';
+  return { name: `attentionSubgroupMatrix-${form}${cut}`, cacheKey: `attentionSubgroupMatrix:${form}${cut}:f16:d${D}`, wgsl, entryPoint: 'main' };
 }
