@@ -39,8 +39,8 @@ import { SGM_FRAME_ENTRY, SGM_FRAME_VARS, sgmFrameSegments, sgmFrameTiles } from
 import { twoPassAttentionProgram, twoPassWorkgroupBytes } from './subgroup-matrix-two-pass.js';
 
 /** The tensor-core kernel's forms; `'staged'` is the default (see PERFORMANCE.md). */
-export type SubgroupMatrixForm = 'staged' | 'direct' | 'two-pass';
-export const SUBGROUP_MATRIX_FORMS: readonly SubgroupMatrixForm[] = ['staged', 'direct', 'two-pass'];
+export type SubgroupMatrixForm = 'staged' | 'direct' | 'staged-kq' | 'direct-kq' | 'two-pass';
+export const SUBGROUP_MATRIX_FORMS: readonly SubgroupMatrixForm[] = ['staged', 'direct', 'staged-kq', 'direct-kq', 'two-pass'];
 export const DEFAULT_SUBGROUP_MATRIX_FORM: SubgroupMatrixForm = 'staged';
 
 /** Row strides in workgroup memory: S in f32 words, P in halves (multiples of 16 bytes). */
@@ -54,7 +54,7 @@ export function subgroupMatrixWorkgroupBytes(form: SubgroupMatrixForm, headDim: 
   if (form === 'two-pass') return twoPassWorkgroupBytes(headDim);
   const s = 4 * 16 * SST * 4;
   const p = 4 * 16 * PST * 2;
-  const kv = form === 'staged' ? 64 * (headDim + 8) * 2 : 0;
+  const kv = form.startsWith('staged') ? 64 * (headDim + 8) * 2 : 0;
   return s + p + kv + 32; // + the flags and ranges
 }
 
@@ -89,17 +89,23 @@ export function subgroupMatrixAttentionProgram(
   const D = headDim;
   const D8 = D / 8; // vec4<u32> words per row of K or V
   const KF = D / 16; // k-steps of Q Kᵀ over the head dim, and O fragments
-  const staged = form === 'staged';
+  const staged = form.startsWith('staged');
+  // -kq: S is computed transposed, Sᵀ = K Qᵀ, so K tiles load as row-major left operands
+  // (as V does) and only Q, once, loads column-major; Sᵀ is stored column-major, which
+  // leaves S in workgroup memory exactly as the plain form does
+  const kq = form.endsWith('-kq');
   const KST = D8 + 1; // staged row stride in vec4 words (d + 8 halves)
   const PW = PST / 8; // P row stride in vec4 words
   const SW = SST / 4; // S row stride in vec4 words
 
   // K fragment (right operand [16 dims][16 keys], column = key) and V fragment (right
   // operand [16 keys][16 dims], row = key), in vec4<u32> units (8 halves).
+  // (-kq: the K fragment is the left operand [16 keys][16 dims], row = key)
+  const kType = kq ? 'LM, row_major' : 'RM, col_major';
   const kFrag = (nf: number, kk: number) =>
     staged
-      ? `subgroupMatrixLoad<RM, col_major>(&KVs, ${nf * 16 * KST + kk * 2}u, ${KST}u)`
-      : `subgroupMatrixLoad<RM, col_major>(&K, kRow + ${nf * 16}u * kStride + ${kk * 2}u, kStride)`;
+      ? `subgroupMatrixLoad<${kType}>(&KVs, ${nf * 16 * KST + kk * 2}u, ${KST}u)`
+      : `subgroupMatrixLoad<${kType}>(&K, kRow + ${nf * 16}u * kStride + ${kk * 2}u, kStride)`;
   const vFrag = (kc: number, f: number) =>
     staged
       ? `subgroupMatrixLoad<RM, row_major>(&KVs, ${kc * 16 * KST + f * 2}u, ${KST}u)`
@@ -115,14 +121,19 @@ export function subgroupMatrixAttentionProgram(
   const qLoads: string[] = [];
   const oDecl: string[] = [];
   for (let kk = 0; kk < KF; kk++) {
-    qLoads.push(`let qf${kk} = subgroupMatrixLoad<LM, row_major>(&Q, qBase + ${kk * 16}u, P.H * D);`);
+    qLoads.push(`let qf${kk} = subgroupMatrixLoad<${kq ? 'RM, col_major' : 'LM, row_major'}>(&Q, qBase + ${kk * 16}u, P.H * D);`);
     oDecl.push(`var o${kk} = AM();`);
   }
   // S = Q Kᵀ: four accumulators (one per 16 keys) advanced together over the head dim, so
   // consecutive products do not wait on each other's result
   const sSteps: string[] = ['var s0 = AM();', 'var s1 = AM();', 'var s2 = AM();', 'var s3 = AM();'];
-  for (let kk = 0; kk < KF; kk++) for (let nf = 0; nf < 4; nf++) sSteps.push(`s${nf} = subgroupMatrixMultiplyAccumulate(qf${kk}, ${kFrag(nf, kk)}, s${nf});`);
-  for (let nf = 0; nf < 4; nf++) sSteps.push(`subgroupMatrixStore<row_major>(&Ssh, sBase + ${nf * 4}u, s${nf}, ${SW}u);`);
+  for (let kk = 0; kk < KF; kk++) {
+    for (let nf = 0; nf < 4; nf++) {
+      const [a, b] = kq ? [kFrag(nf, kk), `qf${kk}`] : [`qf${kk}`, kFrag(nf, kk)];
+      sSteps.push(`s${nf} = subgroupMatrixMultiplyAccumulate(${a}, ${b}, s${nf});`);
+    }
+  }
+  for (let nf = 0; nf < 4; nf++) sSteps.push(`subgroupMatrixStore<${kq ? 'col_major' : 'row_major'}>(&Ssh, sBase + ${nf * 4}u, s${nf}, ${SW}u);`);
   const pvSteps: string[] = [];
   for (let kc = 0; kc < 4; kc++) {
     const fs: string[] = [];
@@ -196,7 +207,7 @@ export function subgroupMatrixAttentionProgram(
 `;
   const keep = (part: SubgroupMatrixPart, text: string, instead = '') => (without.includes(part) ? instead : text);
   const tileBody = `
-      ${staged ? `${keep('stage', stage('K'))}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
+      ${staged ? `${keep('stage', stage('K'), 'if (P.n == 0u) { KVs[lid] = K[lid] ^ V[lid]; } // (K and V stay bound)')}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
       ${sSteps.join('\n      ')}
       workgroupBarrier();
       ${staged ? `// every subgroup is past its K fragment loads: V replaces K\n      ${keep('stage', stage('V'))}` : ''}
