@@ -27,10 +27,12 @@
  *   workgroup read the same fragments, through the cache); two barriers a tile.
  * - `'staged'`: the K tile, then the V tile, are copied into workgroup memory (each lane
  *   issues all its 16-byte loads before its stores; row stride d + 8 halves) and every
- *   subgroup loads its fragments there; four barriers a tile, 44 KiB of workgroup memory at
- *   d = 128.
- * - `'staged-early-v'`: as staged, but the V tile's loads are issued before S = Q Kᵀ and
- *   stored after it (32 more registers a lane at d = 128).
+ *   subgroup loads its fragments there; V's loads go out before S = Q Kᵀ and are stored
+ *   after it, so their latency passes under the products. Four barriers a tile, 44 KiB of
+ *   workgroup memory at d = 128.
+ * - `'pipelined'`: as staged, and the next K tile of the same mask block is loaded into
+ *   registers during the softmax and P V of this one (the first tile of a block loads at
+ *   its start).
  * Keys past n (the last, partial tile) are masked to P = 0; in the direct form their K/V
  * loads are clamped into the binding by WebGPU's robust access, so they stay finite, and
  * the staged form writes zeros.
@@ -42,8 +44,8 @@ import { SGM_FRAME_ENTRY, SGM_FRAME_VARS, sgmFrameSegments, sgmFrameTiles } from
 import { twoPassAttentionProgram, twoPassWorkgroupBytes } from './subgroup-matrix-two-pass.js';
 
 /** The tensor-core kernel's forms; `'staged'` is the default (see PERFORMANCE.md). */
-export type SubgroupMatrixForm = 'staged' | 'staged-early-v' | 'direct' | 'two-pass';
-export const SUBGROUP_MATRIX_FORMS: readonly SubgroupMatrixForm[] = ['staged', 'staged-early-v', 'direct', 'two-pass'];
+export type SubgroupMatrixForm = 'staged' | 'pipelined' | 'direct' | 'two-pass';
+export const SUBGROUP_MATRIX_FORMS: readonly SubgroupMatrixForm[] = ['staged', 'pipelined', 'direct', 'two-pass'];
 export const DEFAULT_SUBGROUP_MATRIX_FORM: SubgroupMatrixForm = 'staged';
 
 /** Row strides in workgroup memory: S in f32 words, P in halves (multiples of 16 bytes). */
@@ -57,7 +59,7 @@ export function subgroupMatrixWorkgroupBytes(form: SubgroupMatrixForm, headDim: 
   if (form === 'two-pass') return twoPassWorkgroupBytes(headDim);
   const s = 4 * 16 * SST * 4;
   const p = 4 * 16 * PST * 2;
-  const kv = form.startsWith('staged') ? 64 * (headDim + 8) * 2 : 0;
+  const kv = form === 'staged' || form === 'pipelined' ? 64 * (headDim + 8) * 2 : 0;
   return s + p + kv + 32; // + the flags and ranges
 }
 
@@ -92,8 +94,8 @@ export function subgroupMatrixAttentionProgram(
   const D = headDim;
   const D8 = D / 8; // vec4<u32> words per row of K or V
   const KF = D / 16; // k-steps of Q Kᵀ over the head dim, and O fragments
-  const staged = form.startsWith('staged');
-  const earlyV = form === 'staged-early-v';
+  const staged = form === 'staged' || form === 'pipelined';
+  const pipelined = form === 'pipelined';
   const KST = D8 + 1; // staged row stride in vec4 words (d + 8 halves)
   const PW = PST / 8; // P row stride in vec4 words
   const SW = SST / 4; // S row stride in vec4 words
@@ -115,10 +117,10 @@ export function subgroupMatrixAttentionProgram(
   // kernel without its staging ran in 56 ms against 202 ms with it.) Keys past n load a
   // clamped row and store zeros.
   const SPL = (64 * D8) / 128;
-  const fetch = (src: string, into: string) => {
+  const fetch = (src: string, into: string, from = 'k0', decl = 'let ') => {
     const out: string[] = [];
     for (let i = 0; i < SPL; i++) {
-      out.push(`let ${into}${i} = ${src}[(min(k0 + ${(i * 128) / D8}u + lid / ${D8}u, P.n - 1u) * P.Hkv + g) * ${D8}u + lid % ${D8}u];`);
+      out.push(`${decl}${into}${i} = ${src}[(min(${from} + ${(i * 128) / D8}u + lid / ${D8}u, P.n - 1u) * P.Hkv + g) * ${D8}u + lid % ${D8}u];`);
     }
     return out.join('\n      ');
   };
@@ -213,13 +215,17 @@ export function subgroupMatrixAttentionProgram(
       if (lid == 0u) { needWord[parity ^ 1u] = 0u; }
       parity ^= 1u;
 `;
+  // pipelined: the K tile is in registers already, except at a block's first tile
+  const kStage = pipelined ? `if (kt == kr.x) {\n        ${fetch('K', 'kp', 'k0', '')}\n      }\n      ${put('kp')}` : stage('K');
+  const kpDecl = pipelined ? Array.from({ length: SPL }, (_, i) => `var kp${i} = vec4<u32>();`).join('\n  ') : '';
   const keep = (part: SubgroupMatrixPart, text: string, instead = '') => (without.includes(part) ? instead : text);
   const tileBody = `
-      ${staged ? `${keep('stage', stage('K'), 'if (P.n == 0u) { KVs[lid] = K[lid] ^ V[lid]; } // (K and V stay bound)')}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
-      ${earlyV ? `// V's loads go out now; their latency passes under the Q Kᵀ products\n      ${keep('stage', fetch('V', 'vw'))}` : ''}
+      ${staged ? `${keep('stage', kStage, 'if (P.n == 0u) { KVs[lid] = K[lid] ^ V[lid]; } // (K and V stay bound)')}\n      workgroupBarrier();` : `let kRow = (k0 * P.Hkv + g) * ${D8}u;`}
+      ${staged ? `// V's loads go out now; their latency passes under the Q Kᵀ products\n      ${keep('stage', fetch('V', 'vw'))}` : ''}
       ${sSteps.join('\n      ')}
       workgroupBarrier();
-      ${staged ? `// every subgroup is past its K fragment loads: V replaces K\n      ${keep('stage', earlyV ? put('vw') : stage('V'))}` : ''}
+      ${staged ? `// every subgroup is past its K fragment loads: V replaces K\n      ${keep('stage', put('vw'))}` : ''}
+      ${pipelined ? `// the next K tile of this block, into registers while this tile finishes\n      ${keep('stage', `if (kt + 1u < kr.y) {\n        ${fetch('K', 'kp', 'k0 + 64u', '')}\n      }`)}` : ''}
 ${keep('softmax', softmaxPart, '      workgroupBarrier();\n')}      ${keep('pv', pvSteps.join('\n      '))}
       ${staged ? '// K of the next tile replaces V only after every subgroup has read it\n      workgroupBarrier();' : ''}`;
 
@@ -252,6 +258,7 @@ ${SGM_FRAME_ENTRY}
   var lsum = 0.0;      // this lane's share of the row's normaliser, against mref
   var parity = 0u;
   ${oDecl.join('\n  ')}
+  ${kpDecl}
   ${sgmFrameTiles(tileBody)}
   let L = lsum + subgroupShuffleXor(lsum, 1u);
   let invL = select(0.0, 1.0 / L, L > 0.0);
