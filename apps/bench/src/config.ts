@@ -72,6 +72,12 @@ export interface BenchConfig {
      * plan from an idle H200). 0: the timed calls start from cold code.
      */
     readonly jitWarmup: number;
+    /**
+     * GPU backends: each preset's warm-up runs at a size go on until this many milliseconds
+     * have passed (at least `warmup` runs): a GPU idle while the host made the inputs runs its
+     * first short calls slowly. Absent in results written before it existed.
+     */
+    readonly gpuWarmMs?: number;
     /** per backend: stop growing n once the projected time of the next size exceeds what is left */
     readonly budgetMs: number;
     readonly profile: ProfileName;
@@ -219,6 +225,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         reps: 3,
         warmup: 1,
         jitWarmup: 0,
+        gpuWarmMs: 0,
         budgetMs: 60_000,
         profile: 'llama-like',
         presets: ALL_PRESETS,
@@ -251,6 +258,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       reps: 3,
       warmup: 1,
       jitWarmup: 2000,
+      gpuWarmMs: 500,
       budgetMs: 240_000,
       profile: 'llama-like',
       presets: ALL_PRESETS,

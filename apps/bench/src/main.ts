@@ -103,7 +103,7 @@ function program(): Command {
     )
     .option(
       '--webgpu-kernel <kernel>',
-      "WebGPU: the attention kernel: fma (the default) or subgroup-matrix[:staged|direct|two-pass] (tensor cores where the adapter offers them; the dense baseline runs it too)",
+      "WebGPU: the attention kernel: fma or subgroup-matrix[:pipelined|staged|direct|two-pass] (tensor cores where the adapter offers them; the dense baseline runs it too). Default: the backend's own choice, subgroup-matrix:pipelined where offered, else fma",
     )
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')

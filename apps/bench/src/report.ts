@@ -368,7 +368,9 @@ export function headline(r: BenchResult, linkBase: string): string {
  * "1 warm-up", plus the GPU backends' JIT warm-up when the run had one (results written
  * before it existed have no jitWarmup and say nothing of it).
  */
-export function warmupText(l: { readonly warmup: number; readonly jitWarmup?: number }): string {
-  const jit = l.jitWarmup ? ` (GPU backends: after ${l.jitWarmup} untimed prefills at ${JIT_WARMUP_N / 1024}k, so their JavaScript runs JIT-optimised)` : '';
-  return `${l.warmup} warm-up${jit}`;
+export function warmupText(l: { readonly warmup: number; readonly jitWarmup?: number; readonly gpuWarmMs?: number }): string {
+  const gpu: string[] = [];
+  if (l.gpuWarmMs) gpu.push(`warm-up runs for at least ${l.gpuWarmMs} ms a preset and size`);
+  if (l.jitWarmup) gpu.push(`after ${l.jitWarmup} untimed prefills at ${JIT_WARMUP_N / 1024}k, so their JavaScript runs JIT-optimised`);
+  return `${l.warmup} warm-up${gpu.length ? ` (GPU backends: ${gpu.join('; ')})` : ''}`;
 }

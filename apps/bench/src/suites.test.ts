@@ -66,6 +66,12 @@ describe('parseSizes', () => {
     expect(warmupText({ warmup: 3, jitWarmup: 300 })).toMatch(/^3 warm-up \(GPU backends: after 300 untimed prefills at 8k/);
     // results written before the option existed say nothing of it
     expect(warmupText({ warmup: 1 })).toBe('1 warm-up');
+    // GPU backends warm each preset for a least time at full size; the smoke does not
+    expect(resolveConfig({}).latency.gpuWarmMs).toBe(500);
+    expect(resolveConfig({ smoke: true }).latency.gpuWarmMs).toBe(0);
+    expect(warmupText({ warmup: 1, gpuWarmMs: 500, jitWarmup: 2000 })).toBe(
+      '1 warm-up (GPU backends: warm-up runs for at least 500 ms a preset and size; after 2000 untimed prefills at 8k, so their JavaScript runs JIT-optimised)',
+    );
   });
   it("caps the JIT warm-up's time from the end of its first round, so kernel compiles do not use it up", () => {
     const late = JIT_WARMUP_MAX_MS + 1;

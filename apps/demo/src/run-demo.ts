@@ -176,7 +176,7 @@ export interface DemoResult {
   readonly denseMs: number;
   /** denseMs / sparseMs */
   readonly speedup: number;
-  /** the backend's attention kernel (WebGPU: 'fma-v4', 'subgroup-matrix-staged', ...; the backend's name elsewhere) */
+  /** the backend's attention kernel (WebGPU: 'fma' or 'subgroup-matrix'; the backend's name elsewhere) */
   readonly attentionKernel: string;
   /** causal attention FLOPs (4·d·H·n(n+1)/2) per second of the dense attention, in TFLOP/s */
   readonly denseTflops: number;

@@ -40,11 +40,11 @@ export interface WebGpuBackendOptions {
    * - 'subgroup-matrix' (default): the tensor-core kernel for f16 at head dims 64 and 128
    *   (src/kernels/attention/subgroup-matrix.ts) where the adapter offers
    *   chromium-experimental-subgroup-matrix (16 x 16 x 16 f16 -> f32, 32-wide subgroups),
-   *   `subgroups`, and the workgroup memory of its form (44 KiB for 'staged' at d = 128):
+   *   `subgroups`, and the workgroup memory of its form (44 KiB at d = 128):
    *   NVIDIA GPUs through Dawn with the flags of @crisp/kernels-webgpu/node, or a browser
-   *   that exposes the experimental feature. On one H100: 37-42 TFLOP/s dense at 8k-64k
-   *   (f16, H = 32, Hkv = 8, d = 128), 1.4-1.6x 'fma'; @crisp/conformance passes with it at
-   *   n = 4000. f32 tensors, other head dims, ineligible adapters (every browser by default)
+   *   that exposes the experimental feature. On one H100: 99-117 TFLOP/s dense at 8k-64k
+   *   (f16, H = 32, Hkv = 8, d = 128), about 4x 'fma'; @crisp/conformance passes with it at
+   *   n = 4000 and at the CI sizes (chunked prefill, varlen). f32 tensors, other head dims, ineligible adapters (every browser by default)
    *   or a failed build use 'fma' (`kernelNote` says why a build failed).
    * - 'fma': FMA flash attention (src/kernels/attention/fma.ts), f16 and f32, any head dim
    *   that is a multiple of 4, 32 KiB of workgroup memory, every adapter. On one H200: 25.8 /
@@ -53,9 +53,10 @@ export interface WebGpuBackendOptions {
    */
   readonly attentionKernel?: AttentionKernel;
   /**
-   * The form of the 'subgroup-matrix' kernel (default 'staged'): 'staged' (K and V tiles
-   * in workgroup memory), 'direct' (K and V fragments from storage), or 'two-pass' (the first
-   * form, S computed twice), for measuring them side by side. See PERFORMANCE.md.
+   * The form of the 'subgroup-matrix' kernel (default 'pipelined'): 'pipelined' (K and V
+   * tiles in workgroup memory, the next K tile loaded during this one), 'staged' (the same
+   * without the next tile's loads), 'direct' (K and V fragments from storage), or 'two-pass'
+   * (the first form, S computed twice), for measuring them side by side. See PERFORMANCE.md.
    */
   readonly subgroupMatrixForm?: SubgroupMatrixForm;
   /**

@@ -14,7 +14,7 @@
  *                        says so in the JSON) when its projected time would overrun.
  *   --variants V,...     attention kernels (default fma and the three subgroup-matrix forms). A variant is
  *                        KERNEL[:FORM][+TOGGLES]: FORM rolled (the FMA kernel's compactKernels
- *                        loops) or staged|direct|two-pass (subgroup-matrix forms); TOGGLES fast (Dawn device toggles disable_robustness,
+ *                        loops) or pipelined|staged|direct|two-pass (subgroup-matrix forms); TOGGLES fast (Dawn device toggles disable_robustness,
  *                        disable_workgroup_init, skip_validation) | norobust
  *                        (disable_robustness only). Each variant has its own Dawn device.
  *                        A subgroup-matrix FORM may name parts to leave out, FORM~PART~...

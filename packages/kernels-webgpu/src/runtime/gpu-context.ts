@@ -6,7 +6,7 @@
  * globals such as GPUBufferUsage: Node's `webgpu` package does not install them.
  */
 import { CrispError } from '@crisp/core';
-import type { SubgroupMatrixForm } from '../kernels/attention/subgroup-matrix.js';
+import { DEFAULT_SUBGROUP_MATRIX_FORM, type SubgroupMatrixForm } from '../kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor } from '../kernels/common.js';
 
 export const Usage = {
@@ -67,7 +67,7 @@ export class GpuContext {
   /** f16 attention at head dims 64 and 128 runs on the subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
   /** the tensor-core kernel's form (WebGpuBackendOptions.subgroupMatrixForm) */
-  subgroupMatrixForm: SubgroupMatrixForm = 'staged';
+  subgroupMatrixForm: SubgroupMatrixForm = DEFAULT_SUBGROUP_MATRIX_FORM;
   /** generate rolled-loop WGSL (CPU adapters) */
   compact = false;
   #retired: GPUBuffer[] = [];

@@ -73,7 +73,7 @@ export function flagsFor(toggles: string | undefined): string[] {
   if (!toggles) return [...DEFAULT_DAWN_FLAGS];
   return DEFAULT_DAWN_FLAGS.map((f) => (f.startsWith('enable-dawn-features=') ? `${f},${TOGGLES[toggles].join(',')}` : f));
 }
-export const VARIANTS = (args.get('variants') || 'fma,subgroup-matrix:staged,subgroup-matrix:direct,subgroup-matrix:two-pass').split(',').filter(Boolean).map(parseVariant);
+export const VARIANTS = (args.get('variants') || 'fma,subgroup-matrix:pipelined,subgroup-matrix:staged,subgroup-matrix:direct,subgroup-matrix:two-pass').split(',').filter(Boolean).map(parseVariant);
 export const PROBES = (args.get('probes') ?? 'fma,lds,robust').split(',').filter(Boolean);
 export const BEST_DENSE = list('best-dense', '');
 export const CHECK_N = Number(args.get('check') || (smoke ? 256 : 4096));

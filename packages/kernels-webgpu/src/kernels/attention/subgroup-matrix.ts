@@ -43,10 +43,10 @@ import { attentionInterface, type ProgramDescriptor } from '../common.js';
 import { SGM_FRAME_ENTRY, SGM_FRAME_VARS, sgmFrameSegments, sgmFrameTiles } from './subgroup-matrix-frame.js';
 import { twoPassAttentionProgram, twoPassWorkgroupBytes } from './subgroup-matrix-two-pass.js';
 
-/** The tensor-core kernel's forms; `'staged'` is the default (see PERFORMANCE.md). */
+/** The tensor-core kernel's forms; `'pipelined'` is the default (see PERFORMANCE.md). */
 export type SubgroupMatrixForm = 'staged' | 'pipelined' | 'direct' | 'two-pass';
 export const SUBGROUP_MATRIX_FORMS: readonly SubgroupMatrixForm[] = ['staged', 'pipelined', 'direct', 'two-pass'];
-export const DEFAULT_SUBGROUP_MATRIX_FORM: SubgroupMatrixForm = 'staged';
+export const DEFAULT_SUBGROUP_MATRIX_FORM: SubgroupMatrixForm = 'pipelined';
 
 /** Row strides in workgroup memory: S in f32 words, P in halves (multiples of 16 bytes). */
 const SST = 72;
