@@ -40,7 +40,14 @@ import { allocate, download, read, upload, wrapBuffer, write } from './ops/trans
 import { varlenAttention } from './ops/varlen.js';
 import { WebGpuDevicePlanner } from './plan/planner.js';
 import { sparseAttentionPrepared } from './plan/run-prepared.js';
-import { type ActiveAttentionKernel, H200_SPARSE_CROSSOVER, type WebGpuBackendOptions, type WebGpuInfo, checkOptions } from './options.js';
+import {
+  type ActiveAttentionKernel,
+  H200_SPARSE_CROSSOVER,
+  TENSOR_CORE_SPARSE_CROSSOVER,
+  type WebGpuBackendOptions,
+  type WebGpuInfo,
+  checkOptions,
+} from './options.js';
 import { openDevice } from './runtime/device.js';
 import type { GpuContext } from './runtime/gpu-context.js';
 import { WebGpuTensor, newTensor } from './runtime/tensor.js';
@@ -50,6 +57,7 @@ export {
   type ActiveAttentionKernel,
   type AttentionKernel,
   H200_SPARSE_CROSSOVER,
+  TENSOR_CORE_SPARSE_CROSSOVER,
   type WebGpuBackendOptions,
   type WebGpuInfo,
 } from './options.js';
@@ -72,7 +80,15 @@ export async function createWebGpuBackend(opts: WebGpuBackendOptions = {}): Prom
 export class WebGpuBackend implements Backend {
   readonly name = 'webgpu';
   readonly capabilities: BackendCapabilities;
-  readonly sparseCrossover: number;
+  readonly #crossover: number | undefined;
+  /**
+   * Keys below which dense attention is faster (sparsePrefill's default gate): the option
+   * when given, else the measured gate of the kernel in use (the tensor-core kernel's, or the
+   * FMA kernel's where it is not offered or failed to build).
+   */
+  get sparseCrossover(): number {
+    return this.#crossover ?? (this.gpu.subgroupMatrix ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER);
+  }
   readonly info: WebGpuInfo;
   /** The context (device, limits, pipelines); for benchmarks and tests. */
   readonly gpu: GpuContext;
@@ -90,7 +106,7 @@ export class WebGpuBackend implements Backend {
     checkOptions(opts);
     this.gpu = ctx;
     this.info = info;
-    this.sparseCrossover = opts.sparseCrossover ?? H200_SPARSE_CROSSOVER;
+    this.#crossover = opts.sparseCrossover;
     const work = opts.maxDispatchWork ?? 2 ** 38;
     this.capabilities = Object.freeze({
       // f16 is stored as packed halves and widened in-kernel: no shader-f16 needed.

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
 import { SUBGROUP_MATRIX_FORMS } from './kernels/attention/subgroup-matrix.js';
-import { ATTENTION_KERNELS } from './options.js';
+import { ATTENTION_KERNELS, H200_SPARSE_CROSSOVER, TENSOR_CORE_SPARSE_CROSSOVER } from './options.js';
 import { code, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
@@ -233,5 +233,25 @@ describe.skipIf(!backend)(`devices handed in${reason ? ` (skipped: ${reason})` :
     const x = b.upload(hostTensor('f32', [4], [1, 2, 3, 4]));
     expect(Array.from((await b.download(x)).data)).toEqual([1, 2, 3, 4]);
     x.dispose();
+  });
+});
+
+describe.skipIf(!backend)(`the length gate follows the kernel in use${reason ? ` (skipped: ${reason})` : ''}`, () => {
+  it("the tensor-core kernel's gate while it is in use, the FMA kernel's otherwise, and an option over both", async () => {
+    const b = backend!;
+    const other = await createWebGpuBackend({ device: b.gpu.device, sparseCrossover: 12345 });
+    const was = b.gpu.subgroupMatrix;
+    try {
+      b.gpu.subgroupMatrix = false;
+      expect(b.sparseCrossover).toBe(H200_SPARSE_CROSSOVER);
+      b.gpu.subgroupMatrix = true;
+      expect(b.sparseCrossover).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
+      expect(TENSOR_CORE_SPARSE_CROSSOVER).toBeGreaterThan(H200_SPARSE_CROSSOVER);
+      other.gpu.subgroupMatrix = true;
+      expect(other.sparseCrossover).toBe(12345);
+    } finally {
+      b.gpu.subgroupMatrix = was;
+      other.dispose();
+    }
   });
 });

@@ -10,6 +10,7 @@ export {
   type AttentionKernel,
   createWebGpuBackend,
   H200_SPARSE_CROSSOVER,
+  TENSOR_CORE_SPARSE_CROSSOVER,
   OPTIONAL_FEATURES,
   WebGpuBackend,
   type WebGpuBackendOptions,

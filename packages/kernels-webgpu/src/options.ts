@@ -12,6 +12,18 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 export const H200_SPARSE_CROSSOVER = 8262;
 
 /**
+ * The length gate with the tensor-core kernel (its default `'pipelined'` form), from one
+ * NVIDIA H100 (Dawn over Vulkan, the same shape and input; apps/bench/results/nvidia-h100-webgpu-tc
+ * and nvidia-h100/webgpu-rig, one call): `crisp` end to end 30.6 ms at 16k and 68.7 ms at 32k,
+ * against the dense kernel back to back in the GPU rig, 20.1 and 75.5 ms; the log-n
+ * interpolation of the ratio crosses 1 at about 28,900 keys. (On an H200, with the form
+ * without the next-tile loads, the same reading gives about 26,200.) The kernel is 4x the
+ * FMA kernel while the plan and the PE heads' second attention run cost about what they did,
+ * so the gate moved up.
+ */
+export const TENSOR_CORE_SPARSE_CROSSOVER = 28_900;
+
+/**
  * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. The default is
  * 'subgroup-matrix' (tensor cores) where the adapter offers it, else 'fma'.
  */
@@ -27,7 +39,11 @@ export interface WebGpuBackendOptions {
   readonly adapter?: GPUAdapter;
   /** Request an adapter from this GPU object (default: navigator.gpu). */
   readonly gpu?: GPU;
-  /** Override the measured length gate (keys below which dense is faster). */
+  /**
+   * Override the measured length gate (keys below which dense is faster). Default: the
+   * tensor-core kernel's TENSOR_CORE_SPARSE_CROSSOVER while it is in use, else the FMA
+   * kernel's H200_SPARSE_CROSSOVER.
+   */
   readonly sparseCrossover?: number;
   /**
    * Upper bound on the multiply-adds one dispatch may hold (default 2^38, ~ 20-80 ms on a
