@@ -108,7 +108,8 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
         releasePlan(dev);
         expect(dev.prepared?.released).toBe(true);
 
-        // sparsePrefill: the attention queued before any read back, the plan complete after
+        // sparsePrefill: the routes (and the PE heads' map) read back first, then one attention
+        // run over every head's final rows, the plan complete after
         const log: string[] = [];
         const g = be.gpu;
         const { read, dispatch } = g;
@@ -128,13 +129,13 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
           g.dispatch = dispatch;
         }
         outs.push(res.output, res.lse!);
-        expect(log[0]).toBe('attention');
-        expect(log).toContain('read');
-        // every head over the VS rows, then the PE heads together (the kernel's head table), one dispatch each
         const pe = host.routing!.routes.filter((r) => r === 'pe').length;
-        // (seeded: two PE heads at n = 600, so one PE dispatch rather than one per head is checked)
+        // (seeded: PE heads at both sizes, so their cut is made before the attention)
         expect(pe).toBe(n === 600 ? 2 : 1);
-        expect(log.filter((e) => e === 'attention').length).toBe(2);
+        const first = log.indexOf('attention');
+        // the routes and the PE map: at least two reads before it
+        expect(log.slice(0, first).filter((e) => e === 'read').length).toBeGreaterThanOrEqual(2);
+        expect(log.filter((e) => e === 'attention').length).toBe(1);
         expect(res.plan.prepared).toBeUndefined();
         expect(res.plan.mask).toEqual(host.mask);
         expect(toFloat32(await be.download(res.output))).toEqual(want);

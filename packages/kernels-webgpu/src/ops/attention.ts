@@ -122,8 +122,8 @@ export async function runAttention(
   qt: WebGpuTensor,
   kt: WebGpuTensor,
   vt: WebGpuTensor,
-  sparse: { rowPtr: GPUBuffer; cols: GPUBuffer; B: number; Nb: number; blocks: number; heads?: readonly number[] } | undefined,
-  opts: AttentionOptions & { readonly lseInto?: WebGpuTensor },
+  sparse: { rowPtr: GPUBuffer; cols: GPUBuffer; B: number; Nb: number; blocks: number } | undefined,
+  opts: AttentionOptions,
 ): Promise<AttentionResult> {
   const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
   const B = sparse?.B ?? 128;
@@ -142,7 +142,6 @@ export async function runAttention(
     uniform: (h0, first, count) => [m, n, H, Hkv, B, Nb, sparse ? 0 : 1, h0, firstTile + numTiles - first - count, count],
     extra: sparse ? [sparse.rowPtr, sparse.cols] : undefined,
     headTable: true,
-    heads: sparse?.heads,
     pipeline: () => host.attentionPipeline(shape.dtype as StorageDType, D),
   });
 }
@@ -162,11 +161,9 @@ export interface AttentionLaunches {
   readonly extra?: readonly GPUBuffer[];
   /**
    * the kernel reads its head from a head table (binding 8, after `extra`): the launcher
-   * binds `heads` there (or every head) and cuts dispatches over the table's entries
+   * binds every head there, in order, and cuts dispatches over the table's entries
    */
   readonly headTable?: boolean;
-  /** only these heads (the others' output and LSE are left as they are); needs `headTable`; default all */
-  readonly heads?: readonly number[];
   pipeline(): Promise<GPUComputePipeline>;
 }
 
@@ -210,7 +207,7 @@ export async function launchAttention(
   host: OpHost,
   shape: AttentionShape,
   [qt, kt, vt]: readonly [WebGpuTensor, WebGpuTensor, WebGpuTensor],
-  opts: { readonly scale?: number; readonly returnLse?: boolean; readonly out?: DeviceTensor; readonly lseInto?: WebGpuTensor },
+  opts: { readonly scale?: number; readonly returnLse?: boolean; readonly out?: DeviceTensor },
   run: AttentionLaunches,
 ): Promise<AttentionResult> {
   const { queries: m, heads: H, headDim: D } = shape;
@@ -224,13 +221,12 @@ export async function launchAttention(
   let dummy: GPUBuffer | undefined;
   let lseBuf: GPUBuffer | undefined;
   let headBuf: GPUBuffer | undefined;
-  if (run.heads && !run.headTable) throw new CrispError('BACKEND_ERROR', 'attention over a subset of heads needs a kernel with a head table');
   // the heads this run computes, in the head table's order
-  const table = run.heads ?? Array.from({ length: H }, (_, h) => h);
+  const table = Array.from({ length: H }, (_, h) => h);
   try {
     g.scoped(checks, `the attention output [${m}, ${H}, ${D}]`, () => {
       out = given ?? host.newTensor(shape.dtype, [m, H, D]);
-      lse = opts.returnLse ? (opts.lseInto ?? host.newTensor('f32', [H, m])) : undefined;
+      lse = opts.returnLse ? host.newTensor('f32', [H, m]) : undefined;
       dummy = run.extra ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
       lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
       if (run.headTable) headBuf = g.u32Buffer(table, 'heads');
@@ -266,7 +262,7 @@ export async function launchAttention(
     await Promise.all([g.settle(checks), ready(out, lse)]);
   } catch (e) {
     if (!given) out?.dispose();
-    if (lse !== opts.lseInto) lse?.dispose();
+    lse?.dispose();
     throw e;
   } finally {
     host.gpu.retire(...temps);

@@ -3,8 +3,8 @@
  * device selected, expanded into rows on the device, plus the PE heads' rows once they are
  * there. The PE rows' γ cut runs on the host in this backend (peBlockRows), which needs the
  * routes on the host: so the PE part is made once, when first needed (`complete()`): by
- * sparseAttention after it has queued the attention of every head over the VS rows, by the
- * plan's read(), or by readBlockCounts(). Until then only the VS rows exist.
+ * sparseAttention before its one attention run over every head's final rows, by the plan's
+ * read(), or by readBlockCounts(). Until then only the VS rows exist.
  */
 import { type BlockRows, InvalidArgumentError, type PreparedMask, type Route, spreadRowPtr, type VsLists } from '@crisp/core';
 import { type QueuedSelection, readRowCounts, readSelection } from '../ops/device-select.js';
@@ -45,7 +45,6 @@ export class WebGpuPreparedMask implements PreparedMask {
   readonly #pe: PeInputs;
   readonly #held: GPUBuffer[];
   #complete: Promise<CompletePlan> | undefined;
-  #done: CompletePlan | undefined;
   #released = false;
 
   constructor(host: OpHost, shape: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number }, sel: QueuedSelection, pe: PeInputs) {
@@ -74,10 +73,6 @@ export class WebGpuPreparedMask implements PreparedMask {
     return this.#sel;
   }
 
-  /** the complete plan when made already (then every head's rows run in one attention) */
-  get done(): CompletePlan | undefined {
-    return this.#done;
-  }
 
   #alive(): void {
     this.#host.alive();
@@ -101,8 +96,7 @@ export class WebGpuPreparedMask implements PreparedMask {
     const routes = Array.from(new Uint32Array(await this.#host.gpu.read(sel.routes, 0, H * 4)), (x): Route => (x === 1 ? 'vs' : 'pe'));
     const peHeads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
     if (peHeads.length === 0) {
-      this.#done = { routes, peHeads, peRows: undefined, rowPtr: sel.rowPtr, cols: sel.cols };
-      return this.#done;
+      return { routes, peHeads, peRows: undefined, rowPtr: sel.rowPtr, cols: sel.cols };
     }
     const { q, k, gamma, scale } = this.#pe;
     const peRows = await peBlockRows(this.#host, q, k, { blockSize: this.blockSize, gamma, heads: peHeads, scale });
@@ -111,8 +105,7 @@ export class WebGpuPreparedMask implements PreparedMask {
     const e = await expandBuffers(this.#host, H, Nb, { vsPtr: sel.vsPtr, vsList: sel.vsList, sliceBase: H * Nb }, rows, sel.cap);
     if (this.#released) this.#host.gpu.retire(e.rowPtr, e.cols);
     else this.#held.push(e.rowPtr, e.cols);
-    this.#done = { routes, peHeads, peRows, rowPtr: e.rowPtr, cols: e.cols };
-    return this.#done;
+    return { routes, peHeads, peRows, rowPtr: e.rowPtr, cols: e.cols };
   }
 
   /** The device's routes, VS lists and PE rows (the PE part made first when it is not yet). */
