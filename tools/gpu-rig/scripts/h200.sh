@@ -12,10 +12,15 @@
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
 #                OUT/nvidia-h200-synth (apps/bench/results/nvidia-h200-synth). ~330 s.
-#   suites       crisp-bench accuracy, O(n) curve and floors on both GPU backends, then WebGPU
-#                latency and crossover (the TF.js peer in the same run) on the llama fill,
-#                8k-32k, merged into the same folder: OUT/nvidia-h200
-#                (apps/bench/results/nvidia-h200). ~320 s.
+#   suites       crisp-bench accuracy, O(n) curve and floors on both GPU backends, merged into
+#                OUT/nvidia-h200 (apps/bench/results/nvidia-h200), then WebGPU latency and
+#                crossover with the backend's default kernel (tensor cores where offered; the
+#                TF.js and ONNX Runtime Web peers in the same run) on the llama fill, 8k-32k:
+#                OUT/nvidia-h200-webgpu-tc (apps/bench/results/nvidia-h200-webgpu-tc). ~370 s.
+#   webgpu       the GPU rig's WebGPU main: fma and the tensor-core forms pipelined and staged,
+#                and staged without its K/V staging (timing only), dense 8k-64k, the crisp
+#                pipeline at 32k and 64k, conformance with each tensor-core form at the CI
+#                sizes and n = 4,000: OUT/webgpu-rig (apps/bench/results/<gpu>/webgpu-rig). ~200 s.
 #   tfjs         crisp-bench's tfjs suite: @crisp/tfjs's crispAttention on tfjs-backend-webgpu (Dawn over
 #                Vulkan) against TF.js's own dense attention on the same tensors, f32, 8k-32k, and
 #                the host path beside the zero-copy path at 16k: OUT/nvidia-h200-tfjs
@@ -74,8 +79,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|webgpu|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|webgpu|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -118,11 +123,20 @@ case "$phase" in
       > "$out/suites.log" 2>&1
     rc=$?
     tail -n 3 "$out/suites.log"
-    timeout -s KILL 130 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
-      --sizes 8k..32k --deadline-s 120 --merge --out "$d" > "$out/webgpu-latency.log" 2>&1
+    timeout -s KILL 175 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
+      --sizes 8k..32k --deadline-s 165 --out "$out/nvidia-h200-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
     rc2=$?
     grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
+    ;;
+  webgpu)
+    timeout -s KILL 285 node "$app/webgpu-main.mjs" --out "$out/webgpu-rig" --no-wgsl --budget 265 \
+      --variants fma,subgroup-matrix:staged,subgroup-matrix:pipelined,subgroup-matrix:staged~stage \
+      --dense 8192,16384,32768,65536 --sparse 32768,65536 --tfjs '' --smm-probe 0 --probes '' --conformance 0,4000 \
+      > "$out/webgpu-rig.out" 2>&1
+    rc=$?
+    grep -E 'best|conformance [0-9]|FATAL' "$out/webgpu-rig/webgpu-device.log" | tail -n 8
+    exit $rc
     ;;
   tfjs)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
