@@ -1,9 +1,10 @@
 import type { Backend } from '@crisp/core';
+import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
 import { describe, expect, it } from 'vitest';
 import type { OpenBackend } from './backends.js';
 import { defaultConfig } from './config.js';
 import type { SuiteContext } from './context.js';
-import { densePeers } from './peers.js';
+import { densePeers, webgpuFmaPeer } from './peers.js';
 
 // A backend no peer may touch: any call is a test failure.
 const untouchable = new Proxy({} as Backend, {
@@ -30,6 +31,7 @@ describe('densePeers', () => {
     expect(r.notes.map((x) => [x.backend, x.peer, x.status])).toEqual([
       ['cuda', 'torch-sdpa-flash', 'absent'],
       ['cuda', 'torch-sdpa-cudnn', 'absent'],
+      ['webgpu', 'webgpu-fma', 'absent'],
       ['webgpu', 'tfjs-webgpu', 'absent'],
       ['webgpu', 'ort-web-webgpu', 'absent'],
     ]);
@@ -42,7 +44,7 @@ describe('densePeers', () => {
       ['webgpu', [4096]],
     ]);
     const r = await densePeers(ctx(2_000), opened, measured, 'apps/bench/peers/sdpa_peer.py');
-    expect(r.notes).toHaveLength(4);
+    expect(r.notes).toHaveLength(5);
     for (const x of r.notes) {
       expect(x.status).toBe('absent');
       expect(x.detail).toBe('not run: 2 s left before --deadline-s');
@@ -55,5 +57,61 @@ describe('densePeers', () => {
       'peer script apps/bench/peers/sdpa_peer.py not found (pass --peer-script)',
       'peer script apps/bench/peers/sdpa_peer.py not found (pass --peer-script)',
     ]);
+  });
+});
+
+const gpu = await webgpuAvailability();
+describe.skipIf(!gpu.available)(`the WebGPU FMA-kernel peer${gpu.available ? '' : ` (skipped: ${gpu.reason})`}`, () => {
+  const shape = { heads: 2, kvHeads: 1, headDim: 64 };
+  it("is absent, with the reason, where the backend's kernel is 'fma' already, and touches no second device", async () => {
+    const b = await createNodeWebGpuBackend({ attentionKernel: 'fma' });
+    let opened = 0;
+    try {
+      const r = await webgpuFmaPeer(ctx(), b, [256], shape, 3, 1, 0, 60_000, {
+        open: async () => {
+          opened++;
+          return b;
+        },
+      });
+      expect(r.rows).toEqual([]);
+      expect(r.notes).toEqual([{ backend: 'webgpu', peer: 'webgpu-fma', status: 'absent', detail: expect.stringMatching(/attention kernel is 'fma' already/) }]);
+      expect(opened).toBe(0);
+    } finally {
+      b.dispose();
+    }
+  });
+
+  it('times the FMA kernel on a second backend, on the same inputs (its rows equal the first backend\'s), and disposes it', async () => {
+    const b = await createNodeWebGpuBackend({ attentionKernel: 'fma' });
+    let second: { dispose(): void; disposed?: boolean } | undefined;
+    try {
+      const r = await webgpuFmaPeer(ctx(), b, [256], shape, 3, 1, 50, 120_000, {
+        force: true,
+        open: async () => {
+          const fb = await createNodeWebGpuBackend({ attentionKernel: 'fma' });
+          const dispose = fb.dispose.bind(fb);
+          second = Object.assign(fb, {
+            dispose: () => {
+              second!.disposed = true;
+              dispose();
+            },
+          });
+          return fb;
+        },
+      });
+      expect(r.notes[0].status).toBe('ran');
+      expect(r.rows.map((x) => x.n)).toEqual([256]);
+      for (const row of r.rows) {
+        expect(row.backend).toBe('webgpu');
+        expect(row.peer).toBe('webgpu-fma');
+        expect(row.ms.median).toBeGreaterThan(0);
+        expect(row.tflops).toBeGreaterThan(0);
+        // the same kernel on the same inputs: the same output bits
+        expect(row.relErrVsCrispDense).toBe(0);
+      }
+      expect(second?.disposed).toBe(true);
+    } finally {
+      b.dispose();
+    }
   });
 });

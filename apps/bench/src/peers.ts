@@ -23,7 +23,7 @@ import type { OpenBackend } from './backends.js';
 import type { Shape } from './config.js';
 import { type SuiteContext, timeLeft } from './context.js';
 import { latencyInputs } from './inputs.js';
-import { type Spread, spread } from './stats.js';
+import { causalAttentionFlops, type Spread, spread } from './stats.js';
 
 export interface PeerRow {
   readonly backend: string;
@@ -297,6 +297,126 @@ async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly numb
   return { rows, notes: [{ backend: 'webgpu', peer, status, detail: `${head}${skipped.length ? `; ${skipped.join('; ')}` : ''}` }] };
 }
 
+/** A WebGPU backend whose attention kernel is the FMA one (its own Dawn device). */
+export type OpenFmaBackend = () => Promise<Backend>;
+
+const openFmaWebGpu: OpenFmaBackend = async () => {
+  const { createNodeWebGpuBackend } = await import('@crisp/kernels-webgpu/node');
+  return createNodeWebGpuBackend({ attentionKernel: 'fma' });
+};
+
+/** Whether a WebGPU backend runs f16 attention at this head dim on a kernel other than 'fma'. */
+function runsTensorCores(b: Backend, headDim: number): boolean {
+  const k = (b as { attentionKernelFor?: (dtype: 'f16' | 'f32', d: number) => string }).attentionKernelFor;
+  return typeof k === 'function' && k.call(b, 'f16', headDim) !== 'fma';
+}
+
+/**
+ * The WebGPU backend's own FMA kernel as a dense peer, where the backend runs the
+ * tensor-core kernel (the "own FMA dense" a CRISP speed-up is quoted against): a second
+ * backend on its own Dawn device with attentionKernel 'fma', the latency suite's inputs made
+ * there the same way (profile, seed, fill), dense attention timed as the latency suite times
+ * it (warm-up runs: `warmup`, and for at least `warmMs`), its output on ortCheckRows compared
+ * with the tensor-core kernel's (relErrVsCrispDense). Absent, with the reason, where the
+ * backend runs 'fma' already (its dense row is this number); `force` times it anyway (tests).
+ */
+export async function webgpuFmaPeer(
+  ctx: SuiteContext,
+  b: Backend,
+  sizes: readonly number[],
+  shape: Shape,
+  reps: number,
+  warmup: number,
+  warmMs: number,
+  budgetMs: number,
+  opts: { readonly open?: OpenFmaBackend; readonly force?: boolean } = {},
+): Promise<PeerResult> {
+  const peer = 'webgpu-fma';
+  if (!opts.force && !runsTensorCores(b, shape.headDim)) {
+    return { rows: [], notes: [{ backend: 'webgpu', peer, status: 'absent', detail: "not run: the backend's attention kernel is 'fma' already (its dense row is this peer)" }] };
+  }
+  const c = ctx.config.latency;
+  const { heads: H, headDim: D } = shape;
+  let fb: Backend;
+  try {
+    fb = await (opts.open ?? openFmaWebGpu)();
+  } catch (e) {
+    return { rows: [], notes: [{ backend: 'webgpu', peer, status: 'absent', detail: `a second WebGPU backend with the FMA kernel did not open: ${e instanceof Error ? e.message : String(e)}` }] };
+  }
+  const rows: PeerRow[] = [];
+  const skipped: string[] = [];
+  let failed = false;
+  const started = performance.now();
+  let last: { n: number; ms: number } | undefined;
+  try {
+    for (const n of sizes) {
+      const projected = last ? last.ms * (n / last.n) ** 2 : 0;
+      const left = budgetMs - (performance.now() - started);
+      if (projected > left || left <= 0) {
+        skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`);
+        continue;
+      }
+      const t0 = performance.now();
+      const made: { dispose(): void }[] = [];
+      try {
+        const checkRows = ortCheckRows(n);
+        // the tensor-core kernel's rows, then the same inputs on the FMA backend
+        const mine = await latencyInputs(b, c.profile, n, shape, 'f16', ctx.config.seed, c.maxHostValues, c.inputs, undefined, c.synthThreads);
+        let want: Float32Array | Uint16Array;
+        try {
+          const d = await b.denseAttention(mine.q, mine.k, mine.v);
+          want = await hostValues(b, d.output);
+          d.output.dispose();
+        } finally {
+          mine.dispose();
+        }
+        const inputs = await latencyInputs(fb, c.profile, n, shape, 'f16', ctx.config.seed, c.maxHostValues, c.inputs, undefined, c.synthThreads);
+        made.push(inputs);
+        const out = fb.allocate('f16', [n, H, D]);
+        made.push(out);
+        const once = async () => {
+          const t = performance.now();
+          await fb.denseAttention(inputs.q, inputs.k, inputs.v, { out });
+          await fb.synchronize();
+          return performance.now() - t;
+        };
+        for (let i = 0; i < warmup; i++) await once();
+        for (const tw = performance.now(); warmMs > 0 && performance.now() - tw < warmMs; ) await once();
+        const runs: number[] = [];
+        for (let i = 0; i < reps; i++) runs.push(await once());
+        const got = await hostValues(fb, out);
+        let diff = 0;
+        let scale = 0;
+        const val = (a: Float32Array | Uint16Array, i: number) => (a instanceof Uint16Array ? f16BitsToF32(a[i]) : a[i]);
+        for (const r of checkRows) {
+          for (let x = r * H * D; x < (r + 1) * H * D; x++) {
+            const w = val(want, x);
+            diff = Math.max(diff, Math.abs(val(got, x) - w));
+            scale = Math.max(scale, Math.abs(w));
+          }
+        }
+        const rel = diff / Math.max(scale, Number.MIN_VALUE);
+        const ms = spread(runs);
+        rows.push({ backend: 'webgpu', peer, n, ms, tflops: causalAttentionFlops(n, H, D) / (ms.median * 1e9), relErrVsCrispDense: rel });
+        last = { n, ms: performance.now() - t0 };
+        ctx.log(`  peer ${peer} n=${n}: ${ms.median.toFixed(2)} ms (rows ${rel.toExponential(1)} from the tensor-core kernel's)`);
+      } catch (e) {
+        failed = true;
+        const why = `n=${n}: ${e instanceof Error ? e.message : String(e)}`;
+        skipped.push(why);
+        ctx.log(`  peer ${peer} ${why}`);
+      } finally {
+        for (const m of made) m.dispose();
+      }
+    }
+  } finally {
+    fb.dispose();
+  }
+  const status: PeerNote['status'] = rows.length ? 'ran' : failed ? 'failed' : 'absent';
+  const head = "the WebGPU backend's FMA attention kernel (attentionKernel 'fma', its own Dawn device), f16, the latency suite's inputs made there; rows compared with the tensor-core kernel's dense output";
+  return { rows, notes: [{ backend: 'webgpu', peer, status, detail: `${head}${skipped.length ? `; ${skipped.join('; ')}` : ''}` }] };
+}
+
 export async function densePeers(
   ctx: SuiteContext,
   backends: readonly OpenBackend[],
@@ -308,7 +428,7 @@ export async function densePeers(
   const c = ctx.config.latency;
   for (const ob of backends) {
     if (!ob.backend || (ob.name !== 'cuda' && ob.name !== 'webgpu')) continue;
-    const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['tfjs-webgpu', 'ort-web-webgpu'];
+    const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'];
     const absent = (detail: string) => notes.push(...names.map((peer) => ({ backend: ob.name, peer, status: 'absent' as const, detail })));
     // The peers are timed at the sizes CRISP's dense kernel was: none (a run without the dense
     // preset, or every size skipped) leaves nothing to compare, so no peer process starts.
@@ -332,7 +452,10 @@ export async function densePeers(
       rows.push(...r.rows);
       notes.push(...r.notes);
     } else if (ob.name === 'webgpu') {
-      const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, budgetMs);
+      const f = await webgpuFmaPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, c.gpuWarmMs ?? 0, budgetMs);
+      rows.push(...f.rows);
+      notes.push(...f.notes);
+      const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, Math.min(c.budgetMs, timeLeft(ctx)));
       rows.push(...r.rows);
       notes.push(...r.notes);
       // ORT gets its own budget of the same length, cut to what the deadline leaves now.
