@@ -160,6 +160,17 @@ async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly numbe
 }
 
 /**
+ * Why size n is not started within a peer's time budget (dense attention is O(n^2): n is
+ * projected from the last size timed), or undefined when it fits.
+ */
+function overBudget(n: number, last: { n: number; ms: number } | undefined, budgetMs: number, started: number): string | undefined {
+  const projected = last ? last.ms * (n / last.n) ** 2 : 0;
+  const left = budgetMs - (performance.now() - started);
+  if (projected <= left && left > 0) return undefined;
+  return `n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`;
+}
+
+/**
  * TF.js on WebGPU (@crisp/kernels-webgpu/tfjs-peer, loaded only here so the rest of the bench
  * never pulls TF.js in) at the sizes CRISP's dense kernel was timed, same heads and head dim,
  * f32. Sizes past the device's buffer limit, a failed float64 check or the time budget are
@@ -180,11 +191,9 @@ async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape
   const started = performance.now();
   let last: { n: number; ms: number } | undefined;
   for (const n of sizes) {
-    // Dense attention is O(n^2): project this size from the last one timed.
-    const projected = last ? last.ms * (n / last.n) ** 2 : 0;
-    const left = budgetMs - (performance.now() - started);
-    if (projected > left || left <= 0) {
-      skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`);
+    const over = overBudget(n, last, budgetMs, started);
+    if (over) {
+      skipped.push(over);
       continue;
     }
     let r: Awaited<ReturnType<typeof mod.timeTfjsDenseAttention>>;
@@ -249,10 +258,9 @@ async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly numb
   let last: { n: number; ms: number } | undefined;
   for (const n of sizes) {
     if (absent) break;
-    const projected = last ? last.ms * (n / last.n) ** 2 : 0;
-    const left = budgetMs - (performance.now() - started);
-    if (projected > left || left <= 0) {
-      skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`);
+    const over = overBudget(n, last, budgetMs, started);
+    if (over) {
+      skipped.push(over);
       continue;
     }
     const t0 = performance.now();
@@ -350,10 +358,9 @@ export async function webgpuFmaPeer(
   let last: { n: number; ms: number } | undefined;
   try {
     for (const n of sizes) {
-      const projected = last ? last.ms * (n / last.n) ** 2 : 0;
-      const left = budgetMs - (performance.now() - started);
-      if (projected > left || left <= 0) {
-        skipped.push(`n=${n}: time budget (${Math.round(budgetMs / 1000)} s; projected ${Math.round(projected / 1000)} s, ${Math.round(Math.max(left, 0) / 1000)} s left)`);
+      const over = overBudget(n, last, budgetMs, started);
+      if (over) {
+        skipped.push(over);
         continue;
       }
       const t0 = performance.now();
