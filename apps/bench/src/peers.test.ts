@@ -1,5 +1,6 @@
 import type { Backend } from '@crisp/core';
 import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
+import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
 import type { OpenBackend } from './backends.js';
 import { defaultConfig } from './config.js';
@@ -57,6 +58,38 @@ describe('densePeers', () => {
       'peer script apps/bench/peers/sdpa_peer.py not found (pass --peer-script)',
       'peer script apps/bench/peers/sdpa_peer.py not found (pass --peer-script)',
     ]);
+  });
+});
+
+describe('the WebGPU FMA-kernel peer, on stand-in backends (the reference)', () => {
+  it('times the second backend on the same inputs (its rows equal the first backend\'s) and disposes it; a size past the time budget is recorded in the note', async () => {
+    const b = createReferenceBackend();
+    let disposed = 0;
+    const r = await webgpuFmaPeer(ctx(), b, [192, 100_000_000], { heads: 2, kvHeads: 1, headDim: 64 }, 3, 1, 20, 120_000, {
+      force: true,
+      open: async () => {
+        const fb = createReferenceBackend();
+        const dispose = fb.dispose.bind(fb);
+        return Object.assign(fb, {
+          dispose: () => {
+            disposed++;
+            dispose();
+          },
+        });
+      },
+    });
+    expect(r.rows.map((x) => [x.backend, x.peer, x.n])).toEqual([['webgpu', 'webgpu-fma', 192]]);
+    expect(r.rows[0].ms.runs).toBe(3);
+    expect(r.rows[0].ms.median).toBeGreaterThan(0);
+    expect(r.rows[0].tflops).toBeGreaterThan(0);
+    // the same arithmetic on the same inputs: the same output bits
+    expect(r.rows[0].relErrVsCrispDense).toBe(0);
+    expect(r.notes).toHaveLength(1);
+    expect(r.notes[0].status).toBe('ran');
+    // the size projected past the budget is in the note, by its n
+    expect(r.notes[0].detail).toMatch(/n=100000000: time budget/);
+    expect(disposed).toBe(1);
+    b.dispose();
   });
 });
 
