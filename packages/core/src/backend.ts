@@ -191,6 +191,11 @@ export interface Backend {
    * (measured; the pipeline's default length gate).
    */
   readonly sparseCrossover: number;
+  /**
+   * The length gate for a call's dtype and head dim, on a backend whose attention kernel (and
+   * so its crossover) depends on them; the pipeline asks it before `sparseCrossover`.
+   */
+  sparseCrossoverFor?(dtype: DType, headDim: number): number;
   upload(t: HostTensor): DeviceTensor;
   /** An uninitialised device tensor (contents unspecified until written). */
   allocate(dtype: DType, shape: readonly number[]): DeviceTensor;

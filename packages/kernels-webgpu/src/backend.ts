@@ -89,6 +89,16 @@ export class WebGpuBackend implements Backend {
   get sparseCrossover(): number {
     return this.#crossover ?? (this.gpu.subgroupMatrix ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER);
   }
+
+  /**
+   * The length gate of a call: the option when given, else the measured gate of the kernel
+   * this dtype and head dim run (f32 and head dims other than 64 and 128 run 'fma').
+   */
+  sparseCrossoverFor(dtype: DType, headDim: number): number {
+    if (this.#crossover !== undefined) return this.#crossover;
+    const tensorCores = (dtype === 'f16' || dtype === 'f32') && this.attentionKernelFor(dtype, headDim) === 'subgroup-matrix';
+    return tensorCores ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER;
+  }
   readonly info: WebGpuInfo;
   /** The context (device, limits, pipelines); for benchmarks and tests. */
   readonly gpu: GpuContext;

@@ -244,11 +244,19 @@ describe.skipIf(!backend)(`the length gate follows the kernel in use${reason ? `
     try {
       b.gpu.subgroupMatrix = false;
       expect(b.sparseCrossover).toBe(H200_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f16', 128)).toBe(H200_SPARSE_CROSSOVER);
       b.gpu.subgroupMatrix = true;
       expect(b.sparseCrossover).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
+      // per call: the kernel that dtype and head dim run
+      expect(b.sparseCrossoverFor('f16', 128)).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f16', 64)).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f32', 128)).toBe(H200_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f16', 96)).toBe(H200_SPARSE_CROSSOVER);
       expect(TENSOR_CORE_SPARSE_CROSSOVER).toBeGreaterThan(H200_SPARSE_CROSSOVER);
       other.gpu.subgroupMatrix = true;
       expect(other.sparseCrossover).toBe(12345);
+      expect(other.sparseCrossoverFor('f16', 128)).toBe(12345);
+      expect(other.sparseCrossoverFor('f32', 64)).toBe(12345);
     } finally {
       b.gpu.subgroupMatrix = was;
       other.dispose();

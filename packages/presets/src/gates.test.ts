@@ -32,6 +32,30 @@ describe('pipeline gates and PE minimum blocks', () => {
     }
   });
 
+  it("asks the backend's per-call gate (sparseCrossoverFor: dtype, head dim) before sparseCrossover, and checks what it returns", async () => {
+    const asked: [string, number][] = [];
+    let answer = 5000;
+    const be = Object.assign(createReferenceBackend({ sparseCrossover: 0 }), {
+      sparseCrossoverFor: (dtype: string, headDim: number) => {
+        asked.push([dtype, headDim]);
+        return answer;
+      },
+    });
+    const x = mixedHeads({ n: 4096, heads: [{ kind: 'sink', strength: 10 }], seed });
+    const t = { q: be.upload(x.q), k: be.upload(x.k) };
+    expect((await planPrefill(be, t, crisp)).denseReason).toBe('length-gate');
+    expect(asked).toEqual([[x.q.dtype, x.q.shape[2]]]);
+    answer = 4096;
+    expect((await planPrefill(be, t, crisp)).denseReason).toBeUndefined();
+    // the caller's minSparseLength still wins, and the backend is not asked
+    expect((await planPrefill(be, t, crisp, { minSparseLength: 8192 })).denseReason).toBe('length-gate');
+    expect(asked).toHaveLength(2);
+    answer = Number.NaN;
+    const e = await planPrefill(be, t, crisp).catch((err: unknown) => err);
+    expect(isCrispError(e) && e.code).toBe('INVALID_ARGUMENT');
+    expect(String((e as Error).message)).toContain('sparseCrossoverFor');
+  });
+
   it('gives PE heads the kMin/B best vertical and slash blocks with block 0 forced in (the sink column, the diagonal)', async () => {
     const be = createReferenceBackend();
     const n = 1024;

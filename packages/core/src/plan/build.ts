@@ -33,7 +33,8 @@ export async function buildPlan(
   assertSupported(backend.capabilities, shape, backend.name);
   const B = policy.blockSize ?? DEFAULTS.blockSize;
   assertBlockSize(B, backend.capabilities.blockSizes);
-  const reason = denseGate(policy, shape.keys, B, opts.minSparseLength ?? backend.sparseCrossover, `backend ${backend.name}: sparseCrossover`);
+  const gate = opts.minSparseLength ?? (backend.sparseCrossoverFor ? backend.sparseCrossoverFor(shape.dtype, shape.headDim) : backend.sparseCrossover);
+  const reason = denseGate(policy, shape.keys, B, gate, `backend ${backend.name}: ${backend.sparseCrossoverFor ? 'sparseCrossoverFor' : 'sparseCrossover'}`);
   if (reason !== undefined) return { ready: densePlan(policy, shape, B, reason, t0) };
 
   const derived = sparseDerived(backend, policy, B);
