@@ -96,8 +96,7 @@ export class WebGpuBackend implements Backend {
    */
   sparseCrossoverFor(dtype: DType, headDim: number): number {
     if (this.#crossover !== undefined) return this.#crossover;
-    const tensorCores = (dtype === 'f16' || dtype === 'f32') && this.attentionKernelFor(dtype, headDim) === 'subgroup-matrix';
-    return tensorCores ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER;
+    return dtype === 'f16' && this.attentionKernelFor(dtype, headDim) === 'subgroup-matrix' ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER;
   }
   readonly info: WebGpuInfo;
   /** The context (device, limits, pipelines); for benchmarks and tests. */

@@ -54,12 +54,17 @@ const PST = 72;
 /** The reference max moves only when a row's max exceeds it by more than this (base 2). */
 const RESCALE_SLACK = 8;
 
+/** Whether a form copies its K and V tiles into workgroup memory. */
+function stagesKv(form: SubgroupMatrixForm): boolean {
+  return form === 'staged' || form === 'pipelined';
+}
+
 /** Workgroup memory a form needs at head dim `headDim`, in bytes. */
 export function subgroupMatrixWorkgroupBytes(form: SubgroupMatrixForm, headDim: number): number {
   if (form === 'two-pass') return twoPassWorkgroupBytes(headDim);
   const s = 4 * 16 * SST * 4;
   const p = 4 * 16 * PST * 2;
-  const kv = form === 'staged' || form === 'pipelined' ? 64 * (headDim + 8) * 2 : 0;
+  const kv = stagesKv(form) ? 64 * (headDim + 8) * 2 : 0;
   return s + p + kv + 32; // + the flags and ranges
 }
 
@@ -94,7 +99,7 @@ export function subgroupMatrixAttentionProgram(
   const D = headDim;
   const D8 = D / 8; // vec4<u32> words per row of K or V
   const KF = D / 16; // k-steps of Q Kᵀ over the head dim, and O fragments
-  const staged = form === 'staged' || form === 'pipelined';
+  const staged = stagesKv(form);
   const pipelined = form === 'pipelined';
   const KST = D8 + 1; // staged row stride in vec4 words (d + 8 halves)
   const PW = PST / 8; // P row stride in vec4 words
@@ -102,11 +107,10 @@ export function subgroupMatrixAttentionProgram(
 
   // K fragment (right operand [16 dims][16 keys], column = key) and V fragment (right
   // operand [16 keys][16 dims], row = key), in vec4<u32> units (8 halves).
-  const kType = 'RM, col_major';
   const kFrag = (nf: number, kk: number) =>
     staged
-      ? `subgroupMatrixLoad<${kType}>(&KVs, ${nf * 16 * KST + kk * 2}u, ${KST}u)`
-      : `subgroupMatrixLoad<${kType}>(&K, kRow + ${nf * 16}u * kStride + ${kk * 2}u, kStride)`;
+      ? `subgroupMatrixLoad<RM, col_major>(&KVs, ${nf * 16 * KST + kk * 2}u, ${KST}u)`
+      : `subgroupMatrixLoad<RM, col_major>(&K, kRow + ${nf * 16}u * kStride + ${kk * 2}u, kStride)`;
   const vFrag = (kc: number, f: number) =>
     staged
       ? `subgroupMatrixLoad<RM, row_major>(&KVs, ${kc * 16 * KST + f * 2}u, ${KST}u)`
@@ -131,7 +135,6 @@ export function subgroupMatrixAttentionProgram(
     }
     return out.join('\n      ');
   };
-  const stage = (src: string) => `${fetch(src, `${src.toLowerCase()}w`)}\n      ${put(`${src.toLowerCase()}w`)}`;
 
   const qLoads: string[] = [];
   const oDecl: string[] = [];
@@ -216,7 +219,7 @@ export function subgroupMatrixAttentionProgram(
       parity ^= 1u;
 `;
   // pipelined: the K tile is in registers already, except at a block's first tile
-  const kStage = pipelined ? `if (kt == kr.x) {\n        ${fetch('K', 'kp', 'k0', '')}\n      }\n      ${put('kp')}` : stage('K');
+  const kStage = pipelined ? `if (kt == kr.x) {\n        ${fetch('K', 'kp', 'k0', '')}\n      }\n      ${put('kp')}` : `${fetch('K', 'kw')}\n      ${put('kw')}`;
   const kpDecl = pipelined ? Array.from({ length: SPL }, (_, i) => `var kp${i} = vec4<u32>();`).join('\n  ') : '';
   const keep = (part: SubgroupMatrixPart, text: string, instead = '') => (without.includes(part) ? instead : text);
   const tileBody = `
