@@ -231,6 +231,15 @@ async function hostValues(b: Backend, t: DeviceTensor): Promise<Float32Array | U
   return h.data as Float32Array | Uint16Array;
 }
 
+/** Rows `rows` of an output stored as f32 values or f16 bits (`width` values a row), as f32, row after row. */
+function rowValues(out: Float32Array | Uint16Array, rows: readonly number[], width: number): Float32Array {
+  const values = new Float32Array(rows.length * width);
+  rows.forEach((i, ri) => {
+    for (let x = 0; x < width; x++) values[ri * width + x] = out instanceof Uint16Array ? f16BitsToF32(out[i * width + x]) : out[i * width + x];
+  });
+  return values;
+}
+
 /**
  * ONNX Runtime Web's WebGPU GroupQueryAttention (@crisp/kernels-webgpu/ort-peer, loaded only
  * here) at the sizes CRISP's dense kernel was timed: for each, the latency suite's q/k/v
@@ -270,12 +279,8 @@ async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly numb
       inputs = await latencyInputs(b, c.profile, n, shape, 'f16', ctx.config.seed, c.maxHostValues, c.inputs, undefined, c.synthThreads);
       const dense = await b.denseAttention(inputs.q, inputs.k, inputs.v);
       const checkRows = ortCheckRows(n);
-      const out = await hostValues(b, dense.output);
+      const values = rowValues(await hostValues(b, dense.output), checkRows, H * D);
       dense.output.dispose();
-      const values = new Float32Array(checkRows.length * H * D);
-      checkRows.forEach((i, ri) => {
-        for (let x = 0; x < H * D; x++) values[ri * H * D + x] = out instanceof Uint16Array ? f16BitsToF32(out[i * H * D + x]) : out[i * H * D + x];
-      });
       const [q, k, v] = [await hostValues(b, inputs.q), await hostValues(b, inputs.k), await hostValues(b, inputs.v)];
       inputs.dispose();
       inputs = undefined;
@@ -369,10 +374,10 @@ export async function webgpuFmaPeer(
         const checkRows = ortCheckRows(n);
         // the tensor-core kernel's rows, then the same inputs on the FMA backend
         const mine = await latencyInputs(b, c.profile, n, shape, 'f16', ctx.config.seed, c.maxHostValues, c.inputs, undefined, c.synthThreads);
-        let want: Float32Array | Uint16Array;
+        let want: Float32Array;
         try {
           const d = await b.denseAttention(mine.q, mine.k, mine.v);
-          want = await hostValues(b, d.output);
+          want = rowValues(await hostValues(b, d.output), checkRows, H * D);
           d.output.dispose();
         } finally {
           mine.dispose();
@@ -391,16 +396,12 @@ export async function webgpuFmaPeer(
         for (const tw = performance.now(); warmMs > 0 && performance.now() - tw < warmMs; ) await once();
         const runs: number[] = [];
         for (let i = 0; i < reps; i++) runs.push(await once());
-        const got = await hostValues(fb, out);
+        const got = rowValues(await hostValues(fb, out), checkRows, H * D);
         let diff = 0;
         let scale = 0;
-        const val = (a: Float32Array | Uint16Array, i: number) => (a instanceof Uint16Array ? f16BitsToF32(a[i]) : a[i]);
-        for (const r of checkRows) {
-          for (let x = r * H * D; x < (r + 1) * H * D; x++) {
-            const w = val(want, x);
-            diff = Math.max(diff, Math.abs(val(got, x) - w));
-            scale = Math.max(scale, Math.abs(w));
-          }
+        for (let x = 0; x < want.length; x++) {
+          diff = Math.max(diff, Math.abs(got[x] - want[x]));
+          scale = Math.max(scale, Math.abs(want[x]));
         }
         const rel = diff / Math.max(scale, Number.MIN_VALUE);
         const ms = spread(runs);
