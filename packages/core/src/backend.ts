@@ -93,6 +93,13 @@ export interface PreparedMask {
    * such as an attention queued behind the plan (each call may read again).
    */
   readBlockCounts(): Promise<Float64Array>;
+  /**
+   * Optional: resolves once the whole mask is queued on the device, for a backend that
+   * finishes part of it on the host (WebGPU reads the routes back and cuts the PE heads' rows
+   * there). sparsePrefill awaits it inside the plan's time, so that step counts as plan, not
+   * as attention; sparseAttention awaits it too. Absent: the mask is whole once planned.
+   */
+  complete?(): Promise<unknown>;
   readonly released: boolean;
   release(): void;
 }

@@ -109,7 +109,8 @@ export interface PrefillResult extends AttentionResult {
    * (synchronised). On a backend with `mark` (CUDA), planMs and attentionMs are on the device
    * timeline: planMs from the call until the attention could start (host time before and
    * between the plan's kernels counts, since the device waits for it), attentionMs from there
-   * to the attention's end. Otherwise both are host wall clock, each step awaited.
+   * to the attention's end. Otherwise both are host wall clock, each step awaited (a device
+   * mask's host part, `PreparedMask.complete`, in planMs).
    */
   readonly timings: { readonly planMs: number; readonly attentionMs: number; readonly totalMs: number };
 }
@@ -137,6 +138,19 @@ export async function sparsePrefill(
   const m0 = backend.mark?.();
   const t0 = performance.now();
   const built = await buildPlan(backend, inputs, policy, opts, m0 !== undefined);
+  // A device mask the backend finishes on the host is finished here, inside the plan's time
+  // (the attention could not start before it anyway).
+  let completeMs = 0;
+  if ('queued' in built && built.queued.prepared.complete) {
+    const tc = performance.now();
+    try {
+      await built.queued.prepared.complete();
+    } catch (e) {
+      built.queued.prepared.release();
+      throw e;
+    }
+    completeMs = performance.now() - tc;
+  }
   const m1 = m0 ? backend.mark?.() : undefined;
   const t1 = performance.now();
   let result: AttentionResult;
@@ -177,7 +191,13 @@ export async function sparsePrefill(
     }
   }
   const t2 = performance.now();
-  if (!(m0 && m1 && m2)) return { ...result, plan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+  if (!(m0 && m1 && m2)) {
+    // host clock: the plan is everything before the attention was queued (the host's part of
+    // a device mask in its PE phase)
+    const phases = plan.phases && completeMs > 0 ? { ...plan.phases, peRowsMs: plan.phases.peRowsMs + completeMs } : plan.phases;
+    const hostPlan = { ...plan, planMs: t1 - t0, ...(phases ? { phases } : {}) };
+    return { ...result, plan: hostPlan, timings: { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 } };
+  }
   const planMs = m1.msSince(m0);
   return { ...result, plan: { ...plan, planMs }, timings: { planMs, attentionMs: m2.msSince(m1), totalMs: t2 - t0 } };
 }

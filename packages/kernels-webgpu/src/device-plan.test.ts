@@ -109,12 +109,15 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
         expect(dev.prepared?.released).toBe(true);
 
         // sparsePrefill: the routes (and the PE heads' map) read back first, then one attention
-        // run over every head's final rows, the plan complete after
+        // run over every head's final rows, the plan complete after. Each read is held back
+        // 40 ms: the reads before the attention are the plan's host part and count in planMs.
         const log: string[] = [];
         const g = be.gpu;
         const { read, dispatch } = g;
-        g.read = (...args) => {
+        const hold = 40;
+        g.read = async (...args) => {
           log.push('read');
+          await new Promise((r) => setTimeout(r, hold));
           return read.apply(g, args);
         };
         g.dispatch = (enc, pipe, ...rest) => {
@@ -134,7 +137,11 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
         expect(pe).toBe(n === 600 ? 2 : 1);
         const first = log.indexOf('attention');
         // the routes and the PE map: at least two reads before it
-        expect(log.slice(0, first).filter((e) => e === 'read').length).toBeGreaterThanOrEqual(2);
+        const readsBefore = log.slice(0, first).filter((e) => e === 'read').length;
+        expect(readsBefore).toBeGreaterThanOrEqual(2);
+        expect(res.timings.planMs).toBeGreaterThanOrEqual(readsBefore * hold - 1);
+        expect(res.plan.planMs).toBe(res.timings.planMs);
+        expect(res.plan.phases!.peRowsMs).toBeGreaterThanOrEqual(readsBefore * hold - 1);
         expect(log.filter((e) => e === 'attention').length).toBe(1);
         expect(res.plan.prepared).toBeUndefined();
         expect(res.plan.mask).toEqual(host.mask);

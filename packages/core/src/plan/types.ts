@@ -81,7 +81,8 @@ export interface PrefillPlan {
    * PE rows and mask on the device), selectMs the host router's check of the device's
    * routes, maskMs reading the block counts. In sparsePrefill's result on a device plan the
    * attention was queued behind the plan: statsMs and peRowsMs are measured between
-   * marks (with `Backend.mark`; else the host's queueing times), selectMs and maskMs 0, and overlappedMs
+   * marks (with `Backend.mark`; else host times, peRowsMs with the host's part of the mask,
+   * `PreparedMask.complete`), selectMs and maskMs 0, and overlappedMs
    * the host work done while the attention ran. Absent for dense plans.
    */
   readonly phases?: PlanPhases;
