@@ -7,6 +7,7 @@ import { mergeResults, readResult } from './merge.js';
 import { headline, markdown, matchedErrorMarkdown, suiteCommands } from './report.js';
 import type { BenchResult } from './result.js';
 import { floorSummary } from './suites/floors.js';
+import type { PeerRow } from './peers.js';
 import type { LatencyRow } from './suites/latency.js';
 
 const lat = (backend: string, preset: string, n: number, median: number, planMs: number, density: number): LatencyRow => ({
@@ -71,6 +72,16 @@ describe('headline.md', () => {
     expect(md).toContain('[all results](apps/bench/results/nvidia-h200/bench.md)');
     expect(md).toContain('`node apps/bench/dist/crisp-bench.mjs --backends cuda --sizes 32k,128k`');
     expect(md).toContain('NVIDIA H200');
+  });
+
+  it('shows the error of a peer timed with its output past the check\'s tolerance, in both tables', () => {
+    const r = result('cmd', 't0', [lat('cuda', 'dense', 16384, 20, 0.1, 1), lat('cuda', 'crisp', 16384, 10, 1, 0.4)], [{ n: 16384, peer: 'ort-web-webgpu', median: 80 }]);
+    const row = r.suites.latency!.peers.rows[0];
+    (r.suites.latency!.peers.rows as PeerRow[])[0] = { ...row, beyondTolerance: { maxRelError: 0.011, tolerance: 0.01 } };
+    for (const md of [headline(r, 'x/'), markdown(r)]) {
+      const line = md.split('\n').find((l) => l.startsWith('| 16k |'))!;
+      expect(line).toContain('80.0 [80.0, 80.0] (rel. err 1.1e-2 > 0.01)');
+    }
   });
 
   it('lists every sparse preset\'s plan time, share and density in bench.md when more than crisp was timed', () => {

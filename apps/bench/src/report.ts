@@ -8,10 +8,14 @@ import { parityMarkdown } from './suites/parity.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
 import { varlenMarkdown } from './suites/varlen-report.js';
 import type { BenchResult } from './result.js';
+import type { PeerRow } from './peers.js';
 import { kn, ms } from './format.js';
 
 const f = (x: number | null | undefined, digits = 3): string => (x === null || x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 const pct = (part: number, x: { ms: { median: number } }): string => `${((100 * part) / x.ms.median).toFixed(1)}%`;
+/** A peer timed with its output past the check's tolerance shows its error beside its time. */
+const pastTolerance = (x: PeerRow | undefined): string =>
+  x?.beyondTolerance ? ` (rel. err ${x.beyondTolerance.maxRelError.toExponential(1)} > ${x.beyondTolerance.tolerance})` : '';
 const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? pct(x.planMs, x) : '–');
 /**
  * The plan after its proxy statistics (docs/ALGORITHM.md, steps 2-3 and the mask: routing, selection,
@@ -138,7 +142,7 @@ export function markdown(r: BenchResult): string {
         };
         const peerCell = (p: string) => {
           const x = lat.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p);
-          return x ? `${ms(x.ms.median)} [${ms(x.ms.min)}, ${ms(x.ms.max)}]` : '–';
+          return x ? `${ms(x.ms.median)} [${ms(x.ms.min)}, ${ms(x.ms.max)}]${pastTolerance(x)}` : '–';
         };
         const dense = rs.find((y) => y.n === n && y.preset === 'dense');
         const speed = (p: string) => {
@@ -350,7 +354,7 @@ export function headline(r: BenchResult, linkBase: string): string {
           const dense = rs.find((y) => y.n === n && y.preset === 'dense');
           const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
           const pr = peers.map((p) => lat!.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p));
-          return [kn(n), cell(dense), cell(cr), ...pr.map(cell), ratio(dense, cr), ...pr.map((p) => ratio(p, cr)), f(cr?.density), planShare(cr), afterStatsShare(cr)];
+          return [kn(n), cell(dense), cell(cr), ...pr.map((p) => `${cell(p)}${pastTolerance(p)}`), ratio(dense, cr), ...pr.map((p) => ratio(p, cr)), f(cr?.density), planShare(cr), afterStatsShare(cr)];
         }),
       ),
     );

@@ -64,6 +64,14 @@ describe('timeOrtAttention', () => {
       const wrong = new Float32Array(rows.length * shape.heads * shape.headDim).fill(3);
       const bad = await timeOrtAttention({ ...shape, inputs: x, expected: { rows, values: wrong } });
       expect('failed' in bad && bad.failed).toMatch(/differs from the expected rows/);
+      expect(r.check.withinTolerance).toBe(true);
+      // timeBeyondTolerance: timed anyway, the check's verdict and error beside the time
+      const past = await timeOrtAttention({ ...shape, inputs: x, expected: { rows, values: wrong }, reps: 2, timeBeyondTolerance: true });
+      if (!('medianMs' in past)) throw new Error(`seed ${seed}: ${JSON.stringify(past)}`);
+      expect(past.check.withinTolerance).toBe(false);
+      expect(past.check.relErrVsExpected!).toBeGreaterThan(past.check.tolerance);
+      expect(past.check.maxRelError, `seed ${seed}`).toBeLessThan(tol);
+      expect(past.runs).toHaveLength(2);
     },
     300_000,
   );
