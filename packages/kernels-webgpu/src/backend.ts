@@ -132,6 +132,7 @@ export class WebGpuBackend implements Backend {
       gpu: ctx,
       capabilities: this.capabilities,
       maxWork: work,
+      peCut: opts.peCut ?? 'device',
       alive: () => this.#alive(),
       own: (t, what) => this.#own(t, what),
       newTensor: (dtype, shape) => newTensor(ctx, this, dtype, shape),

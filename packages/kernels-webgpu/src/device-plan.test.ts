@@ -22,6 +22,7 @@ import { crisp } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
+import { createWebGpuBackend, type WebGpuBackend } from './backend.js';
 import { code, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
@@ -47,7 +48,7 @@ const onHost: Policy = Object.freeze({ ...onDevice, name: 'crisp-host', router: 
  * heads' queries follow. Even heads then put their mass in the sink window (C_struct high:
  * VS), odd heads outside both windows (C_struct low: PE).
  */
-function inputs(seed: number, n: number, m: number, H: number, Hkv: number) {
+function inputs(seed: number, n: number, m: number, H: number, Hkv: number, flatHeads: readonly number[] = []) {
   const r = mulberry32(seed);
   const noise = (len: number, amp: number) => Float32Array.from({ length: len }, () => (r() * 2 - 1) * amp);
   const q = noise(m * H * D, 0.5);
@@ -56,6 +57,9 @@ function inputs(seed: number, n: number, m: number, H: number, Hkv: number) {
   for (let i = 0; i < m; i++) {
     for (let h = 0; h < H; h++) q[(i * H + h) * D + (h % 2 === 0 ? 0 : 1)] += 8;
   }
+  // heads whose queries are zero: every score equal, so each pooled row is uniform (PE heads
+  // whose maps are all ties)
+  for (const h of flatHeads) for (let i = 0; i < m; i++) q.fill(0, (i * H + h) * D, (i * H + h + 1) * D);
   for (let j = 0; j < n; j++) {
     for (let g = 0; g < Hkv; g++) {
       if (j < 8) k[(j * Hkv + g) * D] += 3;
@@ -73,12 +77,13 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
     expect(be.planner.selectors).toEqual(['noiseFloor']);
   });
 
-  for (const [n, m, H, Hkv, seed] of [
-    [600, 600, 4, 2, 5],
-    [520, 150, 2, 2, 9],
+  for (const [n, m, H, Hkv, seed, flat] of [
+    [600, 600, 4, 2, 5, []],
+    [520, 150, 2, 2, 9, []],
+    [1400, 1400, 4, 2, 13, [1, 2]],
   ] as const) {
-    it(`plans on the device what the host plans, n=${n}, m=${m}, H=${H}, Hkv=${Hkv}`, async () => {
-      const x = inputs(seed, n, m, H, Hkv);
+    it(`plans on the device what the host plans, n=${n}, m=${m}, H=${H}, Hkv=${Hkv}${flat.length ? `, heads ${flat} all ties` : ''}`, async () => {
+      const x = inputs(seed, n, m, H, Hkv, flat);
       const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
       const outs: DeviceTensor[] = [];
       try {
@@ -108,41 +113,55 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
         releasePlan(dev);
         expect(dev.prepared?.released).toBe(true);
 
-        // sparsePrefill: the routes (and the PE heads' map) read back first, then one attention
-        // run over every head's final rows, the plan complete after. Each read is held back
-        // 40 ms: the reads before the attention are the plan's host part and count in planMs.
-        const log: string[] = [];
-        const g = be.gpu;
-        const { read, dispatch } = g;
+        // sparsePrefill on the device cut (the default) reads nothing before its one attention
+        // run; with peCut 'host' (the same device) the routes and the PE heads' maps are read
+        // back and cut first, each read held back 40 ms here: those reads count in planMs.
+        const pe = host.routing!.routes.filter((r) => r === 'pe').length;
+        // (seeded: PE heads in every case, the all-ties heads among them)
+        expect(pe).toBeGreaterThan(0);
+        for (const h of flat) expect(host.routing!.routes[h]).toBe('pe');
         const hold = 40;
-        g.read = async (...args) => {
-          log.push('read');
-          await new Promise((r) => setTimeout(r, hold));
-          return read.apply(g, args);
+        const traced = async (b: WebGpuBackend, inp: typeof t) => {
+          const log: string[] = [];
+          const g = b.gpu;
+          const { read, dispatch } = g;
+          g.read = async (...args) => {
+            log.push('read');
+            await new Promise((r) => setTimeout(r, hold));
+            return read.apply(g, args);
+          };
+          g.dispatch = (enc, pipe, ...rest) => {
+            if (pipe.label === 'attentionFma') log.push('attention');
+            return dispatch.call(g, enc, pipe, ...rest);
+          };
+          try {
+            const res = await sparsePrefill(b, inp, onDevice, { minSparseLength: 0, returnLse: true });
+            const first = log.indexOf('attention');
+            expect(log.filter((e) => e === 'attention').length).toBe(1);
+            return { res, readsBefore: log.slice(0, first).filter((e) => e === 'read').length };
+          } finally {
+            g.read = read;
+            g.dispatch = dispatch;
+          }
         };
-        g.dispatch = (enc, pipe, ...rest) => {
-          if (pipe.label === 'attentionFma') log.push('attention');
-          return dispatch.call(g, enc, pipe, ...rest);
-        };
+        const onHostCut = await createWebGpuBackend({ device: be.gpu.device, peCut: 'host' });
         let res: Awaited<ReturnType<typeof sparsePrefill>>;
         try {
-          res = await sparsePrefill(be, t, onDevice, { minSparseLength: 0, returnLse: true });
+          const inp = { q: onHostCut.upload(x.q), k: onHostCut.upload(x.k), v: onHostCut.upload(x.v) };
+          const viaHost = await traced(onHostCut, inp);
+          expect(viaHost.readsBefore).toBeGreaterThanOrEqual(2);
+          expect(viaHost.res.timings.planMs).toBeGreaterThanOrEqual(viaHost.readsBefore * hold - 1);
+          expect(viaHost.res.plan.planMs).toBe(viaHost.res.timings.planMs);
+          expect(viaHost.res.plan.phases!.peRowsMs).toBeGreaterThanOrEqual(viaHost.readsBefore * hold - 1);
+          expect(viaHost.res.plan.mask).toEqual(host.mask);
+          expect(toFloat32(await onHostCut.download(viaHost.res.output))).toEqual(want);
+          const viaDevice = await traced(be, t);
+          outs.push(viaDevice.res.output, viaDevice.res.lse!);
+          expect(viaDevice.readsBefore).toBe(0);
+          res = viaDevice.res;
         } finally {
-          g.read = read;
-          g.dispatch = dispatch;
+          onHostCut.dispose();
         }
-        outs.push(res.output, res.lse!);
-        const pe = host.routing!.routes.filter((r) => r === 'pe').length;
-        // (seeded: PE heads at both sizes, so their cut is made before the attention)
-        expect(pe).toBe(n === 600 ? 2 : 1);
-        const first = log.indexOf('attention');
-        // the routes and the PE map: at least two reads before it
-        const readsBefore = log.slice(0, first).filter((e) => e === 'read').length;
-        expect(readsBefore).toBeGreaterThanOrEqual(2);
-        expect(res.timings.planMs).toBeGreaterThanOrEqual(readsBefore * hold - 1);
-        expect(res.plan.planMs).toBe(res.timings.planMs);
-        expect(res.plan.phases!.peRowsMs).toBeGreaterThanOrEqual(readsBefore * hold - 1);
-        expect(log.filter((e) => e === 'attention').length).toBe(1);
         expect(res.plan.prepared).toBeUndefined();
         expect(res.plan.mask).toEqual(host.mask);
         expect(toFloat32(await be.download(res.output))).toEqual(want);

@@ -2,9 +2,9 @@
  * Typed errors and limits: bad input gets the right CrispError before any GPU work, NaN and
  * Inf never come back as a finite answer, and the binding limit names the largest n.
  */
-import { hostTensor, isCrispError, toFloat32 } from '@crisp/core';
+import { hostTensor, isCrispError, mulberry32, toFloat32 } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
-import { coverageCut } from './coverage.js';
+import { coverageCut, fixedGamma, fixedMass } from './coverage.js';
 import { createWebGpuBackend } from './backend.js';
 import { createNodeWebGpuBackend } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
@@ -20,23 +20,74 @@ async function code(p: Promise<unknown> | (() => unknown)): Promise<string | und
   return undefined;
 }
 
-describe('coverageCut (host half of the PE cut)', () => {
-  it('keeps the shortest prefix reaching gamma, ties to the lower flat index', () => {
+describe('coverageCut (the PE cut on the host; the device cut keeps the same)', () => {
+  it('keeps the entries at or above the largest threshold that holds gamma, equal values all kept', () => {
     // Nb = 3: rows I=0 [1], I=1 [a, b], I=2 [c, d, e]; values per row sum to 1.
     const vals = new Float32Array([1, 0.5, 0.5, 0.25, 0.5, 0.25]);
     const active = new Uint8Array([1, 1, 1]);
-    // normalised by 3 rows: 1/3, 1/6, 1/6, 1/12, 1/6, 1/12
-    const keep = coverageCut(vals.slice(), 3, active, 3, 0.6);
-    // 1/3 + 1/6 (flat 1, lower index among the 1/6 ties) + 1/6 (flat 2) = 0.667 >= 0.6
-    expect(Array.from(keep)).toEqual([1, 1, 1, 0, 0, 0]);
-    const all = coverageCut(vals.slice(), 3, active, 3, 1);
-    expect(Array.from(all)).toEqual([1, 1, 1, 1, 1, 1]);
+    // normalised by 3 rows: 1/3, 1/6, 1/6, 1/12, 1/6, 1/12: 1/3 alone is short of 0.6, so the
+    // threshold is 1/6, and all three entries of 1/6 are kept
+    expect(Array.from(coverageCut(vals.slice(), 3, active, 3, 0.6))).toEqual([1, 1, 1, 0, 1, 0]);
+    expect(Array.from(coverageCut(vals.slice(), 3, active, 3, 0.3))).toEqual([1, 0, 0, 0, 0, 0]);
+    // γ = 1: the floors leave the mass short of it, every active entry is kept
+    expect(Array.from(coverageCut(vals.slice(), 3, active, 3, 1))).toEqual([1, 1, 1, 1, 1, 1]);
   });
   it('never keeps entries of inactive query blocks', () => {
     const vals = new Float32Array([0, 0.5, 0.5, 0.2, 0.3, 0.5]);
     const keep = coverageCut(vals.slice(), 3, new Uint8Array([0, 1, 1]), 2, 1);
     expect(keep[0]).toBe(0);
     expect(Array.from(keep.slice(1))).toEqual([1, 1, 1, 1, 1]);
+  });
+  it('counts mass as floor(v 2^31 / A) from the bits, exactly', () => {
+    const f = new Float32Array(1);
+    const u = new Uint32Array(f.buffer);
+    for (const [v, A] of [[1, 1], [1, 3], [0.5, 7], [2 ** -20, 1], [2 ** -31, 1], [2 ** -32, 1], [0.123456, 4096], [0, 5]] as const) {
+      f[0] = v;
+      // exact: f32 value times 2^31 is a dyadic rational; BigInt floor division
+      const scaled = BigInt(Math.round(f[0] * 2 ** 40)) * 2n ** 31n;
+      const want = Number(scaled / (BigInt(A) * 2n ** 40n));
+      expect(fixedMass(u[0], A), `v=${v} A=${A}`).toBe(want);
+    }
+    expect(fixedGamma(1)).toBe(2 ** 31);
+    expect(fixedGamma(0.9)).toBe(Math.ceil(0.9 * 2 ** 31));
+  });
+  it('equals a sort-based cut on random maps (ties, zeros, inactive rows)', () => {
+    const seed = freshSeed();
+    const r = mulberry32(seed);
+    for (let trial = 0; trial < 60; trial++) {
+      const Nb = 1 + Math.floor(r() * 40);
+      const entries = (Nb * (Nb + 1)) / 2;
+      const vals = new Float32Array(entries);
+      const coarse = r() < 0.4;
+      for (let I = 0, e = 0; I < Nb; e += I + 1, I++) {
+        let s = 0;
+        for (let J = 0; J <= I; J++) {
+          vals[e + J] = coarse ? Math.floor(r() * 3) : Math.exp(-12 * r());
+          s += vals[e + J];
+        }
+        for (let J = 0; J <= I; J++) vals[e + J] = s > 0 ? vals[e + J] / s : 0;
+      }
+      const active = Uint8Array.from({ length: Nb }, () => (r() < 0.85 ? 1 : 0));
+      const A = Math.max(1, active.reduce((a, b) => a + b, 0));
+      const gamma = [0.3, 0.8, 0.9, 0.95, 1][trial % 5];
+      const bits = new Uint32Array(vals.buffer);
+      // oracle: distinct values descending, the first at which the mass of entries >= it reaches γ
+      const activeAt: boolean[] = [];
+      for (let I = 0; I < Nb; I++) for (let J = 0; J <= I; J++) activeAt.push(active[I] === 1);
+      const w = Array.from(bits, (b, e) => (activeAt[e] ? fixedMass(b, A) : 0));
+      const distinct = [...new Set(Array.from(bits).filter((_b, e) => activeAt[e] && w[e] > 0))].sort((a, b) => b - a);
+      let T = -1;
+      for (const t of distinct) {
+        let mass = 0;
+        for (let e = 0; e < entries; e++) if (bits[e] >= t) mass += w[e];
+        if (mass >= fixedGamma(gamma)) {
+          T = t;
+          break;
+        }
+      }
+      const want = Array.from(bits, (b, e) => (activeAt[e] && (T < 0 || b >= T) ? 1 : 0));
+      expect(Array.from(coverageCut(vals.slice(), Nb, active, A, gamma)), `seed ${seed} trial ${trial}`).toEqual(want);
+    }
   });
 });
 

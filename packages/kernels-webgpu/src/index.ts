@@ -20,7 +20,7 @@ export {
 } from './backend.js';
 export { DeviceLostError, GpuContext, type DeviceLimits } from './runtime/gpu-context.js';
 export type { WebGpuTensor } from './runtime/tensor.js';
-export { coverageCut } from './coverage.js';
+export { coverageCut, coverageThreshold, fixedGamma, fixedMass } from './coverage.js';
 export type { ProgramDescriptor } from './kernels/common.js';
 export { FMA_ATTENTION_WORKGROUP_BYTES, fmaAttentionProgram } from './kernels/attention/fma.js';
 export {

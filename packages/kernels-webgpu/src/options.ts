@@ -81,6 +81,15 @@ export interface WebGpuBackendOptions {
    * the unrolled kernels were measured.
    */
   readonly compactKernels?: boolean;
+  /**
+   * Where a device plan cuts its PE heads' pooled maps to γ: 'device' (default; nothing is
+   * read back before the attention, at the cost of every head's map and a rows buffer of
+   * the same size on the device, 2 · H · Nb (Nb + 1) / 2 · 4 bytes: 134 MB at 128k for
+   * H = 32) or 'host' (the routes and the PE heads' maps read back and cut on the host).
+   * The two keep the same blocks. 'device' falls back to the host where the maps do not fit
+   * one binding (or 1 GiB).
+   */
+  readonly peCut?: 'device' | 'host';
 }
 
 export interface WebGpuInfo {
@@ -100,6 +109,7 @@ const OPTION_KEYS = [
   'attentionKernel',
   'subgroupMatrixForm',
   'compactKernels',
+  'peCut',
 ] as const;
 
 function describe(x: unknown): string {
@@ -175,5 +185,8 @@ export function checkOptions(opts: unknown, entry = 'createWebGpuBackend', extra
   }
   if (o.compactKernels !== undefined && typeof o.compactKernels !== 'boolean') {
     throw new InvalidArgumentError(`compactKernels must be true or false; got ${describe(o.compactKernels)}`);
+  }
+  if (o.peCut !== undefined && o.peCut !== 'device' && o.peCut !== 'host') {
+    throw new InvalidArgumentError(`peCut must be 'device' or 'host'; got ${describe(o.peCut)}`);
   }
 }

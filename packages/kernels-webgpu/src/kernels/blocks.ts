@@ -4,7 +4,7 @@
  * Shape legend: H heads, Nb = ceil(n / B) blocks, d head dim; Q̄ [H][Nb][d] and
  * K̄ [Hkv][Nb][d] are block means (f32) from blockMeanProgram.
  */
-import type { ProgramDescriptor } from './common.js';
+import { type ProgramDescriptor, workgroupInclusiveScan } from './common.js';
 
 /**
  * PE pooled map Ā[I, J] = softmax_J(Q̄_I · K̄_J · scale) over J <= I, one workgroup per
@@ -160,13 +160,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
   for (var r = a; r < b; r++) { s += ptr[r + 1u]; }
   sums[lid] = s;
   workgroupBarrier();
-  for (var off = 1u; off < 256u; off <<= 1u) {
-    var add = 0u;
-    if (lid >= off) { add = sums[lid - off]; }
-    workgroupBarrier();
-    sums[lid] += add;
-    workgroupBarrier();
-  }
+  ${workgroupInclusiveScan('sums')}
   var run = sums[lid] - s;
   for (var r = a; r < b; r++) { run += ptr[r + 1u]; ptr[r + 1u] = run; }
   if (lid == 0u) { ptr[0] = 0u; }

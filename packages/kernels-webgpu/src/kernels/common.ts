@@ -104,3 +104,17 @@ export const VARLEN_ENTRY_WGSL = `let we = P.workBase + 2u * (P.firstWork + wid.
   let t = VT[we + 1u];
   let qs = VT[rec]; let ks = VT[rec + 1u]; let sn = VT[rec + 2u]; let sm = VT[rec + 3u];
   let rp = VT[rec + 4u]; let cb = VT[rec + 5u]; let nbs = VT[rec + 6u]; let sd = VT[rec + 7u];`;
+
+/**
+ * WGSL statements: an inclusive scan (sum) of `arr`, a workgroup array<u32, 256>, in place,
+ * by all 256 invocations (`lid` their local index); uniform control flow required.
+ */
+export function workgroupInclusiveScan(arr: string): string {
+  return `for (var off = 1u; off < 256u; off <<= 1u) {
+    var add = 0u;
+    if (lid >= off) { add = ${arr}[lid - off]; }
+    workgroupBarrier();
+    ${arr}[lid] += add;
+    workgroupBarrier();
+  }`;
+}

@@ -15,7 +15,7 @@
  * Shape legend: H heads, Nb blocks; sums [H][Nb + 1][2] f32 as proxyStats' block sums pass
  * writes them (vertical, slash per block; C_struct in the vertical slot of entry Nb).
  */
-import type { ProgramDescriptor } from './common.js';
+import { type ProgramDescriptor, workgroupInclusiveScan } from './common.js';
 import { F64_WGSL } from './f64.js';
 
 /** The most blocks a head may have here (the selection's bitmap in workgroup memory). */
@@ -143,13 +143,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   for (var w = w0; w < w1; w++) { own += countOneBits(atomicLoad(&bits[w])); }
   runs[lid] = own;
   workgroupBarrier();
-  for (var off = 1u; off < 256u; off <<= 1u) {
-    var add = 0u;
-    if (lid >= off) { add = runs[lid - off]; }
-    workgroupBarrier();
-    runs[lid] += add;
-    workgroupBarrier();
-  }
+  ${workgroupInclusiveScan('runs')}
   var at = runs[lid] - own;
   let base = (dir * P.H + h) * Nb;
   for (var w = w0; w < w1; w++) {

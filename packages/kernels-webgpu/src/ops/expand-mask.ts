@@ -94,13 +94,16 @@ export async function expandBuffers(
   H: number,
   Nb: number,
   lists: { readonly vsPtr: GPUBuffer; readonly vsList: GPUBuffer; readonly sliceBase: number },
-  rows: BlockRows | undefined,
+  rows: BlockRows | { readonly rowPtr: GPUBuffer; readonly cols: GPUBuffer } | undefined,
   cap: number,
 ): Promise<{ rowPtr: GPUBuffer; cols: GPUBuffer; rows: number }> {
   checkRows(host, H, Nb);
   const R = H * Nb;
   const g = host.gpu;
-  g.checkBindings('expanding the mask', { 'expanded cols': Math.max(1, cap) * 4, 'input cols': (rows?.cols.length ?? 0) * 4 });
+  // rows on the host (uploaded here), or already on the device (rowPtr over all H * Nb rows)
+  const hostRows = rows && ArrayBuffer.isView(rows.rowPtr) ? (rows as BlockRows) : undefined;
+  const deviceRows = rows && !hostRows ? (rows as { readonly rowPtr: GPUBuffer; readonly cols: GPUBuffer }) : undefined;
+  g.checkBindings('expanding the mask', { 'expanded cols': Math.max(1, cap) * 4, 'input cols': (hostRows?.cols.length ?? 0) * 4 });
   const [pCount, pScan, pFill] = await Promise.all([
     g.pipeline(expandCountProgram()),
     g.pipeline(expandFillProgram()),
@@ -115,8 +118,8 @@ export async function expandBuffers(
         temps.push(b);
         return b;
       };
-      const rpB = keep(g.u32Buffer(rows ? rows.rowPtr : [0], 'rowPtr.in'));
-      const colsB = keep(g.u32Buffer(rows ? rows.cols : [0], 'cols.in'));
+      const rpB = deviceRows?.rowPtr ?? keep(g.u32Buffer(hostRows ? hostRows.rowPtr : [0], 'rowPtr.in'));
+      const colsB = deviceRows?.cols ?? keep(g.u32Buffer(hostRows ? hostRows.cols : [0], 'cols.in'));
       const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
       const ptr = g.createBuffer((R + 1) * 4, S, 'rowPtr');
       made.push(ptr);

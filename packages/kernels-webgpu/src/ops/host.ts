@@ -13,6 +13,8 @@ export interface OpHost {
   readonly capabilities: BackendCapabilities;
   /** Upper bound on the multiply-adds of one dispatch (WebGpuBackendOptions.maxDispatchWork). */
   readonly maxWork: number;
+  /** Where a device plan cuts the PE heads' maps (WebGpuBackendOptions.peCut). */
+  readonly peCut: 'device' | 'host';
   /** Throw if the backend was disposed, the device is lost or an asynchronous error is pending. */
   alive(): void;
   /** `t` as one of this backend's tensors (WRONG_BACKEND or DISPOSED otherwise). */

@@ -10,6 +10,7 @@ import {
   LimitError,
   numBlocks,
   type PeRowsOptions,
+  type AttentionShape,
 } from '@crisp/core';
 import { coverageCut } from '../coverage.js';
 import { peMapProgram } from '../kernels/blocks.js';
@@ -18,6 +19,7 @@ import { checkScale, prepare, ready } from './validate.js';
 import type { StorageDType } from '../kernels/common.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
+import type { WebGpuTensor } from '../runtime/tensor.js';
 
 export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor, opts: PeRowsOptions): Promise<BlockRows> {
   const { shape, qt, kt } = prepare(host, q, k, undefined);
@@ -86,14 +88,7 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
       };
       const bufs = [mk(H * Nb * D * 4, 'qbar'), mk(Hkv * Nb * D * 4, 'kbar'), mk(chunk * perHeadBytes, 'peMap')] as const;
       const enc = g.device.createCommandEncoder();
-      const gq = g.grid(H * Nb * (D / 4));
-      const uq = g.uniform([m, H, firstPos, Nb, B, gq.rowWidth, 0, 0]);
-      temps.push(uq);
-      g.dispatch(enc, pMean, [uq, qt.binding, bufs[0]], gq.groups);
-      const gk = g.grid(Hkv * Nb * (D / 4));
-      const uk = g.uniform([n, Hkv, 0, Nb, B, gk.rowWidth, 0, 0]);
-      temps.push(uk);
-      g.dispatch(enc, pMean, [uk, kt.binding, bufs[1]], gk.groups);
+      recordBlockMeans(host, enc, pMean, { qt, kt, qbar: bufs[0], kbar: bufs[1] }, shape, B, temps);
       g.submit(enc, temps);
       return bufs;
     });
@@ -101,12 +96,8 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
     for (let s0 = 0; s0 < heads.length; s0 += chunk) {
       const nh = Math.min(chunk, heads.length - s0);
       g.scoped(checks, 'a PE map pass', () => {
-        const hb = g.u32Buffer(Array.from(heads).slice(s0, s0 + nh), 'peHeads');
-        temps.push(hb);
-        const u = g.uniform([H, Hkv, Nb, B, firstPos, n, { f32: scale }, 0]);
-        temps.push(u);
         const e2 = g.device.createCommandEncoder();
-        g.dispatch(e2, pMap, [u, qbar, kbar, hb, map], [Nb, nh]);
+        recordPeMap(host, e2, pMap, { qbar, kbar, map }, Array.from(heads).slice(s0, s0 + nh), shape, B, scale, temps);
         g.submit(e2, temps);
       });
       // (read settles nothing of these scopes: a failed pass must not pass for a map of zeros)
@@ -134,4 +125,49 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
   } finally {
     host.gpu.retire(...temps, ...made);
   }
+}
+
+/** q and k block means (qbar [H][Nb][d], kbar [Hkv][Nb][d], f32), recorded on `enc`. */
+export function recordBlockMeans(
+  host: OpHost,
+  enc: GPUCommandEncoder,
+  pMean: GPUComputePipeline,
+  b: { readonly qt: WebGpuTensor; readonly kt: WebGpuTensor; readonly qbar: GPUBuffer; readonly kbar: GPUBuffer },
+  shape: AttentionShape,
+  B: number,
+  temps: GPUBuffer[],
+): void {
+  const g = host.gpu;
+  const { queries: m, keys: n, heads: H, kvHeads: Hkv, headDim: D } = shape;
+  const Nb = numBlocks(n, B);
+  const gq = g.grid(H * Nb * (D / 4));
+  const uq = g.uniform([m, H, n - m, Nb, B, gq.rowWidth, 0, 0]);
+  temps.push(uq);
+  g.dispatch(enc, pMean, [uq, b.qt.binding, b.qbar], gq.groups);
+  const gk = g.grid(Hkv * Nb * (D / 4));
+  const uk = g.uniform([n, Hkv, 0, Nb, B, gk.rowWidth, 0, 0]);
+  temps.push(uk);
+  g.dispatch(enc, pMean, [uk, b.kt.binding, b.kbar], gk.groups);
+}
+
+/** The pooled maps of `heads` (slot s = heads[s]) into `map` [slot][Nb (Nb + 1) / 2], recorded on `enc`. */
+export function recordPeMap(
+  host: OpHost,
+  enc: GPUCommandEncoder,
+  pMap: GPUComputePipeline,
+  b: { readonly qbar: GPUBuffer; readonly kbar: GPUBuffer; readonly map: GPUBuffer },
+  heads: readonly number[],
+  shape: AttentionShape,
+  B: number,
+  scale: number,
+  temps: GPUBuffer[],
+): void {
+  const g = host.gpu;
+  const { queries: m, keys: n, heads: H, kvHeads: Hkv } = shape;
+  const Nb = numBlocks(n, B);
+  const hb = g.u32Buffer(heads, 'peHeads');
+  temps.push(hb);
+  const u = g.uniform([H, Hkv, Nb, B, n - m, n, { f32: scale }, 0]);
+  temps.push(u);
+  g.dispatch(enc, pMap, [u, b.qbar, b.kbar, hb, b.map], [Nb, heads.length]);
 }

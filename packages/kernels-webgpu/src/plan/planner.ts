@@ -1,26 +1,20 @@
 /**
- * The WebGPU backend's DevicePlanner (core): the plan after the statistics as device work;
- * before the attention is queued only the routes are read back (and, with PE heads, their
- * pooled map).
+ * The WebGPU backend's DevicePlanner (core): the plan after the statistics as device work,
+ * nothing read back before the attention is queued (where the PE cut fits the device).
  *
  * - Routing and VS selection: the cStruct router and the noise floor on the GPU
  *   (kernels/select.ts), exactly the host rules' routes and lists; they read the block sums
  *   where proxyStats (deferRead) left them, so the statistics are not read back first.
  * - The VS lists (of every head: a PE head's are its peK best blocks each way) are expanded
  *   into rows on the device: the mask `sparseAttention` runs as it is when every head is VS.
- * - The PE heads' rows: their γ cut stays on the host in this backend (peBlockRows: the
- *   pooled map on the GPU, the cut over its Nb (Nb + 1) / 2 values in two radix passes on
- *   the host). An exact γ cut on the device would have to add the map's values in the
- *   host's f64 order, one head at a time: far slower than the host. So sparseAttention makes
- *   the PE part first (the routes read back once the selection kernels are done, the PE
- *   heads' map, its cut on the host, every head's rows expanded again with them) and then
- *   runs one attention over every head's final rows. (It used to queue every head over its
- *   VS rows before reading anything and run the PE heads again afterwards, which kept the
- *   GPU busy during the cut; with the tensor-core kernel the two runs cost more than the cut
- *   saved: on an H100 at 32k the two-run attention took 69-72 ms where one run over the same
- *   final mask took 54.6 ms.) The plan's read() (or readBlockCounts()) makes the PE part
- *   when sparseAttention did not. The plan's mask thus holds the PE rows peBlockRows gives
- *   the host plan, and the plan equals the host plan exactly.
+ * - The PE heads' rows: their γ cut runs on the device too (ops/pe-cut.ts: every head's
+ *   pooled map, the cut of the heads routed PE, their rows), queued behind the selection, and
+ *   every head's rows expanded again with them: the attention can be queued right behind the
+ *   plan with nothing read back. The cut counts the map's mass in fixed point (coverage.ts),
+ *   so its sums do not depend on the order the GPU adds in, and it keeps exactly what the
+ *   host cut (peBlockRows) keeps: the plan equals the host plan. Where every head's map does
+ *   not fit one binding (devicePeCutFits), the cut stays on the host and the prepared mask
+ *   makes the PE part when first needed (the routes read back first).
  */
 import {
   checkDeviceRouterRule,
@@ -35,9 +29,11 @@ import {
   numBlocks,
 } from '@crisp/core';
 import { queueSelection } from '../ops/device-select.js';
+import { expandBuffers } from '../ops/expand-mask.js';
+import { devicePeCutFits, queueDevicePeRows } from '../ops/pe-cut.js';
 import type { OpHost } from '../ops/host.js';
 import { checkScale, prepare } from '../ops/validate.js';
-import { WebGpuPreparedMask } from './prepared-mask.js';
+import { type DevicePeMask, WebGpuPreparedMask } from './prepared-mask.js';
 
 export class WebGpuDevicePlanner implements DevicePlanner {
   /** Router rules the plan runs on the device (kernels/select.ts). */
@@ -79,7 +75,20 @@ export class WebGpuDevicePlanner implements DevicePlanner {
     }
     const scale = pe.scale === undefined ? undefined : checkScale(pe.scale, shape.headDim);
     const sel = await queueSelection(host, stats, { tauProxy: route.tauProxy, vs, peK });
-    const prepared = new WebGpuPreparedMask(host, { heads: H, numBlocks: Nb, blockSize: B }, sel, { q: qt, k: kt, gamma: pe.gamma, scale });
+    let device: DevicePeMask | undefined;
+    if (host.peCut === 'device' && devicePeCutFits(host, H, Nb)) {
+      const made: GPUBuffer[] = [];
+      try {
+        const peRows = await queueDevicePeRows(host, sel.routes, { qt, kt }, shape, B, pe.gamma, checkScale(scale, shape.headDim));
+        made.push(peRows.rowPtr, peRows.cols);
+        const e = await expandBuffers(host, H, Nb, { vsPtr: sel.vsPtr, vsList: sel.vsList, sliceBase: H * Nb }, peRows, sel.cap);
+        device = { pe: peRows, rows: { rowPtr: e.rowPtr, cols: e.cols } };
+      } catch (err) {
+        host.gpu.retire(...made, ...sel.held);
+        throw err;
+      }
+    }
+    const prepared = new WebGpuPreparedMask(host, { heads: H, numBlocks: Nb, blockSize: B }, sel, { q: qt, k: kt, gamma: pe.gamma, scale }, device);
     let outcome: Promise<DevicePlanOutcome> | undefined;
     const read = (): Promise<DevicePlanOutcome> => {
       outcome ??= (async () => {

@@ -1,15 +1,20 @@
 /**
  * The mask a WebGPU device plan prepares (core's PreparedMask): the routes and VS lists the
- * device selected, expanded into rows on the device, plus the PE heads' rows once they are
- * there. The PE rows' γ cut runs on the host in this backend (peBlockRows), which needs the
- * routes on the host: so the PE part is made once, when first needed (`complete()`): by
- * sparseAttention before its one attention run over every head's final rows, by the plan's
- * read(), or by readBlockCounts(). Until then only the VS rows exist.
+ * device selected, expanded into rows on the device, with the PE heads' rows.
+ *
+ * Where every head's pooled map fits one binding (ops/pe-cut.ts), the PE heads' γ cut is
+ * queued on the device with the selection: the mask is whole when planned, and nothing is
+ * read back before the attention. Otherwise the cut runs on the host (peBlockRows), which
+ * needs the routes there: the PE part is then made once, when first needed (`complete()`):
+ * by sparsePrefill inside the plan's time, by sparseAttention before its attention run, by
+ * the plan's read(), or by readBlockCounts(). Either way the rows equal peBlockRows' for the
+ * routed PE heads, so the plan equals the host plan.
  */
 import { type BlockRows, InvalidArgumentError, type PreparedMask, type Route, spreadRowPtr, type VsLists } from '@crisp/core';
 import { type QueuedSelection, readRowCounts, readSelection } from '../ops/device-select.js';
 import { expandBuffers } from '../ops/expand-mask.js';
 import type { OpHost } from '../ops/host.js';
+import type { DevicePeRows } from '../ops/pe-cut.js';
 import { peBlockRows } from '../ops/pe-rows.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 
@@ -21,15 +26,24 @@ export interface PeInputs {
   readonly scale: number | undefined;
 }
 
-/** The plan with its PE part: the device's routes, the PE heads (ascending) and their rows, and every head's rows. */
-export interface CompletePlan {
+/** The plan's host form: the device's routes, the PE heads (ascending) and their rows. */
+interface HostForm {
   readonly routes: Route[];
   readonly peHeads: number[];
   /** the PE heads' rows (peBlockRows' form), when there are PE heads */
   readonly peRows: BlockRows | undefined;
-  /** every head's rows (the VS lists ∪ the PE rows) on the device */
+}
+
+/** Every head's rows (the VS lists ∪ the PE rows) on the device. */
+interface FinalRows {
   readonly rowPtr: GPUBuffer;
   readonly cols: GPUBuffer;
+}
+
+/** The PE part made on the device with the plan: the PE heads' rows and the union's. */
+export interface DevicePeMask {
+  readonly pe: DevicePeRows;
+  readonly rows: FinalRows;
 }
 
 /** A prepared mask dropped unreleased gives its buffers back once collected. */
@@ -44,10 +58,18 @@ export class WebGpuPreparedMask implements PreparedMask {
   readonly #sel: QueuedSelection;
   readonly #pe: PeInputs;
   readonly #held: GPUBuffer[];
-  #complete: Promise<CompletePlan> | undefined;
+  readonly #device: DevicePeMask | undefined;
+  #hostPe: Promise<HostForm & FinalRows> | undefined;
+  #hostForm: Promise<HostForm> | undefined;
   #released = false;
 
-  constructor(host: OpHost, shape: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number }, sel: QueuedSelection, pe: PeInputs) {
+  constructor(
+    host: OpHost,
+    shape: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number },
+    sel: QueuedSelection,
+    pe: PeInputs,
+    device?: DevicePeMask,
+  ) {
     this.backend = host.name;
     this.#host = host;
     this.heads = shape.heads;
@@ -55,8 +77,14 @@ export class WebGpuPreparedMask implements PreparedMask {
     this.blockSize = shape.blockSize;
     this.#sel = sel;
     this.#pe = pe;
-    this.#held = [...sel.held];
+    this.#device = device;
+    this.#held = [...sel.held, ...(device ? [device.pe.rowPtr, device.pe.cols, device.rows.rowPtr, device.rows.cols] : [])];
     PREPARED_FINALIZER.register(this, { gpu: host.gpu, held: this.#held }, this);
+  }
+
+  /** whether the PE heads' rows were made on the device with the plan */
+  get cutOnDevice(): boolean {
+    return this.#device !== undefined;
   }
 
   /** Whether `host` (a backend's) made this mask. */
@@ -80,20 +108,27 @@ export class WebGpuPreparedMask implements PreparedMask {
   }
 
   /**
-   * The plan with its PE part, made once: the routes read back, the PE heads' rows by
-   * peBlockRows (the γ cut on the host), and every head's rows expanded again with them.
+   * Resolves once the whole mask is queued on the device: at once where the cut ran there;
+   * else after the host made the PE part (the routes read back, peBlockRows, every head's
+   * rows expanded again with them), once.
    */
-  complete(): Promise<CompletePlan> {
-    this.#alive();
-    this.#complete ??= this.#makeComplete();
-    return this.#complete;
+  async complete(): Promise<void> {
+    await this.rows();
   }
 
-  async #makeComplete(): Promise<CompletePlan> {
+  /** every head's final rows on the device (complete() first) */
+  async rows(): Promise<FinalRows> {
+    this.#alive();
+    if (this.#device) return this.#device.rows;
+    this.#hostPe ??= this.#makeHostPe();
+    return this.#hostPe;
+  }
+
+  async #makeHostPe(): Promise<HostForm & FinalRows> {
     const H = this.heads;
     const Nb = this.numBlocks;
     const sel = this.#sel;
-    const routes = Array.from(new Uint32Array(await this.#host.gpu.read(sel.routes, 0, H * 4)), (x): Route => (x === 1 ? 'vs' : 'pe'));
+    const routes = await this.#readRoutes();
     const peHeads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
     if (peHeads.length === 0) {
       return { routes, peHeads, peRows: undefined, rowPtr: sel.rowPtr, cols: sel.cols };
@@ -108,18 +143,56 @@ export class WebGpuPreparedMask implements PreparedMask {
     return { routes, peHeads, peRows, rowPtr: e.rowPtr, cols: e.cols };
   }
 
+  async #readRoutes(): Promise<Route[]> {
+    const ab = await this.#host.gpu.read(this.#sel.routes, 0, this.heads * 4);
+    return Array.from(new Uint32Array(ab), (x): Route => (x === 1 ? 'vs' : 'pe'));
+  }
+
+  /** the routes and the PE heads' rows on the host: read back (device cut) or as the host made them */
+  #hostFormOf(): Promise<HostForm> {
+    this.#alive();
+    this.#hostForm ??= this.#device ? this.#readDevicePe(this.#device.pe) : this.rows().then(() => this.#hostPe!);
+    return this.#hostForm;
+  }
+
+  /** The device cut's rows, read back into peBlockRows' form (the PE heads' rows only). */
+  async #readDevicePe(pe: DevicePeRows): Promise<HostForm> {
+    const H = this.heads;
+    const Nb = this.numBlocks;
+    const routes = await this.#readRoutes();
+    const peHeads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
+    if (peHeads.length === 0) return { routes, peHeads, peRows: undefined };
+    const g = this.#host.gpu;
+    const ptr = new Int32Array(await g.read(pe.rowPtr, 0, (H * Nb + 1) * 4));
+    const total = ptr[H * Nb];
+    const all = total > 0 ? new Int32Array(await g.read(pe.cols, 0, total * 4)) : new Int32Array(0);
+    const rowPtr = new Int32Array(peHeads.length * Nb + 1);
+    let len = 0;
+    for (const h of peHeads) len += ptr[(h + 1) * Nb] - ptr[h * Nb];
+    const cols = new Int32Array(len);
+    let at = 0;
+    peHeads.forEach((h, s) => {
+      const a = ptr[h * Nb];
+      const b = ptr[(h + 1) * Nb];
+      cols.set(all.subarray(a, b), at);
+      for (let I = 0; I < Nb; I++) rowPtr[s * Nb + I + 1] = at + ptr[h * Nb + I + 1] - a;
+      at += b - a;
+    });
+    return { routes, peHeads, peRows: { rowPtr, cols } };
+  }
+
   /** The device's routes, VS lists and PE rows (the PE part made first when it is not yet). */
   async read(): Promise<{ routes: Route[]; vs: VsLists; peRows: BlockRows | undefined }> {
-    const c = await this.complete();
+    const c = await this.#hostFormOf();
     this.#alive();
     const { vs } = await readSelection(this.#host, this.#sel, this.heads, this.numBlocks);
     return { routes: c.routes, vs, peRows: c.peRows };
   }
 
   async readBlockCounts(): Promise<Float64Array> {
-    const c = await this.complete();
+    const r = await this.rows();
     this.#alive();
-    return readRowCounts(this.#host, c.rowPtr, this.heads, this.numBlocks);
+    return readRowCounts(this.#host, r.rowPtr, this.heads, this.numBlocks);
   }
 
   release(): void {

@@ -1,8 +1,7 @@
 /**
  * sparseAttention over a mask this backend's device planner prepared (AttentionOptions.prepared):
- * the plan's PE part made first when it is not yet (./prepared-mask.ts: the routes read back,
- * the PE heads' γ cut on the host; nothing to do when every head is VS), then one attention
- * run over every head's final rows.
+ * one attention run over every head's final rows (./prepared-mask.ts: made with the plan on
+ * the device; where the cut runs on the host, its PE part made first when it is not yet).
  */
 import {
   type AttentionOptions,
@@ -51,6 +50,6 @@ export async function sparseAttentionPrepared(
   // again once their rows were cut kept the GPU busy during the cut, but two runs cost more
   // than the cut: on an H100 at 32k, the two-run attention took 69-72 ms where one run over
   // the same final mask took 54.6 ms.)
-  const c = await p.complete();
+  const c = await p.rows();
   return runAttention(host, shape, qt, kt, vt!, { rowPtr: c.rowPtr, cols: c.cols, B, Nb, blocks: p.vsRows.cap }, rest);
 }
