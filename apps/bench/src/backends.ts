@@ -29,6 +29,7 @@ export async function openBackend(
     readonly flexPrefillOnDevice?: boolean;
     readonly peVsExcessOnDevice?: boolean;
     readonly webgpuKernel?: BenchConfig['webgpuKernel'];
+    readonly webgpuPeCut?: BenchConfig['webgpuPeCut'];
   } = {},
 ): Promise<OpenBackend> {
   try {
@@ -40,14 +41,17 @@ export async function openBackend(
       const a = await webgpuAvailability();
       if (!a.available) return { name, reason: a.reason ?? 'no WebGPU adapter' };
       const wk = opts.webgpuKernel;
-      const backend = await createNodeWebGpuBackend(wk ? { attentionKernel: wk.kernel, ...(wk.form ? { subgroupMatrixForm: wk.form } : {}) } : {});
+      const backend = await createNodeWebGpuBackend({
+        ...(wk ? { attentionKernel: wk.kernel, ...(wk.form ? { subgroupMatrixForm: wk.form } : {}) } : {}),
+        ...(opts.webgpuPeCut ? { peCut: opts.webgpuPeCut } : {}),
+      });
       const d = a.adapter;
       // the kernel f16 attention runs (the tensor-core one where asked for and eligible)
       const kernel = backend.subgroupMatrixForm ? `subgroup-matrix:${backend.subgroupMatrixForm}` : backend.attentionKernel;
       return {
         name,
         backend,
-        device: d ? `${`${d.vendor} ${d.architecture} ${d.description}`.trim()}, attention kernel ${kernel}` : `attention kernel ${kernel}`,
+        device: `${d ? `${`${d.vendor} ${d.architecture} ${d.description}`.trim()}, ` : ''}attention kernel ${kernel}${opts.webgpuPeCut === 'host' ? ', PE cut on the host' : ''}`,
         shippedCrossover: backend.sparseCrossover,
       };
     }

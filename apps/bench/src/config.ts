@@ -54,6 +54,8 @@ export interface BenchConfig {
   readonly cudaGuardOnDevice?: boolean;
   /** WebGPU: the attention kernel (and the tensor-core kernel's form); undefined: the backend's default ('fma') */
   readonly webgpuKernel?: { readonly kernel: AttentionKernel; readonly form?: SubgroupMatrixForm };
+  /** WebGPU: where the device plan cuts the PE heads' maps (the backend's peCut); undefined: its default ('device') */
+  readonly webgpuPeCut?: 'device' | 'host';
   readonly suites: readonly SuiteName[];
   readonly latency: {
     readonly sizes: readonly number[];

@@ -105,6 +105,7 @@ function program(): Command {
       '--webgpu-kernel <kernel>',
       "WebGPU: the attention kernel: fma or subgroup-matrix[:pipelined|staged|direct|two-pass] (tensor cores where the adapter offers them; the dense baseline runs it too). Default: the backend's own choice, subgroup-matrix:pipelined where offered, else fma",
     )
+    .option('--webgpu-pe-cut <device|host>', "WebGPU: where the device plan cuts the PE heads' pooled maps: device (the backend's default: nothing read back before the attention) or host")
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
@@ -165,6 +166,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
     ...(typeof o.cudaFlexPlan === 'string' ? { cudaFlexOnDevice: list(o.cudaFlexPlan, ['host', 'device'], "CUDA flexPrefill plan setting")[0] === 'device' } : {}),
     ...(typeof o.cudaGuardPlan === 'string' ? { cudaGuardOnDevice: list(o.cudaGuardPlan, ['host', 'device'], 'CUDA crispGuarded plan setting')[0] === 'device' } : {}),
     ...(typeof o.webgpuKernel === 'string' ? { webgpuKernel: webgpuKernelOption(o.webgpuKernel) } : {}),
+    ...(typeof o.webgpuPeCut === 'string' ? { webgpuPeCut: list(o.webgpuPeCut, ['device', 'host'] as const, 'WebGPU PE cut setting')[0] } : {}),
     suites: typeof o.suites === 'string' ? list(o.suites, SUITE_NAMES, 'suite') : base.suites,
     latency: {
       ...base.latency,
@@ -317,6 +319,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
         ...(config.cudaFlexOnDevice === undefined ? {} : { flexPrefillOnDevice: config.cudaFlexOnDevice }),
         ...(config.cudaGuardOnDevice === undefined ? {} : { peVsExcessOnDevice: config.cudaGuardOnDevice }),
         ...(config.webgpuKernel ? { webgpuKernel: config.webgpuKernel } : {}),
+        ...(config.webgpuPeCut ? { webgpuPeCut: config.webgpuPeCut } : {}),
       });
       log(ob.backend ? `backend ${name}: ${ob.device ?? 'available'}` : `backend ${name}: unavailable (${ob.reason})`);
       opened.push(ob);
