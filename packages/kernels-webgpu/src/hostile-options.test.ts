@@ -70,6 +70,8 @@ describe('createWebGpuBackend: options checked before any device work', () => {
     ['maxDispatchWork a string', { maxDispatchWork: '5' }],
     ['maxDispatchWork NaN', { maxDispatchWork: Number.NaN }],
     ['compactKernels a string', { compactKernels: 'yes' }],
+    ['peCut unknown', { peCut: 'gpu' }],
+    ['peCut not a string', { peCut: true }],
     ['device an empty object', { device: {} }],
     ['device a number', { device: 3 }],
     ['adapter an empty object', { adapter: {} }],
@@ -92,7 +94,7 @@ describe('createWebGpuBackend: options checked before any device work', () => {
   });
 
   it('property: any option object is INVALID_ARGUMENT before requestAdapter exactly when an option is wrong', async () => {
-    const known = ['sparseCrossover', 'maxDispatchWork', 'attentionKernel', 'subgroupMatrixForm', 'compactKernels'];
+    const known = ['sparseCrossover', 'maxDispatchWork', 'attentionKernel', 'subgroupMatrixForm', 'compactKernels', 'peCut'];
     const value = fc.oneof(
       fc.constant(undefined),
       fc.double(),
@@ -101,6 +103,7 @@ describe('createWebGpuBackend: options checked before any device work', () => {
       fc.string(),
       fc.constantFrom(...ATTENTION_KERNELS),
       fc.constantFrom(...SUBGROUP_MATRIX_FORMS),
+      fc.constantFrom('device', 'host'),
       fc.constant(null),
       fc.object({ maxDepth: 1 }),
     );
@@ -118,6 +121,8 @@ describe('createWebGpuBackend: options checked before any device work', () => {
           return (SUBGROUP_MATRIX_FORMS as readonly unknown[]).includes(v);
         case 'compactKernels':
           return typeof v === 'boolean';
+        case 'peCut':
+          return v === 'device' || v === 'host';
         default:
           return false;
       }

@@ -12,16 +12,14 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 export const H200_SPARSE_CROSSOVER = 8262;
 
 /**
- * The length gate with the tensor-core kernel (its default `'pipelined'` form), from one
- * NVIDIA H100 (Dawn over Vulkan, the same shape and input; apps/bench/results/nvidia-h100-webgpu-tc
- * and nvidia-h100/webgpu-rig, one call): `crisp` end to end 30.6 ms at 16k and 68.7 ms at 32k,
- * against the dense kernel back to back in the GPU rig, 20.1 and 75.5 ms; the log-n
- * interpolation of the ratio crosses 1 at about 28,900 keys. (On an H200, with the form
- * without the next-tile loads, the same reading gives about 26,200.) The kernel is 4x the
- * FMA kernel while the plan and the PE heads' second attention run cost about what they did,
- * so the gate moved up.
+ * The length gate with the tensor-core kernel (its default `'pipelined'` form), from crisp-bench
+ * on one NVIDIA H100 (Dawn over Vulkan, the same shape and input; two runs, each timing `crisp`
+ * and the dense kernel at 8k-32k and beyond; apps/bench/results/nvidia-h100-webgpu-tc): the
+ * log-n interpolation of the ratio crossed 1 at 22,320 and 23,456 keys (16k: 23.2 against
+ * 20.0 ms; 32k: 62.4 against 75.1). Those runs cut the PE heads' maps on the host; the cut on
+ * the device (the default now) can only lower it, and was not timed on a GPU yet.
  */
-export const TENSOR_CORE_SPARSE_CROSSOVER = 28_900;
+export const TENSOR_CORE_SPARSE_CROSSOVER = 22_900;
 
 /**
  * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. The default is
