@@ -25,6 +25,12 @@ export interface MaskMetrics {
   /** the same, and the output at the asking rows within NEEDLE_OUTPUT_TOLERANCE of dense */
   readonly needleOutputRecall: number;
   readonly needles: number;
+  /**
+   * needleRecall over the needles the proxy rows can see (an asker among the last rows); the
+   * others no plan that reads only the last query block can find. Absent in older results.
+   */
+  readonly visibleNeedleRecall?: number;
+  readonly visibleNeedles?: number;
   /** selected causal blocks / (Nb (Nb + 1) / 2), mean over heads */
   readonly density: number;
   /** heads routed to Vertical-Slash */
@@ -140,6 +146,8 @@ export async function evaluatePolicies(
           needleRecall: 1,
           needleOutputRecall: 1,
           needles: 0,
+          visibleNeedleRecall: 1,
+          visibleNeedles: 0,
           density: 1,
           vsHeads: 0,
           planMs: plan.planMs,
@@ -154,6 +162,7 @@ export async function evaluatePolicies(
       const mr = massRecall(host.q, host.k, plan.mask, { rows: base });
       const sparse = attentionRows(host.q, host.k, host.v, all, plan.mask);
       const nr = needleRecall(plan, sc.truth);
+      const visibleIds = new Set(sc.truth.needles.filter((x) => x.visibleToProxy).map((x) => x.id));
       let okOut = 0;
       for (const hit of nr.hits) {
         if (!hit.recalled) continue;
@@ -178,6 +187,8 @@ export async function evaluatePolicies(
         needleRecall: nr.recall,
         needleOutputRecall: nr.total ? okOut / nr.total : 1,
         needles: nr.total,
+        visibleNeedleRecall: nr.visibleRecall,
+        visibleNeedles: nr.hits.filter((x) => visibleIds.has(x.needle)).length,
         density: plan.overallDensity,
         vsHeads: plan.routing ? plan.routing.routes.filter((r) => r === 'vs').length : 0,
         planMs: plan.planMs,

@@ -205,14 +205,14 @@ export function markdown(r: BenchResult): string {
     out.push('## Accuracy per preset and scenario profile');
     out.push('');
     out.push(
-      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖ over all heads and on the worst head, the plan's own per-head check proxyRecall at its smallest) and at every needle's asking rows (needle recall: key blocks selected; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2). Deterministic for a seed (${r.config.seed}): one evaluation, no timing, so no spread.`,
+      `@crisp/synth scenarios, H=${acc.shape.heads}, Hkv=${acc.shape.kvHeads}, d=${acc.shape.headDim}. The plan comes from the backend; the mask is scored in float64 on the host over ${acc.sampledRows} sampled query rows (mass recall, output error ‖O_sparse − O_dense‖/‖O_dense‖ over all heads and on the worst head, the plan's own per-head check proxyRecall at its smallest) and at every needle's asking rows (needle recall: key blocks selected; visible: the same over the needles the proxy rows can see, an asker among the last rows, since a plan read from the last query block cannot see the others; "in output": also within 5% of dense there). Density: selected causal blocks / (Nb(Nb+1)/2). Deterministic for a seed (${r.config.seed}): one evaluation, no timing, so no spread.`,
     );
     out.push('');
     out.push(producedBy(r, 'accuracy'));
     out.push('');
     out.push(
       table(
-        ['backend', 'profile', 'n', 'preset', 'mass recall', 'output error', 'worst head error', 'min proxy recall', 'needle recall', 'needles in output', 'density', 'VS heads', 'guarded heads'],
+        ['backend', 'profile', 'n', 'preset', 'mass recall', 'output error', 'worst head error', 'min proxy recall', 'needle recall', 'visible needle recall', 'needles in output', 'density', 'VS heads', 'guarded heads'],
         acc.rows.map((x) => [
           x.backend,
           x.profile,
@@ -223,6 +223,7 @@ export function markdown(r: BenchResult): string {
           x.worstHeadError === undefined ? '–' : `${f(x.worstHeadError, 4)} (head ${x.worstHead})`,
           x.minProxyRecall === undefined ? '–' : f(x.minProxyRecall),
           `${f(x.needleRecall, 2)} (${x.needles})`,
+          x.visibleNeedleRecall === undefined ? '–' : `${f(x.visibleNeedleRecall, 2)} (${x.visibleNeedles})`,
           f(x.needleOutputRecall, 2),
           f(x.density),
           String(x.vsHeads),

@@ -95,6 +95,9 @@ describe('crisp-bench --smoke', () => {
       expect(r.massRecall).toBeLessThanOrEqual(1 + 1e-12);
       expect(finite(r.outputError) && r.outputError >= 0).toBe(true);
       expect(r.needleRecall).toBeGreaterThanOrEqual(0);
+      // the needles the proxy rows can see are a subset, scored the same way
+      expect(r.visibleNeedles!).toBeLessThanOrEqual(r.needles);
+      expect(r.visibleNeedleRecall! >= 0 && r.visibleNeedleRecall! <= 1).toBe(true);
       expect(r.density).toBeGreaterThan(0);
     }
     for (const g of acc.routing) for (const x of [g.cStructVsJsd, g.cStructVsTruth, g.jsdVsTruth]) expect(x >= 0 && x <= 1).toBe(true);

@@ -119,7 +119,7 @@ export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBa
           for (const m of r.metrics) result.rows.push({ backend: ob.name, profile, n, ...m });
           result.routing.push({ backend: ob.name, profile, n, ...r.routing });
           ctx.log(
-            `  accuracy ${ob.name} ${profile} n=${n}: ${r.metrics.map((m) => `${m.policy} recall ${m.massRecall.toFixed(3)} err ${m.outputError.toFixed(3)} worst head ${m.worstHeadError.toFixed(3)} proxy recall >= ${m.minProxyRecall.toFixed(3)} needles ${m.needleRecall.toFixed(2)} density ${m.density.toFixed(3)}`).join('; ')}; C_struct~JSD ${r.routing.cStructVsJsd.toFixed(2)}`,
+            `  accuracy ${ob.name} ${profile} n=${n}: ${r.metrics.map((m) => `${m.policy} recall ${m.massRecall.toFixed(3)} err ${m.outputError.toFixed(3)} worst head ${m.worstHeadError.toFixed(3)} proxy recall >= ${m.minProxyRecall.toFixed(3)} needles ${m.needleRecall.toFixed(2)} (visible ${m.visibleNeedleRecall?.toFixed(2) ?? '–'}) density ${m.density.toFixed(3)}`).join('; ')}; C_struct~JSD ${r.routing.cStructVsJsd.toFixed(2)}`,
           );
         } catch (e) {
           result.skipped.push({ backend: ob.name, profile, n, reason: message(e) });
