@@ -4,7 +4,9 @@
  * into a real device. Each case asserts the exact code, that the backend answers the call
  * after it, and that the live buffer count is back where it started.
  */
-import { type BlockMask, expandToRows, hostTensor, toFloat32, validateMask, vsListsFromArrays } from '@crisp/core';
+import { type BlockMask, expandToRows, hostTensor, type Policy, planPrefill, releasePlan, toFloat32, validateMask, vsListsFromArrays } from '@crisp/core';
+import { crisp } from '@crisp/presets';
+import { globalCoverage, noiseFloor } from '@crisp/select';
 import { createReferenceBackend } from '@crisp/reference';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -373,6 +375,29 @@ describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reas
       expect(Array.from(rows.rowPtr)).toEqual(Array.from(exp.rowPtr));
       expect(Array.from(rows.cols)).toEqual(Array.from(exp.cols));
       x.dispose();
+      await expectNoLeak(fb, base);
+    });
+
+    it("out of memory in the device plan's PE cut: OUT_OF_MEMORY, nothing left, the plan after it is whole", async () => {
+      const base = fb.gpu.liveBuffers.buffers;
+      const s = freshSeed();
+      const mk = (shape: number[], seed: number) => fb.upload(hostTensor('f32', shape, seededValues(seed, shape.reduce((a, c) => a * c, 1))));
+      const q = mk([320, 2, 64], s);
+      const k = mk([320, 1, 64], s + 1);
+      // crisp's rules at a scale this shape has (B 64, kMin 128 tokens): a device plan
+      const policy: Policy = { ...crisp, blockSize: 64, kMin: 128, vs: noiseFloor({ alpha: 1, kMin: 128 }), pe: globalCoverage({ gamma: 0.6, kMin: 128 }) };
+      const injected = faults.injected;
+      arm('peMap');
+      expect(await code(planPrefill(fb, { q, k, v: k }, policy, { minSparseLength: 0 })), `seed ${s}`).toBe('OUT_OF_MEMORY');
+      expect(faults.injected).toBe(injected + 1);
+      const plan = await planPrefill(fb, { q, k, v: k }, policy, { minSparseLength: 0 });
+      // the device path, its mask whole: every query block keeps blocks
+      expect(plan.prepared).toBeDefined();
+      const counts = await plan.prepared!.readBlockCounts();
+      expect(Array.from(counts).every((c) => c >= 5)).toBe(true);
+      releasePlan(plan);
+      q.dispose();
+      k.dispose();
       await expectNoLeak(fb, base);
     });
 

@@ -76,16 +76,23 @@ export async function queueDevicePlan(
   const H = shape.heads;
   const statsMark = markStats ? backend.mark?.() : undefined;
   const tStats = performance.now();
-  const r = await backend.planner!.plan({
-    stats,
-    route: c.rules.route,
-    vs: c.rules.vs,
-    peK: c.peK,
-    pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: c.scale },
-    ...(policy.peWithVs === true ? { peWithVs: true } : {}),
-    ...(policy.peVsExcess !== undefined ? { peVsExcess: policy.peVsExcess } : {}),
-    ...(policy.peVsFullAnchor !== undefined ? { peVsFullAnchor: policy.peVsFullAnchor } : {}),
-  });
+  let r: Awaited<ReturnType<NonNullable<Backend['planner']>['plan']>>;
+  try {
+    r = await backend.planner!.plan({
+      stats,
+      route: c.rules.route,
+      vs: c.rules.vs,
+      peK: c.peK,
+      pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: c.scale },
+      ...(policy.peWithVs === true ? { peWithVs: true } : {}),
+      ...(policy.peVsExcess !== undefined ? { peVsExcess: policy.peVsExcess } : {}),
+      ...(policy.peVsFullAnchor !== undefined ? { peVsFullAnchor: policy.peVsFullAnchor } : {}),
+    });
+  } catch (e) {
+    // statistics kept on the device (deferRead) go back now, not when they are collected
+    await stats.settle?.().catch(() => undefined);
+    throw e;
+  }
   const tDevice = performance.now();
   const finish = async (overlapped: boolean): Promise<PrefillPlan> => {
     const tRead = performance.now();
