@@ -181,6 +181,29 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
     });
   }
 
+  it('cuts the PE maps on the device exactly as the host does at any gamma (plans only, no attention)', async () => {
+    // more heads and blocks than the cases above, a flat head among them, γ from a loose cut to
+    // within 1e-7 of 1, where the floors of the fixed-point mass decide whether every block is
+    // kept (either way the device and the host must agree)
+    const x = inputs(21, 1600, 1600, 6, 2, [3]);
+    const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+    try {
+      for (const gamma of [0.3, 0.9, 0.9999999]) {
+        const pe = globalCoverage({ gamma, kMin: 128 });
+        const dev = await planPrefill(be, t, { ...onDevice, pe }, { minSparseLength: 0 });
+        const host = await planPrefill(be, t, { ...onHost, pe }, { minSparseLength: 0 });
+        expect(dev.prepared, `γ ${gamma}`).toBeDefined();
+        expect(dev.routing!.routes.filter((r) => r === 'pe').length, `γ ${gamma}`).toBeGreaterThanOrEqual(2);
+        expect(Array.from(dev.mask!.rows!.rowPtr), `γ ${gamma}`).toEqual(Array.from(host.mask!.rows!.rowPtr));
+        expect(Array.from(dev.mask!.rows!.cols), `γ ${gamma}`).toEqual(Array.from(host.mask!.rows!.cols));
+        expect(Array.from(dev.density), `γ ${gamma}`).toEqual(Array.from(host.density));
+        releasePlan(dev);
+      }
+    } finally {
+      for (const d of [t.q, t.k, t.v]) d.dispose();
+    }
+  });
+
   it('reports NaN inputs as NON_FINITE on the device path and keeps nothing', async () => {
     const x = inputs(3, 300, 300, 2, 2);
     (x.k.data as Float32Array)[5 * 2 * D] = Number.NaN;
