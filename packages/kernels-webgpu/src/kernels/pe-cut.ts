@@ -21,6 +21,13 @@ import { type ProgramDescriptor, workgroupInclusiveScan } from './common.js';
 /** Buckets of one head's histogram (16 bits). */
 export const PE_CUT_BUCKETS = 65536;
 
+/** WGSL: whether query block I holds query rows (uniforms B, firstPos = n - m, n). */
+const ROW_ACTIVE = /* wgsl */ `
+fn rowActive(I: u32) -> bool {
+  return max(I * P.B, P.firstPos) < min(I * P.B + P.B, P.n);
+}
+`;
+
 /** WGSL of fixedMass (coverage.ts): floor(v · 2^31 / A) from v's bits, integers only. */
 const FIXED_MASS = /* wgsl */ `
 fn fixedMass(bits: u32, A: u32) -> u32 {
@@ -31,9 +38,6 @@ fn fixedMass(bits: u32, A: u32) -> u32 {
   let s = 119u - E;
   if (s >= 24u) { return 0u; }
   return (m >> s) / A;
-}
-fn rowActive(I: u32) -> bool {
-  return max(I * P.B, P.firstPos) < min(I * P.B + P.B, P.n);
 }
 `;
 
@@ -54,7 +58,7 @@ ${CUT_STRUCT}
 @group(0) @binding(2) var<storage, read> map: array<u32>;     // [H][Nb (Nb + 1) / 2] f32 bits
 @group(0) @binding(3) var<storage, read> cut: array<Cut>;
 @group(0) @binding(4) var<storage, read_write> hist: array<atomic<u32>>;  // [H][65536]
-${FIXED_MASS}
+${FIXED_MASS}${ROW_ACTIVE}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
   let I = wid.x;
@@ -155,10 +159,7 @@ ${CUT_STRUCT}
 @group(0) @binding(3) var<storage, read> cut: array<Cut>;
 @group(0) @binding(4) var<storage, read_write> rowPtr: array<u32>;
 @group(0) @binding(5) var<storage, read_write> cols: array<u32>;
-fn rowActive(I: u32) -> bool {
-  return max(I * P.B, P.firstPos) < min(I * P.B + P.B, P.n);
-}
-@compute @workgroup_size(256)
+${ROW_ACTIVE}@compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   let r = gid.x + gid.y * P.rowWidth;
   if (r >= P.H * P.Nb) { return; }

@@ -24,6 +24,7 @@ import { SELECT_MAX_BLOCKS, vsPackProgram, vsSelectProgram } from '../kernels/se
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import { checkAttentionOptions, runAttention } from './attention.js';
 import { expandBuffers } from './expand-mask.js';
+import type { DevicePeRows } from './pe-cut.js';
 import type { OpHost } from './host.js';
 import { keptBlockSums } from './stats-readback.js';
 import { prepare, ready } from './validate.js';
@@ -98,6 +99,8 @@ export interface QueuedSelection {
   readonly cols: GPUBuffer;
   /** the expanded cols' capacity in blocks: every causal block, H * Nb (Nb + 1) / 2 */
   readonly cap: number;
+  /** the PE heads' rows made on the device (queueSelection's `peRows`), in the expansion above */
+  readonly pe?: DevicePeRows;
   /** every buffer above */
   readonly held: GPUBuffer[];
 }
@@ -119,9 +122,15 @@ function checkSelection(H: number, Nb: number, B: number, req: DeviceVsRequest):
  * Route, select and expand on the device from block sums in proxyStats' layout: where
  * deferred statistics of this backend left them (read there, nothing read back), or else
  * uploaded from `stats`' values (the f32 values proxyStats computed; deferred statistics
- * whose settle() was called are settled first).
+ * whose settle() was called are settled first). `peRows`, given the routes buffer, queues the
+ * PE heads' rows (ops/pe-cut.ts); the one expansion then holds them too.
  */
-export async function queueSelection(host: OpHost, stats: ProxyStats, req: DeviceVsRequest): Promise<QueuedSelection> {
+export async function queueSelection(
+  host: OpHost,
+  stats: ProxyStats,
+  req: DeviceVsRequest,
+  peRows?: (routes: GPUBuffer) => Promise<DevicePeRows>,
+): Promise<QueuedSelection> {
   const { heads: H, numBlocks: Nb, blockSize: B } = stats;
   checkSelection(H, Nb, B, req);
   // (checkSelection let only the noiseFloor rule through)
@@ -167,11 +176,14 @@ export async function queueSelection(host: OpHost, stats: ProxyStats, req: Devic
       return [routes, vsPtr, vsList] as const;
     });
     await g.settle(checks);
+    // the PE heads' rows from the routes on the device, when asked for: one expansion of both
+    const pe = peRows ? await peRows(routes) : undefined;
+    if (pe) held.push(pe.rowPtr, pe.cols);
     // every row holds at most I + 1 blocks
     const cap = (H * Nb * (Nb + 1)) / 2;
-    const e = await expandBuffers(host, H, Nb, { vsPtr, vsList, sliceBase: H * Nb }, undefined, cap);
+    const e = await expandBuffers(host, H, Nb, { vsPtr, vsList, sliceBase: H * Nb }, pe, cap);
     held.push(e.rowPtr, e.cols);
-    return { routes, vsPtr, vsList, rowPtr: e.rowPtr, cols: e.cols, cap, held };
+    return { routes, vsPtr, vsList, rowPtr: e.rowPtr, cols: e.cols, cap, held, ...(pe ? { pe } : {}) };
   } catch (err) {
     g.retire(...held);
     throw err;

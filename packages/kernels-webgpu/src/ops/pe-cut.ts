@@ -13,7 +13,7 @@ import type { StorageDType } from '../kernels/common.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
-import { recordBlockMeans, recordPeMap } from './pe-rows.js';
+import { activeQueryBlocks, recordBlockMeans, recordPeMap } from './pe-rows.js';
 
 /** The device cut keeps every head's map: at most this many bytes of it (else the host cuts). */
 export const DEVICE_PE_MAP_MAX_BYTES = 2 ** 30;
@@ -53,8 +53,7 @@ export async function queueDevicePeRows(
   const R = H * Nb;
   const entries = (Nb * (Nb + 1)) / 2;
   const firstPos = n - m;
-  let activeRows = 0;
-  for (let I = 0; I < Nb; I++) if (Math.max(I * B, firstPos) < Math.min(I * B + B, n)) activeRows++;
+  const activeRows = activeQueryBlocks(n, m, B).count;
   const [pMean, pMap, pHist, pFind, pRows, pScan] = await Promise.all([
     g.pipeline(blockMeanProgram(shape.dtype as StorageDType, D)),
     g.pipeline(peMapProgram(D)),

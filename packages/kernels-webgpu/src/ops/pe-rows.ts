@@ -69,16 +69,7 @@ export async function peBlockRows(host: OpHost, q: DeviceTensor, k: DeviceTensor
   const temps: GPUBuffer[] = [];
   const made: GPUBuffer[] = [];
   const checks: Check[] = [];
-  // Active query blocks hold at least one query row (chunked prefill starts at n - m).
-  const firstPos = n - m;
-  const active = new Uint8Array(Nb);
-  let activeRows = 0;
-  for (let I = 0; I < Nb; I++) {
-    if (Math.max(I * B, firstPos) < Math.min(I * B + B, n)) {
-      active[I] = 1;
-      activeRows++;
-    }
-  }
+  const { active, count: activeRows } = activeQueryBlocks(n, m, B);
   try {
     const [qbar, kbar, map] = g.scoped(checks, 'the PE block means and map', () => {
       const mk = (bytes: number, label: string) => {
@@ -170,4 +161,22 @@ export function recordPeMap(
   const u = g.uniform([H, Hkv, Nb, B, n - m, n, { f32: scale }, 0]);
   temps.push(u);
   g.dispatch(enc, pMap, [u, b.qbar, b.kbar, hb, b.map], [Nb, heads.length]);
+}
+
+/**
+ * Query blocks that hold at least one query row (chunked prefill: q the last m of n
+ * positions): 1 per active block of the Nb, and how many there are.
+ */
+export function activeQueryBlocks(n: number, m: number, B: number): { active: Uint8Array; count: number } {
+  const Nb = numBlocks(n, B);
+  const firstPos = n - m;
+  const active = new Uint8Array(Nb);
+  let count = 0;
+  for (let I = 0; I < Nb; I++) {
+    if (Math.max(I * B, firstPos) < Math.min(I * B + B, n)) {
+      active[I] = 1;
+      count++;
+    }
+  }
+  return { active, count };
 }

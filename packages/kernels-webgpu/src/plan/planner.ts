@@ -8,8 +8,8 @@
  * - The VS lists (of every head: a PE head's are its peK best blocks each way) are expanded
  *   into rows on the device: the mask `sparseAttention` runs as it is when every head is VS.
  * - The PE heads' rows: their γ cut runs on the device too (ops/pe-cut.ts: every head's
- *   pooled map, the cut of the heads routed PE, their rows), queued behind the selection, and
- *   every head's rows expanded again with them: the attention can be queued right behind the
+ *   pooled map, the cut of the heads routed PE, their rows), queued between the selection and
+ *   the expansion, which then holds them too: the attention can be queued right behind the
  *   plan with nothing read back. The cut counts the map's mass in fixed point (coverage.ts),
  *   so its sums do not depend on the order the GPU adds in, and it keeps exactly what the
  *   host cut (peBlockRows) keeps: the plan equals the host plan. Where every head's map does
@@ -29,11 +29,10 @@ import {
   numBlocks,
 } from '@crisp/core';
 import { queueSelection } from '../ops/device-select.js';
-import { expandBuffers } from '../ops/expand-mask.js';
 import { devicePeCutFits, queueDevicePeRows } from '../ops/pe-cut.js';
 import type { OpHost } from '../ops/host.js';
 import { checkScale, prepare } from '../ops/validate.js';
-import { type DevicePeMask, WebGpuPreparedMask } from './prepared-mask.js';
+import { WebGpuPreparedMask } from './prepared-mask.js';
 
 export class WebGpuDevicePlanner implements DevicePlanner {
   /** Router rules the plan runs on the device (kernels/select.ts). */
@@ -74,21 +73,10 @@ export class WebGpuDevicePlanner implements DevicePlanner {
       );
     }
     const scale = pe.scale === undefined ? undefined : checkScale(pe.scale, shape.headDim);
-    const sel = await queueSelection(host, stats, { tauProxy: route.tauProxy, vs, peK });
-    let device: DevicePeMask | undefined;
-    if (host.peCut === 'device' && devicePeCutFits(host, H, Nb)) {
-      const made: GPUBuffer[] = [];
-      try {
-        const peRows = await queueDevicePeRows(host, sel.routes, { qt, kt }, shape, B, pe.gamma, checkScale(scale, shape.headDim));
-        made.push(peRows.rowPtr, peRows.cols);
-        const e = await expandBuffers(host, H, Nb, { vsPtr: sel.vsPtr, vsList: sel.vsList, sliceBase: H * Nb }, peRows, sel.cap);
-        device = { pe: peRows, rows: { rowPtr: e.rowPtr, cols: e.cols } };
-      } catch (err) {
-        host.gpu.retire(...made, ...sel.held);
-        throw err;
-      }
-    }
-    const prepared = new WebGpuPreparedMask(host, { heads: H, numBlocks: Nb, blockSize: B }, sel, { q: qt, k: kt, gamma: pe.gamma, scale }, device);
+    const onDevice = host.peCut === 'device' && devicePeCutFits(host, H, Nb);
+    const cut = (routes: GPUBuffer) => queueDevicePeRows(host, routes, { qt, kt }, shape, B, pe.gamma, checkScale(scale, shape.headDim));
+    const sel = await queueSelection(host, stats, { tauProxy: route.tauProxy, vs, peK }, onDevice ? cut : undefined);
+    const prepared = new WebGpuPreparedMask(host, { heads: H, numBlocks: Nb, blockSize: B }, sel, { q: qt, k: kt, gamma: pe.gamma, scale });
     let outcome: Promise<DevicePlanOutcome> | undefined;
     const read = (): Promise<DevicePlanOutcome> => {
       outcome ??= (async () => {

@@ -26,24 +26,15 @@ export interface PeInputs {
   readonly scale: number | undefined;
 }
 
-/** The plan's host form: the device's routes, the PE heads (ascending) and their rows. */
-interface HostForm {
-  readonly routes: Route[];
-  readonly peHeads: number[];
-  /** the PE heads' rows (peBlockRows' form), when there are PE heads */
-  readonly peRows: BlockRows | undefined;
-}
-
 /** Every head's rows (the VS lists ∪ the PE rows) on the device. */
 interface FinalRows {
   readonly rowPtr: GPUBuffer;
   readonly cols: GPUBuffer;
 }
 
-/** The PE part made on the device with the plan: the PE heads' rows and the union's. */
-export interface DevicePeMask {
-  readonly pe: DevicePeRows;
-  readonly rows: FinalRows;
+/** The PE part the host made: every head's rows, and the PE heads' rows (peBlockRows' form) when there are PE heads. */
+interface HostPart extends FinalRows {
+  readonly peRows: BlockRows | undefined;
 }
 
 /** A prepared mask dropped unreleased gives its buffers back once collected. */
@@ -58,18 +49,10 @@ export class WebGpuPreparedMask implements PreparedMask {
   readonly #sel: QueuedSelection;
   readonly #pe: PeInputs;
   readonly #held: GPUBuffer[];
-  readonly #device: DevicePeMask | undefined;
-  #hostPe: Promise<HostForm & FinalRows> | undefined;
-  #hostForm: Promise<HostForm> | undefined;
+  #hostPe: Promise<HostPart> | undefined;
   #released = false;
 
-  constructor(
-    host: OpHost,
-    shape: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number },
-    sel: QueuedSelection,
-    pe: PeInputs,
-    device?: DevicePeMask,
-  ) {
+  constructor(host: OpHost, shape: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number }, sel: QueuedSelection, pe: PeInputs) {
     this.backend = host.name;
     this.#host = host;
     this.heads = shape.heads;
@@ -77,14 +60,8 @@ export class WebGpuPreparedMask implements PreparedMask {
     this.blockSize = shape.blockSize;
     this.#sel = sel;
     this.#pe = pe;
-    this.#device = device;
-    this.#held = [...sel.held, ...(device ? [device.pe.rowPtr, device.pe.cols, device.rows.rowPtr, device.rows.cols] : [])];
+    this.#held = [...sel.held];
     PREPARED_FINALIZER.register(this, { gpu: host.gpu, held: this.#held }, this);
-  }
-
-  /** whether the PE heads' rows were made on the device with the plan */
-  get cutOnDevice(): boolean {
-    return this.#device !== undefined;
   }
 
   /** Whether `host` (a backend's) made this mask. */
@@ -119,19 +96,25 @@ export class WebGpuPreparedMask implements PreparedMask {
   /** every head's final rows on the device (complete() first) */
   async rows(): Promise<FinalRows> {
     this.#alive();
-    if (this.#device) return this.#device.rows;
+    // (the device cut's rows are in the selection's expansion)
+    if (this.#sel.pe) return this.#sel;
+    return this.#hostPart();
+  }
+
+  /** the PE part the host makes (where the cut is not on the device), made once */
+  #hostPart(): Promise<HostPart> {
     this.#hostPe ??= this.#makeHostPe();
     return this.#hostPe;
   }
 
-  async #makeHostPe(): Promise<HostForm & FinalRows> {
+  async #makeHostPe(): Promise<HostPart> {
     const H = this.heads;
     const Nb = this.numBlocks;
     const sel = this.#sel;
     const routes = await this.#readRoutes();
     const peHeads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
     if (peHeads.length === 0) {
-      return { routes, peHeads, peRows: undefined, rowPtr: sel.rowPtr, cols: sel.cols };
+      return { peRows: undefined, rowPtr: sel.rowPtr, cols: sel.cols };
     }
     const { q, k, gamma, scale } = this.#pe;
     const peRows = await peBlockRows(this.#host, q, k, { blockSize: this.blockSize, gamma, heads: peHeads, scale });
@@ -140,7 +123,7 @@ export class WebGpuPreparedMask implements PreparedMask {
     const e = await expandBuffers(this.#host, H, Nb, { vsPtr: sel.vsPtr, vsList: sel.vsList, sliceBase: H * Nb }, rows, sel.cap);
     if (this.#released) this.#host.gpu.retire(e.rowPtr, e.cols);
     else this.#held.push(e.rowPtr, e.cols);
-    return { routes, peHeads, peRows, rowPtr: e.rowPtr, cols: e.cols };
+    return { peRows, rowPtr: e.rowPtr, cols: e.cols };
   }
 
   async #readRoutes(): Promise<Route[]> {
@@ -148,20 +131,12 @@ export class WebGpuPreparedMask implements PreparedMask {
     return Array.from(new Uint32Array(ab), (x): Route => (x === 1 ? 'vs' : 'pe'));
   }
 
-  /** the routes and the PE heads' rows on the host: read back (device cut) or as the host made them */
-  #hostFormOf(): Promise<HostForm> {
-    this.#alive();
-    this.#hostForm ??= this.#device ? this.#readDevicePe(this.#device.pe) : this.rows().then(() => this.#hostPe!);
-    return this.#hostForm;
-  }
-
   /** The device cut's rows, read back into peBlockRows' form (the PE heads' rows only). */
-  async #readDevicePe(pe: DevicePeRows): Promise<HostForm> {
+  async #readDevicePe(pe: DevicePeRows, routes: readonly Route[]): Promise<BlockRows | undefined> {
     const H = this.heads;
     const Nb = this.numBlocks;
-    const routes = await this.#readRoutes();
     const peHeads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
-    if (peHeads.length === 0) return { routes, peHeads, peRows: undefined };
+    if (peHeads.length === 0) return undefined;
     const g = this.#host.gpu;
     const ptr = new Int32Array(await g.read(pe.rowPtr, 0, (H * Nb + 1) * 4));
     const total = ptr[H * Nb];
@@ -178,15 +153,18 @@ export class WebGpuPreparedMask implements PreparedMask {
       for (let I = 0; I < Nb; I++) rowPtr[s * Nb + I + 1] = at + ptr[h * Nb + I + 1] - a;
       at += b - a;
     });
-    return { routes, peHeads, peRows: { rowPtr, cols } };
+    return { rowPtr, cols };
   }
 
   /** The device's routes, VS lists and PE rows (the PE part made first when it is not yet). */
   async read(): Promise<{ routes: Route[]; vs: VsLists; peRows: BlockRows | undefined }> {
-    const c = await this.#hostFormOf();
     this.#alive();
-    const { vs } = await readSelection(this.#host, this.#sel, this.heads, this.numBlocks);
-    return { routes: c.routes, vs, peRows: c.peRows };
+    const devicePe = this.#sel.pe;
+    const made = devicePe ? undefined : await this.#hostPart();
+    this.#alive();
+    const { routes, vs } = await readSelection(this.#host, this.#sel, this.heads, this.numBlocks);
+    const peRows = devicePe ? await this.#readDevicePe(devicePe, routes) : made!.peRows;
+    return { routes, vs, peRows };
   }
 
   async readBlockCounts(): Promise<Float64Array> {
