@@ -8,7 +8,7 @@
  * the plan reports the host's RoutingDecision.
  */
 import type { AttentionShape } from '../attention.js';
-import type { Backend, DeviceMark, DevicePlanOutcome, PreparedMask } from '../backend.js';
+import type { Backend, DeviceMark, DevicePlanOutcome, DevicePlanResult, PreparedMask } from '../backend.js';
 import { CrispError } from '../errors.js';
 import { densityFromCounts } from '../mask.js';
 import type { DeviceRouterRule, Policy, Route, RoutingDecision } from '../policy.js';
@@ -76,7 +76,7 @@ export async function queueDevicePlan(
   const H = shape.heads;
   const statsMark = markStats ? backend.mark?.() : undefined;
   const tStats = performance.now();
-  let r: Awaited<ReturnType<NonNullable<Backend['planner']>['plan']>>;
+  let r: DevicePlanResult;
   try {
     r = await backend.planner!.plan({
       stats,
