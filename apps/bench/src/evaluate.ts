@@ -162,7 +162,6 @@ export async function evaluatePolicies(
       const mr = massRecall(host.q, host.k, plan.mask, { rows: base });
       const sparse = attentionRows(host.q, host.k, host.v, all, plan.mask);
       const nr = needleRecall(plan, sc.truth);
-      const visibleIds = new Set(sc.truth.needles.filter((x) => x.visibleToProxy).map((x) => x.id));
       let okOut = 0;
       for (const hit of nr.hits) {
         if (!hit.recalled) continue;
@@ -188,7 +187,7 @@ export async function evaluatePolicies(
         needleOutputRecall: nr.total ? okOut / nr.total : 1,
         needles: nr.total,
         visibleNeedleRecall: nr.visibleRecall,
-        visibleNeedles: nr.hits.filter((x) => visibleIds.has(x.needle)).length,
+        visibleNeedles: nr.visibleTotal,
         density: plan.overallDensity,
         vsHeads: plan.routing ? plan.routing.routes.filter((r) => r === 'vs').length : 0,
         planMs: plan.planMs,

@@ -81,6 +81,7 @@ describe('needleRecall', () => {
     expect(miss).toMatchObject({ needle: 0, head: 1, keyBlocks: [3], queryBlocks: [7, 8], missedIn: [8] });
     // visible needle 0: 1 of 2 reader heads
     expect(rep.visibleRecall).toBe(0.5);
+    expect(rep.visibleTotal).toBe(2);
   });
 
   it('is 1 for a dense plan and rejects needles beyond the plan', () => {

@@ -29,6 +29,8 @@ export interface NeedleRecall {
   readonly total: number;
   /** the same over needles the proxy rows can see (askers include the last rows) */
   readonly visibleRecall: number;
+  /** (needle, reader head) pairs of those needles */
+  readonly visibleTotal: number;
   readonly hits: readonly NeedleHit[];
 }
 
@@ -76,6 +78,7 @@ export function needleRecall(plan: MaskedPlan, truth: Pick<GroundTruth, 'needles
     recalled,
     total: hits.length,
     visibleRecall: vis.length ? vis.filter((x) => x.recalled).length / vis.length : 1,
+    visibleTotal: vis.length,
     hits,
   };
 }
