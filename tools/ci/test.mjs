@@ -5,8 +5,10 @@
  * closing table of what passed and what did not.
  *
  * - lint and import cycles;
- * - the typecheck and vitest suites of every package, in parallel under turbo with
- *   `--continue` (turbo otherwise stops the suites still running at the first failure), and
+ * - the typecheck (one program over the Node-side packages, tsconfig.workspace.json, and the
+ *   few packages with compiler options of their own) and the vitest suites of every package,
+ *   in parallel under turbo with `--continue` (turbo otherwise stops the suites still running
+ *   at the first failure), and
  *   in the same run `test:heavy` (the nvcc compile check of @crisp/kernels-cuda, minutes of
  *   CPU), whose nvcc runs at a low CPU priority (nice 10): it fills the CPU the suites leave idle
  *   towards their end (a few long suites, one process each) instead of running after them;
@@ -29,7 +31,7 @@ const pnpm = process.platform === 'win32' ? 'pnpm.cmd' : 'pnpm';
 const steps = [
   { name: 'lint', cmd: [pnpm, 'lint'] },
   { name: 'cycles', cmd: [pnpm, 'cycles'] },
-  { name: 'suites', cmd: [pnpm, 'exec', 'turbo', 'run', 'typecheck', 'test', 'test:heavy', '--continue'] },
+  { name: 'suites', cmd: [pnpm, 'exec', 'turbo', 'run', 'typecheck', 'typecheck:workspace', 'test', 'test:heavy', '--continue'] },
   { name: 'api-docs', cmd: [pnpm, 'docs:api'], group: 'publish' },
   { name: 'pack', cmd: [process.execPath, 'tools/pack-check/src/main.mjs'], group: 'publish' },
   { name: 'publish-dry-run', cmd: [pnpm, 'release:check'], group: 'publish', after: 'pack' },
