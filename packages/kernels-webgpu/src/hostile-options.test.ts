@@ -189,6 +189,7 @@ describe('createNodeWebGpuBackend: options checked before Dawn starts', () => {
     ['a flag that is not a string', { flags: [1] }],
     ['an unknown key', { flag: [] }],
     ['attentionKernel unknown', { attentionKernel: 'wmma' }],
+    ['dawnWait unknown', { dawnWait: 'sleep' }],
   ];
   for (const [what, opts] of bad) {
     it(`${what}: INVALID_ARGUMENT`, async () => {

@@ -12,12 +12,20 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { CrispError, InvalidArgumentError } from '@crisp/core';
 import { type WebGpuBackend, createWebGpuBackend } from './backend.js';
 import { type WebGpuBackendOptions, checkOptions } from './options.js';
+import { applyDawnWait, DAWN_WAITS, type DawnWait } from './runtime/dawn-wait.js';
 
 export const DEFAULT_DAWN_FLAGS: readonly string[] = ['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia'];
 
 export interface NodeWebGpuOptions extends Omit<WebGpuBackendOptions, 'gpu' | 'adapter' | 'device'> {
   /** Dawn flags for `create()`; default DEFAULT_DAWN_FLAGS */
   readonly flags?: readonly string[];
+  /**
+   * How Dawn waits for the GPU: `spin` (dawn.node's own polling, a core busy while the GPU
+   * works), `yield` (its polling from a 1 ms timer; process-wide once set, see
+   * yieldDawnWaits), `auto` (default: yield on a CPU adapter such as SwiftShader, where the
+   * spinning core is one the shaders need, spin on a GPU).
+   */
+  readonly dawnWait?: DawnWait;
 }
 
 export interface WebGpuAvailability {
@@ -127,7 +135,7 @@ function ldSoConfDirs(): string[] {
   return out;
 }
 
-async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
+async function nodeAdapter(flags: readonly string[], wait: DawnWait = 'auto'): Promise<GPUAdapter> {
   if (findVulkanLoader() === undefined && !process.env.CRISP_WEBGPU_SKIP_LOADER_CHECK) {
     throw new CrispError(
       'BACKEND_UNAVAILABLE',
@@ -155,14 +163,15 @@ async function nodeAdapter(flags: readonly string[]): Promise<GPUAdapter> {
     throw new CrispError('BACKEND_UNAVAILABLE', `Dawn's requestAdapter failed: ${e instanceof Error ? e.message : String(e)}`);
   }
   if (!adapter) throw new CrispError('BACKEND_UNAVAILABLE', explainMissingAdapter());
+  applyDawnWait(wait, adapter);
   return adapter;
 }
 
 /** A WebGPU backend on Dawn in Node. BACKEND_UNAVAILABLE (with the reason) when no adapter. */
 export async function createNodeWebGpuBackend(opts: NodeWebGpuOptions = {}): Promise<WebGpuBackend> {
   checkNodeOptions(opts, 'createNodeWebGpuBackend');
-  const { flags, ...rest } = opts;
-  const adapter = await nodeAdapter(flags ?? DEFAULT_DAWN_FLAGS);
+  const { flags, dawnWait, ...rest } = opts;
+  const adapter = await nodeAdapter(flags ?? DEFAULT_DAWN_FLAGS, dawnWait);
   return createWebGpuBackend({ ...rest, adapter, gpu: instances[instances.length - 1] });
 }
 
@@ -177,8 +186,12 @@ function checkNodeOptions(opts: unknown, entry: string): asserts opts is NodeWeb
       }
     }
   }
-  checkOptions(opts, entry, ['flags']);
+  checkOptions(opts, entry, ['flags', 'dawnWait']);
   checkFlags((opts as NodeWebGpuOptions).flags);
+  const wait = (opts as NodeWebGpuOptions).dawnWait;
+  if (wait !== undefined && !DAWN_WAITS.includes(wait)) {
+    throw new InvalidArgumentError(`dawnWait must be one of ${DAWN_WAITS.join(', ')}; got ${JSON.stringify(wait) ?? String(wait)}`);
+  }
 }
 
 function checkFlags(flags: unknown): void {
@@ -206,3 +219,4 @@ export async function webgpuAvailability(flags: readonly string[] = DEFAULT_DAWN
 }
 
 export { createWebGpuBackend, type WebGpuBackend } from './backend.js';
+export { type DawnWait, dawnWaitsYield, isCpuAdapter, yieldDawnWaits } from './runtime/dawn-wait.js';
