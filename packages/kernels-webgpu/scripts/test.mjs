@@ -4,15 +4,22 @@
 // suite ran on one core for minutes after every other suite had ended. The second process
 // takes attention-kernels (the FMA kernel in f16 and f32 at d 64 and 128, dispatch splitting,
 // the subgroup-matrix and unknown kernels), device-loss (a device of its own), the TF.js
-// and ONNX Runtime peers (their libraries' shaders) and varlen (the varlen kernel; about three
-// minutes that left the first process the last suite running in CI); the first the rest,
-// which share the default kernels' pipelines with the conformance suite. Only the FMA
-// pipelines that both halves use are compiled twice. Extra arguments go to both runs.
+// and ONNX Runtime peers (their libraries' shaders), varlen and the conformance suite's varlen
+// cases (the varlen kernel; they left the first process the last suite running in CI); the
+// first the rest, which share the default kernels' pipelines with the conformance suite. Only
+// the pipelines that both halves use are compiled twice. Extra arguments go to both runs.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
-const OWN_PIPELINES = ['src/attention-kernels.test.ts', 'src/device-loss.test.ts', 'src/ort-peer.test.ts', 'src/tfjs-peer.test.ts', 'src/varlen.test.ts'];
+const OWN_PIPELINES = [
+  'src/attention-kernels.test.ts',
+  'src/conformance-varlen.test.ts',
+  'src/device-loss.test.ts',
+  'src/ort-peer.test.ts',
+  'src/tfjs-peer.test.ts',
+  'src/varlen.test.ts',
+];
 const manifest = createRequire(import.meta.url).resolve('vitest/package.json');
 const vitest = join(dirname(manifest), 'vitest.mjs');
 const extra = process.argv.slice(2);

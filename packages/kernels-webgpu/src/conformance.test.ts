@@ -3,11 +3,10 @@
  * Without an adapter the suite is not registered and the reason is printed. The tensor-core
  * subgroup-matrix kernel gets its own f16 suite wherever the adapter makes it eligible.
  */
-import { defaultPolicies } from '@crisp/conformance';
 import { defineConformanceSuite } from '@crisp/conformance/vitest';
 import { describe, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
-import { sharedBackend } from './test-support.js';
+import { conformancePolicies, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 
@@ -16,15 +15,12 @@ if (backend) {
   // through the backend's declared capabilities.
   // The suite's backend shares the test device (and its compiled pipelines); f32 only: the
   // f16 storage path is covered by primitives.test.ts and, on the H200, by the f16 suite.
-  // The default policies, the scaled copies first: the lifetime case (eight prefills in one
-  // job, checking only that their statistics are collected) takes the first policy that
-  // routes, and the scaled crisp's sparse plans cost a fraction of the shipped crisp's
-  // nearly dense ones at n = 1100 on a CPU adapter. Every pipeline case still runs.
-  const [crispShipped, flexShipped, ...scaled] = defaultPolicies();
+  // The varlen cases run in conformance-varlen.test.ts, in the package's other test process.
   defineConformanceSuite('webgpu (Dawn)', () => createWebGpuBackend({ device: backend.gpu.device }), {
     sizes: 'small',
+    varlenSizes: 'none',
     dtypes: ['f32'],
-    policies: [...scaled, crispShipped, flexShipped],
+    policies: conformancePolicies(),
   });
   const smm = () => createWebGpuBackend({ device: backend.gpu.device, attentionKernel: 'subgroup-matrix' });
   const probe = await smm();
