@@ -4,7 +4,7 @@
  * Row-based suites are merged by (backend, n, profile): this run's rows replace the old rows
  * with the same key, so a backend's sizes can be split across commands;
  * whole suites this run did not run are kept; the crossover is recomputed from the merged
- * latency. Every contributing command is listed.
+ * latency. Every command whose rows remain is listed.
  */
 import { readFileSync } from 'node:fs';
 import type { BenchResult } from './result.js';
@@ -21,7 +21,24 @@ export function readResult(file: string): BenchResult {
   if (r.schema !== 'crisp-bench/1') throw new Error(`${file} is not a crisp-bench/1 result (schema '${String(r.schema)}')`);
   const fl = r.suites.floors;
   if (fl?.summary.some((x) => x.pareto === undefined)) r.suites.floors = { ...fl, summary: floorSummary(fl.summary, fl.rows) };
-  return r;
+  return withLiveRuns(r);
+}
+
+/**
+ * `r` listing only the earlier runs that still contribute: a run every row of which a later
+ * command replaced (the same command run again, say) is dropped, so a results folder names the
+ * commands behind its numbers, not every command ever merged into it. Rows name their run;
+ * the tfjs, varlen and parity sections do not, so where one of them is present every earlier
+ * run stays listed.
+ */
+export function withLiveRuns(r: BenchResult): BenchResult {
+  const runs = r.earlierRuns;
+  if (!runs?.length || r.suites.tfjs || r.suites.varlen || r.suites.parity) return r;
+  const used = new Set<string>();
+  for (const { rows } of rowsOf(r)) for (const row of rows) used.add(row.run ?? r.startedAt);
+  const live = runs.filter((e) => used.has(e.startedAt));
+  if (live.length === runs.length) return r;
+  return { ...r, earlierRuns: live.length ? live : undefined };
 }
 
 /** Every row of a suite, for stamping and provenance. */
@@ -89,7 +106,7 @@ export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly 
   const backends = [...prev.backends.filter((b) => !ran.includes(b.name)), ...cur.backends.filter((b) => ran.includes(b.name))];
   const crossover =
     latency && (c.crossover || p.crossover) ? crossoverSuite(latency.rows, new Map(backends.map((b) => [b.name, b.shippedCrossover]))) : undefined;
-  return {
+  return withLiveRuns({
     ...cur,
     backends,
     earlierRuns: [
@@ -103,5 +120,5 @@ export function mergeResults(prev: BenchResult, cur: BenchResult, ran: readonly 
       },
     ],
     suites: { latency, accuracy, onCurve, crossover, floors: c.floors ?? p.floors, tfjs: c.tfjs ?? p.tfjs, varlen: c.varlen ?? p.varlen, parity: c.parity ?? p.parity, parallel },
-  };
+  });
 }

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultConfig } from './config.js';
-import { mergeResults, readResult } from './merge.js';
+import { mergeResults, readResult, withLiveRuns } from './merge.js';
 import { headline, markdown, matchedErrorMarkdown, suiteCommands } from './report.js';
 import type { BenchResult } from './result.js';
 import { floorSummary } from './suites/floors.js';
@@ -132,8 +132,20 @@ describe('provenance after --merge', () => {
     const third = result('third', 't3', [lat('cuda', 'dense', 8192, 11, 0, 1), lat('cuda', 'crisp', 8192, 6, 1, 0.5)]);
     const m2 = mergeResults(m, third, ['cuda']);
     expect(suiteCommands(m2, 'latency')).toEqual(['second', 'third']);
-    expect(m2.earlierRuns!.map((e) => e.command)).toEqual(['first', 'second']);
+    // ... and is no longer listed as merged: the file names the commands behind its numbers
+    expect(m2.earlierRuns!.map((e) => e.command)).toEqual(['second']);
     expect(markdown(m2)).toContain('Reproduce: `second`, then `third`');
+    expect(markdown(m2)).toContain('Merged with the results of `second`');
+    expect(markdown(m2)).not.toContain('`first`');
+    // the same command run again replaces its own earlier run: one run listed, not two
+    const again = mergeResults(m2, result('third', 't4', [lat('cuda', 'dense', 8192, 12, 0, 1), lat('cuda', 'crisp', 8192, 7, 1, 0.5)]), ['cuda']);
+    expect(again.earlierRuns!.map((e) => `${e.command} ${e.startedAt}`)).toEqual(['second t2']);
+    // a file written before this rule, read back, lists only the runs whose rows it holds
+    const stale = { ...again, earlierRuns: [...again.earlierRuns!, { command: 'third', startedAt: 't3', backends: ['cuda'] }] };
+    expect(withLiveRuns(stale).earlierRuns!.map((e) => e.startedAt)).toEqual(['t2']);
+    // the tfjs, varlen and parity sections name no run: with one present every run stays
+    const withTfjs = { ...stale, suites: { ...stale.suites, tfjs: { rows: [], notes: [] } } } as typeof stale;
+    expect(withLiveRuns(withTfjs).earlierRuns).toHaveLength(2);
   });
 });
 
