@@ -34,8 +34,10 @@ const vsMask = (H: number, Nb: number, B: number): BlockMask => ({
 
 describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reason})` : ''}`, () => {
   const b = backend!;
-  const t = (shape: number[], seed: number, dtype: 'f32' | 'f16' = 'f32') =>
-    b.upload(hostTensor(dtype, shape, seededValues(seed, shape.reduce((x, y) => x * y, 1))));
+  /** seeded values of `shape` uploaded to `on` */
+  const seeded = (on: WebGpuBackend, shape: number[], seed: number, dtype: 'f32' | 'f16' = 'f32') =>
+    on.upload(hostTensor(dtype, shape, seededValues(seed, shape.reduce((x, y) => x * y, 1))));
+  const t = (shape: number[], seed: number, dtype: 'f32' | 'f16' = 'f32') => seeded(b, shape, seed, dtype);
 
   it('limits: oversized tensors and masks are LIMIT_EXCEEDED before anything is allocated', async () => {
     await b.synchronize();
@@ -341,9 +343,8 @@ describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reas
     it('out of memory for the attention output: OUT_OF_MEMORY before any attention pipeline is built, nothing left', async () => {
       const base = fb.gpu.liveBuffers.buffers;
       const s = freshSeed();
-      const mk = (shape: number[], seed: number) => fb.upload(hostTensor('f32', shape, seededValues(seed, shape.reduce((a, c) => a * c, 1))));
-      const q = mk([64, 2, 64], s);
-      const k = mk([64, 1, 64], s + 1);
+      const q = seeded(fb, [64, 2, 64], s);
+      const k = seeded(fb, [64, 1, 64], s + 1);
       // (seen at the device, not timed: an attention pipeline takes seconds to build on a CPU
       // adapter, and so can anything on a loaded machine)
       const built = () => faults.pipelines?.length ?? 0;
@@ -381,9 +382,8 @@ describe.skipIf(!backend)(`WebGPU faults and misuse${reason ? ` (skipped: ${reas
     it("out of memory in the device plan's PE cut: OUT_OF_MEMORY, nothing left, the plan after it is whole", async () => {
       const base = fb.gpu.liveBuffers.buffers;
       const s = freshSeed();
-      const mk = (shape: number[], seed: number) => fb.upload(hostTensor('f32', shape, seededValues(seed, shape.reduce((a, c) => a * c, 1))));
-      const q = mk([320, 2, 64], s);
-      const k = mk([320, 1, 64], s + 1);
+      const q = seeded(fb, [320, 2, 64], s);
+      const k = seeded(fb, [320, 1, 64], s + 1);
       // crisp's rules at a scale this shape has (B 64, kMin 128 tokens): a device plan
       const policy: Policy = { ...crisp, blockSize: 64, kMin: 128, vs: noiseFloor({ alpha: 1, kMin: 128 }), pe: globalCoverage({ gamma: 0.6, kMin: 128 }) };
       const injected = faults.injected;

@@ -24,8 +24,9 @@ const WRAPPED = Symbol.for('@crisp/kernels-webgpu.dawnTickYield');
 
 type Immediate = (cb: (...args: unknown[]) => void, ...args: unknown[]) => unknown;
 
+/** V8 prints a native function as `function name() { [native code] }`; only its end is read. */
 function isNative(f: unknown): boolean {
-  return typeof f === 'function' && Function.prototype.toString.call(f).includes('[native code]');
+  return typeof f === 'function' && Function.prototype.toString.call(f).endsWith('{ [native code] }');
 }
 
 /** Whether the global setImmediate yields dawn.node's ticks (yieldDawnWaits ran). */
