@@ -21,6 +21,12 @@
 #                and staged without its K/V staging (timing only), dense 8k-64k, the crisp
 #                pipeline at 32k and 64k, conformance with each tensor-core form at the CI
 #                sizes and n = 4,000: OUT/webgpu-rig (apps/bench/results/<gpu>/webgpu-rig). ~200 s.
+#   webgpu-tc    the tensor-core kernel on this GPU: the GPU rig with fma and pipelined (dense 8k-64k, the
+#                crisp pipeline at 32k and 64k, conformance at the CI sizes and n = 4,000), then crisp-bench
+#                latency and crossover on the llama fill, 8k-64k, with the PE cut on the device (TF.js and
+#                ONNX Runtime Web in the same run): OUT/webgpu-rig, OUT/nvidia-h200-webgpu-tc. ~570 s.
+#   webgpu-hostcut  crisp alone, 8k-32k, with the PE cut on the host (the comparison for the device
+#                cut of webgpu-tc): OUT/nvidia-h200-webgpu-tc-hostcut. ~110 s.
 #   tfjs         crisp-bench's tfjs suite: @crisp/tfjs's crispAttention on tfjs-backend-webgpu (Dawn over
 #                Vulkan) against TF.js's own dense attention on the same tensors, f32, 8k-32k, and
 #                the host path beside the zero-copy path at 16k: OUT/nvidia-h200-tfjs
@@ -79,8 +85,8 @@
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
 # a hard limit, so a step cut short leaves what it finished.
 set -u
-phase=${1:?usage: h200.sh conformance|headline|suites|webgpu|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}
-out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|webgpu|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}")
+phase=${1:?usage: h200.sh conformance|headline|suites|webgpu|webgpu-tc|webgpu-hostcut|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}
+out=$(realpath -m "${2:?usage: h200.sh conformance|headline|suites|webgpu|webgpu-tc|webgpu-hostcut|tfjs|varlen|parity|guard|flexplan|kernels|parallel|million|hostile OUT}")
 mkdir -p "$out"
 command -v node >/dev/null || { echo "no node on PATH: source .device/setup.sh first" >&2; exit 2; }
 [ -n "${CRISP_GIT_COMMIT:-}" ] || echo "note: CRISP_GIT_COMMIT is not set; crisp-bench reads the commit from git" >&2
@@ -136,6 +142,28 @@ case "$phase" in
       > "$out/webgpu-rig.out" 2>&1
     rc=$?
     grep -E 'best|conformance [0-9]|FATAL' "$out/webgpu-rig/webgpu-device.log" | tail -n 8
+    exit $rc
+    ;;
+  webgpu-tc)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 215 node "$app/webgpu-main.mjs" --out "$out/webgpu-rig" --no-wgsl --budget 195 \
+      --variants fma,subgroup-matrix:pipelined --dense 8192,16384,32768,65536 --sparse 32768,65536 --tfjs '' \
+      --smm-probe 0 --probes '' --conformance 0,4000 > "$out/webgpu-rig.out" 2>&1
+    rc=$?
+    grep -E 'best|conformance [0-9]|FATAL' "$out/webgpu-rig/webgpu-device.log" | tail -n 8
+    timeout -s KILL 355 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
+      --sizes 8k..64k --budget-s 150 --deadline-s 345 --out "$out/nvidia-h200-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
+    rc2=$?
+    grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
+    [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
+    ;;
+  webgpu-hostcut)
+    [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
+    timeout -s KILL 115 node "$app/crisp-bench.mjs" --backends webgpu --suites latency --latency-inputs fill \
+      --sizes 8k..32k --presets crisp --webgpu-pe-cut host --jit-warmup 500 --deadline-s 105 \
+      --out "$out/nvidia-h200-webgpu-tc-hostcut" > "$out/webgpu-hostcut.log" 2>&1
+    rc=$?
+    grep -E 'latency|skip|error' "$out/webgpu-hostcut.log" | tail -n 10
     exit $rc
     ;;
   tfjs)
@@ -257,7 +285,7 @@ case "$phase" in
     [ $rc -eq 0 ] && grep -q 'hostile: PASSED' "$out/hostile.log"
     ;;
   *)
-    echo "unknown phase $phase (conformance, headline, suites, tfjs, varlen, parity, guard, flexplan, kernels, parallel, million, hostile)" >&2
+    echo "unknown phase $phase (conformance, headline, suites, webgpu, webgpu-tc, webgpu-hostcut, tfjs, varlen, parity, guard, flexplan, kernels, parallel, million, hostile)" >&2
     exit 2
     ;;
 esac
