@@ -80,6 +80,7 @@
 #                after, then a kernel fault in a child process (DEVICE_LOST, a new backend after
 #                it): OUT/hostile.json, OUT/hostile.log, OUT/sticky.log. ~60-150 s (NVRTC compiles
 #                at first use).
+# GPU_LABEL (default nvidia-h200) names the webgpu-tc phases' result folders when another GPU runs them.
 # Set CRISP_GIT_COMMIT to the commit being run: crisp-bench labels its results with it (the
 # copy on the GPU host may have no git metadata). Copy OUT's nvidia-h200* folders over
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
@@ -130,7 +131,7 @@ case "$phase" in
     rc=$?
     tail -n 3 "$out/suites.log"
     timeout -s KILL 175 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
-      --sizes 8k..32k --deadline-s 165 --out "$out/nvidia-h200-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
+      --sizes 8k..32k --deadline-s 165 --out "$out/${GPU_LABEL:-nvidia-h200}-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
     rc2=$?
     grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
@@ -152,7 +153,7 @@ case "$phase" in
     rc=$?
     grep -E 'best|conformance [0-9]|FATAL' "$out/webgpu-rig/webgpu-device.log" | tail -n 8
     timeout -s KILL 355 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
-      --sizes 8k..64k --budget-s 150 --deadline-s 345 --out "$out/nvidia-h200-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
+      --sizes 8k..64k --budget-s 150 --deadline-s 345 --out "$out/${GPU_LABEL:-nvidia-h200}-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
     rc2=$?
     grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
@@ -161,7 +162,7 @@ case "$phase" in
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     timeout -s KILL 115 node "$app/crisp-bench.mjs" --backends webgpu --suites latency --latency-inputs fill \
       --sizes 8k..32k --presets crisp --webgpu-pe-cut host --jit-warmup 500 --deadline-s 105 \
-      --out "$out/nvidia-h200-webgpu-tc-hostcut" > "$out/webgpu-hostcut.log" 2>&1
+      --out "$out/${GPU_LABEL:-nvidia-h200}-webgpu-tc-hostcut" > "$out/webgpu-hostcut.log" 2>&1
     rc=$?
     grep -E 'latency|skip|error' "$out/webgpu-hostcut.log" | tail -n 10
     exit $rc
