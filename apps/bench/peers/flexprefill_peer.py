@@ -227,6 +227,15 @@ def rel_err(torch, a, ref):
     return float(torch.linalg.vector_norm(a - ref) / torch.linalg.vector_norm(ref))
 
 
+def head_rel_errs(torch, a, ref):
+    """The relative error of each head (Frobenius over the sampled rows and d) against ref [r, H, d]."""
+    a = a.double()
+    ref = ref.double()
+    num = torch.linalg.vector_norm(a - ref, dim=(0, 2))
+    den = torch.linalg.vector_norm(ref, dim=(0, 2))
+    return [float(x) for x in (num / den).cpu()]
+
+
 def decisions(torch, cap, H, nb, tau):
     """What the captured call decided: routes, JSD, vertical/slash lists, block indices per head."""
     out = {}
@@ -307,8 +316,11 @@ def run_input(torch, load_file, mod, man, item, out_dir):
     ref = dense_rows_f64(torch, q, k, v, rows)
     o_rows = o[0].index_select(0, torch.tensor(rows, device=o.device))
     r["relErr"] = rel_err(torch, o_rows, ref)
+    r["headRelErr"] = head_rel_errs(torch, o_rows, ref)
     if "crisp_out" in t:
-        r["crispRelErr"] = rel_err(torch, t["crisp_out"].to(ref.device).view(len(rows), H, d), ref)
+        ours = t["crisp_out"].to(ref.device).view(len(rows), H, d)
+        r["crispRelErr"] = rel_err(torch, ours, ref)
+        r["crispHeadRelErr"] = head_rel_errs(torch, ours, ref)
     also = also_names(t.keys())
     if also:
         r["alsoRelErr"] = {name: rel_err(torch, t["also_" + name].to(ref.device).view(len(rows), H, d), ref) for name in also}
@@ -444,6 +456,10 @@ def self_check():
         vv = v.double().repeat_interleave(H // hkv, dim=1).permute(1, 0, 2)
         full = torch.nn.functional.scaled_dot_product_attention(q.double().permute(1, 0, 2), kk, vv, is_causal=True).permute(1, 0, 2)
         check(rel_err(torch, got, full[rows]) < 1e-12, "float64 rows equal causal SDPA in float64 (GQA: head h reads KV head h // g)")
+        bad = got.clone()
+        bad[:, 1] *= 1.5
+        he = head_rel_errs(torch, bad, got)
+        check(abs(he[1] - 0.5) < 1e-12 and max(he[0], he[2], he[3]) == 0, "per-head errors: only the changed head's, and its size")
     folder = DEFAULT_DIR
     print(f"FlexPrefill's code {'found' if os.path.isfile(os.path.join(folder, OPS_FILE)) else 'absent'} at {os.path.join(folder, OPS_FILE)}")
     print("self-check passed" if ok else "self-check FAILED")

@@ -99,6 +99,9 @@ export interface HeadComparison {
   readonly theirsDensity: number;
   /** Jaccard of the causal block sets (absent when one side gave only densities) */
   readonly jaccard?: number;
+  /** the head's relative error over the sampled rows, ours and the peer's (where the peer scored them) */
+  readonly oursRelErr?: number;
+  readonly theirsRelErr?: number;
 }
 
 export interface LayerComparison {

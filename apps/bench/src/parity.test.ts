@@ -14,7 +14,7 @@ import type { OpenBackend } from './backends.js';
 import { defaultConfig } from './config.js';
 import type { SuiteContext } from './context.js';
 import { resolveConfig } from './main.js';
-import { PEER_ABSENT_STATUS, parityMarkdown, paritySuite, parityParams } from './suites/parity.js';
+import { differingHeads, PEER_ABSENT_STATUS, parityMarkdown, paritySuite, parityParams } from './suites/parity.js';
 
 const SCRIPT = fileURLToPath(new URL('../peers/flexprefill_peer.py', import.meta.url));
 const env = { ...process.env, PYTHONPYCACHEPREFIX: mkdtempSync(join(tmpdir(), 'crisp-pycache-')) };
@@ -127,7 +127,9 @@ for item in man["inputs"]:
     r = len(header["rows"]["data_offsets"]) and header["rows"]["shape"][0]
     also = sorted(k[5:] for k in header if k.startswith("also_"))
     bad = [k for k in also if header["also_" + k]["dtype"] != "BF16" or header["also_" + k]["shape"] != [r, H, d]]
-    run = {"name": item["name"], "relErr": 0.5, "crispRelErr": 0.25, "density": [0.5] * H, "routes": ["vs"] * H, "ms": [8.0, 8.0, 8.0]}
+    run = {"name": item["name"], "relErr": 0.5, "crispRelErr": 0.25, "density": [0.5] * H, "routes": ["pe"] + ["vs"] * (H - 1), "ms": [8.0, 8.0, 8.0]}
+    run["headRelErr"] = [0.1 * (h + 1) for h in range(H)]
+    run["crispHeadRelErr"] = [0.01 * (h + 1) for h in range(H)]
     if bad:
         run["error"] = "bad also_ tensors: " + ",".join(bad)
     run["alsoRelErr"] = {k: float(i + 1) for i, k in enumerate(also)}
@@ -157,7 +159,15 @@ describe.skipIf(!hasPython)("parity: CRISP's presets beside FlexPrefill's code (
         expect(x.density).toBeLessThanOrEqual(1);
         expect(x.ms.median).toBeGreaterThan(0);
       }
+      // per-head errors from the peer, by head; the stub routes head 0 PE, so it differs unless ours did too
+      expect(row.heads.map((x) => x.theirsRelErr)).toEqual([0.1, 0.2, 0.30000000000000004, 0.4]);
+      expect(row.heads.map((x) => x.oursRelErr)).toEqual([0.01, 0.02, 0.03, 0.04]);
       const md = parityMarkdown(r).join('\n');
+      // (this layer's head 0 is a VS head here, so the stub's PE route for it is a difference)
+      expect(row.heads[0].oursRoute).toBe('vs');
+      expect(differingHeads(row).map((x) => x.head)).toContain(0);
+      expect(md).toContain('### Heads whose decisions differ');
+      expect(md).toMatch(/\| llama-like \| 2048 \| 1 \| 0 \| vs \/ pe \| – \| [0-9.]+ \/ 0\.500 \| 0\.0100 \/ 0\.1000 \|/);
       expect(md).toContain("### CRISP's presets against FlexPrefill's code on the same layers");
       expect(md).toMatch(/\| llama-like \| 2048 \| 1 \| crispGuarded \| [0-9.]+ \| 2\.0000 \| [0-9.]+ \| 0\.500 \/ 0\.5000 \/ 8\.00 \| [0-9.]+x \|/);
       // none asked: no other presets, no table

@@ -116,6 +116,9 @@ interface PeerRun {
   ms?: number[];
   relErr?: number;
   crispRelErr?: number;
+  /** per head, over the sampled rows: FlexPrefill's output's relative error and CRISP's */
+  headRelErr?: number[];
+  crispHeadRelErr?: number[];
   /** the other presets' outputs (tensors also_<preset>) scored like crisp_out */
   alsoRelErr?: Record<string, number>;
   causalRatio?: number;
@@ -266,7 +269,11 @@ function compareOne(o: Ours, run: PeerRun): ParityRow {
     meanAbsDensityDiff: cmp.meanAbsDensityDiff,
     theirsJsd: run.jsd,
     oursJsd: o.jsd,
-    heads: cmp.heads,
+    heads: cmp.heads.map((x) => ({
+      ...x,
+      ...(run.crispHeadRelErr?.[x.head] !== undefined ? { oursRelErr: run.crispHeadRelErr[x.head] } : {}),
+      ...(run.headRelErr?.[x.head] !== undefined ? { theirsRelErr: run.headRelErr[x.head] } : {}),
+    })),
     ...(o.others.length ? { others: o.others.map((x) => ({ ...x, relErr: run.alsoRelErr?.[x.preset] })) } : {}),
   };
 }
@@ -371,6 +378,16 @@ export async function paritySuite(ctx: SuiteContext, backends: readonly OpenBack
 
 const fmt = (x: number | undefined, digits: number): string => (x === undefined || !Number.isFinite(x) ? '–' : x.toFixed(digits));
 
+/** A head counts as differing below this Jaccard of the two block sets (or routed differently). */
+export const DIFFERING_JACCARD = 0.99;
+
+/** The heads of one row whose routes differ or whose block sets overlap less than DIFFERING_JACCARD. */
+export function differingHeads(r: ParityRow): HeadComparison[] {
+  return r.heads.filter(
+    (x) => (x.theirsRoute !== undefined && x.theirsRoute !== x.oursRoute) || (x.jaccard !== undefined && x.jaccard < DIFFERING_JACCARD),
+  );
+}
+
 /** bench.md's parity section. */
 export function parityMarkdown(p: ParityResult): string[] {
   const out: string[] = ['', "## Parity: the flexPrefill preset against FlexPrefill's code", ''];
@@ -392,6 +409,21 @@ export function parityMarkdown(p: ParityResult): string[] {
     for (const r of p.rows) {
       out.push(
         `| ${r.profile} | ${r.n} | ${r.seed} | ${f(r.routeAgreement, 2)} | ${r.oursPeHeads} / ${r.theirsPeHeads ?? '–'} | ${f(r.meanJaccard, 3)} (${f(r.meanJaccardSameRoute, 3)} / ${f(r.meanJaccardOtherRoute, 3)}) | ${r.oursDensity.toFixed(3)} / ${r.theirsDensity.toFixed(3)} | ${f(r.oursRelErr, 4)} / ${f(r.theirsRelErr, 4)} | ${r.oursMs.median.toFixed(2)} / ${f(r.theirsMs?.median, 2)} |`,
+      );
+    }
+  }
+  const differing = p.rows.flatMap((r) => differingHeads(r).map((x) => ({ r, x })));
+  if (differing.length) {
+    out.push('', '### Heads whose decisions differ', '');
+    out.push(
+      `Every head routed differently or with a Jaccard below ${DIFFERING_JACCARD} in the table above, with its own relative error (Frobenius over the ${p.sampledRows} sampled rows of that head) from both outputs.`,
+      '',
+    );
+    out.push('| profile | n | seed | head | route ours / theirs | Jaccard | density ours / theirs | head error ours / theirs |');
+    out.push('|---|---|---|---|---|---|---|---|');
+    for (const { r, x } of differing) {
+      out.push(
+        `| ${r.profile} | ${r.n} | ${r.seed} | ${x.head} | ${x.oursRoute} / ${x.theirsRoute ?? '–'} | ${fmt(x.jaccard, 3)} | ${x.oursDensity.toFixed(3)} / ${x.theirsDensity.toFixed(3)} | ${fmt(x.oursRelErr, 4)} / ${fmt(x.theirsRelErr, 4)} |`,
       );
     }
   }
