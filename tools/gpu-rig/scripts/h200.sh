@@ -80,7 +80,8 @@
 #                after, then a kernel fault in a child process (DEVICE_LOST, a new backend after
 #                it): OUT/hostile.json, OUT/hostile.log, OUT/sticky.log. ~60-150 s (NVRTC compiles
 #                at first use).
-# GPU_LABEL (default nvidia-h200) names the webgpu-tc phases' result folders when another GPU runs them.
+# GPU_LABEL (default nvidia-h200) names the result folders of the WebGPU latency and parity phases when
+# another GPU runs them.
 # Set CRISP_GIT_COMMIT to the commit being run: crisp-bench labels its results with it (the
 # copy on the GPU host may have no git metadata). Copy OUT's nvidia-h200* folders over
 # apps/bench/results/ unedited. Every step writes its results as it goes, and each runs under
@@ -190,7 +191,7 @@ case "$phase" in
     [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
     timeout -s KILL 560 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes "${PARITY_SIZES:-16k,128k}" \
       --parity-profiles "${PARITY_PROFILES:-llama-like,diffuse,mixed-threshold,vs-trap}" --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 540 \
-      --cuda-guard-plan "${GUARD_PLAN:-device}" --out "$out/nvidia-h200-parity" > "$out/parity.log" 2>&1
+      --cuda-guard-plan "${GUARD_PLAN:-device}" --out "$out/${GPU_LABEL:-nvidia-h200}-parity" > "$out/parity.log" 2>&1
     rc=$?
     grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
     exit $rc
