@@ -109,6 +109,11 @@ export interface BenchConfig {
      * hidden from sparsePrefill (an A/B of what marking the device timeline costs)
      */
     readonly hostTimings: boolean;
+    /**
+     * after each preset's timed runs, one more run with every kernel timed on the GPU
+     * (a backend's `profile`, timestamp queries: WebGPU), reported per program
+     */
+    readonly kernelTimes: boolean;
   };
   readonly accuracy: {
     readonly sizes: readonly number[];
@@ -237,6 +242,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         inputs: 'auto',
         freshInputs: false,
         hostTimings: false,
+        kernelTimes: false,
       },
       accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8, flexGammas: [] },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
@@ -269,6 +275,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       inputs: 'auto',
       freshInputs: false,
       hostTimings: false,
+      kernelTimes: false,
     },
     accuracy: {
       sizes: [8192],

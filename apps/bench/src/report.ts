@@ -2,7 +2,7 @@
 import { rowsOf } from './merge.js';
 import { rooflineMarkdown } from './roofline.js';
 import { FLEX_PRESET_GAMMA, flexAtGammaName, gammaOfFlexName } from './suites/accuracy.js';
-import { JIT_WARMUP_N } from './suites/latency.js';
+import { JIT_WARMUP_N, kernelTimesMarkdown } from './suites/latency.js';
 import { parallelMarkdown } from './suites/parallel-report.js';
 import { parityMarkdown } from './suites/parity.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
@@ -168,6 +168,7 @@ export function markdown(r: BenchResult): string {
         out.push(table(['n', ...sparse], sizes.map((n) => [kn(n), ...sparse.map((p) => planCell(n, p))])));
       }
     }
+    out.push(...kernelTimesMarkdown(lat.rows));
     if (lat.peers.notes.length) {
       out.push('');
       out.push('Dense peers:');

@@ -29,7 +29,7 @@ describe('crisp-bench --smoke', () => {
     const b = spawnSync(process.execPath, [join(pkg, 'scripts', 'bundle.mjs')], { encoding: 'utf8' });
     expect(b.status, b.stderr).toBe(0);
     // (a hang guard: beside the other suites on a loaded machine the run has taken 516 s)
-    const r = spawnSync(process.execPath, [bundle, '--smoke', '--out', out], { cwd: repoRoot, encoding: 'utf8', timeout: 1_500_000 });
+    const r = spawnSync(process.execPath, [bundle, '--smoke', '--kernel-times', '--out', out], { cwd: repoRoot, encoding: 'utf8', timeout: 1_500_000 });
     status = r.status;
     stderr = r.stderr;
     if (existsSync(join(out, 'bench.json'))) result = JSON.parse(readFileSync(join(out, 'bench.json'), 'utf8'));
@@ -76,6 +76,30 @@ describe('crisp-bench --smoke', () => {
       if (r.preset !== 'dense') expect(r.denseReason).toBeUndefined();
     }
     expect(lat.peers.notes.length).toBeGreaterThan(0);
+  });
+
+  it('times the kernels of each WebGPU row on the GPU clock (--kernel-times), and says why not on the others', () => {
+    const lat = result.suites.latency!;
+    for (const r of lat.rows) {
+      if (r.backend === 'reference') {
+        expect(r.kernelTimes).toBeUndefined();
+        continue;
+      }
+      const t = r.kernelTimes!;
+      expect(t, `${r.backend} ${r.preset}`).toBeDefined();
+      if (r.backend !== 'webgpu') {
+        expect(t.error).toMatch(/does not time its kernels/);
+        continue;
+      }
+      expect(t.error, `${r.preset} n=${r.n}`).toBeUndefined();
+      expect(t.busyMs).toBeGreaterThan(0);
+      expect(t.spanMs).toBeGreaterThanOrEqual(t.busyMs - 1e-6);
+      expect(t.kernels.some((k) => /attention/i.test(k.name))).toBe(true);
+      expect(t.passes).toBe(t.kernels.reduce((s, k) => s + k.passes, 0));
+      // a sparse prefill runs the proxy statistics before its attention
+      if (r.preset === 'crisp') expect(t.kernels.map((k) => k.name)).toContain('rowStats');
+    }
+    if (lat.rows.some((r) => r.backend === 'webgpu')) expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('### GPU time per kernel');
   });
 
   it('gives a crossover verdict per timed backend', () => {

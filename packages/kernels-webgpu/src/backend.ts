@@ -37,6 +37,7 @@ import { peBlockRows } from './ops/pe-rows.js';
 import { proxyStats } from './ops/proxy-stats.js';
 import { sliceRows } from './ops/slice-rows.js';
 import { allocate, download, read, upload, wrapBuffer, write } from './ops/transfer.js';
+import { type GpuProfile, GpuProfiler } from './runtime/gpu-profile.js';
 import { varlenAttention } from './ops/varlen.js';
 import { WebGpuDevicePlanner } from './plan/planner.js';
 import { sparseAttentionPrepared } from './plan/run-prepared.js';
@@ -62,6 +63,7 @@ export {
   type WebGpuInfo,
 } from './options.js';
 export { OPTIONAL_FEATURES } from './runtime/device.js';
+export { type GpuKernelTime, type GpuProfile, PROFILE_QUERY_CAPACITY, summarizePasses } from './runtime/gpu-profile.js';
 export type { DeviceVsPlan, DeviceVsRequest } from './ops/device-select.js';
 
 let nextId = 0;
@@ -324,6 +326,37 @@ export class WebGpuBackend implements Backend {
   async synchronize(): Promise<void> {
     this.#alive();
     await this.gpu.idle();
+  }
+
+  /**
+   * Run `fn` (calls on this backend) with every kernel it queues timed on the GPU by
+   * timestamp queries, and return its result with the GPU time per program (`GpuProfile`;
+   * runtime/gpu-profile.ts). The backend is synchronised before the timestamps are read, so
+   * work `fn` queued and did not await is included. Needs the device's `timestamp-query`
+   * feature (requested wherever the adapter offers it; UNSUPPORTED otherwise); profiles do
+   * not nest. The timestamps add a little GPU work per pass: time a run without a profile.
+   */
+  async profile<T>(fn: () => Promise<T>): Promise<{ readonly result: T; readonly profile: GpuProfile }> {
+    this.#alive();
+    if (typeof fn !== 'function') throw new InvalidArgumentError(`profile takes a function returning a promise; got ${typeof fn}`);
+    if (this.gpu.profiler) throw new InvalidArgumentError('a profile is already open on this backend; profiles do not nest');
+    const profiler = await this.gpu.guard(GpuProfiler.open(this.gpu));
+    if (this.gpu.profiler) {
+      profiler.discard();
+      throw new InvalidArgumentError('a profile is already open on this backend; profiles do not nest');
+    }
+    this.gpu.profiler = profiler;
+    let result: T;
+    try {
+      result = await fn();
+      await this.synchronize();
+    } catch (e) {
+      this.gpu.profiler = undefined;
+      profiler.discard();
+      throw e;
+    }
+    this.gpu.profiler = undefined;
+    return { result, profile: await this.gpu.guard(profiler.finish()) };
   }
 
   dispose(): void {

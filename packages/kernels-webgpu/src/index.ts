@@ -17,6 +17,10 @@ export {
   type WebGpuInfo,
   type DeviceVsPlan,
   type DeviceVsRequest,
+  type GpuKernelTime,
+  type GpuProfile,
+  PROFILE_QUERY_CAPACITY,
+  summarizePasses,
 } from './backend.js';
 export { DeviceLostError, GpuContext, type DeviceLimits } from './runtime/gpu-context.js';
 export type { WebGpuTensor } from './runtime/tensor.js';

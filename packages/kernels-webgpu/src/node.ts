@@ -4,7 +4,9 @@
  *
  * Dawn's default toggles hide `shader-f16` and subgroup matrices on NVIDIA's Vulkan driver;
  * DEFAULT_DAWN_FLAGS turns them on (`allow_unsafe_apis` is what exposes the experimental
- * `chromium-experimental-subgroup-matrix` feature). Pass `flags: []` for Dawn's defaults.
+ * `chromium-experimental-subgroup-matrix` feature), and turn off the quantization of GPU
+ * timestamps (`timestamp_quantization`), so WebGpuBackend.profile times short kernels to the
+ * microsecond. Pass `flags: []` for Dawn's defaults.
  *
  * @module @crisp/kernels-webgpu/node
  */
@@ -14,7 +16,7 @@ import { type WebGpuBackend, createWebGpuBackend } from './backend.js';
 import { type WebGpuBackendOptions, checkOptions } from './options.js';
 import { applyDawnWait, DAWN_WAITS, type DawnWait } from './runtime/dawn-wait.js';
 
-export const DEFAULT_DAWN_FLAGS: readonly string[] = ['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia'];
+export const DEFAULT_DAWN_FLAGS: readonly string[] = ['enable-dawn-features=allow_unsafe_apis,vulkan_enable_f16_on_nvidia', 'disable-dawn-features=timestamp_quantization'];
 
 export interface NodeWebGpuOptions extends Omit<WebGpuBackendOptions, 'gpu' | 'adapter' | 'device'> {
   /** Dawn flags for `create()`; default DEFAULT_DAWN_FLAGS */

@@ -6,7 +6,7 @@
  * what measures where that path starts to pay. Median of `reps` runs after `warmup`.
  */
 import { PerformanceObserver } from 'node:perf_hooks';
-import { type Backend, type DType, type Policy, numBlocks, sparsePrefill } from '@crisp/core';
+import { type Backend, type DeviceTensor, type DType, type Policy, type PrefillInputs, numBlocks, sparsePrefill } from '@crisp/core';
 import { crisp, crispFast, crispGuarded, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
@@ -55,6 +55,65 @@ export interface LatencyRow {
   readonly hostTimings?: true;
   /** the run (its startedAt) that measured this row; set when results are merged */
   readonly run?: string;
+  /** --kernel-times: one more (untimed) run with every kernel timed on the GPU */
+  readonly kernelTimes?: KernelTimes;
+}
+
+/** GPU time per program of one sparsePrefill (a backend's `profile`: timestamp queries). */
+export interface KernelTimes {
+  /** every kernel's GPU time summed, and the first kernel's start to the last one's end (ms) */
+  readonly busyMs: number;
+  readonly spanMs: number;
+  readonly passes: number;
+  /** per program, the longest first */
+  readonly kernels: readonly { readonly name: string; readonly ms: number; readonly passes: number }[];
+  /** why there are none (the backend cannot time its kernels, or the profiled run failed) */
+  readonly error?: string;
+}
+
+/** A backend that times its kernels on the GPU (WebGpuBackend.profile). */
+interface Profiling {
+  profile<T>(fn: () => Promise<T>): Promise<{ result: T; profile: { kernels: readonly { name: string; ms: number; passes: number }[]; totalMs: number; spanMs: number; passes: number } }>;
+}
+const profiles = (b: Backend): b is Backend & Profiling => typeof (b as Partial<Profiling>).profile === 'function';
+
+/** One more run of `policy`, its kernels timed on the GPU; an error is reported, not thrown. */
+async function kernelTimesOf(b: Backend, inputs: PrefillInputs, out: DeviceTensor, policy: Policy, ms: number): Promise<KernelTimes> {
+  const none = (error: string): KernelTimes => ({ busyMs: 0, spanMs: 0, passes: 0, kernels: [], error });
+  if (!profiles(b)) return none(`the ${b.name} backend does not time its kernels on the GPU`);
+  try {
+    const { profile } = await withTimeout(b.profile(() => sparsePrefill(b, inputs, policy, { minSparseLength: 0, out })), ms, `${b.name} ${policy.name} (kernel times)`);
+    return { busyMs: profile.totalMs, spanMs: profile.spanMs, passes: profile.passes, kernels: profile.kernels.map((k) => ({ ...k })) };
+  } catch (e) {
+    return none(message(e));
+  }
+}
+
+/** bench.md's kernel-time table of the rows that have them. */
+export function kernelTimesMarkdown(rows: readonly LatencyRow[]): string[] {
+  const withTimes = rows.filter((r) => r.kernelTimes);
+  if (!withTimes.length) return [];
+  const out = [
+    '',
+    '### GPU time per kernel',
+    '',
+    "One more run of each preset after its timed runs, every kernel timed on the GPU by timestamp queries (the backend's `profile`): busy = the kernels' GPU time summed; span = the first kernel's start to the last one's end (host gaps included); then the programs, longest first, with their share of busy time and their pass count. The timed runs above had no timestamps.",
+    '',
+    '| backend | n | preset | total (timed runs) | span | busy | kernels |',
+    '|---|---|---|---|---|---|---|',
+  ];
+  const f = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+  for (const r of withTimes) {
+    const t = r.kernelTimes!;
+    const kernels = t.error
+      ? `not timed: ${t.error}`
+      : t.kernels
+          .slice(0, 8)
+          .map((k) => `${k.name} ${f(k.ms)} ms (${t.busyMs > 0 ? Math.round((100 * k.ms) / t.busyMs) : 0}%, ${k.passes})`)
+          .join('; ') + (t.kernels.length > 8 ? `; ${t.kernels.length - 8} more` : '');
+    out.push(`| ${r.backend} | ${r.n} | ${r.preset} | ${f(r.ms.median)} ms | ${t.error ? '–' : `${f(t.spanMs)} ms`} | ${t.error ? '–' : `${f(t.busyMs)} ms`} | ${kernels} |`);
+  }
+  return out;
 }
 
 export interface LatencySkip {
@@ -313,6 +372,12 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
           try {
             const timed = c.hostTimings ? withoutMarks(b) : b;
             const r = await timePreset(timed, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000), c.freshInputs, isRef ? 0 : (c.gpuWarmMs ?? 0));
+            const kt = c.kernelTimes && !isRef ? await kernelTimesOf(b, inputs, out, policy, Math.max(c.budgetMs, 60_000)) : undefined;
+            if (kt) {
+              ctx.log(
+                `  kernel times ${ob.name} n=${n} ${policy.name}: ${kt.error ? `not timed (${kt.error})` : `busy ${kt.busyMs.toFixed(2)} ms, span ${kt.spanMs.toFixed(2)} ms: ${kt.kernels.map((k) => `${k.name} ${k.ms.toFixed(2)} (${k.passes})`).join(', ')}`}`,
+              );
+            }
             rows.push({
               backend: ob.name,
               preset: policy.name,
@@ -323,6 +388,7 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
               input: inputs.source,
               ...(c.freshInputs ? { freshInputs: true as const } : {}),
               ...(c.hostTimings ? { hostTimings: true as const } : {}),
+              ...(kt ? { kernelTimes: kt } : {}),
             });
             medians.push(r.ms.median);
             ctx.progress?.('latency', { rows, skipped });

@@ -10,7 +10,7 @@ import { type WebGpuBackendOptions, type WebGpuInfo, looksLikeDevice } from '../
 import { type DeviceLimits, GpuContext } from './gpu-context.js';
 
 /** Features this backend asks for when the adapter offers them. */
-export const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix'] as const;
+export const OPTIONAL_FEATURES = ['shader-f16', 'subgroups', 'chromium-experimental-subgroup-matrix', 'timestamp-query'] as const;
 
 function unavailable(message: string, details?: Record<string, unknown>): CrispError {
   return new CrispError('BACKEND_UNAVAILABLE', message, details);

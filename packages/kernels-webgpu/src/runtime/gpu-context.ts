@@ -5,6 +5,7 @@
  * Usage flags are written as numbers (the WebGPU spec fixes them), so this module needs no
  * globals such as GPUBufferUsage: Node's `webgpu` package does not install them.
  */
+import type { GpuProfiler } from './gpu-profile.js';
 import { CrispError } from '@crisp/core';
 import { DEFAULT_SUBGROUP_MATRIX_FORM, type SubgroupMatrixForm } from '../kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor } from '../kernels/common.js';
@@ -55,6 +56,8 @@ const pipelineCache = new WeakMap<GPUDevice, Map<string, Promise<GPUComputePipel
 export class GpuContext {
   readonly device: GPUDevice;
   readonly limits: DeviceLimits;
+  /** while a profile is open (WebGpuBackend.profile), every pass writes its timestamps there */
+  profiler: GpuProfiler | undefined;
   /** false when the device was handed in: dispose() then leaves it alive */
   ownsDevice = true;
   #pipelines: Map<string, Promise<GPUComputePipeline>>;
@@ -317,7 +320,8 @@ export class GpuContext {
       layout: pipeline.getBindGroupLayout(0),
       entries: buffers.map((b, binding) => ({ binding, resource: 'buffer' in b ? b : { buffer: b } })),
     });
-    const pass = enc.beginComputePass();
+    const timestampWrites = this.profiler?.passWrites(pipeline.label);
+    const pass = enc.beginComputePass(timestampWrites ? { timestampWrites } : undefined);
     pass.setPipeline(pipeline);
     pass.setBindGroup(0, bind);
     pass.dispatchWorkgroups(groups[0], groups[1] ?? 1, groups[2] ?? 1);
