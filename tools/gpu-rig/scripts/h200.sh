@@ -154,7 +154,7 @@ case "$phase" in
     rc=$?
     grep -E 'best|conformance [0-9]|FATAL' "$out/webgpu-rig/webgpu-device.log" | tail -n 8
     timeout -s KILL 355 node "$app/crisp-bench.mjs" --backends webgpu --suites latency,crossover --latency-inputs fill \
-      --sizes 8k..64k --budget-s 150 --deadline-s 345 --out "$out/${GPU_LABEL:-nvidia-h200}-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
+      --sizes 8k..64k --budget-s 150 --kernel-times --deadline-s 345 --out "$out/${GPU_LABEL:-nvidia-h200}-webgpu-tc" > "$out/webgpu-latency.log" 2>&1
     rc2=$?
     grep -E 'latency|skip|peer|error' "$out/webgpu-latency.log" | tail -n 20
     [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
@@ -162,7 +162,7 @@ case "$phase" in
   webgpu-hostcut)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     timeout -s KILL 115 node "$app/crisp-bench.mjs" --backends webgpu --suites latency --latency-inputs fill \
-      --sizes 8k..32k --presets crisp --webgpu-pe-cut host --jit-warmup 500 --deadline-s 105 \
+      --sizes 8k..32k --presets crisp --webgpu-pe-cut host --jit-warmup 500 --kernel-times --deadline-s 105 \
       --out "$out/${GPU_LABEL:-nvidia-h200}-webgpu-tc-hostcut" > "$out/webgpu-hostcut.log" 2>&1
     rc=$?
     grep -E 'latency|skip|error' "$out/webgpu-hostcut.log" | tail -n 10
