@@ -12,14 +12,15 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 export const H200_SPARSE_CROSSOVER = 8262;
 
 /**
- * The length gate with the tensor-core kernel (its default `'pipelined'` form), from crisp-bench
- * on one NVIDIA H100 (Dawn over Vulkan, the same shape and input; two runs, each timing `crisp`
- * and the dense kernel at 8k-32k and beyond; apps/bench/results/nvidia-h100-webgpu-tc): the
- * log-n interpolation of the ratio crossed 1 at 22,320 and 23,456 keys (16k: 23.2 against
- * 20.0 ms; 32k: 62.4 against 75.1). Those runs cut the PE heads' maps on the host; the cut on
- * the device (the default now) can only lower it, and was not timed on a GPU yet.
+ * The length gate with the tensor-core kernel (its default `'pipelined'` form) and the PE cut
+ * on the device, from crisp-bench on one NVIDIA H200 (Dawn over Vulkan, H = 32, Hkv = 8,
+ * d = 128, f16, the llama fill; apps/bench/results/nvidia-h200-webgpu-kernel-times): `crisp`
+ * against the dense kernel, 11.6 against 5.3 ms at 8k and 19.4 against 20.4 ms at 16k; the
+ * log-n interpolation of the ratio crosses 1 at about 15,700 keys. (With the cut on the host,
+ * two H100 runs crossed at 22,320 and 23,456.) Below it the host's part of a prefill, not the
+ * GPU's, is what loses: at 8k the GPU was busy 4.1 ms for `crisp` against 4.9 ms for dense.
  */
-export const TENSOR_CORE_SPARSE_CROSSOVER = 22_900;
+export const TENSOR_CORE_SPARSE_CROSSOVER = 15_700;
 
 /**
  * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. The default is
