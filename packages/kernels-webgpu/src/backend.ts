@@ -351,11 +351,11 @@ export class WebGpuBackend implements Backend {
       result = await fn();
       await this.synchronize();
     } catch (e) {
-      this.gpu.profiler = undefined;
       profiler.discard();
       throw e;
+    } finally {
+      this.gpu.profiler = undefined;
     }
-    this.gpu.profiler = undefined;
     return { result, profile: await this.gpu.guard(profiler.finish()) };
   }
 

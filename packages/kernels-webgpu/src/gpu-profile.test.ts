@@ -48,21 +48,21 @@ describe.skipIf(!timed)(`profile on this adapter${reason ? ` (${reason})` : time
   const H = 2;
   const Hkv = 1;
   const D = 64;
-  const make = () => {
+  /** fresh seeded q, k, v on the host (`x`) and on the backend */
+  const inputs = () => {
     const seed = freshSeed();
-    return {
+    const x = {
       q: hostTensor('f32', [n, H, D], seededValues(seed, n * H * D, 1.5)),
       k: hostTensor('f32', [n, Hkv, D], seededValues(seed + 1, n * Hkv * D, 1.5)),
       v: hostTensor('f32', [n, Hkv, D], seededValues(seed + 2, n * Hkv * D)),
     };
+    const be = backend!;
+    return { x, q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
   };
 
   it('times the kernels of a run and leaves its output as an unprofiled run makes it', async () => {
     const be = backend!;
-    const x = make();
-    const q = be.upload(x.q);
-    const k = be.upload(x.k);
-    const v = be.upload(x.v);
+    const { x, q, k, v } = inputs();
     const plain = await be.denseAttention(q, k, v);
     const { result, profile } = await be.profile(() => be.denseAttention(q, k, v));
     const a = (await be.download(plain.output)).data as Float32Array;
@@ -96,10 +96,7 @@ describe.skipIf(!timed)(`profile on this adapter${reason ? ` (${reason})` : time
     ).rejects.toThrow('boom');
     expect(be.gpu.profiler).toBeUndefined();
     expect(await code(() => be.profile(1 as unknown as () => Promise<number>))).toBe('INVALID_ARGUMENT');
-    const x = make();
-    const q = be.upload(x.q);
-    const k = be.upload(x.k);
-    const v = be.upload(x.v);
+    const { q, k, v } = inputs();
     const again = await be.profile(() => be.denseAttention(q, k, v));
     expect(again.profile.passes).toBeGreaterThan(0);
     for (const t of [again.result.output, q, k, v]) t.dispose();
@@ -107,10 +104,7 @@ describe.skipIf(!timed)(`profile on this adapter${reason ? ` (${reason})` : time
 
   it('counts the passes past its capacity as dropped', async () => {
     const be = backend!;
-    const x = make();
-    const q = be.upload(x.q);
-    const k = be.upload(x.k);
-    const v = be.upload(x.v);
+    const { q, k, v } = inputs();
     const p = await GpuProfiler.open(be.gpu, 2);
     be.gpu.profiler = p;
     let outs: { dispose(): void }[] = [];

@@ -7,6 +7,7 @@
  */
 import { PerformanceObserver } from 'node:perf_hooks';
 import { type Backend, type DeviceTensor, type DType, type Policy, type PrefillInputs, numBlocks, sparsePrefill } from '@crisp/core';
+import type { GpuKernelTime, WebGpuBackend } from '@crisp/kernels-webgpu';
 import { crisp, crispFast, crispGuarded, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
@@ -66,15 +67,13 @@ export interface KernelTimes {
   readonly spanMs: number;
   readonly passes: number;
   /** per program, the longest first */
-  readonly kernels: readonly { readonly name: string; readonly ms: number; readonly passes: number }[];
+  readonly kernels: readonly GpuKernelTime[];
   /** why there are none (the backend cannot time its kernels, or the profiled run failed) */
   readonly error?: string;
 }
 
 /** A backend that times its kernels on the GPU (WebGpuBackend.profile). */
-interface Profiling {
-  profile<T>(fn: () => Promise<T>): Promise<{ result: T; profile: { kernels: readonly { name: string; ms: number; passes: number }[]; totalMs: number; spanMs: number; passes: number } }>;
-}
+type Profiling = Pick<WebGpuBackend, 'profile'>;
 const profiles = (b: Backend): b is Backend & Profiling => typeof (b as Partial<Profiling>).profile === 'function';
 
 /** One more run of `policy`, its kernels timed on the GPU; an error is reported, not thrown. */
@@ -83,7 +82,7 @@ async function kernelTimesOf(b: Backend, inputs: PrefillInputs, out: DeviceTenso
   if (!profiles(b)) return none(`the ${b.name} backend does not time its kernels on the GPU`);
   try {
     const { profile } = await withTimeout(b.profile(() => sparsePrefill(b, inputs, policy, { minSparseLength: 0, out })), ms, `${b.name} ${policy.name} (kernel times)`);
-    return { busyMs: profile.totalMs, spanMs: profile.spanMs, passes: profile.passes, kernels: profile.kernels.map((k) => ({ ...k })) };
+    return { busyMs: profile.totalMs, spanMs: profile.spanMs, passes: profile.passes, kernels: profile.kernels };
   } catch (e) {
     return none(message(e));
   }
