@@ -46,6 +46,10 @@
 #                copy of FlexPrefill's flex_prefill package at apps/bench/peers/.flexprefill
 #                (apps/bench/peers/README.md); without them the run records the peer as absent.
 #                crispGuarded's plan is made on the device (the backend's default) unless GUARD_PLAN=host.
+#                PARITY_SIZES, PARITY_PROFILES, PARITY_SEEDS and PARITY_DEADLINE_S override the defaults;
+#                PARITY_NAME (default parity) names the folder: OUT/nvidia-h200-PARITY_NAME. The headline's
+#                layer at its long sizes: PARITY_SIZES=128k,512k PARITY_PROFILES=llama-like PARITY_SEEDS=7
+#                PARITY_NAME=parity-headline.
 #   guard        the conformance cases devicePlanNarrowed, devicePlanGuarded and the crispGuarded
 #                pipelines (crispGuarded's narrowed PE lists on the device), then crisp-bench's accuracy suite on CUDA over
 #                the six @crisp/synth profiles (the routing-failure ones too) at 16k and 64k, every
@@ -189,9 +193,10 @@ case "$phase" in
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     fp=apps/bench/peers/.flexprefill/flex_prefill/ops/flex_prefill_attention.py
     [ -f "$fp" ] || echo "note: no $fp: the parity suite will record the FlexPrefill peer as absent" >&2
-    timeout -s KILL 560 node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes "${PARITY_SIZES:-16k,128k}" \
-      --parity-profiles "${PARITY_PROFILES:-llama-like,diffuse,mixed-threshold,vs-trap}" --parity-seeds 1,2 --parity-shape 32,8,128 --deadline-s 540 \
-      --cuda-guard-plan "${GUARD_PLAN:-device}" --out "$out/${GPU_LABEL:-nvidia-h200}-parity" > "$out/parity.log" 2>&1
+    dl=${PARITY_DEADLINE_S:-540}
+    timeout -s KILL $((dl + 20)) node "$app/crisp-bench.mjs" --backends cuda --suites parity --parity-sizes "${PARITY_SIZES:-16k,128k}" \
+      --parity-profiles "${PARITY_PROFILES:-llama-like,diffuse,mixed-threshold,vs-trap}" --parity-seeds "${PARITY_SEEDS:-1,2}" --parity-shape 32,8,128 \
+      --deadline-s "$dl" --cuda-guard-plan "${GUARD_PLAN:-device}" --out "$out/${GPU_LABEL:-nvidia-h200}-${PARITY_NAME:-parity}" > "$out/parity.log" 2>&1
     rc=$?
     grep -E 'parity|flexprefill|skip|error' "$out/parity.log" | tail -n 40
     exit $rc
