@@ -39,9 +39,11 @@ describe.skipIf(!backend)(`WebGPU device loss${reason ? ` (skipped: ${reason})` 
       ['expandMask', b.expandMask(mask)],
     ];
     b.gpu.device.destroy();
+    // every outcome is taken at once (calls that fail together reject together)
+    const outcomes = pending.map(([what, p]) => withTimeout(code(p), 30_000, what));
     const codes: (string | undefined)[] = [];
-    for (const [what, p] of pending) {
-      const c = await withTimeout(code(p), 30_000, what);
+    for (const [i, [what]] of pending.entries()) {
+      const c = await outcomes[i];
       codes.push(c);
       expect(c === 'DEVICE_LOST' || c === undefined, `${what}: ${c}`).toBe(true);
     }

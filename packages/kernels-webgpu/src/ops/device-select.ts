@@ -10,6 +10,7 @@ import {
   type AttentionOptions,
   type AttentionResult,
   checkDeviceSelectorRule,
+  CrispError,
   type DeviceNoiseFloorRule,
   type DeviceSelectorRule,
   type DeviceTensor,
@@ -158,7 +159,7 @@ export async function queueSelection(
       if (!src) {
         src = mk(H * (Nb + 1) * 8, 'blockSums', temps);
         const sumsData = blockSumsOf(stats);
-        g.device.queue.writeBuffer(src, 0, sumsData.buffer, sumsData.byteOffset, sumsData.byteLength);
+        g.writeBuffer(src, 0, sumsData);
       }
       const lists = mk(2 * H * Nb * 4, 'selected', temps);
       const counts = mk(2 * H * 4, 'selectedCounts', temps);
@@ -195,20 +196,22 @@ export async function queueSelection(
 /** The routes and VS lists of a queued selection, read back. */
 export async function readSelection(host: OpHost, sel: QueuedSelection, H: number, Nb: number): Promise<{ routes: Route[]; vs: VsLists }> {
   const g = host.gpu;
-  const [rAb, pAb] = await Promise.all([g.read(sel.routes, 0, H * 4), g.read(sel.vsPtr, 0, 2 * (H + 1) * 4)]);
+  // one trip: the lists' whole room (2 · H · Nb entries, vertical then slash) beside their
+  // pointers, cut to the pointers' lengths here
+  const [rAb, pAb, lAb] = await Promise.all([g.read(sel.routes, 0, H * 4), g.read(sel.vsPtr, 0, 2 * (H + 1) * 4), g.read(sel.vsList, 0, 2 * H * Nb * 4)]);
   const r = new Uint32Array(rAb);
   const ptr = new Int32Array(pAb);
+  const lists = new Int32Array(lAb);
   const verticalPtr = ptr.slice(0, H + 1);
   const slashPtr = ptr.slice(H + 1);
   const nv = verticalPtr[H];
   const ns = slashPtr[H];
-  const [vAb, sAb] = await Promise.all([
-    nv > 0 ? g.read(sel.vsList, 0, nv * 4) : new ArrayBuffer(0),
-    ns > 0 ? g.read(sel.vsList, H * Nb * 4, ns * 4) : new ArrayBuffer(0),
-  ]);
+  if (!(nv >= 0 && nv <= H * Nb && ns >= 0 && ns <= H * Nb)) {
+    throw new CrispError('BACKEND_ERROR', `the device selection wrote list lengths ${nv} and ${ns}, outside [0, ${H * Nb}]`);
+  }
   return {
     routes: Array.from(r, (x): Route => (x === 1 ? 'vs' : 'pe')),
-    vs: { verticalPtr, vertical: new Int32Array(vAb), slashPtr, slash: new Int32Array(sAb) },
+    vs: { verticalPtr, vertical: lists.slice(0, nv), slashPtr, slash: lists.slice(H * Nb, H * Nb + ns) },
   };
 }
 

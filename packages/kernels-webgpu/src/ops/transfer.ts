@@ -66,11 +66,10 @@ export function write(host: OpHost, t: DeviceTensor, elementOffset: number, data
   if (data.length === 0) return;
   const bpe = bytesPerElement(wt.dtype);
   const byteOff = elementOffset * bpe;
-  const q = host.gpu.device.queue;
   // (the verdict joins the tensor's: its next use reports a failed write)
   host.gpu.scoped(wt.checks, `a write of ${data.length} elements`, () => {
     if (byteOff % 4 === 0 && data.byteLength % 4 === 0) {
-      q.writeBuffer(wt.buffer, wt.byteOffset + byteOff, data.buffer, data.byteOffset, data.byteLength);
+      host.gpu.writeBuffer(wt.buffer, wt.byteOffset + byteOff, data);
       return;
     }
     // f16 at an odd element offset or of odd length: whole words go straight in, the one or
@@ -93,7 +92,7 @@ export function writeHalves(host: OpHost, wt: WebGpuTensor, off: number, data: U
     host.gpu.retire(src);
     throw e;
   }
-  host.gpu.device.queue.writeBuffer(src, 0, packed.buffer, 0, packed.byteLength);
+  host.gpu.writeBuffer(src, 0, packed);
   const prog = writeHalvesProgram();
   const enc = host.gpu.device.createCommandEncoder();
   // Pipelines build asynchronously; this one is tiny and compiled synchronously instead.

@@ -142,8 +142,8 @@ export async function varlenAttention(
         const r = rows[s];
         const { rp: at, cb } = bases[s];
         if (r.kind === 'host') {
-          g.device.queue.writeBuffer(rp, at * 4, r.rowPtr.buffer, r.rowPtr.byteOffset, r.rowPtr.byteLength);
-          if (r.cols.length) g.device.queue.writeBuffer(cl, cb * 4, r.cols.buffer, r.cols.byteOffset, r.cols.byteLength);
+          g.writeBuffer(rp, at * 4, r.rowPtr);
+          if (r.cols.length) g.writeBuffer(cl, cb * 4, r.cols);
         } else if (r.kind === 'device') {
           enc.copyBufferToBuffer(r.rowPtr, 0, rp, at * 4, (r.rows + 1) * 4);
           enc.copyBufferToBuffer(r.cols, 0, cl, cb * 4, r.cols.size);

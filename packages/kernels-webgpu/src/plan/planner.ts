@@ -80,9 +80,15 @@ export class WebGpuDevicePlanner implements DevicePlanner {
     let outcome: Promise<DevicePlanOutcome> | undefined;
     const read = (): Promise<DevicePlanOutcome> => {
       outcome ??= (async () => {
-        // non-finite statistics first (NON_FINITE), as the host plan reports them
-        await stats.settle?.();
-        const got = await prepared.read();
+        // The statistics, the plan and the block counts core reads next are read together,
+        // in one trip where the cut ran on the device (GpuContext.read batches reads started
+        // in one turn); non-finite statistics are reported first (NON_FINITE), as the host
+        // plan reports them.
+        // (every read is waited for, failed or not, so none is still in flight after an error)
+        const [settled, reading] = await Promise.allSettled([stats.settle?.(), prepared.read(), prepared.readBlockCounts()]);
+        if (settled.status === 'rejected') throw settled.reason;
+        if (reading.status === 'rejected') throw reading.reason;
+        const got = reading.value;
         const peRows = got.peRows;
         return { routes: got.routes, vs: got.vs, ...(peRows ? { peRows: async () => peRows } : {}) };
       })();

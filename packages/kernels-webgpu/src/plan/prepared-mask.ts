@@ -50,6 +50,7 @@ export class WebGpuPreparedMask implements PreparedMask {
   readonly #pe: PeInputs;
   readonly #held: GPUBuffer[];
   #hostPe: Promise<HostPart> | undefined;
+  #counts: Promise<Float64Array> | undefined;
   #released = false;
 
   constructor(host: OpHost, shape: { readonly heads: number; readonly numBlocks: number; readonly blockSize: number }, sel: QueuedSelection, pe: PeInputs) {
@@ -131,16 +132,18 @@ export class WebGpuPreparedMask implements PreparedMask {
     return Array.from(new Uint32Array(ab), (x): Route => (x === 1 ? 'vs' : 'pe'));
   }
 
-  /** The device cut's rows, read back into peBlockRows' form (the PE heads' rows only). */
-  async #readDevicePe(pe: DevicePeRows, routes: readonly Route[]): Promise<BlockRows | undefined> {
+  /**
+   * The device cut's rows, read back into peBlockRows' form (the PE heads' rows only), from
+   * its row pointers (`ptrRead`, started beside the selection's read) and then its columns.
+   */
+  async #readDevicePe(pe: DevicePeRows, routes: readonly Route[], ptrRead: Promise<ArrayBuffer>): Promise<BlockRows | undefined> {
     const H = this.heads;
     const Nb = this.numBlocks;
     const peHeads = routes.flatMap((r, h) => (r === 'pe' ? [h] : []));
+    const ptr = new Int32Array(await ptrRead);
     if (peHeads.length === 0) return undefined;
-    const g = this.#host.gpu;
-    const ptr = new Int32Array(await g.read(pe.rowPtr, 0, (H * Nb + 1) * 4));
     const total = ptr[H * Nb];
-    const all = total > 0 ? new Int32Array(await g.read(pe.cols, 0, total * 4)) : new Int32Array(0);
+    const all = total > 0 ? new Int32Array(await this.#host.gpu.read(pe.cols, 0, total * 4)) : new Int32Array(0);
     const rowPtr = new Int32Array(peHeads.length * Nb + 1);
     let len = 0;
     for (const h of peHeads) len += ptr[(h + 1) * Nb] - ptr[h * Nb];
@@ -156,21 +159,45 @@ export class WebGpuPreparedMask implements PreparedMask {
     return { rowPtr, cols };
   }
 
-  /** The device's routes, VS lists and PE rows (the PE part made first when it is not yet). */
+  /**
+   * The device's routes, VS lists and PE rows (the PE part made first when it is not yet).
+   * With the cut on the device, the selection and the cut's row pointers come back in one
+   * trip and the cut's columns in a second.
+   */
   async read(): Promise<{ routes: Route[]; vs: VsLists; peRows: BlockRows | undefined }> {
     this.#alive();
     const devicePe = this.#sel.pe;
-    const made = devicePe ? undefined : await this.#hostPart();
-    this.#alive();
-    const { routes, vs } = await readSelection(this.#host, this.#sel, this.heads, this.numBlocks);
-    const peRows = devicePe ? await this.#readDevicePe(devicePe, routes) : made!.peRows;
+    if (!devicePe) {
+      const made = await this.#hostPart();
+      this.#alive();
+      const { routes, vs } = await readSelection(this.#host, this.#sel, this.heads, this.numBlocks);
+      return { routes, vs, peRows: made.peRows };
+    }
+    const selRead = readSelection(this.#host, this.#sel, this.heads, this.numBlocks);
+    const ptrRead = this.#host.gpu.read(devicePe.rowPtr, 0, (this.heads * this.numBlocks + 1) * 4);
+    // (both are awaited below; a rejection of the second while the first is awaited is not unhandled)
+    ptrRead.catch(() => undefined);
+    const { routes, vs } = await selRead;
+    const peRows = await this.#readDevicePe(devicePe, routes, ptrRead);
     return { routes, vs, peRows };
   }
 
-  async readBlockCounts(): Promise<Float64Array> {
-    const r = await this.rows();
-    this.#alive();
-    return readRowCounts(this.#host, r.rowPtr, this.heads, this.numBlocks);
+  /**
+   * Blocks per head of the final rows; read once (the plan's read starts it beside its own,
+   * so it shares their trip).
+   */
+  readBlockCounts(): Promise<Float64Array> {
+    try {
+      this.#alive();
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    this.#counts ??= (async () => {
+      const r = await this.rows();
+      this.#alive();
+      return readRowCounts(this.#host, r.rowPtr, this.heads, this.numBlocks);
+    })();
+    return this.#counts;
   }
 
   release(): void {

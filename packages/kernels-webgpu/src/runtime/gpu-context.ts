@@ -9,6 +9,7 @@ import type { GpuProfiler } from './gpu-profile.js';
 import { CrispError } from '@crisp/core';
 import { DEFAULT_SUBGROUP_MATRIX_FORM, type SubgroupMatrixForm } from '../kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor } from '../kernels/common.js';
+import { copyBytes, ReadBatcher, type ReadRequest } from './read-batch.js';
 
 export const Usage = {
   MAP_READ: 0x1,
@@ -18,6 +19,8 @@ export const Usage = {
   STORAGE: 0x80,
 } as const;
 const MAP_MODE_READ = 0x1;
+/** The largest staging buffer a batch of reads shares (a larger read goes alone). */
+const READ_BATCH_MAX_BYTES = 64 * 1024 * 1024;
 
 export type UniformField = number | { f32: number };
 
@@ -77,6 +80,13 @@ export class GpuContext {
   readonly #onError: (ev: Event) => void;
   /** every buffer made here and not yet destroyed, with its size */
   readonly #live = new Map<GPUBuffer, number>();
+  /** reads started together share one trip (read()) */
+  readonly #reads: ReadBatcher;
+  /** queue operations (submits, buffer writes) made through this context, in order */
+  #queued = 0;
+  /** the queue operations known to have finished: those up to a read whose map resolved */
+  #doneThrough = 0;
+  #idleKnown = 0;
 
   constructor(device: GPUDevice) {
     this.device = device;
@@ -95,6 +105,7 @@ export class GpuContext {
       maxComputeWorkgroupsPerDimension: l.maxComputeWorkgroupsPerDimension,
       minStorageBufferOffsetAlignment: l.minStorageBufferOffsetAlignment,
     };
+    this.#reads = new ReadBatcher((reqs) => this.#readMany(reqs), Math.min(this.limits.maxBufferSize, READ_BATCH_MAX_BYTES));
     this.#lostPromise = device.lost.then((info) => {
       const err = new DeviceLostError(
         `the WebGPU device was lost (${info.reason}: ${info.message || 'no message'}); pending work failed. Create a new backend; tensors of this one are gone`,
@@ -257,7 +268,7 @@ export class GpuContext {
       else f[i] = x.f32;
     });
     const buf = this.createBuffer(ab.byteLength, Usage.UNIFORM | Usage.COPY_DST, 'uniform');
-    this.device.queue.writeBuffer(buf, 0, ab);
+    this.writeBuffer(buf, 0, u);
     return buf;
   }
 
@@ -265,8 +276,19 @@ export class GpuContext {
   u32Buffer(values: ArrayLike<number>, label: string): GPUBuffer {
     const data = Uint32Array.from(values as ArrayLike<number>);
     const buf = this.createBuffer(data.byteLength, Usage.STORAGE | Usage.COPY_DST | Usage.COPY_SRC, label);
-    if (data.byteLength > 0) this.device.queue.writeBuffer(buf, 0, data.buffer, data.byteOffset, data.byteLength);
+    if (data.byteLength > 0) this.writeBuffer(buf, 0, data);
     return buf;
+  }
+
+  /** `data` into `buf` at `offset` bytes, on the queue (every buffer write goes through here). */
+  writeBuffer(buf: GPUBuffer, offset: number, data: ArrayBufferView): void {
+    this.device.queue.writeBuffer(buf, offset, data.buffer, data.byteOffset, data.byteLength);
+    this.#queued++;
+  }
+
+  /** Count a submit made outside this context's methods on its device (the profiler's resolve). */
+  noteSubmit(): void {
+    this.#queued++;
   }
 
   async pipeline(p: ProgramDescriptor): Promise<GPUComputePipeline> {
@@ -340,6 +362,7 @@ export class GpuContext {
   submit(enc: GPUCommandEncoder, temps: GPUBuffer[] = []): void {
     this.check();
     this.device.queue.submit([enc.finish()]);
+    this.#queued++;
     // Temporaries are destroyed once the queue has drained (destroying a buffer that
     // submitted work still uses crashed dawn.node under SwiftShader).
     this.#retired.push(...temps);
@@ -347,15 +370,41 @@ export class GpuContext {
     if (this.#retired.length > 256) void this.idle().catch(() => undefined);
   }
 
-  async read(src: GPUBuffer, byteOffset: number, byteLength: number): Promise<ArrayBuffer> {
-    const size = Math.max(4, Math.ceil(byteLength / 4) * 4);
+  /**
+   * Bytes [byteOffset, byteOffset + byteLength) of `src` (byteOffset a multiple of 4). Reads
+   * started in the same turn of the event loop share one copy, submit and map (ReadBatcher).
+   */
+  read(src: GPUBuffer, byteOffset: number, byteLength: number): Promise<ArrayBuffer> {
+    return this.#reads.read({ src, byteOffset, byteLength });
+  }
+
+  /** Waits idle() skipped because a read had come back after everything queued. */
+  get idleWaitsSkipped(): number {
+    return this.#idleKnown;
+  }
+
+  /** Trips to the GPU the reads have made so far (one per batch). */
+  get readTrips(): number {
+    return this.#reads.trips;
+  }
+
+  /** One staging buffer holding every request's copy, one submit, one map. */
+  async #readMany(reqs: readonly ReadRequest[]): Promise<ArrayBuffer[]> {
+    const at: number[] = [];
+    let size = 0;
+    for (const r of reqs) {
+      at.push(size);
+      size += copyBytes(r.byteLength);
+    }
     const checks: Check[] = [];
+    let serial = 0;
     const staging = this.scoped(checks, 'a read-back buffer', () => {
       const s = this.createBuffer(size, Usage.MAP_READ | Usage.COPY_DST, 'staging');
       try {
         const enc = this.device.createCommandEncoder();
-        enc.copyBufferToBuffer(src, byteOffset, s, 0, size);
+        for (const [i, r] of reqs.entries()) enc.copyBufferToBuffer(r.src, r.byteOffset, s, at[i], copyBytes(r.byteLength));
         this.device.queue.submit([enc.finish()]);
+        serial = ++this.#queued;
       } catch (e) {
         this.#destroyBuffer(s);
         throw e;
@@ -374,17 +423,36 @@ export class GpuContext {
       }
       // a copy that failed validation leaves a valid staging buffer of zeros: never return it
       await this.settle(checks);
-      return staging.getMappedRange(0, size).slice(0, byteLength);
+      // the queue runs in order: everything queued up to this copy has finished
+      this.#doneThrough = Math.max(this.#doneThrough, serial);
+      const mapped = staging.getMappedRange(0, size);
+      return reqs.map((r, i) => mapped.slice(at[i], at[i] + r.byteLength));
     } finally {
       this.#destroyBuffer(staging);
     }
   }
 
+  /**
+   * Wait until the work queued so far has finished, then destroy the buffers retired before.
+   * Where this context owns its device (nobody else queues work on it) and a read's map has
+   * resolved after everything queued (sparsePrefill reads its plan back behind the attention),
+   * the queue is known to be idle and nothing is waited for.
+   */
   async idle(): Promise<void> {
+    // reads waiting for their turn go first: the wait below then covers their copies
+    this.#reads.flush();
     const done = this.#retired;
     this.#retired = [];
+    if (this.ownsDevice && this.#doneThrough === this.#queued) {
+      this.#idleKnown++;
+      for (const b of done) this.#destroyBuffer(b);
+      this.check();
+      return;
+    }
+    const through = this.#queued;
     try {
       await this.guard(this.device.queue.onSubmittedWorkDone());
+      this.#doneThrough = Math.max(this.#doneThrough, through);
     } finally {
       // (after a loss the device freed them; destroy() on a lost device's buffer is harmless)
       for (const b of done) this.#destroyBuffer(b);
@@ -402,6 +470,7 @@ export class GpuContext {
    */
   destroy(): void {
     if (this.#destroyed) return;
+    this.#reads.flush();
     this.#destroyed = true;
     this.device.removeEventListener?.('uncapturederror', this.#onError);
     if (this.ownsDevice) {

@@ -41,6 +41,8 @@ export const PROFILE_QUERY_CAPACITY = 4096;
 export interface ProfilerHost {
   readonly device: GPUDevice;
   read(src: GPUBuffer, byteOffset: number, byteLength: number): Promise<ArrayBuffer>;
+  /** counts a submit made on the device directly (GpuContext.idle relies on the count) */
+  noteSubmit(): void;
 }
 
 // GPUBufferUsage values (the global is absent before a WebGPU implementation is loaded)
@@ -136,6 +138,7 @@ export class GpuProfiler {
         const enc = device.createCommandEncoder();
         enc.resolveQuerySet(this.#set, 0, count, buf, 0);
         device.queue.submit([enc.finish()]);
+        this.#host.noteSubmit();
         const ab = await this.#host.read(buf, 0, count * 8);
         return summarizePasses(this.#names, new BigInt64Array(ab), this.#dropped);
       } finally {
