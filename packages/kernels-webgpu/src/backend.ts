@@ -323,6 +323,12 @@ export class WebGpuBackend implements Backend {
   /** Why the tensor-core kernel is not in use, when it was eligible but failed to build. */
   kernelNote: string | undefined;
 
+  /**
+   * Resolves when the work this backend queued has finished. On a device this backend made,
+   * nothing is waited for when a read has come back after all of it (the queue runs in order);
+   * on a device handed in, the queue's own completion is awaited, since others may queue
+   * work there too.
+   */
   async synchronize(): Promise<void> {
     this.#alive();
     await this.gpu.idle();
