@@ -12,15 +12,18 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 export const H200_SPARSE_CROSSOVER = 8262;
 
 /**
- * The length gate with the tensor-core kernel (its default `'pipelined'` form) and the PE cut
- * on the device, from crisp-bench on one NVIDIA H200 (Dawn over Vulkan, H = 32, Hkv = 8,
- * d = 128, f16, the llama fill; apps/bench/results/nvidia-h200-webgpu-kernel-times): `crisp`
- * against the dense kernel, 11.6 against 5.3 ms at 8k and 19.4 against 20.4 ms at 16k; the
- * log-n interpolation of the ratio crosses 1 at about 15,700 keys. (With the cut on the host,
- * two H100 runs crossed at 22,320 and 23,456.) Below it the host's part of a prefill, not the
- * GPU's, is what loses: at 8k the GPU was busy 4.1 ms for `crisp` against 4.9 ms for dense.
+ * The length gate with the tensor-core kernel (its default `'pipelined'` form), the PE cut on
+ * the device and the plan read back in two trips, from crisp-bench on one NVIDIA H100 (Dawn
+ * over Vulkan, H = 32, Hkv = 8, d = 128, f16, the llama fill;
+ * apps/bench/results/nvidia-h100-webgpu-readback): `crisp` against the dense kernel, 8.7
+ * against 5.4 ms at 8k and 16.2 against 20.0 ms at 16k; the log-n interpolation of the ratio
+ * crosses 1 at 13,242 keys (rounded up here). With the plan read one read at a time it was
+ * about 15,700 (H200, apps/bench/results/nvidia-h200-webgpu-kernel-times). Below it the host's
+ * part of a prefill, not the GPU's, is what loses: at 8k the GPU was busy 4.1 ms for `crisp`
+ * against 4.8 ms for dense, and the plan's queueing (about 4 ms of host time) leaves the GPU
+ * idle 2.7 ms of its 6.9 ms span.
  */
-export const TENSOR_CORE_SPARSE_CROSSOVER = 15_700;
+export const TENSOR_CORE_SPARSE_CROSSOVER = 13_250;
 
 /**
  * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. The default is
