@@ -23,6 +23,7 @@ import { createReferenceBackend } from '@crisp/reference';
 import { globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend, type WebGpuBackend } from './backend.js';
+import { PLAN_READ } from './plan/prepared-mask.js';
 import { code, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
@@ -204,28 +205,36 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
     }
   });
 
-  it('reads the device plan back in two trips: statistics, lists, row pointers and counts together, then the PE columns', async () => {
+  it('reads the device plan back in one trip (statistics, lists, PE rows, counts), in two where the PE columns are read once counted', async () => {
     const x = inputs(13, 1400, 1400, 4, 2, [1, 2]);
     const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+    const cap = PLAN_READ.wholeColsMaxBytes;
     try {
       const host = await planPrefill(be, t, onHost, { minSparseLength: 0 });
       expect(host.routing!.routes.filter((r) => r === 'pe').length).toBeGreaterThan(0);
-      await be.synchronize();
-      const before = be.gpu.readTrips;
-      // the closing synchronize: the plan's reads were queued behind the attention, so once
-      // they are back the queue is idle and it waits for nothing
-      const skipped = be.gpu.idleWaitsSkipped;
-      const res = await sparsePrefill(be, t, onDevice, { minSparseLength: 0 });
-      expect(be.gpu.ownsDevice).toBe(true);
-      expect(be.gpu.readTrips - before).toBe(2);
-      expect(be.gpu.idleWaitsSkipped - skipped).toBe(1);
-      // what came back in those trips is the host's plan
-      expect(res.plan.routing!.routes).toEqual(host.routing!.routes);
-      expect(res.plan.mask).toEqual(host.mask);
-      expect(Array.from(res.plan.density)).toEqual(Array.from(host.density));
-      expect(Array.from(res.plan.proxyRecall!)).toEqual(Array.from(host.proxyRecall!));
-      res.output.dispose();
+      for (const [wholeColsMaxBytes, trips] of [
+        [cap, 1],
+        [0, 2],
+      ] as const) {
+        PLAN_READ.wholeColsMaxBytes = wholeColsMaxBytes;
+        await be.synchronize();
+        const before = be.gpu.readTrips;
+        // the closing synchronize: the plan's reads were queued behind the attention, so once
+        // they are back the queue is idle and it waits for nothing
+        const skipped = be.gpu.idleWaitsSkipped;
+        const res = await sparsePrefill(be, t, onDevice, { minSparseLength: 0 });
+        expect(be.gpu.ownsDevice).toBe(true);
+        expect(be.gpu.readTrips - before, `columns read whole up to ${wholeColsMaxBytes} bytes`).toBe(trips);
+        expect(be.gpu.idleWaitsSkipped - skipped).toBe(1);
+        // what came back in those trips is the host's plan
+        expect(res.plan.routing!.routes).toEqual(host.routing!.routes);
+        expect(res.plan.mask).toEqual(host.mask);
+        expect(Array.from(res.plan.density)).toEqual(Array.from(host.density));
+        expect(Array.from(res.plan.proxyRecall!)).toEqual(Array.from(host.proxyRecall!));
+        res.output.dispose();
+      }
     } finally {
+      PLAN_READ.wholeColsMaxBytes = cap;
       for (const d of [t.q, t.k, t.v]) d.dispose();
     }
   });
