@@ -34,7 +34,7 @@ describe('summarizePasses', () => {
   });
 
   it('refuses a device without timestamp-query (UNSUPPORTED) and a bad capacity', async () => {
-    const host = { device: { features: new Set<string>() } as unknown as GPUDevice, read: async () => new ArrayBuffer(0), noteSubmit: () => undefined };
+    const host = { device: { features: new Set<string>() } as unknown as GPUDevice, read: async () => new ArrayBuffer(0), submit: () => undefined };
     expect(await code(GpuProfiler.open(host))).toBe('UNSUPPORTED');
     const withTs = { ...host, device: { features: new Set(['timestamp-query']) } as unknown as GPUDevice };
     for (const c of [0, 3, 1.5, 4098]) expect(await code(GpuProfiler.open(withTs, c))).toBe('INVALID_ARGUMENT');

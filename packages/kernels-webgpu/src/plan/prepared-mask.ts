@@ -177,8 +177,8 @@ export class WebGpuPreparedMask implements PreparedMask {
 
   /**
    * The device's routes, VS lists and PE rows (the PE part made first when it is not yet).
-   * With the cut on the device, the selection and the cut's row pointers come back in one
-   * trip and the cut's columns in a second.
+   * With the cut on the device, the selection and the cut's rows come back in one trip (the
+   * columns in a second where their buffer is over PLAN_READ's bound).
    */
   async read(): Promise<{ routes: Route[]; vs: VsLists; peRows: BlockRows | undefined }> {
     this.#alive();

@@ -86,7 +86,8 @@ export class GpuContext {
   #queued = 0;
   /** the queue operations known to have finished: those up to a read whose map resolved */
   #doneThrough = 0;
-  #idleKnown = 0;
+  /** idle() calls that found the queue known to be idle and waited for nothing */
+  #idleSkips = 0;
 
   constructor(device: GPUDevice) {
     this.device = device;
@@ -286,11 +287,6 @@ export class GpuContext {
     this.#queued++;
   }
 
-  /** Count a submit made outside this context's methods on its device (the profiler's resolve). */
-  noteSubmit(): void {
-    this.#queued++;
-  }
-
   async pipeline(p: ProgramDescriptor): Promise<GPUComputePipeline> {
     let pp = this.#pipelines.get(p.cacheKey);
     if (!pp) {
@@ -380,7 +376,7 @@ export class GpuContext {
 
   /** Waits idle() skipped because a read had come back after everything queued. */
   get idleWaitsSkipped(): number {
-    return this.#idleKnown;
+    return this.#idleSkips;
   }
 
   /** Trips to the GPU the reads have made so far (one per batch). */
@@ -444,7 +440,7 @@ export class GpuContext {
     const done = this.#retired;
     this.#retired = [];
     if (this.ownsDevice && this.#doneThrough === this.#queued) {
-      this.#idleKnown++;
+      this.#idleSkips++;
       for (const b of done) this.#destroyBuffer(b);
       this.check();
       return;

@@ -41,8 +41,7 @@ export const PROFILE_QUERY_CAPACITY = 4096;
 export interface ProfilerHost {
   readonly device: GPUDevice;
   read(src: GPUBuffer, byteOffset: number, byteLength: number): Promise<ArrayBuffer>;
-  /** counts a submit made on the device directly (GpuContext.idle relies on the count) */
-  noteSubmit(): void;
+  submit(enc: GPUCommandEncoder): void;
 }
 
 // GPUBufferUsage values (the global is absent before a WebGPU implementation is loaded)
@@ -137,8 +136,7 @@ export class GpuProfiler {
       try {
         const enc = device.createCommandEncoder();
         enc.resolveQuerySet(this.#set, 0, count, buf, 0);
-        device.queue.submit([enc.finish()]);
-        this.#host.noteSubmit();
+        this.#host.submit(enc);
         const ab = await this.#host.read(buf, 0, count * 8);
         return summarizePasses(this.#names, new BigInt64Array(ab), this.#dropped);
       } finally {

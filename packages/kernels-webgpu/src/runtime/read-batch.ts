@@ -70,8 +70,7 @@ export class ReadBatcher {
   readonly #maxBatchBytes: number;
   readonly #defer: Defer;
   #pending: Pending[] = [];
-  /** trips made (one per batch handed to readMany, retries included): for tests and profiles */
-  trips = 0;
+  #trips = 0;
 
   constructor(readMany: (reqs: readonly ReadRequest[]) => Promise<ArrayBuffer[]>, maxBatchBytes: number, defer: Defer = deferTurn) {
     this.#readMany = readMany;
@@ -79,22 +78,24 @@ export class ReadBatcher {
     this.#defer = defer;
   }
 
+  /** trips made (one per batch handed to readMany, retries included): for tests and profiles */
+  get trips(): number {
+    return this.#trips;
+  }
+
   read(req: ReadRequest): Promise<ArrayBuffer> {
     return new Promise<ArrayBuffer>((resolve, reject) => {
-      if (this.#pending.length === 0) this.#defer(() => this.#flush());
+      if (this.#pending.length === 0) this.#defer(() => this.flush());
       this.#pending.push({ ...req, resolve, reject });
     });
   }
 
   /**
-   * Submit the reads waiting for their turn now (GpuContext.idle calls this before it waits,
-   * so a buffer retired meanwhile is not destroyed under a copy submitted after the wait began).
+   * Submit the reads waiting for their turn now (their turn comes, or GpuContext.idle calls
+   * this before it waits, so a buffer retired meanwhile is not destroyed under a copy
+   * submitted after the wait began).
    */
   flush(): void {
-    this.#flush();
-  }
-
-  #flush(): void {
     if (this.#pending.length === 0) return;
     const all = this.#pending;
     this.#pending = [];
@@ -102,7 +103,7 @@ export class ReadBatcher {
   }
 
   async #run(batch: readonly Pending[]): Promise<void> {
-    this.trips++;
+    this.#trips++;
     let got: ArrayBuffer[];
     try {
       got = await this.#readMany(batch);
