@@ -11,7 +11,7 @@
 #                whose names match (e.g. '^(varlen|lseMerge)/' in a second call).
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
-#                OUT/nvidia-h200-synth (apps/bench/results/nvidia-h200-synth). ~330 s.
+#                OUT/<GPU_LABEL>-synth (apps/bench/results/nvidia-h200-synth). ~280-330 s.
 #   suites       crisp-bench accuracy, O(n) curve and floors on both GPU backends, merged into
 #                OUT/nvidia-h200 (apps/bench/results/nvidia-h200), then WebGPU latency and
 #                crossover with the backend's default kernel (tensor cores where offered; the
@@ -84,7 +84,7 @@
 #                after, then a kernel fault in a child process (DEVICE_LOST, a new backend after
 #                it): OUT/hostile.json, OUT/hostile.log, OUT/sticky.log. ~60-150 s (NVRTC compiles
 #                at first use).
-# GPU_LABEL (default nvidia-h200) names the result folders of the WebGPU latency and parity phases when
+# GPU_LABEL (default nvidia-h200) names the result folders of the headline, WebGPU latency and parity phases when
 # another GPU runs them.
 # Set CRISP_GIT_COMMIT to the commit being run: crisp-bench labels its results with it (the
 # copy on the GPU host may have no git metadata). Copy OUT's nvidia-h200* folders over
@@ -121,7 +121,7 @@ case "$phase" in
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
     timeout -s KILL 345 node "$app/crisp-bench.mjs" --backends cuda --suites latency,crossover --latency-inputs synth \
       --max-host-values 1e12 --sizes 8k,16k,32k,64k,128k,512k --deadline-s 315 \
-      --out "$out/nvidia-h200-synth" > "$out/headline.log" 2>&1
+      --out "$out/${GPU_LABEL:-nvidia-h200}-synth" > "$out/headline.log" 2>&1
     rc=$?
     grep -E 'latency|crossover|skip|peer|error' "$out/headline.log" | tail -n 40
     exit $rc
