@@ -93,7 +93,7 @@ function program(): Command {
     )
     .option('--fresh-inputs', 'latency: mark q, k and v rewritten before every run (a new layer each time: input checks run every time)')
     .option('--host-timings', "latency: plan and attention times from the host clock, the backend's device marks unused")
-    .option('--kernel-times', 'latency: one more run per preset and size with every kernel timed on the GPU (timestamp queries; WebGPU), reported per kernel')
+    .option('--kernel-times', 'latency: one more run per preset and size with every kernel timed on the GPU (WebGPU: timestamp queries; CUDA: events around each launch, waited for in turn), reported per kernel')
     .option('--seed <seed>', 'scenario seed')
     .option('--cuda-schedule <mode>', "CUDA: how the host thread waits for the GPU (the primary context's scheduling flags): auto (default: left as they are), spin, yield or blocking")
     .option('--cuda-proxy-layout <layout>', "CUDA: the proxy statistics' kernel layout (default: the backend's choice for the GPU; wg on sm_90); w32 (every GPU) or wg (sm_90 wgmma)")

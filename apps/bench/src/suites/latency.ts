@@ -68,6 +68,12 @@ export interface KernelTimes {
   readonly passes: number;
   /** per program, the longest first */
   readonly kernels: readonly GpuKernelTime[];
+  /**
+   * the launches were timed one at a time, each waited for (CUDA's events): busy is exact per
+   * kernel, the span is that run's wall time (nothing overlapped) and says nothing of the
+   * timed runs' overlap
+   */
+  readonly serialized?: true;
   /** why there are none (the backend cannot time its kernels, or the profiled run failed) */
   readonly error?: string;
 }
@@ -75,14 +81,39 @@ export interface KernelTimes {
 /** A backend that times its kernels on the GPU (WebGpuBackend.profile). */
 type Profiling = Pick<WebGpuBackend, 'profile'>;
 const profiles = (b: Backend): b is Backend & Profiling => typeof (b as Partial<Profiling>).profile === 'function';
+/** A backend that times each launch by events, waiting for it (CudaBackend.startProfile). */
+interface LaunchProfiling {
+  startProfile(): void;
+  stopProfile(): { kernel: string; calls: number; ms: number }[];
+}
+const profilesLaunches = (b: Backend): b is Backend & LaunchProfiling =>
+  typeof (b as Partial<LaunchProfiling>).startProfile === 'function' && typeof (b as Partial<LaunchProfiling>).stopProfile === 'function';
 
 /** One more run of `policy`, its kernels timed on the GPU; an error is reported, not thrown. */
-async function kernelTimesOf(b: Backend, inputs: PrefillInputs, out: DeviceTensor, policy: Policy, ms: number): Promise<KernelTimes> {
+export async function kernelTimesOf(b: Backend, inputs: PrefillInputs, out: DeviceTensor, policy: Policy, ms: number): Promise<KernelTimes> {
   const none = (error: string): KernelTimes => ({ busyMs: 0, spanMs: 0, passes: 0, kernels: [], error });
-  if (!profiles(b)) return none(`the ${b.name} backend does not time its kernels on the GPU`);
+  const run = () => sparsePrefill(b, inputs, policy, { minSparseLength: 0, out });
+  const what = `${b.name} ${policy.name} (kernel times)`;
   try {
-    const { profile } = await withTimeout(b.profile(() => sparsePrefill(b, inputs, policy, { minSparseLength: 0, out })), ms, `${b.name} ${policy.name} (kernel times)`);
-    return { busyMs: profile.totalMs, spanMs: profile.spanMs, passes: profile.passes, kernels: profile.kernels };
+    if (profiles(b)) {
+      const { profile } = await withTimeout(b.profile(run), ms, what);
+      return { busyMs: profile.totalMs, spanMs: profile.spanMs, passes: profile.passes, kernels: profile.kernels };
+    }
+    if (profilesLaunches(b)) {
+      // every launch waited for in turn: the span is the run's wall time with nothing overlapped
+      b.startProfile();
+      const t0 = performance.now();
+      let launches: { kernel: string; calls: number; ms: number }[] = [];
+      try {
+        await withTimeout(run(), ms, what);
+      } finally {
+        launches = b.stopProfile();
+      }
+      const kernels = launches.map((k) => ({ name: k.kernel, ms: k.ms, passes: k.calls })).sort((x, y) => y.ms - x.ms);
+      const busyMs = kernels.reduce((a, k) => a + k.ms, 0);
+      return { busyMs, spanMs: performance.now() - t0, passes: kernels.reduce((a, k) => a + k.passes, 0), kernels, serialized: true };
+    }
+    return none(`the ${b.name} backend does not time its kernels on the GPU`);
   } catch (e) {
     return none(message(e));
   }
@@ -96,7 +127,7 @@ export function kernelTimesMarkdown(rows: readonly LatencyRow[]): string[] {
     '',
     '### GPU time per kernel',
     '',
-    "One more run of each preset after its timed runs, every kernel timed on the GPU by timestamp queries (the backend's `profile`): busy = the kernels' GPU time summed; span = the first kernel's start to the last one's end (host gaps included); then the programs, longest first, with their share of busy time and their pass count. The timed runs above had no timestamps.",
+    "One more run of each preset after its timed runs, every kernel timed on the GPU: on WebGPU by timestamp queries (the backend's `profile`), span = the first kernel's start to the last one's end (host gaps included); on CUDA by events around each launch, each waited for (`startProfile`), span = that run's wall time with nothing overlapped (marked *). Busy = the kernels' GPU time summed; then the kernels, longest first, with their share of busy time and their launch (pass) count. The timed runs above had no timestamps or events.",
     '',
     '| backend | n | preset | total (timed runs) | span | busy | kernels |',
     '|---|---|---|---|---|---|---|',
@@ -110,7 +141,7 @@ export function kernelTimesMarkdown(rows: readonly LatencyRow[]): string[] {
           .slice(0, 8)
           .map((k) => `${k.name} ${f(k.ms)} ms (${t.busyMs > 0 ? Math.round((100 * k.ms) / t.busyMs) : 0}%, ${k.passes})`)
           .join('; ') + (t.kernels.length > 8 ? `; ${t.kernels.length - 8} more` : '');
-    out.push(`| ${r.backend} | ${r.n} | ${r.preset} | ${f(r.ms.median)} ms | ${t.error ? '–' : `${f(t.spanMs)} ms`} | ${t.error ? '–' : `${f(t.busyMs)} ms`} | ${kernels} |`);
+    out.push(`| ${r.backend} | ${r.n} | ${r.preset} | ${f(r.ms.median)} ms | ${t.error ? '–' : `${f(t.spanMs)} ms${t.serialized ? '*' : ''}`} | ${t.error ? '–' : `${f(t.busyMs)} ms`} | ${kernels} |`);
   }
   return out;
 }
