@@ -263,21 +263,44 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
     mass[t] = 0ULL;
     __syncthreads();
     const u64 prefix = sh[0];
-    for (int i = t; i < n; i += SEL_T) {
-      const u32 x = bits[i];
-      if (pass == 0) {
+    if (pass == 0) {
+      // The first digit is the exponent's top bits: a softmax row's scores share a handful of
+      // them, so per-score atomics would queue on a few words (most of the selection's time at
+      // 512k). Each warp instead adds its 32 scores one digit at a time: the lanes holding the
+      // digit are summed by shuffles (exact: integers) and one lane adds the sums.
+      const int lane = t & 31;
+      for (int i0 = t - lane; i0 < n; i0 += SEL_T) {  // (warp-uniform: i0 is the warp's first score)
+        const int i = i0 + lane;
+        const u32 x = i < n ? bits[i] : 0u;
         // above 1, negative (−0 too), Inf or NaN: not a softmax score
-        if (x > 0x3f800000u) {
-          bad = 1;
-          continue;
-        }
+        if (i < n && x > 0x3f800000u) bad = 1;
+        const bool in = i < n && x <= 0x3f800000u;
         const u32 d = x >> 24;
-        atomicAdd(&cnt[d], 1u);
-        if (d >= COV_EXACT_BYTE) atomicAdd(&mass[d], cov_fixed(x));
-      } else if ((u64)(x >> (shift + 8)) == prefix) {
-        const u32 d = (x >> shift) & 255u;
-        atomicAdd(&cnt[d], 1u);
-        atomicAdd(&mass[d], cov_fixed(x));
+        const u64 m = in && d >= COV_EXACT_BYTE ? cov_fixed(x) : 0ULL;
+        for (unsigned todo = __ballot_sync(0xffffffffu, in); todo != 0u;) {
+          const int leader = __ffs(todo) - 1;
+          const u32 dl = __shfl_sync(0xffffffffu, d, leader);
+          const bool mine = in && d == dl;
+          const unsigned group = __ballot_sync(0xffffffffu, mine);
+          u64 s = mine ? m : 0ULL;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+          if (lane == leader) {
+            atomicAdd(&cnt[dl], (u32)__popc(group));
+            if (dl >= COV_EXACT_BYTE) atomicAdd(&mass[dl], s);
+          }
+          todo &= ~group;
+        }
+      }
+    } else {
+      // (later digits are mantissa bits, spread over the 256 words: plain atomics)
+      for (int i = t; i < n; i += SEL_T) {
+        const u32 x = bits[i];
+        if ((u64)(x >> (shift + 8)) == prefix) {
+          const u32 d = (x >> shift) & 255u;
+          atomicAdd(&cnt[d], 1u);
+          atomicAdd(&mass[d], cov_fixed(x));
+        }
       }
     }
     __syncthreads();
