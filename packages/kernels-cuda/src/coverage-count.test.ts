@@ -31,28 +31,14 @@ function deviceCount(a: Float32Array, gamma: number): number {
     const shift = 24 - 8 * pass;
     const cnt = new Float64Array(256);
     const mass = new Float64Array(256);
-    if (pass === 0) {
-      // a warp's 32 scores, one digit at a time: the group's count and mass sum, then added
-      for (let i0 = 0; i0 < bits.length; i0 += 32) {
-        const group = new Map<number, { c: number; m: number }>();
-        for (let i = i0; i < Math.min(i0 + 32, bits.length); i++) {
-          const x = bits[i];
-          if (x > 0x3f800000) return -1;
-          const d = x >>> 24;
-          const g = group.get(d) ?? { c: 0, m: 0 };
-          g.c++;
-          if (d >= EXACT_BYTE) g.m += fixed(x);
-          group.set(d, g);
-        }
-        for (const [d, g] of group) {
-          cnt[d] += g.c;
-          mass[d] += g.m;
-        }
-      }
-    }
-    for (let i = 0; pass > 0 && i < bits.length; i++) {
+    for (let i = 0; i < bits.length; i++) {
       const x = bits[i];
-      if (x >>> (shift + 8) === prefix) {
+      if (pass === 0) {
+        if (x > 0x3f800000) return -1;
+        const d = x >>> 24;
+        cnt[d]++;
+        if (d >= EXACT_BYTE) mass[d] += fixed(x);
+      } else if (x >>> (shift + 8) === prefix) {
         const d = (x >>> shift) & 255;
         cnt[d]++;
         mass[d] += fixed(x);

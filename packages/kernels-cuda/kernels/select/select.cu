@@ -187,7 +187,6 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
 // above 1, negative, non-finite, or a crossing among the tiny scores) keeps every block:
 // never less than the host's set; the device form is offered only for γ <= 0.99.
 #define COV_EXACT_BYTE 49  // top byte of the float32 patterns >= 2^-29 (exponent field 98)
-#define COV_LOADS 8        // cov_count: loads in flight per thread
 
 // A float32 pattern of a score in [2^-29, 1], times 2^52 (exact: the mantissa shifted left by
 // the exponent above 98, at most 29 places).
@@ -264,49 +263,21 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
     mass[t] = 0ULL;
     __syncthreads();
     const u64 prefix = sh[0];
-    // One CTA per head and direction reads all n scores each pass: too few warps to hide the
-    // memory's latency one load at a time, so each thread has COV_LOADS loads in flight.
-    const int lane = t & 31;
-    for (int i0 = t - lane; i0 < n; i0 += SEL_T * COV_LOADS) {  // (warp-uniform: the warp's first score)
-      u32 xs[COV_LOADS];
-#pragma unroll
-      for (int k = 0; k < COV_LOADS; k++) {
-        const int i = i0 + k * SEL_T + lane;
-        xs[k] = i < n ? bits[i] : 0u;
-      }
-#pragma unroll
-      for (int k = 0; k < COV_LOADS; k++) {
-        const bool here = i0 + k * SEL_T + lane < n;
-        const u32 x = xs[k];
-        if (pass == 0) {
-          // above 1, negative (−0 too), Inf or NaN: not a softmax score
-          if (here && x > 0x3f800000u) bad = 1;
-          // The first digit is the exponent's top bits, which a softmax row's scores share a
-          // handful of: the warp adds its scores one digit at a time (the lanes holding it
-          // summed by shuffles, exact: integers), one atomic a digit instead of one a score.
-          const bool in = here && x <= 0x3f800000u;
-          const u32 d = x >> 24;
-          const u64 m = in && d >= COV_EXACT_BYTE ? cov_fixed(x) : 0ULL;
-          for (unsigned todo = __ballot_sync(0xffffffffu, in); todo != 0u;) {
-            const int leader = __ffs(todo) - 1;
-            const u32 dl = __shfl_sync(0xffffffffu, d, leader);
-            const bool mine = in && d == dl;
-            const unsigned group = __ballot_sync(0xffffffffu, mine);
-            u64 sum = mine ? m : 0ULL;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            if (lane == leader) {
-              atomicAdd(&cnt[dl], (u32)__popc(group));
-              if (dl >= COV_EXACT_BYTE) atomicAdd(&mass[dl], sum);
-            }
-            todo &= ~group;
-          }
-        } else if (here && (u64)(x >> (shift + 8)) == prefix) {
-          // (later digits are mantissa bits, spread over the 256 words: plain atomics)
-          const u32 d = (x >> shift) & 255u;
-          atomicAdd(&cnt[d], 1u);
-          atomicAdd(&mass[d], cov_fixed(x));
+    for (int i = t; i < n; i += SEL_T) {
+      const u32 x = bits[i];
+      if (pass == 0) {
+        // above 1, negative (−0 too), Inf or NaN: not a softmax score
+        if (x > 0x3f800000u) {
+          bad = 1;
+          continue;
         }
+        const u32 d = x >> 24;
+        atomicAdd(&cnt[d], 1u);
+        if (d >= COV_EXACT_BYTE) atomicAdd(&mass[d], cov_fixed(x));
+      } else if ((u64)(x >> (shift + 8)) == prefix) {
+        const u32 d = (x >> shift) & 255u;
+        atomicAdd(&cnt[d], 1u);
+        atomicAdd(&mass[d], cov_fixed(x));
       }
     }
     __syncthreads();
