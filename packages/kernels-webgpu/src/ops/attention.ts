@@ -20,7 +20,7 @@ import {
 import { expandOnDevice } from './expand-mask.js';
 import { checkMaskArrays, checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
-import type { Check, UniformField } from '../runtime/gpu-context.js';
+import { type Check, type UniformField, Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
 
@@ -227,8 +227,8 @@ export async function launchAttention(
     g.scoped(checks, `the attention output [${m}, ${H}, ${D}]`, () => {
       out = given ?? host.newTensor(shape.dtype, [m, H, D]);
       lse = opts.returnLse ? host.newTensor('f32', [H, m]) : undefined;
-      dummy = run.extra ? undefined : g.unusedBinding('none');
-      lseBuf = lse ? lse.buffer : g.unusedBinding('no-lse');
+      dummy = run.extra ? undefined : g.createBuffer(16, Usage.STORAGE, 'none');
+      lseBuf = lse ? lse.buffer : g.createBuffer(16, Usage.STORAGE, 'no-lse');
       if (run.headTable) headBuf = g.u32Buffer(table, 'heads');
     });
     // a failed allocation ends the call here, before a pipeline is built or anything runs
@@ -266,6 +266,8 @@ export async function launchAttention(
     throw e;
   } finally {
     host.gpu.retire(...temps);
+    if (dummy) host.gpu.retire(dummy);
+    if (lseBuf && !lse) host.gpu.retire(lseBuf);
     if (headBuf) host.gpu.retire(headBuf);
   }
   return lse ? { output: out!, lse } : { output: out! };

@@ -88,18 +88,6 @@ export class GpuContext {
   #doneThrough = 0;
   /** idle() calls that found the queue known to be idle and waited for nothing */
   #idleSkips = 0;
-  /**
-   * Uniform buffers whose work has finished, by size, for uniform() to write again instead of
-   * making new ones (every prefill writes a few dozen; at 8k on an H100 each createBuffer cost
-   * about 20 us of host time). Only uniforms: they are written whole before every use.
-   */
-  readonly #uniformFree = new Map<number, GPUBuffer[]>();
-  /** the uniform buffers made here (only these go back to #uniformFree) */
-  readonly #uniforms = new WeakSet<GPUBuffer>();
-  /** 16-byte storage buffers bound where a kernel's optional binding is unused, one per label */
-  readonly #dummies = new Map<string, GPUBuffer>();
-  /** each pipeline's bind group layout, asked of Dawn once */
-  readonly #layouts = new WeakMap<GPUComputePipeline, GPUBindGroupLayout>();
 
   constructor(device: GPUDevice) {
     this.device = device;
@@ -262,55 +250,8 @@ export class GpuContext {
   /** Buffers held now: tensors, and temporaries until the queue drains (synchronize). */
   get liveBuffers(): LiveBuffers {
     let bytes = 0;
-    let buffers = this.#live.size;
     for (const b of this.#live.values()) bytes += b;
-    // (the uniforms kept for reuse and the unused bindings' stand-ins are the context's own,
-    // a few dozen buffers of 16-64 bytes)
-    for (const b of this.#dummies.values()) {
-      buffers--;
-      bytes -= this.#live.get(b) ?? 0;
-    }
-    for (const free of this.#uniformFree.values()) {
-      buffers -= free.length;
-      for (const b of free) bytes -= this.#live.get(b) ?? 0;
-    }
-    return { buffers, bytes };
-  }
-
-  /**
-   * A 16-byte storage buffer to bind where a kernel's optional binding is unused, one per
-   * `label` for the context's life (never written: the kernels leave such bindings alone).
-   * Bindings of one dispatch that differ in access need different labels.
-   */
-  unusedBinding(label: string): GPUBuffer {
-    this.check();
-    let b = this.#dummies.get(label);
-    if (!b) {
-      b = this.createBuffer(16, Usage.STORAGE, label);
-      this.#dummies.set(label, b);
-    }
-    return b;
-  }
-
-  /** Uniform buffers kept for reuse (made once, written again by later calls). */
-  get pooledUniforms(): number {
-    let c = 0;
-    for (const free of this.#uniformFree.values()) c += free.length;
-    return c;
-  }
-
-  /** A retired buffer whose work has finished: a uniform goes back to the pool (up to 64 a size), anything else is destroyed. */
-  #release(b: GPUBuffer): void {
-    if (this.#uniforms.has(b) && this.#live.has(b) && !this.#destroyed) {
-      const size = this.#live.get(b) as number;
-      const free = this.#uniformFree.get(size) ?? [];
-      if (free.length < 64) {
-        free.push(b);
-        this.#uniformFree.set(size, free);
-        return;
-      }
-    }
-    this.#destroyBuffer(b);
+    return { buffers: this.#live.size, bytes };
   }
 
   #destroyBuffer(b: GPUBuffer): void {
@@ -327,12 +268,7 @@ export class GpuContext {
       if (typeof x === 'number') u[i] = x >>> 0;
       else f[i] = x.f32;
     });
-    this.check();
-    let buf = this.#uniformFree.get(ab.byteLength)?.pop();
-    if (!buf) {
-      buf = this.createBuffer(ab.byteLength, Usage.UNIFORM | Usage.COPY_DST, 'uniform');
-      this.#uniforms.add(buf);
-    }
+    const buf = this.createBuffer(ab.byteLength, Usage.UNIFORM | Usage.COPY_DST, 'uniform');
     this.writeBuffer(buf, 0, u);
     return buf;
   }
@@ -398,13 +334,8 @@ export class GpuContext {
     buffers: readonly (GPUBuffer | GPUBufferBinding)[],
     groups: readonly [number, number?, number?],
   ): void {
-    let layout = this.#layouts.get(pipeline);
-    if (!layout) {
-      layout = pipeline.getBindGroupLayout(0);
-      this.#layouts.set(pipeline, layout);
-    }
     const bind = this.device.createBindGroup({
-      layout,
+      layout: pipeline.getBindGroupLayout(0),
       entries: buffers.map((b, binding) => ({ binding, resource: 'buffer' in b ? b : { buffer: b } })),
     });
     const timestampWrites = this.profiler?.passWrites(pipeline.label);
@@ -510,7 +441,7 @@ export class GpuContext {
     this.#retired = [];
     if (this.ownsDevice && this.#doneThrough === this.#queued) {
       this.#idleSkips++;
-      for (const b of done) this.#release(b);
+      for (const b of done) this.#destroyBuffer(b);
       this.check();
       return;
     }
@@ -518,11 +449,9 @@ export class GpuContext {
     try {
       await this.guard(this.device.queue.onSubmittedWorkDone());
       this.#doneThrough = Math.max(this.#doneThrough, through);
-      for (const b of done) this.#release(b);
-    } catch (e) {
+    } finally {
       // (after a loss the device freed them; destroy() on a lost device's buffer is harmless)
       for (const b of done) this.#destroyBuffer(b);
-      throw e;
     }
   }
 
@@ -540,8 +469,6 @@ export class GpuContext {
     this.#reads.flush();
     this.#destroyed = true;
     this.device.removeEventListener?.('uncapturederror', this.#onError);
-    this.#uniformFree.clear();
-    this.#dummies.clear();
     if (this.ownsDevice) {
       this.device.destroy();
       this.#live.clear();
