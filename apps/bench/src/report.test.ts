@@ -9,6 +9,7 @@ import type { BenchResult } from './result.js';
 import { floorSummary } from './suites/floors.js';
 import type { PeerRow } from './peers.js';
 import type { LatencyRow } from './suites/latency.js';
+import type { ParityRow } from './suites/parity.js';
 
 const lat = (backend: string, preset: string, n: number, median: number, planMs: number, density: number): LatencyRow => ({
   backend,
@@ -51,6 +52,62 @@ function result(command: string, startedAt: string, rows: LatencyRow[], peers: {
 }
 
 describe('headline.md', () => {
+  it("sets FlexPrefill's own code beside the dense peers where the parity suite ran on the latency suite's layer", () => {
+    const synth = (row: LatencyRow): LatencyRow => ({ ...row, input: '@crisp/synth llama-like (seed 7), generated on 15 host threads' });
+    const r = result(
+      'node apps/bench/dist/crisp-bench.mjs --backends cuda --suites latency,parity',
+      '2026-12-06T05:00:00.000Z',
+      [32768, 131072].flatMap((n) => [synth(lat('cuda', 'dense', n, n / 1000, 0, 1)), synth(lat('cuda', 'crisp', n, n / 8000, 0.5, 0.08))]),
+      [{ n: 131072, peer: 'torch-sdpa-flash', median: 430 }],
+    );
+    const spread = (median: number) => ({ median, min: median * 0.95, max: median * 1.1, runs: 3 });
+    const parity = (n: number, seed: number, theirs: number, theirsRelErr: number): ParityRow => ({
+      backend: 'cuda',
+      profile: 'llama-like',
+      n,
+      seed,
+      numBlocks: n / 128,
+      oursMs: spread(theirs / 3),
+      theirsMs: spread(theirs),
+      oursRelErr: theirsRelErr,
+      theirsRelErr,
+      oursDensity: 0.034,
+      theirsDensity: 0.035,
+      oursPeHeads: 0,
+      theirsPeHeads: 0,
+      meanAbsDensityDiff: 0.001,
+      heads: [],
+      others: [{ preset: 'crisp', ms: spread(20), density: 0.079, relErr: 0.004 }],
+    });
+    const withParity: BenchResult = {
+      ...r,
+      suites: {
+        ...r.suites,
+        parity: {
+          shape: { heads: 32, kvHeads: 8, headDim: 128 },
+          params: { gamma: 0.95, tau: 0.1, minBudget: 1024, blockSize: 128 },
+          sampledRows: 64,
+          // seed 1 is another layer: not the headline's
+          rows: [parity(131072, 7, 35, 0.0781), parity(32768, 1, 9, 0.05)],
+          skipped: [],
+          notes: [],
+        },
+      },
+    };
+    const lines = headline(withParity, 'apps/bench/results/nvidia-h100-synth').split('\n');
+    expect(lines.find((l) => l.startsWith('| n |'))).toBe(
+      '| n | dense | crisp | torch-sdpa-flash | FlexPrefill (its code) | crisp vs dense | crisp vs torch-sdpa-flash | crisp vs FlexPrefill (its code) | crisp density | crisp plan share | crisp route+select+mask share |',
+    );
+    // 128k: crisp 16.4 ms against FlexPrefill's 35 ms; 32k: the parity row is another seed's layer
+    expect(lines.find((l) => l.startsWith('| 128k |'))).toContain('| 35.0 [33.3, 38.5] | 8.00x | 26.25x | 2.14x |');
+    expect(lines.find((l) => l.startsWith('| 32k |'))).toContain('| – | – | 8.00x | – | – |');
+    const note = lines.find((l) => l.startsWith('FlexPrefill (its code):'))!;
+    expect(note).toContain('128k: FlexPrefill density 0.035, error 0.0781; crisp density 0.079, error 0.0040');
+    expect(note).not.toContain('32k:');
+    // without the parity suite the columns are not there
+    expect(headline(r, 'x').includes('FlexPrefill (its code)')).toBe(false);
+  });
+
   it('puts dense, crisp and the peers per n with crisp speed-ups, density and plan share', () => {
     const r = result(
       'node apps/bench/dist/crisp-bench.mjs --backends cuda --sizes 32k,128k',

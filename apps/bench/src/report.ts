@@ -2,9 +2,9 @@
 import { rowsOf } from './merge.js';
 import { rooflineMarkdown } from './roofline.js';
 import { FLEX_PRESET_GAMMA, flexAtGammaName, gammaOfFlexName } from './suites/accuracy.js';
-import { JIT_WARMUP_N, kernelTimesMarkdown } from './suites/latency.js';
+import { JIT_WARMUP_N, kernelTimesMarkdown, type LatencyRow } from './suites/latency.js';
 import { parallelMarkdown } from './suites/parallel-report.js';
-import { parityMarkdown } from './suites/parity.js';
+import { type ParityRow, parityMarkdown } from './suites/parity.js';
 import { tfjsMarkdown } from './suites/tfjs.js';
 import { varlenMarkdown } from './suites/varlen-report.js';
 import type { BenchResult } from './result.js';
@@ -343,6 +343,8 @@ export function headline(r: BenchResult, linkBase: string): string {
     const rs = lat!.rows.filter((x) => x.backend === b);
     const sizes = [...new Set(rs.map((x) => x.n))].sort((a, c) => a - c);
     const peers = [...new Set(lat!.peers.rows.filter((x) => x.backend === b).map((x) => x.peer))];
+    const flex = flexPrefillOnLatencyLayer(r, b, rs);
+    const flexCols = flex.size ? [FLEX_CODE] : [];
     const s0 = rs[0];
     const cell = (x: { ms: { median: number; min: number; max: number } } | undefined) => (x ? `${ms(x.ms.median)} [${ms(x.ms.min)}, ${ms(x.ms.max)}]` : '–');
     const ratio = (a: { ms: { median: number } } | undefined, c: { ms: { median: number } } | undefined) => (a && c ? `${(a.ms.median / c.ms.median).toFixed(2)}x` : '–');
@@ -351,15 +353,41 @@ export function headline(r: BenchResult, linkBase: string): string {
     out.push('');
     out.push(
       table(
-        ['n', 'dense', 'crisp', ...peers, 'crisp vs dense', ...peers.map((p) => `crisp vs ${p}`), 'crisp density', 'crisp plan share', 'crisp route+select+mask share'],
+        ['n', 'dense', 'crisp', ...peers, ...flexCols, 'crisp vs dense', ...[...peers, ...flexCols].map((p) => `crisp vs ${p}`), 'crisp density', 'crisp plan share', 'crisp route+select+mask share'],
         sizes.map((n) => {
           const dense = rs.find((y) => y.n === n && y.preset === 'dense');
           const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
           const pr = peers.map((p) => lat!.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p));
-          return [kn(n), cell(dense), cell(cr), ...pr.map((p) => `${cell(p)}${pastTolerance(p)}`), ratio(dense, cr), ...pr.map((p) => ratio(p, cr)), f(cr?.density), planShare(cr), afterStatsShare(cr)];
+          const fx = flexCols.map(() => flex.get(n)?.theirsMs).map((t) => (t ? { ms: t } : undefined));
+          return [
+            kn(n),
+            cell(dense),
+            cell(cr),
+            ...pr.map((p) => `${cell(p)}${pastTolerance(p)}`),
+            ...fx.map(cell),
+            ratio(dense, cr),
+            ...pr.map((p) => ratio(p, cr)),
+            ...fx.map((x) => ratio(x, cr)),
+            f(cr?.density),
+            planShare(cr),
+            afterStatsShare(cr),
+          ];
         }),
       ),
     );
+    if (flex.size) {
+      const per = [...flex.values()]
+        .sort((x, y) => x.n - y.n)
+        .map((x) => {
+          const ours = x.others?.find((o) => o.preset === 'crisp');
+          const e = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(4));
+          return `${kn(x.n)}: FlexPrefill density ${f(x.theirsDensity)}, error ${e(x.theirsRelErr)}${ours ? `; crisp density ${f(ours.density)}, error ${e(ours.relErr)}` : ''}`;
+        });
+      out.push('');
+      out.push(
+        `${FLEX_CODE}: FlexPrefill's published flex_prefill_attention on the same layer, timed by the parity suite of these results (its command in bench.md; CUDA events around its call, median; its defaults γ ${r.suites.parity!.params.gamma}, τ ${r.suites.parity!.params.tau}); error = relative error against float64 dense attention at ${r.suites.parity!.sampledRows} sampled rows, scored by the peer. ${per.join('. ')}.`,
+      );
+    }
   }
   out.push('');
   out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (docs/ALGORITHM.md, step 1). On CUDA the plan time is measured with GPU events from the call to the attention's start. ${producedBy(r, 'latency')}`);
@@ -368,6 +396,26 @@ export function headline(r: BenchResult, linkBase: string): string {
   out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);
   out.push('');
   return out.join('\n');
+}
+
+/** The headline's column for FlexPrefill's own code (the parity suite's peer). */
+export const FLEX_CODE = 'FlexPrefill (its code)';
+
+/**
+ * The parity suite's rows of this run whose layer is the one the latency suite timed on
+ * `backend` (the same @crisp/synth profile and seed, shape, bf16, and n), keyed by n: FlexPrefill's
+ * own code on the headline's tensors, to set beside the dense peers.
+ */
+export function flexPrefillOnLatencyLayer(r: BenchResult, backend: string, rows: readonly LatencyRow[]): Map<number, ParityRow> {
+  const p = r.suites.parity;
+  const out = new Map<number, ParityRow>();
+  for (const x of p?.rows ?? []) {
+    if (x.backend !== backend || !x.theirsMs) continue;
+    const lr = rows.find((y) => y.n === x.n && y.preset === 'crisp');
+    const sameShape = lr && lr.shape.heads === p!.shape.heads && lr.shape.kvHeads === p!.shape.kvHeads && lr.shape.headDim === p!.shape.headDim;
+    if (sameShape && lr.dtype === 'bf16' && lr.input.startsWith(`@crisp/synth ${x.profile} (seed ${x.seed})`)) out.set(x.n, x);
+  }
+  return out;
 }
 
 /**

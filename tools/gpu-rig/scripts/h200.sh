@@ -11,7 +11,10 @@
 #                whose names match (e.g. '^(varlen|lseMerge)/' in a second call).
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
-#                OUT/<GPU_LABEL>-synth (apps/bench/results/nvidia-h200-synth). ~280-330 s.
+#                OUT/<GPU_LABEL>-synth (apps/bench/results/nvidia-h200-synth). ~280-330 s. With
+#                HEADLINE_FLEX=1 the parity suite runs on the same layer and sizes as well, so the
+#                headline sets FlexPrefill's own code beside SDPA (needs its copy, as parity does;
+#                up to ~570 s).
 #   suites       crisp-bench accuracy, O(n) curve and floors on both GPU backends, merged into
 #                OUT/nvidia-h200 (apps/bench/results/nvidia-h200), then WebGPU latency and
 #                crossover with the backend's default kernel (tensor cores where offered; the
@@ -119,8 +122,15 @@ case "$phase" in
     ;;
   headline)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }
-    timeout -s KILL 345 node "$app/crisp-bench.mjs" --backends cuda --suites latency,crossover --latency-inputs synth \
-      --max-host-values 1e12 --sizes 8k,16k,32k,64k,128k,512k --deadline-s 315 \
+    # HEADLINE_FLEX=1: FlexPrefill's own code on the same layer too (the parity suite at the
+    # headline's sizes, crisp beside it), which headline.md then sets beside SDPA
+    suites=latency,crossover; dl=315; flex=()
+    if [ "${HEADLINE_FLEX:-0}" = 1 ]; then
+      suites=latency,crossover,parity; dl=540
+      flex=(--parity-sizes 8k,16k,32k,64k,128k,512k --parity-profiles llama-like --parity-seeds 7 --parity-shape 32,8,128 --parity-presets crisp)
+    fi
+    timeout -s KILL $((dl + 30)) node "$app/crisp-bench.mjs" --backends cuda --suites "$suites" --latency-inputs synth \
+      --max-host-values 1e12 --sizes 8k,16k,32k,64k,128k,512k --deadline-s "$dl" ${flex[@]+"${flex[@]}"} \
       --out "$out/${GPU_LABEL:-nvidia-h200}-synth" > "$out/headline.log" 2>&1
     rc=$?
     grep -E 'latency|crossover|skip|peer|error' "$out/headline.log" | tail -n 40
