@@ -6,13 +6,13 @@
  *
  *   node .device/app/webgpu-host-trace.mjs            (N=8192 REPS=10 WARM=40 WAIT=auto|spin|yield)
  *
- * The layer: the Llama shape (H 32, Hkv 8, d 128), f16, uniform noise in q, k and v, the
+ * The layer: the Llama shape (H 32, Hkv 8, d 128), f16, seeded uniform noise in q, k and v, the
  * `crisp` preset with the length gate off; WARM prefills first (so the JavaScript runs
  * JIT-optimised and every pipeline is built), then REPS traced ones. Wrapping each call costs
  * a little host time of its own: read the counts and the shares, and the wall time from
  * crisp-bench.
  */
-import { type DeviceTensor, sparsePrefill } from '@crisp/core';
+import { type DeviceTensor, hostTensor, mulberry32, sparsePrefill } from '@crisp/core';
 import { createNodeWebGpuBackend, type DawnWait } from '@crisp/kernels-webgpu/node';
 import { crisp } from '@crisp/presets';
 
@@ -24,19 +24,10 @@ const H = 32;
 const Hkv = 8;
 const D = 128;
 
-/** f16 bit patterns of uniform values in [-amp, amp) (an LCG: the values only need to be noise). */
-function noise(len: number, seed: number, amp: number): Uint16Array {
-  const out = new Uint16Array(len);
-  const f = new Float32Array(1);
-  const u = new Uint32Array(f.buffer);
-  let x = seed >>> 0;
-  for (let i = 0; i < len; i++) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    f[0] = ((x / 2 ** 32) * 2 - 1) * amp;
-    const e = ((u[0] >>> 23) & 0xff) - 112;
-    out[i] = ((u[0] >>> 16) & 0x8000) | (e <= 0 ? 0 : (e << 10) | ((u[0] & 0x7fffff) >>> 13));
-  }
-  return out;
+/** Seeded uniform values in [-amp, amp) (core's mulberry32: the values only need to be noise). */
+function noise(len: number, seed: number, amp: number): Float32Array {
+  const r = mulberry32(seed);
+  return Float32Array.from({ length: len }, () => (r() * 2 - 1) * amp);
 }
 
 type Fn = (...a: unknown[]) => unknown;
@@ -71,7 +62,7 @@ function wrap(obj: object, name: string, label: string, resolves = false): void 
 
 const b = await createNodeWebGpuBackend({ dawnWait: wait });
 const upload = (shape: number[], seed: number, amp: number): DeviceTensor =>
-  b.upload({ dtype: 'f16', shape, data: noise(shape.reduce((x, y) => x * y), seed, amp) });
+  b.upload(hostTensor('f16', shape, noise(shape.reduce((x, y) => x * y), seed, amp)));
 const inputs = { q: upload([n, H, D], 1, 2), k: upload([n, Hkv, D], 2, 2), v: upload([n, Hkv, D], 3, 1) };
 const out = b.allocate('f16', [n, H, D]);
 const run = () => sparsePrefill(b, inputs, crisp, { minSparseLength: 0, out });
