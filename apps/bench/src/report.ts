@@ -358,7 +358,8 @@ export function headline(r: BenchResult, linkBase: string): string {
           const dense = rs.find((y) => y.n === n && y.preset === 'dense');
           const cr = rs.find((y) => y.n === n && y.preset === 'crisp');
           const pr = peers.map((p) => lat!.peers.rows.find((y) => y.backend === b && y.n === n && y.peer === p));
-          const fx = flexCols.map(() => flex.get(n)?.theirsMs).map((t) => (t ? { ms: t } : undefined));
+          const theirs = flex.get(n)?.theirsMs;
+          const fx = flexCols.map(() => (theirs ? { ms: theirs } : undefined));
           return [
             kn(n),
             cell(dense),
