@@ -54,7 +54,7 @@ describe('programmatic launches', () => {
   // wait, and every kernel that waits is launched so (else the wait is dead code).
   const sources = files.map((f) => kernelSource(kernelDir, f)).join('\n');
   const entries = new Map<string, string>();
-  for (const m of sources.matchAll(/extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?\s+(\w+)\s*\(/g)) {
+  for (const m of sources.matchAll(/extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?(?:\s+[A-Z][A-Z0-9_]*)?\s+(\w+)\s*\(/g)) {
     const open = sources.indexOf('{', m.index + m[0].length);
     entries.set(m[1], sources.slice(open + 1, open + 400));
   }
@@ -79,5 +79,10 @@ describe('kernel parameter counts (checked at every launch)', () => {
     expect([...c.keys()].some((k) => k.startsWith('__'))).toBe(false);
     expect(kernelParamCounts('extern "C" __global__ void __launch_bounds__(256) k(int a, float* b) {}').get('k')).toBe(2);
     expect(kernelParamCounts('extern "C" __global__ void none() {}').get('none')).toBe(0);
+    // an attribute macro after the launch bounds (the cluster form of the coverage selection)
+    const sel = kernelParamCounts(kernelSource(kernelDir, 'select/select.cu'));
+    expect(sel.get('coverage_select')).toBe(15);
+    expect(sel.get('coverage_select_c8')).toBe(15);
+    expect(kernelParamCounts('extern "C" __global__ void __launch_bounds__(64) DIMS\n    k(int a) {}').get('k')).toBe(1);
   });
 });

@@ -244,10 +244,51 @@ __device__ void cov_topk_bits(const double* p, int Nb, int k, u32* bits, u32* cn
   __syncthreads();
 }
 
+// Thread-block clusters (sm_90): cov_count's histograms are split over the COV_CL CTAs of a
+// cluster, each scanning every COV_CL-th stretch of the scores, and every CTA sums the others'
+// through distributed shared memory before it decides (the same integers in every CTA, so the
+// same decision). One CTA a direction and head left 68 of 132 SMs idle and each SM waiting on
+// its loads (a profile at 512k: 91% of cycles with no eligible warp).
+#define COV_CL 8
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define COV_HAS_CLUSTER 1
+__device__ __forceinline__ u32 cl_rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// every thread of every CTA of the cluster: writes before it are visible to reads after it
+__device__ __forceinline__ void cl_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// the address of this CTA's shared variable p in the shared memory of the cluster's CTA `rank`
+__device__ __forceinline__ u32 cl_map(const void* p, u32 rank) {
+  u32 a;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
+  return a;
+}
+__device__ __forceinline__ u32 cl_ld32(u32 a) {
+  u32 v;
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+__device__ __forceinline__ u64 cl_ld64(u32 a) {
+  u64 v;
+  asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(a) : "memory");
+  return v;
+}
+#else
+#define COV_HAS_CLUSTER 0
+#endif
+
 // The count of one direction's n token scores a (see above), or −1 where it is not exact.
-// cnt: 256 shared words, mass: 256 shared u64, sh: 4 shared u64.
-__device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass, u64* sh) {
-  const int t = threadIdx.x;
+// cnt: 256 shared words, mass: 256 shared u64, sh: 4 shared u64. CL > 1: this CTA is `rank`
+// of a cluster of CL that count the same scores together (every CTA returns the count).
+// A warp whose 32 lanes all count a score of the same digit adds once (the first pass's
+// scores nearly all share their top byte: one shared address for every lane otherwise).
+template <int CL>
+__device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass, u64* sh, int rank) {
+  const int t = threadIdx.x, lane = t & 31;
   const u32* bits = reinterpret_cast<const u32*>(a);
   if (t == 0) {
     sh[0] = 0ULL;  // the crossing score's digits so far
@@ -256,6 +297,10 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
     sh[3] = 0ULL;  // 1: decided (the result in sh[2]); 2: not exact
   }
   __shared__ int bad;
+  __shared__ u32 sumCnt[CL > 1 ? 256 : 1];
+  __shared__ u64 sumMass[CL > 1 ? 256 : 1];
+  u32* allCnt = CL > 1 ? sumCnt : cnt;
+  u64* allMass = CL > 1 ? sumMass : mass;
   if (t == 0) bad = 0;
   for (int pass = 0; pass < 4; pass++) {
     const int shift = 24 - 8 * pass;
@@ -263,43 +308,79 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
     mass[t] = 0ULL;
     __syncthreads();
     const u64 prefix = sh[0];
-    for (int i = t; i < n; i += SEL_T) {
-      const u32 x = bits[i];
+    // the same trip count for every lane of a warp (the warp votes below)
+    for (int base = rank * SEL_T + (t & ~31); base < n; base += CL * SEL_T) {
+      const int i = base + lane;
+      const u32 x = i < n ? bits[i] : 0u;
+      bool take;
+      u32 d;
+      u64 m = 0ULL;
       if (pass == 0) {
         // above 1, negative (−0 too), Inf or NaN: not a softmax score
-        if (x > 0x3f800000u) {
-          bad = 1;
-          continue;
+        if (i < n && x > 0x3f800000u) bad = 1;
+        take = i < n && x <= 0x3f800000u;
+        d = x >> 24;
+        if (take && d >= COV_EXACT_BYTE) m = cov_fixed(x);
+      } else {
+        take = i < n && (u64)(x >> (shift + 8)) == prefix;
+        d = (x >> shift) & 255u;
+        if (take) m = cov_fixed(x);
+      }
+      const u32 d0 = __shfl_sync(0xffffffffu, d, 0);
+      if (__all_sync(0xffffffffu, take && d == d0)) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m += __shfl_xor_sync(0xffffffffu, m, o);
+        if (lane == 0) {
+          atomicAdd(&cnt[d0], 32u);
+          if (m != 0ULL) atomicAdd(&mass[d0], m);
         }
-        const u32 d = x >> 24;
+      } else if (take) {
         atomicAdd(&cnt[d], 1u);
-        if (d >= COV_EXACT_BYTE) atomicAdd(&mass[d], cov_fixed(x));
-      } else if ((u64)(x >> (shift + 8)) == prefix) {
-        const u32 d = (x >> shift) & 255u;
-        atomicAdd(&cnt[d], 1u);
-        atomicAdd(&mass[d], cov_fixed(x));
+        if (m != 0ULL) atomicAdd(&mass[d], m);
       }
     }
     __syncthreads();
+    int anyBad = bad;
+#if COV_HAS_CLUSTER
+    if (CL > 1) {
+      __shared__ int sumBad;
+      cl_sync();  // every CTA's histograms are complete
+      u32 c = 0u;
+      u64 ms = 0ULL;
+      for (int r = 0; r < CL; r++) {
+        c += cl_ld32(cl_map(&cnt[t], (u32)r));
+        ms += cl_ld64(cl_map(&mass[t], (u32)r));
+      }
+      sumCnt[t] = c;
+      sumMass[t] = ms;
+      if (t == 0) {
+        int b = 0;
+        for (int r = 0; r < CL; r++) b |= (int)cl_ld32(cl_map(&bad, (u32)r));
+        sumBad = b;
+      }
+      cl_sync();  // every CTA has read the others' before any clears its own
+      anyBad = sumBad;
+    }
+#endif
     if (t == 0) {
       u64 M = sh[1], C = sh[2];
       const int lowest = pass == 0 ? COV_EXACT_BYTE : 0;
       int cross = -1;
       for (int d = 255; d >= lowest; d--) {
-        if (M + mass[d] > T) {
+        if (M + allMass[d] > T) {
           cross = d;
           break;
         }
-        M += mass[d];
-        C += cnt[d];
+        M += allMass[d];
+        C += allCnt[d];
       }
-      if (bad) {
+      if (anyBad) {
         sh[3] = 2ULL;
       } else if (cross < 0) {
         // the whole mass stays <= γ: n + 1 when every score was exact, else undecided
         u64 tiny = 0;
         if (pass == 0)
-          for (int d = 0; d < COV_EXACT_BYTE; d++) tiny += cnt[d];
+          for (int d = 0; d < COV_EXACT_BYTE; d++) tiny += allCnt[d];
         sh[3] = pass == 0 && tiny == 0 ? 1ULL : 2ULL;
         sh[2] = C + 1;
       } else {
@@ -325,16 +406,16 @@ __device__ long long cov_count(const float* a, int n, u64 T, u32* cnt, u64* mass
   return r;
 }
 
-// Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. pv, ps
-// [H][Nb] f64 (the block scores), av, as [H][n] f32 (the token scores a_v, a_s); T = floor(γ ·
-// 2^52); lists [2][H][Nb], counts [2][H] as vs_select's. PE heads as vs_select's: the peK
-// best of each direction ∪ {0}, and the coverage rule's blocks too with peWithVs.
-extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double* pv, const double* ps, const float* av,
-                                                                    const float* as, const int* routes, int H, int Nb,
-                                                                    int n, int B, unsigned long long T, int kBlocks,
-                                                                    int peK, int* lists, int* counts, int peWithVs) {
-  CRISP_PDL_ENTRY();
-  extern __shared__ u32 bits[];
+// pv, ps [H][Nb] f64 (the block scores), av, as [H][n] f32 (the token scores a_v, a_s); T =
+// floor(γ · 2^52); lists [2][H][Nb], counts [2][H] as vs_select's. PE heads as vs_select's:
+// the peK best of each direction ∪ {0}, and the coverage rule's blocks too with peWithVs.
+// Grid (2 directions, H heads, CL), SEL_T threads, Nb/32 words of dynamic shared memory; with
+// CL > 1 the CL CTAs of a (direction, head) are one cluster: all count, the first selects.
+template <int CL>
+__device__ __forceinline__ void coverage_body(const double* pv, const double* ps, const float* av, const float* as,
+                                              const int* routes, int H, int Nb, int n, int B, u64 T, int kBlocks,
+                                              int peK, int* lists, int* counts, int peWithVs, int rank,
+                                              u32* bits) {
   __shared__ double sv[SEL_T / 32];  // sel_topk_bits: one slot a warp
   __shared__ int si[SEL_T / 32];
   __shared__ int red[SEL_T / 32];
@@ -348,7 +429,8 @@ extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double
   __syncthreads();
   const bool vsHead = routes[h] != 0;
   if (vsHead || peWithVs) {
-    const long long count = cov_count((dir == 0 ? av : as) + (size_t)h * n, n, T, cnt, mass, sh);
+    const long long count = cov_count<CL>((dir == 0 ? av : as) + (size_t)h * n, n, T, cnt, mass, sh, rank);
+    if (rank != 0) return;
     const long long want = count < 0 ? (long long)Nb : count / B + 1;
     const int blocks = (int)min((long long)Nb, max((long long)kBlocks, want));
     if (blocks >= Nb) {
@@ -359,6 +441,7 @@ extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double
     __syncthreads();
     if (t == 0) atomicOr(&bits[0], 1u);
   }
+  if (rank != 0) return;
   if (!vsHead) {
     __syncthreads();
     if (peK >= Nb) {
@@ -371,6 +454,37 @@ extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double
   }
   __syncthreads();
   sel_write_list(bits, words, lists + ((size_t)dir * H + h) * Nb, counts + dir * H + h, red);
+}
+
+// One CTA a direction and head (GPUs before sm_90). Grid (2, H).
+extern "C" __global__ void __launch_bounds__(SEL_T) coverage_select(const double* pv, const double* ps, const float* av,
+                                                                    const float* as, const int* routes, int H, int Nb,
+                                                                    int n, int B, unsigned long long T, int kBlocks,
+                                                                    int peK, int* lists, int* counts, int peWithVs) {
+  CRISP_PDL_ENTRY();
+  extern __shared__ u32 bits[];  // Nb/32 words: the head's bitmap
+  coverage_body<1>(pv, ps, av, as, routes, H, Nb, n, B, T, kBlocks, peK, lists, counts, peWithVs, 0, bits);
+}
+
+// sm_90: a cluster of COV_CL CTAs a direction and head. Grid (2, H, COV_CL). Elsewhere it
+// traps (the host launches it only on sm_90 and later).
+#if COV_HAS_CLUSTER
+#define COV_CLUSTER_DIMS __cluster_dims__(1, 1, COV_CL)
+#else
+#define COV_CLUSTER_DIMS
+#endif
+extern "C" __global__ void __launch_bounds__(SEL_T) COV_CLUSTER_DIMS
+    coverage_select_c8(const double* pv, const double* ps, const float* av, const float* as, const int* routes, int H,
+                       int Nb, int n, int B, unsigned long long T, int kBlocks, int peK, int* lists, int* counts,
+                       int peWithVs) {
+  CRISP_PDL_ENTRY();
+#if COV_HAS_CLUSTER
+  extern __shared__ u32 bits[];
+  coverage_body<COV_CL>(pv, ps, av, as, routes, H, Nb, n, B, T, kBlocks, peK, lists, counts, peWithVs,
+                        (int)cl_rank(), bits);
+#else
+  __trap();
+#endif
 }
 
 // The selected lists as VS lists: buf = [verticalPtr H+1][slashPtr H+1][vertical H·Nb][slash H·Nb]

@@ -13,6 +13,8 @@ import type { DeviceVsRequest } from './mask-types.js';
 
 /** The block statistics in a kept statistics buffer, in its order after [non-finite count][C_struct H][entropy H] (f64). */
 const BLOCK_FIELDS = ['verticalBlocks', 'slashBlocks', 'pooledEstimate'] as const;
+/** select.cu's COV_CL: the CTAs of coverage_select_c8's cluster (one direction and head) */
+const COVERAGE_CLUSTER = 8;
 
 /**
  * Device pointers to `fields` of the statistics ([H·Nb] f64 each): in `keptBlock`, the buffer
@@ -146,7 +148,9 @@ export function selectOnDevice(
   } else {
     // T = floor(γ · 2^52): the running sums are integers in units of 2^-52 there (exact below 2^53)
     const T = Math.floor(rule.gamma * 2 ** 52);
-    cx.launch('select/select.cu', 'coverage_select', [2, H], 256, Math.ceil(Nb / 32) * 4, [
+    // sm_90 and later: a cluster of COVERAGE_CLUSTER CTAs counts each direction and head
+    const cluster = cx.arch >= 90 ? COVERAGE_CLUSTER : 1;
+    cx.launch('select/select.cu', cluster > 1 ? 'coverage_select_c8' : 'coverage_select', [2, H, cluster], 256, Math.ceil(Nb / 32) * 4, [
       P(pv),
       P(ps),
       P(tokens![0]),

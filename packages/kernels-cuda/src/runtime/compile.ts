@@ -61,7 +61,8 @@ export function kernelSource(kernelDir: string | undefined, file: string): strin
  */
 export function kernelParamCounts(src: string): Map<string, number> {
   const out = new Map<string, number>();
-  const re = /extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(([^)]*)\)/g;
+  // (an attribute macro may follow the launch bounds: select.cu's COV_CLUSTER_DIMS)
+  const re = /extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?:[A-Z][A-Z0-9_]*\s+)?(\w+)\s*\(([^)]*)\)/g;
   for (const m of src.matchAll(re)) {
     // a macro's `__launch_bounds__(...) \` line break: not a kernel name
     if (m[1].startsWith('__')) continue;

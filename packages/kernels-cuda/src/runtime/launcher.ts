@@ -42,6 +42,7 @@ export const PDL_KERNELS: ReadonlySet<string> = new Set([
   'proxy_blocks_b',
   'vs_select',
   'coverage_select',
+  'coverage_select_c8',
   'vs_pack',
   'expand_count',
   'exclusive_scan_sums',
