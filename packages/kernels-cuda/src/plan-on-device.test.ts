@@ -17,8 +17,8 @@ const Hkv = 2;
 const D = 128;
 const n = 8192;
 
-function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead'], programmaticLaunch?: boolean) {
-  const s = standInDriver({ heads: H, onRead });
+function setup(onRead?: NonNullable<Parameters<typeof standInDriver>[0]>['onRead'], programmaticLaunch?: boolean, decodeArgs = 0) {
+  const s = standInDriver({ heads: H, onRead, decodeArgs });
   const be = new CudaBackend(s.libs, { cacheDir: null, ...(programmaticLaunch === undefined ? {} : { programmaticLaunch }) });
   const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
   return { ...s, be, inputs };
@@ -229,7 +229,7 @@ describe('the device planner (stand-in driver)', () => {
   });
 
   it('runs the router on a second stream beside the statistics, and the PE heads there beside the VS heads\' attention', async () => {
-    const { be, inputs, log } = setup();
+    const { be, inputs, log } = setup(undefined, undefined, 15);
     (await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 })).output.dispose();
     log.length = 0;
     const r = await sparsePrefill(be, inputs, crisp, { minSparseLength: 0 });
@@ -279,6 +279,13 @@ describe('the device planner (stand-in driver)', () => {
     // only once the plan's end is reached (a wait on the main stream's event)
     const attn = log.filter((e) => e.kind === 'launch' && (e.name as string).startsWith('attn_'));
     expect(attn.map((e) => e.stream)).toEqual([main, side]);
+    // block-sparse launches: grid [query blocks, head slots] and CTA order 1 in hmode's bits
+    // 2-3 beside the head selection (1: the routed VS heads of all H; 2: the listed PE heads)
+    const Nq = Math.ceil(n / 128);
+    expect(attn[0].shape?.slice(0, 3)).toEqual([Nq, H, 1]);
+    expect(attn[0].args![14][0]).toBe(4 | 1);
+    expect(attn[1].shape?.slice(0, 2)).toEqual([Nq, H]);
+    expect(attn[1].args![14][0]).toBe(4 | 2);
     const vsAttn = log.indexOf(attn[0]);
     expect(launch('pe_q_means')).toBeGreaterThan(vsAttn);
     for (const e of log.slice(vsAttn + 1).filter((x) => x.kind === 'launch')) expect(e.stream, e.name as string).toBe(side);

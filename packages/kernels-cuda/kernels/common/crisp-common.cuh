@@ -115,19 +115,25 @@ __device__ __forceinline__ u32 swz(int row, int chunk, int rowBytes) {
   return (u32)(row * rowBytes + ((chunk ^ (row & 7)) << 4));
 }
 
-// CTA order: blockIdx.x is the head, blockIdx.y counts query blocks from the last, so the
-// longest causal rows start first (better tail balance). (A kv-head-major order, for L2
-// reuse of one kv head's K/V, was measured on the H200: no gain.)
+// CTA order (hmode >> 2): 0, blockIdx.x is the head slot and blockIdx.y counts query blocks
+// from the last, so the longest causal rows start first (dense launches: the tail balances);
+// 1, the axes swapped (grid [query blocks, head slots]; block-sparse launches): a head's query
+// blocks run together, most recent first, so its vertical blocks and its neighbouring rows'
+// slash blocks are read while they are in L2 (crisp's layer at 512k on an H200: 300.6 ms of
+// attention against 330.9 ms in the first order; interleaving a kv group's heads with the
+// query blocks gave no more. A kv-head-major order for dense was measured on the H200: no gain.)
 //
-// Which heads a launch serves (hsel, hmode): hmode 0, every head (blockIdx.x); hmode 1, the
-// heads routed to VS (hsel = the routes [H], 1 = VS: route.cu's), the other CTAs leave at
-// once; hmode 2, the listed heads (hsel = [count][heads], grid x = count: a device plan's PE
-// heads, whose rows come later on a second stream). Returns false for a CTA that leaves; the
-// bodies call this before any barrier or shared-memory setup.
+// Which heads a launch serves (hmode & 3): 0, every head; 1, the heads routed to VS (hsel =
+// the routes [H], 1 = VS: route.cu's), the other CTAs leave at once; 2, the listed heads
+// (hsel = [count][heads], count head slots: a device plan's PE heads, whose rows come later
+// on a second stream). Returns false for a CTA that leaves; the bodies call this before any
+// barrier or shared-memory setup.
 __device__ __forceinline__ bool cta_order(int Nb, const int* hsel, int hmode, int& h, int& I) {
-  h = hmode == 2 ? hsel[1 + blockIdx.x] : (int)blockIdx.x;
-  I = Nb - 1 - (int)blockIdx.y;
-  return hmode != 1 || hsel[h] == 1;
+  const bool swapped = (hmode >> 2) == 1;
+  const int sel = hmode & 3, slot = (int)(swapped ? blockIdx.y : blockIdx.x);
+  h = sel == 2 ? hsel[1 + slot] : slot;
+  I = Nb - 1 - (int)(swapped ? blockIdx.x : blockIdx.y);
+  return sel != 1 || hsel[h] == 1;
 }
 
 // One sequence of a ragged (varlen) batch, as the host packs it (48 bytes, 8-aligned): its

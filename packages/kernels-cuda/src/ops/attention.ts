@@ -208,8 +208,13 @@ export class AttentionOp {
     // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
     const firstBlock = Math.floor((n - m) / B);
     const { lay, smem, block } = this.#layout(B, D);
-    const [gx, hsel, hmode] = !heads ? [H, 0, 0] : 'routes' in heads ? [H, heads.routes, 1] : [heads.count, heads.list, 2];
-    cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [gx, Nb - firstBlock], block, smem, [
+    const [gx, hsel, sel] = !heads ? [H, 0, 0] : 'routes' in heads ? [H, heads.routes, 1] : [heads.count, heads.list, 2];
+    const nq = Nb - firstBlock;
+    // block-sparse rows: a head's query blocks run together (CTA order 1, crisp-common.cuh)
+    const swapped = rowPtr !== 0;
+    const grid: [number, number] = swapped ? [nq, gx] : [gx, nq];
+    const hmode = sel | (swapped ? 4 : 0);
+    cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, grid, block, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),
