@@ -1,6 +1,7 @@
 /**
  * The arithmetic of select.cu's coverage_select, checked on the CPU: line-for-line mirrors of
- * its count (cov_count: a radix select over the float32 patterns, 8 bits a pass, the masses
+ * its count (cov_count, as one CTA or a cluster of CTAs splitting the scores in stretches,
+ * with its warp-level adds: a radix select over the float32 patterns, 8 bits a pass, the masses
  * of the scores >= 2^-29 added as integers in units of 2^-52) and of its block choice
  * (cov_topk_bits: a radix select over the f64 scores' ordered keys, ties from the lower
  * index), against @crisp/select's coverageTokenCount (the definition: float64 running sums of
@@ -20,30 +21,70 @@ function fixed(x: number): number {
   return ((x & 0x7fffff) | 0x800000) * 2 ** ((x >>> 23) - 98);
 }
 
+const SEL_T = 256;
+
+/**
+ * One pass's histograms as the CTAs of a cluster of CL build them (CL = 1: coverage_select's
+ * one CTA): CTA r's warps read the stretches of 32 scores at r·SEL_T + 32·w + CL·SEL_T·j; a
+ * warp whose 32 lanes all take a score of the same digit adds 32 and the warp's mass once,
+ * otherwise each lane adds its own; then every CTA sums all CL histograms (and the flags of a
+ * score that is not a softmax score). Returns null where some CTA saw such a score.
+ */
+function clusterHistograms(bits: Uint32Array, pass: number, prefix: number, CL: number): { cnt: Float64Array; mass: Float64Array } | null {
+  const n = bits.length;
+  const shift = 24 - 8 * pass;
+  const cnt = new Float64Array(256);
+  const mass = new Float64Array(256);
+  let bad = false;
+  for (let r = 0; r < CL; r++) {
+    for (let w = 0; w < SEL_T / 32; w++) {
+      for (let base = r * SEL_T + 32 * w; base < n; base += CL * SEL_T) {
+        const lanes = Array.from({ length: 32 }, (_, lane) => {
+          const i = base + lane;
+          const x = i < n ? bits[i] : 0;
+          let take: boolean;
+          let d: number;
+          let m = 0;
+          if (pass === 0) {
+            if (i < n && x > 0x3f800000) bad = true;
+            take = i < n && x <= 0x3f800000;
+            d = x >>> 24;
+            if (take && d >= EXACT_BYTE) m = fixed(x);
+          } else {
+            take = i < n && x >>> (shift + 8) === prefix;
+            d = (x >>> shift) & 255;
+            if (take) m = fixed(x);
+          }
+          return { take, d, m };
+        });
+        const d0 = lanes[0].d;
+        if (lanes.every((l) => l.take && l.d === d0)) {
+          cnt[d0] += 32;
+          mass[d0] += lanes.reduce((acc, l) => acc + l.m, 0);
+        } else {
+          for (const l of lanes) {
+            if (!l.take) continue;
+            cnt[l.d]++;
+            mass[l.d] += l.m;
+          }
+        }
+      }
+    }
+  }
+  return bad ? null : { cnt, mass };
+}
+
 /** cov_count: the count, or −1 where the kernel gives up (the head then keeps every block). */
-function deviceCount(a: Float32Array, gamma: number): number {
+function deviceCount(a: Float32Array, gamma: number, CL = 1): number {
   const bits = new Uint32Array(a.buffer, a.byteOffset, a.length);
   const T = Math.floor(gamma * 2 ** 52);
   let prefix = 0;
   let M = 0;
   let C = 0;
   for (let pass = 0; pass < 4; pass++) {
-    const shift = 24 - 8 * pass;
-    const cnt = new Float64Array(256);
-    const mass = new Float64Array(256);
-    for (let i = 0; i < bits.length; i++) {
-      const x = bits[i];
-      if (pass === 0) {
-        if (x > 0x3f800000) return -1;
-        const d = x >>> 24;
-        cnt[d]++;
-        if (d >= EXACT_BYTE) mass[d] += fixed(x);
-      } else if (x >>> (shift + 8) === prefix) {
-        const d = (x >>> shift) & 255;
-        cnt[d]++;
-        mass[d] += fixed(x);
-      }
-    }
+    const h = clusterHistograms(bits, pass, prefix, CL);
+    if (h === null) return -1;
+    const { cnt, mass } = h;
     let cross = -1;
     for (let d = 255; d >= (pass === 0 ? EXACT_BYTE : 0); d--) {
       if (M + mass[d] > T) {
@@ -135,6 +176,23 @@ describe("coverage_select's count (select.cu)", () => {
       }),
       { numRuns: 60 },
     );
+  });
+
+  it('counts the same as a cluster of eight CTAs (coverage_select_c8), lengths off the stretches included', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 2 ** 31 - 1 }), fc.integer({ min: 2000, max: 30000 }), fc.double({ min: 0.05, max: 0.99, noNaN: true }), (seed, n, gamma) => {
+        const a = row(n, seed);
+        const want = coverageTokenCount(a, gamma);
+        expect(deviceCount(a, gamma, 8), `seed ${seed}, n ${n}, γ ${gamma}`).toBe(want);
+        expect(deviceCount(a, gamma, 3), `seed ${seed}, n ${n}, γ ${gamma}`).toBe(want);
+      }),
+      { numRuns: 25 },
+    );
+    // a score above 1 in one CTA's stretch only: every CTA of the cluster gives up
+    const a = row(9000, 5);
+    a[8 * 256 + 7] = 1.5;
+    expect(deviceCount(a, 0.9, 8)).toBe(-1);
+    expect(deviceCount(a, 0.9, 1)).toBe(-1);
   });
 
   it("keeps the selector's blocks: block 0 and the best by score, ties toward the lower index", () => {
