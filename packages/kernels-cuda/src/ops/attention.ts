@@ -59,7 +59,8 @@ const CP_ASYNC_HOPPER_VARIANT: AttentionVariant = 'wgw';
 /**
  * The layout a backend launches unless told otherwise: the fastest measured on the GPU's
  * architecture. Hopper (compute capability 9.0): `wgt` (570 TFLOP/s dense at 64k on an H100
- * against `wgw`'s 421 in the same run; per computed sparse block 1.02-1.08x dense). Elsewhere `w32`,
+ * against `wgw`'s 421 in the same run; per computed block of CRISP's masks 1.03-1.06x dense at
+ * 128k-512k, a head's query blocks running together). Elsewhere `w32`,
  * the fastest mma.sync layout on the H200 (not measured on other GPUs).
  */
 export function defaultAttentionVariant(computeCapability: readonly [number, number]): AttentionVariant {
