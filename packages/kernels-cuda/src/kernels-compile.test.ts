@@ -5,7 +5,7 @@
  */
 import { readdirSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { defaultKernelDir, kernelSource } from './runtime/compile.js';
+import { defaultKernelDir, kernelSignatures, kernelSource } from './runtime/compile.js';
 import { PDL_KERNELS } from './index.js';
 
 const kernelDir = defaultKernelDir();
@@ -54,9 +54,9 @@ describe('programmatic launches', () => {
   // wait, and every kernel that waits is launched so (else the wait is dead code).
   const sources = files.map((f) => kernelSource(kernelDir, f)).join('\n');
   const entries = new Map<string, string>();
-  for (const m of sources.matchAll(/extern "C" __global__ void(?: __launch_bounds__\([^)]*\))?(?:\s+[A-Z][A-Z0-9_]*)?\s+(\w+)\s*\(/g)) {
-    const open = sources.indexOf('{', m.index + m[0].length);
-    entries.set(m[1], sources.slice(open + 1, open + 400));
+  for (const k of kernelSignatures(sources)) {
+    const open = sources.indexOf('{', k.end);
+    entries.set(k.name, sources.slice(open + 1, open + 400));
   }
   it('every kernel in PDL_KERNELS starts with CRISP_PDL_ENTRY, and no other kernel has it', () => {
     for (const name of PDL_KERNELS) {

@@ -52,24 +52,39 @@ export function kernelSource(kernelDir: string | undefined, file: string): strin
   );
 }
 
+/** One `extern "C" __global__` kernel written out in a source: its name, parameter count, and where its signature ends. */
+export interface KernelSignature {
+  readonly name: string;
+  readonly params: number;
+  /** the index just past the signature's closing parenthesis (the body's `{` follows) */
+  readonly end: number;
+}
+
 /**
- * The parameter count of each `extern "C" __global__` kernel written out in a spliced source
- * (kernels made by macros with token pasting are not listed): the backend checks every launch
- * against it, so a host argument list that drifted from its kernel is a typed error on the
- * first launch (CPU tests included, through the stand-in driver) instead of a kernel reading
- * misplaced arguments.
+ * Every `extern "C" __global__` kernel written out in a spliced source, in source order
+ * (kernels made by macros with token pasting are not listed). An attribute macro may follow
+ * the launch bounds (select.cu's COV_CLUSTER_DIMS).
  */
-export function kernelParamCounts(src: string): Map<string, number> {
-  const out = new Map<string, number>();
-  // (an attribute macro may follow the launch bounds: select.cu's COV_CLUSTER_DIMS)
+export function kernelSignatures(src: string): KernelSignature[] {
+  const out: KernelSignature[] = [];
   const re = /extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(?:[A-Z][A-Z0-9_]*\s+)?(\w+)\s*\(([^)]*)\)/g;
   for (const m of src.matchAll(re)) {
     // a macro's `__launch_bounds__(...) \` line break: not a kernel name
     if (m[1].startsWith('__')) continue;
     const params = m[2].trim();
-    out.set(m[1], params === '' ? 0 : params.split(',').length);
+    out.push({ name: m[1], params: params === '' ? 0 : params.split(',').length, end: m.index + m[0].length });
   }
   return out;
+}
+
+/**
+ * The parameter count of each kernel written out in a spliced source (kernelSignatures): the
+ * backend checks every launch against it, so a host argument list that drifted from its
+ * kernel is a typed error on the first launch (CPU tests included, through the stand-in
+ * driver) instead of a kernel reading misplaced arguments.
+ */
+export function kernelParamCounts(src: string): Map<string, number> {
+  return new Map(kernelSignatures(src).map((k) => [k.name, k.params]));
 }
 
 export interface CompileResult {
