@@ -16,4 +16,5 @@ export type { TraceEntry } from './runtime/trace.js';
 export { cudaAvailability } from './availability.js';
 export { defaultCacheDir, defaultKernelDir } from './runtime/compile.js';
 export { CUDA_ERROR, CudaFaults } from './faults.js';
+export { NCCL_UNIQUE_ID_BYTES, ncclCollectives, type NcclCollectives, type NcclCollectivesOptions, ncclUniqueId, ncclVersion } from './nccl.js';
 export type { FiredFault } from './faults.js';

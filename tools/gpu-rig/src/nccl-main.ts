@@ -1,0 +1,111 @@
+/**
+ * @crisp/parallel over NCCL on a GPU host: `node nccl-main.mjs --ranks P [--n N] [--devices D]`
+ * makes an NCCL group id, starts P processes (this file with --rank r), each on CUDA device
+ * r mod D, and each runs a context-parallel `crisp` prefill of the @crisp/synth llama-like
+ * layer (H 8, Hkv 2, d 128, bf16) over `communicatorOver(ncclCollectives(...))` with the CUDA
+ * backend. The ranks gather their output rows; rank 0 compares them, and the plan, with one
+ * CUDA backend's `sparsePrefill` of the whole layer. Each process prints one JSON line; the
+ * parent prints them and exits 1 if any rank failed or the output differs.
+ * CRISP_NCCL_LIBRARY names libnccl.so.2 where the loader does not find it.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { planPrefill, sparsePrefill, toFloat32 } from '@crisp/core';
+import { createCudaBackend, ncclCollectives, ncclUniqueId, ncclVersion } from '@crisp/kernels-cuda';
+import { bytesOf, communicatorOver, parallelPrefill, shardTensor, unshardTensor, zigzagLayout } from '@crisp/parallel';
+import { crisp } from '@crisp/presets';
+import { scenario } from '@crisp/synth';
+
+const arg = (name: string, dflt: string): string => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+};
+const P = Number(arg('ranks', '2'));
+const n = Number(arg('n', '32768'));
+const devices = Number(arg('devices', '1'));
+const rankArg = arg('rank', '');
+
+async function child(rank: number): Promise<void> {
+  const t0 = performance.now();
+  const id = Uint8Array.from(Buffer.from(process.env.CRISP_NCCL_ID ?? '', 'hex'));
+  const device = rank % devices;
+  const be = await createCudaBackend({ device });
+  const sc = scenario('llama-like', { n, heads: 8, kvHeads: 2, headDim: 128, seed: 7, dtype: 'bf16' });
+  const { q, k, v } = sc.rows(0, n);
+  const layout = zigzagLayout(n, P, 128);
+  const comm = communicatorOver(ncclCollectives({ rank, size: P, id, device }));
+  const joinedMs = performance.now() - t0;
+  const res = await parallelPrefill(comm, be, layout, { q: shardTensor(layout, rank, q), k: shardTensor(layout, rank, k), v: shardTensor(layout, rank, v) }, crisp, {
+    minSparseLength: 0,
+  });
+  const outs = await comm.allGather(bytesOf(res.output.data));
+  const line: Record<string, unknown> = {
+    rank,
+    ranks: P,
+    n,
+    device,
+    joinedMs: Math.round(joinedMs),
+    timings: res.timings,
+    traffic: res.traffic,
+    communicatorTraffic: comm.traffic,
+    density: res.plan.density ? Array.from(res.plan.density).reduce((a, b) => a + b, 0) / res.plan.density.length : null,
+  };
+  if (rank === 0) {
+    const parts = outs.map((b) => ({ ...res.output, shape: [b.byteLength / 2 / (8 * 128), 8, 128] as const, data: new Uint16Array(b.slice().buffer) }));
+    const whole = unshardTensor(layout, parts);
+    const [qd, kd, vd] = [q, k, v].map((t) => be.upload(t));
+    const single = await sparsePrefill(be, { q: qd, k: kd, v: vd }, crisp, { minSparseLength: 0 });
+    const singlePlan = await planPrefill(be, { q: qd, k: kd }, crisp, { minSparseLength: 0 });
+    const ref = toFloat32(await be.download(single.output));
+    const got = toFloat32(whole);
+    let maxAbs = 0;
+    let differ = 0;
+    for (let i = 0; i < ref.length; i++) {
+      const d = Math.abs(ref[i] - got[i]);
+      if (!(d <= maxAbs)) maxAbs = Number.isNaN(d) ? Number.POSITIVE_INFINITY : d;
+      if (ref[i] !== got[i]) differ++;
+    }
+    line.outputsDiffering = differ;
+    line.outputMaxAbsDiff = maxAbs;
+    line.planRoutesEqual = JSON.stringify(res.plan.routing?.routes) === JSON.stringify(singlePlan.routing?.routes);
+    line.planMaskEqual = JSON.stringify(res.plan.mask) === JSON.stringify(singlePlan.mask);
+    line.ok = line.planRoutesEqual === true && line.planMaskEqual === true && maxAbs <= 1e-2;
+    if (!line.ok) process.exitCode = 1;
+  }
+  comm.close();
+  be.dispose();
+  console.log(JSON.stringify(line));
+}
+
+async function parent(): Promise<void> {
+  console.log(JSON.stringify({ nccl: ncclVersion(), ranks: P, n, devices }));
+  const id = Buffer.from(ncclUniqueId()).toString('hex');
+  const self = fileURLToPath(import.meta.url);
+  const codes = await Promise.all(
+    Array.from(
+      { length: P },
+      (_, r) =>
+        new Promise<number>((resolve) => {
+          const c = spawn(process.execPath, [self, '--rank', String(r), '--ranks', String(P), '--n', String(n), '--devices', String(devices)], {
+            env: { ...process.env, CRISP_NCCL_ID: id },
+            stdio: ['ignore', 'inherit', 'inherit'],
+          });
+          c.on('close', (code) => resolve(code ?? 1));
+        }),
+    ),
+  );
+  console.log(JSON.stringify({ exitCodes: codes }));
+  process.exitCode = codes.every((c) => c === 0) ? 0 : 1;
+}
+
+if (rankArg === '') {
+  await parent();
+} else {
+  const rank = Number(rankArg);
+  try {
+    await child(rank);
+  } catch (e) {
+    console.log(JSON.stringify({ rank, error: e instanceof Error ? e.message : String(e), code: (e as { code?: string }).code }));
+    process.exitCode = 1;
+  }
+}
