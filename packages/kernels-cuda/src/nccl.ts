@@ -14,12 +14,13 @@
  * off (NCCL_NVLS_ENABLE=0) unless the environment says otherwise.
  */
 import { CrispError, InvalidArgumentError } from '@crisp/core';
-import { type CudaLibs, check, type Handle, loadCuda } from './runtime/ffi.js';
+import { type CudaLibs, cudaErrorName, type Handle, loadCuda } from './runtime/ffi.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: koffi's functions are untyped by nature
 type Fn = (...args: any[]) => any;
 
-interface NcclLib {
+/** The NCCL entry points the transport calls (koffi functions, or a test's stand-ins). */
+export interface NcclLib {
   readonly getUniqueId: Fn;
   readonly commInitRank: Fn;
   readonly commDestroy: Fn;
@@ -31,6 +32,25 @@ interface NcclLib {
   readonly errorString: Fn;
   readonly version: Fn;
 }
+
+/** The driver calls the transport makes (CudaLibs['cu'] has them; a test may pass its own). */
+export interface NcclCudaCalls {
+  readonly cuInit: Fn;
+  readonly cuDeviceGet: Fn;
+  readonly cuDevicePrimaryCtxRetain: Fn;
+  readonly cuDevicePrimaryCtxRelease: Fn;
+  readonly cuCtxSetCurrent: Fn;
+  readonly cuStreamCreate: Fn;
+  readonly cuStreamDestroy: Fn;
+  readonly cuStreamQuery: Fn;
+  readonly cuMemAlloc: Fn;
+  readonly cuMemFree: Fn;
+  readonly cuMemcpyHtoD: Fn;
+  readonly cuMemcpyDtoH: Fn;
+}
+
+/** CUDA_ERROR_NOT_READY: cuStreamQuery's "still running" */
+const CUDA_ERROR_NOT_READY = 600;
 
 /** ncclUint8 */
 const NCCL_UINT8 = 1;
@@ -131,28 +151,52 @@ export interface NcclCollectives {
 /**
  * Joins the NCCL group `id` as `rank` of `size` on CUDA device `device`: blocks until every
  * rank has joined (ncclCommInitRank). Every rank must then call the same collectives in the
- * same order. `close()` destroys the communicator and frees its staging buffers.
+ * same order; each resolves once its stream has finished (polled, so the process's event
+ * loop runs while NCCL waits for the other ranks). `close()` destroys the communicator and
+ * frees its staging buffers.
  */
 export function ncclCollectives(opts: NcclCollectivesOptions): NcclCollectives {
-  const { rank, size, id, device = 0 } = opts;
+  checkOptions(opts);
+  const { cuda, nccl } = load(opts.library);
+  const cu = cuda.cu;
+  if (!cu.cuStreamQuery) throw new CrispError('BACKEND_UNAVAILABLE', 'the driver has no cuStreamQuery');
+  return ncclCollectivesOver(opts, { cu: cu as unknown as NcclCudaCalls, nccl, errorName: (r) => cudaErrorName(cuda, r) });
+}
+
+function checkOptions(opts: NcclCollectivesOptions): void {
+  const { rank, size, id } = opts ?? ({} as NcclCollectivesOptions);
   if (!Number.isInteger(size) || size < 1 || !Number.isInteger(rank) || rank < 0 || rank >= size) {
     throw new InvalidArgumentError(`ncclCollectives needs 0 <= rank < size; got rank ${rank}, size ${size}`);
   }
   if (!(id instanceof Uint8Array) || id.byteLength !== NCCL_UNIQUE_ID_BYTES) {
     throw new InvalidArgumentError(`ncclCollectives needs the group's ${NCCL_UNIQUE_ID_BYTES}-byte id from ncclUniqueId()`);
   }
+}
+
+/**
+ * ncclCollectives over given entry points: the driver's calls, NCCL's, and a CUresult's name
+ * (tests pass stand-ins that move bytes between ranks in one thread).
+ */
+export function ncclCollectivesOver(
+  opts: NcclCollectivesOptions,
+  libs: { readonly cu: NcclCudaCalls; readonly nccl: NcclLib; readonly errorName: (res: number) => string },
+): NcclCollectives {
+  checkOptions(opts);
+  const { rank, size, id, device = 0 } = opts;
+  const { cu, nccl } = libs;
+  const check = (res: number, what: string) => {
+    if (res !== 0) throw new CrispError(res === 2 ? 'OUT_OF_MEMORY' : 'BACKEND_ERROR', `${what} failed: ${libs.errorName(res)}`, { cuResult: res });
+  };
   process.env.NCCL_NVLS_ENABLE ??= '0';
-  const { cuda, nccl } = load(opts.library);
-  const { cu } = cuda;
   // the device's primary context (the one the CUDA backend and NCCL's runtime calls use)
-  check(cuda, cu.cuInit(0), 'cuInit');
+  check(cu.cuInit(0), 'cuInit');
   const dev = [0];
-  check(cuda, cu.cuDeviceGet(dev, device), `cuDeviceGet(${device})`);
+  check(cu.cuDeviceGet(dev, device), `cuDeviceGet(${device})`);
   const ctx = [null];
-  check(cuda, cu.cuDevicePrimaryCtxRetain(ctx, dev[0]), 'cuDevicePrimaryCtxRetain');
-  check(cuda, cu.cuCtxSetCurrent(ctx[0]), 'cuCtxSetCurrent');
+  check(cu.cuDevicePrimaryCtxRetain(ctx, dev[0]), 'cuDevicePrimaryCtxRetain');
+  check(cu.cuCtxSetCurrent(ctx[0]), 'cuCtxSetCurrent');
   const stream = [null];
-  check(cuda, cu.cuStreamCreate(stream, 1), 'cuStreamCreate');
+  check(cu.cuStreamCreate(stream, 1), 'cuStreamCreate');
   const comm = [null];
   ncclCheck(nccl, nccl.commInitRank(comm, size, { internal: id }, rank), `ncclCommInitRank(rank ${rank} of ${size})`);
 
@@ -161,75 +205,96 @@ export function ncclCollectives(opts: NcclCollectivesOptions): NcclCollectives {
   const ensure = (which: 'send' | 'recv', bytes: number): number => {
     const b = buffers[which];
     if (b.bytes >= bytes) return b.ptr;
-    if (b.ptr) check(cuda, cu.cuMemFree(b.ptr), 'cuMemFree');
+    if (b.ptr) check(cu.cuMemFree(b.ptr), 'cuMemFree');
     b.ptr = 0;
     b.bytes = 0;
     const p = [0];
     const want = Math.max(256, 2 ** Math.ceil(Math.log2(bytes)));
-    check(cuda, cu.cuMemAlloc(p, want), `cuMemAlloc(${want} bytes for NCCL staging)`);
+    check(cu.cuMemAlloc(p, want), `cuMemAlloc(${want} bytes for NCCL staging)`);
     b.ptr = Number(p[0]);
     b.bytes = want;
     return b.ptr;
   };
+  /** the stream's work done: cuStreamQuery polled between turns of the event loop */
+  const finished = async (what: string): Promise<void> => {
+    for (;;) {
+      const r = cu.cuStreamQuery(stream[0]);
+      if (r === 0) return;
+      if (r !== CUDA_ERROR_NOT_READY) check(r, what);
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+  };
   let closed = false;
-  const alive = (what: string) => {
+  let busy = false;
+  /** one collective at a time, on an open communicator (every rank calls them in order) */
+  const enter = (what: string) => {
     if (closed) throw new CrispError('INVALID_ARGUMENT', `${what} on a closed NCCL communicator`);
+    if (busy) throw new CrispError('INVALID_ARGUMENT', `${what} while another collective of this rank runs: await each before the next`);
+    busy = true;
   };
 
   return {
     rank,
     size,
     async allGatherFixed(data: Uint8Array): Promise<Uint8Array> {
-      alive('allGatherFixed');
-      const len = data.byteLength;
-      const out = new Uint8Array(len * size);
-      if (len === 0) return out;
-      const send = ensure('send', len);
-      const recv = ensure('recv', len * size);
-      check(cuda, cu.cuMemcpyHtoD(send, data, len), 'cuMemcpyHtoD (NCCL staging)');
-      ncclCheck(nccl, nccl.allGather(send, recv, len, NCCL_UINT8, comm[0], stream[0]), 'ncclAllGather');
-      check(cuda, cu.cuStreamSynchronize(stream[0]), 'cuStreamSynchronize (ncclAllGather)');
-      check(cuda, cu.cuMemcpyDtoH(out, recv, len * size), 'cuMemcpyDtoH (NCCL staging)');
-      return out;
+      enter('allGatherFixed');
+      try {
+        const len = data.byteLength;
+        const out = new Uint8Array(len * size);
+        if (len === 0) return out;
+        const send = ensure('send', len);
+        const recv = ensure('recv', len * size);
+        check(cu.cuMemcpyHtoD(send, data, len), 'cuMemcpyHtoD (NCCL staging)');
+        ncclCheck(nccl, nccl.allGather(send, recv, len, NCCL_UINT8, comm[0], stream[0]), 'ncclAllGather');
+        await finished('ncclAllGather');
+        check(cu.cuMemcpyDtoH(out, recv, len * size), 'cuMemcpyDtoH (NCCL staging)');
+        return out;
+      } finally {
+        busy = false;
+      }
     },
     async exchange(parts: readonly Uint8Array[], recvBytes: readonly number[]): Promise<Uint8Array[]> {
-      alive('exchange');
       if (parts.length !== size || recvBytes.length !== size) {
         throw new InvalidArgumentError(`exchange needs ${size} parts and ${size} receive counts; got ${parts.length} and ${recvBytes.length}`);
       }
-      // one staging area each way, the parts at their offsets
-      const sendOff: number[] = [];
-      const recvOff: number[] = [];
-      let sendTotal = 0;
-      let recvTotal = 0;
-      for (let s = 0; s < size; s++) {
-        sendOff.push(sendTotal);
-        recvOff.push(recvTotal);
-        if (s === rank) continue;
-        sendTotal += parts[s].byteLength;
-        recvTotal += recvBytes[s];
-      }
-      const send = ensure('send', Math.max(1, sendTotal));
-      const recv = ensure('recv', Math.max(1, recvTotal));
-      for (let s = 0; s < size; s++) {
-        if (s !== rank && parts[s].byteLength > 0) check(cuda, cu.cuMemcpyHtoD(send + sendOff[s], parts[s], parts[s].byteLength), 'cuMemcpyHtoD (NCCL staging)');
-      }
-      ncclCheck(nccl, nccl.groupStart(), 'ncclGroupStart');
+      enter('exchange');
       try {
+        // one staging area each way, the parts at their offsets
+        const sendOff: number[] = [];
+        const recvOff: number[] = [];
+        let sendTotal = 0;
+        let recvTotal = 0;
         for (let s = 0; s < size; s++) {
+          sendOff.push(sendTotal);
+          recvOff.push(recvTotal);
           if (s === rank) continue;
-          if (parts[s].byteLength > 0) ncclCheck(nccl, nccl.send(send + sendOff[s], parts[s].byteLength, NCCL_UINT8, s, comm[0], stream[0]), `ncclSend to rank ${s}`);
-          if (recvBytes[s] > 0) ncclCheck(nccl, nccl.recv(recv + recvOff[s], recvBytes[s], NCCL_UINT8, s, comm[0], stream[0]), `ncclRecv from rank ${s}`);
+          sendTotal += parts[s].byteLength;
+          recvTotal += recvBytes[s];
         }
+        const send = ensure('send', Math.max(1, sendTotal));
+        const recv = ensure('recv', Math.max(1, recvTotal));
+        for (let s = 0; s < size; s++) {
+          if (s !== rank && parts[s].byteLength > 0) check(cu.cuMemcpyHtoD(send + sendOff[s], parts[s], parts[s].byteLength), 'cuMemcpyHtoD (NCCL staging)');
+        }
+        ncclCheck(nccl, nccl.groupStart(), 'ncclGroupStart');
+        try {
+          for (let s = 0; s < size; s++) {
+            if (s === rank) continue;
+            if (parts[s].byteLength > 0) ncclCheck(nccl, nccl.send(send + sendOff[s], parts[s].byteLength, NCCL_UINT8, s, comm[0], stream[0]), `ncclSend to rank ${s}`);
+            if (recvBytes[s] > 0) ncclCheck(nccl, nccl.recv(recv + recvOff[s], recvBytes[s], NCCL_UINT8, s, comm[0], stream[0]), `ncclRecv from rank ${s}`);
+          }
+        } finally {
+          ncclCheck(nccl, nccl.groupEnd(), 'ncclGroupEnd');
+        }
+        await finished('ncclSend/ncclRecv');
+        return Array.from({ length: size }, (_, s) => {
+          const got = new Uint8Array(s === rank ? 0 : recvBytes[s]);
+          if (got.byteLength > 0) check(cu.cuMemcpyDtoH(got, recv + recvOff[s], got.byteLength), 'cuMemcpyDtoH (NCCL staging)');
+          return got;
+        });
       } finally {
-        ncclCheck(nccl, nccl.groupEnd(), 'ncclGroupEnd');
+        busy = false;
       }
-      check(cuda, cu.cuStreamSynchronize(stream[0]), 'cuStreamSynchronize (ncclSend/ncclRecv)');
-      return Array.from({ length: size }, (_, s) => {
-        const got = new Uint8Array(s === rank ? 0 : recvBytes[s]);
-        if (got.byteLength > 0) check(cuda, cu.cuMemcpyDtoH(got, recv + recvOff[s], got.byteLength), 'cuMemcpyDtoH (NCCL staging)');
-        return got;
-      });
     },
     close() {
       if (closed) return;

@@ -58,6 +58,8 @@ export interface CudaDriver {
   readonly cuCtxGetStreamPriorityRange: Fn;
   readonly cuStreamDestroy: Fn;
   readonly cuStreamSynchronize: Fn;
+  /** cuStreamQuery: 0 when the stream's work is done, CUDA_ERROR_NOT_READY (600) while it runs */
+  readonly cuStreamQuery?: Fn;
   readonly cuEventCreate: Fn;
   readonly cuEventDestroy: Fn;
   readonly cuEventRecord: Fn;
@@ -251,6 +253,7 @@ function bind(): CudaLibs {
     cuCtxGetStreamPriorityRange: f(lib, 'int cuCtxGetStreamPriorityRange(_Out_ int *least, _Out_ int *greatest)'),
     cuStreamDestroy: first(lib, ['int cuStreamDestroy_v2(void *s)', 'int cuStreamDestroy(void *s)']),
     cuStreamSynchronize: f(lib, 'int cuStreamSynchronize(void *s)'),
+    cuStreamQuery: optional(lib, 'int cuStreamQuery(void *s)'),
     cuEventCreate: f(lib, 'int cuEventCreate(_Out_ void **ev, unsigned int flags)'),
     cuEventDestroy: first(lib, ['int cuEventDestroy_v2(void *ev)', 'int cuEventDestroy(void *ev)']),
     cuEventRecord: f(lib, 'int cuEventRecord(void *ev, void *stream)'),
