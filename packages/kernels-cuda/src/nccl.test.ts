@@ -36,6 +36,11 @@ function fakeWorld(P: number) {
       pending.set(b.stream, pending.get(b.stream)! - 1);
     }
   };
+  const joined = new Set<number>();
+  const aborted = new Set<number>();
+  const configs: Record<string, unknown>[] = [];
+  const inProgressPolls: number[] = [];
+  let peerError: number | undefined;
   const libsFor = (rank: number) => {
     const cu: NcclCudaCalls = {
       cuInit: () => 0,
@@ -76,9 +81,21 @@ function fakeWorld(P: number) {
     };
     const nccl: NcclLib = {
       getUniqueId: () => 0,
-      commInitRank: (out: unknown[], n: number, id: { internal: Uint8Array }, r: number) => {
+      // non-blocking: in progress until every rank has joined
+      commInitRankConfig: (out: unknown[], n: number, id: { internal: Uint8Array }, r: number, config: Record<string, unknown>) => {
         if (n !== P || r !== rank || id.internal.byteLength !== NCCL_UNIQUE_ID_BYTES) return 4;
+        configs[rank] = config;
+        joined.add(rank);
         out[0] = { rank };
+        return 7;
+      },
+      commGetAsyncError: (_comm: unknown, state: number[]) => {
+        state[0] = peerError ?? (joined.size < P ? 7 : (inProgressPolls[rank] ?? 0) > 0 ? 7 : 0);
+        if ((inProgressPolls[rank] ?? 0) > 0 && joined.size === P) inProgressPolls[rank]--;
+        return 0;
+      },
+      commAbort: () => {
+        aborted.add(rank);
         return 0;
       },
       commDestroy: () => 0,
@@ -116,20 +133,33 @@ function fakeWorld(P: number) {
         return 0;
       },
       groupStart: () => 0,
-      groupEnd: () => 0,
+      // the group's launch still running for a few polls, as a non-blocking communicator may say
+      groupEnd: () => {
+        inProgressPolls[rank] = 3;
+        return 7;
+      },
       errorString: (r: number) => `stand-in error ${r}`,
       version: () => 0,
     };
     return { cu, nccl, errorName: (r: number) => `CUresult ${r}` };
   };
-  return { libsFor, mems };
+  return {
+    libsFor,
+    mems,
+    aborted,
+    configs,
+    /** every later state poll reports this NCCL error (a peer gone) */
+    failPeers: (code: number) => {
+      peerError = code;
+    },
+  };
 }
 
 const id = new Uint8Array(NCCL_UNIQUE_ID_BYTES).fill(7);
 
-function group(P: number) {
+async function group(P: number) {
   const world = fakeWorld(P);
-  return { world, ranks: Array.from({ length: P }, (_, rank) => ncclCollectivesOver({ rank, size: P, id }, world.libsFor(rank))) };
+  return { world, ranks: await Promise.all(Array.from({ length: P }, (_, rank) => ncclCollectivesOver({ rank, size: P, id }, world.libsFor(rank)))) };
 }
 
 const bytes = (seed: number, n: number) => {
@@ -139,7 +169,7 @@ const bytes = (seed: number, n: number) => {
 
 describe('ncclCollectives (stand-ins for the driver and NCCL, ranks in one thread)', () => {
   it('all-gathers equal parts in rank order, growing its staging buffers', async () => {
-    const { ranks } = group(3);
+    const { ranks } = await group(3);
     for (const len of [5, 300, 0, 4097]) {
       const parts = ranks.map((c) => bytes(100 * len + c.rank, len));
       const got = await Promise.all(ranks.map((c) => c.allGatherFixed(parts[c.rank])));
@@ -151,7 +181,7 @@ describe('ncclCollectives (stand-ins for the driver and NCCL, ranks in one threa
 
   it('exchanges parts of any length (empty ones included) point to point, each at its offset', async () => {
     const P = 4;
-    const { ranks } = group(P);
+    const { ranks } = await group(P);
     const len = (s: number, d: number) => (s * 7 + d * 13) % 11 === 0 ? 0 : 1 + ((s * 31 + d * 17) % 900);
     const parts = ranks.map((c) => Array.from({ length: P }, (_, d) => bytes(1000 * c.rank + d, len(c.rank, d))));
     const got = await Promise.all(ranks.map((c) => c.exchange(parts[c.rank], Array.from({ length: P }, (_, s) => len(s, c.rank)))));
@@ -163,11 +193,17 @@ describe('ncclCollectives (stand-ins for the driver and NCCL, ranks in one threa
     }
   });
 
-  it('refuses a bad rank or id before any call, and a collective on a closed or busy rank', async () => {
+  it('refuses a bad rank, id or time limit before any call, and a collective on a closed or busy rank', async () => {
     const world = fakeWorld(2);
-    expect(() => ncclCollectivesOver({ rank: 2, size: 2, id }, world.libsFor(0))).toThrow(/rank 2, size 2/);
-    expect(() => ncclCollectivesOver({ rank: 0, size: 2, id: new Uint8Array(5) }, world.libsFor(0))).toThrow(/128-byte id/);
-    const [a, b] = [0, 1].map((rank) => ncclCollectivesOver({ rank, size: 2, id }, world.libsFor(rank)));
+    await expect(ncclCollectivesOver({ rank: 2, size: 2, id }, world.libsFor(0))).rejects.toThrow(/rank 2, size 2/);
+    await expect(ncclCollectivesOver({ rank: 0, size: 2, id: new Uint8Array(5) }, world.libsFor(0))).rejects.toThrow(/128-byte id/);
+    for (const t of [0, -1, Number.NaN, '5' as unknown as number]) {
+      await expect(ncclCollectivesOver({ rank: 0, size: 2, id, timeoutMs: t }, world.libsFor(0))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+      await expect(ncclCollectivesOver({ rank: 0, size: 2, id, initTimeoutMs: t }, world.libsFor(0))).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    }
+    const [a, b] = await Promise.all([0, 1].map((rank) => ncclCollectivesOver({ rank, size: 2, id }, world.libsFor(rank))));
+    // a non-blocking communicator, in NCCL 2.17's config layout
+    expect(world.configs[0]).toMatchObject({ size: 40, magic: 0xcafebeef, version: 21700, blocking: 0 });
     const first = a.allGatherFixed(new Uint8Array(4));
     await expect(a.allGatherFixed(new Uint8Array(4))).rejects.toThrow(/another collective/);
     await b.allGatherFixed(new Uint8Array(4));
@@ -181,10 +217,38 @@ describe('ncclCollectives (stand-ins for the driver and NCCL, ranks in one threa
     expect(world.mems[1].size).toBe(2);
   });
 
-  it('a group NCCL refuses is a BACKEND_ERROR naming the call', () => {
+  it('a group NCCL refuses is a BACKEND_ERROR naming the call', async () => {
     const world = fakeWorld(2);
     const libs = world.libsFor(0);
-    expect(() => ncclCollectivesOver({ rank: 0, size: 3, id }, libs)).toThrow(/ncclCommInitRank\(rank 0 of 3\) failed: NCCL error 4/);
+    await expect(ncclCollectivesOver({ rank: 0, size: 3, id }, libs)).rejects.toThrow(/ncclCommInitRankConfig\(rank 0 of 3\) failed: NCCL error 4/);
+  });
+
+  it('a rank that never joins: BACKEND_ERROR (timedOut) after initTimeoutMs, the communicator aborted, nothing left', async () => {
+    const world = fakeWorld(2);
+    const t0 = performance.now();
+    const e = await ncclCollectivesOver({ rank: 0, size: 2, id, initTimeoutMs: 40 }, world.libsFor(0)).catch((x: unknown) => x);
+    expect(e).toMatchObject({ code: 'BACKEND_ERROR', details: { timedOut: true, timeoutMs: 40, rank: 0 } });
+    expect(String((e as Error).message)).toMatch(/ncclCommInitRankConfig\(rank 0 of 2\).*within 40 ms.*aborted/);
+    expect(performance.now() - t0).toBeLessThan(5000);
+    expect(world.aborted.has(0)).toBe(true);
+  });
+
+  it('a peer that never calls the collective: BACKEND_ERROR (timedOut) after timeoutMs; the rank is closed, its staging freed', async () => {
+    const world = fakeWorld(2);
+    const [a] = await Promise.all([0, 1].map((rank) => ncclCollectivesOver({ rank, size: 2, id, timeoutMs: 40 }, world.libsFor(rank))));
+    await expect(a.allGatherFixed(new Uint8Array(8))).rejects.toMatchObject({ code: 'BACKEND_ERROR', details: { timedOut: true } });
+    expect(world.aborted.has(0)).toBe(true);
+    expect(world.mems[0].size).toBe(0);
+    await expect(a.allGatherFixed(new Uint8Array(8))).rejects.toThrow(/closed/);
+    a.close();
+  });
+
+  it('a peer lost mid-exchange (NCCL reports a remote error): BACKEND_ERROR with NCCL\'s code, the communicator aborted', async () => {
+    const world = fakeWorld(2);
+    const [a] = await Promise.all([0, 1].map((rank) => ncclCollectivesOver({ rank, size: 2, id }, world.libsFor(rank))));
+    world.failPeers(6);
+    await expect(a.exchange([new Uint8Array(0), new Uint8Array(16)], [0, 16])).rejects.toMatchObject({ code: 'BACKEND_ERROR', details: { ncclResult: 6 } });
+    expect(world.aborted.has(0)).toBe(true);
   });
 
   it('without NCCL (or the driver) here, ncclUniqueId is BACKEND_UNAVAILABLE with the reason', () => {

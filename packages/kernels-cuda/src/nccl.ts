@@ -7,11 +7,16 @@
  * Communicator `parallelPrefill` takes:
  *
  *   const id = ncclUniqueId();                       // on one process, passed to the others
- *   const comm = communicatorOver(ncclCollectives({ rank, size, id, device: rank }));
+ *   const comm = communicatorOver(await ncclCollectives({ rank, size, id, device: rank }));
  *
  * The library is `libnccl.so.2` on the loader's path unless `library` or CRISP_NCCL_LIBRARY
  * names another (PyTorch's wheels carry it under nvidia/nccl/lib). NVLink multicast is left
  * off (NCCL_NVLS_ENABLE=0) unless the environment says otherwise.
+ *
+ * The communicator is NCCL's non-blocking kind (`ncclConfig_t.blocking = 0`, NCCL 2.14 and
+ * later): joining the group and every collective are polled, so a rank that never arrives, or
+ * dies mid-collective, ends in a typed error after `initTimeoutMs` / `timeoutMs` (the
+ * communicator aborted with ncclCommAbort) instead of a hang.
  */
 import { CrispError, InvalidArgumentError } from '@crisp/core';
 import { type CudaLibs, cudaErrorName, type Handle, loadCuda } from './runtime/ffi.js';
@@ -22,7 +27,11 @@ type Fn = (...args: any[]) => any;
 /** The NCCL entry points the transport calls (koffi functions, or a test's stand-ins). */
 export interface NcclLib {
   readonly getUniqueId: Fn;
-  readonly commInitRank: Fn;
+  /** ncclCommInitRankConfig(comm*, nranks, id, rank, config*) */
+  readonly commInitRankConfig: Fn;
+  /** ncclCommGetAsyncError(comm, int* state): the state of a non-blocking communicator */
+  readonly commGetAsyncError: Fn;
+  readonly commAbort: Fn;
   readonly commDestroy: Fn;
   readonly allGather: Fn;
   readonly send: Fn;
@@ -54,6 +63,18 @@ const CUDA_ERROR_NOT_READY = 600;
 
 /** ncclUint8 */
 const NCCL_UINT8 = 1;
+/** ncclInProgress: a non-blocking communicator's call still running */
+const NCCL_IN_PROGRESS = 7;
+/** NCCL_CONFIG_UNDEF_INT */
+const NCCL_UNDEF_INT = -2147483648;
+/**
+ * ncclConfig_t as NCCL 2.17 laid it out (size, magic, version, then the fields up to netName):
+ * NCCL reads a config by its size and version, so later libraries take it as they are.
+ */
+const NCCL_CONFIG_V21700 = { bytes: 40, version: 21700, magic: 0xcafebeef } as const;
+/** Defaults: joining the group, and one collective (a peer may be planning meanwhile). */
+const DEFAULT_INIT_TIMEOUT_MS = 300_000;
+const DEFAULT_TIMEOUT_MS = 1_800_000;
 /** ncclUniqueId: 128 opaque bytes */
 export const NCCL_UNIQUE_ID_BYTES = 128;
 
@@ -87,11 +108,23 @@ function load(library?: string): { cuda: CudaLibs; nccl: NcclLib } {
   }
   if (!idTypeDeclared) {
     koffi.struct('crisp_ncclUniqueId', { internal: koffi.array('uint8_t', NCCL_UNIQUE_ID_BYTES, 'Typed') });
+    koffi.struct('crisp_ncclConfig', {
+      size: 'size_t',
+      magic: 'uint32_t',
+      version: 'uint32_t',
+      blocking: 'int',
+      cgaClusterSize: 'int',
+      minCTAs: 'int',
+      maxCTAs: 'int',
+      netName: 'void *',
+    });
     idTypeDeclared = true;
   }
   const nccl: NcclLib = {
     getUniqueId: lib.func('int ncclGetUniqueId(_Out_ crisp_ncclUniqueId *id)'),
-    commInitRank: lib.func('int ncclCommInitRank(_Out_ void **comm, int nranks, crisp_ncclUniqueId id, int rank)'),
+    commInitRankConfig: lib.func('int ncclCommInitRankConfig(_Out_ void **comm, int nranks, crisp_ncclUniqueId id, int rank, crisp_ncclConfig *config)'),
+    commGetAsyncError: lib.func('int ncclCommGetAsyncError(void *comm, _Out_ int *asyncError)'),
+    commAbort: lib.func('int ncclCommAbort(void *comm)'),
     commDestroy: lib.func('int ncclCommDestroy(void *comm)'),
     allGather: lib.func('int ncclAllGather(uint64_t send, uint64_t recv, size_t count, int type, void *comm, void *stream)'),
     send: lib.func('int ncclSend(uint64_t send, size_t count, int type, int peer, void *comm, void *stream)'),
@@ -137,6 +170,10 @@ export interface NcclCollectivesOptions {
   readonly device?: number;
   /** libnccl's path or name (default CRISP_NCCL_LIBRARY, else libnccl.so.2) */
   readonly library?: string;
+  /** how long to wait for every rank to join, ms (default 300,000; Infinity: no limit) */
+  readonly initTimeoutMs?: number;
+  /** how long one collective may wait for the other ranks, ms (default 1,800,000; Infinity: no limit) */
+  readonly timeoutMs?: number;
 }
 
 /** The equal-sized collectives of @crisp/parallel's `FixedCollectives`, over NCCL. */
@@ -149,13 +186,15 @@ export interface NcclCollectives {
 }
 
 /**
- * Joins the NCCL group `id` as `rank` of `size` on CUDA device `device`: blocks until every
- * rank has joined (ncclCommInitRank). Every rank must then call the same collectives in the
- * same order; each resolves once its stream has finished (polled, so the process's event
- * loop runs while NCCL waits for the other ranks). `close()` destroys the communicator and
- * frees its staging buffers.
+ * Joins the NCCL group `id` as `rank` of `size` on CUDA device `device`: resolves once every
+ * rank has joined (ncclCommInitRankConfig, non-blocking, polled), or rejects with a
+ * BACKEND_ERROR (`details.timedOut`) after `initTimeoutMs`. Every rank must then call the same
+ * collectives in the same order; each resolves once its stream has finished (polled, so the
+ * process's event loop runs while NCCL waits for the other ranks); one that waits past
+ * `timeoutMs`, or that NCCL reports failed (a peer gone), aborts the communicator and rejects.
+ * `close()` destroys the communicator and frees its staging buffers.
  */
-export function ncclCollectives(opts: NcclCollectivesOptions): NcclCollectives {
+export async function ncclCollectives(opts: NcclCollectivesOptions): Promise<NcclCollectives> {
   checkOptions(opts);
   const { cuda, nccl } = load(opts.library);
   const cu = cuda.cu;
@@ -171,18 +210,22 @@ function checkOptions(opts: NcclCollectivesOptions): void {
   if (!(id instanceof Uint8Array) || id.byteLength !== NCCL_UNIQUE_ID_BYTES) {
     throw new InvalidArgumentError(`ncclCollectives needs the group's ${NCCL_UNIQUE_ID_BYTES}-byte id from ncclUniqueId()`);
   }
+  for (const key of ['initTimeoutMs', 'timeoutMs'] as const) {
+    const t = opts[key];
+    if (t !== undefined && !(typeof t === 'number' && t > 0)) throw new InvalidArgumentError(`ncclCollectives: ${key} must be a positive number of ms (or Infinity); got ${String(t)}`);
+  }
 }
 
 /**
  * ncclCollectives over given entry points: the driver's calls, NCCL's, and a CUresult's name
  * (tests pass stand-ins that move bytes between ranks in one thread).
  */
-export function ncclCollectivesOver(
+export async function ncclCollectivesOver(
   opts: NcclCollectivesOptions,
   libs: { readonly cu: NcclCudaCalls; readonly nccl: NcclLib; readonly errorName: (res: number) => string },
-): NcclCollectives {
+): Promise<NcclCollectives> {
   checkOptions(opts);
-  const { rank, size, id, device = 0 } = opts;
+  const { rank, size, id, device = 0, initTimeoutMs = DEFAULT_INIT_TIMEOUT_MS, timeoutMs = DEFAULT_TIMEOUT_MS } = opts;
   const { cu, nccl } = libs;
   const check = (res: number, what: string) => {
     if (res !== 0) throw new CrispError(res === 2 ? 'OUT_OF_MEMORY' : 'BACKEND_ERROR', `${what} failed: ${libs.errorName(res)}`, { cuResult: res });
@@ -198,10 +241,69 @@ export function ncclCollectivesOver(
   const stream = [null];
   check(cu.cuStreamCreate(stream, 1), 'cuStreamCreate');
   const comm = [null];
-  ncclCheck(nccl, nccl.commInitRank(comm, size, { internal: id }, rank), `ncclCommInitRank(rank ${rank} of ${size})`);
+  let closed = false;
+  const buffers = { send: { ptr: 0, bytes: 0 }, recv: { ptr: 0, bytes: 0 } };
+  /** frees what this rank holds on the device; `abort`: the communicator by ncclCommAbort */
+  const release = (abort: boolean) => {
+    if (closed) return;
+    closed = true;
+    if (comm[0] !== null) {
+      // a non-blocking destroy may still be finishing: abort then, which waits for nothing
+      if (abort || nccl.commDestroy(comm[0]) !== 0) nccl.commAbort(comm[0]);
+    }
+    for (const b of Object.values(buffers)) if (b.ptr) cu.cuMemFree(b.ptr);
+    cu.cuStreamDestroy(stream[0]);
+    cu.cuDevicePrimaryCtxRelease(dev[0]);
+  };
+  /** aborts the communicator and throws a BACKEND_ERROR for `what` */
+  const fail = (what: string, message: string, details: Record<string, unknown>): never => {
+    release(true);
+    throw new CrispError('BACKEND_ERROR', `${what}: ${message}; the NCCL communicator of rank ${rank} was aborted`, { rank, ...details });
+  };
+  const ncclFailed = (what: string, res: number): never => fail(what, `NCCL error ${res} (${String(nccl.errorString(res))})`, { ncclResult: res });
+  const timedOut = (what: string, limit: number): never =>
+    fail(what, `no answer from the other ranks within ${limit} ms (a rank not started, gone, or calling other collectives)`, { timedOut: true, timeoutMs: limit });
+  const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
+  /** polls the communicator until its last call is done (ncclInProgress -> ncclSuccess) */
+  const settled = async (what: string, deadline: number, limit: number): Promise<void> => {
+    for (;;) {
+      const state = [NCCL_IN_PROGRESS];
+      const r = nccl.commGetAsyncError(comm[0], state);
+      if (r !== 0) ncclFailed(`${what} (ncclCommGetAsyncError)`, r);
+      if (state[0] === 0) return;
+      if (state[0] !== NCCL_IN_PROGRESS) ncclFailed(what, state[0]);
+      if (performance.now() > deadline) timedOut(what, limit);
+      await tick();
+    }
+  };
+  /** a call's result: done, still running (polled until done), or an error */
+  const called = async (res: number, what: string, deadline: number, limit: number): Promise<void> => {
+    if (res === NCCL_IN_PROGRESS) await settled(what, deadline, limit);
+    else if (res !== 0) ncclFailed(what, res);
+  };
+  const joining = `ncclCommInitRankConfig(rank ${rank} of ${size})`;
+  const config = {
+    size: NCCL_CONFIG_V21700.bytes,
+    magic: NCCL_CONFIG_V21700.magic,
+    version: NCCL_CONFIG_V21700.version,
+    blocking: 0,
+    cgaClusterSize: NCCL_UNDEF_INT,
+    minCTAs: NCCL_UNDEF_INT,
+    maxCTAs: NCCL_UNDEF_INT,
+    netName: null,
+  };
+  const init = nccl.commInitRankConfig(comm, size, { internal: id }, rank, config);
+  if (init !== 0 && init !== NCCL_IN_PROGRESS) {
+    // no communicator to abort when the call itself was refused
+    if (comm[0] === null) {
+      release(false);
+      throw new CrispError('BACKEND_ERROR', `${joining} failed: NCCL error ${init} (${String(nccl.errorString(init))})`, { rank, ncclResult: init });
+    }
+    ncclFailed(joining, init);
+  }
+  await called(init, joining, performance.now() + initTimeoutMs, initTimeoutMs);
 
   // staging: one device buffer for what goes out, one for what comes in, grown as needed
-  const buffers = { send: { ptr: 0, bytes: 0 }, recv: { ptr: 0, bytes: 0 } };
   const ensure = (which: 'send' | 'recv', bytes: number): number => {
     const b = buffers[which];
     if (b.bytes >= bytes) return b.ptr;
@@ -215,16 +317,21 @@ export function ncclCollectivesOver(
     b.bytes = want;
     return b.ptr;
   };
-  /** the stream's work done: cuStreamQuery polled between turns of the event loop */
-  const finished = async (what: string): Promise<void> => {
-    for (;;) {
+  /** the stream's work done: cuStreamQuery polled between turns of the event loop, NCCL's state beside it */
+  const finished = async (what: string, deadline: number): Promise<void> => {
+    for (let turn = 0; ; turn++) {
       const r = cu.cuStreamQuery(stream[0]);
       if (r === 0) return;
       if (r !== CUDA_ERROR_NOT_READY) check(r, what);
-      await new Promise<void>((resolve) => setImmediate(resolve));
+      if (turn % 64 === 63) {
+        // a peer lost mid-collective shows as the communicator's error, not on the stream
+        const state = [0];
+        if (nccl.commGetAsyncError(comm[0], state) === 0 && state[0] !== 0 && state[0] !== NCCL_IN_PROGRESS) ncclFailed(what, state[0]);
+        if (performance.now() > deadline) timedOut(what, timeoutMs);
+      }
+      await tick();
     }
   };
-  let closed = false;
   let busy = false;
   /** one collective at a time, on an open communicator (every rank calls them in order) */
   const enter = (what: string) => {
@@ -245,8 +352,9 @@ export function ncclCollectivesOver(
         const send = ensure('send', len);
         const recv = ensure('recv', len * size);
         check(cu.cuMemcpyHtoD(send, data, len), 'cuMemcpyHtoD (NCCL staging)');
-        ncclCheck(nccl, nccl.allGather(send, recv, len, NCCL_UINT8, comm[0], stream[0]), 'ncclAllGather');
-        await finished('ncclAllGather');
+        const deadline = performance.now() + timeoutMs;
+        await called(nccl.allGather(send, recv, len, NCCL_UINT8, comm[0], stream[0]), 'ncclAllGather', deadline, timeoutMs);
+        await finished('ncclAllGather', deadline);
         check(cu.cuMemcpyDtoH(out, recv, len * size), 'cuMemcpyDtoH (NCCL staging)');
         return out;
       } finally {
@@ -276,7 +384,9 @@ export function ncclCollectivesOver(
         for (let s = 0; s < size; s++) {
           if (s !== rank && parts[s].byteLength > 0) check(cu.cuMemcpyHtoD(send + sendOff[s], parts[s], parts[s].byteLength), 'cuMemcpyHtoD (NCCL staging)');
         }
+        const deadline = performance.now() + timeoutMs;
         ncclCheck(nccl, nccl.groupStart(), 'ncclGroupStart');
+        let ended: number;
         try {
           for (let s = 0; s < size; s++) {
             if (s === rank) continue;
@@ -284,9 +394,10 @@ export function ncclCollectivesOver(
             if (recvBytes[s] > 0) ncclCheck(nccl, nccl.recv(recv + recvOff[s], recvBytes[s], NCCL_UINT8, s, comm[0], stream[0]), `ncclRecv from rank ${s}`);
           }
         } finally {
-          ncclCheck(nccl, nccl.groupEnd(), 'ncclGroupEnd');
+          ended = nccl.groupEnd();
         }
-        await finished('ncclSend/ncclRecv');
+        await called(ended, 'ncclGroupEnd (sends and receives)', deadline, timeoutMs);
+        await finished('ncclSend/ncclRecv', deadline);
         return Array.from({ length: size }, (_, s) => {
           const got = new Uint8Array(s === rank ? 0 : recvBytes[s]);
           if (got.byteLength > 0) check(cu.cuMemcpyDtoH(got, recv + recvOff[s], got.byteLength), 'cuMemcpyDtoH (NCCL staging)');
@@ -297,12 +408,7 @@ export function ncclCollectivesOver(
       }
     },
     close() {
-      if (closed) return;
-      closed = true;
-      nccl.commDestroy(comm[0]);
-      for (const b of Object.values(buffers)) if (b.ptr) cu.cuMemFree(b.ptr);
-      cu.cuStreamDestroy(stream[0]);
-      cu.cuDevicePrimaryCtxRelease(dev[0]);
+      release(false);
     },
   };
 }

@@ -7,6 +7,9 @@
  * CUDA backend's `sparsePrefill` of the whole layer. Each process prints one JSON line; the
  * parent prints them and exits 1 if any rank failed or the output differs.
  * CRISP_NCCL_LIBRARY names libnccl.so.2 where the loader does not find it.
+ *
+ * `--start K` starts only ranks 0..K-1 of the P (the others never join: each started rank
+ * must fail with a typed timeout after `--init-timeout-ms`, default 300,000, not hang).
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +27,8 @@ const P = Number(arg('ranks', '2'));
 const n = Number(arg('n', '32768'));
 const devices = Number(arg('devices', '1'));
 const rankArg = arg('rank', '');
+const start = Number(arg('start', String(P)));
+const initTimeoutMs = Number(arg('init-timeout-ms', '300000'));
 
 async function child(rank: number): Promise<void> {
   const t0 = performance.now();
@@ -33,7 +38,7 @@ async function child(rank: number): Promise<void> {
   const sc = scenario('llama-like', { n, heads: 8, kvHeads: 2, headDim: 128, seed: 7, dtype: 'bf16' });
   const { q, k, v } = sc.rows(0, n);
   const layout = zigzagLayout(n, P, 128);
-  const comm = communicatorOver(ncclCollectives({ rank, size: P, id, device }));
+  const comm = communicatorOver(await ncclCollectives({ rank, size: P, id, device, initTimeoutMs }));
   const joinedMs = performance.now() - t0;
   const res = await parallelPrefill(comm, be, layout, { q: shardTensor(layout, rank, q), k: shardTensor(layout, rank, k), v: shardTensor(layout, rank, v) }, crisp, {
     minSparseLength: 0,
@@ -78,15 +83,16 @@ async function child(rank: number): Promise<void> {
 }
 
 async function parent(): Promise<void> {
-  console.log(JSON.stringify({ nccl: ncclVersion(), ranks: P, n, devices }));
+  console.log(JSON.stringify({ nccl: ncclVersion(), ranks: P, started: Math.min(start, P), n, devices }));
   const id = Buffer.from(ncclUniqueId()).toString('hex');
   const self = fileURLToPath(import.meta.url);
   const codes = await Promise.all(
     Array.from(
-      { length: P },
+      { length: Math.min(start, P) },
       (_, r) =>
         new Promise<number>((resolve) => {
-          const c = spawn(process.execPath, [self, '--rank', String(r), '--ranks', String(P), '--n', String(n), '--devices', String(devices)], {
+          const args = ['--rank', String(r), '--ranks', String(P), '--n', String(n), '--devices', String(devices), '--init-timeout-ms', String(initTimeoutMs)];
+          const c = spawn(process.execPath, [self, ...args], {
             env: { ...process.env, CRISP_NCCL_ID: id },
             stdio: ['ignore', 'inherit', 'inherit'],
           });
@@ -105,7 +111,7 @@ if (rankArg === '') {
   try {
     await child(rank);
   } catch (e) {
-    console.log(JSON.stringify({ rank, error: e instanceof Error ? e.message : String(e), code: (e as { code?: string }).code }));
+    console.log(JSON.stringify({ rank, error: e instanceof Error ? e.message : String(e), code: (e as { code?: string }).code, details: (e as { details?: unknown }).details }));
     process.exitCode = 1;
   }
 }
