@@ -38,6 +38,7 @@ function fakeWorld(P: number) {
   };
   const joined = new Set<number>();
   const aborted = new Set<number>();
+  const destroyed = new Set<number>();
   const configs: Record<string, unknown>[] = [];
   const inProgressPolls: number[] = [];
   let peerError: number | undefined;
@@ -98,7 +99,10 @@ function fakeWorld(P: number) {
         aborted.add(rank);
         return 0;
       },
-      commDestroy: () => 0,
+      commDestroy: () => {
+        destroyed.add(rank);
+        return 0;
+      },
       allGather: (send: number, recv: number, count: number, _type: number, _comm: unknown, stream: number) => {
         const i = gatherCalls[rank]++;
         gathers[i] ??= { contrib: new Array(P), n: 0 };
@@ -147,6 +151,7 @@ function fakeWorld(P: number) {
     libsFor,
     mems,
     aborted,
+    destroyed,
     configs,
     /** every later state poll reports this NCCL error (a peer gone) */
     failPeers: (code: number) => {
@@ -211,6 +216,8 @@ describe('ncclCollectives (stand-ins for the driver and NCCL, ranks in one threa
     await expect(a.exchange([new Uint8Array(1)], [0])).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     a.close();
     a.close();
+    // a healthy communicator is destroyed (once), not aborted
+    expect(world.destroyed.has(0) && !world.aborted.has(0)).toBe(true);
     await expect(a.allGatherFixed(new Uint8Array(4))).rejects.toThrow(/closed/);
     // its staging buffers are freed
     expect(world.mems[0].size).toBe(0);
@@ -240,7 +247,9 @@ describe('ncclCollectives (stand-ins for the driver and NCCL, ranks in one threa
     expect(world.aborted.has(0)).toBe(true);
     expect(world.mems[0].size).toBe(0);
     await expect(a.allGatherFixed(new Uint8Array(8))).rejects.toThrow(/closed/);
+    // closing an aborted rank touches the communicator no more
     a.close();
+    expect(world.destroyed.has(0)).toBe(false);
   });
 
   it('a peer lost mid-exchange (NCCL reports a remote error): BACKEND_ERROR with NCCL\'s code, the communicator aborted', async () => {

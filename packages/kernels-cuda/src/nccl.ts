@@ -247,10 +247,8 @@ export async function ncclCollectivesOver(
   const release = (abort: boolean) => {
     if (closed) return;
     closed = true;
-    if (comm[0] !== null) {
-      // a non-blocking destroy may still be finishing: abort then, which waits for nothing
-      if (abort || nccl.commDestroy(comm[0]) !== 0) nccl.commAbort(comm[0]);
-    }
+    // (NCCL: a communicator is not to be touched once ncclCommDestroy has returned, whatever it returned)
+    if (comm[0] !== null) (abort ? nccl.commAbort : nccl.commDestroy)(comm[0]);
     for (const b of Object.values(buffers)) if (b.ptr) cu.cuMemFree(b.ptr);
     cu.cuStreamDestroy(stream[0]);
     cu.cuDevicePrimaryCtxRelease(dev[0]);
