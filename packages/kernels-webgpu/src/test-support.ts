@@ -6,6 +6,7 @@ import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
 import { defaultPolicies } from '@crisp/conformance';
 import { isCrispError, mulberry32, type Policy } from '@crisp/core';
 import type { WebGpuBackend } from './backend.js';
+import { WRAPPED_DEVICE } from './runtime/gpu-context.js';
 
 let cached: Promise<{ backend?: WebGpuBackend; reason?: string }> | undefined;
 
@@ -102,6 +103,8 @@ export function faultyDevice(real: GPUDevice, faults: Faults): GPUDevice {
   };
   return new Proxy(real, {
     get(target, prop) {
+      // its pipelines are the real device's (compiled once for both)
+      if (prop === WRAPPED_DEVICE) return target;
       if (prop === 'pushErrorScope') {
         return (filter: GPUErrorFilter) => {
           scopes.push({ filter, hit: false });

@@ -56,6 +56,13 @@ export class DeviceLostError extends CrispError {
 /** Pipelines per device, shared by every backend on that device (compiles are costly). */
 const pipelineCache = new WeakMap<GPUDevice, Map<string, Promise<GPUComputePipeline>>>();
 
+/**
+ * A wrapper of a GPUDevice (a proxy that traces or intercepts some of its calls) answers this
+ * key with the device it wraps: its backends then share that device's compiled pipelines
+ * instead of compiling every program again.
+ */
+export const WRAPPED_DEVICE = Symbol.for('crisp.webgpu.wrappedDevice');
+
 export class GpuContext {
   readonly device: GPUDevice;
   readonly limits: DeviceLimits;
@@ -91,10 +98,11 @@ export class GpuContext {
 
   constructor(device: GPUDevice) {
     this.device = device;
-    let cache = pipelineCache.get(device);
+    const owner = ((device as unknown as Record<symbol, GPUDevice | undefined>)[WRAPPED_DEVICE] ?? device) as GPUDevice;
+    let cache = pipelineCache.get(owner);
     if (!cache) {
       cache = new Map();
-      pipelineCache.set(device, cache);
+      pipelineCache.set(owner, cache);
     }
     this.#pipelines = cache;
     const l = device.limits;
