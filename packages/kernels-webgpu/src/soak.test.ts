@@ -237,6 +237,27 @@ describe.skipIf(!backend)(`WebGPU soak${reason ? ` (skipped: ${reason})` : ''}`,
       }
     };
 
+    // The attention and mask programs compiled first, outside the per-call hang guard: a first
+    // compile on SwiftShader takes tens of seconds on a loaded machine (a call that had to build
+    // them once ran past the guard in CI), and the guard is for hangs, not compiles.
+    {
+      const m: Made = { dev: [] };
+      const h = inputs(1, 130, 130, 2, 1);
+      const [q, k, v] = [up(m, h.q), up(m, h.k), up(m, h.v)];
+      const rs = await withTimeout(
+        Promise.all([
+          b.denseAttention(q, k, v, { returnLse: true }),
+          b.sparseAttention(q, k, v, randomVs(2, 3, 64), { returnLse: true }),
+          b.sparseAttention(q, k, v, randomRows(2, 3, 130, 130, 64), { returnLse: true }),
+        ]),
+        900_000,
+        `the warm-up calls, seed ${seed}`,
+      );
+      for (const r of rs) for (const t of [r.output, r.lse]) t?.dispose();
+      for (const t of m.dev) t.dispose();
+      await b.synchronize();
+    }
+
     let done = 0;
     const t0 = performance.now();
     while (done < CALLS) {
