@@ -42,6 +42,13 @@ function fakeWorld(P: number) {
   const configs: Record<string, unknown>[] = [];
   const inProgressPolls: number[] = [];
   let peerError: number | undefined;
+  /** a send or a receive queued on its stream, moved once its other half is there */
+  const post = (queue: typeof sends, key: string, op: { rank: number; ptr: number; count: number; stream: number }) => {
+    queue.set(key, [...(queue.get(key) ?? []), op]);
+    pending.set(op.stream, pending.get(op.stream)! + 1);
+    match(key);
+    return 0;
+  };
   const libsFor = (rank: number) => {
     const cu: NcclCudaCalls = {
       cuInit: () => 0,
@@ -122,20 +129,8 @@ function fakeWorld(P: number) {
         }
         return 0;
       },
-      send: (ptr: number, count: number, _type: number, peer: number, _comm: unknown, stream: number) => {
-        const key = `${rank}->${peer}`;
-        sends.set(key, [...(sends.get(key) ?? []), { rank, ptr, count, stream }]);
-        pending.set(stream, pending.get(stream)! + 1);
-        match(key);
-        return 0;
-      },
-      recv: (ptr: number, count: number, _type: number, peer: number, _comm: unknown, stream: number) => {
-        const key = `${peer}->${rank}`;
-        recvs.set(key, [...(recvs.get(key) ?? []), { rank, ptr, count, stream }]);
-        pending.set(stream, pending.get(stream)! + 1);
-        match(key);
-        return 0;
-      },
+      send: (ptr: number, count: number, _type: number, peer: number, _comm: unknown, stream: number) => post(sends, `${rank}->${peer}`, { rank, ptr, count, stream }),
+      recv: (ptr: number, count: number, _type: number, peer: number, _comm: unknown, stream: number) => post(recvs, `${peer}->${rank}`, { rank, ptr, count, stream }),
       groupStart: () => 0,
       // the group's launch still running for a few polls, as a non-blocking communicator may say
       groupEnd: () => {

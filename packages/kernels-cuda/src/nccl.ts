@@ -19,7 +19,7 @@
  * communicator aborted with ncclCommAbort) instead of a hang.
  */
 import { CrispError, InvalidArgumentError } from '@crisp/core';
-import { type CudaLibs, cudaErrorName, type Handle, loadCuda } from './runtime/ffi.js';
+import { type CudaLibs, cudaErrorName, loadCuda, loadFirst } from './runtime/ffi.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: koffi's functions are untyped by nature
 type Fn = (...args: any[]) => any;
@@ -93,16 +93,7 @@ function load(library?: string): { cuda: CudaLibs; nccl: NcclLib } {
   if (hit) return hit;
   const cuda = loadCuda();
   const koffi = cuda.koffi;
-  let lib: Handle;
-  const tried: string[] = [];
-  for (const name of libraryNames(library)) {
-    try {
-      lib = koffi.load(name);
-      break;
-    } catch (e) {
-      tried.push(`${name}: ${(e as Error).message.split('\n')[0]}`);
-    }
-  }
+  const { lib, tried } = loadFirst(koffi, libraryNames(library));
   if (!lib) {
     throw new CrispError('BACKEND_UNAVAILABLE', `NCCL did not load (${tried.join('; ')}); set CRISP_NCCL_LIBRARY to libnccl.so.2's path`, { tried });
   }

@@ -152,6 +152,23 @@ export function loadCuda(): CudaLibs {
   }
 }
 
+/**
+ * The first of `names` that koffi loads (a shared library's sonames, most specific first),
+ * and why each one before it did not: its error's first line.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: koffi module
+export function loadFirst(koffi: any, names: readonly string[]): { lib: Handle | undefined; tried: string[] } {
+  const tried: string[] = [];
+  for (const name of names) {
+    try {
+      return { lib: koffi.load(name), tried };
+    } catch (e) {
+      tried.push(`${name}: ${(e as Error).message.split('\n')[0]}`);
+    }
+  }
+  return { lib: undefined, tried };
+}
+
 function bind(): CudaLibs {
   // biome-ignore lint/suspicious/noExplicitAny: koffi module
   let koffi: any;
@@ -169,16 +186,7 @@ function bind(): CudaLibs {
       `no NVIDIA driver: libcuda.so.1 did not load (${(e as Error).message.split('\n')[0]}); install the driver or use another backend`,
     );
   }
-  let nv: Handle;
-  const tried: string[] = [];
-  for (const name of NVRTC_NAMES) {
-    try {
-      nv = koffi.load(name);
-      break;
-    } catch (e) {
-      tried.push(`${name}: ${(e as Error).message.split('\n')[0]}`);
-    }
-  }
+  const { lib: nv, tried } = loadFirst(koffi, NVRTC_NAMES);
   if (!nv) {
     throw new CrispError(
       'BACKEND_UNAVAILABLE',
