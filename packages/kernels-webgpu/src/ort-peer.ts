@@ -26,7 +26,7 @@
  *
  * @module @crisp/kernels-webgpu/ort-peer
  */
-import { CrispError, f16BitsToF32, f32ToF16Bits } from '@crisp/core';
+import { CrispError, decode, encode } from '@crisp/core';
 import { GQA_INPUTS, GQA_OUTPUT, gqaModel } from './onnx-graph.js';
 import { positiveInt as checkedInt, errText, keepAlive, type PeerTimes, peerTimes, webgpuEntry, withNavigatorGpu } from './peer-support.js';
 
@@ -262,20 +262,10 @@ function relError(got: ArrayLike<number>, gotOffset: number, ref: ArrayLike<numb
   return err / Math.max(amax, 1e-3);
 }
 
-// Plain loops: `TypedArray.from(typed, fn)` first lists every value in a JS array, which V8
-// refuses past 2^27 elements (q at n = 32k, H 32, d 128) and which costs the heap meanwhile.
-function toF32(x: Float32Array | Uint16Array, from: 'f16' | 'f32'): Float32Array {
-  if (from === 'f32') return x as Float32Array;
-  const out = new Float32Array(x.length);
-  for (let i = 0; i < x.length; i++) out[i] = f16BitsToF32(x[i]);
-  return out;
-}
-function toF16(x: Float32Array | Uint16Array, from: 'f16' | 'f32'): Uint16Array {
-  if (from === 'f16') return x as Uint16Array;
-  const out = new Uint16Array(x.length);
-  for (let i = 0; i < x.length; i++) out[i] = f32ToF16Bits(x[i]);
-  return out;
-}
+// (core's decode / encode: plain loops. `TypedArray.from(typed, fn)` would first list every
+// value in a JS array, which V8 refuses past 2^27 elements: q at n = 32k, H 32, d 128.)
+const toF32 = (x: Float32Array | Uint16Array, from: 'f16' | 'f32'): Float32Array => decode(from, x);
+const toF16 = (x: Float32Array | Uint16Array, from: 'f16' | 'f32'): Uint16Array => (from === 'f16' ? (x as Uint16Array) : (encode('f16', x) as Uint16Array));
 
 /** Writes `pattern` (one element's bytes) over the whole buffer, in chunks. */
 function fill(device: GPUDevice, buf: GPUBuffer, bytes: number, elem: Uint8Array): void {
