@@ -14,6 +14,9 @@ export const crispVitest = defineConfig({
     hookTimeout: 300_000,
     pool: 'forks',
     passWithNoTests: true,
+    // WebGPU buffers handed out again are filled with 0xff bytes first, so a kernel that
+    // reads what it did not write fails the tests instead of passing on a fresh buffer's zeros
+    env: { CRISP_WEBGPU_POISON_REUSED: '1' },
   },
 });
 

@@ -74,33 +74,38 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
     );
     g.scoped(checks, 'the proxy statistics passes', () => {
       const scaleLog2 = { f32: scale * LOG2E };
-      // Bounded dispatches: heads per dispatch so one holds <= maxWork multiply-adds.
+      // Bounded dispatches: heads per dispatch so one holds <= maxWork multiply-adds. Where
+      // one dispatch takes every head, the passes share one submit (a submit costs the host
+      // about 0.1 ms on Dawn); split ones go one submit each, so none holds more than that.
       const perHead = b * n * D;
       const hg = Math.max(1, Math.min(H, Math.floor(host.maxWork / perHead)));
+      const split = hg < H;
+      let enc = g.device.createCommandEncoder();
+      const next = () => {
+        if (!split) return;
+        g.submit(enc, temps);
+        enc = g.device.createCommandEncoder();
+      };
       for (let h0 = 0; h0 < H; h0 += hg) {
         const nh = Math.min(hg, H - h0);
-        const enc = g.device.createCommandEncoder();
         const u = g.uniform([m, n, H, Hkv, b, tilesPerSplit, numSplits, h0, scaleLog2, 0, 0, 0]);
         temps.push(u);
         g.dispatch(enc, pRow, [u, qt.binding, kt.binding, part], [numSplits, rowTiles, nh]);
-        g.submit(enc, temps);
+        next();
       }
       {
-        const enc = g.device.createCommandEncoder();
         const u = g.uniform([H * b, b, numSplits, 0]);
         temps.push(u);
         g.dispatch(enc, pComb, [u, part, rows], [Math.ceil((H * b) / 256)]);
-        g.submit(enc, temps);
+        next();
       }
       for (let h0 = 0; h0 < H; h0 += hg) {
         const nh = Math.min(hg, H - h0);
-        const enc = g.device.createCommandEncoder();
         const u = g.uniform([m, n, H, Hkv, b, T, h0, 0, scaleLog2, { f32: 1 / b }, 0, 0]);
         temps.push(u);
         g.dispatch(enc, pScores, [u, qt.binding, kt.binding, rows, av, slashPart], [T, nh]);
-        g.submit(enc, temps);
+        next();
       }
-      const enc = g.device.createCommandEncoder();
       const grid = g.grid(H * n);
       const u1 = g.uniform([n, b, T, H, { f32: 1 / b }, grid.rowWidth, 0, 0]);
       g.dispatch(enc, pSlash, [u1, slashPart, as], grid.groups);

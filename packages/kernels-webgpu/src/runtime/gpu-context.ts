@@ -21,6 +21,17 @@ export const Usage = {
 const MAP_MODE_READ = 0x1;
 /** The largest staging buffer a batch of reads shares (a larger read goes alone). */
 const READ_BATCH_MAX_BYTES = 64 * 1024 * 1024;
+/**
+ * Retired buffers up to this size are kept for reuse (see GpuContext.createBuffer), up to
+ * POOL_MAX_BYTES in all: the plan's temporaries at the lengths where the host's cost per
+ * prefill shows (at long n the kernels' time dwarfs it).
+ */
+const POOL_MAX_BUFFER_BYTES = 16 * 1024 * 1024;
+const POOL_MAX_BYTES = 128 * 1024 * 1024;
+/** Bind groups kept per pipeline (GpuContext.dispatch); past this many the pipeline's are dropped. */
+const BIND_GROUPS_PER_PIPELINE = 256;
+/** Uniform buffers kept by content (GpuContext.uniform); the oldest goes past this many. */
+const UNIFORM_CACHE_MAX = 1024;
 
 export type UniformField = number | { f32: number };
 
@@ -30,7 +41,10 @@ export type UniformField = number | { f32: number };
  */
 export type Check = Promise<CrispError | undefined>;
 
-/** Buffers this context holds now (tensors, temporaries not yet destroyed, staging). */
+/**
+ * Buffers this context holds now (tensors, temporaries not yet destroyed, staging); the
+ * reserve kept for reuse is counted apart (GpuContext.pooledBuffers).
+ */
 export interface LiveBuffers {
   readonly buffers: number;
   readonly bytes: number;
@@ -95,6 +109,38 @@ export class GpuContext {
   #doneThrough = 0;
   /** idle() calls that found the queue known to be idle and waited for nothing */
   #idleSkips = 0;
+  /** retired buffers free for reuse, by size and usage (createBuffer takes from here) */
+  readonly #pool = new Map<string, GPUBuffer[]>();
+  #pooledBytes = 0;
+  /** buffers whose allocation scope reported no error: only these are reused */
+  readonly #verified = new WeakSet<GPUBuffer>();
+  /**
+   * What the scoped() stretch running now made, to be marked reusable if its verdict is clean:
+   * buffers (into #verified) and bind groups (into #bindGroups).
+   */
+  #scopeMade: (() => void)[] | undefined;
+  /** bind groups by pipeline and bound ranges, made in a stretch WebGPU found clean */
+  readonly #bindGroups = new WeakMap<GPUComputePipeline, Map<string, GPUBindGroup>>();
+  /** a number per buffer, for the bind groups' keys */
+  readonly #bufferIds = new WeakMap<GPUBuffer, number>();
+  #nextBufferId = 0;
+  /** uniform buffers by content, read-only once written; never retired with their op's temps */
+  readonly #uniforms = new Map<string, GPUBuffer>();
+  readonly #uniformKey = new Map<GPUBuffer, string>();
+  #uniformBytes = 0;
+  /** uniforms made since the last idle(), shared by content there once verified */
+  #pendingUniforms: (() => void)[] = [];
+  /** retired buffers in the pool now (a buffer retired twice goes in once) */
+  readonly #inPool = new WeakSet<GPUBuffer>();
+  /** the usage each buffer was made with (its pool's key) */
+  readonly #usage = new WeakMap<GPUBuffer, number>();
+  /** pipelines compiled, by cache key (pipeline() answers these without a wait) */
+  readonly #compiled = new Map<string, GPUComputePipeline>();
+  /**
+   * Buffers handed out again are filled with 0xff bytes first (those the host may write:
+   * COPY_DST) when CRISP_WEBGPU_POISON_REUSED=1, as the tests run.
+   */
+  poisonReused: boolean;
 
   constructor(device: GPUDevice) {
     this.device = device;
@@ -105,6 +151,7 @@ export class GpuContext {
       pipelineCache.set(owner, cache);
     }
     this.#pipelines = cache;
+    this.poisonReused = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env?.CRISP_WEBGPU_POISON_REUSED === '1';
     const l = device.limits;
     this.limits = {
       maxStorageBufferBindingSize: Number(l.maxStorageBufferBindingSize),
@@ -188,14 +235,23 @@ export class GpuContext {
     const d = this.device;
     d.pushErrorScope('out-of-memory');
     d.pushErrorScope('validation');
+    const outer = this.#scopeMade;
+    const made: (() => void)[] = [];
+    this.#scopeMade = made;
     try {
       return fn();
     } finally {
+      this.#scopeMade = outer;
       const v = d.popErrorScope();
       const o = d.popErrorScope();
       sink.push(
         Promise.all([v, o]).then(
-          ([ve, oe]) => (oe ? classify(oe, what) : ve ? classify(ve, what) : undefined),
+          ([ve, oe]) => {
+            const err = oe ? classify(oe, what) : ve ? classify(ve, what) : undefined;
+            // what was made in a stretch WebGPU found nothing wrong with may be reused
+            if (!err) for (const keep of made) keep();
+            return err;
+          },
           // a scope pop fails only when the device is gone; guard reports that as DEVICE_LOST
           () => undefined,
         ),
@@ -218,7 +274,9 @@ export class GpuContext {
 
   /**
    * A buffer of `size` bytes (rounded up to 16). LIMIT_EXCEEDED past maxBufferSize before
-   * anything is allocated; counted in liveBuffers until destroyed.
+   * anything is allocated; counted in liveBuffers until destroyed. A retired buffer of the
+   * same size and usage is handed out again where there is one (see #recycle): its contents
+   * are then what its last user left, not zeros, so every caller writes what it reads.
    */
   createBuffer(size: number, usage: number, label?: string): GPUBuffer {
     this.check();
@@ -233,8 +291,20 @@ export class GpuContext {
         { limit: 'maxBufferSize', max: this.limits.maxBufferSize, bytes },
       );
     }
+    const free = this.#pool.get(poolKey(bytes, usage));
+    const reused = free?.pop();
+    if (reused) {
+      this.#inPool.delete(reused);
+      this.#pooledBytes -= bytes;
+      // (a buffer without COPY_DST is written by kernels only)
+      if (this.poisonReused && usage & Usage.COPY_DST) this.writeBuffer(reused, 0, new Uint8Array(bytes).fill(0xff));
+      // (already verified: nothing to wait for)
+      return reused;
+    }
     const buf = this.device.createBuffer({ size: bytes, usage, label });
     this.#live.set(buf, bytes);
+    this.#usage.set(buf, usage);
+    this.#scopeMade?.push(() => this.#verified.add(buf));
     return buf;
   }
 
@@ -255,18 +325,85 @@ export class GpuContext {
     }
   }
 
-  /** Buffers held now: tensors, and temporaries until the queue drains (synchronize). */
+  /**
+   * Buffers held now: tensors, and temporaries until the queue drains (synchronize); not the
+   * reserve kept for reuse (pooledBuffers).
+   */
   get liveBuffers(): LiveBuffers {
     let bytes = 0;
     for (const b of this.#live.values()) bytes += b;
-    return { buffers: this.#live.size, bytes };
+    const kept = this.pooledBuffers;
+    return { buffers: this.#live.size - kept.buffers, bytes: bytes - kept.bytes };
+  }
+
+  /**
+   * The reserve kept for reuse: retired buffers free to be handed out again, and uniform
+   * buffers kept by content. At most 128 MiB of the first (buffers of up to 16 MiB) and 1,024
+   * of the second; trimPool() releases them.
+   */
+  get pooledBuffers(): LiveBuffers {
+    let buffers = this.#uniforms.size;
+    for (const list of this.#pool.values()) buffers += list.length;
+    return { buffers, bytes: this.#pooledBytes + this.#uniformBytes };
+  }
+
+  /** Release the reserve (pooledBuffers): destroyed once the work submitted so far has finished. */
+  trimPool(): void {
+    for (const list of this.#pool.values()) {
+      for (const b of list) this.#inPool.delete(b);
+      this.#retired.push(...list.splice(0));
+    }
+    this.#pool.clear();
+    this.#pooledBytes = 0;
+    for (const b of this.#uniforms.values()) {
+      this.#uniformKey.delete(b);
+      this.#retired.push(b);
+    }
+    this.#uniforms.clear();
+    this.#uniformBytes = 0;
   }
 
   #destroyBuffer(b: GPUBuffer): void {
+    // (a uniform kept by content outlives the op that retired it; trimPool releases it)
+    if (this.#uniformKey.has(b)) return;
     if (this.#live.delete(b)) b.destroy();
   }
 
-  /** A uniform buffer from u32 fields ({ f32 } marks a float), padded to 16 bytes. */
+  /**
+   * A retired buffer whose work has finished: kept for reuse where its allocation was verified
+   * and the reserve has room, else destroyed.
+   */
+  #recycle(b: GPUBuffer): void {
+    if (this.#uniformKey.has(b) || this.#inPool.has(b)) return;
+    const bytes = this.#live.get(b);
+    if (
+      bytes === undefined ||
+      this.#lost ||
+      this.#destroyed ||
+      !this.#verified.has(b) ||
+      bytes > POOL_MAX_BUFFER_BYTES ||
+      this.#pooledBytes + bytes > POOL_MAX_BYTES
+    ) {
+      this.#destroyBuffer(b);
+      return;
+    }
+    const key = poolKey(bytes, this.#usage.get(b) ?? 0);
+    let list = this.#pool.get(key);
+    if (!list) {
+      list = [];
+      this.#pool.set(key, list);
+    }
+    list.push(b);
+    this.#inPool.add(b);
+    this.#pooledBytes += bytes;
+  }
+
+  /**
+   * A uniform buffer from u32 fields ({ f32 } marks a float), padded to 16 bytes. Uniforms are
+   * only ever written here, so one of the same content is shared: a layer of a shape seen
+   * before writes none. (Callers retire it with their temporaries as any other; a shared one
+   * stays until trimPool or the reserve's bound.)
+   */
   uniform(fields: readonly UniformField[]): GPUBuffer {
     const words = Math.max(4, Math.ceil(fields.length / 4) * 4);
     const ab = new ArrayBuffer(words * 4);
@@ -276,9 +413,39 @@ export class GpuContext {
       if (typeof x === 'number') u[i] = x >>> 0;
       else f[i] = x.f32;
     });
+    const key = u.join(',');
+    const hit = this.#uniforms.get(key);
+    if (hit) {
+      this.check();
+      // most recently used last: the bound drops the oldest
+      this.#uniforms.delete(key);
+      this.#uniforms.set(key, hit);
+      return hit;
+    }
     const buf = this.createBuffer(ab.byteLength, Usage.UNIFORM | Usage.COPY_DST, 'uniform');
     this.writeBuffer(buf, 0, u);
+    this.#keepUniform(key, buf);
     return buf;
+  }
+
+  /** Share `buf` by its content once its allocation is verified (see uniform). */
+  #keepUniform(key: string, buf: GPUBuffer): void {
+    const bytes = this.#live.get(buf) ?? 0;
+    const keep = () => {
+      if (!this.#verified.has(buf) || this.#uniforms.has(key) || this.#uniformKey.has(buf) || this.#destroyed || !this.#live.has(buf)) return;
+      this.#uniforms.set(key, buf);
+      this.#uniformKey.set(buf, key);
+      this.#uniformBytes += bytes;
+      if (this.#uniforms.size > UNIFORM_CACHE_MAX) {
+        const [oldKey, old] = this.#uniforms.entries().next().value as [string, GPUBuffer];
+        this.#uniforms.delete(oldKey);
+        this.#uniformKey.delete(old);
+        this.#uniformBytes -= this.#live.get(old) ?? 0;
+        // queued work may still read it
+        this.#retired.push(old);
+      }
+    };
+    this.#pendingUniforms.push(keep);
   }
 
   /** A read-only storage buffer holding u32 values. */
@@ -296,6 +463,11 @@ export class GpuContext {
   }
 
   async pipeline(p: ProgramDescriptor): Promise<GPUComputePipeline> {
+    const done = this.#compiled.get(p.cacheKey);
+    if (done) {
+      this.check();
+      return done;
+    }
     let pp = this.#pipelines.get(p.cacheKey);
     if (!pp) {
       // Synchronous creation inside an error scope: dawn.node's createComputePipelineAsync
@@ -329,7 +501,9 @@ export class GpuContext {
       this.#pipelines.set(p.cacheKey, pp);
       pp.catch(() => this.#pipelines.delete(p.cacheKey));
     }
-    return this.guard(pp);
+    const pipe = await this.guard(pp);
+    this.#compiled.set(p.cacheKey, pipe);
+    return pipe;
   }
 
   /**
@@ -342,16 +516,48 @@ export class GpuContext {
     buffers: readonly (GPUBuffer | GPUBufferBinding)[],
     groups: readonly [number, number?, number?],
   ): void {
-    const bind = this.device.createBindGroup({
-      layout: pipeline.getBindGroupLayout(0),
-      entries: buffers.map((b, binding) => ({ binding, resource: 'buffer' in b ? b : { buffer: b } })),
-    });
+    const bind = this.#bindGroup(pipeline, buffers);
     const timestampWrites = this.profiler?.passWrites(pipeline.label);
     const pass = enc.beginComputePass(timestampWrites ? { timestampWrites } : undefined);
     pass.setPipeline(pipeline);
     pass.setBindGroup(0, bind);
     pass.dispatchWorkgroups(groups[0], groups[1] ?? 1, groups[2] ?? 1);
     pass.end();
+  }
+
+  /**
+   * The bind group of these ranges for this pipeline: the one made before for the same
+   * buffers where its stretch was clean (a layer of a shape seen before, its temporaries
+   * reused, makes none), else a new one.
+   */
+  #bindGroup(pipeline: GPUComputePipeline, buffers: readonly (GPUBuffer | GPUBufferBinding)[]): GPUBindGroup {
+    let key = '';
+    for (const b of buffers) {
+      const buf = 'buffer' in b ? b.buffer : b;
+      let id = this.#bufferIds.get(buf);
+      if (id === undefined) {
+        id = this.#nextBufferId++;
+        this.#bufferIds.set(buf, id);
+      }
+      key += 'buffer' in b ? `${id}@${b.offset ?? 0}+${b.size ?? '*'},` : `${id},`;
+    }
+    const hit = this.#bindGroups.get(pipeline)?.get(key);
+    if (hit) return hit;
+    const bind = this.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries: buffers.map((b, binding) => ({ binding, resource: 'buffer' in b ? b : { buffer: b } })),
+    });
+    this.#scopeMade?.push(() => {
+      let groups = this.#bindGroups.get(pipeline);
+      if (!groups) {
+        groups = new Map();
+        this.#bindGroups.set(pipeline, groups);
+      }
+      // (bounded: a destroyed buffer's groups are never asked for again)
+      if (groups.size >= BIND_GROUPS_PER_PIPELINE) groups.clear();
+      groups.set(key, bind);
+    });
+    return bind;
   }
 
   /** 2-D grid for `threads` threads in workgroups of 256 (x <= the per-dimension limit). */
@@ -430,9 +636,14 @@ export class GpuContext {
       // the queue runs in order: everything queued up to this copy has finished
       this.#doneThrough = Math.max(this.#doneThrough, serial);
       const mapped = staging.getMappedRange(0, size);
-      return reqs.map((r, i) => mapped.slice(at[i], at[i] + r.byteLength));
+      const out = reqs.map((r, i) => mapped.slice(at[i], at[i] + r.byteLength));
+      // (its copy has finished: unmapped, it can take the next read's copy)
+      staging.unmap();
+      this.#recycle(staging);
+      return out;
     } finally {
-      this.#destroyBuffer(staging);
+      // (recycled above on success; destroyed here otherwise)
+      if (!this.#inPool.has(staging)) this.#destroyBuffer(staging);
     }
   }
 
@@ -445,25 +656,35 @@ export class GpuContext {
   async idle(): Promise<void> {
     // reads waiting for their turn go first: the wait below then covers their copies
     this.#reads.flush();
+    // uniforms verified by now are shared from here on (not recycled below)
+    for (const keep of this.#pendingUniforms.splice(0)) keep();
     const done = this.#retired;
     this.#retired = [];
     if (this.ownsDevice && this.#doneThrough === this.#queued) {
       this.#idleSkips++;
-      for (const b of done) this.#destroyBuffer(b);
+      for (const b of done) this.#recycle(b);
       this.check();
       return;
     }
     const through = this.#queued;
+    let drained = false;
     try {
       await this.guard(this.device.queue.onSubmittedWorkDone());
       this.#doneThrough = Math.max(this.#doneThrough, through);
+      drained = true;
     } finally {
       // (after a loss the device freed them; destroy() on a lost device's buffer is harmless)
-      for (const b of done) this.#destroyBuffer(b);
+      for (const b of done) {
+        if (drained) this.#recycle(b);
+        else this.#destroyBuffer(b);
+      }
     }
   }
 
-  /** Destroy a buffer after the work submitted so far has finished. */
+  /**
+   * Give buffers back once the work submitted so far has finished: kept for reuse where they
+   * qualify (see #recycle), else destroyed.
+   */
   retire(...bufs: GPUBuffer[]): void {
     this.#retired.push(...bufs);
   }
@@ -477,6 +698,12 @@ export class GpuContext {
     this.#reads.flush();
     this.#destroyed = true;
     this.device.removeEventListener?.('uncapturederror', this.#onError);
+    // the reserve goes with everything else
+    this.#pool.clear();
+    this.#pooledBytes = 0;
+    this.#uniforms.clear();
+    this.#uniformKey.clear();
+    this.#uniformBytes = 0;
     if (this.ownsDevice) {
       this.device.destroy();
       this.#live.clear();
@@ -490,6 +717,11 @@ export class GpuContext {
     };
     this.device.queue.onSubmittedWorkDone().then(free, free);
   }
+}
+
+/** The pool's key of a buffer: its size and usage. */
+function poolKey(bytes: number, usage: number): string {
+  return `${bytes}:${usage}`;
 }
 
 /** A WebGPU error object as a typed error: OUT_OF_MEMORY for allocation failures, else BACKEND_ERROR. */
