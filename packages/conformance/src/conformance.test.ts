@@ -325,4 +325,18 @@ describe('runConformance', () => {
     for (const form of ['vs', 'rows', 'mixed']) expect(names).toContain(`sparseAttention/${form}/n300-h8kv1-d64-b128/bf16`);
     expect(names).toContain('pipeline/flexPrefill-b64-kmin256/n1100-h4kv2-d64-b64/f16');
   });
+
+  it('splits the suite into shards that hold every case once, and refuses a shard outside its count', () => {
+    const opts = { sizes: 'large' as const, dtypes: ['bf16', 'f16'] as const, filter: /^(?!transfer)/ };
+    const all = listConformanceCases(opts).map((c) => c.name);
+    for (const count of [1, 2, 3, 5]) {
+      const shards = Array.from({ length: count }, (_, index) => listConformanceCases({ ...opts, shard: { index, count } }).map((c) => c.name));
+      expect(shards.flat().sort()).toEqual([...all].sort());
+      // round robin: the sizes (and so the long cases) spread over the shards
+      for (const s of shards) expect(Math.abs(s.length - all.length / count)).toBeLessThanOrEqual(1);
+    }
+    for (const bad of [{ index: 2, count: 2 }, { index: -1, count: 2 }, { index: 0, count: 0 }, { index: 0.5, count: 2 }]) {
+      expect(() => listConformanceCases({ ...opts, shard: bad })).toThrow(/shard must be/);
+    }
+  });
 });

@@ -2,7 +2,7 @@
  * runConformance: the whole suite against any backend factory, in plain Node (no test
  * framework), returning one result per case. GPU machines run it from a script.
  */
-import { type Backend, type DType, DTYPES, type Policy } from '@crisp/core';
+import { type Backend, type DType, DTYPES, InvalidArgumentError, type Policy } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { type CaseContext, type ConformanceCase, LARGE_SIZES, type ShapeCase, SMALL_SIZES, buildCases } from './cases.js';
 import { DEFAULT_TOLERANCES, type Tolerance } from './compare.js';
@@ -31,6 +31,12 @@ export interface ConformanceOptions {
   readonly skip?: Readonly<Record<string, string>>;
   /** only run cases whose name matches (substring or RegExp) */
   readonly filter?: string | RegExp;
+  /**
+   * Run only every `count`-th case from the `index`-th (0-based), after `filter`: `count`
+   * processes with indexes 0..count-1 run the whole suite between them, each case once (the
+   * float64 reference is single-threaded; a GPU host has cores to spare).
+   */
+  readonly shard?: { readonly index: number; readonly count: number };
   /** per-dtype tolerance overrides */
   readonly tolerances?: Partial<Record<DType, Partial<Tolerance>>>;
   /** exact checks on every query row up to this n (default 2048); above it, sampled rows */
@@ -86,7 +92,13 @@ export function listConformanceCases(options: ConformanceOptions = {}): Conforma
     ...buildLseMergeCases(resolveSizes(options.sizes), dtypes),
   ];
   const f = options.filter;
-  return f === undefined ? cases : cases.filter((c) => (typeof f === 'string' ? c.name.includes(f) : f.test(c.name)));
+  const kept = f === undefined ? cases : cases.filter((c) => (typeof f === 'string' ? c.name.includes(f) : f.test(c.name)));
+  const sh = options.shard;
+  if (sh === undefined) return kept;
+  if (!Number.isInteger(sh.count) || sh.count < 1 || !Number.isInteger(sh.index) || sh.index < 0 || sh.index >= sh.count) {
+    throw new InvalidArgumentError(`shard must be { index, count } with integers 0 <= index < count; got ${JSON.stringify(sh)}`);
+  }
+  return kept.filter((_, i) => i % sh.count === sh.index);
 }
 
 /** Why a case is skipped by options, if it is. */

@@ -5,10 +5,11 @@
 #   source .device/setup.sh && bash tools/gpu-rig/scripts/h200.sh PHASE OUT
 # Phases:
 #   conformance  the CUDA backend against the float64 reference (@crisp/conformance, n <= 16k),
-#                bf16 and f16 as two processes side by side (the host reference is the slow
-#                part; the cubin cache is written atomically), with the chunked, LSE-merge and varlen cases:
-#                ~140 cases a dtype, more than the 500 s limit of one call; CONF_FILTER=REGEX runs the cases
-#                whose names match (e.g. '^(varlen|lseMerge)/' in a second call).
+#                with the chunked, LSE-merge and varlen cases, bf16 and f16: CONF_SHARDS processes
+#                (default 3) per dtype side by side, each every third case (the single-threaded
+#                host reference is the slow part, about 480 s a dtype in one process; the
+#                cubin cache is written atomically). CONF_FILTER=REGEX runs the cases whose
+#                names match.
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
 #                OUT/<GPU_LABEL>-synth (apps/bench/results/nvidia-h200-synth). ~280-330 s. With
@@ -105,20 +106,29 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 case "$phase" in
   conformance)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
-    conf() { # DTYPE
+    # CONF_SHARDS processes per dtype (default 3), each every third case: the float64
+    # reference that checks them is single-threaded, and one process per dtype ran past 500 s
+    shards=${CONF_SHARDS:-3}
+    conf() { # DTYPE SHARD
       timeout -s KILL 500 node "$app/cuda-main.mjs" --phase conformance --dtypes "$1" --confMaxN 16384 --budget 470 \
-        ${CONF_FILTER:+--confFilter "$CONF_FILTER"} --out "$out/conformance-$1" > "$out/conformance-$1.log" 2>&1
+        --confShard "$2/$shards" ${CONF_FILTER:+--confFilter "$CONF_FILTER"} --out "$out/conformance-$1-$2" > "$out/conformance-$1-$2.log" 2>&1
     }
-    conf bf16 &
-    pid=$!
-    # the second process starts once the first has compiled the kernels into the cubin cache
+    conf bf16 0 &
+    pids=$!
+    # the others start once the first has compiled the kernels into the cubin cache
     sleep 10
-    conf f16
-    wait "$pid"
+    for dt in bf16 f16; do
+      for ((i = 0; i < shards; i++)); do
+        [ "$dt/$i" = bf16/0 ] && continue
+        conf "$dt" "$i" &
+        pids="$pids $!"
+      done
+    done
+    wait $pids
     grep -h "conformance cuda:" "$out"/conformance-*.log
     grep -h FAIL "$out"/conformance-*.log | head -n 20
-    # both summaries there and no failure
-    [ "$(cat "$out"/conformance-*.log | grep -c 'conformance cuda:')" -eq 2 ] && ! grep -q FAIL "$out"/conformance-*.log
+    # every summary there and no failure
+    [ "$(cat "$out"/conformance-*.log | grep -c 'conformance cuda:')" -eq $((2 * shards)) ] && ! grep -q FAIL "$out"/conformance-*.log
     ;;
   headline)
     [ -f "$app/crisp-bench.mjs" ] || { echo "missing $app/crisp-bench.mjs: bundle apps/bench/src/cli.ts" >&2; exit 2; }

@@ -13,11 +13,15 @@ export async function conformancePhase(): Promise<void> {
     const varlenSizes = [...SMALL_VARLEN, ...LARGE_VARLEN.filter((s) => Math.max(...(s.keys ?? s.queries)) <= maxN)];
     // runConformance disposes the backend it is given: give it its own
     const confFilter = arg('confFilter', '');
+    // --confShard i/N: the i-th of N processes that run the suite between them
+    const shardArg = arg('confShard', '');
+    const [index, count] = shardArg ? shardArg.split('/').map(Number) : [0, 1];
     const rep = await runConformance(() => createCudaBackend({ kernelDir: 'packages/kernels-cuda/kernels', cacheDir: '/tmp/crisp-cubin', attentionVariant: variant, proxyLayout: proxyLayoutArg, flexPrefillOnDevice: true, peVsExcessOnDevice: true }), {
       sizes,
       varlenSizes,
       dtypes: confDtypes,
       ...(confFilter ? { filter: new RegExp(confFilter) } : {}),
+      ...(shardArg ? { shard: { index, count } } : {}),
       onResult: (r) => {
         log(`${r.skipped ? 'skip' : r.passed ? 'pass' : 'FAIL'} ${r.name}${r.passed ? '' : `: ${r.detail.slice(0, 300)}`}`);
         // progressive: a run cut short by its time limit still reports what it checked
