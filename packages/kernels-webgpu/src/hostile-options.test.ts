@@ -258,7 +258,8 @@ describe.skipIf(!backend)(`the length gate follows the kernel in use${reason ? `
       expect(b.sparseCrossoverFor('f16', 64)).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
       expect(b.sparseCrossoverFor('f32', 128)).toBe(H200_SPARSE_CROSSOVER);
       expect(b.sparseCrossoverFor('f16', 96)).toBe(H200_SPARSE_CROSSOVER);
-      expect(TENSOR_CORE_SPARSE_CROSSOVER).toBeGreaterThan(H200_SPARSE_CROSSOVER);
+      // (two gates, so the lines above tell the kernels apart)
+      expect(TENSOR_CORE_SPARSE_CROSSOVER).not.toBe(H200_SPARSE_CROSSOVER);
       other.gpu.subgroupMatrix = true;
       expect(other.sparseCrossover).toBe(12345);
       expect(other.sparseCrossoverFor('f16', 128)).toBe(12345);

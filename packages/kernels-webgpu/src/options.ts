@@ -12,18 +12,17 @@ import type { DeviceLimits } from './runtime/gpu-context.js';
 export const H200_SPARSE_CROSSOVER = 8262;
 
 /**
- * The length gate with the tensor-core kernel (its default `'pipelined'` form), the PE cut on
- * the device and the plan read back in two trips, from crisp-bench on one NVIDIA H100 (Dawn
- * over Vulkan, H = 32, Hkv = 8, d = 128, f16, the llama fill;
- * apps/bench/results/nvidia-h100-webgpu-readback): `crisp` against the dense kernel, 8.7
- * against 5.4 ms at 8k and 16.2 against 20.0 ms at 16k; the log-n interpolation of the ratio
- * crosses 1 at 13,242 keys (rounded up here). With the plan read one read at a time it was
- * about 15,700 (H200, apps/bench/results/nvidia-h200-webgpu-kernel-times). Below it the host's
- * part of a prefill, not the GPU's, is what loses: at 8k the GPU was busy 4.1 ms for `crisp`
- * against 4.8 ms for dense, and the plan's queueing (about 4 ms of host time) leaves the GPU
- * idle 2.7 ms of its 6.9 ms span.
+ * The length gate with the tensor-core kernel (its default `'pipelined'` form), the plan on
+ * the device and what a layer of the same shape needs again reused (GpuContext), from
+ * crisp-bench on one NVIDIA H100 (Dawn over Vulkan, H = 32, Hkv = 8, d = 128, f16, the llama
+ * fill; apps/bench/results/nvidia-h100-webgpu-reuse): `crisp` against the dense kernel, 4.85
+ * against 5.26 ms at 8k in one run (sparse already faster at the smallest size measured), and
+ * 3.6 against 3.0 ms at 6k and 4.6 against 5.5 ms at 8k in a second, whose log-n
+ * interpolation crosses 1 at 7,206 keys; the gate is the first of them, 8,192. Before the
+ * reuse the plan's host work (buffers, uniform writes, bind groups: 3.3-3.7 ms at 8k, as long
+ * as its GPU work) put it at 9,749-13,242 keys.
  */
-export const TENSOR_CORE_SPARSE_CROSSOVER = 13_250;
+export const TENSOR_CORE_SPARSE_CROSSOVER = 8192;
 
 /**
  * The selectable attention kernels; see WebGpuBackendOptions.attentionKernel. The default is
