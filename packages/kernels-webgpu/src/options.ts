@@ -17,8 +17,8 @@ export const H200_SPARSE_CROSSOVER = 8262;
  * crisp-bench on one NVIDIA H100 (Dawn over Vulkan, H = 32, Hkv = 8, d = 128, f16, the llama
  * fill; apps/bench/results/nvidia-h100-webgpu-reuse): `crisp` against the dense kernel, 4.85
  * against 5.26 ms at 8k in one run (sparse already faster at the smallest size measured), and
- * 3.6 against 3.0 ms at 6k and 4.6 against 5.5 ms at 8k in a second, whose log-n
- * interpolation crosses 1 at 7,206 keys; the gate is the first of them, 8,192. Before the
+ * in two more 4.6 against 5.5 and 5.1 ms at 8k, crossing 1 (log-n interpolation) at 7,206 and
+ * 7,366 keys; the gate is 8,192, the first size every run measured `crisp` ahead. Before the
  * reuse the plan's host work (buffers, uniform writes, bind groups: 3.3-3.7 ms at 8k, as long
  * as its GPU work) put it at 9,749-13,242 keys.
  */
