@@ -43,7 +43,7 @@ import { WebGpuDevicePlanner } from './plan/planner.js';
 import { sparseAttentionPrepared } from './plan/run-prepared.js';
 import {
   type ActiveAttentionKernel,
-  H200_SPARSE_CROSSOVER,
+  FMA_SPARSE_CROSSOVER,
   TENSOR_CORE_SPARSE_CROSSOVER,
   type WebGpuBackendOptions,
   type WebGpuInfo,
@@ -57,6 +57,7 @@ export {
   ATTENTION_KERNELS,
   type ActiveAttentionKernel,
   type AttentionKernel,
+  FMA_SPARSE_CROSSOVER,
   H200_SPARSE_CROSSOVER,
   TENSOR_CORE_SPARSE_CROSSOVER,
   type WebGpuBackendOptions,
@@ -89,7 +90,7 @@ export class WebGpuBackend implements Backend {
    * FMA kernel's where it is not offered or failed to build).
    */
   get sparseCrossover(): number {
-    return this.#crossover ?? (this.gpu.subgroupMatrix ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER);
+    return this.#crossover ?? (this.gpu.subgroupMatrix ? TENSOR_CORE_SPARSE_CROSSOVER : FMA_SPARSE_CROSSOVER);
   }
 
   /**
@@ -98,7 +99,7 @@ export class WebGpuBackend implements Backend {
    */
   sparseCrossoverFor(dtype: DType, headDim: number): number {
     if (this.#crossover !== undefined) return this.#crossover;
-    return dtype === 'f16' && this.attentionKernelFor(dtype, headDim) === 'subgroup-matrix' ? TENSOR_CORE_SPARSE_CROSSOVER : H200_SPARSE_CROSSOVER;
+    return dtype === 'f16' && this.attentionKernelFor(dtype, headDim) === 'subgroup-matrix' ? TENSOR_CORE_SPARSE_CROSSOVER : FMA_SPARSE_CROSSOVER;
   }
   readonly info: WebGpuInfo;
   /** The context (device, limits, pipelines); for benchmarks and tests. */

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
 import { SUBGROUP_MATRIX_FORMS } from './kernels/attention/subgroup-matrix.js';
-import { ATTENTION_KERNELS, H200_SPARSE_CROSSOVER, TENSOR_CORE_SPARSE_CROSSOVER } from './options.js';
+import { ATTENTION_KERNELS, FMA_SPARSE_CROSSOVER, H200_SPARSE_CROSSOVER, TENSOR_CORE_SPARSE_CROSSOVER } from './options.js';
 import { code, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
@@ -249,17 +249,19 @@ describe.skipIf(!backend)(`the length gate follows the kernel in use${reason ? `
     const was = b.gpu.subgroupMatrix;
     try {
       b.gpu.subgroupMatrix = false;
-      expect(b.sparseCrossover).toBe(H200_SPARSE_CROSSOVER);
-      expect(b.sparseCrossoverFor('f16', 128)).toBe(H200_SPARSE_CROSSOVER);
+      expect(b.sparseCrossover).toBe(FMA_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f16', 128)).toBe(FMA_SPARSE_CROSSOVER);
       b.gpu.subgroupMatrix = true;
       expect(b.sparseCrossover).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
       // per call: the kernel that dtype and head dim run
       expect(b.sparseCrossoverFor('f16', 128)).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
       expect(b.sparseCrossoverFor('f16', 64)).toBe(TENSOR_CORE_SPARSE_CROSSOVER);
-      expect(b.sparseCrossoverFor('f32', 128)).toBe(H200_SPARSE_CROSSOVER);
-      expect(b.sparseCrossoverFor('f16', 96)).toBe(H200_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f32', 128)).toBe(FMA_SPARSE_CROSSOVER);
+      expect(b.sparseCrossoverFor('f16', 96)).toBe(FMA_SPARSE_CROSSOVER);
       // (two gates, so the lines above tell the kernels apart)
-      expect(TENSOR_CORE_SPARSE_CROSSOVER).not.toBe(H200_SPARSE_CROSSOVER);
+      expect(TENSOR_CORE_SPARSE_CROSSOVER).not.toBe(FMA_SPARSE_CROSSOVER);
+      // the old name still answers
+      expect(H200_SPARSE_CROSSOVER).toBe(FMA_SPARSE_CROSSOVER);
       other.gpu.subgroupMatrix = true;
       expect(other.sparseCrossover).toBe(12345);
       expect(other.sparseCrossoverFor('f16', 128)).toBe(12345);

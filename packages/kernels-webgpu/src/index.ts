@@ -9,6 +9,7 @@ export {
   type ActiveAttentionKernel,
   type AttentionKernel,
   createWebGpuBackend,
+  FMA_SPARSE_CROSSOVER,
   H200_SPARSE_CROSSOVER,
   TENSOR_CORE_SPARSE_CROSSOVER,
   OPTIONAL_FEATURES,

@@ -4,12 +4,21 @@ import { SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from './kernels/attent
 import type { DeviceLimits } from './runtime/gpu-context.js';
 
 /**
- * Measured by crisp-bench on one NVIDIA H200 (Dawn over Vulkan, H = 32, Hkv = 8, d = 128,
- * f16, the llama fill; apps/bench/results/nvidia-h200/bench.md, commit de95cb5): CRISP end
- * to end against the dense kernel: 21.8 vs 21.6 ms at 8k (dense wins by 1%), 50.1 vs 82.6 ms
- * at 16k; the log-n interpolation of the ratio crosses 1 at 8,262 keys.
+ * The length gate with the FMA kernel (every adapter), from crisp-bench on one NVIDIA H100
+ * (Dawn over Vulkan, `attentionKernel: 'fma'`, H = 32, Hkv = 8, d = 128, f16, the llama fill,
+ * what a layer of the same shape needs again reused; apps/bench/results/nvidia-h100-webgpu-reuse/fma):
+ * `crisp` against the dense kernel, 2.7 vs 1.9 ms at 2k, 5.4 vs 5.7 at 4k, 9.6 vs 12.4 at 6k and
+ * 12.0 vs 21.4 at 8k; the log-n interpolation of the ratio crosses 1 at 3,677 keys, and the gate
+ * is the first size measured with `crisp` ahead, 4,096. Before the reuse it was 8,262 (an H200,
+ * apps/bench/results/nvidia-h200/bench.md: 21.8 vs 21.6 ms at 8k).
  */
-export const H200_SPARSE_CROSSOVER = 8262;
+export const FMA_SPARSE_CROSSOVER = 4096;
+
+/**
+ * @deprecated The FMA kernel's gate under its first name (it was first measured on an H200);
+ * use FMA_SPARSE_CROSSOVER.
+ */
+export const H200_SPARSE_CROSSOVER = FMA_SPARSE_CROSSOVER;
 
 /**
  * The length gate with the tensor-core kernel (its default `'pipelined'` form), the plan on
@@ -43,7 +52,7 @@ export interface WebGpuBackendOptions {
   /**
    * Override the measured length gate (keys below which dense is faster). Default: the
    * tensor-core kernel's TENSOR_CORE_SPARSE_CROSSOVER while it is in use, else the FMA
-   * kernel's H200_SPARSE_CROSSOVER.
+   * kernel's FMA_SPARSE_CROSSOVER.
    */
   readonly sparseCrossover?: number;
   /**
