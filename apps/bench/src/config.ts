@@ -12,6 +12,10 @@ import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
 export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen', 'parity', 'parallel'] as const;
+/** The dense peers of the latency suite: PyTorch SDPA beside CUDA, three beside WebGPU. */
+export const PEER_NAMES = ['torch-sdpa-flash', 'torch-sdpa-cudnn', 'webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'] as const;
+export type PeerName = (typeof PEER_NAMES)[number];
+
 /** CRISP's presets the parity suite may run beside FlexPrefill's code (config.parity.presets) */
 export const PARITY_PRESETS = ['crisp', 'crispFast', 'crispGuarded'] as const;
 export type ParityPreset = (typeof PARITY_PRESETS)[number];
@@ -82,6 +86,11 @@ export interface BenchConfig {
     readonly gpuWarmMs?: number;
     /** per backend: stop growing n once the projected time of the next size exceeds what is left */
     readonly budgetMs: number;
+    /**
+     * the dense peers timed beside the latency suite (PEER_NAMES); absent: every one. A peer
+     * left out is noted as not run (`--peers`), so before/after runs need not wait for them.
+     */
+    readonly peers?: readonly PeerName[];
     readonly profile: ProfileName;
     /** presets timed on the reference, and on the other backends (names from @crisp/presets) */
     readonly presets: readonly string[];

@@ -9,7 +9,7 @@ import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
 import { ATTENTION_KERNELS, type AttentionKernel, SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from '@crisp/kernels-webgpu';
 import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { type OpenBackend, openBackend } from './backends.js';
-import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, PARITY_PRESETS, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
+import { BACKEND_NAMES, type BackendName, type BenchConfig, CUDA_SCHEDULES, defaultConfig, PARITY_PRESETS, PEER_NAMES, parseRange, parseSizes, SUITE_NAMES, type SuiteName, type Shape, VARLEN_POLICIES } from './config.js';
 import { type SuiteContext, message } from './context.js';
 import { figures } from './figures.js';
 import { findRepoRoot, machineInfo } from './machine.js';
@@ -81,6 +81,7 @@ function program(): Command {
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
     .option('--floors-n <n>', 'n for the floors comparison')
     .option('--presets <list>', 'latency presets (default dense,crisp,crispFast,crispGuarded,flexPrefill) and parallel presets (default crisp)')
+    .option('--peers <list>', `dense peers timed beside the latency suite: a comma-separated subset of ${PEER_NAMES.join(',')}, or none (default: every one)`)
     .option('--reps <count>', 'timed runs per measurement (>= 3)')
     .option('--warmup <count>', 'untimed runs first')
     .option('--jit-warmup <count>', 'GPU backends: untimed prefills at 8k before the first size (at most 30 s after one prefill of each preset, which compile the kernels), so the timed calls run JIT-optimised JavaScript (default 2000: functions a prefill calls once need ~1,000 calls before V8 optimises them; 0: cold)')
@@ -177,6 +178,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       referenceShape: shp(o.referenceShape) ?? base.latency.referenceShape,
       presets: presetList ?? base.latency.presets,
       gpuPresets: presetList ?? base.latency.gpuPresets,
+      ...(typeof o.peers === 'string' ? { peers: o.peers === 'none' ? [] : list(o.peers, PEER_NAMES, 'peer') } : {}),
       reps: num(o.reps, 'reps', 3) ?? base.latency.reps,
       warmup: num(o.warmup, 'warmup', 1) ?? base.latency.warmup,
       jitWarmup: num(o.jitWarmup, 'jit-warmup', 0) ?? base.latency.jitWarmup,

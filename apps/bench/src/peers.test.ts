@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { OpenBackend } from './backends.js';
 import { defaultConfig } from './config.js';
 import type { SuiteContext } from './context.js';
+import { resolveConfig } from './main.js';
 import { densePeers, webgpuFmaPeer } from './peers.js';
 
 // A backend no peer may touch: any call is a test failure.
@@ -17,8 +18,8 @@ const opened: OpenBackend[] = [
   { name: 'cuda', backend: untouchable },
   { name: 'webgpu', backend: untouchable },
 ];
-const ctx = (timeLeftMs?: number): SuiteContext => ({
-  config: defaultConfig('smoke'),
+const ctx = (timeLeftMs?: number, peers?: SuiteContext['config']['latency']['peers']): SuiteContext => ({
+  config: peers === undefined ? defaultConfig('smoke') : { ...defaultConfig('smoke'), latency: { ...defaultConfig('smoke').latency, peers } },
   command: 'crisp-bench (test)',
   log: () => {},
   ...(timeLeftMs === undefined ? {} : { timeLeftMs: () => timeLeftMs }),
@@ -50,6 +51,35 @@ describe('densePeers', () => {
       expect(x.status).toBe('absent');
       expect(x.detail).toBe('not run: 2 s left before --deadline-s');
     }
+  });
+
+  it('starts only the peers --peers names, and notes the others as left out', async () => {
+    const measured = new Map([
+      ['cuda', [131072]],
+      ['webgpu', [4096]],
+    ]);
+    // none: nothing starts (the backends throw if touched, and no SDPA script is given)
+    const none = await densePeers(ctx(undefined, []), opened, measured, undefined);
+    expect(none.rows).toEqual([]);
+    expect(none.notes.map((x) => [x.peer, x.status, x.detail])).toEqual(
+      ['torch-sdpa-flash', 'torch-sdpa-cudnn', 'webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'].map((p) => [p, 'absent', 'not run: not in --peers']),
+    );
+    // a subset: the chosen one gets its own verdict (here the deadline), the rest are left out
+    const some = await densePeers(ctx(2_000, ['ort-web-webgpu']), opened, measured, undefined);
+    expect(some.notes.map((x) => [x.peer, x.detail])).toEqual([
+      ['torch-sdpa-flash', 'not run: not in --peers'],
+      ['torch-sdpa-cudnn', 'not run: not in --peers'],
+      ['webgpu-fma', 'not run: not in --peers'],
+      ['tfjs-webgpu', 'not run: not in --peers'],
+      ['ort-web-webgpu', 'not run: 2 s left before --deadline-s'],
+    ]);
+  });
+
+  it('reads --peers as a list of known peers or none, and refuses an unknown one', () => {
+    expect(resolveConfig({}).latency.peers).toBeUndefined();
+    expect(resolveConfig({ peers: 'none' }).latency.peers).toEqual([]);
+    expect(resolveConfig({ peers: 'webgpu-fma,ort-web-webgpu' }).latency.peers).toEqual(['webgpu-fma', 'ort-web-webgpu']);
+    expect(() => resolveConfig({ peers: 'webgpu-fma,flash' })).toThrow(/unknown peer 'flash'; use torch-sdpa-flash/);
   });
 
   it('names the missing peer script', async () => {

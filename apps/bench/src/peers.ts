@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type Backend, type DeviceTensor, type HostTensor, f16BitsToF32 } from '@crisp/core';
 import type { OpenBackend } from './backends.js';
-import type { Shape } from './config.js';
+import type { PeerName, Shape } from './config.js';
 import { type SuiteContext, timeLeft } from './context.js';
 import { latencyInputs } from './inputs.js';
 import { causalAttentionFlops, type Spread, spread } from './stats.js';
@@ -455,7 +455,13 @@ export async function densePeers(
   const c = ctx.config.latency;
   for (const ob of backends) {
     if (!ob.backend || (ob.name !== 'cuda' && ob.name !== 'webgpu')) continue;
-    const names = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'];
+    const all: PeerName[] = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'];
+    // peers left out by --peers are noted and never started
+    const chosen = c.peers;
+    const names = chosen ? all.filter((p) => chosen.includes(p)) : all;
+    for (const peer of all) if (!names.includes(peer)) notes.push({ backend: ob.name, peer, status: 'absent', detail: 'not run: not in --peers' });
+    if (!names.length) continue;
+    const on = (peer: PeerName) => names.includes(peer);
     const absent = (detail: string) => notes.push(...names.map((peer) => ({ backend: ob.name, peer, status: 'absent' as const, detail })));
     // The peers are timed at the sizes CRISP's dense kernel was: none (a run without the dense
     // preset, or every size skipped) leaves nothing to compare, so no peer process starts.
@@ -476,23 +482,30 @@ export async function densePeers(
         continue;
       }
       const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, c.reps, Math.round(budgetMs / 1000));
-      rows.push(...r.rows);
-      notes.push(...r.notes);
+      // (one script times both backends of SDPA: the one left out is dropped here)
+      rows.push(...r.rows.filter((x) => on(x.peer as PeerName)));
+      notes.push(...r.notes.filter((x) => on(x.peer as PeerName)));
     } else if (ob.name === 'webgpu') {
-      const f = await webgpuFmaPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, c.gpuWarmMs ?? 0, budgetMs);
-      rows.push(...f.rows);
-      notes.push(...f.notes);
-      const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, Math.min(c.budgetMs, timeLeft(ctx)));
-      rows.push(...r.rows);
-      notes.push(...r.notes);
-      // ORT gets its own budget of the same length, cut to what the deadline leaves now.
-      const ortBudgetMs = Math.min(c.budgetMs, timeLeft(ctx));
-      if (ortBudgetMs < 5_000) {
-        notes.push({ backend: 'webgpu', peer: 'ort-web-webgpu', status: 'absent', detail: `not run: ${Math.round(Math.max(ortBudgetMs, 0) / 1000)} s left before --deadline-s` });
-      } else {
-        const o = await ortWebgpuPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, ortBudgetMs);
-        rows.push(...o.rows);
-        notes.push(...o.notes);
+      if (on('webgpu-fma')) {
+        const f = await webgpuFmaPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, c.gpuWarmMs ?? 0, budgetMs);
+        rows.push(...f.rows);
+        notes.push(...f.notes);
+      }
+      if (on('tfjs-webgpu')) {
+        const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, Math.min(c.budgetMs, timeLeft(ctx)));
+        rows.push(...r.rows);
+        notes.push(...r.notes);
+      }
+      if (on('ort-web-webgpu')) {
+        // ORT gets its own budget of the same length, cut to what the deadline leaves now.
+        const ortBudgetMs = Math.min(c.budgetMs, timeLeft(ctx));
+        if (ortBudgetMs < 5_000) {
+          notes.push({ backend: 'webgpu', peer: 'ort-web-webgpu', status: 'absent', detail: `not run: ${Math.round(Math.max(ortBudgetMs, 0) / 1000)} s left before --deadline-s` });
+        } else {
+          const o = await ortWebgpuPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, ortBudgetMs);
+          rows.push(...o.rows);
+          notes.push(...o.notes);
+        }
       }
     }
   }
