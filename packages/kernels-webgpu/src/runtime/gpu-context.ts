@@ -641,14 +641,15 @@ export class GpuContext {
       staging.unmap();
       this.#recycle(staging);
       return out;
-    } finally {
-      // (recycled above on success; destroyed here otherwise)
-      if (!this.#inPool.has(staging)) this.#destroyBuffer(staging);
+    } catch (e) {
+      this.#destroyBuffer(staging);
+      throw e;
     }
   }
 
   /**
-   * Wait until the work queued so far has finished, then destroy the buffers retired before.
+   * Wait until the work queued so far has finished, then give back the buffers retired before
+   * (kept for reuse or destroyed: #recycle).
    * Where this context owns its device (nobody else queues work on it) and a read's map has
    * resolved after everything queued (sparsePrefill reads its plan back behind the attention),
    * the queue is known to be idle and nothing is waited for.
