@@ -428,7 +428,12 @@ export class GpuContext {
     return buf;
   }
 
-  /** Share `buf` by its content once its allocation is verified (see uniform). */
+  /**
+   * Share `buf` by its content once its allocation is verified (see uniform). This runs at
+   * idle(), before the retired buffers are recycled, not on its scope's verdict: a uniform
+   * taken from the pool is verified already, and could otherwise be recycled and handed out
+   * with other contents before being kept under this key.
+   */
   #keepUniform(key: string, buf: GPUBuffer): void {
     const bytes = this.#live.get(buf) ?? 0;
     const keep = () => {
