@@ -63,7 +63,7 @@ export interface CudaBackendOptions {
   readonly checkFinite?: boolean;
   /**
    * which attention kernel layout to launch (default: defaultAttentionVariant of the GPU:
-   * `wgw` on Hopper, `w32` elsewhere); see ATTENTION_VARIANTS
+   * `wgt` on Hopper, `w32` elsewhere); see ATTENTION_VARIANTS
    */
   readonly attentionVariant?: AttentionVariant;
   /** proxy statistics kernel layout (default: defaultProxyLayout(the GPU's compute capability)); see PROXY_LAYOUTS */

@@ -43,7 +43,11 @@ struct __align__(64) TmaDesc {
 // mask where the tile reaches past the warp's first row, new running max (raw scores; the
 // scale is applied inside one FFMA per score), s ← exp2(s · scale − m), ℓ ← ℓ · c + Σ s.
 // Returns the correction factors c = exp2(m_old − m_new) for the O rows A and B.
-template <int BN>
+// MASK: -1 masks where needMask says, in one code path (the compiler then emits a compare
+// and a select for every score of every tile, a fifth of a tile's instructions at d = 64);
+// 0 never masks, 1 always does, so a caller that branches on needMask runs the mask's code
+// only on the tiles that cross the diagonal.
+template <int BN, int MASK = -1>
 __device__ __forceinline__ void online_softmax(float* s, int ks, bool needMask, int rA, int rB, int lane,
                                                float scaleLog2, float& mA, float& mB, float& lA, float& lB,
                                                float& cA, float& cB) {
@@ -53,7 +57,7 @@ __device__ __forceinline__ void online_softmax(float* s, int ks, bool needMask, 
 #pragma unroll
     for (int e = 0; e < 2; e++) {
       const int col = ks + j * 8 + (lane & 3) * 2 + e;
-      if (needMask) {
+      if (MASK < 0 ? needMask : MASK == 1) {
         if (col > rA) s[j * 4 + e] = CRISP_NEG_INF;
         if (col > rB) s[j * 4 + 2 + e] = CRISP_NEG_INF;
       }
@@ -198,7 +202,7 @@ __device__ __forceinline__ void tma_prefetch(const TmaDesc* map) {
 // boxes of 64 head-dim columns × B keys written in the 128-byte swizzle the descriptors read),
 // so no producer thread computes addresses or issues per-chunk copies; each full mbarrier
 // waits for one arrival and the tile's bytes. Keys past the tensor's rows read as zeros.
-template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false>
+template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false, bool MSPLIT = false>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
@@ -330,7 +334,13 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   if (PING && wg == 1 && nTiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
   auto softmaxS = [&](int t, float& cA, float& cB) {
     const int ks = tileStart(t);
-    online_softmax<BN>(s, ks, ks + BN - 1 > q0 + wg * 64 + wq * 16, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+    const bool needMask = ks + BN - 1 > q0 + wg * 64 + wq * 16;
+    if (!MSPLIT)
+      online_softmax<BN>(s, ks, needMask, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+    else if (needMask)
+      online_softmax<BN, 1>(s, ks, true, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+    else
+      online_softmax<BN, 0>(s, ks, false, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
   };
 
   if (nTiles > 0) {
@@ -429,7 +439,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
            int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
            const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
            const __grid_constant__ TmaDesc tmV) {                                                             \
-    CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, true, true>)                                                  \
+    CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, true, true, true>)                                            \
   }
 
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)

@@ -39,11 +39,13 @@ import { CudaPreparedMask } from './prepared-mask.js';
  * each tile's softmax overlapped with the previous tile's P·V, fed by a producer warpgroup
  * through mbarriers (3 stages, no CTA-wide barrier per tile). `wgw`: the producer's 128
  * threads load K and V with cp.async. `wgt`: one producer thread loads them with TMA (tensor
- * maps encoded at each launch), and the two consumer warpgroups take turns to issue their
- * MMAs (ping-pong). On a GPU other than compute
+ * maps encoded at each launch), the two consumer warpgroups take turns to issue their
+ * MMAs (ping-pong), and the causal mask's code runs only on the tiles that cross the
+ * diagonal (a branch per tile, not a compare and select per score). On a GPU other than compute
  * capability 9.0 the Hopper layouts launch `w32`, and a TMA layout launches `wgw` where the
  * driver cannot encode tensor maps; `attentionVariantFallback` says why. Measured dense at
- * 64k (bf16, d 128, B 128): w32 326, wgw 403 TFLOP/s on the H200; wgw 421, wgt 570 on an H100.
+ * 64k (bf16, d 128, B 128): w32 326, wgw 403 TFLOP/s on the H200; wgw 421, wgt 580-632 on an H100
+ * (450 at d 64).
  * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
@@ -58,8 +60,8 @@ const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
 const CP_ASYNC_HOPPER_VARIANT: AttentionVariant = 'wgw';
 /**
  * The layout a backend launches unless told otherwise: the fastest measured on the GPU's
- * architecture. Hopper (compute capability 9.0): `wgt` (570 TFLOP/s dense at 64k on an H100
- * against `wgw`'s 421 in the same run; per computed block of CRISP's masks 1.03-1.06x dense at
+ * architecture. Hopper (compute capability 9.0): `wgt` (580-632 TFLOP/s dense at 64k on an H100,
+ * where `wgw` ran 421; per computed block of CRISP's masks 1.03-1.06x dense at
  * 128k-512k, a head's query blocks running together). Elsewhere `w32`,
  * the fastest mma.sync layout on the H200 (not measured on other GPUs).
  */
