@@ -202,6 +202,9 @@ __device__ __forceinline__ void tma_prefetch(const TmaDesc* map) {
 // boxes of 64 head-dim columns × B keys written in the 128-byte swizzle the descriptors read),
 // so no producer thread computes addresses or issues per-chunk copies; each full mbarrier
 // waits for one arrival and the tile's bytes. Keys past the tensor's rows read as zeros.
+// MSPLIT (wgt): the softmax is built with and without the causal mask and each tile branches
+// to one (online_softmax's MASK), so the mask costs nothing on the tiles below the diagonal;
+// in one path it was a fifth of a tile's instructions at d = 64 (PERFORMANCE.md).
 template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false, bool MSPLIT = false>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
@@ -421,7 +424,8 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 // wgw: NWG consumer warpgroups plus a producer warpgroup; 3 stages of K and of V (224 KB of
 // shared memory at B 128, d 128).
 #define CRISP_ATTN_WGW(NAME, D, NWG, BF16) CRISP_ATTN_HOPPER(NAME, NWG * 128 + 128, D, wgw_body<D, NWG, BF16, 3>)
-// wgt: wgw's schedule with the consumers in ping-pong and K and V loaded by TMA: two
+// wgt: wgw's schedule with the consumers in ping-pong, K and V loaded by TMA and the mask
+// split (MSPLIT): two
 // tensor-map parameters after the common ones (the key and value maps; a varlen launch's maps
 // span the packed rows, and a sequence's first row is its segment's kRow).
 #ifdef CRISP_WGMMA
