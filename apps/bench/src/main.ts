@@ -425,15 +425,15 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     }
     if (want(config, 'tfjs')) {
       await phase('tfjs');
-      result.suites.tfjs = await tfjsSuite(ctx);
+      result.suites.tfjs = { ...(await tfjsSuite(ctx)), run: result.startedAt };
     }
     if (want(config, 'varlen')) {
       await phase('varlen');
-      result.suites.varlen = await varlenSuite(ctx, opened, resolvePeerScript(repoRoot, typeof o.peerScript === 'string' ? o.peerScript : undefined));
+      result.suites.varlen = { ...(await varlenSuite(ctx, opened, resolvePeerScript(repoRoot, typeof o.peerScript === 'string' ? o.peerScript : undefined))), run: result.startedAt };
     }
     if (want(config, 'parity')) {
       await phase('parity');
-      result.suites.parity = await paritySuite(ctx, opened, resolveFlexPrefillPeer(repoRoot));
+      result.suites.parity = { ...(await paritySuite(ctx, opened, resolveFlexPrefillPeer(repoRoot))), run: result.startedAt };
     }
     if (want(config, 'parallel')) {
       await phase('parallel');

@@ -27,14 +27,17 @@ export function readResult(file: string): BenchResult {
 /**
  * `r` listing only the earlier runs that still contribute: a run every row of which a later
  * command replaced (the same command run again, say) is dropped, so a results folder names the
- * commands behind its numbers, not every command ever merged into it. Rows name their run;
- * the tfjs, varlen and parity sections do not, so where one of them is present every earlier
- * run stays listed.
+ * commands behind its numbers, not every command ever merged into it. Rows name their run,
+ * and the tfjs, varlen and parity sections (merged whole) name theirs; where one of those was
+ * written before it did, every earlier run stays listed.
  */
 export function withLiveRuns(r: BenchResult): BenchResult {
   const runs = r.earlierRuns;
-  if (!runs?.length || r.suites.tfjs || r.suites.varlen || r.suites.parity) return r;
-  const used = new Set<string>();
+  if (!runs?.length) return r;
+  // the suites merged whole name their run; one written before they did could be any run's
+  const whole = [r.suites.tfjs, r.suites.varlen, r.suites.parity].filter((x) => x !== undefined);
+  if (whole.some((x) => x.run === undefined)) return r;
+  const used = new Set<string>(whole.map((x) => x.run as string));
   for (const { rows } of rowsOf(r)) for (const row of rows) used.add(row.run ?? r.startedAt);
   const live = runs.filter((e) => used.has(e.startedAt));
   if (live.length === runs.length) return r;

@@ -200,9 +200,14 @@ describe('provenance after --merge', () => {
     // a file written before this rule, read back, lists only the runs whose rows it holds
     const stale = { ...again, earlierRuns: [...again.earlierRuns!, { command: 'third', startedAt: 't3', backends: ['cuda'] }] };
     expect(withLiveRuns(stale).earlierRuns!.map((e) => e.startedAt)).toEqual(['t2']);
-    // the tfjs, varlen and parity sections name no run: with one present every run stays
+    // a tfjs, varlen or parity section written before they named their run could be any
+    // run's: with one present every run stays
     const withTfjs = { ...stale, suites: { ...stale.suites, tfjs: { rows: [], notes: [] } } } as typeof stale;
     expect(withLiveRuns(withTfjs).earlierRuns).toHaveLength(2);
+    // one that names its run keeps that run and lets the others go
+    const tagged = (run: string) => ({ ...stale, suites: { ...stale.suites, parity: { run } } }) as unknown as typeof stale;
+    expect(withLiveRuns(tagged('t4')).earlierRuns!.map((e) => e.startedAt)).toEqual(['t2']);
+    expect(withLiveRuns(tagged('t3')).earlierRuns!.map((e) => e.startedAt)).toEqual(['t2', 't3']);
   });
 });
 

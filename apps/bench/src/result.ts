@@ -12,6 +12,15 @@ import type { ParityResult } from './suites/parity.js';
 import type { TfjsResult } from './suites/tfjs.js';
 import type { VarlenResult } from './suites/varlen.js';
 
+/**
+ * A suite merged as a whole (tfjs, varlen, parity: their rows have no per-row run): the
+ * startedAt of the command that ran it, so a merged file can tell which earlier commands
+ * still contribute. Results written before suites carried it lack it.
+ */
+export interface SuiteRun {
+  readonly run?: string;
+}
+
 export interface BenchResult {
   readonly schema: 'crisp-bench/1';
   readonly command: string;
@@ -34,9 +43,9 @@ export interface BenchResult {
     onCurve?: OnCurveResult;
     crossover?: CrossoverResult;
     floors?: FloorsResult;
-    tfjs?: TfjsResult;
-    varlen?: VarlenResult;
-    parity?: ParityResult;
+    tfjs?: TfjsResult & SuiteRun;
+    varlen?: VarlenResult & SuiteRun;
+    parity?: ParityResult & SuiteRun;
     parallel?: ParallelResult;
   };
   figures?: string[];
