@@ -111,8 +111,8 @@ function program(): Command {
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
-    .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run; e.g. a second folder of the same machine')
-    .option('--render-only', "rewrite bench.md, headline.md and the figures of --out's bench.json with this version's report; runs nothing, changes no measurement")
+    .option('--fold <files>', 'comma-separated bench.json files merged (in order, as with --merge) into the output before this run, or with --render-only into its bench.json; e.g. a second folder of the same machine')
+    .option('--render-only', "rewrite bench.md, headline.md and the figures of --out's bench.json with this version's report; runs nothing, changes no measurement (with --fold: merges those files into that bench.json first)")
     .option('--deadline-s <seconds>', 'wall-clock limit for the whole run: no size, profile or peer starts whose projected time exceeds what is left (reported as skipped)')
     .option('--link-base <path>', "where headline.md's links point (default: the output folder relative to the repository root, or apps/bench/results/<folder name> when it is outside)")
     .addOption(new Option('--quiet', 'no progress lines'))
@@ -308,7 +308,10 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   };
   const machine = machineInfo(repoRoot, {});
   const outDir = resolve(typeof o.out === 'string' ? o.out : join(repoRoot ?? process.cwd(), repoRoot ? 'apps/bench/results' : 'bench-results', machine.slug));
-  if (o.renderOnly) return renderOnly(outDir, typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir), log);
+  if (o.renderOnly) {
+    const fold = typeof o.fold === 'string' ? o.fold.split(',').filter((x) => x.trim() !== '') : [];
+    return renderOnly(outDir, typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir), fold, log);
+  }
   // A lost GPU promise must not let Node exit early with half a report: keep the loop alive.
   const keepAlive = setInterval(() => {}, 1 << 30);
   const started = t0;
@@ -477,8 +480,13 @@ export function resultsLink(repoRoot: string | undefined, outDir: string): strin
   return `apps/bench/results/${basename(outDir)}`;
 }
 
-/** --render-only: the report of an existing bench.json, re-rendered; its measurements are untouched. */
-async function renderOnly(outDir: string, linkBase: string, log: (line: string) => void): Promise<number> {
+/**
+ * --render-only: the report of an existing bench.json, re-rendered; its measurements are
+ * untouched. With --fold, each file is first merged into it in order (as --merge would have:
+ * a folded file's rows replace the rows with the same key), and the merged bench.json is
+ * written before the report; a file that cannot be read stops it with nothing written.
+ */
+async function renderOnly(outDir: string, linkBase: string, fold: readonly string[], log: (line: string) => void): Promise<number> {
   const file = join(outDir, 'bench.json');
   if (!existsSync(file)) {
     process.stderr.write(`crisp-bench: --render-only: no ${file}\n`);
@@ -487,10 +495,16 @@ async function renderOnly(outDir: string, linkBase: string, log: (line: string) 
   let r: BenchResult;
   try {
     r = readResult(file);
+    for (const f of fold) {
+      const other = readResult(resolve(f.trim()));
+      r = mergeResults(r, other, other.backends.filter((b) => b.available).map((b) => b.name));
+      log(`folded ${f.trim()} (${other.command})`);
+    }
   } catch (e) {
     process.stderr.write(`crisp-bench: --render-only: ${message(e)}\n`);
     return 2;
   }
+  if (fold.length > 0) writeAtomic(file, `${JSON.stringify(r, null, 1)}\n`);
   const figs = await figures(r);
   for (const fig of figs) writeAtomic(join(outDir, fig.file), fig.svg);
   r.figures = figs.map((x) => x.file);

@@ -3,7 +3,7 @@
  * --out folder, --merge with no bench.json yet, bench.json rewritten after every finished
  * size (so a run killed at a wall-clock limit leaves its data), and --deadline-s.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ALL_PROFILE_NAMES } from '@crisp/synth';
@@ -84,6 +84,29 @@ describe('crisp-bench run', () => {
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('## The O(n) curve');
     expect(existsSync(join(out, 'on-curve.svg'))).toBe(true);
     expect(await main(['node', 'crisp-bench', '--render-only', '--quiet', '--out', join(root, 'empty')])).toBe(2);
+  });
+
+  it('--render-only --fold merges other bench.json files into the output first, and writes nothing when one cannot be read', async () => {
+    const out = join(root, 'fold-into');
+    const other = join(root, 'fold-from');
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'onCurve', '--proxy-sizes', '1024,2048', '--out', out])).toBe(0);
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'onCurve', '--proxy-sizes', '2048', '--out', other])).toBe(0);
+    const base = read(out);
+    const fresh = read(other);
+    const bad = join(root, 'not-a-result.json');
+    writeFileSync(bad, '{"schema":"something-else"}');
+    const before = readFileSync(join(out, 'bench.json'), 'utf8');
+    expect(await main(['node', 'crisp-bench', '--render-only', '--quiet', '--fold', `${join(other, 'bench.json')},${bad}`, '--out', out])).toBe(2);
+    expect(readFileSync(join(out, 'bench.json'), 'utf8')).toBe(before);
+    expect(await main(['node', 'crisp-bench', '--render-only', '--quiet', '--fold', join(other, 'bench.json'), '--out', out])).toBe(0);
+    const merged = read(out);
+    const proxy = (r: BenchResult, n: number) => r.suites.onCurve!.proxy.filter((x) => x.n === n);
+    // the folded file's 2048 rows replace the output's; its 1024 rows stay, naming their run
+    expect(proxy(merged, 2048)).toEqual(proxy(fresh, 2048).map((x) => ({ ...x, run: fresh.startedAt })));
+    expect(proxy(merged, 1024).map((x) => x.run)).toEqual(proxy(base, 1024).map(() => base.startedAt));
+    expect(merged.startedAt).toBe(fresh.startedAt);
+    expect(merged.earlierRuns!.map((e) => e.startedAt)).toEqual([base.startedAt]);
+    expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('Merged with the results of');
   });
 
   it('rejects a bad --deadline-s', async () => {
