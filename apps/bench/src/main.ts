@@ -14,7 +14,7 @@ import { type SuiteContext, message } from './context.js';
 import { figures } from './figures.js';
 import { findRepoRoot, machineInfo } from './machine.js';
 import { densePeers, resolvePeerScript } from './peers.js';
-import { mergeResults, readResult, stampRuns } from './merge.js';
+import { foldResults, mergeResults, readResult, stampRuns } from './merge.js';
 import { headline, markdown } from './report.js';
 import type { BenchResult } from './result.js';
 import { accuracySuite } from './suites/accuracy.js';
@@ -308,10 +308,8 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   };
   const machine = machineInfo(repoRoot, {});
   const outDir = resolve(typeof o.out === 'string' ? o.out : join(repoRoot ?? process.cwd(), repoRoot ? 'apps/bench/results' : 'bench-results', machine.slug));
-  if (o.renderOnly) {
-    const fold = typeof o.fold === 'string' ? o.fold.split(',').filter((x) => x.trim() !== '') : [];
-    return renderOnly(outDir, typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir), fold, log);
-  }
+  const fold = typeof o.fold === 'string' ? o.fold.split(',').map((x) => x.trim()).filter((x) => x !== '') : [];
+  if (o.renderOnly) return renderOnly(outDir, typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir), fold, log);
   // A lost GPU promise must not let Node exit early with half a report: keep the loop alive.
   const keepAlive = setInterval(() => {}, 1 << 30);
   const started = t0;
@@ -336,17 +334,11 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
     // Read once, before the first checkpoint overwrites it: every write merges into this.
     let previous = o.merge && existsSync(previousFile) ? readResult(previousFile) : undefined;
     if (o.merge) log(previous ? `merging into ${previousFile}` : `--merge: no ${previousFile} yet; starting it`);
-    for (const file of typeof o.fold === 'string' ? o.fold.split(',').filter((x) => x.trim() !== '') : []) {
-      let other: BenchResult;
-      try {
-        other = readResult(resolve(file.trim()));
-      } catch (e) {
-        process.stderr.write(`crisp-bench: --fold ${file}: ${message(e)}\n`);
-        return 2;
-      }
-      const itsBackends = other.backends.filter((b) => b.available).map((b) => b.name);
-      previous = previous ? mergeResults(previous, other, itsBackends) : other;
-      log(`folded ${file} (${other.command})`);
+    try {
+      previous = foldResults(previous, fold, log);
+    } catch (e) {
+      process.stderr.write(`crisp-bench: ${message(e)}\n`);
+      return 2;
     }
     const ran = opened.filter((b) => b.backend).map((b) => b.name);
     const result: BenchResult = {
@@ -494,12 +486,7 @@ async function renderOnly(outDir: string, linkBase: string, fold: readonly strin
   }
   let r: BenchResult;
   try {
-    r = readResult(file);
-    for (const f of fold) {
-      const other = readResult(resolve(f.trim()));
-      r = mergeResults(r, other, other.backends.filter((b) => b.available).map((b) => b.name));
-      log(`folded ${f.trim()} (${other.command})`);
-    }
+    r = foldResults(readResult(file), fold, log) as BenchResult;
   } catch (e) {
     process.stderr.write(`crisp-bench: --render-only: ${message(e)}\n`);
     return 2;

@@ -7,6 +7,8 @@
  * latency. Every command whose rows remain is listed.
  */
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { message } from './context.js';
 import type { BenchResult } from './result.js';
 import { crossoverSuite } from './suites/crossover.js';
 import { floorSummary } from './suites/floors.js';
@@ -22,6 +24,26 @@ export function readResult(file: string): BenchResult {
   const fl = r.suites.floors;
   if (fl?.summary.some((x) => x.pareto === undefined)) r.suites.floors = { ...fl, summary: floorSummary(fl.summary, fl.rows) };
   return withLiveRuns(r);
+}
+
+/**
+ * `--fold`: the result files merged in order into `into`, as --merge merges a run (each file's
+ * rows replace those with the same key; no `into`: the first file starts it). Throws, naming
+ * the file, when one cannot be read as a result; `into` itself is never changed.
+ */
+export function foldResults(into: BenchResult | undefined, files: readonly string[], log: (line: string) => void): BenchResult | undefined {
+  let r = into;
+  for (const file of files) {
+    let other: BenchResult;
+    try {
+      other = readResult(resolve(file));
+    } catch (e) {
+      throw new Error(`--fold ${file}: ${message(e)}`);
+    }
+    r = r ? mergeResults(r, other, other.backends.filter((b) => b.available).map((b) => b.name)) : other;
+    log(`folded ${file} (${other.command})`);
+  }
+  return r;
 }
 
 /**
