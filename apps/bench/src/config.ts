@@ -12,8 +12,12 @@ import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
 export const SUITE_NAMES = ['latency', 'accuracy', 'onCurve', 'crossover', 'floors', 'tfjs', 'varlen', 'parity', 'parallel'] as const;
-/** The dense peers of the latency suite: PyTorch SDPA beside CUDA, three beside WebGPU. */
-export const PEER_NAMES = ['torch-sdpa-flash', 'torch-sdpa-cudnn', 'webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'] as const;
+/** The dense peers of the latency suite, per GPU backend: PyTorch SDPA beside CUDA, three beside WebGPU. */
+export const PEERS_OF = {
+  cuda: ['torch-sdpa-flash', 'torch-sdpa-cudnn'],
+  webgpu: ['webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'],
+} as const;
+export const PEER_NAMES = [...PEERS_OF.cuda, ...PEERS_OF.webgpu] as const;
 export type PeerName = (typeof PEER_NAMES)[number];
 
 /** CRISP's presets the parity suite may run beside FlexPrefill's code (config.parity.presets) */

@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type Backend, type DeviceTensor, type HostTensor, f16BitsToF32 } from '@crisp/core';
 import type { OpenBackend } from './backends.js';
-import type { PeerName, Shape } from './config.js';
+import { type PeerName, PEERS_OF, type Shape } from './config.js';
 import { type SuiteContext, timeLeft } from './context.js';
 import { latencyInputs } from './inputs.js';
 import { causalAttentionFlops, type Spread, spread } from './stats.js';
@@ -455,7 +455,7 @@ export async function densePeers(
   const c = ctx.config.latency;
   for (const ob of backends) {
     if (!ob.backend || (ob.name !== 'cuda' && ob.name !== 'webgpu')) continue;
-    const all: PeerName[] = ob.name === 'cuda' ? ['torch-sdpa-flash', 'torch-sdpa-cudnn'] : ['webgpu-fma', 'tfjs-webgpu', 'ort-web-webgpu'];
+    const all: readonly PeerName[] = PEERS_OF[ob.name];
     // peers left out by --peers are noted and never started
     const chosen = c.peers;
     const names = chosen ? all.filter((p) => chosen.includes(p)) : all;
