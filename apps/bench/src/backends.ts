@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import type { Backend } from '@crisp/core';
-import { type CudaSchedule, cudaAvailability, createCudaBackend, type ProxyLayout } from '@crisp/kernels-cuda';
+import { type AttentionVariant, type CudaSchedule, cudaAvailability, createCudaBackend, type ProxyLayout } from '@crisp/kernels-cuda';
 import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
 import { createReferenceBackend } from '@crisp/reference';
 import type { BackendName, BenchConfig } from './config.js';
@@ -28,6 +28,7 @@ export async function openBackend(
     readonly programmaticLaunch?: boolean;
     readonly flexPrefillOnDevice?: boolean;
     readonly peVsExcessOnDevice?: boolean;
+    readonly attentionVariant?: AttentionVariant;
     readonly webgpuKernel?: BenchConfig['webgpuKernel'];
     readonly webgpuPeCut?: BenchConfig['webgpuPeCut'];
   } = {},
@@ -68,12 +69,13 @@ export async function openBackend(
       ...(opts.programmaticLaunch === undefined ? {} : { programmaticLaunch: opts.programmaticLaunch }),
       ...(opts.flexPrefillOnDevice === undefined ? {} : { flexPrefillOnDevice: opts.flexPrefillOnDevice }),
       ...(opts.peVsExcessOnDevice === undefined ? {} : { peVsExcessOnDevice: opts.peVsExcessOnDevice }),
+      ...(opts.attentionVariant ? { attentionVariant: opts.attentionVariant } : {}),
     });
     const info = (backend as { info?: { name?: string; driverVersion?: number } }).info;
     const pdl = (backend as { programmaticLaunch?: boolean }).programmaticLaunch;
     // (the host thread's wait named when it is not the driver's own, the proxy layout when
     // asked for, the programmatic launches when off)
-    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice === false ? "; flexPrefill's plan on the host" : ''}${opts.peVsExcessOnDevice ? "; crispGuarded's plan on the device" : ''}`;
+    const notes = `${schedule === 'auto' ? '' : `; host thread waits: ${schedule}`}${opts.proxyLayout ? `; proxy layout ${opts.proxyLayout}` : ''}${pdl === false ? '; no programmatic launches' : ''}${opts.flexPrefillOnDevice === false ? "; flexPrefill's plan on the host" : ''}${opts.peVsExcessOnDevice ? "; crispGuarded's plan on the device" : ''}; attention kernel ${backend.attentionVariant}${backend.attentionVariantFallback ? ` (${backend.attentionVariantFallback})` : ''}`;
     return {
       name,
       backend,

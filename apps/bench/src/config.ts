@@ -6,7 +6,7 @@
  */
 import type { AttentionKernel, SubgroupMatrixForm } from '@crisp/kernels-webgpu';
 import type { DType } from '@crisp/core';
-import type { CudaSchedule, ProxyLayout } from '@crisp/kernels-cuda';
+import type { AttentionVariant, CudaSchedule, ProxyLayout } from '@crisp/kernels-cuda';
 import { ALL_PROFILE_NAMES, PROFILE_NAMES, type ProfileName } from '@crisp/synth';
 
 export const BACKEND_NAMES = ['reference', 'webgpu', 'cuda'] as const;
@@ -58,6 +58,8 @@ export interface BenchConfig {
   readonly cudaPdl?: boolean;
   /** the CUDA backend's `flexPrefillOnDevice` (undefined: the backend's default, on) */
   readonly cudaFlexOnDevice?: boolean;
+  /** CUDA: the attention kernel layout (the backend's attentionVariant); undefined: the backend's default for the GPU */
+  readonly cudaAttention?: AttentionVariant;
   /** CUDA: the backend's peVsExcessOnDevice (crispGuarded's narrowed PE lists on the device planner); undefined: the backend's default (device) */
   readonly cudaGuardOnDevice?: boolean;
   /** WebGPU: the attention kernel (and the tensor-core kernel's form); undefined: the backend's default ('fma') */

@@ -5,7 +5,7 @@
 import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { basename, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { Command, Option } from 'commander';
-import { PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
+import { ATTENTION_VARIANTS, type AttentionVariant, PROXY_LAYOUTS, type ProxyLayout } from '@crisp/kernels-cuda';
 import { ATTENTION_KERNELS, type AttentionKernel, SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from '@crisp/kernels-webgpu';
 import { ALL_PROFILE_NAMES } from '@crisp/synth';
 import { type OpenBackend, openBackend } from './backends.js';
@@ -108,6 +108,7 @@ function program(): Command {
       "WebGPU: the attention kernel: fma or subgroup-matrix[:pipelined|staged|direct|two-pass] (tensor cores where the adapter offers them; the dense baseline runs it too). Default: the backend's own choice, subgroup-matrix:pipelined where offered, else fma",
     )
     .option('--webgpu-pe-cut <device|host>', "WebGPU: where the device plan cuts the PE heads' pooled maps: device (the backend's default: nothing read back before the attention) or host")
+    .option('--cuda-attention <layout>', "CUDA: the attention kernel layout (default: the backend's choice for the GPU, wgt on sm_90); w32 (every GPU), wgw, wgt or wgp (sm_90)")
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")
@@ -166,6 +167,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
       : {}),
     ...(typeof o.cudaPdl === 'string' ? { cudaPdl: list(o.cudaPdl, ['on', 'off'], 'CUDA programmatic launch setting')[0] === 'on' } : {}),
     ...(typeof o.cudaFlexPlan === 'string' ? { cudaFlexOnDevice: list(o.cudaFlexPlan, ['host', 'device'], "CUDA flexPrefill plan setting")[0] === 'device' } : {}),
+    ...(typeof o.cudaAttention === 'string' ? { cudaAttention: list(o.cudaAttention, Object.keys(ATTENTION_VARIANTS) as AttentionVariant[], 'CUDA attention layout')[0] } : {}),
     ...(typeof o.cudaGuardPlan === 'string' ? { cudaGuardOnDevice: list(o.cudaGuardPlan, ['host', 'device'], 'CUDA crispGuarded plan setting')[0] === 'device' } : {}),
     ...(typeof o.webgpuKernel === 'string' ? { webgpuKernel: webgpuKernelOption(o.webgpuKernel) } : {}),
     ...(typeof o.webgpuPeCut === 'string' ? { webgpuPeCut: list(o.webgpuPeCut, ['device', 'host'] as const, 'WebGPU PE cut setting')[0] } : {}),
@@ -323,6 +325,7 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
         ...(config.cudaPdl === undefined ? {} : { programmaticLaunch: config.cudaPdl }),
         ...(config.cudaFlexOnDevice === undefined ? {} : { flexPrefillOnDevice: config.cudaFlexOnDevice }),
         ...(config.cudaGuardOnDevice === undefined ? {} : { peVsExcessOnDevice: config.cudaGuardOnDevice }),
+        ...(config.cudaAttention ? { attentionVariant: config.cudaAttention } : {}),
         ...(config.webgpuKernel ? { webgpuKernel: config.webgpuKernel } : {}),
         ...(config.webgpuPeCut ? { webgpuPeCut: config.webgpuPeCut } : {}),
       });
