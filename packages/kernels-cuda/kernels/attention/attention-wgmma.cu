@@ -481,6 +481,8 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       turnPass();
       wgmma_wait0();
       reg_fence<D / 2>(acc);
+      // (one CTA a row: nothing loads into this stage again; PERSIST: the next row's tiles do)
+      if (PERSIST) mbar_arrive(emptyV(sv));
     }
     g += nTiles;
     store_rows<D, BF16>(r.o, r.lse, acc, mA, mB, lA, lB, rA, rB, lane, r.n, lseStride, r.off, r.h, qStride);
