@@ -407,7 +407,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   if (PING && wg == 1 && (PERSIST || row0.nTiles > 0)) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
 
   // One row: S, softmax and P·V over its tiles, stage and parity from the pipeline position
-  // g; afterLastS runs once the row's last S is complete (its Q is read no more).
+  // g; afterLastS runs before the row's last P·V (its last S is complete: its Q is read no more).
   int g = 0;
   auto consumeRow = [&](const Row& r, auto&& afterLastS) {
     const int nTiles = r.nTiles, q0 = r.I * BM;
@@ -425,9 +425,10 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       else
         online_softmax<BN, 0>(s, ks, false, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
     };
+    // the pipeline position of tile t: stage g % ST, phase (g / ST) & 1, advanced per tile
+    int sk = g % ST, phK = (g / ST) & 1;
     if (nTiles > 0) {
-      const int sk = g % ST;
-      mbar_wait(fullK(sk), (g / ST) & 1);
+      mbar_wait(fullK(sk), phK);
       reg_fence<BN / 2>(s);
       turnWait();
       wgmma_fence();
@@ -437,15 +438,16 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       wgmma_wait0();
       reg_fence<BN / 2>(s);
       mbar_arrive(emptyK(sk));
-      if (nTiles == 1) afterLastS();
       float cA, cB;
       softmaxS(0, cA, cB);
       pack_p<BN, BF16>(p, s);
     }
     for (int t = 1; t < nTiles; t++) {
-      const int gk = g + t, sk = gk % ST, sv = (gk - 1) % ST;
-      mbar_wait(fullK(sk), (gk / ST) & 1);
-      mbar_wait(fullV(sv), ((gk - 1) / ST) & 1);
+      const int sv = sk, phV = phK;
+      sk = sk + 1 == ST ? 0 : sk + 1;
+      phK ^= sk == 0;
+      mbar_wait(fullK(sk), phK);
+      mbar_wait(fullV(sv), phV);
       reg_fence<BN / 2>(s);
       reg_fence<D / 2>(acc);
       reg_fence_u<BN / 16>(p);
@@ -459,7 +461,6 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       wgmma_wait1();
       reg_fence<BN / 2>(s);
       mbar_arrive(emptyK(sk));
-      if (t == nTiles - 1) afterLastS();
       float cA, cB;
       softmaxS(t, cA, cB);
       wgmma_wait0();
@@ -470,19 +471,19 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       pack_p<BN, BF16>(p, s);
     }
     if (nTiles > 0) {
-      const int gv = g + nTiles - 1, sv = gv % ST;
-      mbar_wait(fullV(sv), (gv / ST) & 1);
+      afterLastS();
+      mbar_wait(fullV(sk), phK);
       reg_fence<D / 2>(acc);
       reg_fence_u<BN / 16>(p);
       turnWait();
       wgmma_fence();
-      issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+      issue_pv<D, BN, BF16>(acc, p, sV + sk * TBYTES);
       wgmma_commit();
       turnPass();
       wgmma_wait0();
       reg_fence<D / 2>(acc);
       // (one CTA a row: nothing loads into this stage again; PERSIST: the next row's tiles do)
-      if (PERSIST) mbar_arrive(emptyV(sv));
+      if (PERSIST) mbar_arrive(emptyV(sk));
     }
     g += nTiles;
     store_rows<D, BF16>(r.o, r.lse, acc, mA, mB, lA, lB, rA, rB, lane, r.n, lseStride, r.off, r.h, qStride);
