@@ -170,45 +170,6 @@ describe('TMA attention layout (stand-in driver)', () => {
   });
 });
 
-describe('persistent attention layout (stand-in driver)', () => {
-  it('launches at most one CTA per SM over the logical grid, its row counter cleared on the same stream first', async () => {
-    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 4096, decodeArgs: 23 });
-    const be = new CudaBackend(s.libs, { cacheDir: null });
-    be.attentionVariant = 'wgp';
-    expect(be.attentionVariantFallback).toBeUndefined();
-    const run = async (n: number) => {
-      const q = be.allocate('bf16', [n, 8, 128]);
-      const k = be.allocate('bf16', [n, 2, 128]);
-      s.log.length = 0;
-      const r = await be.denseAttention(q, k, k);
-      for (const t of [q, k, r.output]) t.dispose();
-      const i = s.log.findIndex((e) => e.kind === 'launch' && e.name?.startsWith('attn_'));
-      return { launch: s.log[i], before: s.log.slice(0, i) };
-    };
-    // 1,000 keys: 8 query blocks of 128 for 8 heads, 64 rows: 64 CTAs; the logical grid [8, 8, 1]
-    const small = await run(1000);
-    expect(small.launch.name).toBe('attn_wgp_bf16_d128_b128');
-    expect(small.launch.shape?.slice(0, 3)).toEqual([64, 1, 1]);
-    const a = small.launch.args!;
-    const counter = a[19][0] + a[19][1] * 2 ** 32;
-    expect([a[20][0], a[21][0], a[22][0]]).toEqual([8, 8, 1]);
-    // (the finiteness checks' flags are memsets too, from the same pool)
-    const last = small.before.filter((e) => e.kind === 'memset' || e.kind === 'launch').at(-1);
-    expect(last).toMatchObject({ kind: 'memset', dst: counter, value: 0, count: 1, stream: small.launch.stream });
-    // 40,000 keys: 313 query blocks, 2,504 rows on the stand-in's 132 SMs; the same counter again
-    const big = await run(40000);
-    expect(big.launch.shape?.slice(0, 3)).toEqual([132, 1, 1]);
-    expect([big.launch.args![20][0], big.launch.args![21][0]]).toEqual([8, 313]);
-    expect(big.launch.args![19]).toEqual(a[19]);
-    expect(big.before.filter((e) => e.kind === 'memset' || e.kind === 'launch').at(-1)).toMatchObject({ kind: 'memset', dst: counter });
-    // the shared memory holds wgt's and the two row slots (40 bytes)
-    be.attentionVariant = 'wgt';
-    const t = await run(1000);
-    expect(small.launch.shape![6] - t.launch.shape![6]).toBe(40);
-    be.dispose();
-  });
-});
-
 describe('TMA attention layout without cuTensorMapEncodeTiled (stand-in driver)', () => {
   it('launches the cp.async Hopper layout instead and says why', async () => {
     const s = standInDriver({ heads: 8 });

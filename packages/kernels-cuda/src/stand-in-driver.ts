@@ -13,18 +13,13 @@ export interface StandInEvent {
   /**
    * 'launch' (kernel name), 'read' (a synchronous copy to the host), 'copyRead' (on a stream),
    * 'record' (an event recorded), 'wait' (a stream made to wait for an event), 'ctxFlags'
-   * (the primary context's flags set: name holds them), 'memset' (cuMemsetD32Async: `dst`,
-   * `value`, `count` 32-bit words, `stream`)
+   * (the primary context's flags set: name holds them)
    */
-  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait' | 'ctxFlags' | 'tensorMap' | 'memset';
+  readonly kind: 'launch' | 'read' | 'copyRead' | 'sync' | 'record' | 'wait' | 'ctxFlags' | 'tensorMap';
   readonly name?: string;
   readonly bytes?: number;
   /** a synchronous read's source: the device address it copied from */
   readonly src?: number;
-  /** a memset's destination, value and count */
-  readonly dst?: number;
-  readonly value?: number;
-  readonly count?: number;
   /** performance.now() at a launch */
   readonly at?: number;
   /**
@@ -293,10 +288,7 @@ export function standInDriver(
       fill(out, 'copyRead', Number(src));
       return 0;
     },
-    cuMemsetD32Async: (dst: number | bigint, value: number, count: number | bigint, stream: unknown) => {
-      log.push({ kind: 'memset', dst: Number(dst), value, count: Number(count), stream: sid(stream) });
-      return 0;
-    },
+    cuMemsetD32Async: () => 0,
     cuMemsetD16Async: () => 0,
     cuGetErrorName: (e: number, s: unknown[]) => set(s, ERROR_NAMES[e] ?? 'CUDA_ERROR_STAND_IN'),
   };

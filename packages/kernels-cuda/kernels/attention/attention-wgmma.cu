@@ -205,25 +205,12 @@ __device__ __forceinline__ void tma_prefetch(const TmaDesc* map) {
 // MSPLIT (wgt): the softmax is built with and without the causal mask and each tile branches
 // to one (online_softmax's MASK), so the mask costs nothing on the tiles below the diagonal;
 // in one path it was a fifth of a tile's instructions at d = 64 (PERFORMANCE.md).
-// PERSIST (wgp): wgt in persistent CTAs. The grid is at most one CTA per SM; each CTA serves
-// rows of the logical grid (gx × gy × gz, the order wgt's CTAs would start in) drawn from a
-// launch counter (`work`, zero at launch: the host clears it on the launch's stream). The
-// producer thread draws a row, announces it to the consumers through two slots in shared
-// memory (a full and an empty mbarrier each) and streams its K and V tiles through the same
-// stages as the row before (the pipeline position g runs on across rows), so the next row's
-// first tiles load under this row's last ones. Each consumer warpgroup requests its 64 rows of
-// the next row's Q as soon as its last S = Q Kᵀ of this row is complete, and the next row
-// starts after this row's output is stored, not after a CTA's exit, a new CTA's launch and its
-// Q load: the per-row fixed cost that block-sparse rows of a few dozen blocks pay on every row.
-template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false, bool MSPLIT = false, bool PERSIST = false>
+template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false, bool MSPLIT = false>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
                                         float scaleLog2, const int* hsel, int hmode, size_t lseStride,
-                                        const TmaDesc* tmK = nullptr, const TmaDesc* tmV = nullptr, int kRow0 = 0,
-                                        const VarSeg* segs = nullptr, int* work = nullptr, int gx = 1, int gy = 1,
-                                        int gz = 1) {
-  static_assert(!PERSIST || TMA, "the persistent form loads K and V with TMA");
+                                        const TmaDesc* tmK = nullptr, const TmaDesc* tmV = nullptr, int kRow0 = 0) {
   constexpr int BM = 64 * NWG;
   constexpr int BN = BM;
   constexpr int NC = NWG * 128;  // consumer threads
@@ -238,50 +225,17 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   auto fullV = [&](int st) -> u32 { return bars + 8u * (ST + st); };
   auto emptyK = [&](int st) -> u32 { return bars + 8u * (2 * ST + st); };
   auto emptyV = [&](int st) -> u32 { return bars + 8u * (3 * ST + st); };
-  // PERSIST: the two row slots' mbarriers, then the slots (the drawn row's index)
-  auto slotFull = [&](int sl) -> u32 { return bars + 8u * (4 * ST + sl); };
-  auto slotEmpty = [&](int sl) -> u32 { return bars + 8u * (4 * ST + 2 + sl); };
-  volatile int* const slots = reinterpret_cast<volatile int*>(smem + (bars + 8u * (4 * ST + 4) - smem_addr(smem)));
 
-  // One row of the logical grid: its sequence's tensors (varlen), head, query block, key blocks.
-  struct Row {
-    const u16* q;
-    u16* o;
-    float* lse;
-    const int* cols;
-    int n, off, kRow0, h, I, nTiles, first;
-    bool sparse;
-  };
-  auto resolve = [&](int bx, int by, int bz, Row& r) -> bool {
-    const u16 *rq = q, *rk = k, *rv = v;
-    u16* ro = o;
-    float* rl = lse;
-    const int *rp = rowPtr, *rc = cols;
-    int rn = n, rm = m, rNb = Nb;
-    r.kRow0 = kRow0;
-    if (PERSIST && segs != nullptr) {
-      if (!varlen_segment_at<D>(segs, by, bz, rq, rk, rv, ro, rl, rp, rc, rn, rm, rNb, H, Hkv)) return false;
-      r.kRow0 = (int)segs[bz].kRow;
-    }
-    if (!cta_order_at(rNb, hsel, hmode, bx, by, r.h, r.I)) return false;
-    r.q = rq;
-    r.o = ro;
-    r.lse = rl;
-    r.cols = rc;
-    r.n = rn;
-    r.off = rn - rm;
-    r.sparse = rp != nullptr;
-    r.nTiles = row_blocks(rp, r.h, rNb, r.I, r.first);
-    return true;
-  };
-  auto resolveIndex = [&](int idx, Row& r) -> bool { return resolve(idx % gx, (idx / gx) % gy, idx / (gx * gy), r); };
-  auto tileStart = [&](const Row& r, int t) -> int { return (r.sparse ? r.cols[r.first + t] : t) * BN; };
-  const int total = gx * gy * gz;
-
-  Row row0;
-  if (!PERSIST && !resolve((int)blockIdx.x, (int)blockIdx.y, 0, row0)) return;
+  const int off = n - m;
+  int h, I;
+  if (!cta_order(Nb, hsel, hmode, h, I)) return;
+  const int kvh = h / (H / Hkv);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int q0 = I * BM;
   const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
+  int first;
+  const int nTiles = row_blocks(rowPtr, h, Nb, I, first);
+  auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
 
   if (tid == 0) {
     for (int st = 0; st < ST; st++) {
@@ -289,12 +243,6 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       mbar_init(fullV(st), TMA ? 1 : 128);
       mbar_init(emptyK(st), NC);
       mbar_init(emptyV(st), NC);
-    }
-    if (PERSIST) {
-      for (int sl = 0; sl < 2; sl++) {
-        mbar_init(slotFull(sl), 1);
-        mbar_init(slotEmpty(sl), NC);
-      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -308,44 +256,24 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
       tma_prefetch(tmV);
       // one thread: per tile, K then V, each when its stage is free; a tile's bytes are
       // counted by its full mbarrier (arrive.expect_tx), so the consumers wait for the data itself
-      int g = 0;
-      auto loadRow = [&](const Row& r) {
-        const int kvh = r.h / (H / Hkv);
-        for (int t = 0; t < r.nTiles; t++, g++) {
-          const int st = g % ST, par = ((g / ST) & 1) ^ 1, key = r.kRow0 + tileStart(r, t);
-          mbar_wait(emptyK(st), par);
-          mbar_expect_tx(fullK(st), TBYTES);
+      for (int t = 0; t < nTiles; t++) {
+        const int st = t % ST, par = ((t / ST) & 1) ^ 1, row = kRow0 + tileStart(t);
+        mbar_wait(emptyK(st), par);
+        mbar_expect_tx(fullK(st), TBYTES);
 #pragma unroll
-          for (int pn = 0; pn < D / 64; pn++) tma_load_3d(sK + st * TBYTES + pn * BN * 128, tmK, pn * 64, kvh, key, fullK(st));
-          mbar_wait(emptyV(st), par);
-          mbar_expect_tx(fullV(st), TBYTES);
+        for (int pn = 0; pn < D / 64; pn++) tma_load_3d(sK + st * TBYTES + pn * BN * 128, tmK, pn * 64, kvh, row, fullK(st));
+        mbar_wait(emptyV(st), par);
+        mbar_expect_tx(fullV(st), TBYTES);
 #pragma unroll
-          for (int pn = 0; pn < D / 64; pn++) tma_load_3d(sV + st * TBYTES + pn * BN * 128, tmV, pn * 64, kvh, key, fullV(st));
-        }
-      };
-      if constexpr (!PERSIST) {
-        loadRow(row0);
-      } else {
-        // rows in turn: the CTA's own index first, then the counter's; an index past the
-        // grid, announced like a row, ends the consumers' loop
-        for (int it = 0;; it++) {
-          const int idx = it == 0 ? (int)blockIdx.x : atomicAdd(work, 1) + (int)gridDim.x;
-          const int sl = it & 1;
-          mbar_wait(slotEmpty(sl), ((it >> 1) & 1) ^ 1);
-          slots[sl] = idx;
-          mbar_arrive(slotFull(sl));
-          if (idx >= total) break;
-          Row r;
-          if (resolveIndex(idx, r)) loadRow(r);
-        }
+        for (int pn = 0; pn < D / 64; pn++) tma_load_3d(sV + st * TBYTES + pn * BN * 128, tmV, pn * 64, kvh, row, fullV(st));
       }
       return;
     }
     // Producer: K_t then V_t into stage t % ST, each when its stage is free; the tile before
     // is signalled in between (its groups are the older ones: wait_group 1).
-    const int ptid = tid - NC, kvh = row0.h / (H / Hkv), nTiles = row0.nTiles;
+    const int ptid = tid - NC;
     auto issue = [&](const u16* src, u32 dst, int t) {
-      const int ks = tileStart(row0, t);
+      const int ks = tileStart(t);
       for (int c = ptid; c < BN * CH; c += 128) {
         const int r = c / CH, ch = c % CH, key = ks + r;
         const size_t go = (size_t)(key < n ? key : n - 1) * kStride + (size_t)kvh * D + ch * 8;
@@ -376,26 +304,28 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 
   if (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
   const int wg = warp >> 2, wq = warp & 3;
-  // Q rows into shared memory: all BM by the consumers together (one row per CTA), or
-  // (PERSIST) this warpgroup's 64, which only its own MMAs read
-  auto stageQ = [&](const Row& r, int r0, int rows, int t0, int nt) {
-    for (int c = t0; c < rows * CH; c += nt) {
-      const int rr = r0 + c / CH, ch = c % CH, pos = r.I * BM + rr;
-      const bool ok = pos < r.n && pos >= r.off;
-      const u16* src = r.q + (size_t)(ok ? pos - r.off : 0) * qStride + (size_t)r.h * D + ch * 8;
-      cp_async16(sQ + pswz(BM, rr, ch), src, ok ? 16 : 0);
-    }
-    cp_async_commit();
-  };
+  for (int c = tid; c < BM * CH; c += NC) {
+    const int r = c / CH, ch = c % CH, row = q0 + r;
+    const bool ok = row < n && row >= off;
+    const u16* src = q + (size_t)(ok ? row - off : 0) * qStride + (size_t)h * D + ch * 8;
+    cp_async16(sQ + pswz(BM, r, ch), src, ok ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async();
+  asm volatile("bar.sync 1, %0;\n" ::"n"(NC) : "memory");  // the consumers only
 
   float acc[D / 2];
   float s[BN / 2];
   u32 p[BN / 16][4];
 #pragma unroll
+  for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
+#pragma unroll
   for (int i = 0; i < BN / 2; i++) s[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < BN / 16; i++) p[i][0] = p[i][1] = p[i][2] = p[i][3] = 0u;
-  float mA, mB, lA, lB;
+  float mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
+  const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
   const u32 qBase = sQ + wg * 64 * 128;
   constexpr bool PING = PP && NWG == 2;
   auto turnWait = [&]() {
@@ -404,134 +334,73 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   auto turnPass = [&]() {
     if (PING) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - wg) : "memory");
   };
-  if (PING && wg == 1 && (PERSIST || row0.nTiles > 0)) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-
-  // One row: S, softmax and P·V over its tiles, stage and parity from the pipeline position
-  // g; afterLastS runs before the row's last P·V (its last S is complete: its Q is read no more).
-  int g = 0;
-  auto consumeRow = [&](const Row& r, auto&& afterLastS) {
-    const int nTiles = r.nTiles, q0 = r.I * BM;
-#pragma unroll
-    for (int i = 0; i < D / 2; i++) acc[i] = 0.f;
-    mA = CRISP_NEG_INF, mB = CRISP_NEG_INF, lA = 0.f, lB = 0.f;
-    const int rA = q0 + wg * 64 + wq * 16 + (lane >> 2), rB = rA + 8;
-    auto softmaxS = [&](int t, float& cA, float& cB) {
-      const int ks = tileStart(r, t);
-      const bool needMask = ks + BN - 1 > q0 + wg * 64 + wq * 16;
-      if (!MSPLIT)
-        online_softmax<BN>(s, ks, needMask, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
-      else if (needMask)
-        online_softmax<BN, 1>(s, ks, true, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
-      else
-        online_softmax<BN, 0>(s, ks, false, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
-    };
-    // the pipeline position of tile t: stage g % ST, phase (g / ST) & 1, advanced per tile
-    int sk = g % ST, phK = (g / ST) & 1;
-    if (nTiles > 0) {
-      mbar_wait(fullK(sk), phK);
-      reg_fence<BN / 2>(s);
-      turnWait();
-      wgmma_fence();
-      issue_s<D, BN, BM, BF16>(s, qBase, sK + sk * TBYTES);
-      wgmma_commit();
-      turnPass();
-      wgmma_wait0();
-      reg_fence<BN / 2>(s);
-      mbar_arrive(emptyK(sk));
-      float cA, cB;
-      softmaxS(0, cA, cB);
-      pack_p<BN, BF16>(p, s);
-    }
-    for (int t = 1; t < nTiles; t++) {
-      const int sv = sk, phV = phK;
-      sk = sk + 1 == ST ? 0 : sk + 1;
-      phK ^= sk == 0;
-      mbar_wait(fullK(sk), phK);
-      mbar_wait(fullV(sv), phV);
-      reg_fence<BN / 2>(s);
-      reg_fence<D / 2>(acc);
-      reg_fence_u<BN / 16>(p);
-      turnWait();
-      wgmma_fence();
-      issue_s<D, BN, BM, BF16>(s, qBase, sK + sk * TBYTES);
-      wgmma_commit();
-      issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
-      wgmma_commit();
-      turnPass();
-      wgmma_wait1();
-      reg_fence<BN / 2>(s);
-      mbar_arrive(emptyK(sk));
-      float cA, cB;
-      softmaxS(t, cA, cB);
-      wgmma_wait0();
-      reg_fence<D / 2>(acc);
-      reg_fence_u<BN / 16>(p);
-      mbar_arrive(emptyV(sv));
-      if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
-      pack_p<BN, BF16>(p, s);
-    }
-    if (nTiles > 0) {
-      afterLastS();
-      mbar_wait(fullV(sk), phK);
-      reg_fence<D / 2>(acc);
-      reg_fence_u<BN / 16>(p);
-      turnWait();
-      wgmma_fence();
-      issue_pv<D, BN, BF16>(acc, p, sV + sk * TBYTES);
-      wgmma_commit();
-      turnPass();
-      wgmma_wait0();
-      reg_fence<D / 2>(acc);
-      // (one CTA a row: nothing loads into this stage again; PERSIST: the next row's tiles do)
-      if (PERSIST) mbar_arrive(emptyV(sk));
-    }
-    g += nTiles;
-    store_rows<D, BF16>(r.o, r.lse, acc, mA, mB, lA, lB, rA, rB, lane, r.n, lseStride, r.off, r.h, qStride);
+  if (PING && wg == 1 && nTiles > 0) asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+  auto softmaxS = [&](int t, float& cA, float& cB) {
+    const int ks = tileStart(t);
+    const bool needMask = ks + BN - 1 > q0 + wg * 64 + wq * 16;
+    if (!MSPLIT)
+      online_softmax<BN>(s, ks, needMask, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+    else if (needMask)
+      online_softmax<BN, 1>(s, ks, true, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
+    else
+      online_softmax<BN, 0>(s, ks, false, rA, rB, lane, scaleLog2, mA, mB, lA, lB, cA, cB);
   };
 
-  if constexpr (!PERSIST) {
-    stageQ(row0, 0, BM, tid, NC);
-    cp_async_wait<0>();
-    fence_proxy_async();
-    asm volatile("bar.sync 1, %0;\n" ::"n"(NC) : "memory");  // the consumers only
-    consumeRow(row0, [] {});
-    return;
+  if (nTiles > 0) {
+    mbar_wait(fullK(0), 0);
+    reg_fence<BN / 2>(s);
+    turnWait();
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK);
+    wgmma_commit();
+    turnPass();
+    wgmma_wait0();
+    reg_fence<BN / 2>(s);
+    mbar_arrive(emptyK(0));
+    float cA, cB;
+    softmaxS(0, cA, cB);
+    pack_p<BN, BF16>(p, s);
   }
-  // PERSIST: rows as the producer announces them; the next row's Q is requested under this
-  // row's last tile (qReady), or at the row's start when that was not possible
-  auto take = [&](int it) -> int {
-    const int sl = it & 1;
-    mbar_wait(slotFull(sl), (it >> 1) & 1);
-    const int idx = slots[sl];
-    mbar_arrive(slotEmpty(sl));
-    return idx;
-  };
-  const int wtid = tid - wg * 128;
-  int it = 0, idx = take(0);
-  bool qReady = false;
-  while (idx < total) {
-    Row r;
-    int next = -1;
-    if (resolveIndex(idx, r)) {
-      if (!qReady && r.nTiles > 0) stageQ(r, wg * 64, 64, wtid, 128);
-      cp_async_wait<0>();
-      fence_proxy_async();
-      asm volatile("bar.sync %0, 128;\n" ::"r"(4 + wg) : "memory");  // this warpgroup's Q rows landed
-      consumeRow(r, [&] {
-        next = take(it + 1);
-        Row nr;
-        qReady = next < total && resolveIndex(next, nr) && nr.nTiles > 0;
-        if (qReady) stageQ(nr, wg * 64, 64, wtid, 128);
-      });
-    }
-    it++;
-    if (next < 0) {
-      qReady = false;
-      idx = take(it);
-    } else {
-      idx = next;
-    }
+  for (int t = 1; t < nTiles; t++) {
+    const int sk = t % ST, sv = (t - 1) % ST;
+    mbar_wait(fullK(sk), (t / ST) & 1);
+    mbar_wait(fullV(sv), ((t - 1) / ST) & 1);
+    reg_fence<BN / 2>(s);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    turnWait();
+    wgmma_fence();
+    issue_s<D, BN, BM, BF16>(s, qBase, sK + sk * TBYTES);
+    wgmma_commit();
+    issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+    wgmma_commit();
+    turnPass();
+    wgmma_wait1();
+    reg_fence<BN / 2>(s);
+    mbar_arrive(emptyK(sk));
+    float cA, cB;
+    softmaxS(t, cA, cB);
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    mbar_arrive(emptyV(sv));
+    if (__any_sync(0xffffffffu, cA != 1.f || cB != 1.f)) rescale<D>(acc, cA, cB);
+    pack_p<BN, BF16>(p, s);
   }
+  if (nTiles > 0) {
+    const int sv = (nTiles - 1) % ST;
+    mbar_wait(fullV(sv), ((nTiles - 1) / ST) & 1);
+    reg_fence<D / 2>(acc);
+    reg_fence_u<BN / 16>(p);
+    turnWait();
+    wgmma_fence();
+    issue_pv<D, BN, BF16>(acc, p, sV + sv * TBYTES);
+    wgmma_commit();
+    turnPass();
+    wgmma_wait0();
+    reg_fence<D / 2>(acc);
+  }
+  store_rows<D, BF16>(o, lse, acc, mA, mB, lA, lB, rA, rB, lane, n, lseStride, off, h, qStride);
 }
 #endif  // CRISP_WGMMA
 
@@ -577,25 +446,6 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
     CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, true, true, true>)                                            \
   }
 
-// wgp: wgt in persistent CTAs (PERSIST): after the tensor maps, the row counter (zero at
-// launch) and the logical grid (gx, gy, gz: wgt's grid; a varlen launch's z is the sequence);
-// the launch grid is at most one CTA per SM.
-#ifdef CRISP_WGMMA
-#define CRISP_PERSIST_CALL(D, ...)                                                                           \
-  __VA_ARGS__(q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv, scaleLog2, hsel, hmode, (size_t)lseStride, &tmK, \
-              &tmV, 0, segs, work, gx, gy, gz);
-#else
-#define CRISP_PERSIST_CALL(D, ...)
-#endif
-#define CRISP_ATTN_WGP(NAME, D, NWG, BF16)                                                                   \
-  extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                          \
-      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols,  \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
-           const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
-           const __grid_constant__ TmaDesc tmV, int* work, int gx, int gy, int gz) {                          \
-    CRISP_PERSIST_CALL(D, wgw_body<D, NWG, BF16, 3, true, true, true, true>)                                  \
-  }
-
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d128_b64, 128, 1, true)
@@ -612,11 +462,3 @@ CRISP_ATTN_WGT(attn_wgt_f16_d64_b64, 64, 1, false)
 CRISP_ATTN_WGT(attn_wgt_f16_d64_b128, 64, 2, false)
 CRISP_ATTN_WGT(attn_wgt_f16_d128_b64, 128, 1, false)
 CRISP_ATTN_WGT(attn_wgt_f16_d128_b128, 128, 2, false)
-CRISP_ATTN_WGP(attn_wgp_bf16_d64_b64, 64, 1, true)
-CRISP_ATTN_WGP(attn_wgp_bf16_d64_b128, 64, 2, true)
-CRISP_ATTN_WGP(attn_wgp_bf16_d128_b64, 128, 1, true)
-CRISP_ATTN_WGP(attn_wgp_bf16_d128_b128, 128, 2, true)
-CRISP_ATTN_WGP(attn_wgp_f16_d64_b64, 64, 1, false)
-CRISP_ATTN_WGP(attn_wgp_f16_d64_b128, 64, 2, false)
-CRISP_ATTN_WGP(attn_wgp_f16_d128_b64, 128, 1, false)
-CRISP_ATTN_WGP(attn_wgp_f16_d128_b128, 128, 2, false)

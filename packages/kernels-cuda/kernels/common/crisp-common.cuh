@@ -128,17 +128,12 @@ __device__ __forceinline__ u32 swz(int row, int chunk, int rowBytes) {
 // (hsel = [count][heads], count head slots: a device plan's PE heads, whose rows come later
 // on a second stream). Returns false for a CTA that leaves; the bodies call this before any
 // barrier or shared-memory setup.
-// cta_order_at: the same for a grid position (bx, by) other than the CTA's own (a persistent
-// kernel's CTA serves many).
-__device__ __forceinline__ bool cta_order_at(int Nb, const int* hsel, int hmode, int bx, int by, int& h, int& I) {
-  const bool swapped = (hmode >> 2) == 1;
-  const int sel = hmode & 3, slot = swapped ? by : bx;
-  h = sel == 2 ? hsel[1 + slot] : slot;
-  I = Nb - 1 - (swapped ? bx : by);
-  return sel != 1 || hsel[h] == 1;
-}
 __device__ __forceinline__ bool cta_order(int Nb, const int* hsel, int hmode, int& h, int& I) {
-  return cta_order_at(Nb, hsel, hmode, (int)blockIdx.x, (int)blockIdx.y, h, I);
+  const bool swapped = (hmode >> 2) == 1;
+  const int sel = hmode & 3, slot = (int)(swapped ? blockIdx.y : blockIdx.x);
+  h = sel == 2 ? hsel[1 + slot] : slot;
+  I = Nb - 1 - (int)(swapped ? blockIdx.x : blockIdx.y);
+  return sel != 1 || hsel[h] == 1;
 }
 
 // One sequence of a ragged (varlen) batch, as the host packs it (48 bytes, 8-aligned): its
@@ -155,14 +150,13 @@ struct VarSeg {
 // A varlen launch (segs != nullptr): grid z picks the sequence; this CTA's pointers and sizes
 // become that sequence's (lse keeps its packed [H, Mq] stride). Returns false for a CTA past
 // the sequence's query blocks (grid y spans the longest sequence), which leaves at once.
-// varlen_segment_at: the same for grid position (by, bz) (a persistent kernel's rows).
 template <int D>
-__device__ __forceinline__ bool varlen_segment_at(const VarSeg* segs, int by, int bz, const u16*& q, const u16*& k,
-                                                  const u16*& v, u16*& o, float*& lse, const int*& rowPtr,
-                                                  const int*& cols, int& n, int& m, int& Nb, int H, int Hkv) {
+__device__ __forceinline__ bool varlen_segment(const VarSeg* segs, const u16*& q, const u16*& k, const u16*& v,
+                                               u16*& o, float*& lse, const int*& rowPtr, const int*& cols, int& n,
+                                               int& m, int& Nb, int H, int Hkv) {
   if (segs == nullptr) return true;
-  const VarSeg s = segs[bz];
-  if (by >= s.qBlocks) return false;
+  const VarSeg s = segs[blockIdx.z];
+  if ((int)blockIdx.y >= s.qBlocks) return false;
   const size_t qOff = (size_t)s.qRow * (size_t)H * D, kOff = (size_t)s.kRow * (size_t)Hkv * D;
   q += qOff;
   o += qOff;
@@ -175,12 +169,6 @@ __device__ __forceinline__ bool varlen_segment_at(const VarSeg* segs, int by, in
   m = s.m;
   Nb = s.Nb;
   return true;
-}
-template <int D>
-__device__ __forceinline__ bool varlen_segment(const VarSeg* segs, const u16*& q, const u16*& k, const u16*& v,
-                                               u16*& o, float*& lse, const int*& rowPtr, const int*& cols, int& n,
-                                               int& m, int& Nb, int H, int Hkv) {
-  return varlen_segment_at<D>(segs, (int)blockIdx.y, (int)blockIdx.z, q, k, v, o, lse, rowPtr, cols, n, m, Nb, H, Hkv);
 }
 
 // The key blocks query block I of head h visits: cols[first .. first + count) of the BSR rows

@@ -24,7 +24,6 @@ import {
 } from '@crisp/core';
 import { BACKEND_NAME, CUDA_CAPABILITIES, type CudaContext } from '../runtime/context.js';
 import type { KeptStats } from '../runtime/kept-stats.js';
-import { check } from '../runtime/ffi.js';
 import { type Arg, F, I, P, TMAP } from '../runtime/launcher.js';
 import type { DeviceBlock } from '../runtime/pool.js';
 import type { CudaTensor } from '../runtime/tensor.js';
@@ -42,10 +41,7 @@ import { CudaPreparedMask } from './prepared-mask.js';
  * threads load K and V with cp.async. `wgt`: one producer thread loads them with TMA (tensor
  * maps encoded at each launch), the two consumer warpgroups take turns to issue their
  * MMAs (ping-pong), and the causal mask's code runs only on the tiles that cross the
- * diagonal (a branch per tile, not a compare and select per score). `wgp`: `wgt` in persistent
- * CTAs, at most one per SM, each drawing rows (head, query block) from a launch counter in the
- * order `wgt`'s CTAs would start, so a row's Q and first K/V tiles load under the previous
- * row's last tiles instead of after a CTA's exit and a new one's start. On a GPU other than compute
+ * diagonal (a branch per tile, not a compare and select per score). On a GPU other than compute
  * capability 9.0 the Hopper layouts launch `w32`, and a TMA layout launches `wgw` where the
  * driver cannot encode tensor maps; `attentionVariantFallback` says why. Measured dense at
  * 64k (bf16, d 128, B 128): w32 326, wgw 403 TFLOP/s on the H200; wgw 421, wgt 580-632 on an H100
@@ -53,18 +49,10 @@ import { CudaPreparedMask } from './prepared-mask.js';
  * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
-  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false, tma: false, persistent: false },
-  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: false, persistent: false },
-  wgt: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgt_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true, persistent: false },
-  wgp: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgp_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true, persistent: true },
+  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false, tma: false },
+  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: false },
+  wgt: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgt_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
 } as const;
-type Layout = (typeof ATTENTION_VARIANTS)[AttentionVariant];
-/**
- * A persistent layout's logical grid (its rows) must index in 32 bits with room for the
- * counter's overshoot; a larger launch (a varlen batch of tens of thousands of long
- * sequences) runs the same rows as the non-persistent TMA layout.
- */
-const PERSISTENT_MAX_ROWS = 2 ** 30;
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 /** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
 const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
@@ -100,8 +88,6 @@ export class AttentionOp {
   readonly #kept: KeptStats;
   /** the attention kernel layout launched by sparse and dense (a tuning knob) */
   variant: AttentionVariant;
-  /** a persistent layout's row counter per stream (4 bytes each, held until the backend's disposal) */
-  readonly #counters = new Map<unknown, DeviceBlock>();
 
   constructor(cx: CudaContext, kept: KeptStats, variant: AttentionVariant) {
     this.#cx = cx;
@@ -188,52 +174,22 @@ export class AttentionOp {
   }
 
   /** The layout launched, its shared memory and threads per CTA for block size B, head dim D. */
-  #layout(B: number, D: number): { lay: Layout; smem: number; block: number } {
+  #layout(B: number, D: number): { lay: (typeof ATTENTION_VARIANTS)[AttentionVariant]; smem: number; block: number } {
     const lay = ATTENTION_VARIANTS[this.#launched().name];
     // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
     // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
     // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
     const keyTile = lay.keyTile ?? B;
-    // (a persistent layout adds its two row slots: 4 mbarriers and two ints)
     const smem =
-      B * D * 2 +
-      2 * lay.stages * keyTile * D * 2 +
-      (lay.sm90a ? 1024 : 0) +
-      (lay.producerThreads ? 32 * lay.stages : 0) +
-      (lay.persistent ? 40 : 0);
+      B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
     return { lay, smem, block: (B / lay.rowsPerWarp) * 32 + lay.producerThreads };
   }
 
   /** A TMA layout's two extra arguments: the tensor maps of K and V ([rows, Hkv, D], B-row boxes). */
-  #tensorMaps(lay: Layout, kt: CudaTensor, vt: CudaTensor, B: number): Arg[] {
+  #tensorMaps(lay: (typeof ATTENTION_VARIANTS)[AttentionVariant], kt: CudaTensor, vt: CudaTensor, B: number): Arg[] {
     if (!lay.tma) return [];
     const [rows, heads, cols] = kt.shape;
     return [TMAP({ ptr: kt.ptr, rows, heads, cols, boxRows: B }), TMAP({ ptr: vt.ptr, rows, heads, cols, boxRows: B })];
-  }
-
-  /**
-   * Queues one attention kernel over the logical grid `grid` (a CTA per row of B queries). A
-   * persistent layout launches at most one CTA per SM over the same rows: its row counter
-   * (one per stream, so launches on two streams never share one) is cleared on the launch's
-   * stream first, and the logical grid follows the common arguments.
-   */
-  #launch(lay: Layout, name: string, grid: readonly [number, number, number], block: number, smem: number, args: readonly Arg[]): void {
-    const cx = this.#cx;
-    const rows = grid[0] * grid[1] * grid[2];
-    if (!lay.persistent || rows > PERSISTENT_MAX_ROWS) {
-      const l = lay.persistent ? ATTENTION_VARIANTS.wgt : lay;
-      cx.launch(l.file, name.replace(lay.prefix, l.prefix), grid, block, smem, args);
-      return;
-    }
-    const stream = cx.streams.cur;
-    let counter = this.#counters.get(stream);
-    if (!counter) {
-      counter = cx.scratch(4);
-      this.#counters.set(stream, counter);
-    }
-    check(cx.libs, cx.libs.cu.cuMemsetD32Async(counter.ptr, 0, 1, stream), 'cuMemsetD32Async');
-    const ctas = Math.min(rows, cx.info.multiprocessors);
-    cx.launch(lay.file, name, [ctas, 1, 1], block, smem, [...args, P(counter.ptr), I(grid[0]), I(grid[1]), I(grid[2])]);
   }
 
   /**
@@ -248,6 +204,7 @@ export class AttentionOp {
     cols: number,
     heads?: { readonly routes: number } | { readonly list: number; readonly count: number },
   ): AttentionResult {
+    const cx = this.#cx;
     const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
     const { keys: n, queries: m, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
@@ -260,7 +217,7 @@ export class AttentionOp {
     const swapped = rowPtr !== 0;
     const grid: [number, number] = swapped ? [nq, gx] : [gx, nq];
     const hmode = sel | (swapped ? 4 : 0);
-    this.#launch(lay, `${lay.prefix}${dtype}_d${D}_b${B}`, [grid[0], grid[1], 1], block, smem, [
+    cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, grid, block, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),
@@ -290,13 +247,14 @@ export class AttentionOp {
    * (crisp-common.cuh), grid z the sequence, grid y the most query blocks of any sequence.
    */
   runVarlen(p: Prepared, B: number, segs: number, count: number, maxQueryBlocks: number): AttentionResult {
+    const cx = this.#cx;
     const { shape, qt, kt, vt, out, lse, scale } = p;
     const { queries: Mq, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     if (maxQueryBlocks > 65535 || count > 65535) {
       throw new CrispError('LIMIT_EXCEEDED', `a varlen launch takes at most 65535 sequences of at most 65535 query blocks; got ${count} sequences, ${maxQueryBlocks} blocks`);
     }
     const { lay, smem, block } = this.#layout(B, D);
-    this.#launch(lay, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, maxQueryBlocks, count], block, smem, [
+    cx.launch(lay.file, `${lay.prefix}${dtype}_d${D}_b${B}`, [H, maxQueryBlocks, count], block, smem, [
       P(qt.ptr),
       P(kt.ptr),
       P(vt.ptr),
