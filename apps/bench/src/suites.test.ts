@@ -49,7 +49,7 @@ describe('parseSizes', () => {
     expect(resolveConfig({ cudaFlexPlan: 'device' }).cudaFlexOnDevice).toBe(true);
     expect(resolveConfig({ cudaFlexPlan: 'host' }).cudaFlexOnDevice).toBe(false);
     expect(resolveConfig({}).cudaAttention).toBeUndefined();
-    expect(resolveConfig({ cudaAttention: 'wgp' }).cudaAttention).toBe('wgp');
+    expect(resolveConfig({ cudaAttention: 'wgw' }).cudaAttention).toBe('wgw');
     expect(() => resolveConfig({ cudaAttention: 'w64' })).toThrow(/CUDA attention layout/);
     expect(() => resolveConfig({ cudaFlexPlan: 'gpu' })).toThrow(/gpu/);
     expect(resolveConfig({}).cudaGuardOnDevice).toBeUndefined();
