@@ -10,7 +10,7 @@
 export { allReduceSum, assertCommunicator, bytesOf, type Communicator, f64Of, i32Of, type Traffic } from './communicator.js';
 export { denseRingBytes, neededBlocks, ownedBlocks } from './exchange.js';
 export { communicatorOver, type FixedCollectives, type FixedCommunicator } from './fixed-collectives.js';
-export { type RowRange, type ShardLayout, shardPositions, shardRows, shardTensor, unshardTensor, zigzagLayout } from './layout.js';
+export { type RowRange, type ShardLayout, shardFromRows, shardPositions, shardRows, shardTensor, unshardTensor, zigzagLayout } from './layout.js';
 export { createLocalGroup } from './local-group.js';
 export {
   type ParallelPrefillOptions,

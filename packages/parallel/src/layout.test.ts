@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { shardPositions, shardRows, shardTensor, unshardTensor, zigzagLayout } from './layout.js';
+import { shardFromRows, shardPositions, shardRows, shardTensor, unshardTensor, zigzagLayout } from './layout.js';
 
 describe('zigzagLayout', () => {
   for (const [n, P, B] of [
@@ -39,6 +39,26 @@ describe('zigzagLayout', () => {
     expect(() => zigzagLayout(100, 4, 64)).toThrow(/too few for 4 ranks/);
     expect(() => zigzagLayout(0, 2, 64)).toThrow(/positive integer/);
     expect(() => zigzagLayout(100, 1.5, 64)).toThrow(/positive integer/);
+  });
+
+  it('shardFromRows reads only the rank\'s ranges and equals shardTensor of the whole', () => {
+    const L = zigzagLayout(777, 3, 64);
+    const data = Uint16Array.from({ length: 777 * 2 * 3 }, (_, i) => (i * 7919) & 0xffff);
+    const whole = { dtype: 'bf16' as const, shape: [777, 2, 3], data };
+    for (let r = 0; r < 3; r++) {
+      const asked: [number, number][] = [];
+      const shard = shardFromRows(L, r, (start, end) => {
+        asked.push([start, end]);
+        return { dtype: 'bf16', shape: [end - start, 2, 3], data: data.slice(start * 6, end * 6) };
+      });
+      expect(asked).toEqual(L.ranges[r].map((x) => [x.start, x.end]));
+      expect(shard.shape).toEqual([shardRows(L, r), 2, 3]);
+      expect(Array.from(shard.data)).toEqual(Array.from(shardTensor(L, r, whole).data));
+    }
+    expect(() => shardFromRows(L, 3, () => whole)).toThrow(/rank must be an integer in \[0, 3\)/);
+    expect(() => shardFromRows(L, 0, (start) => ({ dtype: 'bf16', shape: [1, 2, 3], data: data.slice(start * 6, start * 6 + 6) }))).toThrow(
+      /gave 1 rows/,
+    );
   });
 
   it('shardTensor and unshardTensor are inverse', () => {

@@ -80,6 +80,33 @@ export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor
   return { dtype: whole.dtype, shape: [shardRows(layout, rank), ...whole.shape.slice(1)], data: out };
 }
 
+/**
+ * The rank's shard built from its own rows only: `rows(start, end)` gives rows [start, end)
+ * of the sequence as a [end - start, ...] tensor (read from a file, generated, downloaded),
+ * and is called once per range of the rank, in position order. The same shard as
+ * `shardTensor` of the whole tensor, without any rank holding the whole of it.
+ */
+export function shardFromRows(layout: ShardLayout, rank: number, rows: (start: number, end: number) => HostTensor): HostTensor {
+  if (!Number.isInteger(rank) || rank < 0 || rank >= layout.size) throw new InvalidArgumentError(`rank must be an integer in [0, ${layout.size}); got ${String(rank)}`);
+  const parts = layout.ranges[rank].map((r) => {
+    const t = rows(r.start, r.end);
+    if (t.shape[0] !== r.end - r.start) throw new ShapeError(`shardFromRows: rows(${r.start}, ${r.end}) gave ${t.shape[0]} rows, expected ${r.end - r.start}`);
+    return t;
+  });
+  const first = parts[0];
+  const per = first.shape.slice(1).reduce((a, b) => a * b, 1);
+  const out = storageLike(first.data, shardRows(layout, rank) * per);
+  let at = 0;
+  for (const t of parts) {
+    if (t.dtype !== first.dtype || t.shape.slice(1).join() !== first.shape.slice(1).join()) {
+      throw new ShapeError(`shardFromRows: the ranges' tensors differ (${first.dtype} [${first.shape}] and ${t.dtype} [${t.shape}])`);
+    }
+    out.set(t.data.subarray(0, t.shape[0] * per), at);
+    at += t.shape[0] * per;
+  }
+  return { dtype: first.dtype, shape: [shardRows(layout, rank), ...first.shape.slice(1)], data: out };
+}
+
 /** The whole [n, ...] tensor from every rank's shard (the inverse of shardTensor). */
 export function unshardTensor(layout: ShardLayout, shards: readonly HostTensor[]): HostTensor {
   if (shards.length !== layout.size) throw new ShapeError(`unshardTensor: ${shards.length} shards for ${layout.size} ranks`);
