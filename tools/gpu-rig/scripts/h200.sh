@@ -72,6 +72,10 @@
 #                on a regular sparse pattern at 16k-512k (d 128) and 64k (d 64), and PyTorch SDPA flash
 #                and cuDNN at d 64 / 64k and d 128 / 512k (apps/bench/peers/sdpa_time.py): OUT/kernels-d128,
 #                OUT/kernels-d64, OUT/sdpa-*.json (apps/bench/results/<gpu>/kernels). ~250 s.
+#   nccl         context-parallel crisp over NCCL on this host's GPUs (tools/gpu-rig/src/nccl-main.ts, packed
+#                separately), the Llama shape, NCCL_RANKS (default 1 2 4 8, up to the GPUs) x NCCL_SIZES
+#                (default 524288): per rank its prefill times and bytes, rank 0's check against one
+#                backend up to 1M: OUT/nccl-p<P>-n<N>.log. Each run is bounded by NCCL_TIMEOUT_S (280).
 #   parallel     crisp-bench's parallel suite on CUDA: the crisp plan of the @crisp/synth llama-like layer
 #                at 512k and 1M tokens (the CUDA backend's maxSequence; one GPU makes the plan, which every rank of a context-parallel
 #                run makes too), and for 2, 4 and 8 ranks the K/V bytes each rank receives against a dense
@@ -273,6 +277,30 @@ case "$phase" in
     done
     grep -h "layout" "$out"/kernels-d*.log
     cat "$out"/sdpa-*.json
+    exit $rc
+    ;;
+  nccl)
+    [ -f "$app/nccl-main.mjs" ] || { echo "missing $app/nccl-main.mjs: pack tools/gpu-rig/src/nccl-main.ts" >&2; exit 2; }
+    # context-parallel crisp over NCCL across this host's GPUs, the Llama shape (32, 8, 128, bf16),
+    # for each rank count in NCCL_RANKS (default 1 2 4 8, those the GPUs allow) and length in
+    # NCCL_SIZES (default 524288): rank 0 checks the output and plan against one backend's up to
+    # 1M positions; two timed prefills after the first. NCCL from PyTorch's wheel where the
+    # loader has none (CRISP_NCCL_LIBRARY overrides).
+    gpus=$(nvidia-smi -L | wc -l)
+    if [ -z "${CRISP_NCCL_LIBRARY:-}" ]; then
+      lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+      [ -n "$lib" ] && [ -f "$lib" ] && export CRISP_NCCL_LIBRARY=$lib
+    fi
+    rc=0
+    for n in ${NCCL_SIZES:-524288}; do
+      for P in ${NCCL_RANKS:-1 2 4 8}; do
+        [ "$P" -le "$gpus" ] || continue
+        chk=on; [ "$n" -gt 1048576 ] && chk=off
+        timeout -s KILL "${NCCL_TIMEOUT_S:-280}" node "$app/nccl-main.mjs" --ranks "$P" --devices "$gpus" --n "$n" --heads 32 \
+          --kv-heads 8 --reps 2 --check "$chk" --init-timeout-ms 60000 > "$out/nccl-p$P-n$n.log" 2>&1 || rc=1
+        tail -n 3 "$out/nccl-p$P-n$n.log" | cut -c1-400
+      done
+    done
     exit $rc
     ;;
   parallel)

@@ -10,12 +10,18 @@
  *
  * `--start K` starts only ranks 0..K-1 of the P (the others never join: each started rank
  * must fail with a typed timeout after `--init-timeout-ms`, default 300,000, not hang).
+ *
+ * `--heads H --kv-heads Hkv` set the layer's shape (default 8 and 2; the Llama shape is 32 and
+ * 8). Each rank generates only its own rows (shardFromRows over the scenario's rows), so n can
+ * exceed what one process could hold whole; `--check off` skips rank 0's single-backend
+ * comparison (which needs the whole layer) for such sizes. `--reps R` times R more prefills
+ * after the first (each line's `prefillMs`: the ranks' wall time per prefill, from a barrier).
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { planPrefill, sparsePrefill, toFloat32 } from '@crisp/core';
 import { createCudaBackend, ncclCollectives, ncclUniqueId, ncclVersion } from '@crisp/kernels-cuda';
-import { bytesOf, communicatorOver, parallelPrefill, shardTensor, unshardTensor, zigzagLayout } from '@crisp/parallel';
+import { bytesOf, communicatorOver, parallelPrefill, shardFromRows, unshardTensor, zigzagLayout } from '@crisp/parallel';
 import { crisp } from '@crisp/presets';
 import { scenario } from '@crisp/synth';
 
@@ -29,34 +35,62 @@ const devices = Number(arg('devices', '1'));
 const rankArg = arg('rank', '');
 const start = Number(arg('start', String(P)));
 const initTimeoutMs = Number(arg('init-timeout-ms', '300000'));
+const heads = Number(arg('heads', '8'));
+const kvHeads = Number(arg('kv-heads', '2'));
+const check = arg('check', 'on') !== 'off';
+const reps = Number(arg('reps', '0'));
 
 async function child(rank: number): Promise<void> {
   const t0 = performance.now();
   const id = Uint8Array.from(Buffer.from(process.env.CRISP_NCCL_ID ?? '', 'hex'));
   const device = rank % devices;
   const be = await createCudaBackend({ device });
-  const sc = scenario('llama-like', { n, heads: 8, kvHeads: 2, headDim: 128, seed: 7, dtype: 'bf16' });
-  const { q, k, v } = sc.rows(0, n);
+  const sc = scenario('llama-like', { n, heads, kvHeads, headDim: 128, seed: 7, dtype: 'bf16' });
   const layout = zigzagLayout(n, P, 128);
+  // this rank's rows only, one scenario call per range
+  const chunks = new Map<number, ReturnType<typeof sc.rows>>();
+  const rowsOf = (start: number, end: number) => {
+    let c = chunks.get(start);
+    if (!c) chunks.set(start, (c = sc.rows(start, end)));
+    return c;
+  };
+  const shard = {
+    q: shardFromRows(layout, rank, (a, b) => rowsOf(a, b).q),
+    k: shardFromRows(layout, rank, (a, b) => rowsOf(a, b).k),
+    v: shardFromRows(layout, rank, (a, b) => rowsOf(a, b).v),
+  };
+  chunks.clear();
+  const generatedMs = performance.now() - t0;
   const comm = communicatorOver(await ncclCollectives({ rank, size: P, id, device, initTimeoutMs }));
   const joinedMs = performance.now() - t0;
-  const res = await parallelPrefill(comm, be, layout, { q: shardTensor(layout, rank, q), k: shardTensor(layout, rank, k), v: shardTensor(layout, rank, v) }, crisp, {
-    minSparseLength: 0,
-  });
-  const outs = await comm.allGather(bytesOf(res.output.data));
+  const res = await parallelPrefill(comm, be, layout, shard, crisp, { minSparseLength: 0 });
+  const prefillMs: number[] = [];
+  for (let i = 0; i < reps; i++) {
+    await comm.allGather(new Uint8Array(1)); // every rank starts together
+    const t = performance.now();
+    await parallelPrefill(comm, be, layout, shard, crisp, { minSparseLength: 0 });
+    await be.synchronize();
+    prefillMs.push(performance.now() - t);
+  }
+  const outs = check ? await comm.allGather(bytesOf(res.output.data)) : [];
   const line: Record<string, unknown> = {
     rank,
     ranks: P,
     n,
+    heads,
+    kvHeads,
     device,
+    generatedMs: Math.round(generatedMs),
     joinedMs: Math.round(joinedMs),
     timings: res.timings,
+    prefillMs,
     traffic: res.traffic,
     communicatorTraffic: comm.traffic,
     density: res.plan.density ? Array.from(res.plan.density).reduce((a, b) => a + b, 0) / res.plan.density.length : null,
   };
-  if (rank === 0) {
-    const parts = outs.map((b) => ({ ...res.output, shape: [b.byteLength / 2 / (8 * 128), 8, 128] as const, data: new Uint16Array(b.slice().buffer) }));
+  if (rank === 0 && check) {
+    const { q, k, v } = sc.rows(0, n);
+    const parts = outs.map((b) => ({ ...res.output, shape: [b.byteLength / 2 / (heads * 128), heads, 128] as const, data: new Uint16Array(b.slice().buffer) }));
     const whole = unshardTensor(layout, parts);
     const [qd, kd, vd] = [q, k, v].map((t) => be.upload(t));
     const single = await sparsePrefill(be, { q: qd, k: kd, v: vd }, crisp, { minSparseLength: 0 });
@@ -83,7 +117,7 @@ async function child(rank: number): Promise<void> {
 }
 
 async function parent(): Promise<void> {
-  console.log(JSON.stringify({ nccl: ncclVersion(), ranks: P, started: Math.min(start, P), n, devices }));
+  console.log(JSON.stringify({ nccl: ncclVersion(), ranks: P, started: Math.min(start, P), n, heads, kvHeads, devices, check, reps }));
   const id = Buffer.from(ncclUniqueId()).toString('hex');
   const self = fileURLToPath(import.meta.url);
   const codes = await Promise.all(
@@ -92,6 +126,7 @@ async function parent(): Promise<void> {
       (_, r) =>
         new Promise<number>((resolve) => {
           const args = ['--rank', String(r), '--ranks', String(P), '--n', String(n), '--devices', String(devices), '--init-timeout-ms', String(initTimeoutMs)];
+          args.push('--heads', String(heads), '--kv-heads', String(kvHeads), '--check', check ? 'on' : 'off', '--reps', String(reps));
           const c = spawn(process.execPath, [self, ...args], {
             env: { ...process.env, CRISP_NCCL_ID: id },
             stdio: ['ignore', 'inherit', 'inherit'],
