@@ -72,10 +72,11 @@
 #                on a regular sparse pattern at 16k-512k (d 128) and 64k (d 64), and PyTorch SDPA flash
 #                and cuDNN at d 64 / 64k and d 128 / 512k (apps/bench/peers/sdpa_time.py): OUT/kernels-d128,
 #                OUT/kernels-d64, OUT/sdpa-*.json (apps/bench/results/<gpu>/kernels). ~250 s.
-#   nccl         context-parallel crisp over NCCL on this host's GPUs (tools/gpu-rig/src/nccl-main.ts, packed
-#                separately), the Llama shape, NCCL_RANKS (default 1 2 4 8, up to the GPUs) x NCCL_SIZES
-#                (default 524288): per rank its prefill times and bytes, rank 0's check against one
-#                backend up to 1M: OUT/nccl-p<P>-n<N>.log. Each run is bounded by NCCL_TIMEOUT_S (280).
+#   nccl         context-parallel crisp over NCCL on this host's GPUs (pack tools/gpu-rig/src/nccl-main.ts
+#                and tools/gpu-rig/src/nccl-table.ts), the Llama shape, NCCL_RANKS (default 1 2 4 8, up to
+#                the GPUs) x NCCL_SIZES (default 524288): per rank its prefill times and bytes, rank 0's
+#                check against one backend up to 1M: OUT/nccl-p<P>-n<N>.log, then the scaling table
+#                OUT/nccl.md and OUT/nccl.json. Each run is bounded by NCCL_TIMEOUT_S (280).
 #   parallel     crisp-bench's parallel suite on CUDA: the crisp plan of the @crisp/synth llama-like layer
 #                at 512k and 1M tokens (the CUDA backend's maxSequence; one GPU makes the plan, which every rank of a context-parallel
 #                run makes too), and for 2, 4 and 8 ranks the K/V bytes each rank receives against a dense
@@ -280,7 +281,9 @@ case "$phase" in
     exit $rc
     ;;
   nccl)
-    [ -f "$app/nccl-main.mjs" ] || { echo "missing $app/nccl-main.mjs: pack tools/gpu-rig/src/nccl-main.ts" >&2; exit 2; }
+    for e in nccl-main nccl-table; do
+      [ -f "$app/$e.mjs" ] || { echo "missing $app/$e.mjs: pack tools/gpu-rig/src/nccl-main.ts tools/gpu-rig/src/nccl-table.ts" >&2; exit 2; }
+    done
     # context-parallel crisp over NCCL across this host's GPUs, the Llama shape (32, 8, 128, bf16),
     # for each rank count in NCCL_RANKS (default 1 2 4 8, those the GPUs allow) and length in
     # NCCL_SIZES (default 524288): rank 0 checks the output and plan against one backend's up to
@@ -301,6 +304,8 @@ case "$phase" in
         tail -n 3 "$out/nccl-p$P-n$n.log" | cut -c1-400
       done
     done
+    # the scaling table (time, efficiency against one rank, bytes against a dense ring): OUT/nccl.json, OUT/nccl.md
+    node "$app/nccl-table.mjs" "$out" || rc=1
     exit $rc
     ;;
   parallel)
