@@ -70,14 +70,11 @@ export function shardPositions(layout: ShardLayout, rank: number): Int32Array {
 export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor): HostTensor {
   if (whole.shape[0] !== layout.n) throw new ShapeError(`shardTensor: the tensor has ${whole.shape[0]} rows, the layout ${layout.n}`);
   const per = whole.shape.slice(1).reduce((a, b) => a * b, 1);
-  const data = whole.data;
-  const out = storageLike(data, shardRows(layout, rank) * per);
-  let at = 0;
-  for (const r of layout.ranges[rank]) {
-    out.set(data.subarray(r.start * per, r.end * per), at);
-    at += (r.end - r.start) * per;
-  }
-  return { dtype: whole.dtype, shape: [shardRows(layout, rank), ...whole.shape.slice(1)], data: out };
+  return shardFromRows(layout, rank, (start, end) => ({
+    dtype: whole.dtype,
+    shape: [end - start, ...whole.shape.slice(1)],
+    data: whole.data.subarray(start * per, end * per),
+  }));
 }
 
 /**
