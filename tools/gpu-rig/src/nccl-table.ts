@@ -79,14 +79,13 @@ export function ncclTable(logs: readonly { readonly name: string; readonly text:
     const whole = errors.length === 0 && good.length === ranks;
     const reps = whole ? Math.min(...good.map((l) => l.prefillMs?.length ?? 0)) : 0;
     const slowest = Array.from({ length: reps }, (_, i) => Math.max(...good.map((l) => (l.prefillMs as number[])[i])));
-    const maxOf = (f: (l: RankLine) => number | undefined): number | null => {
+    // a field of every rank, or null when a rank lacks it (or the run is partial)
+    const everyRank = (f: (l: RankLine) => number | undefined): number[] | null => {
       const xs = good.map(f).filter((x): x is number => typeof x === 'number');
-      return whole && xs.length === ranks ? Math.max(...xs) : null;
+      return whole && xs.length === ranks ? xs : null;
     };
-    const sumOf = (f: (l: RankLine) => number | undefined): number | null => {
-      const xs = good.map(f).filter((x): x is number => typeof x === 'number');
-      return whole && xs.length === ranks ? xs.reduce((a, b) => a + b, 0) : null;
-    };
+    const maxOf = (f: (l: RankLine) => number | undefined) => everyRank(f)?.reduce((a, b) => Math.max(a, b)) ?? null;
+    const sumOf = (f: (l: RankLine) => number | undefined) => everyRank(f)?.reduce((a, b) => a + b) ?? null;
     const r0 = byRank.get(0);
     partial.push({
       ranks,
