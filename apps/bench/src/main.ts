@@ -281,8 +281,10 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   try {
     cmd.parse(argv as string[]);
   } catch (e) {
+    // --help and --version exit 0; every usage error (an unknown option, a missing value) is 2,
+    // like the errors of the option values below
     const code = (e as { exitCode?: number }).exitCode;
-    return code ?? 2;
+    return code === 0 ? 0 : 2;
   }
   const o = cmd.opts<Record<string, string | boolean | undefined>>();
   let config: BenchConfig;
@@ -312,10 +314,17 @@ export async function main(argv: readonly string[], opts: MainOptions = {}): Pro
   const outDir = resolve(typeof o.out === 'string' ? o.out : join(repoRoot ?? process.cwd(), repoRoot ? 'apps/bench/results' : 'bench-results', machine.slug));
   const fold = typeof o.fold === 'string' ? o.fold.split(',').map((x) => x.trim()).filter((x) => x !== '') : [];
   if (o.renderOnly) return renderOnly(outDir, typeof o.linkBase === 'string' ? o.linkBase : resultsLink(repoRoot, outDir), fold, log);
-  // A lost GPU promise must not let Node exit early with half a report: keep the loop alive.
+  let names: BackendName[];
+  try {
+    names = typeof o.backends === 'string' ? list(o.backends, BACKEND_NAMES, 'backend') : [...BACKEND_NAMES];
+  } catch (e) {
+    process.stderr.write(`crisp-bench: ${message(e)}\n`);
+    return 2;
+  }
+  // A lost GPU promise must not let Node exit early with half a report: keep the loop alive
+  // (every return from here on is inside the try that clears it).
   const keepAlive = setInterval(() => {}, 1 << 30);
   const started = t0;
-  const names: BackendName[] = typeof o.backends === 'string' ? list(o.backends, BACKEND_NAMES, 'backend') : [...BACKEND_NAMES];
   const opened: OpenBackend[] = [];
   try {
     for (const name of names) {

@@ -109,6 +109,14 @@ describe('crisp-bench run', () => {
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('Merged with the results of');
   });
 
+  it('answers an unknown backend or option with a usage error (2), before anything starts', async () => {
+    const out = join(root, 'bad-backend');
+    expect(await main(['node', 'crisp-bench', '--backends', 'reference,nope', '--quiet', '--out', out])).toBe(2);
+    expect(existsSync(out)).toBe(false);
+    expect(await main(['node', 'crisp-bench', '--no-such-option', '--quiet', '--out', out])).toBe(2);
+    expect(await main(['node', 'crisp-bench', '--help'])).toBe(0);
+  });
+
   it('rejects a bad --deadline-s', async () => {
     expect(await main(['node', 'crisp-bench', ...tiny, '--deadline-s', '0', '--out', join(root, 'bad')])).toBe(2);
   });

@@ -79,6 +79,15 @@ describe('crisp run', () => {
     expect(r.stdout).toMatch(/time [\d.]+ ms \(median of 1; plan [\d.]+ ms\) vs dense [\d.]+ ms: [\d.]+x/);
   });
 
+  it('says n/a for needle recall when the input has no needles', async () => {
+    const args = ['run', '--backend', 'reference', '--n', '512', '--heads', '4', '--kv-heads', '1', '--head-dim', '32', '--no-dense', '--sample-rows', '4'];
+    const j = await runCli([...args, '--json']);
+    expect(j.code, j.stderr).toBe(0);
+    expect((JSON.parse(j.stdout) as RunSummary).policies[0].needleRecall?.total).toBe(0);
+    const t = await runCli(args);
+    expect(t.stdout).toContain('needle recall n/a (the input has no needles)');
+  });
+
   it('--no-dense skips the baseline: the same plan and mass recall, dense null, no output error or speedup', async () => {
     const r = await runCli(['run', ...SMALL, '--no-dense', '--json']);
     expect(r.code, r.stderr).toBe(0);
@@ -130,6 +139,10 @@ describe('crisp run', () => {
     const fromNpy: RunSummary = JSON.parse(r2.stdout);
     expect(fromNpy.policies[0].heads.map((h) => h.density)).toEqual(b.heads.map((h) => h.density));
     expect(fromNpy.policies[0].outputError).toBeCloseTo(b.outputError!, 9);
+    // --layout also takes the shape it stands for
+    const r3 = await runCli(['run', '--backend', 'reference', '--qkv', npyDir, '--layout', '[H, n, d]', '--sample-rows', '16', '--json']);
+    expect(r3.code, r3.stderr).toBe(0);
+    expect((JSON.parse(r3.stdout) as RunSummary).policies[0].outputError).toBe(fromNpy.policies[0].outputError);
   });
 
   it('refuses a dump whose q and k lengths differ (exit 1, says why)', async () => {

@@ -51,7 +51,9 @@ export function formatRun(s: RunSummary): string {
       `summary ${p.policy}: routes ${vs} VS / ${pe} PE${p.threshold !== undefined ? ` (${scoreName} threshold ${p.threshold})` : ''}; density ${pct(p.density)}; mass recall ${pct(p.massRecall)} (${s.sampleRows} exact rows); ${p.outputError === null ? 'output error not measured (no dense baseline)' : `output error ${fmt(p.outputError, 4)} vs dense`}`,
     );
     const extra: string[] = [];
-    if (p.needleRecall) {
+    if (p.needleRecall && p.needleRecall.total === 0) {
+      extra.push('needle recall n/a (the input has no needles)');
+    } else if (p.needleRecall) {
       extra.push(
         `needle recall ${pct(p.needleRecall.recall)} (${p.needleRecall.recalled}/${p.needleRecall.total} needle-head pairs; visible to the proxy ${pct(p.needleRecall.visibleRecall)})`,
       );

@@ -16,7 +16,7 @@ import { formatRun, toJson } from './format.js';
 import { openLayers } from './layers.js';
 import { checkOutDir, formatModel, modelJson, runModel } from './model-run.js';
 import { checkOutputPath } from './out-file.js';
-import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, namesFlag, numFlag, pathFlag } from './options.js';
+import { type QkvNameFlags, choiceFlag, dtypeFlag, intFlag, layoutFlag, namesFlag, numFlag, pathFlag } from './options.js';
 import { PRESET_NAMES } from './policy.js';
 import { reportCommand } from './report.js';
 import { cliVersion } from './version.js';
@@ -70,7 +70,7 @@ function addProblemFlags(cmd: Command): Command {
     )
     .option('--n <tokens>', 'sequence length (default: fit for the backend; 4096 on the reference)', intFlag('--n', 1, 2 ** 26))
     .option('--heads <H>', 'query heads (default: fit for the backend)', intFlag('--heads', 1, 1024))
-    .option('--kv-heads <Hkv>', 'kv heads, H % Hkv == 0 (default H / 4)', intFlag('--kv-heads', 1, 1024))
+    .option('--kv-heads <Hkv>', 'kv heads, H % Hkv == 0 (default H / 4 rounded down, at least 1; it must divide H)', intFlag('--kv-heads', 1, 1024))
     .option('--head-dim <d>', 'head dim (default 64 on the reference, 128 on GPUs)', intFlag('--head-dim', 32, 1024))
     .option('--dtype <dtype>', 'f32, f16 or bf16 (default: the backend\'s)', dtypeFlag)
     .option('--seed <int>', 'scenario seed', intFlag('--seed', 0, 2 ** 32 - 1), 1);
@@ -91,9 +91,9 @@ function addPolicyFlags(cmd: Command): Command {
       pathFlag('--qkv', 'a safetensors file or a directory of .npy or layer files'),
     )
     .addOption(
-      new Option('--layout <layout>', 'how --qkv stores tensors: nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d])')
+      new Option('--layout <layout>', "how --qkv stores tensors: nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d]); '[n,H,d]' and the like also work")
         .default('nhd')
-        .argParser(choiceFlag('--layout', ['nhd', '1nhd', 'hnd'] as const)),
+        .argParser(layoutFlag),
     )
     .option(
       '--names <q=NAME,k=NAME,v=NAME>',
@@ -166,7 +166,7 @@ function runOptions(f: CommonFlags, compare?: string[]): RunOptions {
     throw new UsageError(`--heads (${f.heads}) must be a multiple of --kv-heads (${f.kvHeads})`);
   }
   if (f.heads !== undefined && f.kvHeads === undefined && f.heads % Math.max(1, Math.floor(f.heads / 4)) !== 0) {
-    throw new UsageError(`--heads ${f.heads} has no default kv-head count (H / 4); pass --kv-heads`);
+    throw new UsageError(`--heads ${f.heads} has no default kv-head count (H / 4 rounded down, ${Math.max(1, Math.floor(f.heads / 4))}, does not divide it); pass --kv-heads`);
   }
   return {
     ...scenarioChoice(f),
@@ -238,7 +238,7 @@ function program(io: CliIo): Command {
       io.stdout.write(f.json ? `${toJson(modelJson(m))}\n` : formatModel(m));
       return;
     }
-    const out = f.out !== undefined ? { path: await checkOutputPath('--out', f.out), ...extra } : undefined;
+    const out = f.out !== undefined ? { path: await checkOutputPath('--out', f.out, 'crisp-out.safetensors'), ...extra } : undefined;
     const summary = await runJob({ ...opts, out }, io);
     io.stdout.write(f.json ? `${toJson(summary)}\n` : formatRun(summary));
   });
@@ -249,13 +249,14 @@ function program(io: CliIo): Command {
       'write one self-contained HTML page (plotly inlined, no network): block masses on a log axis with the γ cut and the α·μ floor, block masks per policy, C_struct vs JSD, density and error per head',
     )
     .option('--out <file>', 'where to write the page', 'crisp-report.html')
-    .option('--compare <presets>', 'other presets to run on the same inputs, comma-separated', 'flexPrefill')
+    .option('--compare <presets>', 'other presets to run on the same inputs, comma-separated, or the flag repeated (default flexPrefill)', (v: string, acc: string[] = []) => [...acc, v])
     .option('--from <run.json...>', 'render `crisp run --json` results instead of running (several sizes add plots against n)', (v: string, acc: string[] = []) => [...acc, pathFlag('--from', 'a run JSON file')(v)])
     .option('--sweep', "also sweep α and γ on the reference backend for the run's scenario (capped at n=2048) and plot mass recall against density");
   addPolicyFlags(addProblemFlags(report));
-  report.action(async (f: CommonFlags & { out: string; compare: string; from?: string[]; sweep?: boolean }, cmd: Command) => {
+  report.action(async (f: CommonFlags & { out: string; compare?: string[]; from?: string[]; sweep?: boolean }, cmd: Command) => {
     checkFlagMix(cmd, f);
-    const compare = f.compare
+    const compare = (f.compare ?? ['flexPrefill'])
+      .join(',')
       .split(',')
       .map((s) => s.trim())
       .filter(Boolean);
@@ -296,6 +297,11 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
   const prog = program(io);
   if (argv.length <= 2) {
     prog.outputHelp({ error: true });
+    return EXIT_USAGE;
+  }
+  // `crisp help NAME` for a command that does not exist: say so, as `crisp NAME` does
+  if (argv[2] === 'help' && argv.length > 3 && !prog.commands.some((c) => c.name() === argv[3] || c.aliases().includes(argv[3]))) {
+    io.stderr.write(`crisp: unknown command '${argv[3]}'; the commands are ${prog.commands.map((c) => c.name()).join(', ')} (see --help)\n`);
     return EXIT_USAGE;
   }
   try {

@@ -1,5 +1,6 @@
 /** Flag parsing helpers: every bad value is a UsageError (exit 2) that names the flag. */
 import { DTYPES, type DType } from '@crisp/core';
+import { type Layout, parseLayout } from '@crisp/io';
 import { UsageError } from './cli-io.js';
 
 const INT = /^[+-]?\d+$/;
@@ -37,6 +38,15 @@ export function choiceFlag<T extends string>(flag: string, choices: readonly T[]
 }
 
 export const dtypeFlag = choiceFlag<DType>('--dtype', DTYPES);
+
+/** --layout: nhd, 1nhd or hnd, or the shapes they stand for ('[n,H,d]', '[1,n,H,d]', '[H,n,d]'). */
+export function layoutFlag(raw: string): Layout {
+  try {
+    return parseLayout(raw);
+  } catch {
+    throw new UsageError(`--layout must be one of nhd ([n,H,d]), 1nhd ([1,n,H,d]) or hnd ([H,n,d]); got '${raw}'`);
+  }
+}
 
 /** A path flag: never empty or blank (an empty path would silently mean "no file"). */
 export function pathFlag(flag: string, what: string) {

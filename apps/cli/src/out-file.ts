@@ -40,14 +40,14 @@ function why(e: unknown): string {
 /**
  * Resolves `raw` to the regular file to write, or throws: a usage error for an empty path,
  * IO_ERROR (naming `flag`) when the target is not a regular file or its directory is
- * missing or not writable. Nothing is created.
+ * missing or not writable (`example`: the file name its errors suggest). Nothing is created.
  */
-export async function checkOutputPath(flag: string, raw: string): Promise<string> {
+export async function checkOutputPath(flag: string, raw: string, example = 'crisp-report.html'): Promise<string> {
   if (raw.trim() === '') throw new UsageError(`${flag} needs a file path; got '${raw}'`);
   if (raw.includes('\0')) throw new UsageError(`${flag} holds a NUL character; give a real path`);
   const fail = (msg: string, path: string) => new CrispError('IO_ERROR', `cannot write ${path} (${flag}): ${msg}; pick another ${flag}`, { path });
   let path = resolve(raw);
-  if (/[/\\]$/.test(raw)) throw fail(`it names a directory; give a file path such as ${join(path, 'crisp-report.html')}`, path);
+  if (/[/\\]$/.test(raw)) throw fail(`it names a directory; give a file path such as ${join(path, example)}`, path);
   let target: Stats | undefined;
   try {
     const link = await lstat(path);
@@ -63,7 +63,7 @@ export async function checkOutputPath(flag: string, raw: string): Promise<string
     if (e instanceof CrispError) throw e;
     if (errno(e) !== 'ENOENT') throw fail(why(e), path);
   }
-  if (target?.isDirectory()) throw fail(`it is a directory; give a file path such as ${join(path, 'crisp-report.html')}`, path);
+  if (target?.isDirectory()) throw fail(`it is a directory; give a file path such as ${join(path, example)}`, path);
   if (target && !target.isFile()) throw fail(`it is ${kindOf(target)}, not a regular file: only regular files are written`, path);
   if (target) {
     try {

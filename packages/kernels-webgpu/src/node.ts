@@ -74,7 +74,7 @@ function explainMissingAdapter(): string {
     }
     // Reached without a loader only under CRISP_WEBGPU_SKIP_LOADER_CHECK (nodeAdapter checks first).
     if (findVulkanLoader() === undefined) {
-      hints.push('Dawn needs libvulkan.so.1 on the library path (package libvulkan1, or LD_LIBRARY_PATH=/usr/lib/chromium)');
+      hints.push('Dawn needs libvulkan.so.1 on the library path and a Vulkan driver (package libvulkan1 and a GPU driver; or, for the SwiftShader CPU device of Debian\'s chromium, LD_LIBRARY_PATH=/usr/lib/chromium VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json)');
     }
   }
   return `Dawn found no WebGPU adapter${hints.length ? `: ${hints.join('; ')}` : ''}`;
@@ -141,7 +141,7 @@ async function nodeAdapter(flags: readonly string[], wait: DawnWait = 'auto'): P
   if (findVulkanLoader() === undefined && !process.env.CRISP_WEBGPU_SKIP_LOADER_CHECK) {
     throw new CrispError(
       'BACKEND_UNAVAILABLE',
-      `Dawn needs the Vulkan loader ${LOADER} and it is on no library path here (install libvulkan1, or set LD_LIBRARY_PATH=/usr/lib/chromium where Debian's chromium is installed; CRISP_WEBGPU_SKIP_LOADER_CHECK=1 tries Dawn anyway)`,
+      `Dawn needs the Vulkan loader ${LOADER} and it is on no library path here (install libvulkan1 and a GPU's Vulkan driver; or, where Debian's chromium is installed, use its loader and SwiftShader CPU device: LD_LIBRARY_PATH=/usr/lib/chromium VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json; CRISP_WEBGPU_SKIP_LOADER_CHECK=1 tries Dawn anyway)`,
     );
   }
   let gpu: GPU;
