@@ -1,3 +1,4 @@
+/// <reference types="@webgpu/types" preserve="true" />
 /**
  * @crisp/kernels-webgpu: the CRISP backend in WGSL for browsers and Node. The device or
  * adapter is injected; `@crisp/kernels-webgpu/node` adds Dawn for Node.

@@ -1,3 +1,4 @@
+/// <reference types="@webgpu/types" preserve="true" />
 /**
  * Node entry: Dawn through the `webgpu` npm package. The main entry stays free of Node
  * imports so browsers can bundle it; this one is for Node only.

@@ -1,3 +1,4 @@
+/// <reference types="@webgpu/types" preserve="true" />
 /**
  * The ONNX Runtime Web attention peer (entry `@crisp/kernels-webgpu/ort-peer`, Node or
  * browser): causal GQA attention as a browser app runs it, ONNX Runtime Web's WebGPU execution

@@ -1,3 +1,4 @@
+/// <reference types="@webgpu/types" preserve="true" />
 /**
  * The TensorFlow.js dense-attention peer (entry `@crisp/kernels-webgpu/tfjs-peer`, Node or
  * browser): causal attention as a TF.js user writes it on @tensorflow/tfjs-backend-webgpu,

@@ -75,7 +75,7 @@ for (const p of published) {
     ...manifestProblems(pkg, { folder, repositoryUrl: rootPkg.repository?.url, readme: text('README.md'), license: text('LICENSE'), rootLicense }),
   ];
   for (const f of found) problems.push(`${p.name}: ${f}`);
-  tarballs.push({ name: p.name, file, pkg });
+  tarballs.push({ name: p.name, file, pkg, files });
 }
 say(`packed ${tarballs.length} packages (${published.map((p) => p.name).join(', ')})`);
 
@@ -141,6 +141,17 @@ if (install.status !== 0) {
     { readme: 'packages/core/README.md', heading: 'Example', file: 'core-example', check: (out) => (/NON_FINITE/.test(out) ? [] : ['no NON_FINITE line']) },
   ];
   for (const ex of examples) writeFileSync(join(app, `${ex.file}.ts`), extractExample(readFileSync(join(root, ex.readme), 'utf8'), ex.heading));
+  // every entry point's declarations, as a strict project without skipLibCheck reads them
+  // (an entry whose declarations name an optional peer needs that peer installed: left out)
+  // (one program a package: a package's declarations must not lean on globals that only
+  // another package's dependencies bring)
+  const typed = entries.filter(({ spec, t }) => !declarationsNeedOptionalPeer(t, spec));
+  const typedPackages = [...new Set(typed.map((e) => e.t.name))];
+  const typesFile = (name) => `types-${name.replace(/[@/]/g, '_')}.ts`;
+  for (const name of typedPackages) {
+    const mine = typed.filter((e) => e.t.name === name);
+    writeFileSync(join(app, typesFile(name)), `${mine.map((e, i) => `import type * as entry${i} from '${e.spec}';\nexport type Entry${i} = typeof entry${i};`).join('\n')}\n`);
+  }
   const tsconfig = {
     compilerOptions: {
       module: 'nodenext',
@@ -156,6 +167,20 @@ if (install.status !== 0) {
   };
   writeFileSync(join(app, 'tsconfig.json'), `${JSON.stringify(tsconfig, null, 2)}\n`);
   const tsc = createRequire(join(root, 'package.json')).resolve('typescript/bin/tsc');
+  // the declarations in a project with the @types packages a Node user has (@types/node from
+  // the workspace: the Node entries' declarations name node: modules)
+  let declaredOk = 0;
+  for (const name of typedPackages) {
+    const typesConfig = {
+      compilerOptions: { ...tsconfig.compilerOptions, types: undefined, typeRoots: [join(app, 'node_modules/@types'), join(root, 'node_modules/@types')], noEmit: true },
+      files: [typesFile(name)],
+    };
+    writeFileSync(join(app, 'tsconfig.types.json'), `${JSON.stringify(typesConfig, null, 2)}\n`);
+    const declared = run(process.execPath, [tsc, '-p', join(app, 'tsconfig.types.json')], { cwd: app });
+    if (declared.status !== 0) problems.push(`${name}: its declarations do not compile in a strict project without skipLibCheck:\n${declared.stdout}${declared.stderr}`);
+    else declaredOk++;
+  }
+  say(`compiled the declarations of ${declaredOk} of ${typedPackages.length} packages, each alone (${entries.length - typed.length} entry points need an optional peer)`);
   const compiled = run(process.execPath, [tsc, '-p', app], { cwd: app });
   if (compiled.status !== 0) {
     problems.push(`the README examples do not compile (strict, module nodenext, target ES2022, no skipLibCheck):\n${compiled.stdout}${compiled.stderr}`);
@@ -171,6 +196,15 @@ if (install.status !== 0) {
       }
     }
   }
+}
+
+/** Whether the declarations of entry `spec` of tarball `t` import one of its optional peers. */
+function declarationsNeedOptionalPeer(t, spec) {
+  const sub = spec === t.name ? '.' : `./${spec.slice(t.name.length + 1)}`;
+  const types = t.pkg.exports?.[sub]?.types;
+  const text = types ? t.files.get(types.replace(/^\.\//, ''))?.toString('utf8') ?? '' : '';
+  const optional = Object.keys(t.pkg.peerDependenciesMeta ?? {}).filter((d) => t.pkg.peerDependenciesMeta[d]?.optional);
+  return optional.some((d) => text.includes(`'${d}'`) || text.includes(`"${d}"`) || text.includes(`'${d}/`) || text.includes(`"${d}/`));
 }
 
 if (keep) say(`kept ${scratch}`);
