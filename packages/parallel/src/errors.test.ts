@@ -4,7 +4,7 @@ import { createReferenceBackend } from '@crisp/reference';
 import { scenario } from '@crisp/synth';
 import { describe, expect, it } from 'vitest';
 import { createLocalGroup } from './local-group.js';
-import { shardTensor, zigzagLayout } from './layout.js';
+import { shardFromRows, shardTensor, unshardTensor, zigzagLayout } from './layout.js';
 import { parallelPrefill, type ShardInputs } from './prefill.js';
 
 const n = 1200;
@@ -56,8 +56,58 @@ describe('parallelPrefill: bad input on one rank stops every rank with the same 
     expect(codes(await runAll(inputs, [crispSmall, wrong, crispSmall]))).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
   });
 
-  it('a communicator of another size is refused before any collective', async () => {
-    const [c] = createLocalGroup(2);
-    await expect(parallelPrefill(c, createReferenceBackend(), layout, shard(0), crispSmall)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+  it('a layout for another number of ranks: INVALID_ARGUMENT on every rank of the communicator', async () => {
+    const comms = createLocalGroup(2);
+    const out = await Promise.allSettled(comms.map((c, r) => parallelPrefill(c, createReferenceBackend(), layout, shard(r), crispSmall)));
+    expect(codes(out)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+  });
+
+  it('a policy only one rank finds invalid: INVALID_ARGUMENT everywhere, no rank left waiting', async () => {
+    const inputs = [0, 1, 2].map(shard);
+    const bad = { ...crispSmall, vs: { ...crispSmall.vs!, kMin: -1 } };
+    const out = await runAll(inputs, [crispSmall, bad, crispSmall]);
+    expect(codes(out)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+    expect(String((out[0] as PromiseRejectedResult).reason.message)).toMatch(/rank 1 failed in checking the shards/);
+  });
+
+  it('a backend that is not one, on one rank: INVALID_ARGUMENT everywhere', async () => {
+    const comms = createLocalGroup(P);
+    const out = await Promise.allSettled(
+      comms.map((c, r) => parallelPrefill(c, r === 2 ? ({} as ReturnType<typeof createReferenceBackend>) : createReferenceBackend(), layout, shard(r), crispSmall)),
+    );
+    expect(codes(out)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+  });
+
+  it('options: a bad scale is refused before the plan; ranks given different scales or layouts are refused', async () => {
+    const comms = () => createLocalGroup(P);
+    const run = (opts: (r: number) => object, lay: (r: number) => typeof layout = () => layout) =>
+      Promise.allSettled(comms().map((c, r) => parallelPrefill(c, createReferenceBackend(), lay(r), shard(r), crispSmall, opts(r))));
+    for (const scale of [Number.NaN, -1, 'x']) {
+      const out = await run(() => ({ scale }));
+      expect(codes(out), String(scale)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+      expect(String((out[0] as PromiseRejectedResult).reason.message)).toMatch(/scale must be a positive finite number/);
+    }
+    const differ = await run((r) => ({ scale: r === 1 ? 0.2 : 0.1 }));
+    expect(codes(differ)).toEqual(['INVALID_ARGUMENT', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+    expect(String((differ[0] as PromiseRejectedResult).reason.message)).toMatch(/rank 1 was given another scale than rank 0/);
+    // the same block size and rank count, cut differently: another n
+    const other = zigzagLayout(n - 64, P, 64);
+    const moved = await run(() => ({}), (r) => (r === 2 ? other : layout));
+    expect(codes(moved)).not.toContain('ok');
+    expect(new Set(codes(moved)).size).toBe(1);
+  });
+});
+
+describe('layout helpers: a layout that is not one is INVALID_ARGUMENT, not a TypeError', () => {
+  it('shardTensor, shardFromRows, unshardTensor', () => {
+    const bad = [null, undefined, { n: 512, size: 2 }, { ...layout, ranges: [] }];
+    for (const l of bad) {
+      expect(() => shardTensor(l as never, 0, whole.q)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(() => shardFromRows(l as never, 0, () => whole.q)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+      expect(() => unshardTensor(l as never, [])).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    }
+    expect(() => unshardTensor(layout, null as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    expect(() => unshardTensor(layout, [null, null, null] as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
+    expect(() => shardTensor(layout, 3, whole.q)).toThrow(/rank must be an integer in \[0, 3\)/);
   });
 });

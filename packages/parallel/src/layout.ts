@@ -46,6 +46,36 @@ export function zigzagLayout(n: number, size: number, blockSize: number): ShardL
   return { n, size, blockSize, numBlocks: Nb, ranges, owner };
 }
 
+/**
+ * Checks that `layout` is a ShardLayout (what zigzagLayout returns): an INVALID_ARGUMENT naming
+ * `entry` otherwise, instead of a TypeError from inside.
+ */
+export function assertLayout(layout: unknown, entry: string): asserts layout is ShardLayout {
+  const l = layout as Partial<ShardLayout> | null | undefined;
+  const ok =
+    l !== null &&
+    typeof l === 'object' &&
+    Number.isInteger(l.n) &&
+    Number.isInteger(l.size) &&
+    Number.isInteger(l.blockSize) &&
+    Number.isInteger(l.numBlocks) &&
+    Array.isArray(l.ranges) &&
+    l.ranges.length === l.size &&
+    l.ranges.every((rs) => Array.isArray(rs) && rs.every((r) => Number.isInteger(r?.start) && Number.isInteger(r?.end) && r.start < r.end && r.end <= l.n!)) &&
+    l.owner instanceof Int32Array &&
+    l.owner.length === l.numBlocks;
+  if (!ok) throw new InvalidArgumentError(`${entry}: the layout must be a ShardLayout, as zigzagLayout(n, ranks, blockSize) returns; got ${describe(layout)}`);
+}
+
+function describe(x: unknown): string {
+  if (x === null || typeof x !== 'object') return String(x);
+  return `an object with ${Object.keys(x).join(', ') || 'no fields'}`;
+}
+
+function assertRank(layout: ShardLayout, rank: number, entry: string): void {
+  if (!Number.isInteger(rank) || rank < 0 || rank >= layout.size) throw new InvalidArgumentError(`${entry}: rank must be an integer in [0, ${layout.size}); got ${String(rank)}`);
+}
+
 /** Rows a rank holds. */
 export function shardRows(layout: ShardLayout, rank: number): number {
   let rows = 0;
@@ -68,6 +98,9 @@ export function shardPositions(layout: ShardLayout, rank: number): Int32Array {
 
 /** The rank's shard of a whole [n, ...] host tensor: its rows, in position order (a copy). */
 export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor): HostTensor {
+  assertLayout(layout, 'shardTensor');
+  assertRank(layout, rank, 'shardTensor');
+  if (!whole || typeof whole !== 'object' || !Array.isArray(whole.shape)) throw new InvalidArgumentError(`shardTensor: the tensor must be a host tensor { dtype, shape, data }; got ${describe(whole)}`);
   if (whole.shape[0] !== layout.n) throw new ShapeError(`shardTensor: the tensor has ${whole.shape[0]} rows, the layout ${layout.n}`);
   const per = whole.shape.slice(1).reduce((a, b) => a * b, 1);
   return shardFromRows(layout, rank, (start, end) => ({
@@ -84,7 +117,9 @@ export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor
  * `shardTensor` of the whole tensor, without any rank holding the whole of it.
  */
 export function shardFromRows(layout: ShardLayout, rank: number, rows: (start: number, end: number) => HostTensor): HostTensor {
-  if (!Number.isInteger(rank) || rank < 0 || rank >= layout.size) throw new InvalidArgumentError(`rank must be an integer in [0, ${layout.size}); got ${String(rank)}`);
+  assertLayout(layout, 'shardFromRows');
+  assertRank(layout, rank, 'shardFromRows');
+  if (typeof rows !== 'function') throw new InvalidArgumentError(`shardFromRows: rows must be a function (start, end) => host tensor; got ${describe(rows)}`);
   const parts = layout.ranges[rank].map((r) => {
     const t = rows(r.start, r.end);
     if (t.shape[0] !== r.end - r.start) throw new ShapeError(`shardFromRows: rows(${r.start}, ${r.end}) gave ${t.shape[0]} rows, expected ${r.end - r.start}`);
@@ -106,7 +141,12 @@ export function shardFromRows(layout: ShardLayout, rank: number, rows: (start: n
 
 /** The whole [n, ...] tensor from every rank's shard (the inverse of shardTensor). */
 export function unshardTensor(layout: ShardLayout, shards: readonly HostTensor[]): HostTensor {
+  assertLayout(layout, 'unshardTensor');
+  if (!Array.isArray(shards as unknown)) throw new InvalidArgumentError(`unshardTensor: shards must be an array of host tensors, one per rank; got ${describe(shards)}`);
   if (shards.length !== layout.size) throw new ShapeError(`unshardTensor: ${shards.length} shards for ${layout.size} ranks`);
+  shards.forEach((s, rank) => {
+    if (!s || typeof s !== 'object' || !Array.isArray(s.shape) || !s.data) throw new InvalidArgumentError(`unshardTensor: rank ${rank}'s shard is not a host tensor { dtype, shape, data }`);
+  });
   const first = shards[0];
   const per = first.shape.slice(1).reduce((a, b) => a * b, 1);
   const out = storageLike(first.data, layout.n * per);

@@ -23,13 +23,16 @@ import {
   type PrefillPlan,
   ShapeError,
   assertBackend,
+  assertCallOptions,
   attentionShape,
   bytesPerElement,
   planFromStatistics,
+  validatePolicy,
+  validatePolicyBlocks,
 } from '@crisp/core';
 import { assertCommunicator, bytesOf, type Communicator, gatherStep, i32Of } from './communicator.js';
 import { denseRingBytes, exchangeKv } from './exchange.js';
-import { type ShardLayout, shardRows, storageLike } from './layout.js';
+import { assertLayout, type ShardLayout, shardRows, storageLike } from './layout.js';
 import { ShardStatistics, shardData } from './shard-stats.js';
 
 /** One rank's shard: its rows of q [rows, H, d], k and v [rows, Hkv, d], in position order. */
@@ -67,8 +70,16 @@ export interface ParallelPrefillResult {
   readonly timings: { readonly planMs: number; readonly exchangeMs: number; readonly attentionMs: number };
 }
 
-/** Check this rank's inputs against the layout and describe them, for the ranks to compare. */
-function describeShard(layout: ShardLayout, rank: number, backend: Backend, local: ShardInputs, policy: Policy): string {
+/**
+ * Check this rank's arguments (layout, shard, policy, options) and describe them, for the
+ * ranks to compare: `shape` must agree (else SHAPE_MISMATCH), `same` (the layout, the
+ * policy's data, the options) too (else INVALID_ARGUMENT). Every check a rank could fail
+ * alone runs here, inside the first collective, so no rank gives up while others wait.
+ */
+function describeShard(layout: ShardLayout, rank: number, backend: Backend, local: ShardInputs, policy: Policy, opts: ParallelPrefillOptions): string {
+  assertLayout(layout, 'parallelPrefill');
+  assertCallOptions(opts, 'parallelPrefill');
+  validatePolicy(policy);
   if (!local || typeof local !== 'object') throw new InvalidArgumentError('parallelPrefill needs { q, k, v } host tensors of this rank\'s rows');
   const rows = shardRows(layout, rank);
   const shape = attentionShape(local.q, local.k, local.v);
@@ -79,10 +90,18 @@ function describeShard(layout: ShardLayout, rank: number, backend: Backend, loca
   if (B !== layout.blockSize) {
     throw new InvalidArgumentError(`the layout cuts blocks of ${layout.blockSize} rows, policy ${policy?.name} plans blocks of ${B}; make them agree`);
   }
+  validatePolicyBlocks(policy, B);
   if (layout.ranges[rank].some((r) => r.start > 0) && !backend.capabilities.chunkedPrefill) {
     throw new InvalidArgumentError(`backend ${backend.name} has no chunked prefill, which a rank's later ranges need`);
   }
-  return JSON.stringify([shape.heads, shape.kvHeads, shape.headDim, shape.dtype]);
+  const same = {
+    layout: [layout.n, layout.size, layout.blockSize, layout.ranges],
+    // the policy's data (its functions cannot be compared; its name, numbers and device rules can)
+    policy: JSON.stringify({ ...policy, router: policy.router?.device ?? policy.router?.name, vs: policy.vs?.device ?? policy.vs?.name, pe: policy.pe?.name }),
+    scale: opts.scale ?? null,
+    minSparseLength: opts.minSparseLength ?? null,
+  };
+  return JSON.stringify({ shape: [shape.heads, shape.kvHeads, shape.headDim, shape.dtype], same });
 }
 
 /** FNV-1a over the plan's routes and mask: ranks that made the same plan agree on it. */
@@ -158,18 +177,26 @@ export async function parallelPrefill(
   opts: ParallelPrefillOptions = {},
 ): Promise<ParallelPrefillResult> {
   assertCommunicator(comm, 'parallelPrefill');
-  assertBackend(backend, 'parallelPrefill');
-  if (!layout || layout.size !== comm.size || !Array.isArray(layout.ranges)) {
-    throw new InvalidArgumentError(`parallelPrefill: the layout is for ${layout?.size} ranks, the communicator joins ${comm.size}`);
-  }
   const t0 = performance.now();
   const rank = comm.rank;
   const before = comm.traffic.bytesReceived;
-  const headers = await gatherStep(comm, 'checking the shards', () => new TextEncoder().encode(describeShard(layout, rank, backend, local, policy)));
-  const text = headers.map((h) => new TextDecoder().decode(h));
-  const differing = text.findIndex((t) => t !== text[0]);
-  if (differing >= 0) throw new ShapeError(`rank ${differing}'s shard has [heads, kv heads, head dim, dtype] ${text[differing]}, rank 0's ${text[0]}`);
-  const [H, Hkv, d, dtype] = JSON.parse(text[0]) as [number, number, number, AttentionShape['dtype']];
+  const headers = await gatherStep(comm, 'checking the shards', () => {
+    assertBackend(backend, 'parallelPrefill');
+    if (!layout || layout.size !== comm.size) throw new InvalidArgumentError(`parallelPrefill: the layout is for ${layout?.size} ranks, the communicator joins ${comm.size}`);
+    return new TextEncoder().encode(describeShard(layout, rank, backend, local, policy, opts));
+  });
+  const described = headers.map((h) => JSON.parse(new TextDecoder().decode(h)) as { shape: [number, number, number, AttentionShape['dtype']]; same: Record<string, unknown> });
+  described.forEach((x, r) => {
+    if (JSON.stringify(x.shape) !== JSON.stringify(described[0].shape)) {
+      throw new ShapeError(`rank ${r}'s shard has [heads, kv heads, head dim, dtype] ${JSON.stringify(x.shape)}, rank 0's ${JSON.stringify(described[0].shape)}`);
+    }
+    for (const key of Object.keys(x.same)) {
+      if (JSON.stringify(x.same[key]) !== JSON.stringify(described[0].same[key])) {
+        throw new InvalidArgumentError(`parallelPrefill: rank ${r} was given another ${key} than rank 0; every rank must pass the same layout, policy and options`, { rank: r });
+      }
+    }
+  });
+  const [H, Hkv, d, dtype] = described[0].shape;
   const shape: AttentionShape = { queries: layout.n, keys: layout.n, heads: H, kvHeads: Hkv, headDim: d, dtype };
   const scale = opts.scale ?? defaultScale(d);
 

@@ -60,13 +60,16 @@ export async function hostPathBackend(choice: Exclude<BackendChoice, 'webgpu'>):
 
 /** Release every backend this package made (TF.js's device stays alive). */
 export async function disposeCrispBackends(): Promise<void> {
+  // Every cache is emptied before the first await, so a call made while this one settles (it
+  // need not be awaited) makes fresh backends, which it leaves alone.
   const made = [...onDevice.values()];
   onDevice.clear();
-  for (const b of made) (await b.catch(() => undefined))?.dispose();
   const c = cuda;
   cuda = undefined;
+  const ref = reference;
+  reference = undefined;
+  ref?.dispose();
+  for (const b of made) (await b.catch(() => undefined))?.dispose();
   const cb = await c;
   if (cb && typeof cb !== 'string') cb.dispose();
-  reference?.dispose();
-  reference = undefined;
 }

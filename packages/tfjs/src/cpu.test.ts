@@ -152,4 +152,18 @@ describe('crispAttention on TF.js cpu', () => {
     tf.dispose([q, k, v]);
     await disposeCrispBackends();
   });
+
+  it('a call made while disposeCrispBackends settles gets a fresh backend, which the dispose leaves alone', async () => {
+    const { q, k, v } = tensors(freshSeed(), { n: 128, H: 2, Hkv: 1, d: 64 });
+    const first = await crispAttention(q, k, v, { backend: 'reference' });
+    const disposing = disposeCrispBackends(); // not awaited, as a caller may do
+    const second = await crispAttention(q, k, v, { backend: 'reference' });
+    await disposing;
+    const third = await crispAttention(q, k, v, { backend: 'reference' });
+    const a = await first.output.data();
+    expect(await second.output.data()).toEqual(a);
+    expect(await third.output.data()).toEqual(a);
+    tf.dispose([q, k, v, first.output, second.output, third.output]);
+    await disposeCrispBackends();
+  });
 });
