@@ -14,6 +14,7 @@ import {
   castHost,
   type CrispErrorCode,
   describeValue,
+  DeviceTensorBase,
   type DirectionScores,
   expandToRows,
   hostTensor,
@@ -149,6 +150,30 @@ const maskArb = fc
     const mask: BlockMask = { heads: H, numBlocks: Nb, blockSize: 16, vs: withVs ? vsListsFromArrays(vertical, slash) : undefined, rows: rowPart };
     return { mask, first };
   });
+
+describe('device tensor handles', () => {
+  class Handle extends DeviceTensorBase {
+    readonly backend = 'test';
+    protected release(): void {}
+  }
+
+  it('keep the dtype and shape they were made with', () => {
+    const given = [4, 2, 16];
+    const t = new Handle('f32', given);
+    given[0] = 100; // the caller's array is copied
+    expect(t.shape).toEqual([4, 2, 16]);
+    expect(() => {
+      (t.shape as number[])[0] = 128;
+    }).toThrow(TypeError);
+    expect(() => {
+      (t as { dtype: string }).dtype = 'bf16';
+    }).toThrow(TypeError);
+    expect(() => {
+      (t as { shape: readonly number[] }).shape = [1];
+    }).toThrow(TypeError);
+    expect([t.dtype, t.shape]).toEqual(['f32', [4, 2, 16]]);
+  });
+});
 
 describe('mask coverage', () => {
   it('validateMask refuses exactly the masks whose expansion leaves a query block (from firstQueryBlock on) empty', () => {

@@ -206,7 +206,11 @@ export abstract class DeviceTensorBase implements DeviceTensor {
   #disposed = false;
   constructor(dtype: DType, shape: readonly number[]) {
     this.dtype = dtype;
-    this.shape = [...shape];
+    this.shape = Object.freeze([...shape]);
+    // What a backend reads the buffer as: fixed for the handle's life (a caller who assigns
+    // to them gets a TypeError in strict mode instead of a backend misreading the buffer).
+    Object.defineProperty(this, 'dtype', { writable: false, configurable: false });
+    Object.defineProperty(this, 'shape', { writable: false, configurable: false });
   }
   get disposed(): boolean {
     return this.#disposed;

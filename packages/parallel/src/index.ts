@@ -19,4 +19,5 @@ export {
   parallelPrefill,
   prefixMask,
   type ShardInputs,
+  shardHeaderBytes,
 } from './prefill.js';

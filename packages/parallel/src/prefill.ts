@@ -94,6 +94,11 @@ function describeShard(layout: ShardLayout, rank: number, backend: Backend, loca
   if (layout.ranges[rank].some((r) => r.start > 0) && !backend.capabilities.chunkedPrefill) {
     throw new InvalidArgumentError(`backend ${backend.name} has no chunked prefill, which a rank's later ranges need`);
   }
+  return shardHeader(layout, shape, policy, opts);
+}
+
+/** The shard check's message: the rank's shape, and the layout, policy data and options every rank must share. */
+function shardHeader(layout: ShardLayout, shape: AttentionShape, policy: Policy, opts: ParallelPrefillOptions): string {
   const same = {
     layout: [layout.n, layout.size, layout.blockSize, layout.ranges],
     // the policy's data (its functions cannot be compared; its name, numbers and device rules can)
@@ -102,6 +107,15 @@ function describeShard(layout: ShardLayout, rank: number, backend: Backend, loca
     minSparseLength: opts.minSparseLength ?? null,
   };
   return JSON.stringify({ shape: [shape.heads, shape.kvHeads, shape.headDim, shape.dtype], same });
+}
+
+/**
+ * Bytes of the first message each rank sends (the shard check) for this layer, layout,
+ * policy and options: for traffic models that count parallelPrefill's messages without
+ * running it.
+ */
+export function shardHeaderBytes(layout: ShardLayout, shape: AttentionShape, policy: Policy, opts: ParallelPrefillOptions = {}): number {
+  return new TextEncoder().encode(shardHeader(layout, shape, policy, opts)).length;
 }
 
 /** FNV-1a over the plan's routes and mask: ranks that made the same plan agree on it. */

@@ -80,15 +80,15 @@ export function readsTokenScores(policy: Policy): boolean {
  * shard check, then (sparse plans only) the proxy rows, the log-sum-exps, the partial sums,
  * the key block means and (PE heads only) the query block means, then the plan check. Every
  * rank receives every other rank's part of each (an all-gather); payloads are float64.
+ * `header`: the shard check's message (`shardHeaderBytes` of @crisp/parallel).
  */
-export function planTraffic(plan: PrefillPlan, layout: ShardLayout, tokens: boolean): PlanTraffic {
-  const { heads: H, kvHeads: Hkv, headDim: d, dtype } = plan.shape;
+export function planTraffic(plan: PrefillPlan, layout: ShardLayout, tokens: boolean, header: number): PlanTraffic {
+  const { heads: H, kvHeads: Hkv, headDim: d } = plan.shape;
   const { n, size: P, blockSize: B, numBlocks: Nb } = layout;
   const b = Math.min(B, n);
   const owned = new Array<number>(P).fill(0);
   for (let J = 0; J < Nb; J++) owned[layout.owner[J]]++;
   const proxyHeld = layout.ranges.map((rs) => rs.reduce((a, r) => a + Math.max(0, r.end - Math.max(r.start, n - b)), 0));
-  const header = new TextEncoder().encode(JSON.stringify([H, Hkv, d, dtype])).length;
   const sparse = plan.denseReason === undefined;
   const pe = sparse && (plan.routing?.routes.some((x) => x === 'pe') ?? false);
   // what rank s sends in each gather (payload bytes; the status byte is counted in control)

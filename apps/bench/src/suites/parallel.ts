@@ -29,7 +29,7 @@
  * in n from the previous size) exceeds what --deadline-s leaves.
  */
 import { bytesPerElement, planPrefill, releasePlan } from '@crisp/core';
-import { denseRingBytes, zigzagLayout } from '@crisp/parallel';
+import { denseRingBytes, shardHeaderBytes, zigzagLayout } from '@crisp/parallel';
 import type { OpenBackend } from '../backends.js';
 import { latencyDtype, type Shape } from '../config.js';
 import { deadlineReason, type SuiteContext, message, timeLeft } from '../context.js';
@@ -142,7 +142,8 @@ export async function parallelSuite(ctx: SuiteContext, backends: readonly OpenBa
             const layout = zigzagLayout(n, P, plan.blockSize);
             const kv = perRank(kvBytesPerRank(plan, layout, shape.headDim, elem));
             const causal = perRank(kvBytesPerRank({ ...plan, mask: undefined }, layout, shape.headDim, elem));
-            const pt = planTraffic(plan, layout, readsTokenScores(policy));
+            // (parallelPrefill's own options: its default length gate is 0, as this plan's)
+            const pt = planTraffic(plan, layout, readsTokenScores(policy), shardHeaderBytes(layout, plan.shape, policy));
             const w = perRank(byOwner(work, layout));
             const dw = perRank(byOwner(denseWork, layout));
             const row: ParallelRow = {
