@@ -170,6 +170,39 @@ describe('TMA attention layout (stand-in driver)', () => {
   });
 });
 
+describe('three-warpgroup d 64 layout (stand-in driver)', () => {
+  it('launches 192-row query tiles for dense d 64 (chunks counted in those tiles) and wgt for everything else', async () => {
+    const s = standInDriver({ heads: 8, baseAddress: 2 ** 40 + 4096, decodeArgs: 17 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    be.attentionVariant = 'wg3';
+    expect(be.attentionVariantFallback).toBeUndefined();
+    const launch = () => s.log.find((e) => e.kind === 'launch' && e.name?.startsWith('attn_'))!;
+    const dense = async (m: number, n: number, D: number) => {
+      const q = be.allocate('bf16', [m, 8, D]);
+      const k = be.allocate('bf16', [n, 2, D]);
+      s.log.length = 0;
+      const r = await be.denseAttention(q, k, k);
+      for (const t of [q, k, r.output]) t.dispose();
+      return launch();
+    };
+    // 1,000 keys: 6 query tiles of 192 rows; 512 threads; Nb (argument 9) counts query tiles
+    const a = await dense(1000, 1000, 64);
+    expect(a.name).toBe('attn_wg3_bf16_d64_b128');
+    expect(a.shape?.slice(0, 4)).toEqual([8, 6, 1, 512]);
+    expect(a.args![9][0]).toBe(6);
+    // (192 + 2 · 3 · 128) rows of 128 bytes, the swizzle's slack, 3 stages' mbarriers
+    expect(a.shape![6]).toBe(192 * 128 + 6 * 128 * 128 + 1024 + 96);
+    // a chunk: the last 500 of 1,000 positions start in tile 2 (positions 384..575)
+    const c = await dense(500, 1000, 64);
+    expect(c.shape?.slice(0, 2)).toEqual([8, 4]);
+    // d 128: wgt, in 128-row blocks
+    const d = await dense(1000, 1000, 128);
+    expect(d.name).toBe('attn_wgt_bf16_d128_b128');
+    expect(d.shape?.slice(0, 4)).toEqual([8, 8, 1, 384]);
+    be.dispose();
+  });
+});
+
 describe('TMA attention layout without cuTensorMapEncodeTiled (stand-in driver)', () => {
   it('launches the cp.async Hopper layout instead and says why', async () => {
     const s = standInDriver({ heads: 8 });

@@ -68,8 +68,8 @@
 #                512k on the llama fill with --cuda-flex-plan device: OUT/conformance,
 #                OUT/nvidia-h200-flexplan. Bounded at 500 s + 200 s (the filtered conformance is
 #                a few dozen cases).
-#   kernels      the attention layouts wgw and wgt, each checked against w32 at 4k, then timed dense and
-#                on a regular sparse pattern at 16k-512k (d 128) and 64k (d 64), and PyTorch SDPA flash
+#   kernels      the attention layouts wgw and wgt (and wg3 at d 64), each checked against w32 at 4k, then timed dense and
+#                on a regular sparse pattern at 16k-512k (d 128) and 16k-64k (d 64), and PyTorch SDPA flash
 #                and cuDNN at d 64 / 64k and d 128 / 512k (apps/bench/peers/sdpa_time.py): OUT/kernels-d128,
 #                OUT/kernels-d64, OUT/sdpa-*.json (apps/bench/results/<gpu>/kernels). ~250 s.
 #   nccl         context-parallel crisp over NCCL on this host's GPUs (pack tools/gpu-rig/src/nccl-main.ts
@@ -269,7 +269,7 @@ case "$phase" in
     timeout -s KILL 130 node "$app/cuda-main.mjs" --phase kernels --layouts wgw,wgt --sweep 16384,65536,131072,524288 \
       --budget 120 --out "$out/kernels-d128" > "$out/kernels-d128.log" 2>&1
     rc=$?
-    timeout -s KILL 60 node "$app/cuda-main.mjs" --phase kernels --headDim 64 --layouts wgw,wgt --sweep 65536 \
+    timeout -s KILL 60 node "$app/cuda-main.mjs" --phase kernels --headDim 64 --layouts wgw,wgt,wg3 --sweep 16384,65536 \
       --budget 50 --out "$out/kernels-d64" > "$out/kernels-d64.log" 2>&1 || rc=1
     for spec in "65536 64" "524288 128"; do
       set -- $spec

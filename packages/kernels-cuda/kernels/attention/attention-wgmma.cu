@@ -205,14 +205,15 @@ __device__ __forceinline__ void tma_prefetch(const TmaDesc* map) {
 // MSPLIT (wgt): the softmax is built with and without the causal mask and each tile branches
 // to one (online_softmax's MASK), so the mask costs nothing on the tiles below the diagonal;
 // in one path it was a fifth of a tile's instructions at d = 64 (PERFORMANCE.md).
-template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false, bool MSPLIT = false>
+template <int D, int NWG, bool BF16, int ST, bool PP = false, bool TMA = false, bool MSPLIT = false, int BNT = 0>
 __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* __restrict__ k, const u16* __restrict__ v,
                                         u16* __restrict__ o, float* __restrict__ lse, const int* __restrict__ rowPtr,
                                         const int* __restrict__ cols, int n, int m, int Nb, int H, int Hkv,
                                         float scaleLog2, const int* hsel, int hmode, size_t lseStride,
                                         const TmaDesc* tmK = nullptr, const TmaDesc* tmV = nullptr, int kRow0 = 0) {
   constexpr int BM = 64 * NWG;
-  constexpr int BN = BM;
+  // key tile: the query tile's rows, or BNT (wg3: 128-key tiles under 192-row query tiles, dense only)
+  constexpr int BN = BNT ? BNT : BM;
   constexpr int NC = NWG * 128;  // consumer threads
   constexpr int CH = D / 8;
   constexpr u32 QBYTES = BM * D * 2, TBYTES = BN * D * 2;
@@ -234,7 +235,9 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   const int q0 = I * BM;
   const size_t qStride = (size_t)H * D, kStride = (size_t)Hkv * D;
   int first;
-  const int nTiles = row_blocks(rowPtr, h, Nb, I, first);
+  int nTiles = row_blocks(rowPtr, h, Nb, I, first);
+  // dense with BN != BM: the key tiles up to the query tile's last row (Nb counts query tiles)
+  if (BN != BM && rowPtr == nullptr) nTiles = ((q0 + BM < n ? q0 + BM : n) + BN - 1) / BN;
   auto tileStart = [&](int t) -> int { return (rowPtr != nullptr ? cols[first + t] : t) * BN; };
 
   if (tid == 0) {
@@ -250,6 +253,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 
   if (warp >= NWG * 4) {
     if (NWG == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    if (NWG == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
     if (TMA) {
       if (tid != NC) return;
       tma_prefetch(tmK);
@@ -303,6 +307,7 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
   }
 
   if (NWG == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  if (NWG == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
   const int wg = warp >> 2, wq = warp & 3;
   for (int c = tid; c < BM * CH; c += NC) {
     const int r = c / CH, ch = c % CH, row = q0 + r;
@@ -462,3 +467,17 @@ CRISP_ATTN_WGT(attn_wgt_f16_d64_b64, 64, 1, false)
 CRISP_ATTN_WGT(attn_wgt_f16_d64_b128, 64, 2, false)
 CRISP_ATTN_WGT(attn_wgt_f16_d128_b64, 128, 1, false)
 CRISP_ATTN_WGT(attn_wgt_f16_d128_b128, 128, 2, false)
+// wg3 (d 64, dense only): wgt's TMA producer and mask split with three consumer warpgroups of
+// 64 rows (192-row query tiles) over 128-key tiles, no ping-pong: more softmax in flight
+// beside the products, where d = 64 makes the two about equally long. Nb is the number of
+// 192-row query tiles; the launch covers dense causal rows only (no BSR rows, no varlen).
+#define CRISP_ATTN_WG3(NAME, BF16)                                                                            \
+  extern "C" __global__ void __launch_bounds__(512, 1)                                                       \
+      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols,  \
+           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
+           const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
+           const __grid_constant__ TmaDesc tmV) {                                                             \
+    CRISP_TMA_CALL(64, wgw_body<64, 3, BF16, 3, false, true, true, 128>)                                      \
+  }
+CRISP_ATTN_WG3(attn_wg3_bf16_d64_b128, true)
+CRISP_ATTN_WG3(attn_wg3_f16_d64_b128, false)

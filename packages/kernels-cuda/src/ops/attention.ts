@@ -41,7 +41,10 @@ import { CudaPreparedMask } from './prepared-mask.js';
  * threads load K and V with cp.async. `wgt`: one producer thread loads them with TMA (tensor
  * maps encoded at each launch), the two consumer warpgroups take turns to issue their
  * MMAs (ping-pong), and the causal mask's code runs only on the tiles that cross the
- * diagonal (a branch per tile, not a compare and select per score). On a GPU other than compute
+ * diagonal (a branch per tile, not a compare and select per score). `wg3` (d 64): `wgt`'s
+ * producer and mask split with three consumer warpgroups on 192-row query tiles over 128-key
+ * tiles, no ping-pong (FlashAttention-3's d 64 shape: more softmax in flight beside the
+ * products); dense launches at d 64 and B 128 only, every other launch runs `wgt`. On a GPU other than compute
  * capability 9.0 the Hopper layouts launch `w32`, and a TMA layout launches `wgw` where the
  * driver cannot encode tensor maps; `attentionVariantFallback` says why. Measured dense at
  * 64k (bf16, d 128, B 128): w32 326, wgw 403 TFLOP/s on the H200; wgw 421, wgt 580-632 on an H100
@@ -49,10 +52,12 @@ import { CudaPreparedMask } from './prepared-mask.js';
  * `keyTile` null: the key tile is the mask block (B rows).
  */
 export const ATTENTION_VARIANTS = {
-  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, stages: 2, producerThreads: 0, sm90a: false, tma: false },
-  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: false },
-  wgt: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgt_', rowsPerWarp: 16, keyTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
+  w32: { file: 'attention/attention.cu', prefix: 'attn_w32_', rowsPerWarp: 32, keyTile: 64, queryTile: null, stages: 2, producerThreads: 0, sm90a: false, tma: false },
+  wgw: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgw_', rowsPerWarp: 16, keyTile: null, queryTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: false },
+  wgt: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wgt_', rowsPerWarp: 16, keyTile: null, queryTile: null, stages: 3, producerThreads: 128, sm90a: true, tma: true },
+  wg3: { file: 'attention/attention-wgmma.cu', prefix: 'attn_wg3_', rowsPerWarp: 16, keyTile: null, queryTile: 192, stages: 3, producerThreads: 128, sm90a: true, tma: true },
 } as const;
+type Layout = (typeof ATTENTION_VARIANTS)[AttentionVariant];
 export type AttentionVariant = keyof typeof ATTENTION_VARIANTS;
 /** what a Hopper-only variant launches on other GPUs (any sm_80+ runs it) */
 const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
@@ -173,20 +178,26 @@ export class AttentionOp {
     return { shape, qt, kt, vt, out, lse, scale, Nb: numBlocks(shape.keys, B) };
   }
 
-  /** The layout launched, its shared memory and threads per CTA for block size B, head dim D. */
-  #layout(B: number, D: number): { lay: (typeof ATTENTION_VARIANTS)[AttentionVariant]; smem: number; block: number } {
-    const lay = ATTENTION_VARIANTS[this.#launched().name];
+  /**
+   * The layout launched, its shared memory and threads per CTA for block size B, head dim D.
+   * `wg3` (192-row query tiles) has dense launches at d 64, B 128 only: any other launch
+   * (block-sparse rows, a varlen batch, another d or B) runs `wgt`.
+   */
+  #layout(B: number, D: number, dense = false): { lay: Layout; smem: number; block: number; rows: number } {
+    let lay: Layout = ATTENTION_VARIANTS[this.#launched().name];
+    if (lay.queryTile !== null && !(dense && D === 64 && B === 128)) lay = ATTENTION_VARIANTS.wgt;
     // Q (B rows) plus `stages` stages of K and V tiles; the wgmma layouts align their tiles
     // to 1024 bytes (the 128-byte swizzle's repeat) themselves, from up to 1 KB of slack; a
     // producer warpgroup's pipeline adds 4 mbarriers (8 bytes) a stage.
     const keyTile = lay.keyTile ?? B;
+    const rows = lay.queryTile ?? B;
     const smem =
-      B * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
-    return { lay, smem, block: (B / lay.rowsPerWarp) * 32 + lay.producerThreads };
+      rows * D * 2 + 2 * lay.stages * keyTile * D * 2 + (lay.sm90a ? 1024 : 0) + (lay.producerThreads ? 32 * lay.stages : 0);
+    return { lay, smem, block: (rows / lay.rowsPerWarp) * 32 + lay.producerThreads, rows };
   }
 
   /** A TMA layout's two extra arguments: the tensor maps of K and V ([rows, Hkv, D], B-row boxes). */
-  #tensorMaps(lay: (typeof ATTENTION_VARIANTS)[AttentionVariant], kt: CudaTensor, vt: CudaTensor, B: number): Arg[] {
+  #tensorMaps(lay: Layout, kt: CudaTensor, vt: CudaTensor, B: number): Arg[] {
     if (!lay.tma) return [];
     const [rows, heads, cols] = kt.shape;
     return [TMAP({ ptr: kt.ptr, rows, heads, cols, boxRows: B }), TMAP({ ptr: vt.ptr, rows, heads, cols, boxRows: B })];
@@ -208,11 +219,13 @@ export class AttentionOp {
     const { shape, qt, kt, vt, out, lse, scale, Nb } = p;
     const { keys: n, queries: m, heads: H, kvHeads: Hkv, headDim: D, dtype } = shape;
     if (Nb > 65535) throw new CrispError('LIMIT_EXCEEDED', `n = ${n} gives ${Nb} query blocks; at most 65535 per launch`);
-    // Chunked prefill: only the query blocks holding positions n − m .. n − 1.
-    const firstBlock = Math.floor((n - m) / B);
-    const { lay, smem, block } = this.#layout(B, D);
+    const { lay, smem, block, rows } = this.#layout(B, D, rowPtr === 0);
+    // Chunked prefill: only the query tiles holding positions n − m .. n − 1 (tiles of B rows,
+    // or of the layout's own query tile for dense launches, which then count in those tiles)
+    const Nq = rows === B ? Nb : Math.ceil(n / rows);
+    const firstBlock = Math.floor((n - m) / rows);
     const [gx, hsel, sel] = !heads ? [H, 0, 0] : 'routes' in heads ? [H, heads.routes, 1] : [heads.count, heads.list, 2];
-    const nq = Nb - firstBlock;
+    const nq = Nq - firstBlock;
     // block-sparse rows: a head's query blocks run together (CTA order 1, crisp-common.cuh)
     const swapped = rowPtr !== 0;
     const grid: [number, number] = swapped ? [nq, gx] : [gx, nq];
@@ -227,7 +240,7 @@ export class AttentionOp {
       P(cols),
       I(n),
       I(m),
-      I(Nb),
+      I(Nq),
       I(H),
       I(Hkv),
       F(scale * LOG2E),
