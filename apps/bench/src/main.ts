@@ -108,7 +108,7 @@ function program(): Command {
       "WebGPU: the attention kernel: fma or subgroup-matrix[:pipelined|staged|direct|two-pass] (tensor cores where the adapter offers them; the dense baseline runs it too). Default: the backend's own choice, subgroup-matrix:pipelined where offered, else fma",
     )
     .option('--webgpu-pe-cut <device|host>', "WebGPU: where the device plan cuts the PE heads' pooled maps: device (the backend's default: nothing read back before the attention) or host")
-    .option('--cuda-attention <layout>', "CUDA: the attention kernel layout (default: the backend's choice for the GPU, wgt on sm_90); w32 (every GPU), wgw, wgt or wg3 (sm_90; wg3 for dense d 64)")
+    .option('--cuda-attention <layout>', "CUDA: the attention kernel layout (default: the backend's choice for the GPU, wg3 on sm_90); w32 (every GPU), wgw, wgt or wg3 (sm_90; wg3 is wgt with three consumer warpgroups for dense d 64)")
     .option('--cuda-flex-plan <host|device>', "CUDA: where the flexPrefill preset's plan is made: device (the default: its jsd router and coverage selection on the device planner, the backend's flexPrefillOnDevice) or host")
     .option('--peer-script <path>', 'PyTorch SDPA peer (default apps/bench/peers/sdpa_peer.py from the repository root)')
     .option('--merge', "fold this run into the output folder's existing bench.json (by backend and suite) instead of replacing it; a missing bench.json starts a new one")

@@ -22,7 +22,7 @@ if (!avail.available) console.log(`kernels-cuda: GPU tests skipped: ${avail.reas
 
 describe('defaultAttentionVariant', () => {
   it('picks the wgmma layout only on compute capability 9.0 (wgmma is sm_90a-only)', () => {
-    expect(defaultAttentionVariant([9, 0])).toBe('wgt');
+    expect(defaultAttentionVariant([9, 0])).toBe('wg3');
     for (const cc of [[8, 0], [8, 6], [8, 9], [10, 0], [12, 0]] as const) expect(defaultAttentionVariant(cc)).toBe('w32');
   });
 });

@@ -207,7 +207,7 @@ describe('TMA attention layout without cuTensorMapEncodeTiled (stand-in driver)'
   it('launches the cp.async Hopper layout instead and says why', async () => {
     const s = standInDriver({ heads: 8 });
     const be = new CudaBackend({ ...s.libs, cu: { ...s.libs.cu, cuTensorMapEncodeTiled: undefined } }, { cacheDir: null });
-    expect(be.attentionVariant).toBe('wgt');
+    expect(be.attentionVariant).toBe('wg3');
     expect(be.attentionVariantFallback).toMatch(/cuTensorMapEncodeTiled.*so wgw runs instead/);
     const q = be.allocate('f16', [300, 8, 64]) as CudaTensor;
     const k = be.allocate('f16', [300, 2, 64]) as CudaTensor;

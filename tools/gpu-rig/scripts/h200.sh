@@ -9,7 +9,7 @@
 #                (default 3) per dtype side by side, each every third case (the single-threaded
 #                host reference is the slow part, about 480 s a dtype in one process; the
 #                cubin cache is written atomically). CONF_FILTER=REGEX runs the cases whose
-#                names match.
+#                names match. CONF_VARIANT=LAYOUT runs it with that attention layout.
 #   headline     crisp-bench latency and crossover on the @crisp/synth llama-like layer, every
 #                preset, PyTorch SDPA flash and cuDNN timed in the same run, 8k-512k:
 #                OUT/<GPU_LABEL>-synth (apps/bench/results/nvidia-h200-synth). ~280-330 s. With
@@ -116,7 +116,8 @@ case "$phase" in
     shards=${CONF_SHARDS:-3}
     conf() { # DTYPE SHARD
       timeout -s KILL 500 node "$app/cuda-main.mjs" --phase conformance --dtypes "$1" --confMaxN 16384 --budget 470 \
-        --confShard "$2/$shards" ${CONF_FILTER:+--confFilter "$CONF_FILTER"} --out "$out/conformance-$1-$2" > "$out/conformance-$1-$2.log" 2>&1
+        --confShard "$2/$shards" ${CONF_FILTER:+--confFilter "$CONF_FILTER"} ${CONF_VARIANT:+--variant "$CONF_VARIANT"} \
+        --out "$out/conformance-$1-$2" > "$out/conformance-$1-$2.log" 2>&1
     }
     conf bf16 0 &
     pids=$!

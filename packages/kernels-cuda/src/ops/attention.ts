@@ -65,13 +65,14 @@ const PORTABLE_ATTENTION_VARIANT: AttentionVariant = 'w32';
 const CP_ASYNC_HOPPER_VARIANT: AttentionVariant = 'wgw';
 /**
  * The layout a backend launches unless told otherwise: the fastest measured on the GPU's
- * architecture. Hopper (compute capability 9.0): `wgt` (580-632 TFLOP/s dense at 64k on an H100,
- * where `wgw` ran 421; per computed block of CRISP's masks 1.03-1.06x dense at
- * 128k-512k, a head's query blocks running together). Elsewhere `w32`,
- * the fastest mma.sync layout on the H200 (not measured on other GPUs).
+ * architecture. Hopper (compute capability 9.0): `wg3`, which is `wgt` except dense d 64 at
+ * B 128 (`wgt`: 580-632 TFLOP/s dense at 64k on an H100, where `wgw` ran 421; per computed
+ * block of CRISP's masks 1.03-1.06x dense at 128k-512k, a head's query blocks running
+ * together; `wg3`'s d 64 dense: 503-513 TFLOP/s at 16k-64k on the H200, where `wgt` ran
+ * 418-432). Elsewhere `w32`, the fastest mma.sync layout on the H200 (not measured on other GPUs).
  */
 export function defaultAttentionVariant(computeCapability: readonly [number, number]): AttentionVariant {
-  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wgt' : PORTABLE_ATTENTION_VARIANT;
+  return computeCapability[0] === 9 && computeCapability[1] === 0 ? 'wg3' : PORTABLE_ATTENTION_VARIANT;
 }
 
 const LOG2E = Math.LOG2E;
