@@ -133,3 +133,15 @@ export function checkOptions<T extends object>(opts: T | undefined, factory: str
   }
   return opts;
 }
+
+/**
+ * INVALID_ARGUMENT for the first key of `obj` that is not in `known` (a misspelt option would
+ * otherwise be ignored without a word), naming the key a case-insensitive match suggests.
+ */
+export function assertKnownKeys(obj: object, known: readonly string[], what: string): void {
+  for (const k of Object.keys(obj)) {
+    if (known.includes(k)) continue;
+    const near = known.find((x) => x.toLowerCase() === k.toLowerCase().replace(/_/g, ''));
+    throw new InvalidArgumentError(`${what} has an unknown key '${k}'${near ? ` (did you mean '${near}'?)` : ''}; known keys: ${known.join(', ')}`);
+  }
+}

@@ -9,6 +9,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  assertCallOptions,
   type BlockMask,
   bytesPerElement,
   castHost,
@@ -23,6 +24,8 @@ import {
   type Route,
   selectVsLists,
   validateMask,
+  validatePolicy,
+  varlenSegments,
   vsListsFromArrays,
   wrapHost,
 } from './index.js';
@@ -172,6 +175,22 @@ describe('device tensor handles', () => {
       (t as { shape: readonly number[] }).shape = [1];
     }).toThrow(TypeError);
     expect([t.dtype, t.shape]).toEqual(['f32', [4, 2, 16]]);
+  });
+});
+
+describe('misspelt option, policy and layout keys are refused, not ignored', () => {
+  it('names the key and the one it was probably meant to be', () => {
+    expect(() => assertCallOptions({ minSparselength: 0 }, 'sparsePrefill')).toThrow(
+      /sparsePrefill's options has an unknown key 'minSparselength' \(did you mean 'minSparseLength'\?\); known keys: scale, minSparseLength, returnLse, out/,
+    );
+    expect(codeOf(() => assertCallOptions({ scale: 0.1, minSparseLength: 0, returnLse: true }, 'sparsePrefill'))).toBeUndefined();
+    expect(codeOf(() => assertCallOptions({ returnLse: true }, 'parallelPrefill', ['scale', 'minSparseLength']))).toBe('INVALID_ARGUMENT');
+    expect(() => validatePolicy({ name: 'p', dense: true, blocksize: 32 } as never)).toThrow(/policy p has an unknown key 'blocksize' \(did you mean 'blockSize'\?\)/);
+    expect(codeOf(() => validatePolicy({ name: 'p', dense: true, blockSize: 64 }))).toBeUndefined();
+    expect(() => varlenSegments({ cuSeqlensQ: [0, 4, 8], cu_seqlens_k: [0, 4, 8] } as never, 8, 8)).toThrow(
+      /the varlen layout has an unknown key 'cu_seqlens_k' \(did you mean 'cuSeqlensK'\?\)/,
+    );
+    expect(varlenSegments({ cuSeqlensQ: [0, 4, 8] }, 8, 8)).toHaveLength(2);
   });
 });
 

@@ -11,7 +11,7 @@
  */
 import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from './attention.js';
 import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
-import { InvalidArgumentError, ShapeError, UnsupportedError, describeValue } from './errors.js';
+import { InvalidArgumentError, ShapeError, UnsupportedError, assertKnownKeys, describeValue } from './errors.js';
 import { causalBlockCount, validateMask, type ValidateMaskOptions } from './mask.js';
 import { type BuiltPlan, buildPlan } from './plan/build.js';
 import { releasePlan } from './prefill.js';
@@ -55,6 +55,7 @@ export function varlenSegments(layout: VarlenLayout, queryRows: number, keyRows:
   if (!layout || typeof layout !== 'object') {
     throw new InvalidArgumentError(`the varlen layout must be an object { cuSeqlensQ, cuSeqlensK? }; got ${describeValue(layout)}`);
   }
+  assertKnownKeys(layout, ['cuSeqlensQ', 'cuSeqlensK'], 'the varlen layout');
   const cq = offsets(layout.cuSeqlensQ, 'cuSeqlensQ', queryRows);
   const ck = layout.cuSeqlensK === undefined ? cq : offsets(layout.cuSeqlensK, 'cuSeqlensK', keyRows);
   if (layout.cuSeqlensK === undefined && queryRows !== keyRows) {

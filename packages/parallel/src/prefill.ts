@@ -78,7 +78,7 @@ export interface ParallelPrefillResult {
  */
 function describeShard(layout: ShardLayout, rank: number, backend: Backend, local: ShardInputs, policy: Policy, opts: ParallelPrefillOptions): string {
   assertLayout(layout, 'parallelPrefill');
-  assertCallOptions(opts, 'parallelPrefill');
+  assertCallOptions(opts, 'parallelPrefill', ['scale', 'minSparseLength']);
   validatePolicy(policy);
   if (!local || typeof local !== 'object') throw new InvalidArgumentError('parallelPrefill needs { q, k, v } host tensors of this rank\'s rows');
   const rows = shardRows(layout, rank);

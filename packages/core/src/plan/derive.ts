@@ -5,11 +5,28 @@
  * launch counts in the plan: the less the host touches there, the better.
  */
 import type { Backend, DevicePlanner } from '../backend.js';
-import { InvalidArgumentError, describeValue } from '../errors.js';
+import { InvalidArgumentError, assertKnownKeys, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
 import { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, deviceRouteTerms, deviceRuleKinds } from './device-route.js';
 import { DEFAULTS } from './types.js';
+
+/** The fields of a Policy (policy.ts); any other is refused, so a misspelt one is not ignored. */
+const POLICY_KEYS: readonly string[] = [
+  'name',
+  'dense',
+  'router',
+  'vs',
+  'pe',
+  'blockSize',
+  'wSink',
+  'wLocal',
+  'kMin',
+  'peWithVs',
+  'peVsExcess',
+  'peVsFullAnchor',
+  'recallTarget',
+];
 
 /**
  * Check a policy before any work: its shape, every parameter's type and range, and its parts'
@@ -23,6 +40,7 @@ export function validatePolicy(policy: Policy): void {
     );
   }
   const name = policy.name;
+  assertKnownKeys(policy, POLICY_KEYS, `policy ${name}`);
   if (policy.dense !== undefined && typeof policy.dense !== 'boolean') {
     throw new InvalidArgumentError(`policy ${name}: dense must be true or false; got ${describeValue(policy.dense)}`);
   }
