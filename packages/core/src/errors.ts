@@ -126,22 +126,19 @@ export function checkOptions<T extends object>(opts: T | undefined, factory: str
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
     throw new InvalidArgumentError(`${factory}(options): options must be an object (or left out); got ${describeValue(opts)}`);
   }
-  for (const key of Object.keys(opts)) {
-    if (!known.includes(key)) {
-      throw new InvalidArgumentError(`${factory}(options): unknown option ${describeValue(key)}; the options are ${known.join(', ')}`);
-    }
-  }
+  assertKnownKeys(opts, known, `${factory}(options)`, 'option');
   return opts;
 }
 
 /**
  * INVALID_ARGUMENT for the first key of `obj` that is not in `known` (a misspelt option would
- * otherwise be ignored without a word), naming the key a case-insensitive match suggests.
+ * otherwise be ignored without a word): "WHAT: unknown NOUN 'k' (did you mean 'K'?); the NOUNs
+ * are ...", the suggestion where a case-insensitive match (underscores dropped) exists.
  */
-export function assertKnownKeys(obj: object, known: readonly string[], what: string): void {
+export function assertKnownKeys(obj: object, known: readonly string[], what: string, noun: 'key' | 'option' = 'key'): void {
   for (const k of Object.keys(obj)) {
     if (known.includes(k)) continue;
     const near = known.find((x) => x.toLowerCase() === k.toLowerCase().replace(/_/g, ''));
-    throw new InvalidArgumentError(`${what} has an unknown key '${k}'${near ? ` (did you mean '${near}'?)` : ''}; known keys: ${known.join(', ')}`);
+    throw new InvalidArgumentError(`${what}: unknown ${noun} ${describeValue(k)}${near ? ` (did you mean '${near}'?)` : ''}; the ${noun}s are ${known.join(', ')}`);
   }
 }

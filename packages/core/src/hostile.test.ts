@@ -181,14 +181,14 @@ describe('device tensor handles', () => {
 describe('misspelt option, policy and layout keys are refused, not ignored', () => {
   it('names the key and the one it was probably meant to be', () => {
     expect(() => assertCallOptions({ minSparselength: 0 }, 'sparsePrefill')).toThrow(
-      /sparsePrefill's options has an unknown key 'minSparselength' \(did you mean 'minSparseLength'\?\); known keys: scale, minSparseLength, returnLse, out/,
+      /sparsePrefill\(options\): unknown option 'minSparselength' \(did you mean 'minSparseLength'\?\); the options are scale, minSparseLength, returnLse, out/,
     );
     expect(codeOf(() => assertCallOptions({ scale: 0.1, minSparseLength: 0, returnLse: true }, 'sparsePrefill'))).toBeUndefined();
     expect(codeOf(() => assertCallOptions({ returnLse: true }, 'parallelPrefill', ['scale', 'minSparseLength']))).toBe('INVALID_ARGUMENT');
-    expect(() => validatePolicy({ name: 'p', dense: true, blocksize: 32 } as never)).toThrow(/policy p has an unknown key 'blocksize' \(did you mean 'blockSize'\?\)/);
+    expect(() => validatePolicy({ name: 'p', dense: true, blocksize: 32 } as never)).toThrow(/policy p: unknown key 'blocksize' \(did you mean 'blockSize'\?\); the keys are name, dense/);
     expect(codeOf(() => validatePolicy({ name: 'p', dense: true, blockSize: 64 }))).toBeUndefined();
     expect(() => varlenSegments({ cuSeqlensQ: [0, 4, 8], cu_seqlens_k: [0, 4, 8] } as never, 8, 8)).toThrow(
-      /the varlen layout has an unknown key 'cu_seqlens_k' \(did you mean 'cuSeqlensK'\?\)/,
+      /the varlen layout: unknown key 'cu_seqlens_k' \(did you mean 'cuSeqlensK'\?\); the keys are cuSeqlensQ, cuSeqlensK/,
     );
     expect(varlenSegments({ cuSeqlensQ: [0, 4, 8] }, 8, 8)).toHaveLength(2);
   });

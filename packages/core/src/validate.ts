@@ -87,7 +87,7 @@ export function assertCallOptions(opts: unknown, entry: string, known: readonly 
     throw new InvalidArgumentError(`${entry}: options must be an object (or left out); got ${describeValue(opts)}`);
   }
   const o = opts as Record<string, unknown>;
-  assertKnownKeys(o, [...known, 'prepared'].filter((k, i, a) => a.indexOf(k) === i), `${entry}'s options`);
+  assertKnownKeys(o, [...known, 'prepared'].filter((k, i, a) => a.indexOf(k) === i), `${entry}(options)`, 'option');
   if (o.scale !== undefined && !(typeof o.scale === 'number' && Number.isFinite(o.scale) && o.scale > 0)) {
     throw new InvalidArgumentError(`${entry}: scale must be a positive finite number (default 1/sqrt(d)); got ${describeValue(o.scale)}`);
   }

@@ -1,5 +1,5 @@
 /** The backend's options, its selectable attention kernels, and what it reports about its device. */
-import { InvalidArgumentError } from '@crisp/core';
+import { InvalidArgumentError, assertKnownKeys } from '@crisp/core';
 import { SUBGROUP_MATRIX_FORMS, type SubgroupMatrixForm } from './kernels/attention/subgroup-matrix.js';
 import type { DeviceLimits } from './runtime/gpu-context.js';
 
@@ -160,11 +160,7 @@ export function checkOptions(opts: unknown, entry = 'createWebGpuBackend', extra
   }
   const o = opts as Record<string, unknown>;
   const known = [...OPTION_KEYS, ...extra];
-  for (const key of Object.keys(o)) {
-    if (!known.includes(key)) {
-      throw new InvalidArgumentError(`${entry}: unknown option '${key}'; the options are ${known.join(', ')}`);
-    }
-  }
+  assertKnownKeys(o, known, entry, 'option');
   if (o.device !== undefined && !looksLikeDevice(o.device)) {
     throw new InvalidArgumentError(`device must be a GPUDevice (from adapter.requestDevice()); got ${describe(o.device)}`);
   }

@@ -6,7 +6,7 @@
  * its ranges in position order; every range starts on a block boundary, so each block lives
  * on exactly one rank.
  */
-import { type HostData, type HostTensor, InvalidArgumentError, ShapeError } from '@crisp/core';
+import { describeValue, type HostData, type HostTensor, InvalidArgumentError, ShapeError } from '@crisp/core';
 
 /** Rows [start, end) of the sequence. */
 export interface RowRange {
@@ -64,12 +64,7 @@ export function assertLayout(layout: unknown, entry: string): asserts layout is 
     l.ranges.every((rs) => Array.isArray(rs) && rs.every((r) => Number.isInteger(r?.start) && Number.isInteger(r?.end) && r.start < r.end && r.end <= l.n!)) &&
     l.owner instanceof Int32Array &&
     l.owner.length === l.numBlocks;
-  if (!ok) throw new InvalidArgumentError(`${entry}: the layout must be a ShardLayout, as zigzagLayout(n, ranks, blockSize) returns; got ${describe(layout)}`);
-}
-
-function describe(x: unknown): string {
-  if (x === null || typeof x !== 'object') return String(x);
-  return `an object with ${Object.keys(x).join(', ') || 'no fields'}`;
+  if (!ok) throw new InvalidArgumentError(`${entry}: the layout must be a ShardLayout, as zigzagLayout(n, ranks, blockSize) returns; got ${describeValue(layout)}`);
 }
 
 function assertRank(layout: ShardLayout, rank: number, entry: string): void {
@@ -100,7 +95,7 @@ export function shardPositions(layout: ShardLayout, rank: number): Int32Array {
 export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor): HostTensor {
   assertLayout(layout, 'shardTensor');
   assertRank(layout, rank, 'shardTensor');
-  if (!whole || typeof whole !== 'object' || !Array.isArray(whole.shape)) throw new InvalidArgumentError(`shardTensor: the tensor must be a host tensor { dtype, shape, data }; got ${describe(whole)}`);
+  if (!whole || typeof whole !== 'object' || !Array.isArray(whole.shape)) throw new InvalidArgumentError(`shardTensor: the tensor must be a host tensor { dtype, shape, data }; got ${describeValue(whole)}`);
   if (whole.shape[0] !== layout.n) throw new ShapeError(`shardTensor: the tensor has ${whole.shape[0]} rows, the layout ${layout.n}`);
   const per = whole.shape.slice(1).reduce((a, b) => a * b, 1);
   return shardFromRows(layout, rank, (start, end) => ({
@@ -119,7 +114,7 @@ export function shardTensor(layout: ShardLayout, rank: number, whole: HostTensor
 export function shardFromRows(layout: ShardLayout, rank: number, rows: (start: number, end: number) => HostTensor): HostTensor {
   assertLayout(layout, 'shardFromRows');
   assertRank(layout, rank, 'shardFromRows');
-  if (typeof rows !== 'function') throw new InvalidArgumentError(`shardFromRows: rows must be a function (start, end) => host tensor; got ${describe(rows)}`);
+  if (typeof rows !== 'function') throw new InvalidArgumentError(`shardFromRows: rows must be a function (start, end) => host tensor; got ${describeValue(rows)}`);
   const parts = layout.ranges[rank].map((r) => {
     const t = rows(r.start, r.end);
     if (t.shape[0] !== r.end - r.start) throw new ShapeError(`shardFromRows: rows(${r.start}, ${r.end}) gave ${t.shape[0]} rows, expected ${r.end - r.start}`);
@@ -142,7 +137,7 @@ export function shardFromRows(layout: ShardLayout, rank: number, rows: (start: n
 /** The whole [n, ...] tensor from every rank's shard (the inverse of shardTensor). */
 export function unshardTensor(layout: ShardLayout, shards: readonly HostTensor[]): HostTensor {
   assertLayout(layout, 'unshardTensor');
-  if (!Array.isArray(shards as unknown)) throw new InvalidArgumentError(`unshardTensor: shards must be an array of host tensors, one per rank; got ${describe(shards)}`);
+  if (!Array.isArray(shards as unknown)) throw new InvalidArgumentError(`unshardTensor: shards must be an array of host tensors, one per rank; got ${describeValue(shards)}`);
   if (shards.length !== layout.size) throw new ShapeError(`unshardTensor: ${shards.length} shards for ${layout.size} ranks`);
   shards.forEach((s, rank) => {
     if (!s || typeof s !== 'object' || !Array.isArray(s.shape) || !s.data) throw new InvalidArgumentError(`unshardTensor: rank ${rank}'s shard is not a host tensor { dtype, shape, data }`);

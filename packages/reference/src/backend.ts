@@ -6,6 +6,7 @@
  * Shape legend: q [m, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import {
+  assertKnownKeys,
   assertStatsWindows,
   type AttentionOptions,
   type AttentionResult,
@@ -458,10 +459,6 @@ export function createReferenceBackend(opts: ReferenceBackendOptions = {}): Back
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
     throw new InvalidArgumentError(`createReferenceBackend: options must be an object (or left out); got ${describeValue(opts)}`);
   }
-  for (const key of Object.keys(opts)) {
-    if (!OPTION_KEYS.includes(key)) {
-      throw new InvalidArgumentError(`createReferenceBackend: unknown option ${describeValue(key)}; the options are ${OPTION_KEYS.join(', ')}`);
-    }
-  }
+  assertKnownKeys(opts, OPTION_KEYS, 'createReferenceBackend', 'option');
   return new ReferenceBackend(opts);
 }

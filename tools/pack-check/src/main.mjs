@@ -111,8 +111,7 @@ if (install.status !== 0) {
   for (const { spec, t } of entries) {
     const r = results[spec];
     if (!r || r.ok > 0) continue;
-    const optional = Object.keys(t.pkg.peerDependenciesMeta ?? {}).filter((d) => t.pkg.peerDependenciesMeta[d]?.optional);
-    const missingPeer = r.code === 'ERR_MODULE_NOT_FOUND' && optional.some((d) => r.message.includes(`'${d}'`));
+    const missingPeer = r.code === 'ERR_MODULE_NOT_FOUND' && optionalPeers(t.pkg).some((d) => r.message.includes(`'${d}'`));
     if (!missingPeer) problems.push(`import('${spec}') failed: ${r.code ?? ''} ${r.message ?? 'no exports'}`);
   }
   if (results['@crisp/kernels-webgpu/node']?.ok) {
@@ -198,13 +197,17 @@ if (install.status !== 0) {
   }
 }
 
+/** A manifest's optional peer dependencies. */
+function optionalPeers(pkg) {
+  return Object.keys(pkg.peerDependenciesMeta ?? {}).filter((d) => pkg.peerDependenciesMeta[d]?.optional);
+}
+
 /** Whether the declarations of entry `spec` of tarball `t` import one of its optional peers. */
 function declarationsNeedOptionalPeer(t, spec) {
   const sub = spec === t.name ? '.' : `./${spec.slice(t.name.length + 1)}`;
   const types = t.pkg.exports?.[sub]?.types;
   const text = types ? t.files.get(types.replace(/^\.\//, ''))?.toString('utf8') ?? '' : '';
-  const optional = Object.keys(t.pkg.peerDependenciesMeta ?? {}).filter((d) => t.pkg.peerDependenciesMeta[d]?.optional);
-  return optional.some((d) => text.includes(`'${d}'`) || text.includes(`"${d}"`) || text.includes(`'${d}/`) || text.includes(`"${d}/`));
+  return optionalPeers(t.pkg).some((d) => text.includes(`'${d}'`) || text.includes(`"${d}"`) || text.includes(`'${d}/`) || text.includes(`"${d}/`));
 }
 
 if (keep) say(`kept ${scratch}`);

@@ -40,7 +40,7 @@ export function validatePolicy(policy: Policy): void {
     );
   }
   const name = policy.name;
-  assertKnownKeys(policy, POLICY_KEYS, `policy ${name}`);
+  assertKnownKeys(policy, POLICY_KEYS, `policy ${name}`, 'key');
   if (policy.dense !== undefined && typeof policy.dense !== 'boolean') {
     throw new InvalidArgumentError(`policy ${name}: dense must be true or false; got ${describeValue(policy.dense)}`);
   }

@@ -442,14 +442,17 @@ __device__ __forceinline__ void wgw_body(const u16* __restrict__ q, const u16* _
 #else
 #define CRISP_TMA_CALL(D, ...)
 #endif
-#define CRISP_ATTN_WGT(NAME, D, NWG, BF16)                                                                   \
-  extern "C" __global__ void __launch_bounds__(NWG * 128 + 128, 1)                                          \
+// A TMA entry: THREADS per CTA, the body (a wgw_body instance) as the variadic tail.
+#define CRISP_ATTN_TMA(NAME, THREADS, D, ...)                                                               \
+  extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                  \
       NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols,  \
            int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
            const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
            const __grid_constant__ TmaDesc tmV) {                                                             \
-    CRISP_TMA_CALL(D, wgw_body<D, NWG, BF16, 3, true, true, true>)                                            \
+    CRISP_TMA_CALL(D, __VA_ARGS__)                                                                            \
   }
+#define CRISP_ATTN_WGT(NAME, D, NWG, BF16) \
+  CRISP_ATTN_TMA(NAME, NWG * 128 + 128, D, wgw_body<D, NWG, BF16, 3, true, true, true>)
 
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b64, 64, 1, true)
 CRISP_ATTN_WGW(attn_wgw_bf16_d64_b128, 64, 2, true)
@@ -471,13 +474,6 @@ CRISP_ATTN_WGT(attn_wgt_f16_d128_b128, 128, 2, false)
 // 64 rows (192-row query tiles) over 128-key tiles, no ping-pong: more softmax in flight
 // beside the products, where d = 64 makes the two about equally long. Nb is the number of
 // 192-row query tiles; the launch covers dense causal rows only (no BSR rows, no varlen).
-#define CRISP_ATTN_WG3(NAME, BF16)                                                                            \
-  extern "C" __global__ void __launch_bounds__(512, 1)                                                       \
-      NAME(const u16* q, const u16* k, const u16* v, u16* o, float* lse, const int* rowPtr, const int* cols,  \
-           int n, int m, int Nb, int H, int Hkv, float scaleLog2, const int* hsel, int hmode,                 \
-           const VarSeg* segs, int lseStride, const __grid_constant__ TmaDesc tmK,                            \
-           const __grid_constant__ TmaDesc tmV) {                                                             \
-    CRISP_TMA_CALL(64, wgw_body<64, 3, BF16, 3, false, true, true, 128>)                                      \
-  }
+#define CRISP_ATTN_WG3(NAME, BF16) CRISP_ATTN_TMA(NAME, 512, 64, wgw_body<64, 3, BF16, 3, false, true, true, 128>)
 CRISP_ATTN_WG3(attn_wg3_bf16_d64_b128, true)
 CRISP_ATTN_WG3(attn_wg3_f16_d64_b128, false)
