@@ -166,7 +166,7 @@ describe('writeTensor and deviceTensorSource', () => {
     await expect(writeTensor(short, t, path)).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(await leftovers()).toEqual([]);
     expect(() => deviceTensorSource(be, t, { chunkBytes: 0 })).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
-    expect(() => deviceTensorSource(be, t, { chunk: 1 } as never)).toThrow(/unknown key 'chunk'/);
+    expect(() => deviceTensorSource(be, t, { chunk: 1 } as never)).toThrow(/unknown option 'chunk'/);
     expect(() => deviceTensorSource({} as never, t)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT' }));
     await expect(writeTensor(be, t, join(dir, 'x.npy'), { name: 'q' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     t.dispose();

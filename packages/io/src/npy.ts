@@ -18,7 +18,7 @@
  */
 import type { FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
-import { type DType, InvalidArgumentError, UnsupportedError } from '@crisp/core';
+import { type DType, InvalidArgumentError, UnsupportedError, assertKnownKeys } from '@crisp/core';
 import { assertLittleEndianHost, describeValue, formatError, openForRead, readExactly } from './file-handle.js';
 import { OpenTensorFile, type TensorFile, type TensorInfo } from './tensor-file.js';
 
@@ -52,11 +52,7 @@ export function checkNpyOptions(opts: unknown, what = 'options'): NpyOpenOptions
     throw new InvalidArgumentError(`${what} must be an object like { uint16As: 'bf16' }; got ${describeValue(opts)}`);
   }
   const o = opts as Record<string, unknown>;
-  for (const k of Object.keys(o)) {
-    if (k !== 'uint16As' && k !== 'name') {
-      throw new InvalidArgumentError(`${what} has an unknown key '${k}'; known: uint16As, name`);
-    }
-  }
+  assertKnownKeys(o, ['uint16As', 'name'], what, 'option');
   if (o.uint16As !== undefined && o.uint16As !== 'bf16') {
     throw new InvalidArgumentError(`uint16As must be 'bf16' (the only 16-bit integer reading) or absent; got ${describeValue(o.uint16As)}`);
   }

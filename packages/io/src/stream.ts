@@ -16,6 +16,7 @@ import {
   LimitError,
   UnsupportedError,
   assertDType,
+  assertKnownKeys,
   bytesPerElement,
   decode,
   encode,
@@ -59,11 +60,7 @@ export function checkOptionKeys(opts: unknown, known: readonly string[], what: s
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
     throw new InvalidArgumentError(`${what} must be an object with at least { layout: 'nhd' | '1nhd' | 'hnd' }; got ${describeValue(opts)}`);
   }
-  for (const k of Object.keys(opts)) {
-    if (!known.includes(k)) {
-      throw new InvalidArgumentError(`${what} has an unknown key '${k}'; known keys: ${known.join(', ')}`);
-    }
-  }
+  assertKnownKeys(opts, known, what, 'option');
   return opts as Record<string, unknown>;
 }
 

@@ -20,6 +20,7 @@ import {
   InvalidArgumentError,
   ShapeError,
   assertDType,
+  assertKnownKeys,
   assertShape,
   LimitError,
   bytesPerElement,
@@ -179,9 +180,7 @@ function checkWriteOptions(opts: unknown, known: readonly string[]): void {
   if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
     throw new InvalidArgumentError(`options must be an object (${known.join(', ')}); got ${describeValue(opts)}`);
   }
-  for (const k of Object.keys(opts)) {
-    if (!known.includes(k)) throw new InvalidArgumentError(`options has an unknown key '${k}'; known keys: ${known.join(', ')}`);
-  }
+  assertKnownKeys(opts, known, 'options', 'option');
 }
 
 /** Writes one tensor's chunks into the region starting at `base`, transposing for 'hnd'. */

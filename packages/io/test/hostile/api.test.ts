@@ -107,7 +107,7 @@ describe('readQkv arguments', () => {
     ['options a string', 'nhd', /must be an object/],
     ['no layout', {}, /layout must be one of/],
     ['a wrong layout', { layout: 'nhw' }, /layout must be one of/],
-    ['a misspelt key', { layout: 'nhd', name: { q: 'q' } }, /unknown key 'name'/],
+    ['a misspelt key', { layout: 'nhd', name: { q: 'q' } }, /unknown option 'name'/],
     ['names not an object', { layout: 'nhd', names: 'q' }, /names must be an object/],
     ['an unknown role in names', { layout: 'nhd', names: { x: 'q' } }, /unknown key 'x'/],
     ['an empty name', { layout: 'nhd', names: { q: '' } }, /names\.q must be a non-empty/],
@@ -161,7 +161,7 @@ describe('stream, read, upload and open arguments', () => {
     await using f = await openSafetensors(path);
     await expectCode(() => streamTensor(null as never, 'q', { layout: 'nhd' }), 'INVALID_ARGUMENT', /open TensorFile/);
     await expectCode(() => streamTensor(f, 'q', null as never), 'INVALID_ARGUMENT', /must be an object/);
-    await expectCode(() => streamTensor(f, 'q', { layout: 'nhd', chunkrows: 4 } as never), 'INVALID_ARGUMENT', /unknown key 'chunkrows'/);
+    await expectCode(() => streamTensor(f, 'q', { layout: 'nhd', chunkrows: 4 } as never), 'INVALID_ARGUMENT', /unknown option 'chunkrows' \(did you mean 'chunkRows'\?\)/);
     await expectCode(() => streamTensor(f, 7 as never, { layout: 'nhd' }), 'INVALID_ARGUMENT', /name must be a string/);
     await expectCode(() => streamTensor(f, 'q', { layout: 'nhd', chunkRows: 1.5 }), 'INVALID_ARGUMENT', /chunkRows must be a positive integer/);
     await expectCode(() => streamTensor(f, 'q', { layout: 'nhd', rows: [4] as never }), 'INVALID_ARGUMENT', /rows must be/);
@@ -169,7 +169,7 @@ describe('stream, read, upload and open arguments', () => {
     await expectCode(() => streamTensor(f, 'q', { layout: 'nhd', dtype: 'int8' as never }), 'DTYPE_MISMATCH', /dtype must be one of/);
     await expectCode(() => tensorSource(f, 'nope', { layout: 'nhd' }), 'FORMAT_ERROR', /no tensor named 'nope'/);
     await expectCode(readTensor(f, 'q', { layout: 'nhd', maxBytes: -5 }), 'INVALID_ARGUMENT', /maxBytes/);
-    await expectCode(openNpy(path, { uint16as: 'bf16' } as never), 'INVALID_ARGUMENT', /unknown key 'uint16as'/);
+    await expectCode(openNpy(path, { uint16as: 'bf16' } as never), 'INVALID_ARGUMENT', /unknown option 'uint16as' \(did you mean 'uint16As'\?\)/);
     await expectCode(openTensorFile(path, 'bf16' as never), 'INVALID_ARGUMENT', /must be an object/);
     await expectCode(f.read(new Uint8Array(4), -1), 'INVALID_ARGUMENT', /not inside/);
     await expectCode(f.read(new Uint8Array(4), f.fileSize - 2), 'INVALID_ARGUMENT', /not inside/);

@@ -150,7 +150,7 @@ describe('writer sources that fail', () => {
     await expectCode(writeSafetensors(p, null as never), 'INVALID_ARGUMENT', /tensors must be an object/);
     await expectCode(writeSafetensors(p, { t }, { metadata: { a: 1 } } as never), 'INVALID_ARGUMENT', /metadata\['a'\] must be a string/);
     await expectCode(writeSafetensors(p, { t }, { metadata: 'x' } as never), 'INVALID_ARGUMENT', /metadata must be an object/);
-    await expectCode(writeSafetensors(p, { t }, { layot: 'hnd' } as never), 'INVALID_ARGUMENT', /unknown key 'layot'/);
+    await expectCode(writeSafetensors(p, { t }, { layot: 'hnd' } as never), 'INVALID_ARGUMENT', /unknown option 'layot'/);
     await expectCode(writeSafetensors(p, { __metadata__: t }), 'INVALID_ARGUMENT', /cannot be a tensor name/);
     await expectCode(writeSafetensors(p, { '': t }), 'INVALID_ARGUMENT', /cannot be a tensor name/);
     await expectCode(writeNpy(p, t, { layout: 'xyz' }), 'INVALID_ARGUMENT', /layout must be one of/);
