@@ -38,7 +38,7 @@ import { type AttentionInputs, type Rng, attentionInputs } from './random.js';
 export interface VarlenShapeCase {
   readonly name: string;
   readonly queries: readonly number[];
-  /** key rows per sequence (>= queries; more: a chunk over a KV prefix); default `queries` */
+  /** key rows per sequence (>= queries; more: a chunk over a KV prefix); default `queries`. A sequence of 0 queries (the pipeline's only) is empty */
   readonly keys?: readonly number[];
   readonly heads: number;
   readonly kvHeads: number;
@@ -54,6 +54,8 @@ export const SMALL_VARLEN: readonly VarlenShapeCase[] = Object.freeze([
   { name: 'lens1-63-64-65-300-c70of190-h8kv2-d64-b64', queries: [1, 63, 64, 65, 300, 70], keys: [1, 63, 64, 65, 300, 190], heads: 8, kvHeads: 2, headDim: 64, blockSize: 64, use: 'primitives' },
   { name: 'lens1-127-128-129-200-h4kv4-d128-b128', queries: [1, 127, 128, 129, 200], heads: 4, kvHeads: 4, headDim: 128, blockSize: 128, use: 'primitives' },
   { name: 'lens1-127-129-1100-1500-h4kv2-d64', queries: [1, 127, 129, 1100, 1500], heads: 4, kvHeads: 2, headDim: 64, blockSize: 64, use: 'pipeline' },
+  // empty sequences (no queries; with cached keys, without, first and last) beside a sparse one and a sparse chunk
+  { name: 'lens0of40-1-0of0-1100-0of9-c60of1200-0of0-h4kv2-d64', queries: [0, 1, 0, 1100, 0, 60, 0], keys: [40, 1, 0, 1100, 9, 1200, 0], heads: 4, kvHeads: 2, headDim: 64, blockSize: 64, use: 'pipeline' },
 ]);
 
 /** GPU shapes: the lengths 1, 127, 128, 129, 5000 in one batch, H/Hkv 32/8 and 8/8, d 128. */
@@ -133,6 +135,7 @@ async function checkSegments(
   for (let i = 0; i < x.segments.length; i++) {
     const g = x.segments[i];
     const p = x.parts[i];
+    if (g.queries === 0) continue; // an empty sequence has no rows
     const rows = g.keys <= ctx.fullCheckLimit ? sampleRows(g.queries, g.queries) : sampleRows(g.queries, ctx.sampleCount);
     checked += rows.length;
     const exact = attentionRows(p.q, p.k, p.v, rows, masks[i]);
@@ -209,6 +212,10 @@ function varlenPipelineCase(dtype: DType, s: VarlenShapeCase, policy: Policy): C
       let sparse = 0;
       for (let i = 0; i < x.segments.length && i < res.plans.length; i++) {
         const p = x.parts[i];
+        if (x.segments[i].queries === 0) {
+          if (res.plans[i].denseReason !== 'empty') lines.push(`sequence ${i} has no queries but its plan is ${res.plans[i].denseReason ?? 'sparse'}, not 'empty'`);
+          continue;
+        }
         const alone = { q: be.upload(p.q), k: be.upload(p.k) };
         try {
           const own = await planPrefill(be, alone, policy, { minSparseLength: 0 });

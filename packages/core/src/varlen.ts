@@ -7,13 +7,14 @@
  * Shape legend: q [Mq, H, d] packed (Mq = Σ m_s), k and v [Nk, Hkv, d] packed (Nk = Σ n_s),
  * sequence s: query rows cuSeqlensQ[s] .. cuSeqlensQ[s+1], key rows cuSeqlensK[s] ..
  * cuSeqlensK[s+1]; m_s <= n_s (m_s < n_s: the sequence's queries are the last m_s of its n_s
- * positions, chunked prefill over its KV prefix). Output [Mq, H, d], LSE [H, Mq].
+ * positions, chunked prefill over its KV prefix; m_s = 0: a sequence with no queries in this
+ * batch, which gets no rows and runs nothing). Output [Mq, H, d], LSE [H, Mq].
  */
 import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from './attention.js';
 import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
 import { InvalidArgumentError, ShapeError, UnsupportedError, assertKnownKeys, describeValue } from './errors.js';
 import { causalBlockCount, validateMask, type ValidateMaskOptions } from './mask.js';
-import { type BuiltPlan, buildPlan } from './plan/build.js';
+import { type BuiltPlan, buildPlan, densePlan } from './plan/build.js';
 import { releasePlan } from './prefill.js';
 import type { PlanOptions, PrefillInputs, PrefillPlan } from './plan/types.js';
 import type { Policy } from './policy.js';
@@ -47,9 +48,11 @@ function offsets(x: unknown, what: string, total: number): number[] {
 }
 
 /**
- * The segments of a layout over packed tensors with `queryRows` and `keyRows` rows. Every
- * sequence needs 1 <= m_s <= n_s. Throws INVALID_ARGUMENT or SHAPE_MISMATCH naming the
- * sequence.
+ * The segments of a layout over packed tensors with `queryRows` and `keyRows` rows, one per
+ * sequence. Every sequence needs 0 <= m_s <= n_s; an empty one (m_s = 0, as FlashAttention's
+ * cu_seqlens allow, with or without cached keys) gets a segment with `queries: 0`, which
+ * `varlenPrefill` neither plans nor hands to the backend (a backend batch holds only segments
+ * with queries). Throws INVALID_ARGUMENT or SHAPE_MISMATCH naming the sequence.
  */
 export function varlenSegments(layout: VarlenLayout, queryRows: number, keyRows: number): VarlenSegment[] {
   if (!layout || typeof layout !== 'object') {
@@ -68,7 +71,6 @@ export function varlenSegments(layout: VarlenLayout, queryRows: number, keyRows:
   for (let s = 0; s + 1 < cq.length; s++) {
     const m = cq[s + 1] - cq[s];
     const n = ck[s + 1] - ck[s];
-    if (m < 1) throw new ShapeError(`sequence ${s} has no query rows (cuSeqlensQ[${s}] = cuSeqlensQ[${s + 1}] = ${cq[s]}); drop empty sequences from the batch`);
     if (m > n) throw new ShapeError(`sequence ${s} has ${m} query rows but ${n} key rows; queries are the last m of a sequence's n positions`);
     segs.push({ qStart: cq[s], queries: m, kStart: ck[s], keys: n });
   }
@@ -82,10 +84,14 @@ export function segmentShape(shape: AttentionShape, seg: VarlenSegment): Attenti
 
 /** What `varlenPrefill` returns: the packed output and one complete plan per sequence. */
 export interface VarlenPrefillResult extends AttentionResult {
+  /** per sequence, in order (an empty sequence's with `queries: 0`) */
   readonly segments: readonly VarlenSegment[];
-  /** per sequence, in order; each plan's prepared mask released */
+  /**
+   * per sequence, in order; each plan's prepared mask released. An empty sequence's plan is
+   * dense with `denseReason: 'empty'` (nothing planned, nothing run).
+   */
   readonly plans: readonly PrefillPlan[];
-  /** selected causal blocks over all sequences' causal blocks (dense sequences count fully) */
+  /** selected causal blocks over all non-empty sequences' causal blocks (dense sequences count fully) */
   readonly overallDensity: number;
   /**
    * Milliseconds: planMs from the call until the attention was queued (every sequence's
@@ -123,6 +129,8 @@ export async function varlenPrefill(
   // (m <= n for the packed tensors is not required: a chunked sequence may sit beside others)
   const shape = packedShape(inputs);
   const segments = varlenSegments(layout, shape.queries, shape.keys);
+  // the sequences with queries: planned and run (q has rows, so there is at least one)
+  const live = segments.filter((g) => g.queries > 0);
   assertOut(opts.out, inputs, shape, backend, 'varlenPrefill');
   const m0 = backend.mark?.();
   const t0 = performance.now();
@@ -138,7 +146,7 @@ export async function varlenPrefill(
     const slices: DeviceTensor[] = [];
     const built: BuiltPlan[] = [];
     try {
-      for (const seg of segments) {
+      for (const seg of live) {
         const q = backend.sliceRows(inputs.q, seg.qStart, seg.queries);
         slices.push(q);
         const k = backend.sliceRows(inputs.k, seg.kStart, seg.keys);
@@ -163,7 +171,7 @@ export async function varlenPrefill(
     assertBlockSize(B, backend.capabilities.blockSizes);
     const batch: VarlenBatch = {
       blockSize: B,
-      segments,
+      segments: live,
       masks: plans.map((p) => p.mask),
       prepared: plans.map((p) => (p.prepared && !p.prepared.released ? p.prepared : undefined)),
     };
@@ -185,11 +193,16 @@ export async function varlenPrefill(
     causal += c;
     selected += p.overallDensity * c;
   }
+  // one plan per sequence, in order: an empty sequence's is dense and empty
+  let next = 0;
+  const perSequence = segments.map((g) =>
+    g.queries > 0 ? released[next++] : densePlan(policy, segmentShape(shape, g), released[0].blockSize, 'empty', performance.now()),
+  );
   const timings =
     m0 && m1 && m2
       ? { planMs: m1.msSince(m0), attentionMs: m2.msSince(m1), totalMs: t2 - t0 }
       : { planMs: t1 - t0, attentionMs: t2 - t1, totalMs: t2 - t0 };
-  return { ...result, segments, plans: released, overallDensity: causal > 0 ? selected / causal : 1, timings };
+  return { ...result, segments, plans: perSequence, overallDensity: causal > 0 ? selected / causal : 1, timings };
 }
 
 /**

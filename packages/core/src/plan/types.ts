@@ -39,8 +39,8 @@ export interface PrefillPlan {
   readonly shape: AttentionShape;
   readonly blockSize: number;
   readonly numBlocks: number;
-  /** why the plan is dense, when it is */
-  readonly denseReason?: 'policy' | 'min-length' | 'length-gate';
+  /** why the plan is dense, when it is ('empty': a sequence of a ragged batch with no queries) */
+  readonly denseReason?: 'policy' | 'min-length' | 'length-gate' | 'empty';
   readonly stats?: ProxyStats;
   readonly routing?: RoutingDecision;
   /** undefined for dense plans. Host data: the VS lists and the PE heads' rows. */
