@@ -12,7 +12,7 @@
  */
 import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from './attention.js';
 import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
-import { InvalidArgumentError, ShapeError, UnsupportedError, assertKnownKeys, describeValue } from './errors.js';
+import { CrispError, InvalidArgumentError, ShapeError, UnsupportedError, assertKnownKeys, describeValue } from './errors.js';
 import { causalBlockCount, validateMask, type ValidateMaskOptions } from './mask.js';
 import { type BuiltPlan, buildPlan, densePlan } from './plan/build.js';
 import { releasePlan } from './prefill.js';
@@ -75,6 +75,18 @@ export function varlenSegments(layout: VarlenLayout, queryRows: number, keyRows:
     segs.push({ qStart: cq[s], queries: m, kStart: ck[s], keys: n });
   }
   return segs;
+}
+
+/**
+ * An error raised while working on one sequence's slices, with the sequence named: its rows
+ * in the packed tensors come first in the message, since a row or index in the error is the
+ * slice's own (a CrispError keeps its code and details, adds `sequence`, and is the cause).
+ * Anything else passes through unchanged.
+ */
+export function inSequence(e: unknown, s: number, seg: VarlenSegment, entry: string): unknown {
+  if (!(e instanceof CrispError)) return e;
+  const where = `sequence ${s} (packed q rows [${seg.qStart}, ${seg.qStart + seg.queries}), k rows [${seg.kStart}, ${seg.kStart + seg.keys}); rows below count from its first)`;
+  return new CrispError(e.code, `${entry}: ${where}: ${e.message}`, { ...e.details, sequence: s }, { cause: e });
 }
 
 /** The shape of sequence `s` of a batch (its slice of q, k, v). */
@@ -151,7 +163,11 @@ export async function varlenPrefill(
         slices.push(q);
         const k = backend.sliceRows(inputs.k, seg.kStart, seg.keys);
         slices.push(k);
-        built.push(await buildPlan(backend, { q, k }, policy, planOpts, false));
+        try {
+          built.push(await buildPlan(backend, { q, k }, policy, planOpts, false));
+        } catch (e) {
+          throw inSequence(e, segments.indexOf(seg), seg, 'varlenPrefill');
+        }
       }
       for (let s = 0; s < built.length; s++) {
         const b = built[s];

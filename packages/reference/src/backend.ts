@@ -44,6 +44,7 @@ import {
   wrapHost,
   wantedOptionalStats,
   assertVarlenBatch,
+  inSequence,
   packedShape,
   type VarlenAttentionOptions,
   type VarlenBatch,
@@ -414,7 +415,12 @@ class ReferenceBackend implements Backend {
       const ks = this.sliceRows(kt, g.kStart, g.keys);
       const vs = this.sliceRows(vt, g.kStart, g.keys);
       const mask = batch.masks[s];
-      const r = mask ? await this.sparseAttention(qs, ks, vs, mask, one) : await this.denseAttention(qs, ks, vs, one);
+      let r: AttentionResult;
+      try {
+        r = mask ? await this.sparseAttention(qs, ks, vs, mask, one) : await this.denseAttention(qs, ks, vs, one);
+      } catch (e) {
+        throw inSequence(e, s, g, 'varlenAttention');
+      }
       const rowElems = H * d;
       out.data.set((r.output as ReferenceTensor).data as never, g.qStart * rowElems);
       if (lse && r.lse) {
