@@ -1,9 +1,9 @@
 /**
  * Example (e): a ragged batch. Three requests of different lengths (@crisp/synth llama-like
  * layers) are packed along the first axis, as a runtime batches prompts, and prefilled in one
- * `varlenPrefill` call: each request gets its own routes and blocks (the short one goes dense
- * by the length gate), and the batch's attention runs in one backend call. Each request's rows
- * equal a `sparsePrefill` of that request alone.
+ * `varlenPrefill` call: each request gets its own routes and blocks (the short one goes dense,
+ * its plan's reason 'min-length': too short to skip anything), and the batch's attention runs
+ * in one backend call. Each request's rows equal a `sparsePrefill` of that request alone.
  *
  * Run: pnpm --filter @crisp/examples example varlen-batch
  */
