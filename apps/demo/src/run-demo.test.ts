@@ -110,6 +110,42 @@ describe('runDemo on the reference backend', () => {
     expect(r.needleRecall.total).toBe(sc.truth.needles.reduce((a, nd) => a + nd.readers.length, 0));
   });
 
+  it('times the plan and the attention apart, each with the device work it queued', async () => {
+    // A backend that, like WebGPU, returns before its device work is done: each proxyStats
+    // call leaves LAG ms of work that only synchronize() waits for. That work is the plan's.
+    const LAG = 1500;
+    const reference = createReferenceBackend();
+    let queued = 0;
+    const queueing = new Proxy(reference, {
+      get(target, key) {
+        if (key === 'proxyStats') {
+          return async (...args: Parameters<typeof target.proxyStats>) => {
+            const stats = await target.proxyStats(...args);
+            queued += LAG;
+            return stats;
+          };
+        }
+        if (key === 'synchronize') {
+          return async () => {
+            const wait = queued;
+            queued = 0;
+            await new Promise((resolve) => setTimeout(resolve, wait));
+            await target.synchronize();
+          };
+        }
+        const value = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const { result: r } = await runDemo(queueing, cfg({}), 'f32');
+    expect(r.denseReason).toBeNull();
+    expect(r.planMs).toBeGreaterThanOrEqual(LAG - 1);
+    expect(r.attentionMs).toBeLessThan(LAG);
+    expect(r.sparseMs).toBeGreaterThanOrEqual(LAG - 1);
+    const computed = r.heads.reduce((a, h) => a + h.density, 0) * 4 * 64 * ((1280 * 1281) / 2);
+    expect(r.sparseTflops).toBeCloseTo(computed / r.attentionMs / 1e9, 12);
+  });
+
   it('the dense preset gives a dense plan whose output equals float64 dense', async () => {
     const { result: r, samples: s } = await runDemo(createReferenceBackend(), cfg({ preset: 'dense' }), 'f32');
     expect(r.denseReason).toBe('policy');
@@ -124,6 +160,7 @@ describe('runDemo on the reference backend', () => {
     const backend = createReferenceBackend({ sparseCrossover: 4096 });
     const gated = await runDemo(backend, cfg({ lengthGate: true }), 'f32');
     expect(gated.result.denseReason).toBe('length-gate');
+    expect(gated.result.sparseCrossover).toBe(4096);
     const forced = await runDemo(backend, cfg({ lengthGate: false }), 'f32');
     expect(forced.result.denseReason).toBeNull();
     expect(forced.result.overallDensity).toBeLessThanOrEqual(1);
