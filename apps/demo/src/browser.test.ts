@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CHROMIUM, PageStalled, serveStatic, WEBGPU_CHROMIUM_ARGS, waitWithProgress } from '@crisp/browser-test';
 import { type BlockMask, causalBlockCount } from '@crisp/core';
+import { FMA_SPARSE_CROSSOVER, TENSOR_CORE_SPARSE_CROSSOVER } from '@crisp/kernels-webgpu';
 import { attentionRows } from '@crisp/reference';
 import { needleRecall, type ProfileName, scenario } from '@crisp/synth';
 import type { Browser, Page } from 'playwright-core';
@@ -230,6 +231,13 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     expect(r.attentionKernel).toBe((await run.page.evaluate(() => window.__crispAdapter as AdapterReport)).attentionKernel);
     expect(r.denseTflops).toBeGreaterThan(0);
     expect(r.sparseTflops).toBeGreaterThan(0);
+    const headFlops = 4 * r.config.headDim * ((r.config.n * (r.config.n + 1)) / 2);
+    expect(r.denseTflops).toBeCloseTo((r.config.heads * headFlops) / r.denseMs / 1e9, 12);
+    expect(r.sparseTflops).toBeCloseTo((r.heads.reduce((a, h) => a + h.density, 0) * headFlops) / r.attentionMs / 1e9, 12);
+    // the length gate of this run's kernel, shown even when it is off
+    const tensorCores = r.config.dtype === 'f16' && r.attentionKernel === 'subgroup-matrix';
+    expect(r.sparseCrossover).toBe(tensorCores ? TENSOR_CORE_SPARSE_CROSSOVER : FMA_SPARSE_CROSSOVER);
+    expect(await run.page.locator('#summary').textContent()).toContain(`length gate (dense below)${r.sparseCrossover} keys, off`);
     expect(await run.page.locator('#summary').textContent()).toContain(`attention kernel${r.attentionKernel}`);
     // On SwiftShader (the CI default) the page says its times mean nothing; on a GPU it does not.
     const adapter = await run.page.evaluate(() => window.__crispAdapter as AdapterReport);

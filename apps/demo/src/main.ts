@@ -108,7 +108,7 @@ function renderAdapter(a: AdapterReport, backend: WebGpuBackend): void {
   adapterLine.innerHTML = [
     `<strong>${escapeHtml(a.vendor || 'unknown vendor')}</strong> ${escapeHtml(a.architecture)} ${escapeHtml(a.description)}`,
     `${flag(a.shaderF16, 'shader-f16')} · ${flag(a.subgroups, 'subgroups')} · attention kernel <code>${escapeHtml(a.attentionKernel)}</code>`,
-    `max storage binding ${(l.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB · workgroup memory ${(l.maxComputeWorkgroupStorageSize / 1024).toFixed(0)} KiB · measured length gate ${backend.sparseCrossover} keys`,
+    `max storage binding ${(l.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB · workgroup memory ${(l.maxComputeWorkgroupStorageSize / 1024).toFixed(0)} KiB · measured length gate ${backend.sparseCrossoverFor('f32', 64)} keys in f32, ${backend.sparseCrossoverFor('f16', 64)} in f16`,
     `<span class="features">features: ${a.features.map((f) => `<code>${escapeHtml(f)}</code>`).join('')}</span>`,
   ].join('<br>');
 }
@@ -118,6 +118,7 @@ function renderResult(r: DemoResult): void {
   const rows: [string, string][] = [
     ['scenario', `${c.profile}, n = ${c.n}, H = ${c.heads}, H_kv = ${c.kvHeads}, d = ${c.headDim}, ${c.dtype}, seed ${c.seed}`],
     ['policy', r.denseReason ? `${r.policy} (dense plan: ${r.denseReason})` : r.policy],
+    ['length gate (dense below)', `${r.sparseCrossover} keys, ${c.lengthGate ? 'applied' : 'off'}`],
     ['density (selected causal blocks)', pct(r.overallDensity)],
     ['plan (proxy stats, routing, selection)', ms(r.planMs)],
     ['sparse attention', ms(r.attentionMs)],

@@ -6,8 +6,8 @@
 import { CrispError, causalBlockCount, type DType } from '@crisp/core';
 import { attentionRows, createReferenceBackend } from '@crisp/reference';
 import { scenario } from '@crisp/synth';
-import { describe, expect, it } from 'vitest';
-import { DEFAULT_CONFIG, type DemoConfig, parseConfig, resolveDType, runDemo } from './run-demo.js';
+import { describe, expect, it, vi } from 'vitest';
+import { DEFAULT_CONFIG, type DemoConfig, type DemoResult, parseConfig, resolveDType, runDemo } from './run-demo.js';
 import { checkCliffData, relErr, testSeed } from './test-support.js';
 
 const SEED = testSeed();
@@ -110,6 +110,50 @@ describe('runDemo on the reference backend', () => {
     expect(r.needleRecall.total).toBe(sc.truth.needles.reduce((a, nd) => a + nd.readers.length, 0));
   });
 
+  it('times the plan and the attention apart, each with the device work it queued', async () => {
+    // A backend that, like WebGPU, returns before its device work is done: proxyStats leaves
+    // PLAN ms of work (the plan's) and sparseAttention ATTENTION ms, which only synchronize()
+    // waits for. The clock moves only there, so the split is exact whatever the machine's load.
+    const [PLAN, ATTENTION] = [1500, 100];
+    const reference = createReferenceBackend();
+    let clock = 0;
+    let queued = 0;
+    const queueing = new Proxy(reference, {
+      get(target, key) {
+        if (key === 'proxyStats' || key === 'sparseAttention') {
+          const work = key === 'proxyStats' ? PLAN : ATTENTION;
+          const f = Reflect.get(target, key, target) as (...args: unknown[]) => Promise<unknown>;
+          return async (...args: unknown[]) => {
+            const out = await f.apply(target, args);
+            queued += work;
+            return out;
+          };
+        }
+        if (key === 'synchronize') {
+          return async () => {
+            clock += queued;
+            queued = 0;
+          };
+        }
+        const value = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const now = vi.spyOn(performance, 'now').mockImplementation(() => clock);
+    let r: DemoResult;
+    try {
+      r = (await runDemo(queueing, cfg({}), 'f32')).result;
+    } finally {
+      now.mockRestore();
+    }
+    expect(r.denseReason).toBeNull();
+    expect(r.planMs).toBe(PLAN);
+    expect(r.attentionMs).toBe(ATTENTION);
+    expect(r.sparseMs).toBe(PLAN + ATTENTION);
+    const computed = r.heads.reduce((a, h) => a + h.density, 0) * 4 * 64 * ((1280 * 1281) / 2);
+    expect(r.sparseTflops).toBeCloseTo(computed / ATTENTION / 1e9, 12);
+  });
+
   it('the dense preset gives a dense plan whose output equals float64 dense', async () => {
     const { result: r, samples: s } = await runDemo(createReferenceBackend(), cfg({ preset: 'dense' }), 'f32');
     expect(r.denseReason).toBe('policy');
@@ -124,6 +168,7 @@ describe('runDemo on the reference backend', () => {
     const backend = createReferenceBackend({ sparseCrossover: 4096 });
     const gated = await runDemo(backend, cfg({ lengthGate: true }), 'f32');
     expect(gated.result.denseReason).toBe('length-gate');
+    expect(gated.result.sparseCrossover).toBe(4096);
     const forced = await runDemo(backend, cfg({ lengthGate: false }), 'f32');
     expect(forced.result.denseReason).toBeNull();
     expect(forced.result.overallDensity).toBeLessThanOrEqual(1);

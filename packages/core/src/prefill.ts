@@ -109,8 +109,11 @@ export interface PrefillResult extends AttentionResult {
    * (synchronised). On a backend with `mark` (CUDA), planMs and attentionMs are on the device
    * timeline: planMs from the call until the attention could start (host time before and
    * between the plan's kernels counts, since the device waits for it), attentionMs from there
-   * to the attention's end. Otherwise both are host wall clock, each step awaited (a device
-   * mask's host part, `PreparedMask.complete`, in planMs).
+   * to the attention's end. Otherwise both are host wall clock (a device mask's host part,
+   * `PreparedMask.complete`, in planMs); a plan the backend's device planner made is queued,
+   * not waited for, so on such a backend without marks (WebGPU) planMs is the host's part of
+   * the plan and attentionMs also holds the plan's device work. To time the two apart there,
+   * await planPrefill and `backend.synchronize()`, then runPlan and `synchronize()`.
    */
   readonly timings: { readonly planMs: number; readonly attentionMs: number; readonly totalMs: number };
 }

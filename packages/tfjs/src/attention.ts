@@ -12,7 +12,7 @@
  *   driver (inputs cast to bf16 or f16: CUDA has no f32 kernels), else on the float64
  *   reference, and the output comes back as a new float32 tensor.
  */
-import { type Backend, type DType, type PrefillPlan, type Route, checkOptions, InvalidArgumentError, describeValue } from '@crisp/core';
+import { assertSupported, type Backend, type DType, type PrefillPlan, type Route, checkOptions, InvalidArgumentError, describeValue } from '@crisp/core';
 import type { Policy } from '@crisp/core';
 import type { WebGpuBackend } from '@crisp/kernels-webgpu';
 import { crisp } from '@crisp/presets';
@@ -110,12 +110,16 @@ export async function crispAttention(q: TfTensor, k: TfTensor, v: TfTensor, opti
   const opts = checkCallOptions(options);
   const layout = checkInputs(tf, q, k, v);
   const route = await choose(tf, layout, opts.backend ?? 'auto');
+  const dtype = route.kind === 'webgpu' ? 'f32' : hostDtype(route.backend, opts.deviceDtype);
+  // the backend's limits (head dim, length) before anything is read back or copied
+  const { n, heads, kvHeads, headDim } = layout;
+  assertSupported(route.backend.capabilities, { queries: n, keys: n, heads, kvHeads, headDim, dtype }, route.backend.name);
   const policy = opts.policy ?? crisp;
   const prefillOpts = { ...(opts.scale === undefined ? {} : { scale: opts.scale }), ...(opts.minSparseLength === undefined ? {} : { minSparseLength: opts.minSparseLength }) };
   const run =
     route.kind === 'webgpu'
       ? await runOnTfDevice(tf, route.backend, layout, q, k, v, policy, prefillOpts)
-      : await runOnHost(tf, route.backend, layout, q, k, v, policy, prefillOpts, hostDtype(route.backend, opts.deviceDtype));
+      : await runOnHost(tf, route.backend, layout, q, k, v, policy, prefillOpts, dtype);
   const plans = run.plans;
   return {
     output: run.output,

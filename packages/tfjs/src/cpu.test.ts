@@ -3,7 +3,7 @@
  * against TF.js's own dense attention and the reference's masked attention on fresh seeded
  * inputs; batches, custom policies, a 16-bit-only backend, typed errors, and no leaked tensors.
  */
-import { type Backend, castHost, hostTensor, toFloat32 } from '@crisp/core';
+import { type Backend, castHost, hostTensor, toFloat32, UnsupportedError } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { dense } from '@crisp/presets';
 import { fixed } from '@crisp/router';
@@ -137,6 +137,37 @@ describe('crispAttention on TF.js cpu', () => {
     expect(tf.memory().numTensors).toBe(made + 1);
     tf.dispose([int, flat, shortK]);
     expect(tf.memory().numTensors).toBe(before + 1);
+    tf.dispose([q, k, v]);
+  });
+
+  it("a head dim or length the backend lacks: UNSUPPORTED or LIMIT_EXCEEDED before any value is read", async () => {
+    const { q, k, v } = tensors(1, { n: 64, H: 2, Hkv: 1, d: 8 });
+    let reads = 0;
+    for (const t of [q, k, v]) {
+      const data = t.data.bind(t);
+      t.data = (() => {
+        reads++;
+        return data();
+      }) as typeof t.data;
+    }
+    let err: unknown;
+    try {
+      await crispAttention(q, k, v, { backend: 'reference' });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(UnsupportedError);
+    expect((err as UnsupportedError).message).toBe('reference backend has no kernel for head dim 8; supported: 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256');
+    const ref = createReferenceBackend();
+    const short: Backend = new Proxy(ref, {
+      get(t, p) {
+        if (p === 'capabilities') return { ...t.capabilities, headDims: [8], maxSequence: 32 };
+        const x = Reflect.get(t, p);
+        return typeof x === 'function' ? x.bind(t) : x;
+      },
+    });
+    expect(await code(() => crispAttention(q, k, v, { backend: short }))).toBe('LIMIT_EXCEEDED');
+    expect(reads).toBe(0);
     tf.dispose([q, k, v]);
   });
 
