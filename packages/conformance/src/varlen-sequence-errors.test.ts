@@ -6,7 +6,7 @@
  *
  * Shape legend: q [Mq, H, d], k and v [Nk, Hkv, d] packed.
  */
-import { type CrispError, type HostTensor, hostTensor, isCrispError, mulberry32, toFloat32, varlenPrefill } from '@crisp/core';
+import { type CrispError, type HostTensor, NonFiniteError, hostTensor, isCrispError, mulberry32, toFloat32, varlenPrefill } from '@crisp/core';
 import { crisp, dense } from '@crisp/presets';
 import { attentionRows, createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
@@ -53,6 +53,7 @@ describe('varlenPrefill names the sequence an error comes from', () => {
     (bad.data as Float32Array)[(70 * H + 1) * d + 3] = Number.NaN; // packed row 70: sequence 1's row 20
     const e = await thrown(varlenPrefill(be, { q: be.upload(bad), k: be.upload(k), v: be.upload(v) }, { cuSeqlensQ: cu }, dense));
     expect(e.code).toBe('NON_FINITE');
+    expect(e).toBeInstanceOf(NonFiniteError);
     expect(e.message).toMatch(/sequence 1 \(packed q rows \[50, 100\), k rows \[50, 100\)/);
     expect(e.message).toMatch(/row 20, head 1, column 3/);
     expect(e.details?.sequence).toBe(1);

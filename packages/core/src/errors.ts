@@ -32,44 +32,44 @@ export class CrispError extends Error {
 }
 
 export class InvalidArgumentError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('INVALID_ARGUMENT', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('INVALID_ARGUMENT', message, details, options);
     this.name = 'InvalidArgumentError';
   }
 }
 export class ShapeError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('SHAPE_MISMATCH', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('SHAPE_MISMATCH', message, details, options);
     this.name = 'ShapeError';
   }
 }
 export class DTypeError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('DTYPE_MISMATCH', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('DTYPE_MISMATCH', message, details, options);
     this.name = 'DTypeError';
   }
 }
 export class NonFiniteError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('NON_FINITE', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('NON_FINITE', message, details, options);
     this.name = 'NonFiniteError';
   }
 }
 export class MaskError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('INVALID_MASK', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('INVALID_MASK', message, details, options);
     this.name = 'MaskError';
   }
 }
 export class UnsupportedError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('UNSUPPORTED', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('UNSUPPORTED', message, details, options);
     this.name = 'UnsupportedError';
   }
 }
 export class LimitError extends CrispError {
-  constructor(message: string, details?: Record<string, unknown>) {
-    super('LIMIT_EXCEEDED', message, details);
+  constructor(message: string, details?: Record<string, unknown>, options?: { readonly cause?: unknown }) {
+    super('LIMIT_EXCEEDED', message, details, options);
     this.name = 'LimitError';
   }
 }
