@@ -16,6 +16,13 @@ const pct = (part: number, x: { ms: { median: number } }): string => `${((100 * 
 /** A peer timed with its output past the check's tolerance shows its error beside its time. */
 const pastTolerance = (x: PeerRow | undefined): string =>
   x?.beyondTolerance ? ` (rel. err ${x.beyondTolerance.maxRelError.toExponential(1)} > ${x.beyondTolerance.tolerance})` : '';
+/** The sentence saying where plan and attention times come from separate runs (WebGPU). */
+const serialNote = (rows: readonly { backend: string; planSplit?: 'serial' }[]): string => {
+  const on = [...new Set(rows.filter((x) => x.planSplit === 'serial').map((x) => x.backend))];
+  return on.length
+    ? ` On ${on.join(' and ')} (no device marks: the plan's device work is queued, not waited for) the plan and attention times come from up to three more runs per preset and size that waited for the device after the plan and after the attention; the totals are the timed runs'.`
+    : '';
+};
 const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? pct(x.planMs, x) : '–');
 /**
  * The plan after its proxy statistics (docs/ALGORITHM.md, steps 2-3 and the mask: routing, selection,
@@ -118,7 +125,7 @@ export function markdown(r: BenchResult): string {
     out.push('## Latency (headline)');
     out.push('');
     out.push(
-      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${warmupText(r.config.latency)}, [min, max] in brackets; ms. Speed-up = dense / preset. Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows; median) / its total time.`,
+      `One layer, causal, from Q/K/V on the device to the output on the device, routing and selection included; median of ${r.config.latency.reps} runs after ${warmupText(r.config.latency)}, [min, max] in brackets; ms. Speed-up = dense / preset. Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows; median) / its total time.${serialNote(lat.rows)}`,
     );
     out.push('');
     out.push(producedBy(r, 'latency'));
@@ -391,7 +398,7 @@ export function headline(r: BenchResult, linkBase: string): string {
     }
   }
   out.push('');
-  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (docs/ALGORITHM.md, step 1). On CUDA the plan time is measured with GPU events from the call to the attention's start. ${producedBy(r, 'latency')}`);
+  out.push(`Speed-up = other / crisp (median). Plan share = crisp's plan time (proxy statistics, routing, selection, PE rows, mask) / its total; route+select+mask share = the same without the proxy statistics (docs/ALGORITHM.md, step 1). On CUDA the plan time is measured with GPU events from the call to the attention's start.${serialNote(r.suites.latency?.rows ?? [])} ${producedBy(r, 'latency')}`);
   if (r.inProgress) out.push(`Partial: the run stopped in suite \`${r.inProgress}\`.`);
   const links = [`[all results](${base}/bench.md)`, ...(r.figures ?? []).map((x) => `[${x}](${base}/${x})`)];
   out.push(`${r.startedAt.slice(0, 10)}${m.git ? `, commit ${m.git.commit.slice(0, 10)}${m.git.dirty ? ' (dirty tree)' : ''}` : ''}: ${links.join(', ')}.`);

@@ -6,7 +6,7 @@
  * what measures where that path starts to pay. Median of `reps` runs after `warmup`.
  */
 import { PerformanceObserver } from 'node:perf_hooks';
-import { type Backend, type DeviceTensor, type DType, type Policy, type PrefillInputs, numBlocks, sparsePrefill } from '@crisp/core';
+import { type Backend, type DeviceTensor, type DType, type Policy, type PrefillInputs, numBlocks, planPrefill, releasePlan, runPlan, sparsePrefill } from '@crisp/core';
 import type { GpuKernelTime, WebGpuBackend } from '@crisp/kernels-webgpu';
 import { crisp, crispFast, crispGuarded, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
@@ -47,6 +47,14 @@ export interface LatencyRow {
   };
   /** the attention call alone (median; sparse kernel + mask expansion, or dense) */
   readonly attentionMs?: number;
+  /**
+   * 'serial': planMs and attentionMs (and the plan's phases) come from separate runs that
+   * waited for the device after the plan and after the attention (medians). A backend without
+   * device marks (WebGPU) queues its plan's device work without waiting for it, so the timed
+   * runs' own split holds only the plan's host part and counts the rest as attention; `ms`
+   * stays the timed runs' total, and planRuns their own split.
+   */
+  readonly planSplit?: 'serial';
   readonly density: number;
   readonly denseReason?: string;
   readonly input: string;
@@ -156,6 +164,42 @@ export interface LatencySkip {
 export interface LatencyResult {
   readonly rows: LatencyRow[];
   readonly skipped: LatencySkip[];
+}
+
+/**
+ * The plan and the attention timed apart, `reps` times: planPrefill (which reads its plan
+ * back) and a synchronize, then runPlan and a synchronize; medians, and the plan's phases.
+ */
+async function serialSplit(
+  b: Backend,
+  inputs: PrefillInputs,
+  out: DeviceTensor,
+  policy: Policy,
+  reps: number,
+  timeoutMs: number,
+  fresh: boolean,
+): Promise<{ planMs: number; attentionMs: number; planPhases?: Record<string, number> }> {
+  const plan: number[] = [];
+  const attention: number[] = [];
+  const phases = new Map<string, number[]>();
+  for (let i = 0; i < reps; i++) {
+    if (fresh) for (const t of [inputs.q, inputs.k, inputs.v]) (t as { markWritten?: () => void }).markWritten?.();
+    const t0 = performance.now();
+    const p = await withTimeout(planPrefill(b, inputs, policy, { minSparseLength: 0 }), timeoutMs, `${b.name} ${policy.name} plan`);
+    try {
+      await b.synchronize();
+      const t1 = performance.now();
+      await withTimeout(runPlan(b, p, inputs, { out }), timeoutMs, `${b.name} ${policy.name} attention`);
+      await b.synchronize();
+      plan.push(t1 - t0);
+      attention.push(performance.now() - t1);
+      if (p.phases) for (const [k, v] of Object.entries(p.phases)) phases.set(k, [...(phases.get(k) ?? []), v]);
+    } finally {
+      releasePlan(p);
+    }
+  }
+  const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
+  return { planMs: spread(plan).median, attentionMs: spread(attention).median, ...(planPhases ? { planPhases } : {}) };
 }
 
 async function timePreset(
@@ -401,7 +445,12 @@ export async function latencySuite(ctx: SuiteContext, backends: readonly OpenBac
         for (const policy of LATENCY_PRESETS.filter((p) => names.includes(p.name))) {
           try {
             const timed = c.hostTimings ? withoutMarks(b) : b;
-            const r = await timePreset(timed, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000), c.freshInputs, isRef ? 0 : (c.gpuWarmMs ?? 0));
+            const timedRuns = await timePreset(timed, inputs, out, policy, c.reps, c.warmup, Math.max(c.budgetMs, 60_000), c.freshInputs, isRef ? 0 : (c.gpuWarmMs ?? 0));
+            // a GPU backend without device marks: the plan and the attention timed apart
+            const serial = !isRef && typeof b.mark !== 'function' && timedRuns.denseReason === undefined;
+            const r = serial
+              ? { ...timedRuns, ...(await serialSplit(b, inputs, out, policy, Math.min(c.reps, 3), Math.max(c.budgetMs, 60_000), c.freshInputs)), planSplit: 'serial' as const }
+              : timedRuns;
             const kt = c.kernelTimes && !isRef ? await kernelTimesOf(b, inputs, out, policy, Math.max(c.budgetMs, 60_000)) : undefined;
             if (kt) {
               ctx.log(
