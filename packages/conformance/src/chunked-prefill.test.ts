@@ -256,6 +256,13 @@ describe('mergeAttentionByLse', () => {
     const bad = Float32Array.from(toFloat32(a.lse));
     bad[7] = Number.NaN;
     expect(code(() => mergeAttentionByLse([a, { output: a.output, lse: hostTensor('f32', [H, nk], bad) }]))).toBe('NON_FINITE');
+    // data shorter than the shape says (read past its end, the merge would use undefined as 0)
+    const short = { dtype: 'f32' as const, shape: [H, nk], data: toFloat32(a.lse).subarray(0, H * nk - 3) };
+    expect(() => mergeAttentionByLse([a, { output: a.output, lse: short }])).toThrow(/part 1's lse: shape \[\d+,\d+\] holds \d+ values but the array has \d+/);
+    const wrongArray = { ...a.output, data: new Uint16Array(a.output.data.length) };
+    expect(code(() => mergeAttentionByLse([a, { output: wrongArray, lse: a.lse }]))).toBe('DTYPE_MISMATCH');
+    // a misspelt option is refused, not ignored (the dtype would silently stay the first part's)
+    expect(() => mergeAttentionByLse([a, a], { dType: 'bf16' } as never)).toThrow(/unknown option 'dType' \(did you mean 'dtype'\?\)/);
   });
 });
 

@@ -6,8 +6,8 @@
  * Shape legend: output [m, H, d], lse [H, m] (f32, natural log), one pair per part.
  */
 import { type DType, assertDType, decode, encode } from './dtype.js';
-import { DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, describeValue } from './errors.js';
-import type { HostTensor } from './tensor.js';
+import { CrispError, DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, assertKnownKeys, describeValue } from './errors.js';
+import { type HostTensor, wrapHost } from './tensor.js';
 
 /** One partial attention result: its output and the natural-log LSE of each row's logits. */
 export interface AttentionPart {
@@ -45,6 +45,10 @@ export function mergeAttentionByLse(parts: readonly AttentionPart[], opts: { rea
   if (!first || !Array.isArray(first.shape) || first.shape.length !== 3) {
     throw new ShapeError(`mergeAttentionByLse: part 0's output must be a host tensor [m, H, d]; got ${describeValue(first?.shape)}`);
   }
+  if (opts !== undefined && (opts === null || typeof opts !== 'object')) {
+    throw new InvalidArgumentError(`mergeAttentionByLse options must be an object like { dtype: 'f32' }; got ${describeValue(opts)}`);
+  }
+  assertKnownKeys(opts ?? {}, ['dtype'], 'mergeAttentionByLse options', 'option');
   const [m, H, d] = first.shape;
   const dtype = opts?.dtype ?? first.dtype;
   assertDType(dtype);
@@ -61,6 +65,19 @@ export function mergeAttentionByLse(parts: readonly AttentionPart[], opts: { rea
     if (p.lse.dtype !== 'f32') throw new DTypeError(`mergeAttentionByLse: part ${i}'s lse must be f32 (as returnLse gives it); got ${p.lse.dtype}`);
     if (!Array.isArray(p.lse.shape) || p.lse.shape.join() !== [H, m].join()) {
       throw new ShapeError(`mergeAttentionByLse: part ${i}'s lse is [${p.lse.shape}], expected [${H}, ${m}] (heads, then rows)`);
+    }
+    // each tensor's data of its dtype's array type and of its shape's length
+    for (const [t, name] of [
+      [o, 'output'],
+      [p.lse, 'lse'],
+    ] as const) {
+      try {
+        wrapHost(t.dtype, t.shape, t.data);
+      } catch (e) {
+        if (!(e instanceof CrispError)) throw e;
+        const Same = e instanceof DTypeError ? DTypeError : e instanceof ShapeError ? ShapeError : InvalidArgumentError;
+        throw new Same(`mergeAttentionByLse: part ${i}'s ${name}: ${e.message}`, { part: i }, { cause: e });
+      }
     }
     outs.push(decode(o.dtype, o.data));
     lses.push(p.lse.data as Float32Array);
