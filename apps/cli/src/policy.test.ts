@@ -5,7 +5,7 @@ import { createReferenceBackend } from '@crisp/reference';
 import type { AnyPeRouter } from '@crisp/router';
 import { scenario, uploadScenario } from '@crisp/synth';
 import { describe, expect, it } from 'vitest';
-import { buildPolicy, PRESET_NAMES } from './policy.js';
+import { buildPolicy, PRESET_NAMES, runPolicies } from './policy.js';
 
 describe('buildPolicy', () => {
   it.each(PRESET_NAMES.filter((p) => p !== 'dense'))('%s plans exactly as the preset does', async (name) => {
@@ -30,5 +30,32 @@ describe('buildPolicy', () => {
     expect((p.router as AnyPeRouter).routers).toMatchObject([{ tauProxy: 0.3 }, { tau: 0.2, minResidual: 0.3 }]);
     expect(p.peWithVs).toBe(true);
     expect(buildPolicy('crisp').peWithVs).toBeUndefined();
+  });
+
+  it('keeps every field of the preset it names (crispGuarded narrows its PE heads\' VS lists)', async () => {
+    for (const name of PRESET_NAMES) {
+      const { router: _r, vs: _v, pe: _p, ...fields } = presets[name];
+      expect(buildPolicy(name)).toMatchObject(fields);
+    }
+    // where the narrowing matters (PE heads with lists to narrow), the plans are the preset's
+    const sc = scenario('vs-trap', { n: 8192, heads: 8, kvHeads: 2, headDim: 32, seed: 5 });
+    const be = createReferenceBackend();
+    const t = await uploadScenario(be, sc);
+    const mine = await planPrefill(be, t, buildPolicy('crispGuarded'), { minSparseLength: 0 });
+    const preset = await planPrefill(be, t, presets.crispGuarded, { minSparseLength: 0 });
+    const { peVsExcess: _e, peVsFullAnchor: _f, ...unnarrowed } = presets.crispGuarded;
+    const wide = await planPrefill(be, t, unnarrowed, { minSparseLength: 0 });
+    expect(Array.from(mine.density)).toEqual(Array.from(preset.density));
+    expect(mine.overallDensity).toBeLessThan(wide.overallDensity - 0.01);
+  });
+
+  it('runs a compared preset beside the same preset with overrides, and only once without', () => {
+    expect(runPolicies('crisp', { alpha: 2 }, ['crisp', 'flexPrefill']).map((p) => p.name)).toEqual([
+      'crisp(α=2, γ=0.95, τ=0.2, B=128)',
+      'crisp',
+      'flexPrefill',
+    ]);
+    expect(runPolicies('crisp', {}, ['crisp', 'crispFast']).map((p) => p.name)).toEqual(['crisp', 'crispFast']);
+    expect(runPolicies('crisp', { blockSize: 64 }, ['crisp']).map((p) => p.name)).toEqual(['crisp(α=1, γ=0.95, τ=0.2, B=64)']);
   });
 });

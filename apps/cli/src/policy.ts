@@ -70,6 +70,22 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
     router: preset === 'crispGuarded' ? anyPe([byAnchors, (base.router as AnyPeRouter).routers[1]]) : byAnchors,
     vs: noiseFloor({ alpha, kMin: K_MIN }),
     pe: globalCoverage({ gamma, kMin: K_MIN }),
+    // the preset's PE-head guards as they are (crispGuarded: its VS lists, narrowed)
     ...(base.peWithVs ? { peWithVs: true } : {}),
+    ...(base.peVsExcess !== undefined ? { peVsExcess: base.peVsExcess } : {}),
+    ...(base.peVsFullAnchor !== undefined ? { peVsFullAnchor: base.peVsFullAnchor } : {}),
   };
+}
+
+/**
+ * The policies a run plans: the preset with the flags' overrides, then each compared preset
+ * (with the run's block size) unless it is that same policy (the preset itself, no override).
+ */
+export function runPolicies(preset: string, o: PolicyOverrides, compare: readonly string[]): Policy[] {
+  const policies = [buildPolicy(preset, o)];
+  for (const c of compare) {
+    const p = buildPolicy(c, { blockSize: o.blockSize });
+    if (!policies.some((x) => x.name === p.name)) policies.push(p);
+  }
+  return policies;
 }

@@ -15,7 +15,6 @@ import {
   type DType,
   expandToRows,
   type HostTensor,
-  type Policy,
   type PrefillPlan,
   type ProxyStats,
   sparsePrefill,
@@ -32,7 +31,7 @@ import { type RunEstimate, estimateLine, estimateRun } from './estimate.js';
 import { type DumpLayer, type Inputs, type ScenarioFlags, loadInputs, toF32 } from './inputs.js';
 import { type OutRequest, type OutWritten, writeRunOutput } from './out-tensors.js';
 import type { QkvNameFlags } from './options.js';
-import { type PolicyOverrides, buildPolicy } from './policy.js';
+import { type PolicyOverrides, runPolicies } from './policy.js';
 import { type PassProgress, passBar } from './progress.js';
 import { type Provenance, collectProvenance } from './provenance.js';
 
@@ -243,8 +242,7 @@ async function withPassProgress<T>(sel: SelectedBackend, bar: PassProgress, inde
  */
 export async function runJob(o: RunOptions, io: CliIo, shared?: SelectedBackend): Promise<RunSummary> {
   const wall0 = performance.now();
-  const policies: Policy[] = [buildPolicy(o.preset, o.overrides)];
-  for (const c of o.compare ?? []) if (c !== o.preset) policies.push(buildPolicy(c, { blockSize: o.overrides.blockSize }));
+  const policies = runPolicies(o.preset, o.overrides, o.compare ?? []);
   const sel = shared ?? (await selectBackend(o.backend));
   const backendMs = performance.now() - wall0;
   const backend = sel.backend;

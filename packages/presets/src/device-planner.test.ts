@@ -334,18 +334,30 @@ describe('plans made by a device planner', () => {
     const p1 = await planPrefill(be, inputs, own, { minSparseLength: 0 });
     expect(p1.mask, msg).toEqual(ref.mask);
     expect(p1.prepared, msg).toBeUndefined();
+    // each host plan says why the planner did not take it; a backend with no planner has nothing to say
+    expect(p1.hostReason, msg).toBe('router cStruct has no device form (Router.device; one with its own route() has none)');
+    expect(ref.hostReason, msg).toBeUndefined();
+    const floor = noiseFloor({ alpha: 1, kMin: 256 });
+    const mine = { ...policy, vs: { name: 'mine', select: floor.select } };
+    expect((await planPrefill(be, inputs, mine, { minSparseLength: 0 })).hostReason, msg).toMatch(/^selector mine has no device form/);
+    const guard = await planPrefill(be, inputs, { ...policy, recallTarget: 0.9 }, { minSparseLength: 0 });
+    expect(guard.hostReason, msg).toBe('the policy has a recall guard (recallTarget), which runs on the host');
     // a selector rule the planner does not list
     (be.planner as { selectors: readonly string[] }).selectors = [];
     const p2 = await planPrefill(be, inputs, policy, { minSparseLength: 0 });
     expect(p2.mask, msg).toEqual(ref.mask);
+    expect(p2.hostReason, msg).toBe("the backend's planner runs the selectors none, not noiseFloor (selector noiseFloor(alpha=1))");
     (be.planner as { selectors: readonly string[] }).selectors = ['noiseFloor'];
     // a kMin that is not whole blocks: refused before any statistics are computed
     const odd = { ...policy, vs: noiseFloor({ alpha: 1, kMin: 100 }) };
     await expect(planPrefill(be, inputs, odd, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     expect(log.planned, msg).toBe(0);
-    expect(log.deferred, msg).toEqual([false, false]);
-    // and the planner's plan for the same policy, for comparison
-    await planPrefill(be, inputs, policy, { minSparseLength: 0 }).then(releasePlan);
+    expect(log.deferred, msg).toEqual([false, false, false, false]);
+    // and the planner's plan for the same policy, for comparison: made there, so no reason
+    const onDevice = await planPrefill(be, inputs, policy, { minSparseLength: 0 });
+    expect(onDevice.prepared, msg).toBeDefined();
+    expect(onDevice.hostReason, msg).toBeUndefined();
+    releasePlan(onDevice);
     expect(log.planned, msg).toBe(1);
     expect(log.deferred.at(-1), msg).toBe(true);
   });

@@ -11,7 +11,7 @@
  * `Policy.peWithVs`. When every part has a device form, so does the union (`device`).
  */
 import type { DeviceRouterRule, OptionalStat, ProxyStats, Route, Router, RoutingDecision, StatsNeeds } from '@crisp/core';
-import { describeValue, InvalidArgumentError } from '@crisp/core';
+import { checkedRouting, describeValue, InvalidArgumentError } from '@crisp/core';
 
 export interface AnyPeRouter extends Router {
   readonly routers: readonly Router[];
@@ -60,8 +60,10 @@ export function anyPe(routers: readonly Router[]): AnyPeRouter {
     routers: list,
     needs,
     route(stats: ProxyStats): RoutingDecision {
-      const decisions = list.map((r) => r.route(stats));
       const H = stats.heads;
+      // each part held to the Router contract, as the pipeline holds a router: a part that
+      // returns too few routes, 'PE' or a Promise is an error naming that part, never 'vs'
+      const decisions = list.map((r) => checkedRouting(r, stats, H));
       const routes: Route[] = [];
       for (let h = 0; h < H; h++) routes.push(decisions.some((d) => d.routes[h] === 'pe') ? 'pe' : 'vs');
       const first = decisions[0];

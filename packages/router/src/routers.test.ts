@@ -1,4 +1,4 @@
-import { deviceRouteTerms, isCrispError, type ProxyStats, mulberry32 as rng } from '@crisp/core';
+import { deviceRouteTerms, isCrispError, type ProxyStats, type Route, type Router, mulberry32 as rng } from '@crisp/core';
 import { describe, expect, it } from 'vitest';
 import { anyPe, cStruct, entropy, fixed, jsd, jsDistance, residualJsd, routingAgreement } from './index.js';
 
@@ -241,6 +241,36 @@ describe('residualJsd', () => {
     expect(deviceRouteTerms(anyPe([r, jsd()]).device!)).toBeUndefined();
     const own = { ...cStruct(), name: 'own', route: cStruct().route };
     expect(anyPe([own, jsd()]).device).toBeUndefined();
+  });
+
+  it('anyPe holds each part to the Router contract: a malformed part is an error naming it, never read as VS', () => {
+    const s = stats(4, 4, 10);
+    const part = (route: (st: ProxyStats) => unknown) => ({ name: 'mine', route }) as unknown as Router;
+    const decision = (routes: unknown[], scores = new Float64Array(routes.length)) => ({ routes, scores, scoreName: 'x' });
+    const bad: [string, (st: ProxyStats) => unknown, string, RegExp][] = [
+      ['too few routes', () => decision(['pe']), 'INVALID_ARGUMENT', /router mine returned 1 routes for 4 heads/],
+      ["'PE'", () => decision(['PE', 'PE', 'PE', 'PE']), 'INVALID_ARGUMENT', /router mine: route of head 0 is 'PE'/],
+      ['a Promise', async () => decision(['pe', 'pe', 'pe', 'pe']), 'INVALID_ARGUMENT', /router mine returned a Promise/],
+      ['NaN scores', () => decision(['vs', 'vs', 'vs', 'vs'], new Float64Array(4).fill(Number.NaN)), 'NON_FINITE', /router mine: scores\[0\] is NaN/],
+      ['a throw', () => { throw new RangeError('boom'); }, 'INVALID_ARGUMENT', /router mine threw RangeError: boom/],
+    ];
+    for (const [what, route, code, message] of bad) {
+      for (const parts of [[cStruct(), part(route)], [part(route), cStruct()]]) {
+        let err: unknown;
+        try {
+          anyPe(parts).route(s);
+        } catch (e) {
+          err = e;
+        }
+        expect(isCrispError(err) && err.code, what).toBe(code);
+        expect((err as Error).message, what).toMatch(message);
+      }
+    }
+    // a well-formed part still decides: every head it sends to PE goes to PE
+    const routes: Route[] = ['pe', 'vs', 'vs', 'pe'];
+    const ok = anyPe([fixed('vs'), part(() => decision(routes))]).route(s);
+    expect(ok.routes).toEqual(routes);
+    expect(ok.scoreName).toBe(fixed('vs').route(s).scoreName);
   });
 
   it('validates its options', () => {

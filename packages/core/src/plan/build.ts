@@ -44,7 +44,8 @@ export async function buildPlan(
   if (derived.device !== undefined) {
     return { queued: await queueDevicePlan(backend, inputs, policy, { ...c, rules: derived.device }, markStats) };
   }
-  return { ready: await hostPlan((o) => backend.peBlockRows(inputs.q, inputs.k, o), policy, c) };
+  const plan = await hostPlan((o) => backend.peBlockRows(inputs.q, inputs.k, o), policy, c);
+  return { ready: derived.hostReason === undefined ? plan : { ...plan, hostReason: derived.hostReason } };
 }
 
 /**

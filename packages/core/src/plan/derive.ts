@@ -159,6 +159,11 @@ export interface SparseDerived {
   readonly peK: number;
   /** set when the plan is made by the backend's device planner */
   readonly device: DeviceRules | undefined;
+  /**
+   * Why the plan is made on the host although the backend has a device planner (what of the
+   * policy the planner does not run); undefined on the device path or with no planner.
+   */
+  readonly hostReason: string | undefined;
   /** proxyStats' options with the default scale (one object literal, no spreads) */
   readonly statsOpts: ProxyStatsOptions;
 }
@@ -191,13 +196,15 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
  */
 export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy, B: number): SparseDerived {
   const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
-  const device = deviceRules(planner, policy, B, needsTokens);
+  const onDevice = planner === undefined ? undefined : deviceRules(planner, policy, B, needsTokens);
+  const device = onDevice !== undefined && 'route' in onDevice ? onDevice : undefined;
   const optionalStats = optionalStatsOf(policy);
   return {
     blockSize: B,
     needsTokens,
     peK: Math.ceil(policy.pe!.kMin / B),
     device,
+    hostReason: onDevice !== undefined && 'hostReason' in onDevice ? onDevice.hostReason : undefined,
     statsOpts: Object.freeze({
       blockSize: B,
       wSink: statsWindow(policy, 'wSink'),
@@ -217,18 +224,28 @@ export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy,
  * tests: deviceRouteTerms), the router needs no token scores and the selector only through
  * its device form (cumulativeCoverage: the planner reads them where proxyStats left them),
  * the policy has no recall guard, and the planner runs peWithVs and peVsExcess (the latter
- * beside the noise floor) when the policy asks for them; otherwise the plan is made on the host.
+ * beside the noise floor) when the policy asks for them; otherwise the plan is made on the
+ * host, and `hostReason` says which of these failed (PrefillPlan.hostReason).
  */
-function deviceRules(planner: DevicePlanner | undefined, policy: Policy, B: number, needsTokens: boolean): DeviceRules | undefined {
-  const route = policy.router!.device;
-  const vs = policy.vs!.device;
-  if (planner === undefined || route === undefined || vs === undefined || policy.recallTarget !== undefined) return undefined;
-  if (needsTokens && (policy.router!.needs?.tokenScores || vs.kind !== 'cumulativeCoverage')) return undefined;
-  if (policy.peWithVs === true && planner.peWithVs !== true) return undefined;
-  if (policy.peVsExcess !== undefined && (planner.peVsExcess !== true || vs.kind !== 'noiseFloor')) return undefined;
-  if (vs.kMin % B !== 0) return undefined;
-  if (![...deviceRuleKinds(route)].every((k) => planner.routers.includes(k)) || !planner.selectors.includes(vs.kind)) return undefined;
-  if (deviceRouteTerms(route) === undefined) return undefined;
+function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTokens: boolean): DeviceRules | { readonly hostReason: string } {
+  const router = policy.router!;
+  const selector = policy.vs!;
+  const route = router.device;
+  const vs = selector.device;
+  const host = (why: string) => ({ hostReason: why });
+  if (route === undefined) return host(`router ${router.name} has no device form (Router.device; one with its own route() has none)`);
+  if (vs === undefined) return host(`selector ${selector.name} has no device form (VsSelector.device; one with its own select() has none)`);
+  if (policy.recallTarget !== undefined) return host('the policy has a recall guard (recallTarget), which runs on the host');
+  if (needsTokens && router.needs?.tokenScores) return host(`router ${router.name} reads token scores`);
+  if (needsTokens && vs.kind !== 'cumulativeCoverage') return host(`selector ${selector.name} reads token scores beside its device form ${vs.kind}`);
+  if (policy.peWithVs === true && planner.peWithVs !== true) return host("the backend's planner does not run peWithVs");
+  if (policy.peVsExcess !== undefined && planner.peVsExcess !== true) return host("the backend's planner does not run peVsExcess");
+  if (policy.peVsExcess !== undefined && vs.kind !== 'noiseFloor') return host(`peVsExcess runs on the device only beside noiseFloor, not ${vs.kind}`);
+  if (vs.kMin % B !== 0) return host(`selector ${selector.name}'s device form has kMin ${vs.kMin}, not a multiple of the block size ${B}`);
+  const missing = [...deviceRuleKinds(route)].filter((k) => !planner.routers.includes(k));
+  if (missing.length > 0) return host(`the backend's planner runs the routers ${planner.routers.join(', ') || 'none'}, not ${missing.join(', ')} (router ${router.name})`);
+  if (!planner.selectors.includes(vs.kind)) return host(`the backend's planner runs the selectors ${planner.selectors.join(', ') || 'none'}, not ${vs.kind} (selector ${selector.name})`);
+  if (deviceRouteTerms(route) === undefined) return host(`router ${router.name} combines two distance tests, which the planner's two tests cannot hold`);
   return { route, vs };
 }
 

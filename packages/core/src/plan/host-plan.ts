@@ -43,7 +43,8 @@ function isThenable(x: unknown): boolean {
  * Run a router and check what it returned (the Router contract in policy.ts): a RoutingDecision
  * with one route per head, each 'vs' or 'pe'; scores of length H, all finite; a string
  * scoreName; a finite threshold if any. Returns a copy, so a router that keeps and changes
- * its arrays later does not change the plan.
+ * its arrays later does not change the plan. Routers made of routers (anyPe) check their parts
+ * with it.
  */
 export function checkedRouting(router: Router, stats: ProxyStats, H: number): RoutingDecision {
   const part = `router ${router.name}`;

@@ -51,6 +51,13 @@ export interface PrefillPlan {
    * releases it after its run; see releasePlan).
    */
   readonly prepared?: PreparedMask;
+  /**
+   * Set when the backend has a device planner (`Backend.planner`) and this plan was made on the
+   * host all the same: what of the policy the planner does not run (a router or selector of
+   * your own, with no device form; a recall guard; a rule the planner lacks). Absent on
+   * device plans, dense plans and backends without a planner.
+   */
+  readonly hostReason?: string;
   /** [H] selected causal blocks / (Nb (Nb + 1) / 2); all ones for dense plans */
   readonly density: Float64Array;
   readonly overallDensity: number;
