@@ -11,6 +11,7 @@ import { createReferenceBackend, massRecall, relativeError, sampleRows } from '@
 import { calibrateScenario, scenario, uploadScenario } from '@crisp/synth';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { NOTE_RUN_MS, estimateLine } from './estimate.js';
+import { formatRun } from './format.js';
 import { main } from './main.js';
 import type { RunSummary } from './run-job.js';
 import { runCli, tempDir, testSeed } from './test-support.js';
@@ -77,6 +78,13 @@ describe('crisp run', () => {
     expect(r.stdout).toContain(`mass recall ${(100 * p.massRecall).toFixed(1)}%`);
     for (const h of p.heads) expect(r.stdout).toMatch(new RegExp(`\\n${h.head}\\s+${h.kind}\\s+${h.route.toUpperCase()}`));
     expect(r.stdout).toMatch(/time [\d.]+ ms \(median of 1; plan [\d.]+ ms\) vs dense [\d.]+ ms: [\d.]+x/);
+  });
+
+  it('says where a plan was made on the host although the backend plans on the device, and why', () => {
+    const reason = "the backend's planner runs the routers cStruct, not jsd (router jsd)";
+    const text = formatRun({ ...summary, policies: [{ ...summary.policies[0], hostReason: reason }] });
+    expect(text).toContain(`planned on the host: ${reason}`);
+    expect(formatRun(summary)).not.toContain('planned on the host');
   });
 
   it('says n/a for needle recall when the input has no needles', async () => {

@@ -59,6 +59,7 @@ export function formatRun(s: RunSummary): string {
       );
     }
     if (p.routingAgreement !== undefined) extra.push(`C_struct vs JSD routing agreement ${pct(p.routingAgreement)}`);
+    if (p.hostReason) extra.push(`planned on the host: ${p.hostReason}`);
     if (extra.length) out.push(`  ${extra.join('; ')}`);
     const time = `  time ${fmt(p.timeMs.median, 1)} ms (median of ${p.timeMs.runs.length}; plan ${fmt(p.timeMs.planMs, 1)} ms)`;
     out.push(s.dense && p.speedup !== null ? `${time} vs dense ${fmt(s.dense.timeMs.median, 1)} ms: ${p.speedup.toFixed(2)}x` : `${time}; ${DENSE_SKIPPED}`);

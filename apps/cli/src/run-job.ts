@@ -85,6 +85,8 @@ export interface HeadResult {
 export interface PolicyResult {
   readonly policy: string;
   readonly denseReason?: string;
+  /** why a backend with a device planner made this plan on the host (PrefillPlan.hostReason) */
+  readonly hostReason?: string;
   readonly scoreName?: string;
   readonly threshold?: number;
   readonly heads: readonly HeadResult[];
@@ -364,6 +366,7 @@ export async function runJob(o: RunOptions, io: CliIo, shared?: SelectedBackend)
       results.push({
         policy: policy.name,
         denseReason: plan.denseReason,
+        ...(plan.hostReason ? { hostReason: plan.hostReason } : {}),
         scoreName: plan.routing?.scoreName,
         threshold: plan.routing?.threshold,
         heads,
