@@ -229,6 +229,14 @@ describe('plans made by a device planner', () => {
     await expect(sparsePrefill(be, inputs, policy, { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((p) => p.released), msg).toBe(true);
     expect(log.outputs.length, msg).toBe(1);
+    // a router of one's own that claims cStruct's device rule but routes otherwise: the message
+    // points at the router's `device` field before the backend
+    setFlip(undefined);
+    const base = cStruct();
+    const claims: Router = { name: 'mine', device: base.device, route: (st) => ({ ...base.route(st), routes: base.route(st).routes.map((r) => (r === 'vs' ? 'pe' : 'vs')) }) };
+    await expect(planPrefill(be, inputs, { ...policy, router: claims }, { minSparseLength: 0 }), msg).rejects.toThrow(
+      /router mine routes .*a router's `device` rule must be the rule its route\(\) computes/,
+    );
     expect(log.outputs[0].disposed, msg).toBe(true);
     setFlip(undefined);
     // a router whose host route() returns the wrong number of routes is the router's error

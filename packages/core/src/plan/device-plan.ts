@@ -58,7 +58,7 @@ function agreedRoutes(routing: RoutingDecision, device: readonly Route[], rule: 
     if (routing.routes[h] === device[h]) continue;
     terms ??= deviceRouteTerms(rule);
     if (!(terms && routeMarginal(terms, stats, h))) {
-      throw new CrispError('BACKEND_ERROR', `${who}: the device routed [${device.join(',')}], router ${router} routes [${routing.routes.join(',')}] on the same statistics`);
+      throw new CrispError('BACKEND_ERROR', `${who}: the device routed [${device.join(',')}], router ${router} routes [${routing.routes.join(',')}] on the same statistics (a router's \`device\` rule must be the rule its route() computes: with one of your own, check that first; with the library's routers this is the backend's fault)`);
     }
     differ = true;
   }
