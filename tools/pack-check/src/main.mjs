@@ -11,7 +11,8 @@
  *    tarball), imports every entry point with plain Node (and requires each from CommonJS
  *    where Node's require() loads ES modules), checks the Node WebGPU entry without its
  *    optional `webgpu` peer says how to install it, and that @crisp/kernels-cuda bundled by
- *    esbuild into one CommonJS file still reaches koffi;
+ *    esbuild into one CommonJS file still reaches koffi; builds the browser entry points with
+ *    Vite (production, from dist) and fails on any Node-only import in their graphs;
  * 4. compiles the root README's "Use it" example and @crisp/core's, taken from the READMEs
  *    themselves, with the workspace's tsc (strict, module nodenext, target ES2022, no
  *    @types/node, lib checks on) and runs them on the reference backend, checking what the
@@ -21,10 +22,10 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { builtinModules, createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { exampleOutputProblems, exportTargets, extractExample, forbiddenFiles, manifestProblems, readTarball } from './lib.mjs';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
@@ -39,6 +40,23 @@ const run = (cmd, args, opts = {}) => {
 };
 const pnpm = process.platform === 'win32' ? 'pnpm.cmd' : 'pnpm';
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+
+/**
+ * The entry points whose READMEs say they run in browsers ('What runs where'); the others
+ * are Node only (files, FFI, Dawn, worker threads) or test tooling.
+ */
+const BROWSER_ENTRIES = [
+  '@crisp/core',
+  '@crisp/reference',
+  '@crisp/reference/f64',
+  '@crisp/router',
+  '@crisp/select',
+  '@crisp/presets',
+  '@crisp/synth',
+  '@crisp/parallel',
+  '@crisp/kernels-webgpu',
+  '@crisp/tfjs',
+];
 
 // 1. the publishable packages, built and packed
 const workspace = JSON.parse(execFileSync(pnpm, ['ls', '-r', '--depth', '-1', '--json'], { cwd: root, encoding: 'utf8' }));
@@ -157,6 +175,34 @@ if (install.status !== 0) {
     }
   }
   say(`imported ${entries.length} entry points${process.features.require_module ? ', required them from CommonJS' : ''}${tarballs.some((t) => t.name === '@crisp/kernels-cuda') ? ', ran @crisp/kernels-cuda bundled as CommonJS' : ''}`);
+
+  // the browser entry points through a production Vite build from the tarballs' dist (the
+  // workspace's pages build from the TypeScript sources): nothing in their graphs may import
+  // a Node built-in, koffi or the webgpu package. Every export kept (namespace imports), so
+  // tree-shaking hides nothing.
+  const browserEntries = entries.map((e) => e.spec).filter((spec) => BROWSER_ENTRIES.includes(spec));
+  const vite = await import(pathToFileURL(createRequire(join(root, 'package.json')).resolve('vite')).href);
+  const page = join(app, 'page');
+  mkdirSync(page);
+  writeFileSync(join(page, 'index.html'), '<!doctype html>\n<script type="module" src="./main.js"></script>\n');
+  writeFileSync(join(page, 'main.js'), `${browserEntries.map((spec, i) => `import * as m${i} from '${spec}';`).join('\n')}\nconsole.log(${browserEntries.map((_, i) => `m${i}`).join(', ')});\n`);
+  const leaks = new Set();
+  const nodeOnly = (source) => /^node:/.test(source) || source === 'koffi' || source === 'webgpu' || builtinModules.includes(source);
+  const watch = {
+    name: 'node-only-imports',
+    enforce: 'pre',
+    resolveId(source, importer) {
+      if (importer?.includes('/node_modules/@crisp/') && nodeOnly(source)) leaks.add(`${importer.replace(/^.*\/node_modules\//, '')} imports ${source}`);
+      return null;
+    },
+  };
+  try {
+    await vite.build({ root: page, configFile: false, logLevel: 'silent', plugins: [watch], build: { target: 'es2022', outDir: 'dist', write: false, reportCompressedSize: false } });
+    for (const l of leaks) problems.push(`the Vite build of the browser entry points: ${l}`);
+    say(`built ${browserEntries.length} browser entry points with Vite`);
+  } catch (e) {
+    problems.push(`vite build of the browser entry points failed: ${e.message}`);
+  }
 
   // 3. the README examples, as a user compiles and runs them: the root README's, whose
   // output is checked, and @crisp/core's, which must run to the end
