@@ -8,8 +8,11 @@
  *    `workspace:` ranges left, LICENSE, a README with an install line, the manifest fields;
  * 3. installs all tarballs with npm into a scratch project outside the workspace (third-party
  *    dependencies from the registry or npm's cache; every @crisp package must come from its
- *    tarball), imports every entry point with plain Node, and checks the Node WebGPU entry
- *    without its optional `webgpu` peer says how to install it;
+ *    tarball), imports every entry point with plain Node (and requires each from CommonJS
+ *    where Node's require() loads ES modules), checks the Node WebGPU entry without its
+ *    optional `webgpu` peer says how to install it, and that @crisp/kernels-cuda bundled by
+ *    esbuild into one CommonJS file still reaches koffi; builds the browser entry points with
+ *    Vite (production, from dist) and fails on any Node-only import in their graphs;
  * 4. compiles the root README's "Use it" example and @crisp/core's, taken from the READMEs
  *    themselves, with the workspace's tsc (strict, module nodenext, target ES2022, no
  *    @types/node, lib checks on) and runs them on the reference backend, checking what the
@@ -19,10 +22,10 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
+import { builtinModules, createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { exampleOutputProblems, exportTargets, extractExample, forbiddenFiles, manifestProblems, readTarball } from './lib.mjs';
 
 const root = fileURLToPath(new URL('../../..', import.meta.url));
@@ -37,6 +40,23 @@ const run = (cmd, args, opts = {}) => {
 };
 const pnpm = process.platform === 'win32' ? 'pnpm.cmd' : 'pnpm';
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+
+/**
+ * The entry points whose READMEs say they run in browsers ('What runs where'); the others
+ * are Node only (files, FFI, Dawn, worker threads) or test tooling.
+ */
+const BROWSER_ENTRIES = [
+  '@crisp/core',
+  '@crisp/reference',
+  '@crisp/reference/f64',
+  '@crisp/router',
+  '@crisp/select',
+  '@crisp/presets',
+  '@crisp/synth',
+  '@crisp/parallel',
+  '@crisp/kernels-webgpu',
+  '@crisp/tfjs',
+];
 
 // 1. the publishable packages, built and packed
 const workspace = JSON.parse(execFileSync(pnpm, ['ls', '-r', '--depth', '-1', '--json'], { cwd: root, encoding: 'utf8' }));
@@ -108,11 +128,34 @@ if (install.status !== 0) {
   const imported = run(process.execPath, [probe], { cwd: app, timeout: 60_000 });
   const results = imported.status === 0 ? JSON.parse(imported.stdout) : {};
   if (imported.status !== 0) problems.push(`importing the entry points failed: ${imported.stderr}`);
-  for (const { spec, t } of entries) {
-    const r = results[spec];
-    if (!r || r.ok > 0) continue;
-    const missingPeer = r.code === 'ERR_MODULE_NOT_FOUND' && optionalPeers(t.pkg).some((d) => r.message.includes(`'${d}'`));
-    if (!missingPeer) problems.push(`import('${spec}') failed: ${r.code ?? ''} ${r.message ?? 'no exports'}`);
+  entryProblems(entries, results, 'import');
+  // the same from a CommonJS app, where Node's require() loads ES modules (20.19+, 22.12+):
+  // an entry with top-level await anywhere in its graph would fail there
+  if (process.features.require_module) {
+    const cjs = join(app, 'requires.cjs');
+    writeFileSync(cjs, readFileSync(probe, 'utf8').replace('await import(spec)', 'require(spec)'));
+    const required = run(process.execPath, ['--no-warnings', cjs], { cwd: app, timeout: 60_000 });
+    if (required.status !== 0) problems.push(`requiring the entry points failed: ${required.stderr}`);
+    else entryProblems(entries, JSON.parse(required.stdout), 'require');
+  }
+  // @crisp/kernels-cuda bundled into one CommonJS file (esbuild --format=cjs, as for a
+  // single-file CLI or a Node single executable), koffi left beside it: import.meta.url is
+  // empty there, and the backend must still find koffi rather than report CUDA missing
+  if (tarballs.some((t) => t.name === '@crisp/kernels-cuda')) {
+    const esbuild = createRequire(join(root, 'package.json'))('esbuild');
+    writeFileSync(join(app, 'cuda-bundle-entry.mjs'), "import { cudaAvailability } from '@crisp/kernels-cuda';\nconsole.log(JSON.stringify(cudaAvailability()));\n");
+    const outfile = join(app, 'cuda-bundle.cjs');
+    esbuild.buildSync({ entryPoints: [join(app, 'cuda-bundle-entry.mjs')], bundle: true, platform: 'node', format: 'cjs', external: ['koffi'], outfile, logLevel: 'silent' });
+    const r = run(process.execPath, [outfile], { cwd: app, timeout: 60_000 });
+    let avail = {};
+    try {
+      avail = JSON.parse(r.stdout);
+    } catch {
+      // reported below
+    }
+    if (!avail.available && !/libcuda|driver/.test(avail.reason ?? '')) {
+      problems.push(`@crisp/kernels-cuda in a CommonJS bundle: cudaAvailability() should fail only for want of a driver, got ${r.stdout}${r.stderr}`);
+    }
   }
   if (results['@crisp/kernels-webgpu/node']?.ok) {
     const dawn = join(app, 'dawn.mjs');
@@ -131,7 +174,35 @@ if (install.status !== 0) {
       problems.push(`@crisp/kernels-webgpu/node without webgpu installed: expected BACKEND_UNAVAILABLE with "npm i webgpu@...", got ${r.stdout}${r.stderr}`);
     }
   }
-  say(`imported ${entries.length} entry points`);
+  say(`imported ${entries.length} entry points${process.features.require_module ? ', required them from CommonJS' : ''}${tarballs.some((t) => t.name === '@crisp/kernels-cuda') ? ', ran @crisp/kernels-cuda bundled as CommonJS' : ''}`);
+
+  // the browser entry points through a production Vite build from the tarballs' dist (the
+  // workspace's pages build from the TypeScript sources): nothing in their graphs may import
+  // a Node built-in, koffi or the webgpu package. Every export kept (namespace imports), so
+  // tree-shaking hides nothing.
+  const browserEntries = entries.map((e) => e.spec).filter((spec) => BROWSER_ENTRIES.includes(spec));
+  const vite = await import(pathToFileURL(createRequire(join(root, 'package.json')).resolve('vite')).href);
+  const page = join(app, 'page');
+  mkdirSync(page);
+  writeFileSync(join(page, 'index.html'), '<!doctype html>\n<script type="module" src="./main.js"></script>\n');
+  writeFileSync(join(page, 'main.js'), `${browserEntries.map((spec, i) => `import * as m${i} from '${spec}';`).join('\n')}\nconsole.log(${browserEntries.map((_, i) => `m${i}`).join(', ')});\n`);
+  const leaks = new Set();
+  const nodeOnly = (source) => /^node:/.test(source) || source === 'koffi' || source === 'webgpu' || builtinModules.includes(source);
+  const watch = {
+    name: 'node-only-imports',
+    enforce: 'pre',
+    resolveId(source, importer) {
+      if (importer?.includes('/node_modules/@crisp/') && nodeOnly(source)) leaks.add(`${importer.replace(/^.*\/node_modules\//, '')} imports ${source}`);
+      return null;
+    },
+  };
+  try {
+    await vite.build({ root: page, configFile: false, logLevel: 'silent', plugins: [watch], build: { target: 'es2022', outDir: 'dist', write: false, reportCompressedSize: false } });
+    for (const l of leaks) problems.push(`the Vite build of the browser entry points: ${l}`);
+    say(`built ${browserEntries.length} browser entry points with Vite`);
+  } catch (e) {
+    problems.push(`vite build of the browser entry points failed: ${e.message}`);
+  }
 
   // 3. the README examples, as a user compiles and runs them: the root README's, whose
   // output is checked, and @crisp/core's, which must run to the end
@@ -194,6 +265,16 @@ if (install.status !== 0) {
         say(`ran ${where} on the reference backend: ${ran.stdout.replace(/\s+/g, ' ').trim().slice(0, 200)}`);
       }
     }
+  }
+}
+
+/** Records the entry points that `how` ('import' or 'require') failed to load, but for a missing optional peer. */
+function entryProblems(entries, results, how) {
+  for (const { spec, t } of entries) {
+    const r = results[spec];
+    if (!r || r.ok > 0) continue;
+    const missingPeer = r.code === 'ERR_MODULE_NOT_FOUND' && optionalPeers(t.pkg).some((d) => r.message.includes(`'${d}'`));
+    if (!missingPeer) problems.push(`${how}('${spec}') failed: ${r.code ?? ''} ${r.message ?? 'no exports'}`);
   }
 }
 

@@ -126,8 +126,11 @@ let cached: CudaLibs | undefined;
 let failure: string | undefined;
 
 function loadKoffi(): unknown {
-  const require = createRequire(import.meta.url);
-  return require('koffi');
+  // import.meta.url is empty where a bundler made this module CommonJS (esbuild
+  // --format=cjs, webpack's commonjs output, a Node single executable): the bundle's own
+  // require is in scope there and finds koffi beside the bundle
+  const load = import.meta.url ? createRequire(import.meta.url) : require;
+  return load('koffi');
 }
 
 const NVRTC_NAMES = [
