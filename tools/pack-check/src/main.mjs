@@ -143,7 +143,16 @@ if (install.status !== 0) {
   // empty there, and the backend must still find koffi rather than report CUDA missing
   if (tarballs.some((t) => t.name === '@crisp/kernels-cuda')) {
     const esbuild = createRequire(join(root, 'package.json'))('esbuild');
-    writeFileSync(join(app, 'cuda-bundle-entry.mjs'), "import { cudaAvailability } from '@crisp/kernels-cuda';\nconsole.log(JSON.stringify(cudaAvailability()));\n");
+    writeFileSync(
+      join(app, 'cuda-bundle-entry.mjs'),
+      [
+        "import { cudaAvailability, defaultKernelDir } from '@crisp/kernels-cuda';",
+        'let kernelDir;',
+        'try { kernelDir = defaultKernelDir(); } catch (e) { kernelDir = e.code ?? String(e); }',
+        'console.log(JSON.stringify({ ...cudaAvailability(), kernelDir }));',
+        '',
+      ].join('\n'),
+    );
     const outfile = join(app, 'cuda-bundle.cjs');
     esbuild.buildSync({ entryPoints: [join(app, 'cuda-bundle-entry.mjs')], bundle: true, platform: 'node', format: 'cjs', external: ['koffi'], outfile, logLevel: 'silent' });
     const r = run(process.execPath, [outfile], { cwd: app, timeout: 60_000 });
@@ -156,6 +165,8 @@ if (install.status !== 0) {
     if (!avail.available && !/libcuda|driver/.test(avail.reason ?? '')) {
       problems.push(`@crisp/kernels-cuda in a CommonJS bundle: cudaAvailability() should fail only for want of a driver, got ${r.stdout}${r.stderr}`);
     }
+    // no kernels/ folder beside a bundle: a typed error, not a TypeError from new URL()
+    if (avail.kernelDir !== 'UNSUPPORTED') problems.push(`@crisp/kernels-cuda in a CommonJS bundle: defaultKernelDir() should be UNSUPPORTED, got ${avail.kernelDir}`);
   }
   if (results['@crisp/kernels-webgpu/node']?.ok) {
     const dawn = join(app, 'dawn.mjs');

@@ -14,8 +14,15 @@ import { CrispError } from '@crisp/core';
 import type { CudaLibs } from './ffi.js';
 import { KERNEL_SOURCES } from '../kernel-sources.generated.js';
 
-/** The folder holding the shipped .cu sources (next to src/ and dist/; the build embeds the same text). */
+/**
+ * The folder holding the shipped .cu sources (next to src/ and dist/; the build embeds the same
+ * text). UNSUPPORTED inside a CommonJS bundle, where this module has no file of its own (and no
+ * kernels/ folder beside it): leave `kernelDir` unset there, and the embedded sources are used.
+ */
 export function defaultKernelDir(): string {
+  if (!import.meta.url) {
+    throw new CrispError('UNSUPPORTED', 'defaultKernelDir: this code runs from a CommonJS bundle, which has no kernels/ folder beside it; leave kernelDir unset to compile the embedded sources');
+  }
   return fileURLToPath(new URL('../../kernels/', import.meta.url));
 }
 
