@@ -39,6 +39,22 @@ describe('availability', () => {
     expect((err as CrispError).code).toBe('BACKEND_UNAVAILABLE');
     expect((err as CrispError).message).toBe(avail.reason);
   });
+  it('checks its options before it looks for a driver, so a bad option is reported as such everywhere', async () => {
+    const bad: [unknown, RegExp][] = [
+      [{ device: 'x' }, /device must be a CUDA device ordinal \(an integer >= 0\); got 'x'/],
+      [{ device: -1 }, /device must be a CUDA device ordinal/],
+      [{ cachedir: '/tmp' }, /unknown option 'cachedir' \(did you mean 'cacheDir'\?\)/],
+      [{ checkFinite: 'no' }, /checkFinite must be true or false/],
+      [{ kernelDir: 3 }, /kernelDir must be a folder path; got 3/],
+      [{ sparseCrossover: Number.NaN }, /sparseCrossover must be a finite number/],
+    ];
+    for (const [opts, message] of bad) {
+      const err = await createCudaBackend(opts as never).catch((e: unknown) => e);
+      expect(err, String(message)).toBeInstanceOf(CrispError);
+      expect((err as CrispError).code, String(message)).toBe('INVALID_ARGUMENT');
+      expect((err as CrispError).message).toMatch(message);
+    }
+  });
 });
 
 describe('memory pool size classes', () => {

@@ -24,9 +24,11 @@ import {
   type ProxyStatsOptions,
   ShapeError,
   assertDType,
+  assertKnownKeys,
   assertShape,
   bytesPerElement,
   checkElementRange,
+  describeValue,
   numel,
   type VarlenAttentionOptions,
   type VarlenBatch,
@@ -153,13 +155,7 @@ export class CudaBackend implements Backend {
   }
 
   constructor(libs: CudaLibs, opts: CudaBackendOptions = {}) {
-    if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError(`CUDA backend options must be an object; got ${opts === null ? 'null' : typeof opts}`);
-    if (opts.sparseCrossover !== undefined && !(Number.isFinite(opts.sparseCrossover) && opts.sparseCrossover >= 0)) {
-      throw new InvalidArgumentError(`sparseCrossover must be a finite number of keys >= 0; got ${opts.sparseCrossover}`);
-    }
-    for (const key of ['flexPrefillOnDevice', 'peVsExcessOnDevice'] as const) {
-      if (opts[key] !== undefined && typeof opts[key] !== 'boolean') throw new InvalidArgumentError(`${key} must be true or false; got ${String(opts[key])}`);
-    }
+    checkCudaOptions(opts);
     const driver = opts.faults ? opts.faults.wrap(libs) : libs;
     const cx = new CudaContext(driver, opts, opts.cacheDir === undefined ? defaultCacheDir() : opts.cacheDir);
     this.#cx = cx;
@@ -467,7 +463,50 @@ export class CudaBackend implements Backend {
 }
 
 /** Create the CUDA backend (compiles kernels lazily on first use, cached on disk). */
+/**
+ * The options' kinds and values that need no device, checked before the driver is loaded (so
+ * a misspelt or mistyped option is reported as such, also where CUDA is missing);
+ * INVALID_ARGUMENT. The device ordinal's range and the variants a GPU can run are checked
+ * once the device is open.
+ */
+function checkCudaOptions(opts: CudaBackendOptions): void {
+  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError(`CUDA backend options must be an object; got ${opts === null ? 'null' : typeof opts}`);
+  assertKnownKeys(opts, CUDA_OPTION_KEYS, 'CUDA backend options', 'option');
+  if (opts.device !== undefined && !(Number.isInteger(opts.device) && opts.device >= 0)) {
+    throw new InvalidArgumentError(`device must be a CUDA device ordinal (an integer >= 0); got ${describeValue(opts.device)}`);
+  }
+  if (opts.sparseCrossover !== undefined && !(Number.isFinite(opts.sparseCrossover) && opts.sparseCrossover >= 0)) {
+    throw new InvalidArgumentError(`sparseCrossover must be a finite number of keys >= 0; got ${opts.sparseCrossover}`);
+  }
+  for (const key of ['flexPrefillOnDevice', 'peVsExcessOnDevice', 'checkFinite', 'proxyFused', 'programmaticLaunch'] as const) {
+    if (opts[key] !== undefined && typeof opts[key] !== 'boolean') throw new InvalidArgumentError(`${key} must be true or false; got ${String(opts[key])}`);
+  }
+  for (const key of ['cacheDir', 'kernelDir'] as const) {
+    const v = opts[key];
+    if (v !== undefined && !(typeof v === 'string' || (key === 'cacheDir' && v === null))) {
+      throw new InvalidArgumentError(`${key} must be a folder path${key === 'cacheDir' ? ' or null' : ''}; got ${describeValue(v)}`);
+    }
+  }
+}
+
+const CUDA_OPTION_KEYS = [
+  'device',
+  'cacheDir',
+  'kernelDir',
+  'sparseCrossover',
+  'checkFinite',
+  'attentionVariant',
+  'proxyLayout',
+  'proxyFused',
+  'schedule',
+  'programmaticLaunch',
+  'flexPrefillOnDevice',
+  'peVsExcessOnDevice',
+  'faults',
+];
+
 export async function createCudaBackend(opts: CudaBackendOptions = {}): Promise<CudaBackend> {
+  checkCudaOptions(opts);
   const libs = loadCuda();
   return new CudaBackend(libs, opts);
 }
