@@ -198,7 +198,12 @@ export interface Policy {
   /** sink / local window for C_struct, default 128 tokens each */
   readonly wSink?: number;
   readonly wLocal?: number;
-  /** tokens per direction that keep a head from going below the FlexPrefill minimum (default 1024) */
+  /**
+   * FlexPrefill's minimum length, in tokens (default 1024): a sequence with n <= max(2B, kMin
+   * rounded up to B) runs dense (`denseReason: 'min-length'`). It does not change selection:
+   * each head's minimum blocks come from the selectors' own `vs.kMin` and `pe.kMin`, so a
+   * policy that changes the budget sets those (e.g. `noiseFloor({ alpha: 1, kMin: 256 })`).
+   */
   readonly kMin?: number;
   /**
    * PE heads also keep the VS selector's lists (both directions) beside their PE rows: a
