@@ -142,3 +142,17 @@ export function assertKnownKeys(obj: object, known: readonly string[], what: str
     throw new InvalidArgumentError(`${what}: unknown ${noun} ${describeValue(k)}${near ? ` (did you mean '${near}'?)` : ''}; the ${noun}s are ${known.join(', ')}`);
   }
 }
+
+/**
+ * `e` with a place put in front of its message (which item of a batch, which part): a
+ * CrispError keeps its code, its class where it is one of core's (so `instanceof
+ * NonFiniteError` still holds) and its details, gains `details` and is the new error's cause.
+ * Anything else is returned unchanged.
+ */
+export function errorWithin(e: unknown, where: string, details: Record<string, unknown>): unknown {
+  if (!(e instanceof CrispError)) return e;
+  const message = `${where}: ${e.message}`;
+  const all = { ...e.details, ...details };
+  const Same = [InvalidArgumentError, ShapeError, DTypeError, NonFiniteError, MaskError, UnsupportedError, LimitError].find((C) => e.constructor === C);
+  return Same ? new Same(message, all, { cause: e }) : new CrispError(e.code, message, all, { cause: e });
+}

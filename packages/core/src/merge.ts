@@ -6,7 +6,7 @@
  * Shape legend: output [m, H, d], lse [H, m] (f32, natural log), one pair per part.
  */
 import { type DType, assertDType, decode, encode } from './dtype.js';
-import { CrispError, DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, assertKnownKeys, describeValue } from './errors.js';
+import { DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, assertKnownKeys, describeValue, errorWithin } from './errors.js';
 import { type HostTensor, wrapHost } from './tensor.js';
 
 /** One partial attention result: its output and the natural-log LSE of each row's logits. */
@@ -74,9 +74,7 @@ export function mergeAttentionByLse(parts: readonly AttentionPart[], opts: { rea
       try {
         wrapHost(t.dtype, t.shape, t.data);
       } catch (e) {
-        if (!(e instanceof CrispError)) throw e;
-        const Same = e instanceof DTypeError ? DTypeError : e instanceof ShapeError ? ShapeError : InvalidArgumentError;
-        throw new Same(`mergeAttentionByLse: part ${i}'s ${name}: ${e.message}`, { part: i }, { cause: e });
+        throw errorWithin(e, `mergeAttentionByLse: part ${i}'s ${name}`, { part: i });
       }
     }
     outs.push(decode(o.dtype, o.data));

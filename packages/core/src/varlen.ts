@@ -12,18 +12,7 @@
  */
 import { attentionShape, assertBlockSize, numBlocks, type AttentionShape } from './attention.js';
 import type { AttentionResult, Backend, DeviceMark, VarlenAttentionOptions, VarlenBatch, VarlenSegment } from './backend.js';
-import {
-  CrispError,
-  DTypeError,
-  InvalidArgumentError,
-  LimitError,
-  MaskError,
-  NonFiniteError,
-  ShapeError,
-  UnsupportedError,
-  assertKnownKeys,
-  describeValue,
-} from './errors.js';
+import { InvalidArgumentError, ShapeError, UnsupportedError, assertKnownKeys, describeValue, errorWithin } from './errors.js';
 import { causalBlockCount, validateMask, type ValidateMaskOptions } from './mask.js';
 import { type BuiltPlan, buildPlan, densePlan } from './plan/build.js';
 import { releasePlan } from './prefill.js';
@@ -88,9 +77,6 @@ export function varlenSegments(layout: VarlenLayout, queryRows: number, keyRows:
   return segs;
 }
 
-/** core's error classes, whose constructors take (message, details, options) */
-const CORE_ERRORS = [InvalidArgumentError, ShapeError, DTypeError, NonFiniteError, MaskError, UnsupportedError, LimitError];
-
 /**
  * An error raised while working on one sequence's slices, with the sequence named: its rows
  * in the packed tensors come first in the message, since a row or index in the error is the
@@ -98,13 +84,8 @@ const CORE_ERRORS = [InvalidArgumentError, ShapeError, DTypeError, NonFiniteErro
  * Anything else passes through unchanged.
  */
 export function inSequence(e: unknown, s: number, seg: VarlenSegment, entry: string): unknown {
-  if (!(e instanceof CrispError)) return e;
   const where = `sequence ${s} (packed q rows [${seg.qStart}, ${seg.qStart + seg.queries}), k rows [${seg.kStart}, ${seg.kStart + seg.keys}); rows below count from its first)`;
-  const message = `${entry}: ${where}: ${e.message}`;
-  const details = { ...e.details, sequence: s };
-  // core's own classes keep theirs (NonFiniteError, ShapeError, ...), so instanceof still holds
-  const Same = CORE_ERRORS.find((C) => e.constructor === C);
-  return Same ? new Same(message, details, { cause: e }) : new CrispError(e.code, message, details, { cause: e });
+  return errorWithin(e, `${entry}: ${where}`, { sequence: s });
 }
 
 /** The shape of sequence `s` of a batch (its slice of q, k, v). */

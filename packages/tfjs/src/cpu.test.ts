@@ -3,7 +3,7 @@
  * against TF.js's own dense attention and the reference's masked attention on fresh seeded
  * inputs; batches, custom policies, a 16-bit-only backend, typed errors, and no leaked tensors.
  */
-import { type Backend, castHost, hostTensor, toFloat32, UnsupportedError } from '@crisp/core';
+import { type Backend, castHost, hostTensor, NonFiniteError, toFloat32, UnsupportedError } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { dense } from '@crisp/presets';
 import { fixed } from '@crisp/router';
@@ -70,6 +70,21 @@ describe('crispAttention on TF.js cpu', () => {
     }
     expect(r.density).toBeCloseTo(density / 3, 12);
     tf.dispose([q, k, v, r.output]);
+  });
+
+  it("a batch's NON_FINITE error names the entry it came from, and keeps its class", async () => {
+    const seed = freshSeed();
+    const s = { n: 512, H: 4, Hkv: 2, d: 64 };
+    const { q, k, v } = tensors(seed, s, 3);
+    const vals = await k.data();
+    // entry 2's key row 100, head 1, column 5
+    vals[((2 * s.n + 100) * s.Hkv + 1) * s.d + 5] = Number.NaN;
+    const bad = tf.tensor(vals, k.shape, 'float32');
+    const err = await crispAttention(q, bad, v, { policy: smallCrisp, minSparseLength: 0 }).catch((e: unknown) => e);
+    expect(err, `seed ${seed}`).toBeInstanceOf(NonFiniteError);
+    expect((err as NonFiniteError).message).toMatch(/^crispAttention: batch entry 2: /);
+    expect((err as NonFiniteError).details?.batch).toBe(2);
+    tf.dispose([q, k, v, bad]);
   });
 
   it('takes any policy: a custom router sends every head where it says', async () => {

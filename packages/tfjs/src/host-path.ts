@@ -47,7 +47,14 @@ export async function runOnHost(
     const dev: DeviceTensor[] = [];
     try {
       for (const [vals, t] of [[qv, q], [kv, k], [vv, v]] as const) dev.push(backend.upload(hostEntry(vals, t.shape, b, layout, dtype)));
-      const r = await prefillOne(backend, { q: dev[0], k: dev[1], v: dev[2] }, policy, opts, async (o) => toFloat32(await backend.download(o)));
+      const r = await prefillOne(
+        backend,
+        { q: dev[0], k: dev[1], v: dev[2] },
+        policy,
+        opts,
+        async (o) => toFloat32(await backend.download(o)),
+        layout.batched ? b : undefined,
+      );
       out.set(r.kept, b * layout.n * layout.heads * layout.headDim);
       plans.push(r.plan);
       prefillMs += r.ms;

@@ -5,7 +5,7 @@
  * copies into its own pool on the device. Both libraries submit to the device's one queue, so
  * TF.js work queued after the call sees CRISP's output, and CRISP's work sees TF.js's inputs.
  */
-import { type Backend, type DeviceTensor, type PlanOptions, type Policy, type PrefillInputs, type PrefillPlan, sparsePrefill } from '@crisp/core';
+import { type Backend, type DeviceTensor, type PlanOptions, type Policy, type PrefillInputs, type PrefillPlan, errorWithin, sparsePrefill } from '@crisp/core';
 import type { WebGpuBackend } from '@crisp/kernels-webgpu';
 import type { Tf, TfInputs, TfTensor } from './tensors.js';
 
@@ -19,7 +19,8 @@ export interface PathResult {
 
 /**
  * One sequence's sparsePrefill on either path: `take` turns the output into what the caller
- * keeps (a TF.js tensor, host values) before the CRISP output is disposed.
+ * keeps (a TF.js tensor, host values) before the CRISP output is disposed; `entry`, the
+ * sequence's index in a batched call.
  */
 export async function prefillOne<T>(
   backend: Backend,
@@ -27,8 +28,12 @@ export async function prefillOne<T>(
   policy: Policy,
   opts: PlanOptions,
   take: (output: DeviceTensor) => T | Promise<T>,
+  entry?: number,
 ): Promise<{ kept: T; plan: PrefillPlan; ms: number }> {
-  const r = await sparsePrefill(backend, inputs, policy, opts);
+  const r = await sparsePrefill(backend, inputs, policy, opts).catch((e: unknown) => {
+    // a batch's error names its entry (indices in the message are the entry's own)
+    throw entry === undefined ? e : errorWithin(e, `crispAttention: batch entry ${entry}`, { batch: entry });
+  });
   try {
     return { kept: await take(r.output), plan: r.plan, ms: r.timings.totalMs };
   } finally {
@@ -90,8 +95,13 @@ export async function runOnTfDevice(
           wrapped.push(crisp.wrapBuffer(g.buffer as GPUBuffer, 'f32', t.shape));
         }
         // TF.js copies the buffer into its own pool (queued now, before CRISP's buffer goes)
-        const r = await prefillOne(crisp, { q: wrapped[0], k: wrapped[1], v: wrapped[2] }, policy, opts, (o) =>
-          tf.tensor({ buffer: crisp.bufferOf(o) }, [...o.shape], 'float32'),
+        const r = await prefillOne(
+          crisp,
+          { q: wrapped[0], k: wrapped[1], v: wrapped[2] },
+          policy,
+          opts,
+          (o) => tf.tensor({ buffer: crisp.bufferOf(o) }, [...o.shape], 'float32'),
+          layout.batched ? b : undefined,
         );
         outs.push(r.kept);
         plans.push(r.plan);
