@@ -37,6 +37,19 @@ defineConformanceSuite('reference, presets as shipped', () => createReferenceBac
   policies: [crisp, flexPrefill],
 });
 
+// onResult is called in the vitest form too (checked below, after this suite ran)
+const seenByOnResult: string[] = [];
+defineConformanceSuite('reference, onResult', () => createReferenceBackend(), {
+  dtypes: ['f32'],
+  filter: /^transfer\//,
+  onResult: (r) => seenByOnResult.push(`${r.name} ${r.passed}`),
+});
+describe('defineConformanceSuite', () => {
+  it('calls options.onResult with each case result', () => {
+    expect(seenByOnResult).toEqual(['transfer/n200-h2kv2-d64-b64/f32 true']);
+  });
+});
+
 /**
  * A backend that delegates to the reference except for the overridden primitives. It keeps
  * the reference's name: its tensors are the reference's, and the pipeline refuses tensors
