@@ -122,7 +122,8 @@ export function outcome(error: number, tolerance: number, lines: string[], info 
 }
 
 /**
- * Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`.
+ * Compare a downloaded attention output (and LSE) with exact float64 rows over `mask`, at
+ * softmax scale `scale` (default 1/sqrt(d)).
  * @internal shared with the LSE merge cases
  */
 export async function checkAttention(
@@ -133,6 +134,7 @@ export async function checkAttention(
   lse: DeviceTensor | undefined,
   mask: BlockMask | undefined,
   wantLse: boolean,
+  scale?: number,
 ): Promise<CaseOutcome> {
   const lines: string[] = [];
   const m = s.m ?? s.n;
@@ -142,7 +144,7 @@ export async function checkAttention(
     ]);
   }
   const rows = checkRowsFor(ctx, s);
-  const exact = attentionRows(x.q, x.k, x.v, rows, mask);
+  const exact = attentionRows(x.q, x.k, x.v, rows, mask, { scale });
   const got = outputRows(output, rows);
   const r = maxMixedError(got, exact.output);
   const where = (idx: number) => {

@@ -31,7 +31,7 @@ import {
   compareSelection,
   compareStats,
 } from './compare.js';
-import { attentionInputs, } from './random.js';
+import { type Rng, attentionInputs } from './random.js';
 
 export * from './case-support.js';
 import { devicePlanCoverageCase } from './device-coverage-cases.js';
@@ -119,10 +119,15 @@ function proxyStatsCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const lean = await ctx.backend.proxyStats(d.q, d.k, { ...opts, tokenScores: false, deferRead: true, optionalStats: [] });
     await lean.settle?.();
     const cl = compareStats(lean, blockRef, ctx.tolerance.stats);
-    return outcome(Math.max(c.error, cb.error, cl.error), ctx.tolerance.stats, [
+    // An explicit softmax scale (a model's own, not 1/sqrt(d)): a kernel that ignores it fails.
+    const scaled = { ...opts, tokenScores: false, scale: explicitScale(r, s.headDim) };
+    const refScaled = await ctx.reference.proxyStats(ctx.reference.upload(x.q), ctx.reference.upload(x.k), scaled);
+    const cs = compareStats(await ctx.backend.proxyStats(d.q, d.k, scaled), refScaled, ctx.tolerance.stats);
+    return outcome(Math.max(c.error, cb.error, cl.error, cs.error), ctx.tolerance.stats, [
       ...c.lines,
       ...cb.lines.map((l) => `without token scores: ${l}`),
       ...cl.lines.map((l) => `without optional statistics until read: ${l}`),
+      ...cs.lines.map((l) => `with scale ${scaled.scale}: ${l}`),
     ]);
   });
 }
@@ -134,12 +139,19 @@ function peCase(dtype: DType, s: ShapeCase): ConformanceCase {
     // a subset of heads, out of order of kv groups, to catch head-slot mix-ups
     const heads = [...Array(s.heads).keys()].filter((h) => h === 0 || h % 2 === 1);
     const gamma = 0.8 + 0.15 * r();
+    // an explicit softmax scale: a kernel that ignores it pools another map
+    const scale = explicitScale(r, s.headDim);
     const d = upload(ctx.backend, x);
-    const got = await ctx.backend.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads });
-    const map = pooledBlockMap(x.q, x.k, B, heads);
+    const got = await ctx.backend.peBlockRows(d.q, d.k, { blockSize: B, gamma, heads, scale });
+    const map = pooledBlockMap(x.q, x.k, B, heads, { scale });
     const c = comparePeRows(got, map, heads, gamma, ctx.tolerance.stats);
     return outcome(c.lines.length ? Number.POSITIVE_INFINITY : 0, ctx.tolerance.stats, c.lines, `${c.borderline} borderline entries`);
   });
+}
+
+/** A softmax scale of [1.5, 2.5) / sqrt(d), not the default (models set their own, e.g. YaRN scaling). */
+function explicitScale(r: Rng, headDim: number): number {
+  return (1.5 + r()) / Math.sqrt(headDim);
 }
 
 const FORMS = ['vs', 'rows', 'mixed'] as const;
@@ -162,12 +174,15 @@ function sparseCase(dtype: DType, s: ShapeCase, form: (typeof FORMS)[number]): C
     const d = upload(ctx.backend, x);
     const out = poisoned(ctx.backend, dtype, x.q.shape);
     const wantLse = ctx.backend.capabilities.logSumExp;
-    const res = await ctx.backend.sparseAttention(d.q, d.k, d.v, mask, { out, returnLse: wantLse });
+    // an explicit softmax scale (the default one runs in denseAttention and the pipeline)
+    const scale = explicitScale(r, s.headDim);
+    const res = await ctx.backend.sparseAttention(d.q, d.k, d.v, mask, { out, returnLse: wantLse, scale });
     if (res.output !== out) {
       return outcome(Number.POSITIVE_INFINITY, ctx.tolerance.output, ['the result is not the tensor passed as opts.out']);
     }
     const output = await ctx.backend.download(res.output);
-    return checkAttention(ctx, s, x, output, res.lse, mask, wantLse);
+    const c = await checkAttention(ctx, s, x, output, res.lse, mask, wantLse, scale);
+    return { ...c, detail: c.detail.replace(/^([^\n]*)/, `$1; scale ${scale}`) };
   });
 }
 

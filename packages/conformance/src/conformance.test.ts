@@ -37,13 +37,31 @@ defineConformanceSuite('reference, presets as shipped', () => createReferenceBac
   policies: [crisp, flexPrefill],
 });
 
-/** A backend that delegates to the reference except for the overridden primitives. */
-function wrap(name: string, overrides: (ref: Backend) => Partial<Backend>): () => Backend {
+// onResult is called in the vitest form too (checked below, after this suite ran)
+const seenByOnResult: string[] = [];
+defineConformanceSuite('reference, onResult', () => createReferenceBackend(), {
+  dtypes: ['f32'],
+  filter: /^transfer\//,
+  onResult: (r) => seenByOnResult.push(`${r.name} ${r.passed}`),
+});
+describe('defineConformanceSuite', () => {
+  it('calls options.onResult with each case result', () => {
+    expect(seenByOnResult).toEqual(['transfer/n200-h2kv2-d64-b64/f32 true']);
+  });
+});
+
+/**
+ * A backend that delegates to the reference except for the overridden primitives. It keeps
+ * the reference's name: its tensors are the reference's, and the pipeline refuses tensors
+ * whose backend name is not the backend's (WRONG_BACKEND), which would fail every pipeline
+ * case whatever the deliberate bug.
+ */
+function wrap(_what: string, overrides: (ref: Backend) => Partial<Backend>): () => Backend {
   return () => {
     const ref = createReferenceBackend();
     const o = overrides(ref);
     return {
-      name,
+      name: ref.name,
       capabilities: ref.capabilities,
       sparseCrossover: 0,
       upload: (t) => ref.upload(t),
@@ -94,7 +112,7 @@ function brokenAttention(
           if (!allowed[Math.floor(j / B)]) continue;
           let s = 0;
           for (let c = 0; c < d; c++) s += qv[(i * H + h) * d + c] * kv[(j * Hkv + g) * d + c];
-          w[j] = s / Math.sqrt(d);
+          w[j] = s * (opts.scale ?? 1 / Math.sqrt(d));
           mx = Math.max(mx, w[j]);
         }
         let z = 0;
@@ -110,7 +128,8 @@ function brokenAttention(
     const output = opts.out ?? ref.allocate(Q.dtype, [m, H, d]);
     ref.write(output, 0, host.data);
     // the LSE is not part of the breakage: take the reference's
-    const lse = opts.returnLse ? (await (mask ? ref.sparseAttention(q, k, v, mask, { returnLse: true }) : ref.denseAttention(q, k, v, { returnLse: true }))).lse : undefined;
+    const lo = { returnLse: true, scale: opts.scale };
+    const lse = opts.returnLse ? (await (mask ? ref.sparseAttention(q, k, v, mask, lo) : ref.denseAttention(q, k, v, lo))).lse : undefined;
     return { output, lse };
   };
   return {
@@ -189,6 +208,24 @@ const fixtures: { name: string; factory: () => Backend; filter: RegExp; mustFail
     mustFail: /^varlen\/pipeline\/crisp/,
   },
   {
+    name: 'attention that ignores opts.scale (always 1/sqrt(d))',
+    factory: wrap('ignores-attention-scale', (ref) => ({
+      sparseAttention: (q, k, v, mask, opts) => ref.sparseAttention(q, k, v, mask, { ...opts, scale: undefined }),
+    })),
+    filter: /^sparseAttention\//,
+    mustFail: /^sparseAttention\//,
+  },
+  {
+    // (peBlockRows gets an explicit scale too, but its small shapes' maps hold 3 to 15
+    // entries: the γ cut often keeps the same ones at either scale, so it cannot be required)
+    name: 'statistics that ignore opts.scale (always 1/sqrt(d))',
+    factory: wrap('ignores-stats-scale', (ref) => ({
+      proxyStats: (q, k, opts) => ref.proxyStats(q, k, { ...opts, scale: undefined }),
+    })),
+    filter: /^proxyStats\//,
+    mustFail: /^proxyStats\//,
+  },
+  {
     name: 'a backend that swallows errors (returns zeros for bad masks and NaN inputs)',
     factory: wrap('swallows-errors', (ref) => ({
       sparseAttention: async (q, k, v, mask, opts) => {
@@ -253,6 +290,8 @@ describe('the suite catches broken backends', () => {
         if (f.mustFail.test(name)) expect(failed, `${name} should fail (run seed ${report.seed})`).toContain(name);
       }
       for (const r of report.results.filter((x) => !x.passed)) {
+        // failed for the deliberate bug, not because the wrapper's tensors were refused
+        expect(r.detail).not.toMatch(/^threw CrispError \[WRONG_BACKEND\]/);
         expect(r.detail).toContain(`seed ${r.seed}`);
         expect(r.detail).toContain(`run seed ${report.seed}`);
       }

@@ -13,6 +13,7 @@ import { randomSeed } from './random.js';
 /**
  * Register the suite under `describe(name)`. Cases the backend's declared capabilities
  * exclude, or that `options.skip` names, are reported as skipped with the reason.
+ * `options.onResult` is called with each case's result, as `runConformance` calls it.
  */
 export function defineConformanceSuite(name: string, factory: BackendFactory, options: ConformanceOptions = {}): void {
   const seed = options.seed ?? randomSeed();
@@ -28,6 +29,7 @@ export function defineConformanceSuite(name: string, factory: BackendFactory, op
       it(c.name, async (t) => {
         if (!session) throw new Error('the backend factory failed; see beforeAll');
         const r = await session.run(c);
+        options.onResult?.(r);
         if (r.skipped !== undefined) {
           t.skip(r.skipped);
           return;
