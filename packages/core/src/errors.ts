@@ -117,8 +117,8 @@ export function describeValue(x: unknown): string {
 }
 
 /**
- * A factory's options (a router's, a selector's): undefined (the defaults) or a plain object
- * naming only `known` keys. A misspelt option would otherwise be ignored without a word and the
+ * A function's options (a router factory's, a backend's, sparsePrefill's): undefined (the
+ * defaults) or a plain object naming only `known` keys. A misspelt option would otherwise be ignored without a word and the
  * default used.
  */
 export function checkOptions<T extends object>(opts: T | undefined, factory: string, known: readonly string[]): T | Record<string, never> {

@@ -6,7 +6,7 @@
  * Shape legend: output [m, H, d], lse [H, m] (f32, natural log), one pair per part.
  */
 import { type DType, assertDType, decode, encode } from './dtype.js';
-import { DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, assertKnownKeys, describeValue, errorWithin } from './errors.js';
+import { DTypeError, InvalidArgumentError, NonFiniteError, ShapeError, checkOptions, describeValue, errorWithin } from './errors.js';
 import { type HostTensor, wrapHost } from './tensor.js';
 
 /** One partial attention result: its output and the natural-log LSE of each row's logits. */
@@ -45,10 +45,7 @@ export function mergeAttentionByLse(parts: readonly AttentionPart[], opts: { rea
   if (!first || !Array.isArray(first.shape) || first.shape.length !== 3) {
     throw new ShapeError(`mergeAttentionByLse: part 0's output must be a host tensor [m, H, d]; got ${describeValue(first?.shape)}`);
   }
-  if (opts !== undefined && (opts === null || typeof opts !== 'object')) {
-    throw new InvalidArgumentError(`mergeAttentionByLse options must be an object like { dtype: 'f32' }; got ${describeValue(opts)}`);
-  }
-  assertKnownKeys(opts ?? {}, ['dtype'], 'mergeAttentionByLse options', 'option');
+  checkOptions(opts, 'mergeAttentionByLse', ['dtype']);
   const [m, H, d] = first.shape;
   const dtype = opts?.dtype ?? first.dtype;
   assertDType(dtype);

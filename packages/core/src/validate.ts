@@ -8,7 +8,7 @@
  */
 import type { AttentionShape } from './attention.js';
 import type { Backend } from './backend.js';
-import { CrispError, DTypeError, InvalidArgumentError, ShapeError, assertKnownKeys, describeValue } from './errors.js';
+import { CrispError, DTypeError, InvalidArgumentError, ShapeError, checkOptions, describeValue } from './errors.js';
 import type { DeviceTensor } from './tensor.js';
 
 const BACKEND_METHODS = ['upload', 'download', 'proxyStats', 'peBlockRows', 'sparseAttention', 'denseAttention', 'synchronize'] as const;
@@ -82,12 +82,7 @@ export const CALL_OPTIONS: readonly string[] = ['scale', 'minSparseLength', 'ret
  * other key (outside `known`) is INVALID_ARGUMENT.
  */
 export function assertCallOptions(opts: unknown, entry: string, known: readonly string[] = CALL_OPTIONS): void {
-  if (opts === undefined) return;
-  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
-    throw new InvalidArgumentError(`${entry}: options must be an object (or left out); got ${describeValue(opts)}`);
-  }
-  const o = opts as Record<string, unknown>;
-  assertKnownKeys(o, [...known, 'prepared'].filter((k, i, a) => a.indexOf(k) === i), `${entry}(options)`, 'option');
+  const o = checkOptions(opts as Record<string, unknown> | undefined, entry, [...known, 'prepared']);
   if (o.scale !== undefined && !(typeof o.scale === 'number' && Number.isFinite(o.scale) && o.scale > 0)) {
     throw new InvalidArgumentError(`${entry}: scale must be a positive finite number (default 1/sqrt(d)); got ${describeValue(o.scale)}`);
   }

@@ -24,10 +24,10 @@ import {
   type ProxyStatsOptions,
   ShapeError,
   assertDType,
-  assertKnownKeys,
   assertShape,
   bytesPerElement,
   checkElementRange,
+  checkOptions,
   describeValue,
   numel,
   type VarlenAttentionOptions,
@@ -462,7 +462,6 @@ export class CudaBackend implements Backend {
   }
 }
 
-/** Create the CUDA backend (compiles kernels lazily on first use, cached on disk). */
 /**
  * The options' kinds and values that need no device, checked before the driver is loaded (so
  * a misspelt or mistyped option is reported as such, also where CUDA is missing);
@@ -470,8 +469,7 @@ export class CudaBackend implements Backend {
  * once the device is open.
  */
 function checkCudaOptions(opts: CudaBackendOptions): void {
-  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError(`CUDA backend options must be an object; got ${opts === null ? 'null' : typeof opts}`);
-  assertKnownKeys(opts, CUDA_OPTION_KEYS, 'CUDA backend options', 'option');
+  checkOptions(opts, 'createCudaBackend', CUDA_OPTION_KEYS);
   if (opts.device !== undefined && !(Number.isInteger(opts.device) && opts.device >= 0)) {
     throw new InvalidArgumentError(`device must be a CUDA device ordinal (an integer >= 0); got ${describeValue(opts.device)}`);
   }
@@ -505,6 +503,7 @@ const CUDA_OPTION_KEYS = [
   'faults',
 ];
 
+/** Create the CUDA backend (compiles kernels lazily on first use, cached on disk). */
 export async function createCudaBackend(opts: CudaBackendOptions = {}): Promise<CudaBackend> {
   checkCudaOptions(opts);
   const libs = loadCuda();

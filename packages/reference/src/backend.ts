@@ -6,7 +6,7 @@
  * Shape legend: q [m, H, d], k and v [n, Hkv, d], B block size, Nb = ceil(n / B).
  */
 import {
-  assertKnownKeys,
+  checkOptions,
   assertStatsWindows,
   type AttentionOptions,
   type AttentionResult,
@@ -462,9 +462,5 @@ function checkScale(scale: number | undefined, d: number): number {
 
 /** Create a reference backend (name 'reference'). */
 export function createReferenceBackend(opts: ReferenceBackendOptions = {}): Backend {
-  if (opts === null || typeof opts !== 'object' || Array.isArray(opts)) {
-    throw new InvalidArgumentError(`createReferenceBackend: options must be an object (or left out); got ${describeValue(opts)}`);
-  }
-  assertKnownKeys(opts, OPTION_KEYS, 'createReferenceBackend', 'option');
-  return new ReferenceBackend(opts);
+  return new ReferenceBackend(checkOptions(opts, 'createReferenceBackend', OPTION_KEYS));
 }

@@ -6,7 +6,7 @@
  * what measures where that path starts to pay. Median of `reps` runs after `warmup`.
  */
 import { PerformanceObserver } from 'node:perf_hooks';
-import { type Backend, type DeviceTensor, type DType, type Policy, type PrefillInputs, numBlocks, planPrefill, releasePlan, runPlan, sparsePrefill } from '@crisp/core';
+import { type Backend, type DeviceTensor, type DType, type PlanPhases, type Policy, type PrefillInputs, numBlocks, planPrefill, releasePlan, runPlan, sparsePrefill } from '@crisp/core';
 import type { GpuKernelTime, WebGpuBackend } from '@crisp/kernels-webgpu';
 import { crisp, crispFast, crispGuarded, dense, flexPrefill } from '@crisp/presets';
 import type { OpenBackend } from '../backends.js';
@@ -166,6 +166,16 @@ export interface LatencyResult {
   readonly skipped: LatencySkip[];
 }
 
+/** One run's plan phases (ms each) added to their values over the runs. */
+function addPhases(into: Map<string, number[]>, phases: PlanPhases | undefined): void {
+  if (phases) for (const [k, v] of Object.entries(phases) as [string, number][]) into.set(k, [...(into.get(k) ?? []), v]);
+}
+
+/** Each phase's median over the runs; undefined when no run split its plan. */
+function phaseMedians(phases: ReadonlyMap<string, number[]>): Record<string, number> | undefined {
+  return phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
+}
+
 /**
  * The plan and the attention timed apart, `reps` times: planPrefill (which reads its plan
  * back) and a synchronize, then runPlan and a synchronize; medians, and the plan's phases.
@@ -193,12 +203,12 @@ async function serialSplit(
       await b.synchronize();
       plan.push(t1 - t0);
       attention.push(performance.now() - t1);
-      if (p.phases) for (const [k, v] of Object.entries(p.phases)) phases.set(k, [...(phases.get(k) ?? []), v]);
+      addPhases(phases, p.phases);
     } finally {
       releasePlan(p);
     }
   }
-  const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
+  const planPhases = phaseMedians(phases);
   return { planMs: spread(plan).median, attentionMs: spread(attention).median, ...(planPhases ? { planPhases } : {}) };
 }
 
@@ -257,9 +267,9 @@ async function timePreset(
     density = r.plan.overallDensity;
     denseReason = r.plan.denseReason;
     // Where the plan time went (statistics, selection, PE rows, mask); dense plans have none.
-    if (r.plan.phases) for (const [k, v] of Object.entries(r.plan.phases)) phases.set(k, [...(phases.get(k) ?? []), v]);
+    addPhases(phases, r.plan.phases);
   }
-  const planPhases = phases.size ? Object.fromEntries([...phases].map(([k, v]) => [k, spread(v).median])) : undefined;
+  const planPhases = phaseMedians(phases);
   const ms3 = (v: number[]) => v.map((x) => Math.round(x * 1000) / 1000);
   const pauses = await gc.stop();
   const gcMs = windows.map(([a, b]) => pauses.reduce((s, p) => s + (p.start >= a && p.start < b ? p.ms : 0), 0));
