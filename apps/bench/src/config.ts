@@ -144,6 +144,12 @@ export interface BenchConfig {
      * crispGuarded's); empty: none. Absent in results written before it existed.
      */
     readonly flexGammas?: readonly number[];
+    /**
+     * crispGuarded with the noise floor at these α (its VS heads and its PE heads' lists alike)
+     * beside the presets, for the comparison at matched density (the report finds the smallest
+     * α whose density is within flexPrefill's); empty: none. Absent in results written before it.
+     */
+    readonly guardAlphas?: readonly number[];
   };
   readonly onCurve: {
     /** score-vector sizes (pure TS, no backend) */
@@ -259,7 +265,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
         hostTimings: false,
         kernelTimes: false,
       },
-      accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8, flexGammas: [] },
+      accuracy: { sizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: PROFILE_NAMES, gpuProfiles: ['llama-like'], rows: 8, flexGammas: [], guardAlphas: [] },
       onCurve: { syntheticSizes: pow2(8192, 131072), proxySizes: [2048], shape: { heads: 4, kvHeads: 1, headDim: 64 } },
       floors: { n: 2048, shape: { heads: 4, kvHeads: 1, headDim: 64 }, profiles: ['llama-like', 'diffuse'], rows: 8 },
       tfjs: { sizes: [1024], shape: { heads: 2, kvHeads: 1, headDim: 64 }, reps: 2, warmup: 1, copyN: 1024 },
@@ -299,6 +305,7 @@ export function defaultConfig(mode: 'smoke' | 'full'): BenchConfig {
       gpuProfiles: ALL_PROFILE_NAMES,
       rows: 32,
       flexGammas: [0.98, 0.99, 0.995, 0.999],
+      guardAlphas: [1.25, 1.5, 2],
     },
     onCurve: { syntheticSizes: pow2(8192, 524288), proxySizes: pow2(4096, 32768), shape: { heads: 8, kvHeads: 2, headDim: 64 } },
     floors: { n: 8192, shape: { heads: 16, kvHeads: 4, headDim: 64 }, profiles: PROFILE_NAMES, rows: 32 },

@@ -77,6 +77,10 @@ function program(): Command {
       '--acc-flex-gammas <list>',
       "accuracy: FlexPrefill at these coverage γ (each in (0, 1)) beside the presets, for the comparison at matched error; 'none' for none (default: 0.98,0.99,0.995,0.999; smoke: none)",
     )
+    .option(
+      '--acc-guard-alphas <list>',
+      "accuracy: crispGuarded with the noise floor at these α (each > 0) beside the presets, for the comparison at matched density; 'none' for none (default: 1.25,1.5,2; smoke: none)",
+    )
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')
     .option('--floors-n <n>', 'n for the floors comparison')
@@ -230,6 +234,7 @@ export function resolveConfig(o: Record<string, string | boolean | undefined>): 
         : {}),
       rows: num(o.accRows, 'acc-rows', 1) ?? base.accuracy.rows,
       flexGammas: typeof o.accFlexGammas === 'string' ? gammaList(o.accFlexGammas) : base.accuracy.flexGammas,
+      guardAlphas: typeof o.accGuardAlphas === 'string' ? alphaList(o.accGuardAlphas) : base.accuracy.guardAlphas,
     },
     onCurve: {
       ...base.onCurve,
@@ -263,6 +268,13 @@ function gammaList(text: string): number[] {
   if (text.trim() === 'none') return [];
   const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
   if (out.length === 0 || out.some((x) => !(x > 0 && x < 1))) throw new Error(`bad γ list '${text}': use comma-separated numbers in (0, 1) (e.g. 0.99,0.995), or 'none'`);
+  return [...new Set(out)].sort((a, b) => a - b);
+}
+
+function alphaList(text: string): number[] {
+  if (text.trim() === 'none') return [];
+  const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
+  if (out.length === 0 || out.some((x) => !(Number.isFinite(x) && x > 0))) throw new Error(`bad α list '${text}': use comma-separated numbers > 0 (e.g. 1.5,2), or 'none'`);
   return [...new Set(out)].sort((a, b) => a - b);
 }
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { defaultConfig } from './config.js';
 import { mergeResults, readResult, withLiveRuns } from './merge.js';
-import { headline, markdown, matchedErrorMarkdown, suiteCommands } from './report.js';
+import { headline, markdown, matchedDensityMarkdown, matchedErrorMarkdown, suiteCommands } from './report.js';
 import type { BenchResult } from './result.js';
 import { floorSummary } from './suites/floors.js';
 import type { PeerRow } from './peers.js';
@@ -221,6 +221,7 @@ function maskRow(o: {
   density: number;
   minProxyRecall: number;
   meanProxyRecall: number;
+  worstHeadError?: number;
 }) {
   return {
     backend: 'reference',
@@ -230,7 +231,7 @@ function maskRow(o: {
     needles: 2,
     vsHeads: 4,
     planMs: 1,
-    worstHeadError: o.outputError,
+    worstHeadError: o.worstHeadError ?? o.outputError,
     worstHead: 0,
     guardedHeads: 0,
   };
@@ -306,5 +307,34 @@ describe('matchedErrorMarkdown', () => {
 
   it('is empty without the swept rows (results from before them, or --acc-flex-gammas none)', () => {
     expect(matchedErrorMarkdown([acc('p', 'crispGuarded', 0.01, 0.2), acc('p', 'flexPrefill', 0.05, 0.14)])).toEqual([]);
+  });
+});
+
+describe('matchedDensityMarkdown', () => {
+  const acc = (profile: string, policy: string, outputError: number, density: number, worstHeadError = outputError * 4) =>
+    maskRow({ profile, n: 65536, policy, massRecall: 0.99, outputError, density, worstHeadError, minProxyRecall: 0.9, meanProxyRecall: 0.95 });
+
+  it("finds the smallest α whose density is within flexPrefill's, or says none reached it, on the inputs where crispGuarded is denser", () => {
+    const lines = matchedDensityMarkdown([
+      acc('p', 'crispGuarded', 0.003, 0.117),
+      acc('p', 'flexPrefill', 0.045, 0.1, 0.338),
+      // listed out of order: the table goes by α
+      acc('p', 'crispGuarded(α=2)', 0.005, 0.099),
+      acc('p', 'crispGuarded(α=1.5)', 0.004, 0.105),
+      acc('q', 'crispGuarded', 0.006, 0.165),
+      acc('q', 'flexPrefill', 0.057, 0.142),
+      acc('q', 'crispGuarded(α=2)', 0.0065, 0.159),
+      // crispGuarded is already at or under flexPrefill's density: no row
+      acc('r', 'crispGuarded', 0.01, 0.25),
+      acc('r', 'flexPrefill', 0.15, 0.33),
+      acc('r', 'crispGuarded(α=2)', 0.01, 0.24),
+    ]).join('\n');
+    expect(lines).toContain("| reference | p | 64k | 0.0450 / 0.338 / 1.00 / 0.100 | 0.0030 / 0.012 / 1.00 / 0.117 | α=2: 0.0050 / 0.020 / 1.00 / 0.099 |");
+    expect(lines).toContain('| reference | q | 64k | 0.0570 / 0.228 / 1.00 / 0.142 | 0.0060 / 0.024 / 1.00 / 0.165 | none up to α=2 (0.0065 / 0.026 / 1.00 / 0.159: 1.12x flexPrefill\'s blocks) |');
+    expect(lines).not.toContain('| r |');
+  });
+
+  it('is empty without the swept rows (results from before them, or --acc-guard-alphas none)', () => {
+    expect(matchedDensityMarkdown([acc('p', 'crispGuarded', 0.01, 0.2), acc('p', 'flexPrefill', 0.05, 0.14)])).toEqual([]);
   });
 });

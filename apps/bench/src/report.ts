@@ -1,7 +1,7 @@
 /** bench.md: the headline table first, then one section per suite, each with the command that reproduces it; headline.md: the latency headline alone, for the repository README. */
 import { rowsOf } from './merge.js';
 import { rooflineMarkdown } from './roofline.js';
-import { FLEX_PRESET_GAMMA, flexAtGammaName, gammaOfFlexName } from './suites/accuracy.js';
+import { alphaOfGuardedName, FLEX_PRESET_GAMMA, flexAtGammaName, gammaOfFlexName } from './suites/accuracy.js';
 import { JIT_WARMUP_N, kernelTimesMarkdown, type LatencyRow } from './suites/latency.js';
 import { parallelMarkdown } from './suites/parallel-report.js';
 import { type ParityRow, parityMarkdown } from './suites/parity.js';
@@ -59,13 +59,8 @@ type AccRow = NonNullable<BenchResult['suites']['accuracy']>['rows'][number];
  * when the run measured no such rows (--acc-flex-gammas none, or results from before them).
  */
 export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
-  const inputs = new Map<string, AccRow[]>();
-  for (const x of rows) {
-    const key = `${x.backend}|${x.profile}|${x.n}`;
-    inputs.set(key, [...(inputs.get(key) ?? []), x]);
-  }
   const lines: string[][] = [];
-  for (const group of inputs.values()) {
+  for (const group of byInput(rows)) {
     const guarded = group.find((x) => x.policy === 'crispGuarded');
     const flex = group.find((x) => x.policy === 'flexPrefill');
     const swept = group.filter((x) => gammaOfFlexName(x.policy) !== undefined).sort((a, b) => gammaOfFlexName(a.policy)! - gammaOfFlexName(b.policy)!);
@@ -91,6 +86,56 @@ export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
     `crispGuarded against FlexPrefill at matched error. FlexPrefill's knob is its coverage γ (${FLEX_PRESET_GAMMA} in the preset, for its VS and PE selections alike); the same inputs were planned at the γ listed in the config, and the last column is the smallest γ whose output error is within crispGuarded's, with its density and its blocks relative to crispGuarded's:`,
     '',
     table(['backend', 'profile', 'n', 'crispGuarded error / density', `flexPrefill (γ=${FLEX_PRESET_GAMMA}) error / density`, 'flexPrefill at crispGuarded\'s error'], lines),
+  ];
+}
+
+/** The rows of each input (backend, profile, n), in first-seen order. */
+function byInput(rows: readonly AccRow[]): AccRow[][] {
+  const inputs = new Map<string, AccRow[]>();
+  for (const x of rows) {
+    const key = `${x.backend}|${x.profile}|${x.n}`;
+    inputs.set(key, [...(inputs.get(key) ?? []), x]);
+  }
+  return [...inputs.values()];
+}
+
+/** error / worst head / needles in output / density of one accuracy row */
+const accCell = (x: AccRow): string =>
+  `${f(x.outputError, 4)} / ${x.worstHeadError === undefined ? '–' : f(x.worstHeadError, 3)} / ${f(x.needleOutputRecall, 2)} / ${f(x.density)}`;
+
+/**
+ * crispGuarded against FlexPrefill at matched density, the other side of the trade: for each
+ * input where crispGuarded keeps more blocks than flexPrefill, the smallest α of the
+ * crispGuarded(α=…) rows whose density is within flexPrefill's, with its error, worst head
+ * and needles. Empty when the run measured no such rows (--acc-guard-alphas none, or results
+ * from before them) or crispGuarded is nowhere denser.
+ */
+export function matchedDensityMarkdown(rows: readonly AccRow[]): string[] {
+  const lines: string[][] = [];
+  for (const group of byInput(rows)) {
+    const guarded = group.find((x) => x.policy === 'crispGuarded');
+    const flex = group.find((x) => x.policy === 'flexPrefill');
+    const swept = group.filter((x) => alphaOfGuardedName(x.policy) !== undefined).sort((a, b) => alphaOfGuardedName(a.policy)! - alphaOfGuardedName(b.policy)!);
+    if (!guarded || !flex || swept.length === 0 || guarded.density <= flex.density) continue;
+    const match = swept.find((x) => x.density <= flex.density);
+    const last = swept[swept.length - 1];
+    lines.push([
+      guarded.backend,
+      guarded.profile,
+      kn(guarded.n),
+      accCell(flex),
+      accCell(guarded),
+      match
+        ? `α=${alphaOfGuardedName(match.policy)}: ${accCell(match)}`
+        : `none up to α=${alphaOfGuardedName(last.policy)} (${accCell(last)}: ${f(last.density / flex.density, 2)}x flexPrefill's blocks)`,
+    ]);
+  }
+  if (lines.length === 0) return [];
+  return [
+    '',
+    "crispGuarded against FlexPrefill at matched density, on the inputs where crispGuarded keeps more blocks. crispGuarded's knob is its noise floor's α (1.0 in the preset, for its VS heads and its PE heads' lists alike); the same inputs were planned at the α listed in the config, and the last column is the smallest α whose density is within flexPrefill's. Each cell: output error / worst head error / needles in output / density:",
+    '',
+    table(['backend', 'profile', 'n', `flexPrefill (γ=${FLEX_PRESET_GAMMA})`, 'crispGuarded (α=1)', "crispGuarded at flexPrefill's density"], lines),
   ];
 }
 
@@ -250,6 +295,7 @@ export function markdown(r: BenchResult): string {
     );
     for (const s of acc.skipped) out.push(`- skipped ${s.backend} ${s.profile} n=${kn(s.n)}: ${s.reason}`);
     out.push(...matchedErrorMarkdown(acc.rows));
+    out.push(...matchedDensityMarkdown(acc.rows));
   }
   const curve = r.suites.onCurve;
   if (curve) {

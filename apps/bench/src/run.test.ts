@@ -36,14 +36,15 @@ describe('crisp-bench run', () => {
     expect([...new Set(done.suites.onCurve!.proxy.map((r) => r.n))]).toEqual([1024, 2048]);
     for (const f of ['bench.md', 'headline.md', 'on-curve.svg', 'on-curve-proxy.svg']) expect(existsSync(join(out, f)), f).toBe(true);
     // A second --merge run adds a suite and keeps the first run's rows and command.
-    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy', '--acc-flex-gammas', '0.999,0.99', '--merge', '--out', out])).toBe(0);
+    expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy', '--acc-flex-gammas', '0.999,0.99', '--acc-guard-alphas', '2', '--merge', '--out', out])).toBe(0);
     const merged = read(out);
     expect(merged.suites.onCurve!.proxy).toHaveLength(done.suites.onCurve!.proxy.length);
     expect(merged.suites.accuracy!.rows.length).toBeGreaterThan(0);
     // FlexPrefill at the γ asked for, beside the presets, and the table at matched error
     expect(merged.config.accuracy.flexGammas).toEqual([0.99, 0.999]);
     const policies = new Set(merged.suites.accuracy!.rows.map((x) => x.policy));
-    for (const p of ['crispGuarded', 'flexPrefill', 'flexPrefill(γ=0.99)', 'flexPrefill(γ=0.999)']) expect(policies.has(p), p).toBe(true);
+    expect(merged.config.accuracy.guardAlphas).toEqual([2]);
+    for (const p of ['crispGuarded', 'crispGuarded(α=2)', 'flexPrefill', 'flexPrefill(γ=0.99)', 'flexPrefill(γ=0.999)']) expect(policies.has(p), p).toBe(true);
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('crispGuarded against FlexPrefill at matched error');
     expect(merged.earlierRuns!.map((e) => e.command)).toEqual([done.command]);
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain(`Reproduce: \`${done.command}\``);
@@ -119,6 +120,12 @@ describe('crisp-bench run', () => {
 
   it('rejects a bad --deadline-s', async () => {
     expect(await main(['node', 'crisp-bench', ...tiny, '--deadline-s', '0', '--out', join(root, 'bad')])).toBe(2);
+  });
+
+  it('rejects an α that is not > 0 in --acc-guard-alphas', async () => {
+    for (const bad of ['0', '-1,2', 'x', '', 'Infinity']) {
+      expect(await main(['node', 'crisp-bench', ...tiny, '--suites', 'accuracy', '--acc-guard-alphas', bad, '--out', join(root, 'bad')]), bad).toBe(2);
+    }
   });
 
   it('rejects a γ outside (0, 1) in --acc-flex-gammas, and takes none', async () => {

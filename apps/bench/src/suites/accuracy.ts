@@ -7,7 +7,7 @@
  */
 import type { DType, Policy } from '@crisp/core';
 import { crisp, crispFast, crispGuarded, flexPrefill } from '@crisp/presets';
-import { cumulativeCoverage, globalCoverage } from '@crisp/select';
+import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import type { OpenBackend } from '../backends.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
 import { denseReference, evaluatePolicies, type MaskMetrics, type RoutingMetrics } from '../evaluate.js';
@@ -65,6 +65,23 @@ export function gammaOfFlexName(policy: string): number | undefined {
   return m ? Number(m[1]) : undefined;
 }
 
+/**
+ * crispGuarded with its noise floor at α (its VS heads' selection and its PE heads' lists
+ * alike; the preset's is 1.0), the rest unchanged: the knob that trades its error for blocks,
+ * for the comparison with flexPrefill at matched density.
+ */
+export function crispGuardedAtAlpha(alpha: number): Policy {
+  return Object.freeze({ ...crispGuarded, name: guardedAtAlphaName(alpha), vs: noiseFloor({ alpha, kMin: crispGuarded.pe!.kMin }) });
+}
+
+export const guardedAtAlphaName = (alpha: number): string => `crispGuarded(α=${alpha})`;
+
+/** The α of a guardedAtAlphaName row's policy name; undefined for any other name. */
+export function alphaOfGuardedName(policy: string): number | undefined {
+  const m = /^crispGuarded\(α=([0-9.]+)\)$/.exec(policy);
+  return m ? Number(m[1]) : undefined;
+}
+
 /** The flexPrefill preset's own coverage γ (its VS and PE selections share it). */
 export const FLEX_PRESET_GAMMA = flexPrefill.pe!.gamma;
 
@@ -112,7 +129,7 @@ export async function accuracySuite(ctx: SuiteContext, backends: readonly OpenBa
             tDense = performance.now() - t1;
           }
           const r = await withTimeout(
-            evaluatePolicies(b, sc, host, [...presets, ...(c.flexGammas ?? []).map(flexPrefillAtGamma)], c.rows, accuracyDtype(ob), ref),
+            evaluatePolicies(b, sc, host, [...presets, ...(c.guardAlphas ?? []).map(crispGuardedAtAlpha), ...(c.flexGammas ?? []).map(flexPrefillAtGamma)], c.rows, accuracyDtype(ob), ref),
             600_000,
             `accuracy ${ob.name} ${profile} n=${n}`,
           );
