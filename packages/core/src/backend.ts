@@ -9,7 +9,7 @@ import type { BlockMask, BlockRows, VsLists } from './mask.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Route } from './policy.js';
 import type { ProxyStats, ProxyStatsOptions } from './stats.js';
 import type { DType } from './dtype.js';
-import type { DeviceTensor, HostData, HostTensor } from './tensor.js';
+import type { DeviceTensor, HostData, HostTensor, MemoryRange } from './tensor.js';
 
 export interface AttentionOptions {
   /** softmax scale, default 1/sqrt(d) */
@@ -260,6 +260,17 @@ export interface Backend {
    * disposed.
    */
   sliceRows?(t: DeviceTensor, start: number, rows: number): DeviceTensor;
+  /**
+   * Optional: where the bytes of `t`, a live tensor of this backend, lie (`MemoryRange`).
+   * The pipeline compares `out`'s range with q's, k's and v's and refuses any overlap
+   * (INVALID_ARGUMENT naming the input) before any work: a second handle or a view over the
+   * memory of an input (`sliceRows`, a wrapped buffer, a typed array over the same
+   * ArrayBuffer) would be overwritten while the attention still reads it. A range marked
+   * `wholeResource` (WebGPU's) also refuses an `out` at other bytes of an input's buffer.
+   * Without it, only `out` being the same handle as an input is caught. WRONG_BACKEND or
+   * DISPOSED for a tensor that is not a live one of this backend.
+   */
+  memoryRange?(t: DeviceTensor): MemoryRange;
   /**
    * Optional: exact attention over a ragged batch in one call (one launch on the GPU
    * backends): each segment's queries against its own keys, causal with the segment's

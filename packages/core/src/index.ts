@@ -40,5 +40,5 @@ export { validatePolicy, validatePolicyBlocks } from './plan/derive.js';
 export * from './prefill.js';
 export { type AttentionPart, type MergedAttention, mergeAttentionByLse } from './merge.js';
 export * from './varlen.js';
-export { assertBackend, assertCallOptions, assertDeviceTensor } from './validate.js';
+export { assertBackend, assertCallOptions, assertDeviceTensor, assertOutApart, type OutApartNames } from './validate.js';
 export * from './random.js';

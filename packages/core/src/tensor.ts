@@ -198,6 +198,29 @@ export function assertFinite(t: HostTensor, what: string): void {
   }
 }
 
+/**
+ * Where a device tensor's bytes lie (`Backend.memoryRange`): bytes [start, end) of
+ * `resource`, the buffer or address space that holds them, compared by identity (an
+ * ArrayBuffer on the reference backend, a GPUBuffer on WebGPU, the device's address space on
+ * CUDA). Offsets are plain Numbers (exact to 2^53).
+ */
+export interface MemoryRange {
+  readonly resource: object;
+  readonly start: number;
+  readonly end: number;
+  /**
+   * Set where the device forbids a pass to write any part of `resource` while it reads
+   * another part (WebGPU validates a dispatch's buffer usage per buffer, not per byte): an
+   * output then conflicts with every input in the same resource, whatever their bytes.
+   */
+  readonly wholeResource?: boolean;
+}
+
+/** Whether two ranges share a byte: the same resource and intersecting, non-empty ranges (`wholeResource` aside). */
+export function rangesOverlap(a: MemoryRange, b: MemoryRange): boolean {
+  return a.resource === b.resource && a.start < b.end && b.start < a.end && a.start < a.end && b.start < b.end;
+}
+
 /** Base class backends may extend for their device handles. */
 export abstract class DeviceTensorBase implements DeviceTensor {
   abstract readonly backend: string;

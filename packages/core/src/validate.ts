@@ -9,10 +9,9 @@
 import type { AttentionShape } from './attention.js';
 import type { Backend } from './backend.js';
 import { CrispError, DTypeError, InvalidArgumentError, ShapeError, checkOptions, describeValue } from './errors.js';
-import type { DeviceTensor } from './tensor.js';
+import { type DeviceTensor, type MemoryRange, rangesOverlap } from './tensor.js';
 
 const BACKEND_METHODS = ['upload', 'download', 'proxyStats', 'peBlockRows', 'sparseAttention', 'denseAttention', 'synchronize'] as const;
-const INPUT_NAMES = ['q', 'k', 'v'] as const;
 /** backends that passed assertBackend (a backend's shape does not change after creation) */
 const checkedBackends = new WeakSet<object>();
 
@@ -102,8 +101,9 @@ export function assertCallOptions(opts: unknown, entry: string, known: readonly 
 }
 
 /**
- * `out` (when given): a live tensor of `backend` with q's dtype and shape [m, H, d], and not
- * q, k or v themselves (the attention reads them while it writes the output).
+ * `out` (when given): a live tensor of `backend` with q's dtype and shape [m, H, d], neither
+ * q, k or v themselves nor, on a backend with `memoryRange`, a tensor sharing any of their
+ * bytes (the attention reads them while it writes the output).
  */
 export function assertOut(
   out: unknown,
@@ -114,13 +114,8 @@ export function assertOut(
 ): void {
   if (out === undefined) return;
   assertDeviceTensor(out, 'options.out', backend, entry);
-  for (const name of INPUT_NAMES) {
-    if (out === inputs[name]) {
-      throw new InvalidArgumentError(
-        `${entry}: options.out is inputs.${name}: the attention reads ${name} while it writes out; allocate a separate output (backend.allocate)`,
-      );
-    }
-  }
+  const rangeOf = typeof backend.memoryRange === 'function' ? (t: DeviceTensor) => backend.memoryRange!(t) : undefined;
+  assertOutApart(out, { q: inputs.q, k: inputs.k, v: inputs.v }, rangeOf, { entry, out: 'options.out', inputs: 'inputs.' });
   const { queries: m, heads: H, headDim: d } = shape;
   if (out.dtype !== shape.dtype) {
     throw new DTypeError(`${entry}: options.out must have q's dtype ${shape.dtype}; got ${out.dtype}`);
@@ -128,5 +123,56 @@ export function assertOut(
   const s = out.shape;
   if (s.length !== 3 || s[0] !== m || s[1] !== H || s[2] !== d) {
     throw new ShapeError(`${entry}: options.out must have shape [${m}, ${H}, ${d}] (q's); got [${s}]`);
+  }
+}
+
+/** How assertOutApart names things: the call, the output, the inputs' prefix (`inputs.`). */
+export interface OutApartNames {
+  readonly entry?: string;
+  readonly out: string;
+  readonly inputs?: string;
+}
+
+/**
+ * Throws INVALID_ARGUMENT (details `{ input }`) when `out` is one of `inputs` (q, k, v by
+ * name; undefined ones skipped) or, given `memoryRange` (a backend's `Backend.memoryRange`),
+ * shares a byte with one (a second handle or a view over an input's memory, which the
+ * attention would overwrite while it still reads it), or lies in the same resource as one
+ * whose range says `wholeResource`. The message names the input. Used by the pipeline's
+ * entries and by each backend's attention for its own tensors.
+ */
+export function assertOutApart(
+  out: DeviceTensor,
+  inputs: Readonly<Record<string, DeviceTensor | undefined>>,
+  memoryRange: ((t: DeviceTensor) => MemoryRange) | undefined,
+  names: OutApartNames,
+): void {
+  const at = names.entry ? `${names.entry}: ` : '';
+  const fix = 'allocate a separate output (backend.allocate), or pass none';
+  let own: MemoryRange | undefined;
+  for (const [name, t] of Object.entries(inputs)) {
+    if (t === undefined) continue;
+    const input = `${names.inputs ?? ''}${name}`;
+    if (t === out) {
+      throw new InvalidArgumentError(`${at}${names.out} is ${input}: the attention reads ${name} while it writes the output; ${fix}`, { input: name });
+    }
+    if (!memoryRange) continue;
+    own ??= memoryRange(out);
+    const theirs = memoryRange(t);
+    if (own.resource !== theirs.resource) continue;
+    if (rangesOverlap(own, theirs)) {
+      const from = Math.max(own.start, theirs.start) - theirs.start;
+      const to = Math.min(own.end, theirs.end) - theirs.start;
+      throw new InvalidArgumentError(
+        `${at}${names.out} shares memory with ${input} (it covers bytes [${from}, ${to}) of ${name}'s ${theirs.end - theirs.start}: a view or a second handle over the same memory): the attention would overwrite ${name} while it still reads it; ${fix}`,
+        { input: name },
+      );
+    }
+    if (own.wholeResource || theirs.wholeResource) {
+      throw new InvalidArgumentError(
+        `${at}${names.out} is in the same buffer as ${input} (bytes [${own.start}, ${own.end}) of it; ${name} holds [${theirs.start}, ${theirs.end})): this backend cannot write a buffer that the attention reads in the same pass, even at other bytes; ${fix}`,
+        { input: name },
+      );
+    }
   }
 }

@@ -19,6 +19,7 @@ import {
   type HostData,
   type HostTensor,
   InvalidArgumentError,
+  type MemoryRange,
   type PeRowsOptions,
   type ProxyStats,
   type ProxyStatsOptions,
@@ -332,6 +333,16 @@ export class CudaBackend implements Backend {
   async denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts: AttentionOptions = {}): Promise<AttentionResult> {
     return this.#attention.dense(q, k, v, opts);
   }
+  /**
+   * Where `t`'s bytes lie: [ptr, ptr + bytes) of this backend's device memory. A row slice
+   * (sliceRows) overlaps its parent; the pipeline uses it to refuse an `out` over an input's
+   * memory.
+   */
+  memoryRange(t: DeviceTensor): MemoryRange {
+    this.#cx.alive();
+    return this.#cx.tensor(t, 'memoryRange: the tensor').memoryRange;
+  }
+
   /** Rows [start, start + rows) of t along its first axis, sharing its memory (no copy). */
   sliceRows(t: DeviceTensor, start: number, rows: number): DeviceTensor {
     return sliceRows(this.#cx, t, start, rows);

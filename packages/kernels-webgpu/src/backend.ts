@@ -20,6 +20,7 @@ import {
   type HostData,
   type HostTensor,
   InvalidArgumentError,
+  type MemoryRange,
   type PeRowsOptions,
   type ProxyStats,
   type ProxyStatsOptions,
@@ -218,6 +219,16 @@ export class WebGpuBackend implements Backend {
       );
     }
     return wt.buffer;
+  }
+
+  /**
+   * Where `t`'s bytes lie: its GPUBuffer and the bytes it covers there, marked
+   * `wholeResource` (a dispatch may not write a buffer it also reads, whatever the bytes).
+   * The pipeline uses it to refuse an `out` in the buffer of q, k or v: a second wrapBuffer
+   * of it, a sliceRows view of it, or other rows of it.
+   */
+  memoryRange(t: DeviceTensor): MemoryRange {
+    return this.#own(t, 'memoryRange: the tensor').memoryRange;
   }
 
   /**

@@ -24,6 +24,8 @@ import {
   type HostData,
   type HostTensor,
   InvalidArgumentError,
+  type MemoryRange,
+  assertOutApart,
   LimitError,
   type PeRowsOptions,
   type ProxyStats,
@@ -71,6 +73,11 @@ export class ReferenceTensor extends DeviceTensorBase {
   get data(): HostData {
     if (!this.#data) throw disposedError('tensor');
     return this.#data;
+  }
+  /** The bytes of the ArrayBuffer the storage is a view of (a slice shares its parent's). */
+  get memoryRange(): MemoryRange {
+    const d = this.data;
+    return { resource: d.buffer, start: d.byteOffset, end: d.byteOffset + d.byteLength };
   }
   protected release(): void {
     this.#data = undefined;
@@ -333,9 +340,7 @@ class ReferenceBackend implements Backend {
     let out: ReferenceTensor | undefined;
     if (opts?.out !== undefined) {
       out = this.#own(opts.out, 'out');
-      if (out === q || out === k || out === v) {
-        throw new InvalidArgumentError('out is one of q, k, v: the attention reads them while it writes out; allocate a separate output (backend.allocate)');
-      }
+      assertOutApart(out, { q, k, v }, (t) => this.memoryRange(t), { out: 'out' });
       if (out.dtype !== shape.dtype) {
         throw new DTypeError(`out must have q's dtype ${shape.dtype}; got ${out.dtype}`);
       }
@@ -360,6 +365,14 @@ class ReferenceBackend implements Backend {
     if (!opts?.returnLse) return { output: out };
     const lse = new ReferenceTensor(this, 'f32', [H, m], Float32Array.from(res.lse));
     return { output: out, lse };
+  }
+
+  /**
+   * Where `t`'s values lie: bytes of the ArrayBuffer behind its storage. A slice
+   * (sliceRows) and a ReferenceTensor made over the same buffer overlap its parent.
+   */
+  memoryRange(t: DeviceTensor): MemoryRange {
+    return this.#own(t, 'memoryRange: the tensor').memoryRange;
   }
 
   /** Rows [start, start + rows) of t: a view sharing t's storage. */
@@ -398,9 +411,7 @@ class ReferenceBackend implements Backend {
     let out: ReferenceTensor | undefined;
     if (opts.out !== undefined) {
       out = this.#own(opts.out, 'out');
-      if (out === qt || out === kt || out === vt) {
-        throw new InvalidArgumentError('out is one of q, k, v: the attention reads them while it writes out; allocate a separate output (backend.allocate)');
-      }
+      assertOutApart(out, { q: qt, k: kt, v: vt }, (t) => this.memoryRange(t), { out: 'out' });
       if (out.dtype !== shape.dtype) throw new DTypeError(`out must have q's dtype ${shape.dtype}; got ${out.dtype}`);
       if (out.shape.length !== 3 || out.shape[0] !== Mq || out.shape[1] !== H || out.shape[2] !== d) {
         throw new ShapeError(`out must have shape [${Mq}, ${H}, ${d}]; got [${out.shape}]`);

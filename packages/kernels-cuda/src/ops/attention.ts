@@ -12,6 +12,7 @@ import {
   DTypeError,
   type DeviceTensor,
   InvalidArgumentError,
+  assertOutApart,
   MaskError,
   ShapeError,
   assertBlockSize,
@@ -153,11 +154,8 @@ export class AttentionOp {
       if (given.shape.length !== 3 || given.shape[0] !== m || given.shape[1] !== H || given.shape[2] !== D) {
         throw new ShapeError(`opts.out must be ${shape.dtype} [${m}, ${H}, ${D}]; got ${given.dtype} [${given.shape}]`);
       }
-      // the kernel reads q, k and v while it writes out: the same memory would be overwritten mid-read
-      if (given === qt || given === kt || given === vt) {
-        const which = given === qt ? 'q' : given === kt ? 'k' : 'v';
-        throw new InvalidArgumentError(`opts.out is ${which}: attention would overwrite its input while reading it; pass a separate output tensor (or none)`);
-      }
+      // the kernel reads q, k and v while it writes out: memory they share would be overwritten mid-read
+      assertOutApart(given, { q: qt, k: kt, v: vt }, (t) => (t as CudaTensor).memoryRange, { out: 'opts.out' });
     }
     cx.assertFinite(qt, 'q');
     cx.assertFinite(kt, 'k');

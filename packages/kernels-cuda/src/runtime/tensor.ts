@@ -1,4 +1,4 @@
-import { type DType, DeviceTensorBase } from '@crisp/core';
+import { type DType, DeviceTensorBase, type MemoryRange } from '@crisp/core';
 import type { DeviceBlock } from './pool.js';
 
 /** What a tensor's memory goes back to (the backend's context; a no-op after dispose). */
@@ -40,6 +40,13 @@ export class CudaTensor extends DeviceTensorBase {
     const t = new CudaTensor(this.#owner, this.dtype, [rows, ...this.shape.slice(1)], block, bytes, this);
     if (this.checkedFinite) t.setCheckedFinite();
     return t;
+  }
+  /**
+   * Its bytes in the device's address space: [ptr, ptr + bytes) of its context's memory. A
+   * row slice lies inside its parent's range.
+   */
+  get memoryRange(): MemoryRange {
+    return { resource: this.#owner, start: this.ptr, end: this.ptr + this.bytes };
   }
   /** @internal the backend context whose memory this is (a tensor runs on that backend only) */
   get owner(): BlockOwner {

@@ -5,6 +5,7 @@
  */
 import {
   assertBlockSize,
+  assertOutApart,
   CrispError,
   DTypeError,
   type AttentionOptions,
@@ -77,8 +78,9 @@ export async function denseAttention(host: OpHost, q: DeviceTensor, k: DeviceTen
 
 /**
  * AttentionOptions checked before any work: an object; scale; returnLse a boolean; `out` of
- * this backend, q's dtype and [m, H, d], and none of q, k, v (the kernel reads those while it
- * writes out); no `prepared` mask (sparseAttention takes its own device plan's masks
+ * this backend, q's dtype and [m, H, d], sharing no byte with q, k or v (the kernel reads
+ * those while it writes out: the same tensor, a view or a second wrapper of their buffer is
+ * INVALID_ARGUMENT); no `prepared` mask (sparseAttention takes its own device plan's masks
  * (../plan/run-prepared.ts) and passes the options here without it). Returns `out`.
  */
 export function checkAttentionOptions(
@@ -107,12 +109,8 @@ export function checkAttentionOptions(
   if (out.shape.length !== 3 || out.shape[0] !== m || out.shape[1] !== H || out.shape[2] !== D) {
     throw new ShapeError(`out must be a ${shape.dtype} tensor of shape [${m}, ${H}, ${D}]; got [${out.shape}]`);
   }
-  const names = ['q', 'k', 'v'];
-  inputs.forEach((t, i) => {
-    if (t.overlaps(out)) {
-      throw new InvalidArgumentError(`out is the same tensor as ${names[i]}: attention reads ${names[i]} while it writes out. Pass a separate tensor (or no out)`);
-    }
-  });
+  const [q, k, v] = inputs;
+  assertOutApart(out, { q, k, v }, (t) => (t as WebGpuTensor).memoryRange, { out: 'out' });
   return out;
 }
 

@@ -3,7 +3,7 @@
  * drains; or a view of rows of another tensor's buffer (sliceRows) at an aligned offset,
  * which its parent owns.
  */
-import { type CrispError, type DType, DeviceTensorBase, LimitError, bytesPerElement, numel } from '@crisp/core';
+import { type CrispError, type DType, DeviceTensorBase, LimitError, type MemoryRange, bytesPerElement, numel } from '@crisp/core';
 import { type Check, type GpuContext, Usage } from './gpu-context.js';
 
 export class WebGpuTensor extends DeviceTensorBase {
@@ -40,6 +40,15 @@ export class WebGpuTensor extends DeviceTensorBase {
     if (this.byteOffset === 0) return { buffer: this.buffer };
     const size = Math.min(Math.ceil(this.byteLength / 16) * 16, this.buffer.size - this.byteOffset);
     return { buffer: this.buffer, offset: this.byteOffset, size };
+  }
+
+  /**
+   * This tensor's bytes in `buffer`, marked `wholeResource`: WebGPU refuses a dispatch that
+   * writes a buffer it also binds for reading, wherever the bytes lie, so an output conflicts
+   * with every input in its buffer.
+   */
+  get memoryRange(): MemoryRange {
+    return { resource: this.buffer, start: this.byteOffset, end: this.byteOffset + this.byteLength, wholeResource: true };
   }
 
   /** Whether this tensor's bytes and `other`'s share any part of one buffer. */
