@@ -154,6 +154,8 @@ export async function runRanks(opts: RunRanksOptions): Promise<unknown[]> {
   try {
     return await new Promise<unknown[]>((resolve, reject) => {
       const results = new Array<unknown>(size);
+      // by rank: whether it reported (a rank's fn may return undefined)
+      const reported = new Array<boolean>(size).fill(false);
       let done = 0;
       let failed = false;
       const fail = (e: Error) => {
@@ -171,11 +173,12 @@ export async function runRanks(opts: RunRanksOptions): Promise<unknown[]> {
             return;
           }
           results[rank] = r.value;
+          reported[rank] = true;
           if (++done === size) resolve(results);
         });
         w.on('error', (e) => fail(new CrispError('BACKEND_ERROR', `rank ${rank}'s thread failed: ${e instanceof Error ? e.message : String(e)}`, { rank })));
         w.on('exit', (code) => {
-          if (results[rank] === undefined) fail(new CrispError('BACKEND_ERROR', `rank ${rank}'s thread exited (code ${code}) before reporting; its entry must call serveRank first`, { rank }));
+          if (!reported[rank]) fail(new CrispError('BACKEND_ERROR', `rank ${rank}'s thread exited (code ${code}) before reporting; its entry must call serveRank first`, { rank }));
         });
       }
     });

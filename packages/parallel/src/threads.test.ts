@@ -61,6 +61,15 @@ describe('parallelPrefill with ranks on worker threads', () => {
     await expect(runRanks({ size: 3, entry, data: job })).rejects.toMatchObject({ code: 'NON_FINITE' });
   }, 120_000);
 
+  it('a rank whose fn returns nothing has reported: runRanks resolves with undefined for it', async () => {
+    const quiet = await bundleWorkerEntry(fileURLToPath(new URL('./__fixtures__/quiet-rank-entry.ts', import.meta.url)));
+    try {
+      await expect(runRanks({ size: 3, entry: quiet.url })).resolves.toEqual([undefined, undefined, undefined]);
+    } finally {
+      quiet.remove();
+    }
+  }, 60_000);
+
   it('an entry that does not serve a rank is reported, not waited on', async () => {
     const bad = join(dir, 'not-a-rank.mjs');
     writeFileSync(bad, 'export {};\n');
