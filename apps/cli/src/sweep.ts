@@ -2,8 +2,9 @@
  * `crisp report --sweep`: the accuracy/density trade-off of the run's policy as its thresholds
  * move. The run's scenario is regenerated at a modest size on the reference backend (plans
  * only, no attention), and each plan's density and float64 mass recall on sampled rows are
- * recorded: α (the noise floor of the VS heads) with γ fixed, then γ (PE coverage, and
- * FlexPrefill's VS coverage) with α fixed. A few seconds on a laptop CPU.
+ * recorded: α (the noise floor of the VS heads, and of crispGuarded's PE heads' lists) with γ
+ * fixed, then γ (PE coverage, and FlexPrefill's VS coverage) with α fixed. A few seconds on a
+ * laptop CPU.
  */
 import { planPrefill } from '@crisp/core';
 import { createReferenceBackend, massRecall, sampleRows } from '@crisp/reference';
@@ -46,7 +47,7 @@ export function sweepRefusal(s: RunSummary): string | null {
   const preset = s.provenance?.settings.preset ?? baseName(s.policies[0]?.policy ?? '');
   if (!s.input.profile || s.input.seed === undefined) return 'the run read a Q/K/V dump, and the sweep regenerates a synthetic scenario';
   if (preset === 'dense') return 'the dense preset has no thresholds to sweep';
-  if (!['crisp', 'crispFast', 'flexPrefill'].includes(preset)) return `preset '${preset}' is not one the sweep knows`;
+  if (!['crisp', 'crispFast', 'crispGuarded', 'flexPrefill'].includes(preset)) return `preset '${preset}' is not one the sweep knows`;
   return null;
 }
 
