@@ -16,7 +16,8 @@
  * 4. compiles the root README's "Use it" example and @crisp/core's, taken from the READMEs
  *    themselves, with the workspace's tsc (strict, module nodenext, target ES2022, no
  *    @types/node, lib checks on) and runs them on the reference backend, checking what the
- *    root one prints.
+ *    root one prints; every typed entry point also compiles under TypeScript's older
+ *    "moduleResolution": "node" (subpaths through typesVersions).
  *
  * Exit status 1 with every problem listed; `--keep` leaves the scratch folder for a look.
  */
@@ -262,6 +263,17 @@ if (install.status !== 0) {
     else declaredOk++;
   }
   say(`compiled the declarations of ${declaredOk} of ${typedPackages.length} packages, each alone (${entries.length - typed.length} entry points need an optional peer)`);
+  // the same entry points found by TypeScript's older resolution ("moduleResolution": "node",
+  // which reads no `exports`: subpaths need the manifest's typesVersions), as a project that
+  // has not moved to nodenext or bundler resolution imports them
+  const node10Config = {
+    compilerOptions: { ...tsconfig.compilerOptions, module: 'esnext', moduleResolution: 'node10', types: undefined, typeRoots: [join(app, 'node_modules/@types'), join(root, 'node_modules/@types')], noEmit: true },
+    files: typedPackages.map(typesFile),
+  };
+  writeFileSync(join(app, 'tsconfig.node10.json'), `${JSON.stringify(node10Config, null, 2)}\n`);
+  const node10 = run(process.execPath, [tsc, '-p', join(app, 'tsconfig.node10.json')], { cwd: app });
+  if (node10.status !== 0) problems.push(`an entry point's declarations are not found or do not compile under "moduleResolution": "node" (a subpath without typesVersions?):\n${node10.stdout}${node10.stderr}`);
+  else say(`resolved and compiled the declarations of all ${typed.length} typed entry points under "moduleResolution": "node"`);
   const compiled = run(process.execPath, [tsc, '-p', app], { cwd: app });
   if (compiled.status !== 0) {
     problems.push(`the README examples do not compile (strict, module nodenext, target ES2022, no skipLibCheck):\n${compiled.stdout}${compiled.stderr}`);
