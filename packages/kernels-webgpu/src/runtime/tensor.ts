@@ -51,12 +51,6 @@ export class WebGpuTensor extends DeviceTensorBase {
     return { resource: this.buffer, start: this.byteOffset, end: this.byteOffset + this.byteLength, wholeResource: true };
   }
 
-  /** Whether this tensor's bytes and `other`'s share any part of one buffer. */
-  overlaps(other: WebGpuTensor): boolean {
-    if (other.buffer !== this.buffer) return false;
-    return this.byteOffset < other.byteOffset + Math.max(1, other.byteLength) && other.byteOffset < this.byteOffset + Math.max(1, this.byteLength);
-  }
-
   /** Where the verdicts of this tensor's allocation and writes go (GpuContext.scoped). */
   get checks(): Check[] {
     return this.#pending;
