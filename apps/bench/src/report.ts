@@ -61,10 +61,9 @@ type AccRow = NonNullable<BenchResult['suites']['accuracy']>['rows'][number];
 export function matchedErrorMarkdown(rows: readonly AccRow[]): string[] {
   const lines: string[][] = [];
   for (const group of byInput(rows)) {
-    const guarded = group.find((x) => x.policy === 'crispGuarded');
-    const flex = group.find((x) => x.policy === 'flexPrefill');
-    const swept = group.filter((x) => gammaOfFlexName(x.policy) !== undefined).sort((a, b) => gammaOfFlexName(a.policy)! - gammaOfFlexName(b.policy)!);
-    if (!guarded || !flex || swept.length === 0) continue;
+    const s = sweepOf(group, gammaOfFlexName);
+    if (!s) continue;
+    const { guarded, flex, swept } = s;
     const all = [{ ...flex, policy: flexAtGammaName(FLEX_PRESET_GAMMA) }, ...swept];
     const match = all.find((x) => x.outputError <= guarded.outputError);
     const last = all[all.length - 1];
@@ -99,6 +98,17 @@ function byInput(rows: readonly AccRow[]): AccRow[][] {
   return [...inputs.values()];
 }
 
+/**
+ * One input's crispGuarded and flexPrefill rows and its swept rows (the policies `sweptValue`
+ * reads a value from), by that value ascending; undefined unless all three are there.
+ */
+function sweepOf(group: readonly AccRow[], sweptValue: (policy: string) => number | undefined): { guarded: AccRow; flex: AccRow; swept: AccRow[] } | undefined {
+  const guarded = group.find((x) => x.policy === 'crispGuarded');
+  const flex = group.find((x) => x.policy === 'flexPrefill');
+  const swept = group.filter((x) => sweptValue(x.policy) !== undefined).sort((a, b) => sweptValue(a.policy)! - sweptValue(b.policy)!);
+  return guarded && flex && swept.length > 0 ? { guarded, flex, swept } : undefined;
+}
+
 /** error / worst head / needles in output / density of one accuracy row */
 const accCell = (x: AccRow): string =>
   `${f(x.outputError, 4)} / ${x.worstHeadError === undefined ? '–' : f(x.worstHeadError, 3)} / ${f(x.needleOutputRecall, 2)} / ${f(x.density)}`;
@@ -113,10 +123,9 @@ const accCell = (x: AccRow): string =>
 export function matchedDensityMarkdown(rows: readonly AccRow[]): string[] {
   const lines: string[][] = [];
   for (const group of byInput(rows)) {
-    const guarded = group.find((x) => x.policy === 'crispGuarded');
-    const flex = group.find((x) => x.policy === 'flexPrefill');
-    const swept = group.filter((x) => alphaOfGuardedName(x.policy) !== undefined).sort((a, b) => alphaOfGuardedName(a.policy)! - alphaOfGuardedName(b.policy)!);
-    if (!guarded || !flex || swept.length === 0 || guarded.density <= flex.density) continue;
+    const s = sweepOf(group, alphaOfGuardedName);
+    if (!s || s.guarded.density <= s.flex.density) continue;
+    const { guarded, flex, swept } = s;
     const match = swept.find((x) => x.density <= flex.density);
     const last = swept[swept.length - 1];
     lines.push([
