@@ -251,10 +251,11 @@ if (install.status !== 0) {
   const tsc = createRequire(join(root, 'package.json')).resolve('typescript/bin/tsc');
   // the declarations in a project with the @types packages a Node user has (@types/node from
   // the workspace: the Node entries' declarations name node: modules)
+  const nodeTypes = { ...tsconfig.compilerOptions, types: undefined, typeRoots: [join(app, 'node_modules/@types'), join(root, 'node_modules/@types')], noEmit: true };
   let declaredOk = 0;
   for (const name of typedPackages) {
     const typesConfig = {
-      compilerOptions: { ...tsconfig.compilerOptions, types: undefined, typeRoots: [join(app, 'node_modules/@types'), join(root, 'node_modules/@types')], noEmit: true },
+      compilerOptions: nodeTypes,
       files: [typesFile(name)],
     };
     writeFileSync(join(app, 'tsconfig.types.json'), `${JSON.stringify(typesConfig, null, 2)}\n`);
@@ -267,7 +268,7 @@ if (install.status !== 0) {
   // which reads no `exports`: subpaths need the manifest's typesVersions), as a project that
   // has not moved to nodenext or bundler resolution imports them
   const node10Config = {
-    compilerOptions: { ...tsconfig.compilerOptions, module: 'esnext', moduleResolution: 'node10', types: undefined, typeRoots: [join(app, 'node_modules/@types'), join(root, 'node_modules/@types')], noEmit: true },
+    compilerOptions: { ...nodeTypes, module: 'esnext', moduleResolution: 'node10' },
     files: typedPackages.map(typesFile),
   };
   writeFileSync(join(app, 'tsconfig.node10.json'), `${JSON.stringify(node10Config, null, 2)}\n`);
