@@ -77,7 +77,7 @@ export interface ConformanceCase {
     readonly chunked: boolean;
     readonly deviceSelector?: DeviceSelectorRule['kind'];
     readonly deviceRouter?: DeviceRouterRule['kind'];
-    /** the backend's planner narrows PE heads' lists on the device (`DevicePlanner.peVsExcess`) */
+    /** the backend's planner narrows PE heads' lists on the device and takes them at their own α (`DevicePlanner.peVsExcess`, `peVs`) */
     readonly narrowedPeLists?: boolean;
     /** the backend returns the LSE (`capabilities.logSumExp`) */
     readonly lse?: boolean;

@@ -103,7 +103,8 @@ export function deviceSelectCase(dtype: DType, s: ShapeCase): ConformanceCase {
  * own peBlockRows for the routed PE heads (checked against the reference by peBlockRows'
  * case), and the union's block counts. τ sits between two heads' C_struct, so both routes
  * occur. `narrowed` (with `guarded`): the PE heads' lists narrowed as Policy.peVsExcess does,
- * with a band of C_struct (Policy.peVsFullAnchor) that keeps the full lists on some PE heads.
+ * with a band of C_struct (Policy.peVsFullAnchor) that keeps the full lists on some PE heads,
+ * and taken at their own α (Policy.peVs), apart from the VS heads'.
  */
 export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narrowed = false): ConformanceCase {
   const kind = narrowed ? 'Narrowed' : guarded ? 'Guarded' : '';
@@ -118,7 +119,10 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narr
     const { tauProxy, split, distinct } = splitTau(await be.proxyStats(d.q, d.k, opts));
     const gamma = 0.8 + 0.15 * r();
     const peK = 2;
-    const rule = { kind: 'noiseFloor' as const, alpha: 1, kMin: 2 * B };
+    // narrowed: the VS heads' noise floor at α 1.5 and the PE heads' lists at α 1 (Policy.peVs,
+    // as a policy tuning the two apart has them); otherwise one rule at α 1 for both
+    const rule = { kind: 'noiseFloor' as const, alpha: narrowed ? 1.5 : 1, kMin: 2 * B };
+    const peRule = narrowed ? { kind: 'noiseFloor' as const, alpha: 1, kMin: 2 * B } : undefined;
     // (as sparsePrefill asks for them: no optional statistics with the C_struct router, the
     // pooled estimate with the residual one)
     const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true, optionalStats: guarded ? ['pooledEstimate'] : [] });
@@ -132,7 +136,7 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narr
     // band [0, a midpoint between the two smallest C_struct): the lowest heads keep the full
     // lists, the rest are narrowed
     const narrow = narrowed ? { peVsExcess: 0.8 + 0.4 * r(), peVsFullAnchor: lowestBand(await be.proxyStats(d.q, d.k, opts)) } : undefined;
-    const res = await be.planner!.plan({ stats, route, vs: rule, peK, pe: { q: d.q, k: d.k, gamma }, ...(guarded ? { peWithVs: true } : {}), ...narrow });
+    const res = await be.planner!.plan({ stats, route, vs: rule, peK, pe: { q: d.q, k: d.k, gamma }, ...(guarded ? { peWithVs: true } : {}), ...(peRule ? { peVs: peRule } : {}), ...narrow });
     const lines: string[] = [];
     const outs: DeviceTensor[] = [];
     try {
@@ -147,7 +151,12 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narr
       if (residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= tauProxy)) {
         lines.push(`residual τ ${residual.tau} sent no head to PE by its residual alone`);
       }
-      const want = selectVsLists(stats, routes, noiseFloor({ alpha: 1, kMin: 2 * B }), peK, guarded, narrow?.peVsExcess, narrow?.peVsFullAnchor);
+      const want = selectVsLists(stats, routes, noiseFloor({ alpha: rule.alpha, kMin: 2 * B }), peK, {
+        withVs: guarded,
+        selector: peRule ? noiseFloor({ alpha: peRule.alpha, kMin: peRule.kMin }) : undefined,
+        excess: narrow?.peVsExcess,
+        fullAnchor: narrow?.peVsFullAnchor,
+      });
       if (narrow && residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= narrow.peVsFullAnchor.below)) {
         lines.push(`the band [0, ${narrow.peVsFullAnchor.below}) of C_struct left no PE head to narrow`);
       }

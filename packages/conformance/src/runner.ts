@@ -134,6 +134,9 @@ export function capabilityGap(backend: Backend, c: ConformanceCase): string | un
   if (c.needs.narrowedPeLists && backend.planner?.peVsExcess !== true) {
     return "backend's planner does not narrow PE heads' lists on the device (DevicePlanner.peVsExcess; CUDA: peVsExcessOnDevice)";
   }
+  if (c.needs.narrowedPeLists && backend.planner?.peVs !== true) {
+    return "backend's planner does not take PE heads' lists at their own α (DevicePlanner.peVs)";
+  }
   return undefined;
 }
 

@@ -123,6 +123,11 @@ export interface DevicePlanRequest {
   /** PE heads keep the `vs` rule's lists beside their peK best (Policy.peWithVs); only for a planner with `peWithVs` */
   readonly peWithVs?: boolean;
   /**
+   * With `peWithVs`, the rule of those lists when it is not `vs` (Policy.peVs): a noise floor
+   * beside a noise-floor `vs` with the same kMin; only for a planner with `peVs`
+   */
+  readonly peVs?: DeviceSelectorRule;
+  /**
    * With `peWithVs`, narrow PE heads' vertical lists to p_v[J] > peVsExcess · ā[J] and drop
    * their extra slash lists, except heads whose C_struct lies in `peVsFullAnchor`
    * (Policy.peVsExcess, Policy.peVsFullAnchor); only for a planner with `peVsExcess`
@@ -186,6 +191,8 @@ export interface DevicePlanner {
   readonly peWithVs?: boolean;
   /** whether `plan` runs `peVsExcess` requests beside the noise floor (Policy.peVsExcess, peVsFullAnchor); absent: it does not */
   readonly peVsExcess?: boolean;
+  /** whether `plan` runs `peVs` requests (a noise floor at its own α for PE heads' lists, Policy.peVs); absent: it does not */
+  readonly peVs?: boolean;
   /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.readBlockCounts()`. */
   plan(req: DevicePlanRequest): Promise<DevicePlanResult>;
 }

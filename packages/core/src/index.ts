@@ -33,7 +33,7 @@ export * from './ranking.js';
 export { jsDistance, residualDistance } from './divergence.js';
 export { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, type DeviceRouteTerms, deviceRouteTerms, RESIDUAL_MARGIN } from './plan/device-route.js';
 export * from './plan/types.js';
-export { checkedRouting, selectVsLists } from './plan/host-plan.js';
+export { checkedRouting, type PeListOptions, peListOptions, selectVsLists } from './plan/host-plan.js';
 export { alternativeRecall } from './plan/alternative-recall.js';
 export { planFromStatistics, type StatisticsSource } from './plan/from-statistics.js';
 export { validatePolicy, validatePolicyBlocks } from './plan/derive.js';

@@ -214,12 +214,20 @@ export interface Policy {
    */
   readonly peWithVs?: boolean;
   /**
-   * With `peWithVs`, κ > 0: a PE head keeps only the VS selector's vertical blocks whose proxy
+   * With `peWithVs`: the VS selector whose lists PE heads keep, when it is not `vs` (default:
+   * `vs`). It lets the VS heads' selection and the PE heads' lists be tuned apart: e.g.
+   * `noiseFloor({ alpha: 2 })` for VS heads (fewer blocks) and `noiseFloor({ alpha: 1 })` for
+   * the lists that keep the PE heads' needles. A device planner runs it when both are the
+   * noise floor with the same kMin (`DevicePlanner.peVs`); otherwise the plan is made on the host.
+   */
+  readonly peVs?: VsSelector;
+  /**
+   * With `peWithVs`, κ > 0: a PE head keeps only its VS selector's vertical blocks whose proxy
    * mass exceeds κ times the pooled estimate's, p_v[J] > κ · ā[J] (the needles its PE rows,
    * built from the same pooled map, under-read), and no slash list beyond its kMin best; a
    * diffuse head, which the pooled map already serves, then adds few blocks. Needs the pooled
-   * estimate (it is computed for the plan). Plans with it are made on the host: no device
-   * planner runs it yet.
+   * estimate (it is computed for the plan). A device planner runs it beside the noise floor
+   * (`DevicePlanner.peVsExcess`: CUDA's); otherwise the plan is made on the host.
    */
   readonly peVsExcess?: number;
   /**

@@ -5,7 +5,7 @@
  * read, bad requests are typed errors, and a device whose routes disagree with the host
  * router's fails the plan and releases what it held.
  */
-import { type DeviceTensor, type ProxyStats, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
+import { type DeviceTensor, type ProxyStats, type VsSelector, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp, crispGuarded } from '@crisp/presets';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
@@ -94,7 +94,7 @@ describe('the device planner (stand-in driver)', () => {
   });
 
   it('runs crispGuarded on the device with peVsExcessOnDevice: the residual test before the routes on the main stream, the noise floor for PE heads too, narrowed', async () => {
-    const s = standInDriver({ heads: H, decodeArgs: 16 });
+    const s = standInDriver({ heads: H, decodeArgs: 17 });
     const be = new CudaBackend(s.libs, { cacheDir: null, peVsExcessOnDevice: true });
     const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
     releasePlan(await planPrefill(be, inputs, crispGuarded, { minSparseLength: 0 }));
@@ -120,14 +120,17 @@ describe('the device planner (stand-in driver)', () => {
     // vs_select: peWithVs, then the narrowing: ā and C_struct where the statistics are kept,
     // κ and the band of C_struct that keeps the full lists (crispGuarded's)
     const sel = launches.find((e) => e.name === 'vs_select')!.args!;
-    expect(sel[10][0]).toBe(1);
+    expect(sel[11][0]).toBe(1);
     const ptr = (a: readonly number[]) => a[0] + a[1] * 2 ** 32;
     const f64 = (a: readonly number[]) => new Float64Array(Uint32Array.from([a[0], a[1]]).buffer)[0];
-    expect(ptr(sel[11])).not.toBe(0);
+    // α of the VS heads' floor, then of the PE heads' lists (Policy.peVs, else the same)
+    const alphaOf = (x: VsSelector | undefined) => (x?.device as { readonly alpha?: number } | undefined)?.alpha;
+    expect([f64(sel[5]), f64(sel[6])]).toEqual([alphaOf(crispGuarded.vs), alphaOf(crispGuarded.peVs ?? crispGuarded.vs)]);
+    expect(ptr(sel[12])).not.toBe(0);
     // C_struct follows the kept buffer's non-finite count; p_v follows C_struct and the entropies
-    expect(ptr(sel[0]) - ptr(sel[12])).toBe(2 * H * 8);
-    expect(ptr(sel[11]) - ptr(sel[0])).toBe(2 * H * (n / 128) * 8);
-    expect([f64(sel[13]), f64(sel[14]), f64(sel[15])]).toEqual([crispGuarded.peVsExcess, crispGuarded.peVsFullAnchor!.from, crispGuarded.peVsFullAnchor!.below]);
+    expect(ptr(sel[0]) - ptr(sel[13])).toBe(2 * H * 8);
+    expect(ptr(sel[12]) - ptr(sel[0])).toBe(2 * H * (n / 128) * 8);
+    expect([f64(sel[14]), f64(sel[15]), f64(sel[16])]).toEqual([crispGuarded.peVsExcess, crispGuarded.peVsFullAnchor!.from, crispGuarded.peVsFullAnchor!.below]);
     const streams = be.stopTrace().filter((e) => e.name === 'route_residual' || e.name === 'route_cstruct').map((e) => e.stream);
     expect(streams).toEqual(['main', 'main']);
     // crisp's plan: no residual test, peWithVs 0
@@ -136,8 +139,8 @@ describe('the device planner (stand-in driver)', () => {
     releasePlan(await planPrefill(be, inputs, crisp, { minSparseLength: 0 }));
     const plain = s.log.filter((e) => e.kind === 'launch');
     expect(plain.some((e) => e.name === 'route_residual')).toBe(false);
-    expect(plain.find((e) => e.name === 'vs_select')!.args![10][0]).toBe(0);
-    expect(plain.find((e) => e.name === 'vs_select')!.args![13]).toEqual([0, 0]);
+    expect(plain.find((e) => e.name === 'vs_select')!.args![11][0]).toBe(0);
+    expect(plain.find((e) => e.name === 'vs_select')!.args![14]).toEqual([0, 0]);
     be.dispose();
   });
 

@@ -17,6 +17,7 @@ import {
   headSlice,
   jsDistance,
   planPrefill,
+  type Policy,
   type PreparedMask,
   type ProxyStatsOptions,
   releasePlan,
@@ -28,6 +29,7 @@ import {
   sparsePrefill,
   spreadRowPtr,
   toFloat32,
+  vsHead,
 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
@@ -39,7 +41,7 @@ import { crisp, crispGuarded, flexPrefill } from './index.js';
 type Prepared = PreparedMask & { readonly rows: BlockMask['rows'] };
 
 /** The reference backend plus a planner running the device rules on the host. */
-function withPlanner(base: Backend, narrows = true) {
+function withPlanner(base: Backend, narrows = true, peVs = true) {
   const log = { planned: 0, ranWithPrepared: 0, deferred: [] as boolean[], peWithVs: [] as boolean[], reads: [] as number[], outputs: [] as { disposed: boolean }[] };
   const live: Prepared[] = [];
   // a head whose device route is turned over (the device disagreeing with the host router there)
@@ -65,7 +67,8 @@ function withPlanner(base: Backend, narrows = true) {
     // (the coverage rule reads the token scores, which the deferred statistics hold)
     const selector =
       req.vs.kind === 'noiseFloor' ? noiseFloor({ alpha: req.vs.alpha, kMin: req.vs.kMin }) : cumulativeCoverage({ gamma: req.vs.gamma, kMin: req.vs.kMin });
-    const vs = selectVsLists(stats, routes, selector, req.peK, req.peWithVs === true, req.peVsExcess, req.peVsFullAnchor);
+    const peSelector = req.peVs === undefined ? undefined : noiseFloor({ alpha: (req.peVs as { alpha: number }).alpha, kMin: req.peVs.kMin });
+    const vs = selectVsLists(stats, routes, selector, req.peK, { withVs: req.peWithVs === true, selector: peSelector, excess: req.peVsExcess, fullAnchor: req.peVsFullAnchor });
     log.peWithVs.push(req.peWithVs === true);
     const pe = heads.length ? await base.peBlockRows(req.pe.q, req.pe.k, { blockSize: B, gamma: req.pe.gamma, heads, scale: req.pe.scale }) : undefined;
     const rows = pe ? { rowPtr: spreadRowPtr(pe.rowPtr, heads, H, Nb), cols: pe.cols } : undefined;
@@ -128,7 +131,7 @@ function withPlanner(base: Backend, narrows = true) {
     denseAttention: (q, k, v, o) => base.denseAttention(q, k, v, o),
     synchronize: () => base.synchronize(),
     dispose: () => base.dispose(),
-    planner: { routers: ['cStruct', 'residualJsd', 'jsd', 'anyPe'], selectors: ['noiseFloor', 'cumulativeCoverage'], peWithVs: true, peVsExcess: narrows, plan },
+    planner: { routers: ['cStruct', 'residualJsd', 'jsd', 'anyPe'], selectors: ['noiseFloor', 'cumulativeCoverage'], peWithVs: true, peVsExcess: narrows, peVs, plan },
   };
   return {
     be,
@@ -285,6 +288,68 @@ describe('plans made by a device planner', () => {
     // and one that does makes the full-list plan too (no narrowing asked)
     const fullByPlanner = await sparsePrefill(be, inputs, { ...plainPolicy, peWithVs: true }, { minSparseLength: 0 });
     expect(fullByPlanner.plan.mask, msg).toEqual(full.plan.mask);
+  });
+
+  it('run PE heads\' lists at their own α (Policy.peVs): the host plan, made by the planner; other planners and rules leave it to the host', async () => {
+    const seed = freshSeed();
+    const msg = `seed ${seed}`;
+    const { host, inputs } = inputsFor(seed);
+    const base = guarded(0.1, 0.3);
+    // VS heads at α 2, the PE heads' lists at α 0.5 (narrowed by κ as crispGuarded does)
+    const split = { ...base, name: 'split', vs: noiseFloor({ alpha: 2, kMin: 256 }), peVs: noiseFloor({ alpha: 0.5, kMin: 256 }) };
+    const ref = await sparsePrefill(host, inputs, split, { minSparseLength: 0 });
+    expect(ref.plan.routing?.routes.includes('vs'), msg).toBe(true);
+    expect(ref.plan.routing?.routes.includes('pe'), msg).toBe(true);
+    // the split is a third plan: VS heads as with α 2 for both, PE heads as with α 0.5 for both
+    const at2 = await sparsePrefill(host, inputs, { ...base, vs: noiseFloor({ alpha: 2, kMin: 256 }) }, { minSparseLength: 0 });
+    const atHalf = await sparsePrefill(host, inputs, { ...base, vs: noiseFloor({ alpha: 0.5, kMin: 256 }) }, { minSparseLength: 0 });
+    const routes = ref.plan.routing!.routes;
+    for (let h = 0; h < routes.length; h++) {
+      const same = routes[h] === 'vs' ? at2 : atHalf;
+      expect(Array.from(vsHead(ref.plan.mask!.vs!, h).vertical), `${msg}, head ${h}`).toEqual(Array.from(vsHead(same.plan.mask!.vs!, h).vertical));
+      expect(Array.from(vsHead(ref.plan.mask!.vs!, h).slash), `${msg}, head ${h}`).toEqual(Array.from(vsHead(same.plan.mask!.vs!, h).slash));
+    }
+    expect(ref.plan.mask, msg).not.toEqual(at2.plan.mask);
+    expect(ref.plan.mask, msg).not.toEqual(atHalf.plan.mask);
+    const { be, log } = withPlanner(host);
+    const res = await sparsePrefill(be, inputs, split, { minSparseLength: 0 });
+    expect(log.planned, msg).toBe(1);
+    expect(res.plan.hostReason, msg).toBeUndefined();
+    expect(res.plan.mask, msg).toEqual(ref.plan.mask);
+    expect(Array.from(toFloat32(await host.download(res.output))), msg).toEqual(Array.from(toFloat32(await host.download(ref.output))));
+    // a planner without peVs, a peVs of another kMin or rule, or one with no device form: the host plans it
+    const cases: Array<[Backend, Policy, RegExp]> = [
+      [withPlanner(host, true, false).be, split, /does not run a peVs selector/],
+      [be, { ...split, peVs: noiseFloor({ alpha: 0.5, kMin: 512 }) }, /same kMin, not noiseFloor \(kMin 512\) beside noiseFloor \(kMin 256\)/],
+      [be, { ...split, peVs: cumulativeCoverage({ gamma: 0.9, kMin: 256 }) }, /not cumulativeCoverage/],
+      [be, { ...split, peVs: { name: 'mine', select: split.peVs.select } }, /peVs selector mine has no device form/],
+    ];
+    for (const [b, pol, why] of cases) {
+      const plan = await planPrefill(b, inputs, pol, { minSparseLength: 0 });
+      expect(plan.hostReason, msg).toMatch(why);
+      const want = await planPrefill(host, inputs, pol, { minSparseLength: 0 });
+      expect(plan.mask, msg).toEqual(want.mask);
+      releasePlan(plan);
+    }
+  });
+
+  it('refuse a peVs without peWithVs, or one that is not a selector, before any work', async () => {
+    const { host, inputs } = inputsFor(3);
+    const split = { ...guarded(), name: 'split', peVs: noiseFloor({ alpha: 0.5, kMin: 256 }) };
+    await expect(planPrefill(host, inputs, { ...split, peWithVs: false, peVsExcess: undefined, peVsFullAnchor: undefined }, { minSparseLength: 0 })).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringMatching(/peVs selects the VS lists PE heads keep, so it needs peWithVs: true/),
+    });
+    for (const bad of [0.5, 'noiseFloor', null, { name: 'x' }]) {
+      await expect(planPrefill(host, inputs, { ...split, peVs: bad as never }, { minSparseLength: 0 }), String(bad)).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringMatching(/peVs must be a VS selector/),
+      });
+    }
+    await expect(planPrefill(host, inputs, { ...split, peVs: noiseFloor({ alpha: 0.5, kMin: 200 }) }, { minSparseLength: 0 })).rejects.toMatchObject({
+      code: 'INVALID_ARGUMENT',
+      message: expect.stringMatching(/kMin = 200 tokens, not a multiple of the block size 64/),
+    });
   });
 
   it('may route a head the other way where its residual distance is within RESIDUAL_MARGIN of τ, and nowhere else', async () => {

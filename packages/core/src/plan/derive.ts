@@ -6,7 +6,7 @@
  */
 import type { Backend, DevicePlanner } from '../backend.js';
 import { InvalidArgumentError, assertKnownKeys, describeValue } from '../errors.js';
-import type { DeviceRouterRule, DeviceSelectorRule, Policy } from '../policy.js';
+import type { DeviceRouterRule, DeviceSelectorRule, Policy, VsSelector } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
 import { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, deviceRouteTerms, deviceRuleKinds } from './device-route.js';
 import { DEFAULTS } from './types.js';
@@ -23,6 +23,7 @@ const POLICY_KEYS: readonly string[] = [
   'wLocal',
   'kMin',
   'peWithVs',
+  'peVs',
   'peVsExcess',
   'peVsFullAnchor',
   'recallTarget',
@@ -60,6 +61,9 @@ export function validatePolicy(policy: Policy): void {
   if (policy.peVsExcess !== undefined && policy.peWithVs !== true) {
     throw new InvalidArgumentError(`policy ${name}: peVsExcess narrows the VS lists PE heads keep, so it needs peWithVs: true`);
   }
+  if (policy.peVs !== undefined && policy.peWithVs !== true) {
+    throw new InvalidArgumentError(`policy ${name}: peVs selects the VS lists PE heads keep, so it needs peWithVs: true`);
+  }
   if (policy.peVsFullAnchor !== undefined && policy.peVsExcess === undefined) {
     throw new InvalidArgumentError(`policy ${name}: peVsFullAnchor exempts heads from peVsExcess's narrowing, so it needs peVsExcess`);
   }
@@ -76,11 +80,13 @@ export function validatePolicy(policy: Policy): void {
   if (!vs || typeof vs !== 'object' || typeof vs.select !== 'function') {
     throw new InvalidArgumentError(`policy ${name} needs a VS selector: an object with a name and a synchronous select(input) (see @crisp/select)`);
   }
-  if (typeof vs.name !== 'string' || vs.name === '') {
-    throw new InvalidArgumentError(`policy ${name}: its VS selector needs a non-empty name (errors and reports name it)`);
+  checkSelector(vs, `policy ${name}`, 'its VS selector');
+  if (policy.peVs !== undefined) {
+    if (!policy.peVs || typeof policy.peVs !== 'object' || typeof policy.peVs.select !== 'function') {
+      throw new InvalidArgumentError(`policy ${name}: peVs must be a VS selector (an object with a name and a synchronous select(input)) or left out; got ${describeValue(policy.peVs)}`);
+    }
+    checkSelector(policy.peVs, `policy ${name}`, 'its peVs selector');
   }
-  checkNeeds(vs.needs, `policy ${name}: selector ${vs.name}: needs`);
-  if (vs.device !== undefined) checkDeviceSelectorRule(vs.device, `policy ${name}: selector ${vs.name}: device`);
   if (!pe || typeof pe !== 'object' || typeof pe.gamma !== 'number' || !(pe.gamma > 0 && pe.gamma < 1)) {
     throw new InvalidArgumentError(
       `policy ${name} needs a PE selector with 0 < gamma < 1 (globalCoverage from @crisp/select); got gamma ${describeValue(pe?.gamma)}`,
@@ -89,6 +95,15 @@ export function validatePolicy(policy: Policy): void {
   if (typeof pe.kMin !== 'number' || !Number.isInteger(pe.kMin) || pe.kMin < 1) {
     throw new InvalidArgumentError(`policy ${name}: pe.kMin must be a positive integer (tokens); got ${describeValue(pe.kMin)}`);
   }
+}
+
+/** A VS selector's name, needs and device rule (its select() is checked by the caller). */
+function checkSelector(vs: VsSelector, where: string, which: string): void {
+  if (typeof vs.name !== 'string' || vs.name === '') {
+    throw new InvalidArgumentError(`${where}: ${which} needs a non-empty name (errors and reports name it)`);
+  }
+  checkNeeds(vs.needs, `${where}: selector ${vs.name}: needs`);
+  if (vs.device !== undefined) checkDeviceSelectorRule(vs.device, `${where}: selector ${vs.name}: device`);
 }
 
 /** A token count: undefined, or a positive integer. */
@@ -116,12 +131,14 @@ function checkNeeds(needs: unknown, what: string): void {
  * its kMin (every built-in one does) must have a whole number of blocks of it.
  */
 export function validatePolicyBlocks(policy: Policy, B: number): void {
-  const kMin = (policy.vs as { readonly kMin?: unknown } | undefined)?.kMin;
-  if (typeof kMin === 'number' && Number.isInteger(kMin) && kMin % B !== 0) {
-    throw new InvalidArgumentError(
-      `policy ${policy.name}: selector ${policy.vs!.name} has kMin = ${kMin} tokens, not a multiple of the block size ${B}; use ${Math.max(1, Math.round(kMin / B)) * B}`,
-      { kMin, blockSize: B },
-    );
+  for (const sel of [policy.vs, policy.peVs]) {
+    const kMin = (sel as { readonly kMin?: unknown } | undefined)?.kMin;
+    if (typeof kMin === 'number' && Number.isInteger(kMin) && kMin % B !== 0) {
+      throw new InvalidArgumentError(
+        `policy ${policy.name}: selector ${sel!.name} has kMin = ${kMin} tokens, not a multiple of the block size ${B}; use ${Math.max(1, Math.round(kMin / B)) * B}`,
+        { kMin, blockSize: B },
+      );
+    }
   }
 }
 
@@ -137,11 +154,13 @@ export function validatePolicyOnce(policy: Policy): void {
 
 /** The policy and the parts a plan reads frozen (the presets, the factories' objects). */
 function frozenPolicy(policy: Policy): boolean {
-  const { router, vs, pe } = policy;
+  const { router, vs, peVs, pe } = policy;
+  const frozenSelector = (s: VsSelector | undefined) => s === undefined || (Object.isFrozen(s) && Object.isFrozen(s.needs ?? s) && Object.isFrozen(s.device ?? s));
   return (
     Object.isFrozen(policy) &&
     (router === undefined || (Object.isFrozen(router) && Object.isFrozen(router.needs ?? router) && Object.isFrozen(router.device ?? router))) &&
-    (vs === undefined || (Object.isFrozen(vs) && Object.isFrozen(vs.needs ?? vs) && Object.isFrozen(vs.device ?? vs))) &&
+    frozenSelector(vs) &&
+    frozenSelector(peVs) &&
     (pe === undefined || Object.isFrozen(pe))
   );
 }
@@ -150,6 +169,8 @@ function frozenPolicy(policy: Policy): boolean {
 export interface DeviceRules {
   readonly route: DeviceRouterRule;
   readonly vs: DeviceSelectorRule;
+  /** the PE heads' lists' rule (Policy.peVs) when it is not `vs` */
+  readonly peVs?: DeviceSelectorRule;
 }
 
 export interface SparseDerived {
@@ -195,7 +216,7 @@ export function sparseDerived(backend: Backend, policy: Policy, B: number): Spar
  * (undefined: the plan is made on the host, as for statistics gathered from a sharded prefill).
  */
 export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy, B: number): SparseDerived {
-  const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores);
+  const needsTokens = Boolean(policy.router!.needs?.tokenScores || policy.vs!.needs?.tokenScores || (policy.peWithVs === true && policy.peVs?.needs?.tokenScores));
   const onDevice = planner === undefined ? undefined : deviceRules(planner, policy, B, needsTokens);
   const device = onDevice !== undefined && 'route' in onDevice ? onDevice : undefined;
   const optionalStats = optionalStatsOf(policy);
@@ -237,7 +258,7 @@ function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTok
   if (vs === undefined) return host(`selector ${selector.name} has no device form (VsSelector.device; one with its own select() has none)`);
   if (policy.recallTarget !== undefined) return host('the policy has a recall guard (recallTarget), which runs on the host');
   if (needsTokens && router.needs?.tokenScores) return host(`router ${router.name} reads token scores`);
-  if (needsTokens && vs.kind !== 'cumulativeCoverage') return host(`selector ${selector.name} reads token scores beside its device form ${vs.kind}`);
+  if (needsTokens && selector.needs?.tokenScores && vs.kind !== 'cumulativeCoverage') return host(`selector ${selector.name} reads token scores beside its device form ${vs.kind}`);
   if (policy.peWithVs === true && planner.peWithVs !== true) return host("the backend's planner does not run peWithVs");
   if (policy.peVsExcess !== undefined && planner.peVsExcess !== true) return host("the backend's planner does not run peVsExcess");
   if (policy.peVsExcess !== undefined && vs.kind !== 'noiseFloor') return host(`peVsExcess runs on the device only beside noiseFloor, not ${vs.kind}`);
@@ -246,7 +267,16 @@ function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTok
   if (missing.length > 0) return host(`the backend's planner runs the routers ${planner.routers.join(', ') || 'none'}, not ${missing.join(', ')} (router ${router.name})`);
   if (!planner.selectors.includes(vs.kind)) return host(`the backend's planner runs the selectors ${planner.selectors.join(', ') || 'none'}, not ${vs.kind} (selector ${selector.name})`);
   if (deviceRouteTerms(route) === undefined) return host(`router ${router.name} combines two distance tests, which the planner's two tests cannot hold`);
-  return { route, vs };
+  const peVs = policy.peWithVs === true && policy.peVs !== undefined && policy.peVs !== selector ? policy.peVs : undefined;
+  if (peVs === undefined) return { route, vs };
+  const peRule = peVs.device;
+  if (peRule === undefined) return host(`peVs selector ${peVs.name} has no device form (VsSelector.device; one with its own select() has none)`);
+  if (planner.peVs !== true) return host("the backend's planner does not run a peVs selector beside the VS one");
+  if (peRule.kind !== 'noiseFloor' || vs.kind !== 'noiseFloor' || peRule.kMin !== vs.kMin) {
+    return host(`peVs runs on the device only as a noise floor beside a noise floor with the same kMin, not ${peRule.kind} (kMin ${peRule.kMin}) beside ${vs.kind} (kMin ${vs.kMin})`);
+  }
+  if (needsTokens && peVs.needs?.tokenScores) return host(`peVs selector ${peVs.name} reads token scores beside its device form`);
+  return { route, vs, peVs: peRule };
 }
 
 /**

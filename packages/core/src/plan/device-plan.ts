@@ -85,6 +85,7 @@ export async function queueDevicePlan(
       peK: c.peK,
       pe: { q: inputs.q, k: inputs.k, gamma: policy.pe!.gamma, scale: c.scale },
       ...(policy.peWithVs === true ? { peWithVs: true } : {}),
+      ...(c.rules.peVs !== undefined ? { peVs: c.rules.peVs } : {}),
       ...(policy.peVsExcess !== undefined ? { peVsExcess: policy.peVsExcess } : {}),
       ...(policy.peVsFullAnchor !== undefined ? { peVsFullAnchor: policy.peVsFullAnchor } : {}),
     });

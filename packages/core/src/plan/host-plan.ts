@@ -134,18 +134,35 @@ export function headSelector(stats: ProxyStats, selector: VsSelector): SelectHea
   };
 }
 
+/** The VS lists PE heads keep beside their peK best (selectVsLists; the Policy fields of the same names). */
+export interface PeListOptions {
+  /** Policy.peWithVs: PE heads keep a VS selector's lists too (default false) */
+  readonly withVs?: boolean;
+  /** Policy.peVs: the selector of those lists (default: the VS heads' selector) */
+  readonly selector?: VsSelector;
+  /**
+   * Policy.peVsExcess: of those lists only the vertical blocks J with p_v[J] > excess · ā[J]
+   * (ā the statistics' pooled estimate, which must have been computed), and no slash list
+   * beyond the peK best
+   */
+  readonly excess?: number;
+  /** Policy.peVsFullAnchor: heads whose C_struct lies in [from, below) keep the full lists all the same */
+  readonly fullAnchor?: { readonly from: number; readonly below: number };
+}
+
+/** A policy's PE list fields as selectVsLists' options. */
+export function peListOptions(policy: Policy): PeListOptions {
+  return { withVs: policy.peWithVs === true, selector: policy.peVs, excess: policy.peVsExcess, fullAnchor: policy.peVsFullAnchor };
+}
+
 /**
  * A plan's VS lists selected on the host: VS heads by `selector` over their block scores (and
  * token scores, when the statistics hold them), PE heads the `peK` best blocks of each
  * direction ∪ {0} (FlexPrefill gives PE heads the kMin best vertical and slash blocks too, and
  * forces key block 0, the sink, and offset 0, the diagonal, among them: a pooled map's mean
- * key dilutes the sink token, so its γ cut alone can miss that column); with `peWithVs`
- * (Policy.peWithVs) PE heads keep the selector's lists as well; with `peExcess` as well
- * (Policy.peVsExcess), only the selector's vertical blocks J with p_v[J] > peExcess · ā[J]
- * (ā the statistics' pooled estimate, which must have been computed), and no slash list
- * beyond the peK best, except on heads whose C_struct lies in `fullAnchor` [from, below)
- * (Policy.peVsFullAnchor), which keep the full lists. What the host plan runs, and what a
- * device planner's selection must equal.
+ * key dilutes the sink token, so its γ cut alone can miss that column); `pe` (PeListOptions,
+ * the policy's fields through `peListOptions`) adds lists of a VS selector to PE heads. What
+ * the host plan runs, and what a device planner's selection must equal.
  *
  * What the selector returns is checked (integers in [0, Nb); MaskError otherwise), and every
  * VS head must keep key block 0 in its vertical list or offset 0 in its slash list: without
@@ -157,12 +174,12 @@ export function selectVsLists(
   routes: readonly Route[],
   selector: VsSelector,
   peK: number,
-  peWithVs = false,
-  peExcess?: number,
-  fullAnchor?: { readonly from: number; readonly below: number },
+  pe: PeListOptions = {},
 ): VsLists {
   const { heads: H, numBlocks: Nb } = stats;
+  const { withVs = false, excess: peExcess, fullAnchor } = pe;
   const selectHead = headSelector(stats, selector);
+  const selectPeHead = pe.selector === undefined || pe.selector === selector ? selectHead : headSelector(stats, pe.selector);
   const vertical: ArrayLike<number>[] = [];
   const slash: ArrayLike<number>[] = [];
   for (let h = 0; h < H; h++) {
@@ -170,7 +187,7 @@ export function selectVsLists(
       const pv = headSlice(stats.verticalBlocks, h, Nb);
       const v = unionSorted(topKIndices(pv, peK), [0]);
       const s = unionSorted(topKIndices(headSlice(stats.slashBlocks, h, Nb), peK), [0]);
-      const both = peWithVs ? selectHead(h) : undefined;
+      const both = withVs ? selectPeHead(h) : undefined;
       const c = stats.cStruct[h];
       const full = fullAnchor !== undefined && c >= fullAnchor.from && c < fullAnchor.below;
       if (both && peExcess !== undefined && !full) {
@@ -249,7 +266,7 @@ export async function hostPlan(peRows: (opts: PeRowsOptions) => Promise<BlockRow
   assertFiniteStats(stats);
   const tStats = performance.now();
   const { routing, peHeads } = routeOnHost(policy, stats, H);
-  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, policy.peWithVs === true, policy.peVsExcess, policy.peVsFullAnchor);
+  const vs = selectVsLists(stats, routing.routes, policy.vs!, peK, peListOptions(policy));
   // Selectors may be user code: check what they returned. The PE rows come from the backend,
   // which validates masks itself when it runs them, so they are not scanned here (at 512k
   // they can hold tens of millions of entries).

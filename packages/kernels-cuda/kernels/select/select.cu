@@ -90,10 +90,11 @@ __device__ void sel_write_list(const u32* bits, int words, int* out, int* count,
 
 // Grid (2 directions, H heads), SEL_T threads, Nb/32 words of dynamic shared memory. lists
 // [2][H][Nb]: the selected blocks ascending; counts [2][H]. peWithVs: PE heads take the VS
-// rule's blocks as well; excess > 0: narrowed as above, reading the pooled estimate ā [H][Nb]
-// and C_struct [H] (both unread when excess is 0).
+// rule's blocks as well, at their own α (alphaPe; equal to alpha when one rule serves both);
+// excess > 0: narrowed as above, reading the pooled estimate ā [H][Nb] and C_struct [H]
+// (both unread when excess is 0).
 extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, const double* ps, const int* routes,
-                                                              int H, int Nb, double alpha, int kBlocks, int peK,
+                                                              int H, int Nb, double alpha, double alphaPe, int kBlocks, int peK,
                                                               int* lists, int* counts, int peWithVs,
                                                               const double* pooled, const double* cStruct,
                                                               double excess, double fullFrom, double fullBelow) {
@@ -113,7 +114,7 @@ extern "C" __global__ void __launch_bounds__(SEL_T) vs_select(const double* pv, 
     if (Nb <= 2) {
       if (t < Nb) setBit(t);
     } else {
-      const double th = alpha * (fmax(1.0 - p[0] - p[Nb - 1], 0.0) / (double)(Nb - 2));
+      const double th = (vsHead ? alpha : alphaPe) * (fmax(1.0 - p[0] - p[Nb - 1], 0.0) / (double)(Nb - 2));
       int c = 0;
       for (int J = 1 + t; J < Nb - 1; J += SEL_T) {
         if (p[J] > th) {

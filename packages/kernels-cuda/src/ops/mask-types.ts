@@ -19,6 +19,8 @@ export interface DeviceVsRequest {
   readonly peK: number;
   /** PE heads keep the rule's lists too (Policy.peWithVs) */
   readonly peWithVs?: boolean;
+  /** with peWithVs, the rule of those lists when it is not `rule` (Policy.peVs): a noise floor beside a noise-floor `rule` with the same kMin */
+  readonly peVs?: DeviceSelectorRule;
   /** with peWithVs, narrow them (Policy.peVsExcess; the noiseFloor rule only) */
   readonly peVsExcess?: number;
   /** heads whose C_struct lies in [from, below) keep the full lists (Policy.peVsFullAnchor) */

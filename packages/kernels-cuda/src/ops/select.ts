@@ -84,7 +84,7 @@ export function selectOnDevice(
   temp: DeviceBlock[],
   prefix?: { readonly bytes: number; readonly fill: (ptr: number) => number },
 ): DeviceVsSelection {
-  const { rule, stats, routes, peK, peWithVs, peVsExcess, peVsFullAnchor } = req;
+  const { rule, stats, routes, peK, peWithVs, peVs, peVsExcess, peVsFullAnchor } = req;
   if (rule?.kind !== 'noiseFloor' && rule?.kind !== 'cumulativeCoverage') {
     throw new UnsupportedError(`device selection supports the noiseFloor and cumulativeCoverage rules; got ${(rule as { kind?: unknown } | undefined)?.kind}`, {
       limit: 'deviceSelector',
@@ -100,6 +100,14 @@ export function selectOnDevice(
   }
   if (!prefix && (!routes || routes.length !== H || routes.some((r) => r !== 'vs' && r !== 'pe'))) {
     throw new InvalidArgumentError(`device selection needs ${H} routes ('vs' or 'pe')`);
+  }
+  if (peVs !== undefined) {
+    checkDeviceSelectorRule(peVs, 'the PE lists\' device selection rule (peVs)');
+    if (rule.kind !== 'noiseFloor' || peVs.kind !== 'noiseFloor' || peVs.kMin !== rule.kMin || peWithVs !== true) {
+      throw new InvalidArgumentError(
+        `device selection: peVs needs peWithVs and a noise floor beside a noise-floor rule with the same kMin; got ${peVs.kind} (kMin ${peVs.kMin}) beside ${rule.kind} (kMin ${rule.kMin}), peWithVs ${peWithVs}`,
+      );
+    }
   }
   const narrow = peVsExcess !== undefined;
   checkPeVsNarrowing(peVsExcess, peVsFullAnchor, 'device selection: ');
@@ -134,6 +142,7 @@ export function selectOnDevice(
       I(H),
       I(Nb),
       D64(rule.alpha),
+      D64(peVs?.kind === 'noiseFloor' ? peVs.alpha : rule.alpha),
       I(rule.kMin / B),
       I(peK),
       P(lists.ptr),

@@ -42,8 +42,12 @@ import { splitPe } from './split-pe.js';
 export async function planOnDevice(cx: CudaContext, store: KeptStats, req: DevicePlanRequest): Promise<DevicePlanResult> {
   cx.alive();
   cx.tracer.host('planOnDevice()');
-  const { stats, route, vs: rule, peK, pe, peWithVs, peVsExcess, peVsFullAnchor } = req ?? ({} as DevicePlanRequest);
-  const narrow = { ...(peVsExcess !== undefined ? { peVsExcess } : {}), ...(peVsFullAnchor !== undefined ? { peVsFullAnchor } : {}) };
+  const { stats, route, vs: rule, peK, pe, peWithVs, peVs, peVsExcess, peVsFullAnchor } = req ?? ({} as DevicePlanRequest);
+  const narrow = {
+    ...(peVs !== undefined ? { peVs } : {}),
+    ...(peVsExcess !== undefined ? { peVsExcess } : {}),
+    ...(peVsFullAnchor !== undefined ? { peVsFullAnchor } : {}),
+  };
   const terms = checkedTerms(route);
   if (!stats || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
     throw new InvalidArgumentError('planOnDevice needs the statistics from proxyStats');

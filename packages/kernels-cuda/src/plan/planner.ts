@@ -18,6 +18,8 @@ export class CudaDevicePlanner implements DevicePlanner {
   readonly peWithVs = true;
   /** and narrowed (Policy.peVsExcess beside the noise floor; select.cu) with peVsExcessOnDevice */
   readonly peVsExcess: boolean;
+  /** and taken by a noise floor at their own α (Policy.peVs; select.cu) */
+  readonly peVs = true;
   readonly #cx: CudaContext;
   readonly #kept: KeptStats;
 
