@@ -79,7 +79,7 @@ function program(): Command {
     )
     .option(
       '--acc-guard-alphas <list>',
-      "accuracy: crispGuarded with the noise floor at these α (each > 0) beside the presets, for the comparison at matched density; 'none' for none (default: 1.25,1.5,2; smoke: none)",
+      "accuracy: crispGuarded with its VS heads' noise floor at these α (each > 0; its PE heads' lists as the preset's) beside the presets, for the comparison at matched density; 'none' for none (default: 1.25,1.5,2; smoke: none)",
     )
     .option('--proxy-sizes <sizes>', 'O(n) curve sizes on real proxy statistics')
     .option('--curve-sizes <sizes>', 'O(n) curve sizes on constructed score vectors')

@@ -319,18 +319,18 @@ describe('matchedDensityMarkdown', () => {
       acc('p', 'crispGuarded', 0.003, 0.117),
       acc('p', 'flexPrefill', 0.045, 0.1, 0.338),
       // listed out of order: the table goes by α
-      acc('p', 'crispGuarded(α=2)', 0.005, 0.099),
-      acc('p', 'crispGuarded(α=1.5)', 0.004, 0.105),
+      acc('p', 'crispGuarded(VS α=2)', 0.005, 0.099),
+      acc('p', 'crispGuarded(VS α=1.5)', 0.004, 0.105),
       acc('q', 'crispGuarded', 0.006, 0.165),
       acc('q', 'flexPrefill', 0.057, 0.142),
-      acc('q', 'crispGuarded(α=2)', 0.0065, 0.159),
+      acc('q', 'crispGuarded(VS α=2)', 0.0065, 0.159),
       // crispGuarded is already at or under flexPrefill's density: no row
       acc('r', 'crispGuarded', 0.01, 0.25),
       acc('r', 'flexPrefill', 0.15, 0.33),
-      acc('r', 'crispGuarded(α=2)', 0.01, 0.24),
+      acc('r', 'crispGuarded(VS α=2)', 0.01, 0.24),
     ]).join('\n');
-    expect(lines).toContain("| reference | p | 64k | 0.0450 / 0.338 / 1.00 / 0.100 | 0.0030 / 0.012 / 1.00 / 0.117 | α=2: 0.0050 / 0.020 / 1.00 / 0.099 |");
-    expect(lines).toContain('| reference | q | 64k | 0.0570 / 0.228 / 1.00 / 0.142 | 0.0060 / 0.024 / 1.00 / 0.165 | none up to α=2 (0.0065 / 0.026 / 1.00 / 0.159: 1.12x flexPrefill\'s blocks) |');
+    expect(lines).toContain("| reference | p | 64k | 0.0450 / 0.338 / 1.00 / 0.100 | 0.0030 / 0.012 / 1.00 / 0.117 | VS α=2: 0.0050 / 0.020 / 1.00 / 0.099 |");
+    expect(lines).toContain('| reference | q | 64k | 0.0570 / 0.228 / 1.00 / 0.142 | 0.0060 / 0.024 / 1.00 / 0.165 | none up to VS α=2 (0.0065 / 0.026 / 1.00 / 0.159: 1.12x flexPrefill\'s blocks) |');
     expect(lines).not.toContain('| r |');
   });
 

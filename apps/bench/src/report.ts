@@ -116,7 +116,7 @@ const accCell = (x: AccRow): string =>
 /**
  * crispGuarded against FlexPrefill at matched density, the other side of the trade: for each
  * input where crispGuarded keeps more blocks than flexPrefill, the smallest α of the
- * crispGuarded(α=…) rows whose density is within flexPrefill's, with its error, worst head
+ * crispGuarded(VS α=…) rows whose density is within flexPrefill's, with its error, worst head
  * and needles. Empty when the run measured no such rows (--acc-guard-alphas none, or results
  * from before them) or crispGuarded is nowhere denser.
  */
@@ -135,14 +135,14 @@ export function matchedDensityMarkdown(rows: readonly AccRow[]): string[] {
       accCell(flex),
       accCell(guarded),
       match
-        ? `α=${alphaOfGuardedName(match.policy)}: ${accCell(match)}`
-        : `none up to α=${alphaOfGuardedName(last.policy)} (${accCell(last)}: ${f(last.density / flex.density, 2)}x flexPrefill's blocks)`,
+        ? `VS α=${alphaOfGuardedName(match.policy)}: ${accCell(match)}`
+        : `none up to VS α=${alphaOfGuardedName(last.policy)} (${accCell(last)}: ${f(last.density / flex.density, 2)}x flexPrefill's blocks)`,
     ]);
   }
   if (lines.length === 0) return [];
   return [
     '',
-    "crispGuarded against FlexPrefill at matched density, on the inputs where crispGuarded keeps more blocks. crispGuarded's knob is its noise floor's α (1.0 in the preset, for its VS heads and its PE heads' lists alike); the same inputs were planned at the α listed in the config, and the last column is the smallest α whose density is within flexPrefill's. Each cell: output error / worst head error / needles in output / density:",
+    "crispGuarded against FlexPrefill at matched density, on the inputs where crispGuarded keeps more blocks. crispGuarded's knob is its VS heads' noise floor α (1.0 in the preset; its PE heads' lists stay at the preset's α through Policy.peVs, since they keep the needles the pooled map smooths away); the same inputs were planned at the α listed in the config, and the last column is the smallest α whose density is within flexPrefill's. Each cell: output error / worst head error / needles in output / density:",
     '',
     table(['backend', 'profile', 'n', `flexPrefill (γ=${FLEX_PRESET_GAMMA})`, 'crispGuarded (α=1)', "crispGuarded at flexPrefill's density"], lines),
   ];

@@ -44,7 +44,7 @@ describe('crisp-bench run', () => {
     expect(merged.config.accuracy.flexGammas).toEqual([0.99, 0.999]);
     const policies = new Set(merged.suites.accuracy!.rows.map((x) => x.policy));
     expect(merged.config.accuracy.guardAlphas).toEqual([2]);
-    for (const p of ['crispGuarded', 'crispGuarded(α=2)', 'flexPrefill', 'flexPrefill(γ=0.99)', 'flexPrefill(γ=0.999)']) expect(policies.has(p), p).toBe(true);
+    for (const p of ['crispGuarded', 'crispGuarded(VS α=2)', 'flexPrefill', 'flexPrefill(γ=0.99)', 'flexPrefill(γ=0.999)']) expect(policies.has(p), p).toBe(true);
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('crispGuarded against FlexPrefill at matched error');
     expect(merged.earlierRuns!.map((e) => e.command)).toEqual([done.command]);
     expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain(`Reproduce: \`${done.command}\``);

@@ -81,7 +81,7 @@ function addPolicyFlags(cmd: Command): Command {
     .addOption(
       new Option('--preset <name>', `policy: ${PRESET_NAMES.join(', ')}`).default('crisp').argParser(choiceFlag('--preset', PRESET_NAMES)),
     )
-    .option('--alpha <α>', 'noise-floor multiplier α (crisp presets; default the preset\'s: crisp 1.0, crispFast 1.25, crispGuarded 1.0)', numFlag('--alpha', 0, 1e6, true))
+    .option('--alpha <α>', 'noise-floor multiplier α (crisp presets; default the preset\'s: crisp 1.0, crispFast 1.25, crispGuarded 1.0; crispGuarded: its VS heads\' floor, its PE heads\' lists stay at 1.0)', numFlag('--alpha', 0, 1e6, true))
     .option('--gamma <γ>', 'coverage γ of the PE path (and of FlexPrefill\'s VS path); default 0.95', numFlag('--gamma', 0, 1, true))
     .option('--tau-proxy <τ>', 'C_struct routing threshold τ_proxy (crisp presets; default 0.2)', numFlag('--tau-proxy', 0, 1, true))
     .addOption(new Option('--block <B>', 'block size B: 64 or 128').default(128).argParser(choiceFlag('--block', ['64', '128'] as const)))

@@ -49,6 +49,27 @@ describe('buildPolicy', () => {
     expect(mine.overallDensity).toBeLessThan(wide.overallDensity - 0.01);
   });
 
+  it('moves only crispGuarded\'s VS heads under --alpha: its PE heads keep the preset\'s lists', async () => {
+    const p = buildPolicy('crispGuarded', { alpha: 3 });
+    expect(p.name).toBe('crispGuarded(α=3, γ=0.95, τ=0.2, B=128)');
+    expect(p.peVs).toBe(presets.crispGuarded.vs);
+    expect(buildPolicy('crispGuarded').peVs).toBeUndefined();
+    expect(buildPolicy('crisp', { alpha: 3 }).peVs).toBeUndefined();
+    const sc = scenario('mixed-threshold', { n: 16384, heads: 8, kvHeads: 2, headDim: 32, seed: 5 });
+    const be = createReferenceBackend();
+    const t = await uploadScenario(be, sc);
+    const mine = await planPrefill(be, t, p, { minSparseLength: 0 });
+    const preset = await planPrefill(be, t, presets.crispGuarded, { minSparseLength: 0 });
+    const routes = mine.routing!.routes;
+    expect(routes).toEqual(preset.routing!.routes);
+    expect(routes.includes('vs') && routes.includes('pe')).toBe(true);
+    for (let h = 0; h < routes.length; h++) {
+      if (routes[h] === 'pe') expect(mine.density[h], `head ${h}`).toBe(preset.density[h]);
+      else expect(mine.density[h], `head ${h}`).toBeLessThanOrEqual(preset.density[h]);
+    }
+    expect(mine.overallDensity).toBeLessThan(preset.overallDensity);
+  });
+
   it('runs a compared preset beside the same preset with overrides, and only once without', () => {
     expect(runPolicies('crisp', { alpha: 2 }, ['crisp', 'flexPrefill']).map((p) => p.name)).toEqual([
       'crisp(α=2, γ=0.95, τ=0.2, B=128)',

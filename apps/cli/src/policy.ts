@@ -1,6 +1,7 @@
 /**
  * The policy a run uses: a preset, with the flags' overrides applied to its parts.
- *   --alpha      noise-floor multiplier α (crisp, crispFast, crispGuarded)
+ *   --alpha      noise-floor multiplier α (crisp, crispFast; crispGuarded: of its VS heads,
+ *                its PE heads' lists keep the preset's α through Policy.peVs)
  *   --gamma      γ of the PE global coverage (all sparse presets) and of FlexPrefill's
  *                cumulative coverage
  *   --tau-proxy  C_struct threshold τ_proxy (crisp, crispFast, crispGuarded)
@@ -70,8 +71,10 @@ export function buildPolicy(name: string, o: PolicyOverrides = {}): Policy {
     router: preset === 'crispGuarded' ? anyPe([byAnchors, (base.router as AnyPeRouter).routers[1]]) : byAnchors,
     vs: noiseFloor({ alpha, kMin: K_MIN }),
     pe: globalCoverage({ gamma, kMin: K_MIN }),
-    // the preset's PE-head guards as they are (crispGuarded: its VS lists, narrowed)
+    // the preset's PE-head guards as they are (crispGuarded: its VS lists, narrowed, at the
+    // preset's α: they keep the needles the pooled map smooths away, which a higher α loses)
     ...(base.peWithVs ? { peWithVs: true } : {}),
+    ...(base.peWithVs && alpha !== presetAlpha(preset) ? { peVs: base.peVs ?? base.vs } : {}),
     ...(base.peVsExcess !== undefined ? { peVsExcess: base.peVsExcess } : {}),
     ...(base.peVsFullAnchor !== undefined ? { peVsFullAnchor: base.peVsFullAnchor } : {}),
   };

@@ -66,19 +66,27 @@ export function gammaOfFlexName(policy: string): number | undefined {
 }
 
 /**
- * crispGuarded with its noise floor at α (its VS heads' selection and its PE heads' lists
- * alike; the preset's is 1.0), the rest unchanged: the knob that trades its error for blocks,
- * for the comparison with flexPrefill at matched density.
+ * crispGuarded with its VS heads' noise floor at α (the preset's is 1.0) and its PE heads'
+ * lists kept at the preset's (Policy.peVs), the rest unchanged: the knob that trades its
+ * error for blocks, for the comparison with flexPrefill at matched density. The PE heads'
+ * lists stay as they are because they keep the needles the pooled map smooths away: one α
+ * for both cost mixed-threshold needles-in-output at α 2 (0.97 / 0.93 / 0.90 from 1.00 /
+ * 0.97 / 1.00) where this leaves them as the preset has them.
  */
 export function crispGuardedAtAlpha(alpha: number): Policy {
-  return Object.freeze({ ...crispGuarded, name: guardedAtAlphaName(alpha), vs: noiseFloor({ alpha, kMin: crispGuarded.pe!.kMin }) });
+  return Object.freeze({
+    ...crispGuarded,
+    name: guardedAtAlphaName(alpha),
+    vs: noiseFloor({ alpha, kMin: crispGuarded.pe!.kMin }),
+    peVs: crispGuarded.peVs ?? crispGuarded.vs,
+  });
 }
 
-export const guardedAtAlphaName = (alpha: number): string => `crispGuarded(α=${alpha})`;
+export const guardedAtAlphaName = (alpha: number): string => `crispGuarded(VS α=${alpha})`;
 
 /** The α of a guardedAtAlphaName row's policy name; undefined for any other name. */
 export function alphaOfGuardedName(policy: string): number | undefined {
-  const m = /^crispGuarded\(α=([0-9.]+)\)$/.exec(policy);
+  const m = /^crispGuarded\(VS α=([0-9.]+)\)$/.exec(policy);
   return m ? Number(m[1]) : undefined;
 }
 
