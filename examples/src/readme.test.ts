@@ -6,7 +6,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type BlockMask, type HostTensor, hostTensor, mulberry32, type PrefillPlan, toFloat32 } from '@crisp/core';
+import { type BlockMask, type HostTensor, hostTensor, mulberry32, type Policy, type PrefillPlan, toFloat32 } from '@crisp/core';
+import { crispGuarded } from '@crisp/presets';
 import { attentionRows, sampleRows } from '@crisp/reference';
 import { scenario } from '@crisp/synth';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -144,6 +145,20 @@ describe('packages/presets/README.md', () => {
     expect(logs[0]).toEqual(['vs vs vs pe vs vs vs vs', '0.474']);
     expect(plan.routing?.routes.join(' ')).toBe(logs[0][0]);
     expectExactRows(out, { q, k, v }, plan.mask, sampleRows(4096, 32), 1e-6);
+  });
+});
+
+describe('packages/presets/README.md, crispGuarded at a denser VS floor', () => {
+  it('Presets: the VS heads at α 2, the PE heads\' lists at the preset\'s α 1, the rest the preset', async () => {
+    const code = readmeBlock(repo('packages/presets/README.md'), 'Presets');
+    const { denser } = (await runBlock(code, { resolveDir: here, returns: ['denser'] })) as { denser: Policy };
+    const alpha = (x: Policy['vs']) => (x as { readonly alpha?: number } | undefined)?.alpha;
+    expect(denser.name).toBe('crispGuarded-vs2');
+    expect([alpha(denser.vs), alpha(denser.peVs)]).toEqual([2, alpha(crispGuarded.vs)]);
+    const { name: _a, vs: _b, peVs: _c, router, pe, ...rest } = denser;
+    const { name: _d, vs: _e, router: presetRouter, pe: presetPe, ...presetRest } = crispGuarded;
+    expect(rest).toEqual(presetRest);
+    expect([router?.name, pe?.gamma]).toEqual([presetRouter?.name, presetPe?.gamma]);
   });
 });
 

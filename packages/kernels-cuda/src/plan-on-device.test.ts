@@ -7,6 +7,7 @@
  */
 import { type DeviceTensor, type ProxyStats, type VsSelector, planPrefill, releasePlan, sparsePrefill } from '@crisp/core';
 import { crisp, crispGuarded } from '@crisp/presets';
+import { noiseFloor } from '@crisp/select';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it, vi } from 'vitest';
 import { CudaBackend, type CudaTensor, PDL_KERNELS } from './index.js';
@@ -141,6 +142,28 @@ describe('the device planner (stand-in driver)', () => {
     expect(plain.some((e) => e.name === 'route_residual')).toBe(false);
     expect(plain.find((e) => e.name === 'vs_select')!.args![11][0]).toBe(0);
     expect(plain.find((e) => e.name === 'vs_select')!.args![14]).toEqual([0, 0]);
+    be.dispose();
+  });
+
+  it('runs a peVs noise floor on the device as vs_select\'s second α (crispGuarded with its VS heads at α 2)', async () => {
+    const s = standInDriver({ heads: H, decodeArgs: 17 });
+    const be = new CudaBackend(s.libs, { cacheDir: null });
+    expect(be.planner.peVs).toBe(true);
+    const inputs = { q: be.allocate('bf16', [n, H, D]), k: be.allocate('bf16', [n, Hkv, D]), v: be.allocate('bf16', [n, Hkv, D]) };
+    const denser = { ...crispGuarded, name: 'denser', vs: noiseFloor({ alpha: 2, kMin: 1024 }), peVs: crispGuarded.vs };
+    s.log.length = 0;
+    const plan = await planPrefill(be, inputs, denser, { minSparseLength: 0 });
+    expect(plan.hostReason).toBeUndefined();
+    expect(plan.prepared).toBeDefined();
+    const sel = s.log.find((e) => e.kind === 'launch' && e.name === 'vs_select')!.args!;
+    const f64 = (a: readonly number[]) => new Float64Array(Uint32Array.from([a[0], a[1]]).buffer)[0];
+    expect([f64(sel[5]), f64(sel[6])]).toEqual([2, 1]);
+    releasePlan(plan);
+    // a peVs of another kMin is not the device's: the plan is made on the host, saying why
+    const other = await planPrefill(be, inputs, { ...denser, peVs: noiseFloor({ alpha: 1, kMin: 2048 }) }, { minSparseLength: 0 });
+    expect(other.prepared).toBeUndefined();
+    expect(other.hostReason).toMatch(/peVs runs on the device only as a noise floor beside a noise floor with the same kMin/);
+    releasePlan(other);
     be.dispose();
   });
 
