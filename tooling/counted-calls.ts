@@ -1,6 +1,7 @@
 // Test helpers: an object (a backend) whose method calls are counted, for tests that check a
-// call was refused before the backend did any work, and the typed error a call ends with.
-// No package imports, so every package's tests can use it.
+// call was refused before the backend did any work, the typed error a call ends with, and
+// every entry that takes an attention `out`, called with one. No package imports, so every
+// package's tests can use it.
 
 /** `target` with its method calls counted, except those of the methods named in `quiet`. */
 export function countedCalls<T extends object>(target: T, quiet: readonly string[] = []): { readonly proxy: T; calls(): number } {
@@ -51,4 +52,49 @@ export async function outcomesOf(calls: readonly (() => unknown)[]): Promise<str
     out.push(e ? `${e.code}: ${e.message}` : 'ok');
   }
   return out;
+}
+
+/** A backend's attention entries that take `opts.out` (any backend here, by its methods). */
+export interface OutEntries {
+  denseAttention(q: unknown, k: unknown, v: unknown, opts?: { out?: unknown }): unknown;
+  sparseAttention(q: unknown, k: unknown, v: unknown, mask: unknown, opts?: { out?: unknown }): unknown;
+  varlenAttention?(q: unknown, k: unknown, v: unknown, batch: unknown, opts?: { out?: unknown }): unknown;
+}
+
+/** The pipeline's entries that take `opts.out` (@crisp/core's, passed in: this file imports no package). */
+export interface OutPipeline {
+  sparsePrefill(backend: unknown, inputs: unknown, policy: unknown, opts?: { minSparseLength?: number; out?: unknown }): unknown;
+  runPlan(backend: unknown, plan: unknown, inputs: unknown, opts?: { out?: unknown }): unknown;
+  varlenPrefill(backend: unknown, inputs: unknown, layout: { cuSeqlensQ: number[] }, policy: unknown, opts?: { minSparseLength?: number; out?: unknown }): unknown;
+}
+
+/** q, k, v (their first axis: rows) and what the calls need: a mask over them, a plan of them, a policy. */
+export interface OutCase {
+  readonly inputs: { readonly q: { readonly shape: readonly number[] }; readonly k: { readonly shape: readonly number[] }; readonly v: unknown };
+  readonly mask: unknown;
+  readonly blockSize: number;
+  readonly plan: unknown;
+  readonly policy: unknown;
+}
+
+/**
+ * Every entry that writes an attention output, each called with `out`: the backend's
+ * denseAttention, sparseAttention and varlenAttention (one segment, all of q against all of
+ * k), then the pipeline's sparsePrefill, runPlan and varlenPrefill (minSparseLength 0).
+ */
+export function callsWithOut(backend: OutEntries, pipeline: OutPipeline, c: OutCase, out: unknown): (() => unknown)[] {
+  const { q, k, v } = c.inputs;
+  const [m, n] = [q.shape[0], k.shape[0]];
+  const batch = { blockSize: c.blockSize, segments: [{ qStart: 0, queries: m, kStart: 0, keys: n }], masks: [c.mask] };
+  return [
+    () => backend.denseAttention(q, k, v, { out }),
+    () => backend.sparseAttention(q, k, v, c.mask, { out }),
+    () => {
+      if (!backend.varlenAttention) throw new Error('the backend has no varlenAttention');
+      return backend.varlenAttention(q, k, v, batch, { out });
+    },
+    () => pipeline.sparsePrefill(backend, c.inputs, c.policy, { minSparseLength: 0, out }),
+    () => pipeline.runPlan(backend, c.plan, c.inputs, { out }),
+    () => pipeline.varlenPrefill(backend, c.inputs, { cuSeqlensQ: [0, m] }, c.policy, { minSparseLength: 0, out }),
+  ];
 }

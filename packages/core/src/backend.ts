@@ -262,9 +262,12 @@ export interface Backend {
   denseAttention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts?: AttentionOptions): Promise<AttentionResult>;
   /**
    * Optional: rows [start, start + rows) of `t` along its first axis as a tensor of this
-   * backend, for planning one sequence of a packed batch. It may share `t`'s memory or be a
-   * copy: treat it as read-only, dispose it when done, and do not use it after `t` is
-   * disposed.
+   * backend, for planning one sequence of a packed batch. It shares `t`'s memory where the
+   * backend can (the reference and CUDA always; WebGPU where the rows start at an aligned
+   * offset), and then writing it (as an attention's `out`, or by `write`) writes `t`'s rows;
+   * where it is a copy (WebGPU otherwise) it is refused as `out` and as `write`'s target
+   * (INVALID_ARGUMENT), since the write would not reach `t`. Dispose it when done, and do not
+   * use it after `t` is disposed.
    */
   sliceRows?(t: DeviceTensor, start: number, rows: number): DeviceTensor;
   /**

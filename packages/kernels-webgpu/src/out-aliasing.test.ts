@@ -10,7 +10,7 @@
 import { type DeviceTensor, hostTensor, planPrefill, runPlan, sparsePrefill, toFloat32, varlenPrefill } from '@crisp/core';
 import { attentionRows, createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
-import { TENSOR_CALLS, countedCalls, outcomesOf, typedErrorOf } from '../../../tooling/counted-calls.js';
+import { TENSOR_CALLS, callsWithOut, countedCalls, outcomesOf, typedErrorOf } from '../../../tooling/counted-calls.js';
 import type { WebGpuBackend } from './backend.js';
 import { Usage } from './runtime/gpu-context.js';
 import { conformancePolicies, freshSeed, seededValues, sharedBackend } from './test-support.js';
@@ -128,5 +128,67 @@ describe.skipIf(!backend)(`out sharing memory with an input (${reason ?? 'webgpu
     const ref = createReferenceBackend();
     expect((await typedErrorOf(() => b.memoryRange(ref.allocate('f32', [1]))))?.code).toBe('WRONG_BACKEND');
     x.dispose();
+  });
+});
+
+/** f16 rows of one head at d 64: 128 bytes, so a slice at row 1 is a copy where the offset alignment is larger */
+const ROW_BYTES = d * 2;
+
+describe.skipIf(!backend)(`a row slice as out (${reason ?? 'webgpu'})`, () => {
+  const b = backend!;
+  const align = b.gpu.limits.minStorageBufferOffsetAlignment;
+  const viewStart = Math.max(1, align / ROW_BYTES);
+  const f16 = (rows: number, seed: number) => hostTensor('f16', [rows, 1, d], seededValues(seed, rows * d));
+  const bits = async (t: DeviceTensor) => Array.from((await b.download(t)).data as Uint16Array);
+  // blocks of 64: each query block attends to its own (diagonal) block only
+  const mask = { heads: 1, numBlocks: n / 64, blockSize: 64, rows: { rowPtr: Int32Array.from({ length: n / 64 + 1 }, (_, i) => i), cols: Int32Array.from({ length: n / 64 }, (_, i) => i) } };
+
+  it.skipIf(align <= ROW_BYTES)('a copy (rows at an unaligned offset) as out of every attention entry and as write target: INVALID_ARGUMENT, the parent bit for bit as before', async () => {
+    const seed = freshSeed();
+    const [q, k, v] = [f16(m, seed), f16(n, seed + 1), f16(n, seed + 2)].map((t) => b.upload(t));
+    const inputs = { q, k, v };
+    const parent = b.upload(f16(m + 1, seed + 3));
+    const before = await bits(parent);
+    expect(before.every((x) => (x & 0x7fff) !== 0), `seed ${seed}: non-zero values`).toBe(true);
+    const out = b.sliceRows(parent, 1, m);
+    expect(b.memoryRange(out).resource === b.memoryRange(parent).resource, 'a copy, not a view').toBe(false);
+    const plan = await planPrefill(b, inputs, policy, { minSparseLength: 0 });
+    const lines = await outcomesOf(callsWithOut(b, { sparsePrefill, runPlan, varlenPrefill }, { inputs, mask, blockSize: 64, plan, policy }, out));
+    expect(lines).toHaveLength(6);
+    for (const line of lines) expect(line, `seed ${seed}`).toMatch(/^INVALID_ARGUMENT: out is a copy of rows of another tensor \(sliceRows, .*so what is written to it would not reach that tensor/);
+    const e = await typedErrorOf(() => b.write(out, 0, Uint16Array.of(0x3c00, 0x3c00)));
+    expect(e?.code).toBe('INVALID_ARGUMENT');
+    expect(e?.message).toMatch(/^the write target is a copy of rows of another tensor/);
+    await b.synchronize();
+    expect(await bits(parent), `seed ${seed}: the parent`).toEqual(before);
+    for (const t of [out, parent, q, k, v]) t.dispose();
+  });
+
+  it('a view (rows at an aligned offset) as out writes its parent\'s rows: the output of a tensor of its own, the other rows as before', async () => {
+    const seed = freshSeed();
+    const [q, k, v] = [f16(m, seed), f16(n, seed + 1), f16(n, seed + 2)].map((t) => b.upload(t));
+    const rows = viewStart + m + 1;
+    const parent = b.upload(f16(rows, seed + 3));
+    const before = await bits(parent);
+    const out = b.sliceRows(parent, viewStart, m);
+    expect(b.memoryRange(out).resource === b.memoryRange(parent).resource, 'a view').toBe(true);
+    for (const [call, run] of [
+      ['denseAttention', (o?: DeviceTensor) => b.denseAttention(q, k, v, o ? { out: o } : {})],
+      ['sparseAttention', (o?: DeviceTensor) => b.sparseAttention(q, k, v, mask, o ? { out: o } : {})],
+    ] as const) {
+      const alone = await run();
+      const want = await bits(alone.output);
+      expect((await run(out)).output).toBe(out);
+      const after = await bits(parent);
+      const msg = `${call}, seed ${seed}`;
+      expect(after.slice(viewStart * d, (viewStart + m) * d), msg).toEqual(want);
+      expect(after.slice(0, viewStart * d), msg).toEqual(before.slice(0, viewStart * d));
+      expect(after.slice((viewStart + m) * d), msg).toEqual(before.slice((viewStart + m) * d));
+      alone.output.dispose();
+    }
+    // write through the view lands in the parent too
+    b.write(out, 0, Uint16Array.of(0x3c00, 0x4000));
+    expect((await bits(parent)).slice(viewStart * d, viewStart * d + 2)).toEqual([0x3c00, 0x4000]);
+    for (const t of [out, parent, q, k, v]) t.dispose();
   });
 });

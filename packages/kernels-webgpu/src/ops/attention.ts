@@ -24,6 +24,7 @@ import { LOG2E, type StorageDType } from '../kernels/common.js';
 import { type Check, type UniformField, Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
+import { sliceCopyError } from './slice-rows.js';
 
 export async function sparseAttention(
   host: OpHost,
@@ -80,7 +81,8 @@ export async function denseAttention(host: OpHost, q: DeviceTensor, k: DeviceTen
  * AttentionOptions checked before any work: an object; scale; returnLse a boolean; `out` of
  * this backend, q's dtype and [m, H, d], sharing no byte with q, k or v (the kernel reads
  * those while it writes out: the same tensor, a view or a second wrapper of their buffer is
- * INVALID_ARGUMENT); no `prepared` mask (sparseAttention takes its own device plan's masks
+ * INVALID_ARGUMENT), not a sliceRows copy (INVALID_ARGUMENT: a view writes through to its
+ * parent, a copy would not); no `prepared` mask (sparseAttention takes its own device plan's masks
  * (../plan/run-prepared.ts) and passes the options here without it). Returns `out`.
  */
 export function checkAttentionOptions(
@@ -111,8 +113,10 @@ export function checkAttentionOptions(
   }
   const [q, k, v] = inputs;
   assertOutApart(out, { q, k, v }, (t) => (t as WebGpuTensor).memoryRange, { out: 'out' });
+  if (out.sliceCopy) throw sliceCopyError('out', host.gpu.limits.minStorageBufferOffsetAlignment);
   return out;
 }
+
 
 export async function runAttention(
   host: OpHost,

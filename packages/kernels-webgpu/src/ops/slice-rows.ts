@@ -2,7 +2,10 @@
  * sliceRows: rows [start, start + rows) of a tensor along its first axis. A view into the
  * parent's buffer when the rows start at a multiple of the device's
  * minStorageBufferOffsetAlignment (every dispatch binds tensors as { buffer, offset, size }),
- * else a copy (copyBufferToBuffer). Disposing either kind never frees the parent's buffer.
+ * else a copy (copyBufferToBuffer). A view can be written (an attention's `out`, `write`):
+ * the writes land in the parent's rows, as on the other backends. A copy cannot: it is marked
+ * (`sliceCopy`) and refused as `out` and as `write`'s target, since what is written to it would
+ * not reach the parent. Disposing either kind never frees the parent's buffer.
  */
 import { bytesPerElement, type DeviceTensor, InvalidArgumentError, numel, UnsupportedError } from '@crisp/core';
 import type { Check } from '../runtime/gpu-context.js';
@@ -38,7 +41,7 @@ export function sliceRows(host: OpHost, t: DeviceTensor, start: number, rows: nu
       { limit: 'sliceRows' },
     );
   }
-  const copy = host.newTensor(pt.dtype, shape);
+  const copy = host.newTensor(pt.dtype, shape).markSliceCopy();
   copy.checks.push(parentVerdict);
   try {
     host.gpu.scoped(copy.checks, `a copy of rows [${start}, ${start + rows})`, () => {
@@ -51,4 +54,16 @@ export function sliceRows(host: OpHost, t: DeviceTensor, start: number, rows: nu
     throw e;
   }
   return copy;
+}
+
+/**
+ * INVALID_ARGUMENT for a sliceRows copy given as an output (`what`): its rows did not start at
+ * a multiple of the device's offset alignment, so it is a copy, and what is written to it
+ * would not reach the tensor it was sliced from.
+ */
+export function sliceCopyError(what: string, alignment: number): InvalidArgumentError {
+  return new InvalidArgumentError(
+    `${what} is a copy of rows of another tensor (sliceRows, whose rows did not start at a multiple of this device's ${alignment}-byte storage offset alignment), so what is written to it would not reach that tensor; write into a tensor of its own and copy, or slice at an aligned row (a view, which writes through)`,
+    { sliceCopy: true },
+  );
 }

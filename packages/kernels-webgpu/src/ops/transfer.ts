@@ -18,6 +18,7 @@ import { writeHalvesProgram } from '../kernels/write.js';
 import { Usage } from '../runtime/gpu-context.js';
 import type { WebGpuTensor } from '../runtime/tensor.js';
 import type { OpHost } from './host.js';
+import { sliceCopyError } from './slice-rows.js';
 
 export function upload(host: OpHost, t: HostTensor): DeviceTensor {
   host.alive();
@@ -47,6 +48,7 @@ export function allocate(host: OpHost, dtype: DType, shape: readonly number[]): 
 
 export function write(host: OpHost, t: DeviceTensor, elementOffset: number, data: HostData): void {
   const wt = host.own(t, 'write target');
+  if (wt.sliceCopy) throw sliceCopyError('the write target', host.gpu.limits.minStorageBufferOffsetAlignment);
   if (!ArrayBuffer.isView(data)) {
     throw new InvalidArgumentError(
       `write needs a ${wt.dtype === 'f32' ? 'Float32Array' : 'Uint16Array of f16 bit patterns'}; got ${data === null ? 'null' : typeof data}`,

@@ -22,6 +22,7 @@ export class WebGpuTensor extends DeviceTensorBase {
   #settling: Promise<void> | undefined;
   /** set when the allocation or a write failed: the contents are undefined from then on */
   #failure: CrispError | undefined;
+  #sliceCopy = false;
   constructor(gpu: GpuContext, owner: object, dtype: DType, shape: readonly number[], buffer: GPUBuffer, byteLength: number, borrowed = false, byteOffset = 0) {
     super(dtype, shape);
     this.byteOffset = byteOffset;
@@ -49,6 +50,21 @@ export class WebGpuTensor extends DeviceTensorBase {
    */
   get memoryRange(): MemoryRange {
     return { resource: this.buffer, start: this.byteOffset, end: this.byteOffset + this.byteLength, wholeResource: true };
+  }
+
+  /**
+   * Made by sliceRows as a copy of its parent's rows (they did not start at an aligned
+   * offset): refused as an attention's `out` and as `write`'s target, since what is written
+   * to it would not reach the parent, as it does through a view.
+   */
+  get sliceCopy(): boolean {
+    return this.#sliceCopy;
+  }
+
+  /** @internal Mark this tensor as sliceRows' copy of rows (never undone). */
+  markSliceCopy(): this {
+    this.#sliceCopy = true;
+    return this;
   }
 
   /** Where the verdicts of this tensor's allocation and writes go (GpuContext.scoped). */
