@@ -131,6 +131,14 @@ describe('headline.md', () => {
     expect(md).toContain('NVIDIA H200');
   });
 
+  it('gives no route+select+mask share for a plan timed by waiting for the device (WebGPU\'s serial split), and says why', () => {
+    const serial = { ...lat('webgpu', 'crisp', 131072, 300, 30, 0.45), planPhases: { statsMs: 20, peRowsMs: 10 }, planSplit: 'serial' as const };
+    const r = result('cmd', 't0', [lat('webgpu', 'dense', 131072, 600, 0.1, 1), serial], []);
+    const md = headline(r, 'x/');
+    expect(md.split('\n').find((l) => l.startsWith('| 128k |'))).toBe('| 128k | 600 [540, 720] | 300 [270, 360] | 2.00x | 0.450 | 10.0% | – |');
+    expect(md).toContain('no route+select+mask share is given');
+  });
+
   it('shows the error of a peer timed with its output past the check\'s tolerance, in both tables', () => {
     const r = result('cmd', 't0', [lat('cuda', 'dense', 16384, 20, 0.1, 1), lat('cuda', 'crisp', 16384, 10, 1, 0.4)], [{ n: 16384, peer: 'ort-web-webgpu', median: 80 }]);
     const row = r.suites.latency!.peers.rows[0];

@@ -20,17 +20,19 @@ const pastTolerance = (x: PeerRow | undefined): string =>
 const serialNote = (rows: readonly { backend: string; planSplit?: 'serial' }[]): string => {
   const on = [...new Set(rows.filter((x) => x.planSplit === 'serial').map((x) => x.backend))];
   return on.length
-    ? ` On ${on.join(' and ')} (no device marks: the plan's device work is queued, not waited for) the plan and attention times come from up to three more runs per preset and size that waited for the device after the plan and after the attention; the totals are the timed runs'.`
+    ? ` On ${on.join(' and ')} (no device marks: the plan's device work is queued, not waited for) the plan and attention times come from up to three more runs per preset and size that waited for the device after the plan and after the attention; the totals are the timed runs'. The plan's phases are not waited for apart there, so the statistics' device work lands in the later phases and no route+select+mask share is given.`
     : '';
 };
 const planShare = (x: { planMs: number; ms: { median: number } } | undefined): string => (x ? pct(x.planMs, x) : '–');
 /**
  * The plan after its proxy statistics (docs/ALGORITHM.md, steps 2-3 and the mask: routing, selection,
  * PE rows, expansion) as a share of the total: planMs − statsMs, when the run split the plan.
+ * Not for a plan timed by waiting for the device (planSplit 'serial', WebGPU): there the
+ * statistics' device work is only queued when statsMs ends, and lands in the later phases.
  */
-const afterStatsShare = (x: { planMs: number; planPhases?: Record<string, number>; ms: { median: number } } | undefined): string => {
+const afterStatsShare = (x: { planMs: number; planPhases?: Record<string, number>; planSplit?: 'serial'; ms: { median: number } } | undefined): string => {
   const st = x?.planPhases?.statsMs;
-  return x && st !== undefined && Number.isFinite(st) ? pct(Math.max(0, x.planMs - st), x) : '–';
+  return x && x.planSplit !== 'serial' && st !== undefined && Number.isFinite(st) ? pct(Math.max(0, x.planMs - st), x) : '–';
 };
 
 /** Every run whose rows this result holds: the earlier merged ones, then this one. */
