@@ -199,6 +199,42 @@ describe('random selector outputs', () => {
   });
 });
 
+describe('random peVs outputs (the lists PE heads keep, Policy.peVs)', () => {
+  it('valid lists join the PE heads\' lists and attention runs on them; the rest are the exact code', async () => {
+    const be = createReferenceBackend();
+    const x = problem(be, { n, H, d, seed: 17 });
+    const arb = fc.record({ vertical: selectionArb, slash: selectionArb, routes: routesArb });
+    await fc.assert(
+      fc.asyncProperty(arb, async ({ vertical, slash, routes }) => {
+        const peVs = {
+          name: 'hostilePeVs',
+          select: (input: DirectionScores) => (input.direction === 'vertical' ? vertical : slash).value as Int32Array,
+        };
+        const router = { name: 'given', route: () => ({ routes, scores: new Float64Array(H), scoreName: 'given' }) };
+        const policy: Policy = { ...basePolicy(B), router, peWithVs: true, peVs };
+        // PE heads always keep block 0 and offset 0, so only the lists themselves are checked
+        const want = routes.includes('pe') ? (vertical.error ?? slash.error) : undefined;
+        const label = `${vertical.kind} / ${slash.kind}, routes ${routes}`;
+        const out = poisoned(be, 'f32', [n, H, d]);
+        let res: Awaited<ReturnType<typeof sparsePrefill>> | undefined;
+        const code = await codeOf(async () => {
+          res = await sparsePrefill(be, x, policy, { minSparseLength: 0, out });
+        });
+        expect(code, label).toBe(want);
+        if (want !== undefined) return untouched(be, out, label);
+        const h = routes.indexOf('pe');
+        if (h >= 0) {
+          const vs = res!.plan.mask!.vs!;
+          const got = new Set(Array.from(vs.vertical.subarray(vs.verticalPtr[h], vs.verticalPtr[h + 1])));
+          for (const J of Array.from(vertical.value as ArrayLike<number>)) expect(got.has(J), `${label}: block ${J}`).toBe(true);
+        }
+        await matchesMask(be, x, res!, label);
+      }),
+      { numRuns: 100 },
+    );
+  });
+});
+
 describe('router and selector factories', () => {
   const factories: Array<[string, (o: never) => unknown, readonly string[]]> = [
     ['cStruct', cStruct, ['tauProxy', 'wSink', 'wLocal']],
