@@ -164,73 +164,83 @@ const selectionArb: fc.Arbitrary<Selection> = fc.oneof(
   ),
 );
 
+/**
+ * One property over random selector outputs (vertical, slash) and routes: `place` puts the
+ * hostile selector into a policy, `want` is the code it must end with (undefined: success),
+ * and on success `check` looks at the plan's lists before the output is compared with
+ * attention on the plan's mask; on failure `out` must be untouched.
+ */
+async function selectorProperty(
+  seed: number,
+  numRuns: number,
+  place: (selector: { name: string; select: (input: DirectionScores) => Int32Array }, routes: Route[]) => Policy,
+  want: (vertical: Selection, slash: Selection, routes: Route[]) => CrispErrorCode | undefined,
+  check: (res: Awaited<ReturnType<typeof sparsePrefill>>, vertical: Selection, routes: Route[], label: string) => void,
+): Promise<void> {
+  const be = createReferenceBackend();
+  const x = problem(be, { n, H, d, seed });
+  const arb = fc.record({ vertical: selectionArb, slash: selectionArb, routes: routesArb });
+  await fc.assert(
+    fc.asyncProperty(arb, async ({ vertical, slash, routes }) => {
+      const selector = {
+        name: 'hostileSelector',
+        select: (input: DirectionScores) => (input.direction === 'vertical' ? vertical : slash).value as Int32Array,
+      };
+      const expected = want(vertical, slash, routes);
+      const label = `${vertical.kind} / ${slash.kind}, routes ${routes}`;
+      const out = poisoned(be, 'f32', [n, H, d]);
+      let res: Awaited<ReturnType<typeof sparsePrefill>> | undefined;
+      const code = await codeOf(async () => {
+        res = await sparsePrefill(be, x, place(selector, routes), { minSparseLength: 0, out });
+      });
+      expect(code, label).toBe(expected);
+      if (expected !== undefined) return untouched(be, out, label);
+      check(res!, vertical, routes, label);
+      await matchesMask(be, x, res!, label);
+    }),
+    { numRuns },
+  );
+}
+
+/** A router that routes as given. */
+const given = (routes: Route[]) => ({ name: 'given', route: () => ({ routes, scores: new Float64Array(H), scoreName: 'given' }) });
+
+/** Head h's vertical list in a plan. */
+function verticalOf(res: Awaited<ReturnType<typeof sparsePrefill>>, h: number): number[] {
+  const vs = res.plan.mask!.vs!;
+  return Array.from(vs.vertical.subarray(vs.verticalPtr[h], vs.verticalPtr[h + 1]));
+}
+
 describe('random selector outputs', () => {
   it('valid lists (any order, duplicates) give the sorted lists and attention on them; the rest are the exact code', async () => {
-    const be = createReferenceBackend();
-    const x = problem(be, { n, H, d, seed: 13 });
-    const arb = fc.record({ vertical: selectionArb, slash: selectionArb, routes: routesArb });
-    await fc.assert(
-      fc.asyncProperty(arb, async ({ vertical, slash, routes }) => {
-        const selector = {
-          name: 'hostileSelector',
-          select: (input: DirectionScores) => (input.direction === 'vertical' ? vertical : slash).value as Int32Array,
-        };
-        const policy: Policy = { ...basePolicy(B), router: { name: 'given', route: () => ({ routes, scores: new Float64Array(H), scoreName: 'given' }) }, vs: selector };
-        // checked in order: the vertical list, the slash list, then coverage (block 0 in one of them)
-        const want = routes.includes('vs') ? (vertical.error ?? slash.error ?? (vertical.zero || slash.zero ? undefined : 'INVALID_MASK')) : undefined;
-        const label = `${vertical.kind} / ${slash.kind}, routes ${routes}`;
-        const out = poisoned(be, 'f32', [n, H, d]);
-        let res: Awaited<ReturnType<typeof sparsePrefill>> | undefined;
-        const code = await codeOf(async () => {
-          res = await sparsePrefill(be, x, policy, { minSparseLength: 0, out });
-        });
-        expect(code, label).toBe(want);
-        if (want !== undefined) return untouched(be, out, label);
+    await selectorProperty(
+      13,
+      150,
+      (selector, routes) => ({ ...basePolicy(B), router: given(routes), vs: selector }),
+      // checked in order: the vertical list, the slash list, then coverage (block 0 in one of them)
+      (vertical, slash, routes) => (routes.includes('vs') ? (vertical.error ?? slash.error ?? (vertical.zero || slash.zero ? undefined : 'INVALID_MASK')) : undefined),
+      (res, vertical, routes, label) => {
         const h = routes.indexOf('vs');
-        if (h >= 0) {
-          const vs = res!.plan.mask!.vs!;
-          const got = Array.from(vs.vertical.subarray(vs.verticalPtr[h], vs.verticalPtr[h + 1]));
-          expect(got, label).toEqual([...new Set(Array.from(vertical.value as ArrayLike<number>))].sort((a, b) => a - b));
-        }
-        await matchesMask(be, x, res!, label);
-      }),
-      { numRuns: 150 },
+        if (h >= 0) expect(verticalOf(res, h), label).toEqual([...new Set(Array.from(vertical.value as ArrayLike<number>))].sort((a, b) => a - b));
+      },
     );
   });
 });
 
 describe('random peVs outputs (the lists PE heads keep, Policy.peVs)', () => {
   it('valid lists join the PE heads\' lists and attention runs on them; the rest are the exact code', async () => {
-    const be = createReferenceBackend();
-    const x = problem(be, { n, H, d, seed: 17 });
-    const arb = fc.record({ vertical: selectionArb, slash: selectionArb, routes: routesArb });
-    await fc.assert(
-      fc.asyncProperty(arb, async ({ vertical, slash, routes }) => {
-        const peVs = {
-          name: 'hostilePeVs',
-          select: (input: DirectionScores) => (input.direction === 'vertical' ? vertical : slash).value as Int32Array,
-        };
-        const router = { name: 'given', route: () => ({ routes, scores: new Float64Array(H), scoreName: 'given' }) };
-        const policy: Policy = { ...basePolicy(B), router, peWithVs: true, peVs };
-        // PE heads always keep block 0 and offset 0, so only the lists themselves are checked
-        const want = routes.includes('pe') ? (vertical.error ?? slash.error) : undefined;
-        const label = `${vertical.kind} / ${slash.kind}, routes ${routes}`;
-        const out = poisoned(be, 'f32', [n, H, d]);
-        let res: Awaited<ReturnType<typeof sparsePrefill>> | undefined;
-        const code = await codeOf(async () => {
-          res = await sparsePrefill(be, x, policy, { minSparseLength: 0, out });
-        });
-        expect(code, label).toBe(want);
-        if (want !== undefined) return untouched(be, out, label);
+    await selectorProperty(
+      17,
+      100,
+      (selector, routes) => ({ ...basePolicy(B), router: given(routes), peWithVs: true, peVs: selector }),
+      // PE heads always keep block 0 and offset 0, so only the lists themselves are checked
+      (vertical, slash, routes) => (routes.includes('pe') ? (vertical.error ?? slash.error) : undefined),
+      (res, vertical, routes, label) => {
         const h = routes.indexOf('pe');
-        if (h >= 0) {
-          const vs = res!.plan.mask!.vs!;
-          const got = new Set(Array.from(vs.vertical.subarray(vs.verticalPtr[h], vs.verticalPtr[h + 1])));
-          for (const J of Array.from(vertical.value as ArrayLike<number>)) expect(got.has(J), `${label}: block ${J}`).toBe(true);
-        }
-        await matchesMask(be, x, res!, label);
-      }),
-      { numRuns: 100 },
+        if (h < 0) return;
+        const got = new Set(verticalOf(res, h));
+        for (const J of Array.from(vertical.value as ArrayLike<number>)) expect(got.has(J), `${label}: block ${J}`).toBe(true);
+      },
     );
   });
 });
