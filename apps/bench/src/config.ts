@@ -146,8 +146,9 @@ export interface BenchConfig {
     readonly flexGammas?: readonly number[];
     /**
      * crispGuarded with its VS heads' noise floor at these α (its PE heads' lists at the
-     * preset's, Policy.peVs) beside the presets, for the comparison at matched density (the report finds the smallest
-     * α whose density is within flexPrefill's); empty: none. Absent in results written before it.
+     * preset's, Policy.peVs) beside the presets, for the comparison at matched density (the
+     * report finds the smallest α whose density is within flexPrefill's); empty: none. Absent
+     * in results written before it.
      */
     readonly guardAlphas?: readonly number[];
   };

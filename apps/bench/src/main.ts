@@ -264,19 +264,19 @@ function rankList(text: string): number[] {
   return out;
 }
 
-function gammaList(text: string): number[] {
+/**
+ * A swept parameter's values ("0.99,0.995", or 'none' for none): each must pass `ok`; sorted,
+ * without repeats. `what` names the list and the values it takes in the error.
+ */
+function sweepList(text: string, name: string, ok: (x: number) => boolean, what: string): number[] {
   if (text.trim() === 'none') return [];
   const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
-  if (out.length === 0 || out.some((x) => !(x > 0 && x < 1))) throw new Error(`bad γ list '${text}': use comma-separated numbers in (0, 1) (e.g. 0.99,0.995), or 'none'`);
+  if (out.length === 0 || out.some((x) => !ok(x))) throw new Error(`bad ${name} list '${text}': use comma-separated ${what}, or 'none'`);
   return [...new Set(out)].sort((a, b) => a - b);
 }
 
-function alphaList(text: string): number[] {
-  if (text.trim() === 'none') return [];
-  const out = text.split(',').map((x) => x.trim()).filter(Boolean).map(Number);
-  if (out.length === 0 || out.some((x) => !(Number.isFinite(x) && x > 0))) throw new Error(`bad α list '${text}': use comma-separated numbers > 0 (e.g. 1.5,2), or 'none'`);
-  return [...new Set(out)].sort((a, b) => a - b);
-}
+const gammaList = (text: string): number[] => sweepList(text, 'γ', (x) => x > 0 && x < 1, 'numbers in (0, 1) (e.g. 0.99,0.995)');
+const alphaList = (text: string): number[] => sweepList(text, 'α', (x) => Number.isFinite(x) && x > 0, 'numbers > 0 (e.g. 1.5,2)');
 
 /** One size: 8192 or 8k. */
 function oneSize(text: string, what: string): number {

@@ -7,7 +7,7 @@
  */
 import type { DType, Policy } from '@crisp/core';
 import { crisp, crispFast, crispGuarded, flexPrefill } from '@crisp/presets';
-import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
+import { cumulativeCoverage, globalCoverage, type NoiseFloorSelector, noiseFloor } from '@crisp/select';
 import type { OpenBackend } from '../backends.js';
 import { deadlineReason, type SuiteContext, message, timeLeft, withTimeout } from '../context.js';
 import { denseReference, evaluatePolicies, type MaskMetrics, type RoutingMetrics } from '../evaluate.js';
@@ -77,7 +77,7 @@ export function crispGuardedAtAlpha(alpha: number): Policy {
   return Object.freeze({
     ...crispGuarded,
     name: guardedAtAlphaName(alpha),
-    vs: noiseFloor({ alpha, kMin: crispGuarded.pe!.kMin }),
+    vs: noiseFloor({ alpha, kMin: (crispGuarded.vs as NoiseFloorSelector).kMin }),
     peVs: crispGuarded.peVs ?? crispGuarded.vs,
   });
 }
