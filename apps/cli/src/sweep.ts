@@ -2,9 +2,9 @@
  * `crisp report --sweep`: the accuracy/density trade-off of the run's policy as its thresholds
  * move. The run's scenario is regenerated at a modest size on the reference backend (plans
  * only, no attention), and each plan's density and float64 mass recall on sampled rows are
- * recorded: α (the noise floor of the VS heads, and of crispGuarded's PE heads' lists) with γ
- * fixed, then γ (PE coverage, and FlexPrefill's VS coverage) with α fixed. A few seconds on a
- * laptop CPU.
+ * recorded: α (the noise floor of the VS heads; crispGuarded's PE heads' lists stay at the
+ * preset's α, as with --alpha) with γ fixed, then γ (PE coverage, and FlexPrefill's VS
+ * coverage) with α fixed. A few seconds on a laptop CPU.
  */
 import { planPrefill } from '@crisp/core';
 import { createReferenceBackend, massRecall, sampleRows } from '@crisp/reference';

@@ -236,8 +236,9 @@ export class WebGpuBackend implements Backend {
    * when the rows start at a multiple of the device's minStorageBufferOffsetAlignment, else
    * a copy. A view can be written (as `out`, by `write`: the rows land in `t`); a copy is
    * refused as either (INVALID_ARGUMENT: the write would not reach `t`). Dispose it when done
-   * (that never frees `t`'s buffer), and do not use it after `t` is disposed. INVALID_ARGUMENT for rows outside `t`, WRONG_BACKEND or
-   * DISPOSED for a tensor that is not a live one of this backend.
+   * (that never frees `t`'s buffer), and do not use it after `t` is disposed.
+   * INVALID_ARGUMENT for rows outside `t`, WRONG_BACKEND or DISPOSED for a tensor that is not
+   * a live one of this backend.
    */
   sliceRows(t: DeviceTensor, start: number, rows: number): DeviceTensor {
     return sliceRows(this.#host, t, start, rows);

@@ -43,7 +43,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
   cx.alive();
   cx.tracer.host('planOnDevice()');
   const { stats, route, vs: rule, peK, pe, peWithVs, peVs, peVsExcess, peVsFullAnchor } = req ?? ({} as DevicePlanRequest);
-  const narrow = {
+  const peLists = {
     ...(peVs !== undefined ? { peVs } : {}),
     ...(peVsExcess !== undefined ? { peVsExcess } : {}),
     ...(peVsFullAnchor !== undefined ? { peVsFullAnchor } : {}),
@@ -71,7 +71,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
       heads: H,
       numBlocks: Nb,
       blockSize: B,
-      vs: { rule, stats, routes, peK, peWithVs, ...narrow },
+      vs: { rule, stats, routes, peK, peWithVs, ...peLists },
       pe: heads.length > 0 ? { q: pe.q, k: pe.k, opts: { blockSize: B, gamma: pe.gamma, heads, scale: pe.scale } } : undefined,
     });
     const outcome = { routes, vs: res.vs, ...(res.peRows ? { peRows: res.peRows } : {}) };
@@ -130,7 +130,7 @@ export async function planOnDevice(cx: CudaContext, store: KeptStats, req: Devic
     };
     let vsDev: DeviceVsSelection;
     try {
-      vsDev = selectOnDevice(cx, store, { rule, stats, peK, peWithVs, ...narrow }, H, Nb, B, temp, { bytes, fill });
+      vsDev = selectOnDevice(cx, store, { rule, stats, peK, peWithVs, ...peLists }, H, Nb, B, temp, { bytes, fill });
     } finally {
       // one plan a statistics object on the second stream: its event is a ring slot that
       // later fences reuse, so another plan on these statistics runs on the main stream

@@ -117,7 +117,6 @@ export function checkAttentionOptions(
   return out;
 }
 
-
 export async function runAttention(
   host: OpHost,
   shape: AttentionShape,
