@@ -53,7 +53,8 @@ import {
 /**
  * Default shapes: n not a multiple of B, n < 2B, GQA ratios 1, 4 and 8, d 64 and 128,
  * B 64 and 128, chunked prefill (q the last m of n positions: a chunk starting inside a
- * block, the last block alone, H/Hkv 32/8), and shapes long enough for the presets' sparse
+ * block, the last block alone, H/Hkv 32/8, a chunk shorter than a block and than 64 rows, so
+ * the proxy rows b = m fill no whole tile), and shapes long enough for the presets' sparse
  * path (n > kMin = 1024), whole and chunked ((p, m) = (n - 300, 300), (1000, 1100)).
  */
 export const SMALL_SIZES: readonly ShapeCase[] = Object.freeze([
@@ -62,6 +63,7 @@ export const SMALL_SIZES: readonly ShapeCase[] = Object.freeze([
   { n: 300, heads: 8, kvHeads: 1, headDim: 64, blockSize: 128 },
   { n: 190, m: 70, heads: 4, kvHeads: 2, headDim: 64, blockSize: 64 },
   { n: 320, m: 64, heads: 32, kvHeads: 8, headDim: 64, blockSize: 64 },
+  { n: 250, m: 37, heads: 4, kvHeads: 2, headDim: 128, blockSize: 64 },
   { n: 1100, heads: 4, kvHeads: 2, headDim: 64, blockSize: 128, use: 'pipeline' },
   { n: 1100, m: 300, heads: 4, kvHeads: 2, headDim: 64, blockSize: 128, use: 'pipeline' },
   { n: 2100, m: 1100, heads: 8, kvHeads: 8, headDim: 64, blockSize: 128, use: 'pipeline' },

@@ -2,7 +2,7 @@
  * The attention kernels: 'fma' (the default, also run by primitives.test.ts and the
  * conformance suite; f16 and f32) against float64, dispatch splitting, non-finite inputs,
  * the option's validation, and the WGSL of the GPU forms (the unrolled FMA kernel, the
- * tensor-core subgroup-matrix kernel) through Tint on Dawn's null adapter, which offers
+ * tensor-core subgroup-matrix kernel, and the proxy statistics' score passes in both tiles) through Tint on Dawn's null adapter, which offers
  * chromium-experimental-subgroup-matrix: the checks a GPU build applies before any driver
  * sees the code (uniformity of fragment offsets, enables, types).
  */
@@ -14,11 +14,13 @@ import { createWebGpuBackend } from './backend.js';
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
 import {
   SUBGROUP_MATRIX_FORMS,
+  SUBGROUP_MATRIX_WORKGROUP_BYTES,
   subgroupMatrixAttentionProgram,
   subgroupMatrixHeadDim,
   subgroupMatrixWorkgroupBytes,
 } from './kernels/attention/subgroup-matrix.js';
 import type { StorageDType } from './kernels/common.js';
+import { rowStatsProgram, scoresProgram } from './kernels/proxy.js';
 import { DEFAULT_DAWN_FLAGS } from './node.js';
 import { freshSeed, seededValues, sharedBackend } from './test-support.js';
 
@@ -209,6 +211,18 @@ describe.skipIf(!backend)(`attention kernels${reason ? ` (skipped: ${reason})` :
   });
 });
 
+/** Bytes of workgroup memory a program declares. */
+function workgroupBytes(wgsl: string): number {
+  const size: Record<string, number> = { f32: 4, u32: 4, f16: 2, 'vec2<u32>': 8, 'vec4<u32>': 16, 'vec4<f32>': 16, 'vec2<f32>': 8, 'atomic<u32>': 4 };
+  let bytes = 0;
+  for (const m of wgsl.matchAll(/var<workgroup> \w+: (?:array<(.+), (\d+)>|(\w+(?:<\w+>)?));/g)) {
+    const one = m[1] !== undefined ? size[m[1]] * Number(m[2]) : size[m[3]];
+    if (!(one > 0)) throw new Error(`unknown workgroup type in ${m[0]}`);
+    bytes += one;
+  }
+  return bytes;
+}
+
 // Dawn's null adapter compiles WGSL with Tint (no driver): every feature is offered.
 const nullGpu = create(['backend=null', ...DEFAULT_DAWN_FLAGS]);
 const nullAdapter = await nullGpu.requestAdapter().catch(() => null);
@@ -235,16 +249,35 @@ describe.skipIf(!nullOk)('kernel WGSL through Tint (Dawn null adapter)', () => {
   });
 
   it('each form declares the workgroup memory its eligibility check assumes', () => {
-    const size: Record<string, number> = { f32: 4, u32: 4, f16: 2, 'vec2<u32>': 8, 'vec4<u32>': 16, 'vec4<f32>': 16, 'vec2<f32>': 8 };
     for (const form of SUBGROUP_MATRIX_FORMS) {
       for (const d of [64, 128]) {
-        let bytes = 0;
-        for (const m of subgroupMatrixAttentionProgram(d, form).wgsl.matchAll(/var<workgroup> \w+: (?:array<(.+), (\d+)>|(\w+(?:<\w+>)?));/g)) {
-          bytes += m[1] !== undefined ? size[m[1]] * Number(m[2]) : size[m[3]];
-        }
+        const bytes = workgroupBytes(subgroupMatrixAttentionProgram(d, form).wgsl);
         expect(bytes, `${form} d${d}`).toBeGreaterThan(0);
         expect(bytes, `${form} d${d}`).toBeLessThanOrEqual(subgroupMatrixWorkgroupBytes(form, d));
         expect(subgroupMatrixWorkgroupBytes(form, d), `${form} d${d}`).toBeLessThanOrEqual(48 * 1024);
+      }
+    }
+  });
+
+  it("the tensor-core proxy statistics passes validate, d = 64 and 128, within the tensor-core kernel's workgroup memory", async () => {
+    for (const d of [64, 128]) {
+      for (const p of [rowStatsProgram('f16', d, false, 'subgroup-matrix'), scoresProgram('f16', d, false, 'subgroup-matrix')]) {
+        expect(p.name).toMatch(/-subgroup-matrix$/);
+        expect(await errorsOf(p.wgsl), `${p.name} d${d}`).toEqual([]);
+        // (the eligibility check admits an adapter by the attention kernel's need)
+        expect(workgroupBytes(p.wgsl), `${p.name} d${d}`).toBeLessThanOrEqual(SUBGROUP_MATRIX_WORKGROUP_BYTES);
+      }
+    }
+    expect(() => rowStatsProgram('f32', 128, false, 'subgroup-matrix')).toThrow(/f16/);
+    expect(() => scoresProgram('f16', 96, false, 'subgroup-matrix')).toThrow(/64 and 128/);
+  });
+
+  it('the FMA proxy statistics passes validate, unrolled and rolled, f16 and f32', async () => {
+    for (const dt of ['f16', 'f32'] as const) {
+      for (const compact of [false, true]) {
+        for (const p of [rowStatsProgram(dt, 128, compact), scoresProgram(dt, 128, compact)]) {
+          expect(await errorsOf(p.wgsl), `${p.name} ${dt}${compact ? ' rolled' : ''}`).toEqual([]);
+        }
       }
     }
   });

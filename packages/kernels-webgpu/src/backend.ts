@@ -30,12 +30,13 @@ import {
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
 import { type SubgroupMatrixForm, subgroupMatrixAttentionProgram, subgroupMatrixHeadDim } from './kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor, StorageDType } from './kernels/common.js';
+import type { ScoreTileKind } from './kernels/proxy.js';
 import { denseAttention, sparseAttention } from './ops/attention.js';
 import { type DeviceVsPlan, type DeviceVsRequest, deviceVsPlan } from './ops/device-select.js';
 import { expandMask } from './ops/expand-mask.js';
 import type { OpHost } from './ops/host.js';
 import { peBlockRows } from './ops/pe-rows.js';
-import { proxyStats } from './ops/proxy-stats.js';
+import { proxyStats, scoreTileKindFor } from './ops/proxy-stats.js';
 import { sliceRows } from './ops/slice-rows.js';
 import { allocate, download, read, upload, wrapBuffer, write } from './ops/transfer.js';
 import { type GpuProfile, GpuProfiler } from './runtime/gpu-profile.js';
@@ -328,14 +329,27 @@ export class WebGpuBackend implements Backend {
         // An experimental feature: if the driver rejects the program, keep the portable
         // kernel for the rest of this backend's life and say why in kernelNote.
         this.gpu.subgroupMatrix = false;
-        this.kernelNote = `subgroup-matrix attention unavailable, using fma: ${e instanceof Error ? e.message : String(e)}`;
+        this.gpu.noteKernel(`subgroup-matrix attention unavailable, using fma: ${e instanceof Error ? e.message : String(e)}`);
       }
     }
     return this.gpu.pipeline(this.attentionProgramFor('fma', dtype, D));
   }
 
-  /** Why the tensor-core kernel is not in use, when it was eligible but failed to build. */
-  kernelNote: string | undefined;
+  /**
+   * Why a tensor-core program is not in use where it was eligible (the attention kernel, or
+   * the proxy statistics' score passes) because its build failed.
+   */
+  get kernelNote(): string | undefined {
+    return this.gpu.kernelNote;
+  }
+
+  /**
+   * The score tiles the proxy statistics' two passes over every key use for this dtype and
+   * head dim: 'subgroup-matrix' (tensor cores) wherever the tensor-core attention runs, else 'fma'.
+   */
+  statisticsKernelFor(dtype: StorageDType, headDim: number): ScoreTileKind {
+    return scoreTileKindFor(this.gpu, dtype, headDim);
+  }
 
   /**
    * Resolves when the work this backend queued has finished. On a device this backend made,

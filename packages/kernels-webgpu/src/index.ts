@@ -28,6 +28,7 @@ export { DeviceLostError, GpuContext, type DeviceLimits } from './runtime/gpu-co
 export type { WebGpuTensor } from './runtime/tensor.js';
 export { coverageCut, coverageThreshold, fixedGamma, fixedMass } from './coverage.js';
 export type { ProgramDescriptor } from './kernels/common.js';
+export type { ScoreTileKind } from './kernels/proxy.js';
 export { FMA_ATTENTION_WORKGROUP_BYTES, fmaAttentionProgram } from './kernels/attention/fma.js';
 export {
   DEFAULT_SUBGROUP_MATRIX_FORM,

@@ -30,6 +30,8 @@
  *   --sparse LIST        crisp-preset sparse vs own dense, best variant (default 32768,65536,131072)
  *   --tfjs LIST          TF.js peer sizes (default 8192,16384; empty = skip)
  *   --smm-probe N        subgroup-matrix GEMM probe size (default 8192; 0 = skip)
+ *   --proxy LIST         proxy statistics per correct variant at these n (default 8192,32768,65536;
+ *                        empty = skip): wall and GPU time, and the statistics against the first variant's
  *   --conformance LIST   @crisp/conformance (f16, best variant) at these n (0: the CI sizes, with
  *                        chunked prefill and varlen), last, if 40 s remain
  *                        (default 4000; empty = skip)
@@ -40,7 +42,9 @@
  * variant, before anything is timed; (b) correctness of each variant at --check n against
  * float64 on sampled (row, head) pairs; (c) dense TFLOP/s per variant; (d) the sparse pipeline
  * with the best correct variant vs its own dense (density, plan ms, attention ms, ratio to
- * density × dense + plan); (e) the TF.js peer; then @crisp/conformance with the best variant.
+ * density × dense + plan); (e) the TF.js peer; (f) the proxy statistics of each correct variant
+ * (its score tiles, time, and agreement with the first variant's); then @crisp/conformance
+ * with the best variant.
  * "Best plain variant" (the --best-dense sizes, conformance, sparse, the TF.js ratio): the
  * fastest correct variant with Dawn's default toggles (what a browser runs), `rolled` excluded.
  * Conformance also runs with the experimental subgroup-matrix kernel when it was correct.
@@ -59,11 +63,12 @@ import { correctnessPhase } from './webgpu/correctness.js';
 import { densePhase } from './webgpu/dense.js';
 import { elapsed, log, result, save } from './webgpu/harness.js';
 import { probesPhase, subgroupMatrixProbePhase } from './webgpu/probes.js';
+import { proxyPhase } from './webgpu/proxy.js';
 import { sparsePhase } from './webgpu/sparse.js';
 import { tfjsPeer } from './webgpu/tfjs.js';
 
 // The phases in order: (a) build, the subgroup-matrix probe, (b) correctness, the probes,
-// (c) dense, conformance, (d) sparse, (e) the TF.js peer.
+// (c) dense, (f) the proxy statistics, conformance, (d) sparse, (e) the TF.js peer.
 async function main(): Promise<void> {
   const base = await createNodeWebGpuBackend();
   describeDevice(base);
@@ -72,6 +77,7 @@ async function main(): Promise<void> {
   await correctnessPhase(variants);
   await probesPhase(base, variants);
   const bestPlain = await densePhase(variants);
+  await proxyPhase(variants);
   await conformancePhase(variants, bestPlain);
   await sparsePhase(bestPlain);
 

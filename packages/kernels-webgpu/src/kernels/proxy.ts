@@ -21,24 +21,36 @@
  *                whose softmax over J is FlexPrefill's pooled estimate ā.
  */
 import { LOG2E, type ProgramDescriptor, type StorageDType, vec4ArrayType, widen } from './common.js';
-import { TILE_SHARED, scoreTileWgsl } from './tile.js';
+import { SGM_SCORE_ROW_VEC4, subgroupMatrixScoreTile } from './proxy-tile-subgroup-matrix.js';
+import { type ScoreTile, fmaScoreTile } from './tile.js';
 
 export { LOG2E };
 
 /** Slash partials per (head, key tile): b + 63 <= 191 diagonals, padded. */
 export const SLASH_STRIDE = 192;
 
-export function rowStatsProgram(dtype: StorageDType, headDim: number, compact = false): ProgramDescriptor {
+/**
+ * The score tiles of the two passes over every key: 'fma' (every adapter, f16 and f32) or
+ * 'subgroup-matrix' (tensor cores; f16 at head dims 64 and 128, where the tensor-core
+ * attention runs).
+ */
+export type ScoreTileKind = 'fma' | 'subgroup-matrix';
+
+function scoreTile(kind: ScoreTileKind, dtype: StorageDType, headDim: number, compact: boolean): ScoreTile {
+  if (kind === 'fma') return fmaScoreTile(dtype, headDim, compact);
+  if (dtype !== 'f16') throw new RangeError('the tensor-core proxy tile reads f16 storage only');
+  return subgroupMatrixScoreTile(headDim);
+}
+
+export function rowStatsProgram(dtype: StorageDType, headDim: number, compact = false, kind: ScoreTileKind = 'fma'): ProgramDescriptor {
   const D = headDim;
   const comps = ['x', 'y', 'z', 'w'];
-  const tile = scoreTileWgsl({
-    dtype,
-    headDim: D,
-    qIndex4: (dc) => `(((P.m - P.b + iL) * P.H + h) * D + ${dc} + ld) / 4u`,
-    qValid: 'iL < P.b',
-    qScale: 'P.scaleLog2',
-    compact,
-  });
+  const st = scoreTile(kind, dtype, D, compact);
+  const tile = st.tile;
+  // (the tensor-core tile is GPU-only: its update is always the unrolled one)
+  compact = compact && kind === 'fma';
+  const sgm = kind === 'subgroup-matrix';
+  const red = sgm ? 'Ssh' : 'red';
   const updCompact = `{
       var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
       for (var i = 0u; i < 4u; i++) {
@@ -75,24 +87,24 @@ export function rowStatsProgram(dtype: StorageDType, headDim: number, compact = 
       }`;
     })
     .join('\n      ');
-  const wgsl = /* wgsl */ `
+  const wgsl = /* wgsl */ `${st.enables}
 struct Params {
   m: u32, n: u32, H: u32, Hkv: u32,
   b: u32, tilesPerSplit: u32, numSplits: u32, headBase: u32,
   scaleLog2: f32, p0: u32, p1: u32, p2: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> Q: ${vec4ArrayType(dtype)};
-@group(0) @binding(2) var<storage, read> K: ${vec4ArrayType(dtype)};
+@group(0) @binding(1) var<storage, read> Q: ${st.qType};
+@group(0) @binding(2) var<storage, read> K: ${st.kType};
 @group(0) @binding(3) var<storage, read_write> part: array<vec4<f32>>; // [H][b][splits] (M, Z, E, 0)
 
 const D: u32 = ${D}u;
 const MASKED: f32 = -3.0e38;
-${TILE_SHARED}
-var<workgroup> red: array<vec4<f32>, 1024>;
+${st.shared}
+${sgm ? '' : 'var<workgroup> red: array<vec4<f32>, 1024>;'}
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${st.builtins}) {
   let tr = lid / 16u;
   let tc = lid % 16u;
   let lr = lid / 4u;
@@ -101,9 +113,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let rt = wid.y;
   let h = P.headBase + wid.z;
   let g = h / (P.H / P.Hkv);
-  let iL = rt * 64u + lr;
   if (lid == 0u) { atomicStore(&badInput, 0u); }
   workgroupBarrier();
+  ${st.rowTile}
   var mrow = vec4<f32>(-1.0e30);
   var zrow = vec4<f32>(0.0);
   var erow = vec4<f32>(0.0);
@@ -115,18 +127,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ${tile}
     ${upd}
   }
+  // (the tensor-core tile's S doubles as the reduction's scratch: every thread is past its last read)
+  ${sgm ? 'workgroupBarrier();' : ''}
   for (var i = 0u; i < 4u; i++) {
-    red[(tr * 4u + i) * 16u + tc] = vec4<f32>(mrow[i], zrow[i], erow[i], 0.0);
+    ${red}[(tr * 4u + i) * 16u + tc] = vec4<f32>(mrow[i], zrow[i], erow[i], 0.0);
   }
   workgroupBarrier();
   if (lid < 64u) {
     let i = rt * 64u + lid;
     var M = -1.0e30;
-    for (var c = 0u; c < 16u; c++) { M = max(M, red[lid * 16u + c].x); }
+    for (var c = 0u; c < 16u; c++) { M = max(M, ${red}[lid * 16u + c].x); }
     var Z = 0.0;
     var E = 0.0;
     for (var c = 0u; c < 16u; c++) {
-      let r = red[lid * 16u + c];
+      let r = ${red}[lid * 16u + c];
       let a = exp2(r.x - M);
       Z += a * r.y;
       E += a * (r.z + (r.x - M) * r.y);
@@ -136,7 +150,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   }
 }
 `;
-  return { name: 'rowStats', cacheKey: `rowStats:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
+  return { name: `rowStats${st.tag}`, cacheKey: `rowStats${st.tag}:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
 }
 
 export function rowCombineProgram(): ProgramDescriptor {
@@ -169,17 +183,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   return { name: 'rowCombine', cacheKey: 'rowCombine', wgsl, entryPoint: 'main' };
 }
 
-export function scoresProgram(dtype: StorageDType, headDim: number, compact = false): ProgramDescriptor {
+export function scoresProgram(dtype: StorageDType, headDim: number, compact = false, kind: ScoreTileKind = 'fma'): ProgramDescriptor {
   const D = headDim;
   const comps = ['x', 'y', 'z', 'w'];
-  const tile = scoreTileWgsl({
-    dtype,
-    headDim: D,
-    qIndex4: (dc) => `(((P.m - P.b + iL) * P.H + h) * D + ${dc} + ld) / 4u`,
-    qValid: 'iL < P.b',
-    qScale: 'P.scaleLog2',
-    compact,
-  });
+  const st = scoreTile(kind, dtype, D, compact);
+  const tile = st.tile;
+  compact = compact && kind === 'fma';
+  // the normalised tile: its own workgroup array (FMA), or the tensor-core tile's S in place
+  // (each thread overwrites the 4 x 4 block it read); PT(r, c) is element (row r, key c)
+  const sgm = kind === 'subgroup-matrix';
+  const SW = SGM_SCORE_ROW_VEC4;
+  const PT = (r: string, c: string) => (sgm ? `Ssh[(${r}) * ${SW}u + (${c}) / 4u][(${c}) % 4u]` : `Pt[(${r}) * 65u + ${c}]`);
   const normCompact = `{
       var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
       for (var i = 0u; i < 4u; i++) {
@@ -195,7 +209,7 @@ export function scoresProgram(dtype: StorageDType, headDim: number, compact = fa
             if (kp > pos || kp >= P.n) { pv[j] = 0.0; }
           }
         }
-        for (var j = 0u; j < 4u; j++) { Pt[r * 65u + tc * 4u + j] = pv[j]; }
+        for (var j = 0u; j < 4u; j++) { ${PT('r', 'tc * 4u + j')} = pv[j]; }
       }
     }`;
   const norm = compact ? normCompact : [0, 1, 2, 3]
@@ -210,29 +224,29 @@ export function scoresProgram(dtype: StorageDType, headDim: number, compact = fa
           pv = exp2(s${i} - st.x) / st.y;
           ${[0, 1, 2, 3].map((j) => `if (k0 + tc * 4u + ${j}u > pos || k0 + tc * 4u + ${j}u >= P.n) { pv.${comps[j]} = 0.0; }`).join('\n          ')}
         }
-        ${[0, 1, 2, 3].map((j) => `Pt[r * 65u + tc * 4u + ${j}u] = pv.${comps[j]};`).join(' ')}
+        ${sgm ? `Ssh[r * ${SW}u + tc] = pv;` : [0, 1, 2, 3].map((j) => `Pt[r * 65u + tc * 4u + ${j}u] = pv.${comps[j]};`).join(' ')}
       }`;
     })
     .join('\n    ');
-  const wgsl = /* wgsl */ `
+  const wgsl = /* wgsl */ `${st.enables}
 struct Params {
   m: u32, n: u32, H: u32, Hkv: u32,
   b: u32, numKeyTiles: u32, headBase: u32, p0: u32,
   scaleLog2: f32, invB: f32, p1: u32, p2: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> Q: ${vec4ArrayType(dtype)};
-@group(0) @binding(2) var<storage, read> K: ${vec4ArrayType(dtype)};
+@group(0) @binding(1) var<storage, read> Q: ${st.qType};
+@group(0) @binding(2) var<storage, read> K: ${st.kType};
 @group(0) @binding(3) var<storage, read> rows: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> av: array<f32>;         // [H][n]
 @group(0) @binding(5) var<storage, read_write> slashPart: array<f32>;  // [H][T][${SLASH_STRIDE}]
 
 const D: u32 = ${D}u;
-${TILE_SHARED}
-var<workgroup> Pt: array<f32, ${64 * 65}>; // [row][key], padded
+${st.shared}
+${sgm ? '' : `var<workgroup> Pt: array<f32, ${64 * 65}>; // [row][key], padded`}
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${st.builtins}) {
   let tr = lid / 16u;
   let tc = lid % 16u;
   let lr = lid / 4u;
@@ -245,18 +259,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   var sacc = 0.0;
   let rowTiles = (P.b + 63u) / 64u;
   for (var rt = 0u; rt < rowTiles; rt++) {
-    let iL = rt * 64u + lr;
+    ${st.rowTile}
     ${tile}
     ${norm}
     workgroupBarrier();
     if (lid < 64u) {
-      for (var r = 0u; r < 64u; r++) { vacc += Pt[r * 65u + lid]; }
+      for (var r = 0u; r < 64u; r++) { vacc += ${PT('r', 'lid')}; }
     }
     // diagonal u holds offset o = u + n - b - k0 - 63; row i meets it at key c = i + 63 - u
     if (lid < P.b + 63u) {
       for (var r = 0u; r < 64u; r++) {
         let c = i32(rt * 64u + r + 63u) - i32(lid);
-        if (c >= 0 && c < 64) { sacc += Pt[r * 65u + u32(c)]; }
+        if (c >= 0 && c < 64) { sacc += ${PT('r', 'u32(c)')}; }
       }
     }
     workgroupBarrier();
@@ -265,7 +279,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   if (lid < ${SLASH_STRIDE}u) { slashPart[(h * P.numKeyTiles + kt) * ${SLASH_STRIDE}u + lid] = sacc; }
 }
 `;
-  return { name: 'scores', cacheKey: `scores:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
+  return { name: `scores${st.tag}`, cacheKey: `scores${st.tag}:${dtype}:d${D}${compact ? ':compact' : ''}`, wgsl, entryPoint: 'main' };
 }
 
 export function slashCombineProgram(): ProgramDescriptor {

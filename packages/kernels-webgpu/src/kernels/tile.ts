@@ -6,13 +6,60 @@
  *
  * Shape legend: q [m, H, d], k [n, Hkv, d]; query tile 64 rows, key tile 64 keys.
  */
-import { NON_FINITE_WGSL, type StorageDType, widen } from './common.js';
+import { NON_FINITE_WGSL, type StorageDType, vec4ArrayType, widen } from './common.js';
 
 /** Workgroup scratch the tile uses: QK holds the Q chunk [16][16] then the K chunk [16][16]. */
 export const TILE_SHARED = `var<workgroup> QK: array<vec4<f32>, 512>;
 // set when a loaded q, k or v value is NaN or Inf: the kernel then poisons what it writes
 var<workgroup> badInput: atomic<u32>;
 ${NON_FINITE_WGSL}`;
+
+/**
+ * How a proxy-statistics kernel gets its 64 x 64 score tiles (kernels/proxy.ts): the FMA
+ * tile below, or the tensor-core one (./proxy-tile-subgroup-matrix.ts). Either way each of
+ * the 256 threads (16 x 16) ends a tile holding s0..s3 (vec4<f32>, rows tr*4+i, keys
+ * tc*4..+3, in log2 units: scaled by P.scaleLog2), and flags non-finite q or k in badInput.
+ * Needs in scope: lid, tr, tc, lr, ld, h, g, and `rt` (the row tile) before `rowTile`,
+ * `k0` before `tile`; P.m, P.n, P.H, P.Hkv, P.b, P.scaleLog2.
+ */
+export interface ScoreTile {
+  /** `enable` directives */
+  readonly enables: string;
+  /** WGSL array types of the Q and K bindings */
+  readonly qType: string;
+  readonly kType: string;
+  /** workgroup variables and helper functions (declares `badInput`) */
+  readonly shared: string;
+  /** extra entry-point parameters */
+  readonly builtins: string;
+  /** statements once per row tile `rt` (uniform control flow; may use barriers) */
+  readonly rowTile: string;
+  /** statements computing s0..s3 for the key tile at `k0` (uniform control flow) */
+  readonly tile: string;
+  /** tag for program names and cache keys ('' for the FMA tile) */
+  readonly tag: string;
+}
+
+/** The FMA score tile of a proxy kernel: Q̂ rows P.m - P.b + iL of head h, iL = rt * 64 + lr. */
+export function fmaScoreTile(dtype: StorageDType, headDim: number, compact: boolean): ScoreTile {
+  return {
+    enables: '',
+    qType: vec4ArrayType(dtype),
+    kType: vec4ArrayType(dtype),
+    shared: TILE_SHARED,
+    builtins: '',
+    rowTile: 'let iL = rt * 64u + lr;',
+    tile: scoreTileWgsl({
+      dtype,
+      headDim,
+      qIndex4: (dc) => `(((P.m - P.b + iL) * P.H + h) * D + ${dc} + ld) / 4u`,
+      qValid: 'iL < P.b',
+      qScale: 'P.scaleLog2',
+      compact,
+    }),
+    tag: '',
+  };
+}
 
 /**
  * WGSL statements computing s0..s3 (vec4<f32>, rows tr*4+i, keys tc*4..+3) for one key tile.

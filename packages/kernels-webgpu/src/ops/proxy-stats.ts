@@ -14,12 +14,47 @@ import {
   type ProxyStatsOptions,
   wantedOptionalStats,
 } from '@crisp/core';
-import { SLASH_STRIDE, blockMeanProgram, blockSumsProgram, pooledLogitsProgram, rowCombineProgram, rowStatsProgram, scoresProgram, slashCombineProgram } from '../kernels/proxy.js';
+import { subgroupMatrixHeadDim } from '../kernels/attention/subgroup-matrix.js';
+import {
+  SLASH_STRIDE,
+  type ScoreTileKind,
+  blockMeanProgram,
+  blockSumsProgram,
+  pooledLogitsProgram,
+  rowCombineProgram,
+  rowStatsProgram,
+  scoresProgram,
+  slashCombineProgram,
+} from '../kernels/proxy.js';
 import { checkScale, prepare, ready } from './validate.js';
 import { LOG2E, type StorageDType } from '../kernels/common.js';
-import { type Check, Usage } from '../runtime/gpu-context.js';
+import { type Check, type GpuContext, Usage } from '../runtime/gpu-context.js';
 import type { OpHost } from './host.js';
 import { type KeptBuffers, deferredStats, readStats } from './stats-readback.js';
+
+/**
+ * The score-tile kind of the passes over every key: tensor cores where the tensor-core
+ * attention runs this dtype and head dim (and its proxy programs built), else FMA.
+ */
+export function scoreTileKindFor(g: GpuContext, dtype: StorageDType, D: number): ScoreTileKind {
+  return g.subgroupMatrix && g.subgroupMatrixStats && dtype === 'f16' && subgroupMatrixHeadDim(D) ? 'subgroup-matrix' : 'fma';
+}
+
+/** The rowStats and scores pipelines; a tensor-core build the driver rejects falls back to FMA for good. */
+async function scorePipelines(g: GpuContext, dtype: StorageDType, D: number): Promise<GPUComputePipeline[]> {
+  if (scoreTileKindFor(g, dtype, D) === 'subgroup-matrix') {
+    try {
+      return await Promise.all([
+        g.pipeline(rowStatsProgram(dtype, D, false, 'subgroup-matrix')),
+        g.pipeline(scoresProgram(dtype, D, false, 'subgroup-matrix')),
+      ]);
+    } catch (e) {
+      g.subgroupMatrixStats = false;
+      g.noteKernel(`subgroup-matrix proxy statistics unavailable, using fma: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  }
+  return Promise.all([g.pipeline(rowStatsProgram(dtype, D, g.compact)), g.pipeline(scoresProgram(dtype, D, g.compact))]);
+}
 
 export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor, opts: ProxyStatsOptions): Promise<ProxyStats> {
   const { shape, qt, kt } = prepare(host, q, k, undefined);
@@ -51,10 +86,9 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
   };
   g.checkBindings('proxyStats', sizes);
   await ready(qt, kt);
-  const [pRow, pComb, pScores, pSlash, pBlock, pMean, pLogits] = await Promise.all([
-    g.pipeline(rowStatsProgram(dtype, D, g.compact)),
+  const [[pRow, pScores], pComb, pSlash, pBlock, pMean, pLogits] = await Promise.all([
+    scorePipelines(g, dtype, D),
     g.pipeline(rowCombineProgram()),
-    g.pipeline(scoresProgram(dtype, D, g.compact)),
     g.pipeline(slashCombineProgram()),
     g.pipeline(blockSumsProgram()),
     g.pipeline(blockMeanProgram(dtype, D)),

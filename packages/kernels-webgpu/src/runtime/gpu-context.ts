@@ -93,6 +93,13 @@ export class GpuContext {
   readonly keepAlive: unknown[] = [];
   /** f16 attention at head dims 64 and 128 runs on the subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
+  /** the proxy statistics' passes over every key use tensor cores too (cleared if their build fails) */
+  subgroupMatrixStats = true;
+  /** why a tensor-core program eligible here failed to build, and what runs instead */
+  kernelNote: string | undefined;
+  noteKernel(note: string): void {
+    this.kernelNote = this.kernelNote ? `${this.kernelNote}; ${note}` : note;
+  }
   /** the tensor-core kernel's form (WebGpuBackendOptions.subgroupMatrixForm) */
   subgroupMatrixForm: SubgroupMatrixForm = DEFAULT_SUBGROUP_MATRIX_FORM;
   /** generate rolled-loop WGSL (CPU adapters) */

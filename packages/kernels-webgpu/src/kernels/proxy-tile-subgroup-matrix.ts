@@ -1,0 +1,97 @@
+/**
+ * The proxy statistics' score tile on tensor cores (`chromium-experimental-subgroup-matrix`,
+ * f16 in, f32 accumulate; the adapters the tensor-core attention runs on, see
+ * ./attention/subgroup-matrix.ts). It stands in for the FMA tile of ./tile.ts in the two
+ * passes that compute Q̂ Kᵀ over every key (`rowStats`, `scores` in ./proxy.ts); the rest of
+ * those kernels is the same WGSL either way.
+ *
+ * Shape legend: q [m, H, d], k [n, Hkv, d] (f16); 64 proxy rows x 64 keys a tile.
+ *
+ * Workgroup: 256 threads, 8 subgroups of 32. Subgroup sg owns the 16 x 32 block of rows
+ * 16 (sg / 2).. and keys 32 (sg % 2)..: two 16 x 16 result fragments, accumulated over the
+ * head dim from its row group's Q fragments (held in registers for the whole row tile) and
+ * K fragments loaded straight from storage. The fragments go to workgroup memory (f32, row
+ * stride 72 words), and each thread reads its 4 x 4 block back as four vec4 (a quarter-warp
+ * reads 128 consecutive bytes: no bank conflicts).
+ *
+ * The row tile's Q rows are first copied into workgroup memory, zeros for rows past b (a
+ * short m), so the fragments never read outside q. Keys past n in the last tile read rows
+ * clamped into the binding by WebGPU's robust access; the kernels mask them.
+ *
+ * Non-finite inputs: f16 values are at most 65504, so a finite row and key give
+ * |s| <= 128 · 65504² < 2^40, finite in f32; a NaN or ±Inf in a row of q (of the b proxy
+ * rows) or a key of k (< n) makes every score it enters NaN or ±Inf (Inf · 0 is NaN, and
+ * no finite sum cancels an infinity). So testing the scores of valid rows and keys flags
+ * exactly the inputs the FMA tile flags when it loads them.
+ */
+import { NON_FINITE_WGSL } from './common.js';
+import type { ScoreTile } from './tile.js';
+
+/** S row stride in f32 words (as the attention kernel's: conflict-free fragment stores). */
+const SST = 72;
+/** The score tile's row stride in vec4 words: element (row r, key c) is Ssh[r * this + c / 4][c % 4]. */
+export const SGM_SCORE_ROW_VEC4 = SST / 4;
+
+/** The tensor-core score tile for head dim 64 or 128 (f16 storage only). */
+export function subgroupMatrixScoreTile(headDim: number): ScoreTile {
+  if (headDim !== 64 && headDim !== 128) throw new RangeError(`the tensor-core proxy tile is built for head dims 64 and 128; got ${headDim}`);
+  const D8 = headDim / 8; // vec4<u32> words (8 halves) per row of q or k
+  const KF = headDim / 16; // k-steps over the head dim
+  const QST = D8 + 1; // staged Q row stride in vec4<u32> words (d + 8 halves)
+  const SW = SGM_SCORE_ROW_VEC4;
+  const qLoads: string[] = [];
+  for (let kk = 0; kk < KF; kk++) qLoads.push(`let qf${kk} = subgroupMatrixLoad<LM, row_major>(&Qs, qFrag + ${kk * 2}u, ${QST}u);`);
+  const products: string[] = ['var a0 = AM();', 'var a1 = AM();'];
+  for (let kk = 0; kk < KF; kk++) {
+    for (let nf = 0; nf < 2; nf++) {
+      products.push(`a${nf} = subgroupMatrixMultiplyAccumulate(qf${kk}, subgroupMatrixLoad<RM, col_major>(&K, kRow + ${nf * 16}u * kStride + ${kk * 2}u, kStride), a${nf});`);
+    }
+  }
+  const reads: string[] = [];
+  for (let i = 0; i < 4; i++) reads.push(`let s${i} = Ssh[(tr * 4u + ${i}u) * ${SW}u + tc] * P.scaleLog2;`);
+  return {
+    enables: 'enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;',
+    qType: 'array<vec4<u32>>',
+    kType: 'array<vec4<u32>>',
+    shared: `alias LM = subgroup_matrix_left<f16, 16, 16>;
+alias RM = subgroup_matrix_right<f16, 16, 16>;
+alias AM = subgroup_matrix_result<f32, 16, 16>;
+var<workgroup> Qs: array<vec4<u32>, ${64 * QST}>; // the row tile's 64 q rows [row][d + 8 halves]
+var<workgroup> Ssh: array<vec4<f32>, ${(64 * SST) / 4}>; // the score tile [row][${SST} words]
+// set when a q or k value is NaN or Inf: the kernel then poisons what it writes
+var<workgroup> badInput: atomic<u32>;
+${NON_FINITE_WGSL}`,
+    builtins: ', @builtin(subgroup_id) sgid: u32',
+    rowTile: `// the row tile's q rows into workgroup memory (zeros past b), then this subgroup's fragments
+    workgroupBarrier();
+    for (var w = lid; w < ${64 * D8}u; w += 256u) {
+      let qr = rt * 64u + w / ${D8}u;
+      var qv = vec4<u32>();
+      if (qr < P.b) { qv = Q[((P.m - P.b + qr) * P.H + h) * ${D8}u + w % ${D8}u]; }
+      Qs[(w / ${D8}u) * ${QST}u + w % ${D8}u] = qv;
+    }
+    workgroupBarrier();
+    // (fragment offsets must be subgroup-uniform: from subgroup_id, not lid)
+    let qFrag = (sgid / 2u) * ${16 * QST}u;
+    ${qLoads.join('\n    ')}`,
+    tile: `let kStride = P.Hkv * ${D8}u;
+    let kRow = ((k0 + (sgid % 2u) * 32u) * P.Hkv + g) * ${D8}u;
+    ${products.join('\n    ')}
+    // every thread has read the previous tile's scores
+    workgroupBarrier();
+    let sOut = (sgid / 2u) * ${16 * SW}u + (sgid % 2u) * 8u;
+    subgroupMatrixStore<row_major>(&Ssh, sOut, a0, ${SW}u);
+    subgroupMatrixStore<row_major>(&Ssh, sOut + 4u, a1, ${SW}u);
+    workgroupBarrier();
+    ${reads.join('\n    ')}
+    {
+      let kOk = vec4<u32>(k0 + tc * 4u) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(P.n);
+      let r0 = rt * 64u + tr * 4u;
+      let sx = array<vec4<f32>, 4>(s0, s1, s2, s3);
+      for (var i = 0u; i < 4u; i++) {
+        if (r0 + i < P.b && nonFinite(select(vec4<f32>(), sx[i], kOk))) { atomicStore(&badInput, 1u); }
+      }
+    }`,
+    tag: '-subgroup-matrix',
+  };
+}
