@@ -71,7 +71,9 @@ export interface WebGpuBackendOptions {
    *   that exposes the experimental feature. On one H100: 99-117 TFLOP/s dense at 8k-64k
    *   (f16, H = 32, Hkv = 8, d = 128), about 4x 'fma'; @crisp/conformance passes with it at
    *   n = 4000 and at the CI sizes (chunked prefill, varlen). f32 tensors, other head dims, ineligible adapters (every browser by default)
-   *   or a failed build use 'fma' (`kernelNote` says why a build failed).
+   *   or a failed build use 'fma' (`kernelNote` says why a build failed). Where it runs, the
+   *   proxy statistics' two passes over every key (`proxyStats`) compute their score tiles on
+   *   tensor cores too (`statisticsKernelFor`); with 'fma' they use the FMA tile.
    * - 'fma': FMA flash attention (src/kernels/attention/fma.ts), f16 and f32, any head dim
    *   that is a multiple of 4, 32 KiB of workgroup memory, every adapter. On one H200: 25.8 /
    *   26.8 / 27.1 / 26.8 TFLOP/s dense at 8k / 16k / 32k / 64k; @crisp/conformance passes with

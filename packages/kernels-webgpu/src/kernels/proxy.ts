@@ -21,7 +21,7 @@
  *                whose softmax over J is FlexPrefill's pooled estimate ā.
  */
 import { LOG2E, type ProgramDescriptor, type StorageDType, vec4ArrayType, widen } from './common.js';
-import { SGM_SCORE_ROW_VEC4, subgroupMatrixScoreTile } from './proxy-tile-subgroup-matrix.js';
+import { subgroupMatrixScoreTile } from './proxy-tile-subgroup-matrix.js';
 import { type ScoreTile, fmaScoreTile } from './tile.js';
 
 export { LOG2E };
@@ -49,8 +49,10 @@ export function rowStatsProgram(dtype: StorageDType, headDim: number, compact = 
   const tile = st.tile;
   // (the tensor-core tile is GPU-only: its update is always the unrolled one)
   compact = compact && kind === 'fma';
-  const sgm = kind === 'subgroup-matrix';
-  const red = sgm ? 'Ssh' : 'red';
+  // the reduction's scratch: its own array, or the tile's score memory (every thread past its last read)
+  const sc = st.scratch;
+  const redGet = (i: string) => (sc ? sc.get4(i) : `red[${i}]`);
+  const redSet = (i: string, v: string) => (sc ? `${sc.set4(i, v)};` : `red[${i}] = ${v};`);
   const updCompact = `{
       var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
       for (var i = 0u; i < 4u; i++) {
@@ -101,7 +103,7 @@ struct Params {
 const D: u32 = ${D}u;
 const MASKED: f32 = -3.0e38;
 ${st.shared}
-${sgm ? '' : 'var<workgroup> red: array<vec4<f32>, 1024>;'}
+${sc ? '' : 'var<workgroup> red: array<vec4<f32>, 1024>;'}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${st.builtins}) {
@@ -113,6 +115,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let rt = wid.y;
   let h = P.headBase + wid.z;
   let g = h / (P.H / P.Hkv);
+  ${st.registers}
   if (lid == 0u) { atomicStore(&badInput, 0u); }
   workgroupBarrier();
   ${st.rowTile}
@@ -124,23 +127,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   let kt1 = min(kt0 + P.tilesPerSplit, numTiles);
   for (var kt = kt0; kt < kt1; kt++) {
     let k0 = kt * 64u;
+    ${st.keyTile({ first: 'kt == kt0', next: 'kt + 1u < kt1' })}
     ${tile}
     ${upd}
   }
-  // (the tensor-core tile's S doubles as the reduction's scratch: every thread is past its last read)
-  ${sgm ? 'workgroupBarrier();' : ''}
+  ${sc ? 'workgroupBarrier();' : ''}
   for (var i = 0u; i < 4u; i++) {
-    ${red}[(tr * 4u + i) * 16u + tc] = vec4<f32>(mrow[i], zrow[i], erow[i], 0.0);
+    ${redSet('(tr * 4u + i) * 16u + tc', 'vec4<f32>(mrow[i], zrow[i], erow[i], 0.0)')}
   }
   workgroupBarrier();
   if (lid < 64u) {
     let i = rt * 64u + lid;
     var M = -1.0e30;
-    for (var c = 0u; c < 16u; c++) { M = max(M, ${red}[lid * 16u + c].x); }
+    for (var c = 0u; c < 16u; c++) { M = max(M, ${redGet('lid * 16u + c')}.x); }
     var Z = 0.0;
     var E = 0.0;
     for (var c = 0u; c < 16u; c++) {
-      let r = ${red}[lid * 16u + c];
+      let r = ${redGet('lid * 16u + c')};
       let a = exp2(r.x - M);
       Z += a * r.y;
       E += a * (r.z + (r.x - M) * r.y);
@@ -191,9 +194,8 @@ export function scoresProgram(dtype: StorageDType, headDim: number, compact = fa
   compact = compact && kind === 'fma';
   // the normalised tile: its own workgroup array (FMA), or the tensor-core tile's S in place
   // (each thread overwrites the 4 x 4 block it read); PT(r, c) is element (row r, key c)
-  const sgm = kind === 'subgroup-matrix';
-  const SW = SGM_SCORE_ROW_VEC4;
-  const PT = (r: string, c: string) => (sgm ? `Ssh[(${r}) * ${SW}u + (${c}) / 4u][(${c}) % 4u]` : `Pt[(${r}) * 65u + ${c}]`);
+  const sc = st.scratch;
+  const PT = (r: string, c: string) => (sc ? `${sc.get4(`(${r}) * ${sc.rowVec4}u + (${c}) / 4u`)}[(${c}) % 4u]` : `Pt[(${r}) * 65u + ${c}]`);
   const normCompact = `{
       var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
       for (var i = 0u; i < 4u; i++) {
@@ -209,7 +211,7 @@ export function scoresProgram(dtype: StorageDType, headDim: number, compact = fa
             if (kp > pos || kp >= P.n) { pv[j] = 0.0; }
           }
         }
-        for (var j = 0u; j < 4u; j++) { ${PT('r', 'tc * 4u + j')} = pv[j]; }
+        for (var j = 0u; j < 4u; j++) { Pt[r * 65u + tc * 4u + j] = pv[j]; }
       }
     }`;
   const norm = compact ? normCompact : [0, 1, 2, 3]
@@ -224,7 +226,7 @@ export function scoresProgram(dtype: StorageDType, headDim: number, compact = fa
           pv = exp2(s${i} - st.x) / st.y;
           ${[0, 1, 2, 3].map((j) => `if (k0 + tc * 4u + ${j}u > pos || k0 + tc * 4u + ${j}u >= P.n) { pv.${comps[j]} = 0.0; }`).join('\n          ')}
         }
-        ${sgm ? `Ssh[r * ${SW}u + tc] = pv;` : [0, 1, 2, 3].map((j) => `Pt[r * 65u + tc * 4u + ${j}u] = pv.${comps[j]};`).join(' ')}
+        ${sc ? `${sc.set4(`r * ${sc.rowVec4}u + tc`, 'pv')};` : [0, 1, 2, 3].map((j) => `Pt[r * 65u + tc * 4u + ${j}u] = pv.${comps[j]};`).join(' ')}
       }`;
     })
     .join('\n    ');
@@ -243,7 +245,7 @@ struct Params {
 
 const D: u32 = ${D}u;
 ${st.shared}
-${sgm ? '' : `var<workgroup> Pt: array<f32, ${64 * 65}>; // [row][key], padded`}
+${sc ? '' : `var<workgroup> Pt: array<f32, ${64 * 65}>; // [row][key], padded`}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32${st.builtins}) {
@@ -258,6 +260,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
   var vacc = 0.0;
   var sacc = 0.0;
   let rowTiles = (P.b + 63u) / 64u;
+  ${st.registers}
+  ${st.keyTile()}
   for (var rt = 0u; rt < rowTiles; rt++) {
     ${st.rowTile}
     ${tile}

@@ -32,10 +32,23 @@ export interface ScoreTile {
   readonly shared: string;
   /** extra entry-point parameters */
   readonly builtins: string;
+  /** declarations at the top of the entry point */
+  readonly registers: string;
+  /**
+   * Statements once per key tile `k0`, before its row tiles (uniform control flow; may use
+   * barriers). `first`/`next`: WGSL conditions of a loop over key tiles, where the tile
+   * may load ahead (`first`: nothing loaded yet; `next`: a tile follows).
+   */
+  keyTile(o?: { readonly first?: string; readonly next?: string }): string;
   /** statements once per row tile `rt` (uniform control flow; may use barriers) */
   readonly rowTile: string;
-  /** statements computing s0..s3 for the key tile at `k0` (uniform control flow) */
+  /** statements computing s0..s3 for the key tile at `k0` and row tile `rt` (uniform control flow) */
   readonly tile: string;
+  /**
+   * Where the tile keeps its scores, when the kernel may reuse that workgroup memory after
+   * reading them (vec4 words, `rowVec4` a row): WGSL to read and write one vec4<f32>.
+   */
+  readonly scratch?: { readonly rowVec4: number; get4(i: string): string; set4(i: string, v: string): string };
   /** tag for program names and cache keys ('' for the FMA tile) */
   readonly tag: string;
 }
@@ -48,6 +61,8 @@ export function fmaScoreTile(dtype: StorageDType, headDim: number, compact: bool
     kType: vec4ArrayType(dtype),
     shared: TILE_SHARED,
     builtins: '',
+    registers: '',
+    keyTile: () => '',
     rowTile: 'let iL = rt * 64u + lr;',
     tile: scoreTileWgsl({
       dtype,
