@@ -66,6 +66,15 @@ export function subgroupMatrixScoreTile(headDim: number): ScoreTile {
     { length: SPL },
     (_, i) => `Ks[(${row(i)}) * ${QST}u + lid % ${D8}u] = select(vec4<u32>(), kw${i}, k0 + ${row(i)} < P.n);`,
   ).join('\n    ');
+  // the row tile's q rows: every load of a lane issued before its stores (zeros past b)
+  const qRow = (i: number) => `rt * 64u + ${row(i)}`;
+  const qStage = [
+    ...Array.from(
+      { length: SPL },
+      (_, i) => `let qw${i} = select(vec4<u32>(), Q[((P.m - P.b + min(${qRow(i)}, P.b - 1u)) * P.H + h) * ${D8}u + lid % ${D8}u], ${qRow(i)} < P.b);`,
+    ),
+    ...Array.from({ length: SPL }, (_, i) => `Sw[(${row(i)}) * ${QST}u + lid % ${D8}u] = qw${i};`),
+  ].join('\n    ');
   return {
     enables: 'enable f16;\nenable subgroups;\nenable chromium_experimental_subgroup_matrix;',
     qType: 'array<vec4<u32>>',
@@ -91,12 +100,7 @@ ${NON_FINITE_WGSL}`,
     rowTile: `// the row tile's q rows into Sw (zeros past b), then this subgroup's fragments; Sw's last
     // readers (the previous tile's scores) are past a barrier
     workgroupBarrier();
-    for (var w = lid; w < ${64 * D8}u; w += 256u) {
-      let qr = rt * 64u + w / ${D8}u;
-      var qv = vec4<u32>();
-      if (qr < P.b) { qv = Q[((P.m - P.b + qr) * P.H + h) * ${D8}u + w % ${D8}u]; }
-      Sw[(w / ${D8}u) * ${QST}u + w % ${D8}u] = qv;
-    }
+    ${qStage}
     workgroupBarrier();
     // (fragment offsets must be subgroup-uniform: from subgroup_id, not lid)
     let qFrag = (sgid / 2u) * ${16 * QST}u;
@@ -113,12 +117,16 @@ ${NON_FINITE_WGSL}`,
     {
       let kOk = vec4<u32>(k0 + tc * 4u) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(P.n);
       let r0 = rt * 64u + tr * 4u;
-      let sx = array<vec4<f32>, 4>(s0, s1, s2, s3);
-      for (var i = 0u; i < 4u; i++) {
-        if (r0 + i < P.b && nonFinite(select(vec4<f32>(), sx[i], kOk))) { atomicStore(&badInput, 1u); }
-      }
+      ${[0, 1, 2, 3].map((i) => `if (r0 + ${i}u < P.b && nonFinite(select(vec4<f32>(), s${i}, kOk))) { atomicStore(&badInput, 1u); }`).join('\n      ')}
     }`,
-    scratch: { rowVec4: SW, get4: (i) => `sGet4(${i})`, set4: (i, v) => `sSet4(${i}, ${v})` },
+    scratch: {
+      rowVec4: SW,
+      get4: (i) => `sGet4(${i})`,
+      set4: (i, v) => `sSet4(${i}, ${v})`,
+      // a word straight from workgroup memory (a component of a loaded vec4 picked at run
+      // time may go through per-thread local memory)
+      get1: (r, c) => `bitcast<f32>(Sw[(${r}) * ${SW}u + (${c}) / 4u][(${c}) % 4u])`,
+    },
     tag: '-subgroup-matrix',
   };
 }

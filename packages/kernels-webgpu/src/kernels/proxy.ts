@@ -195,7 +195,7 @@ export function scoresProgram(dtype: StorageDType, headDim: number, compact = fa
   // the normalised tile: its own workgroup array (FMA), or the tensor-core tile's S in place
   // (each thread overwrites the 4 x 4 block it read); PT(r, c) is element (row r, key c)
   const sc = st.scratch;
-  const PT = (r: string, c: string) => (sc ? `${sc.get4(`(${r}) * ${sc.rowVec4}u + (${c}) / 4u`)}[(${c}) % 4u]` : `Pt[(${r}) * 65u + ${c}]`);
+  const PT = (r: string, c: string) => (sc ? sc.get1(r, c) : `Pt[(${r}) * 65u + ${c}]`);
   const normCompact = `{
       var sa = array<vec4<f32>, 4>(s0, s1, s2, s3);
       for (var i = 0u; i < 4u; i++) {

@@ -46,9 +46,15 @@ export interface ScoreTile {
   readonly tile: string;
   /**
    * Where the tile keeps its scores, when the kernel may reuse that workgroup memory after
-   * reading them (vec4 words, `rowVec4` a row): WGSL to read and write one vec4<f32>.
+   * reading them (vec4 words, `rowVec4` a row): WGSL to read and write one vec4<f32>, and read one f32.
    */
-  readonly scratch?: { readonly rowVec4: number; get4(i: string): string; set4(i: string, v: string): string };
+  readonly scratch?: {
+    readonly rowVec4: number;
+    get4(i: string): string;
+    set4(i: string, v: string): string;
+    /** one f32: row r, column c (in f32 words) */
+    get1(r: string, c: string): string;
+  };
   /** tag for program names and cache keys ('' for the FMA tile) */
   readonly tag: string;
 }
