@@ -203,6 +203,42 @@ describe.skipIf(!backend)(`attention kernels${reason ? ` (skipped: ${reason})` :
     b1.dispose();
   });
 
+  it('the proxy statistics use the tensor-core tiles exactly where the tensor-core attention runs', () => {
+    const want = backend!.attentionKernelFor('f16', 128) === 'subgroup-matrix' ? 'subgroup-matrix' : 'fma';
+    expect(backend!.statisticsKernelFor('f16', 128)).toBe(want);
+    expect(backend!.statisticsKernelFor('f32', 128)).toBe('fma');
+    expect(backend!.statisticsKernelFor('f16', 96)).toBe('fma');
+  });
+
+  it('a tensor-core statistics build the driver rejects falls back to the FMA tiles, says why, and the statistics still match float64', async () => {
+    const b1 = await createWebGpuBackend({ device: backend!.gpu.device });
+    const gpu = b1.gpu;
+    // pretend the adapter is eligible, and make its driver reject the tensor-core programs
+    gpu.subgroupMatrix = true;
+    const build = gpu.pipeline.bind(gpu);
+    const asked: string[] = [];
+    gpu.pipeline = (p) => {
+      asked.push(p.name);
+      return /-subgroup-matrix$/.test(p.name) ? Promise.reject(new Error('rejected by the test driver')) : build(p);
+    };
+    expect(b1.statisticsKernelFor('f16', 64)).toBe('subgroup-matrix');
+    const seed = freshSeed();
+    const [n, H, Hkv, D] = [300, 4, 2, 64];
+    const q = hostTensor('f16', [n, H, D], seededValues(seed, n * H * D));
+    const k = hostTensor('f16', [n, Hkv, D], seededValues(seed + 1, n * Hkv * D));
+    const opts = { blockSize: 64, wSink: 64, wLocal: 64 };
+    const got = await b1.proxyStats(b1.upload(q), b1.upload(k), opts);
+    const want = await ref.proxyStats(ref.upload(q), ref.upload(k), opts);
+    expect(asked).toContain('rowStats-subgroup-matrix');
+    expect(asked).toContain('rowStats');
+    expect(b1.statisticsKernelFor('f16', 64)).toBe('fma');
+    expect(b1.kernelNote).toMatch(/proxy statistics unavailable, using fma: .*rejected by the test driver/);
+    expect(maxAbsDiff(got.cStruct, want.cStruct)).toBeLessThan(2e-3);
+    expect(maxAbsDiff(got.verticalBlocks, want.verticalBlocks)).toBeLessThan(2e-3);
+    expect(maxAbsDiff(got.slashBlocks, want.slashBlocks)).toBeLessThan(2e-3);
+    b1.dispose();
+  });
+
   it('an unknown attentionKernel is an INVALID_ARGUMENT naming the choices', async () => {
     const err = await createWebGpuBackend({ device: backend!.gpu.device, attentionKernel: 'tensor' as never }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(CrispError);
