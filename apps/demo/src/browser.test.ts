@@ -239,6 +239,9 @@ describe('the demo page in headless Chromium with WebGPU', () => {
     expect(r.sparseCrossover).toBe(tensorCores ? TENSOR_CORE_SPARSE_CROSSOVER : FMA_SPARSE_CROSSOVER);
     expect(await run.page.locator('#summary').textContent()).toContain(`length gate (dense below)${r.sparseCrossover} keys, off`);
     expect(await run.page.locator('#summary').textContent()).toContain(`attention kernel${r.attentionKernel}`);
+    // the proxy statistics use tensor cores exactly where the attention does
+    expect(r.statisticsKernel).toBe(tensorCores ? 'subgroup-matrix' : 'fma');
+    expect(await run.page.locator('#summary').textContent()).toContain(`proxy statistics kernel${r.statisticsKernel}`);
     // On SwiftShader (the CI default) the page says its times mean nothing; on a GPU it does not.
     const adapter = await run.page.evaluate(() => window.__crispAdapter as AdapterReport);
     const swiftShader = /swiftshader/i.test(`${adapter.vendor} ${adapter.architecture} ${adapter.description}`);

@@ -126,6 +126,7 @@ function renderResult(r: DemoResult): void {
     ['dense attention, same device', ms(r.denseMs)],
     ['speed-up vs dense', `${r.speedup.toFixed(2)}x${c.warmup ? '' : ' (no warm-up: the times include shader compiles)'}`],
     ['attention kernel', r.attentionKernel],
+    ['proxy statistics kernel', r.statisticsKernel],
     ['achieved TFLOP/s: dense, sparse (computed blocks)', `${tflops(r.denseTflops)}, ${tflops(r.sparseTflops)}`],
     ['kernel error vs float64, same mask', fmt(r.kernelError)],
     ['dense kernel error vs float64', fmt(r.denseKernelError)],

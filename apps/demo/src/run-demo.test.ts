@@ -100,6 +100,7 @@ describe('runDemo on the reference backend', () => {
     expect(checkCliffData(r.heads, s.mask!)).toBeNull();
     // the achieved rates: each head's computed blocks over the sparse time, the causal FLOPs over the dense time
     expect(r.attentionKernel).toBe(backend.name);
+    expect(r.statisticsKernel).toBe(backend.name);
     const flops = (heads: number) => 4 * 64 * heads * ((1280 * 1281) / 2);
     expect(r.denseTflops).toBeCloseTo(flops(2) / r.denseMs / 1e9, 12);
     const computed = (r.heads[0].density + r.heads[1].density) * flops(1);

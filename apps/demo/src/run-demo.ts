@@ -190,6 +190,8 @@ export interface DemoResult {
   readonly speedup: number;
   /** the backend's attention kernel (WebGPU: 'fma' or 'subgroup-matrix'; the backend's name elsewhere) */
   readonly attentionKernel: string;
+  /** the score tiles of the proxy statistics' passes over every key (WebGPU: 'fma' or 'subgroup-matrix'; the backend's name elsewhere) */
+  readonly statisticsKernel: string;
   /** causal attention FLOPs (4·d·H·n(n+1)/2) per second of the dense attention, in TFLOP/s */
   readonly denseTflops: number;
   /**
@@ -457,6 +459,9 @@ export async function runDemo(backend: Backend, cfg: DemoConfig, dtype: DType, p
       // the kernel this run's dtype and head dim use (f32 runs the FMA kernel everywhere)
       attentionKernel:
         (backend as { attentionKernelFor?: (dtype: 'f16' | 'f32', d: number) => string }).attentionKernelFor?.(dtype === 'f16' ? 'f16' : 'f32', cfg.headDim) ??
+        backend.name,
+      statisticsKernel:
+        (backend as { statisticsKernelFor?: (dtype: 'f16' | 'f32', d: number) => string }).statisticsKernelFor?.(dtype === 'f16' ? 'f16' : 'f32', cfg.headDim) ??
         backend.name,
       denseTflops: causalFlops(cfg.n, cfg.heads, cfg.headDim) / denseMs / 1e9,
       sparseTflops: sparseFlops / attentionMs / 1e9,
