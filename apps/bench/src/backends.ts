@@ -49,10 +49,12 @@ export async function openBackend(
       const d = a.adapter;
       // the kernel f16 attention runs (the tensor-core one where asked for and eligible)
       const kernel = backend.subgroupMatrixForm ? `subgroup-matrix:${backend.subgroupMatrixForm}` : backend.attentionKernel;
+      // and the score tiles of the proxy statistics' passes over every key (the same choice)
+      const stats = backend.statisticsKernelFor('f16', 128);
       return {
         name,
         backend,
-        device: `${d ? `${`${d.vendor} ${d.architecture} ${d.description}`.trim()}, ` : ''}attention kernel ${kernel}${opts.webgpuPeCut === 'host' ? ', PE cut on the host' : ''}`,
+        device: `${d ? `${`${d.vendor} ${d.architecture} ${d.description}`.trim()}, ` : ''}attention kernel ${kernel}, proxy statistics ${stats}${opts.webgpuPeCut === 'host' ? ', PE cut on the host' : ''}`,
         shippedCrossover: backend.sparseCrossover,
       };
     }
