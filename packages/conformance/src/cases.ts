@@ -440,6 +440,13 @@ function nonFiniteCase(dtype: DType, s: ShapeCase): ConformanceCase {
       vals[Math.floor(r() * Math.min(vals.length, 8 * t.shape[1] * t.shape[2]))] = value;
       return be.upload(hostTensor(dtype, t.shape, vals));
     };
+    // a value of q's last row: a proxy row, whatever the block size
+    const spoilLastQ = (value: number): DeviceTensor => {
+      const vals = toFloat32(x.q).slice();
+      const row = x.q.shape[1] * x.q.shape[2];
+      vals[vals.length - row + Math.floor(r() * row)] = value;
+      return be.upload(hostTensor(dtype, x.q.shape, vals));
+    };
     const surfaced = async <T>(what: string, fn: () => Promise<T>, visible: (x: T) => boolean | Promise<boolean>) => {
       let got: T;
       try {
@@ -464,6 +471,8 @@ function nonFiniteCase(dtype: DType, s: ShapeCase): ConformanceCase {
     const lines = [
       await surfaced('NaN in k at proxyStats', () => be.proxyStats(d.q, spoil(x.k, Number.NaN), opts), statsVisible),
       await surfaced('Inf in k at proxyStats', () => be.proxyStats(d.q, spoil(x.k, Number.POSITIVE_INFINITY), opts), statsVisible),
+      await surfaced('NaN in a proxy row of q at proxyStats', () => be.proxyStats(spoilLastQ(Number.NaN), d.k, opts), statsVisible),
+      await surfaced('-Inf in a proxy row of q at proxyStats', () => be.proxyStats(spoilLastQ(Number.NEGATIVE_INFINITY), d.k, opts), statsVisible),
       await surfaced('NaN in v at denseAttention', () => be.denseAttention(d.q, d.k, spoil(x.v, Number.NaN)), outputVisible),
       await surfaced(
         'Inf in v at sparseAttention',

@@ -242,6 +242,18 @@ const fixtures: { name: string; factory: () => Backend; filter: RegExp; mustFail
     mustFail: /^errors\//,
   },
   {
+    name: 'statistics that read q with its NaN and Inf replaced by zeros',
+    factory: wrap('sanitises-q', (ref) => ({
+      proxyStats: async (q, k, opts) => {
+        const host = await ref.download(q);
+        const vals = toFloat32(host).map((x) => (Number.isFinite(x) ? x : 0));
+        return ref.proxyStats(ref.upload(hostTensor(host.dtype, host.shape, vals)), k, opts);
+      },
+    })),
+    filter: /^errors\/non-finite\//,
+    mustFail: /^errors\/non-finite\//,
+  },
+  {
     name: 'a kernel that skips the last query row (the poisoned output shows it)',
     factory: wrap('skips-last-row', (ref) => ({
       denseAttention: async (q, k, v, opts) => {
