@@ -64,24 +64,25 @@ function isBackend(x: unknown): x is Backend {
   return b !== null && typeof b === 'object' && typeof b.sparseAttention === 'function' && typeof b.upload === 'function';
 }
 
-function checkCallOptions(opts: unknown): CrispAttentionOptions {
-  const o = checkOptions(opts as CrispAttentionOptions | undefined, 'crispAttention', OPTION_KEYS) as CrispAttentionOptions;
+/** The options of crispAttention (and crispAttentionVarlen, whose name `what` gives errors). */
+export function checkCallOptions(opts: unknown, what = 'crispAttention'): CrispAttentionOptions {
+  const o = checkOptions(opts as CrispAttentionOptions | undefined, what, OPTION_KEYS) as CrispAttentionOptions;
   if (o.backend !== undefined && !isBackend(o.backend) && !BACKEND_CHOICES.includes(o.backend as BackendChoice)) {
-    throw new InvalidArgumentError(`crispAttention: backend must be one of ${BACKEND_CHOICES.join(', ')} or a CRISP Backend; got ${describeValue(o.backend)}`);
+    throw new InvalidArgumentError(`${what}: backend must be one of ${BACKEND_CHOICES.join(', ')} or a CRISP Backend; got ${describeValue(o.backend)}`);
   }
   if (o.deviceDtype !== undefined && o.deviceDtype !== 'bf16' && o.deviceDtype !== 'f16') {
-    throw new InvalidArgumentError(`crispAttention: deviceDtype must be 'bf16' or 'f16'; got ${describeValue(o.deviceDtype)}`);
+    throw new InvalidArgumentError(`${what}: deviceDtype must be 'bf16' or 'f16'; got ${describeValue(o.deviceDtype)}`);
   }
   if (o.policy !== undefined && (o.policy === null || typeof o.policy !== 'object' || typeof o.policy.name !== 'string')) {
-    throw new InvalidArgumentError(`crispAttention: policy must be a Policy (a preset from @crisp/presets); got ${describeValue(o.policy)}`);
+    throw new InvalidArgumentError(`${what}: policy must be a Policy (a preset from @crisp/presets); got ${describeValue(o.policy)}`);
   }
   return o;
 }
 
 /** Where a call runs: TF.js's device through CRISP's WebGPU backend, or a backend through the host. */
-type PathChoice = { readonly kind: 'webgpu'; readonly backend: WebGpuBackend } | { readonly kind: 'host'; readonly backend: Backend };
+export type PathChoice = { readonly kind: 'webgpu'; readonly backend: WebGpuBackend } | { readonly kind: 'host'; readonly backend: Backend };
 
-async function choose(tf: Tf, layout: TfInputs, choice: BackendChoice | Backend): Promise<PathChoice> {
+export async function choose(tf: Tf, layout: TfInputs, choice: BackendChoice | Backend, what = 'crispAttention'): Promise<PathChoice> {
   const device = layout.tfBackend === 'webgpu' ? tfWebGpuDevice(tf) : undefined;
   if (isBackend(choice)) {
     const gpu = (choice as Partial<WebGpuBackend>).gpu;
@@ -91,7 +92,7 @@ async function choose(tf: Tf, layout: TfInputs, choice: BackendChoice | Backend)
   if (choice === 'webgpu' || (choice === 'auto' && device)) {
     if (!device) {
       throw new InvalidArgumentError(
-        `crispAttention: backend 'webgpu' runs on TF.js's WebGPU device, but the tensors live on TF.js backend '${layout.tfBackend}'; use tf.setBackend('webgpu') (from @tensorflow/tfjs-backend-webgpu) before making them`,
+        `${what}: backend 'webgpu' runs on TF.js's WebGPU device, but the tensors live on TF.js backend '${layout.tfBackend}'; use tf.setBackend('webgpu') (from @tensorflow/tfjs-backend-webgpu) before making them`,
       );
     }
     return { kind: 'webgpu', backend: await webgpuBackendOn(device) };
@@ -133,7 +134,7 @@ export async function crispAttention(q: TfTensor, k: TfTensor, v: TfTensor, opti
 }
 
 /** f32 where the backend has it, else the asked-for (default bf16) 16-bit storage. */
-function hostDtype(b: Backend, asked: 'bf16' | 'f16' | undefined): DType {
+export function hostDtype(b: Backend, asked: 'bf16' | 'f16' | undefined): DType {
   const has = b.capabilities.dtypes;
   if (has.includes('f32')) return 'f32';
   const want = asked ?? 'bf16';

@@ -9,7 +9,7 @@ import { dense } from '@crisp/presets';
 import { fixed } from '@crisp/router';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { crispAttention, disposeCrispBackends, tfBackendOf, tfDenseAttention } from './index.js';
-import { code, freshSeed, maxAbsDiff, referenceOutput, smallCrisp, startTfCpu, tensors, tf } from './test-support.js';
+import { code, freshSeed, maxAbsDiff, referenceOutput, sixteenBitOnly, smallCrisp, startTfCpu, tensors, tf } from './test-support.js';
 
 beforeAll(startTfCpu);
 
@@ -102,13 +102,7 @@ describe('crispAttention on TF.js cpu', () => {
   it('a backend without f32 gets the inputs cast to the asked 16-bit dtype, and the output back as float32', async () => {
     const ref = createReferenceBackend();
     // the reference, seen as a backend that stores bf16 and f16 only (as CUDA does)
-    const sixteen: Backend = new Proxy(ref, {
-      get(t, p) {
-        if (p === 'capabilities') return { ...t.capabilities, dtypes: ['bf16', 'f16'] };
-        const x = Reflect.get(t, p);
-        return typeof x === 'function' ? x.bind(t) : x;
-      },
-    });
+    const sixteen = sixteenBitOnly(ref);
     const seed = freshSeed();
     const s = { n: 128, H: 2, Hkv: 1, d: 64 };
     const { q, k, v, host } = tensors(seed, s);

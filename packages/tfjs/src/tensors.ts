@@ -19,9 +19,18 @@ export interface TfInputs {
   readonly heads: number;
   readonly kvHeads: number;
   readonly headDim: number;
+  /** key rows of k and v per sequence (= n, except in a packed varlen call) */
+  readonly keys: number;
   /** the TF.js backend the tensors live on (its registered name) */
   readonly tfBackend: string;
 }
+
+/** How a call takes its tensors: its name for errors, and packed (rank 3, q and k rows free). */
+export interface InputMode {
+  readonly what: string;
+  readonly packed: boolean;
+}
+const WHOLE: InputMode = { what: 'crispAttention', packed: false };
 
 /** Duck-typed: a tf.Tensor from any copy of @tensorflow/tfjs-core. */
 export function isTfTensor(x: unknown): x is TfTensor {
@@ -55,47 +64,54 @@ export function tfBackendOf(tf: Tf, t: TfTensor): string | undefined {
 
 const NAMES = ['q', 'k', 'v'] as const;
 
-/** Check q, k, v as crispAttention takes them; the first problem found is thrown. */
-export function checkInputs(tf: Tf, q: unknown, k: unknown, v: unknown): TfInputs {
+/**
+ * Check q, k, v as crispAttention takes them (or, `packed`, as crispAttentionVarlen does:
+ * rank 3, q's and k's rows the packed sequences'); the first problem found is thrown.
+ */
+export function checkInputs(tf: Tf, q: unknown, k: unknown, v: unknown, mode: InputMode = WHOLE): TfInputs {
+  const what = mode.what;
   const ts = [q, k, v];
   ts.forEach((t, i) => {
-    if (!isTfTensor(t)) throw new InvalidArgumentError(`crispAttention: ${NAMES[i]} must be a tf.Tensor; got ${describeValue(t)}`);
-    if (t.isDisposed) throw new CrispError('DISPOSED', `crispAttention: ${NAMES[i]} was disposed`);
+    if (!isTfTensor(t)) throw new InvalidArgumentError(`${what}: ${NAMES[i]} must be a tf.Tensor; got ${describeValue(t)}`);
+    if (t.isDisposed) throw new CrispError('DISPOSED', `${what}: ${NAMES[i]} was disposed`);
     if (t.dtype !== 'float32') {
       throw new DTypeError(
-        `crispAttention: ${NAMES[i]} is ${t.dtype}; CRISP takes float32 tensors (attention inputs are real-valued: cast with tf.cast(x, 'float32'))`,
+        `${what}: ${NAMES[i]} is ${t.dtype}; CRISP takes float32 tensors (attention inputs are real-valued: cast with tf.cast(x, 'float32'))`,
         { tensor: NAMES[i], dtype: t.dtype },
       );
     }
   });
   const [tq, tk, tv] = ts as TfTensor[];
   const rank = tq.rank;
+  if (mode.packed && rank !== 3) {
+    throw new ShapeError(`${what}: q must be the packed sequences [total rows, H, d]; got shape [${tq.shape}]`);
+  }
   if (rank !== 3 && rank !== 4) {
-    throw new ShapeError(`crispAttention: q must be [n, H, d] or [batch, n, H, d]; got shape [${tq.shape}]`);
+    throw new ShapeError(`${what}: q must be [n, H, d] or [batch, n, H, d]; got shape [${tq.shape}]`);
   }
   for (const [name, t] of [['k', tk], ['v', tv]] as const) {
-    if (t.rank !== rank) throw new ShapeError(`crispAttention: ${name} has rank ${t.rank} (shape [${t.shape}]) but q has rank ${rank}`);
+    if (t.rank !== rank) throw new ShapeError(`${what}: ${name} has rank ${t.rank} (shape [${t.shape}]) but q has rank ${rank}`);
   }
   if (tk.shape.some((s, i) => s !== tv.shape[i])) {
-    throw new ShapeError(`crispAttention: k and v must have the same shape; got [${tk.shape}] and [${tv.shape}]`);
+    throw new ShapeError(`${what}: k and v must have the same shape; got [${tk.shape}] and [${tv.shape}]`);
   }
   const off = rank - 3;
   const batch = rank === 4 ? tq.shape[0] : 1;
   const [n, H, d] = tq.shape.slice(off);
   const [nk, Hkv, dk] = tk.shape.slice(off);
-  if (rank === 4 && tk.shape[0] !== batch) throw new ShapeError(`crispAttention: q has batch ${batch}, k has ${tk.shape[0]}`);
-  if (nk !== n) {
-    throw new ShapeError(`crispAttention: q has ${n} positions, k and v ${nk}; crispAttention prefills whole sequences (q and k of one length)`);
+  if (rank === 4 && tk.shape[0] !== batch) throw new ShapeError(`${what}: q has batch ${batch}, k has ${tk.shape[0]}`);
+  if (nk !== n && !mode.packed) {
+    throw new ShapeError(`${what}: q has ${n} positions, k and v ${nk}; crispAttention prefills whole sequences (q and k of one length)`);
   }
-  if (dk !== d) throw new ShapeError(`crispAttention: q has head dim ${d}, k ${dk}`);
-  if (batch < 1 || n < 1 || H < 1 || Hkv < 1 || d < 1) throw new ShapeError(`crispAttention: empty input (q [${tq.shape}], k [${tk.shape}])`);
-  if (H % Hkv !== 0) throw new ShapeError(`crispAttention: q's ${H} heads are not a multiple of k's ${Hkv} (GQA needs H % Hkv == 0)`);
+  if (dk !== d) throw new ShapeError(`${what}: q has head dim ${d}, k ${dk}`);
+  if (batch < 1 || n < 1 || nk < 1 || H < 1 || Hkv < 1 || d < 1) throw new ShapeError(`${what}: empty input (q [${tq.shape}], k [${tk.shape}])`);
+  if (H % Hkv !== 0) throw new ShapeError(`${what}: q's ${H} heads are not a multiple of k's ${Hkv} (GQA needs H % Hkv == 0)`);
   const where = ts.map((t) => tfBackendOf(tf, t as TfTensor));
   const known = where.filter((w): w is string => w !== undefined);
   if (known.some((w) => w !== known[0])) {
     throw new InvalidArgumentError(
-      `crispAttention: q, k and v live on different TF.js backends (${NAMES.map((x, i) => `${x}: ${where[i] ?? '?'}`).join(', ')}); move them to one (tf.setBackend, then tf.clone)`,
+      `${what}: q, k and v live on different TF.js backends (${NAMES.map((x, i) => `${x}: ${where[i] ?? '?'}`).join(', ')}); move them to one (tf.setBackend, then tf.clone)`,
     );
   }
-  return { batch, batched: rank === 4, n, heads: H, kvHeads: Hkv, headDim: d, tfBackend: known[0] ?? tf.getBackend() };
+  return { batch, batched: rank === 4, n, keys: nk, heads: H, kvHeads: Hkv, headDim: d, tfBackend: known[0] ?? tf.getBackend() };
 }

@@ -2,7 +2,7 @@
  * Test helpers (not exported): TF.js started on its cpu or webgpu backend (Dawn in Node),
  * the seeded inputs of test-inputs.ts as tensors, and the float64 reference on the same values.
  */
-import { type BlockMask, hostTensor, toFloat32 } from '@crisp/core';
+import { type Backend, type BlockMask, hostTensor, toFloat32 } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import * as tf from '@tensorflow/tfjs-core';
 import { type Sizes, values } from './test-inputs.js';
@@ -83,3 +83,14 @@ export async function startTfWebGpu(): Promise<string | undefined> {
 }
 /** (dawn.node frees an instance reachable only through its device) */
 const keep: unknown[] = [];
+
+/** `b` seen as a backend that stores bf16 and f16 only (as CUDA does). */
+export function sixteenBitOnly(b: Backend): Backend {
+  return new Proxy(b, {
+    get(t, p) {
+      if (p === 'capabilities') return { ...t.capabilities, dtypes: ['bf16', 'f16'] };
+      const x = Reflect.get(t, p);
+      return typeof x === 'function' ? x.bind(t) : x;
+    },
+  });
+}

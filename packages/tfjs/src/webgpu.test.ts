@@ -1,5 +1,5 @@
 /**
- * crispAttention on tfjs-backend-webgpu (Dawn; SwiftShader in CI): CRISP's WebGPU backend on
+ * crispAttention and crispAttentionVarlen on tfjs-backend-webgpu (Dawn; SwiftShader in CI): CRISP's WebGPU backend on
  * TF.js's own device, checked against float64 on fresh seeded inputs. The zero-copy claim is
  * measured: every byte that crosses between host and device during a call is counted (queue
  * writes, buffers mapped at creation, read-back maps) and compared with the tensors' size.
@@ -7,7 +7,7 @@
 import { createReferenceBackend } from '@crisp/reference';
 import { dense } from '@crisp/presets';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { crispAttention, disposeCrispBackends, tfBackendOf, tfDenseAttention } from './index.js';
+import { crispAttention, crispAttentionVarlen, disposeCrispBackends, tfBackendOf, tfDenseAttention } from './index.js';
 import { code, freshSeed, maxAbsDiff, referenceOutput, smallCrisp, startTfWebGpu, tensors, tf } from './test-support.js';
 import { webgpuBackendOn } from './backends.js';
 
@@ -113,6 +113,34 @@ describe('crispAttention on tfjs-backend-webgpu', () => {
     expect(maxAbsDiff(await zero.result.output.data(), await host.result.output.data())).toBeLessThan(2e-5);
     (await webgpuBackendOn((tf.backend() as unknown as { device: GPUDevice }).device)).gpu.poisonReused = true;
     tf.dispose([q, k, v, qg, kg, vg, zero.result.output, host.result.output]);
+  });
+
+  it('a ragged batch (crispAttentionVarlen) on TF.js\'s device: each sequence the float64 attention over its plan mask, no host round trip', async (ctx) => {
+    if (reason) return ctx.skip();
+    const seed = freshSeed();
+    const lengths = [1024, 320];
+    const per = lengths.map((n, i) => ({ n, s: { n, H: 4, Hkv: 2, d: 64 }, ...tensors(seed + i, { n, H: 4, Hkv: 2, d: 64 }) }));
+    // packed on the device, as a runtime's activations are
+    const [q, k, v] = (['q', 'k', 'v'] as const).map((p) => tf.concat(per.map((x) => x[p])));
+    const cuSeqlensQ = [0, lengths[0], lengths[0] + lengths[1]];
+    const opts = { policy: smallCrisp, minSparseLength: 0 };
+    await crispAttentionVarlen(q, k, v, { cuSeqlensQ }, opts).then((r) => r.output.dispose()); // pipelines compiled
+    const crisp = await webgpuBackendOn((tf.backend() as unknown as { device: GPUDevice }).device);
+    crisp.gpu.poisonReused = false;
+    const { result: r, toDevice, toHost } = await traffic(() => crispAttentionVarlen(q, k, v, { cuSeqlensQ }, opts));
+    crisp.gpu.poisonReused = true;
+    expect(r.path).toBe('webgpu');
+    expect(tfBackendOf(tf, r.output)).toBe('webgpu');
+    expect(r.output.shape).toEqual([cuSeqlensQ[2], 4, 64]);
+    expect(toDevice, 'host to device bytes').toBeLessThan(0.02 * (q.size + 2 * k.size) * 4);
+    expect(toHost, 'device to host bytes').toBeLessThan(0.02 * q.size * 4);
+    expect(r.plans[0].mask, `seed ${seed}: the long sequence's plan is sparse`).toBeDefined();
+    const got = await r.output.data();
+    for (let i = 0; i < per.length; i++) {
+      const want = await referenceOutput(per[i].host, per[i].s, r.plans[i].mask);
+      expect(maxAbsDiff(got.subarray(cuSeqlensQ[i] * 4 * 64, cuSeqlensQ[i + 1] * 4 * 64), want), `seed ${seed}, sequence ${i}`).toBeLessThan(2e-5);
+    }
+    tf.dispose([q, k, v, r.output, ...per.flatMap((x) => [x.q, x.k, x.v])]);
   });
 
   it('100 calls: TF.js tensors and GPU bytes, and CRISP\'s device buffers, back where they were', async (ctx) => {
