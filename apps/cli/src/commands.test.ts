@@ -80,6 +80,14 @@ describe('crisp run', () => {
     expect(r.stdout).toMatch(/time [\d.]+ ms \(median of 1; plan [\d.]+ ms\) vs dense [\d.]+ ms: [\d.]+x/);
   });
 
+  it("names a WebGPU run's attention and statistics kernels in its first line; a reference run has none", () => {
+    expect(summary.kernels).toBeUndefined();
+    const first = (x: string) => x.split('\n')[0];
+    expect(first(formatRun(summary))).toMatch(/, backend reference$/);
+    const gpu = formatRun({ ...summary, backend: 'webgpu', kernels: { attention: 'subgroup-matrix', statistics: 'subgroup-matrix' } });
+    expect(first(gpu)).toMatch(/, backend webgpu \(attention kernel subgroup-matrix, proxy statistics subgroup-matrix\)$/);
+  });
+
   it('says where a plan was made on the host although the backend plans on the device, and why', () => {
     const reason = "the backend's planner runs the routers cStruct, not jsd (router jsd)";
     const text = formatRun({ ...summary, policies: [{ ...summary.policies[0], hostReason: reason }] });

@@ -25,7 +25,7 @@ export function formatRun(s: RunSummary): string {
   const out: string[] = [];
   const i = s.input;
   out.push(
-    `crisp run: ${i.source}, n=${i.n}, H=${i.heads}, Hkv=${i.kvHeads}, d=${i.headDim}, ${i.dtype}, B=${s.blockSize} (Nb=${s.numBlocks}), backend ${s.backend}`,
+    `crisp run: ${i.source}, n=${i.n}, H=${i.heads}, Hkv=${i.kvHeads}, d=${i.headDim}, ${i.dtype}, B=${s.blockSize} (Nb=${s.numBlocks}), backend ${s.backend}${s.kernels ? ` (attention kernel ${s.kernels.attention}, proxy statistics ${s.kernels.statistics})` : ''}`,
   );
   for (const p of s.policies) {
     out.push('');

@@ -20,6 +20,7 @@ import {
   sparsePrefill,
   headSlice,
 } from '@crisp/core';
+import type { WebGpuBackend } from '@crisp/kernels-webgpu';
 import { cStruct, jsDistance, jsd, routingAgreement } from '@crisp/router';
 import { type GroundTruth, type HeadKind, needleRecall } from '@crisp/synth';
 import { type BackendChoice, type SelectedBackend, selectBackend } from './backends.js';
@@ -106,6 +107,11 @@ export interface PolicyResult {
 
 export interface RunSummary {
   readonly backend: string;
+  /**
+   * the kernels a WebGPU backend ran for this dtype and head dim: the attention kernel and the
+   * proxy statistics' score tiles ('subgroup-matrix' or 'fma'); absent elsewhere
+   */
+  readonly kernels?: { readonly attention: string; readonly statistics: string };
   readonly backendNotes: readonly string[];
   readonly input: {
     readonly source: string;
@@ -380,8 +386,15 @@ export async function runJob(o: RunOptions, io: CliIo, shared?: SelectedBackend)
         rows,
       });
     }
+    const wk = backend as Partial<Pick<WebGpuBackend, 'attentionKernelFor' | 'statisticsKernelFor'>>;
+    const kernelDtype = inp.dtype === 'f16' ? 'f16' : 'f32';
+    const kernels =
+      sel.name === 'webgpu' && wk.attentionKernelFor && wk.statisticsKernelFor
+        ? { attention: wk.attentionKernelFor(kernelDtype, d), statistics: wk.statisticsKernelFor(kernelDtype, d) }
+        : undefined;
     return {
       backend: sel.name,
+      ...(kernels ? { kernels } : {}),
       backendNotes: sel.notes,
       input: {
         source: inp.source,
