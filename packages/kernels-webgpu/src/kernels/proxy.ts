@@ -19,6 +19,10 @@
  *                windows counted once each, like the reference);
  *  6. blockMean / qhatMean / pooledLogits: K̄_J, mean_i Q̂_i and their scaled dot products,
  *                whose softmax over J is FlexPrefill's pooled estimate ā.
+ *
+ * Passes 1 and 3 take their 64 x 64 score tiles from a ScoreTile: FMAs (./tile.ts, every
+ * adapter) or subgroup matrices (./proxy-tile-subgroup-matrix.ts, tensor cores); the rest of
+ * their WGSL is the same for both.
  */
 import { LOG2E, type ProgramDescriptor, type StorageDType, vec4ArrayType, widen } from './common.js';
 import { subgroupMatrixScoreTile } from './proxy-tile-subgroup-matrix.js';
