@@ -28,7 +28,7 @@ import {
   type VarlenBatch,
 } from '@crisp/core';
 import { fmaAttentionProgram } from './kernels/attention/fma.js';
-import { type SubgroupMatrixForm, subgroupMatrixAttentionProgram, subgroupMatrixHeadDim } from './kernels/attention/subgroup-matrix.js';
+import { type SubgroupMatrixForm, subgroupMatrixAttentionProgram } from './kernels/attention/subgroup-matrix.js';
 import type { ProgramDescriptor, StorageDType } from './kernels/common.js';
 import type { ScoreTileKind } from './kernels/proxy.js';
 import { denseAttention, sparseAttention } from './ops/attention.js';
@@ -307,7 +307,7 @@ export class WebGpuBackend implements Backend {
 
   /** The attention kernel a run of this dtype and head dim uses (f32 and head dims other than 64 and 128 run 'fma'). */
   attentionKernelFor(dtype: StorageDType, headDim: number): ActiveAttentionKernel {
-    return this.gpu.subgroupMatrix && dtype === 'f16' && subgroupMatrixHeadDim(headDim) ? 'subgroup-matrix' : 'fma';
+    return this.gpu.tensorCores(dtype, headDim) ? 'subgroup-matrix' : 'fma';
   }
 
   /** The tensor-core kernel's form when it is in use (WebGpuBackendOptions.subgroupMatrixForm). */

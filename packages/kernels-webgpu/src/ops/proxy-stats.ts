@@ -14,7 +14,6 @@ import {
   type ProxyStatsOptions,
   wantedOptionalStats,
 } from '@crisp/core';
-import { subgroupMatrixHeadDim } from '../kernels/attention/subgroup-matrix.js';
 import {
   SLASH_STRIDE,
   type ScoreTileKind,
@@ -37,7 +36,7 @@ import { type KeptBuffers, deferredStats, readStats } from './stats-readback.js'
  * attention runs this dtype and head dim (and its proxy programs built), else FMA.
  */
 export function scoreTileKindFor(g: GpuContext, dtype: StorageDType, D: number): ScoreTileKind {
-  return g.subgroupMatrix && g.subgroupMatrixStats && dtype === 'f16' && subgroupMatrixHeadDim(D) ? 'subgroup-matrix' : 'fma';
+  return g.subgroupMatrixStats && g.tensorCores(dtype, D) ? 'subgroup-matrix' : 'fma';
 }
 
 /** The rowStats and scores pipelines; a tensor-core build the driver rejects falls back to FMA for good. */

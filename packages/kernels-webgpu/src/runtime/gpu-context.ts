@@ -7,8 +7,8 @@
  */
 import type { GpuProfiler } from './gpu-profile.js';
 import { CrispError } from '@crisp/core';
-import { DEFAULT_SUBGROUP_MATRIX_FORM, type SubgroupMatrixForm } from '../kernels/attention/subgroup-matrix.js';
-import type { ProgramDescriptor } from '../kernels/common.js';
+import { DEFAULT_SUBGROUP_MATRIX_FORM, type SubgroupMatrixForm, subgroupMatrixHeadDim } from '../kernels/attention/subgroup-matrix.js';
+import type { ProgramDescriptor, StorageDType } from '../kernels/common.js';
 import { copyBytes, ReadBatcher, type ReadRequest } from './read-batch.js';
 
 export const Usage = {
@@ -93,6 +93,10 @@ export class GpuContext {
   readonly keepAlive: unknown[] = [];
   /** f16 attention at head dims 64 and 128 runs on the subgroup-matrix (tensor-core) kernel */
   subgroupMatrix = false;
+  /** whether the tensor-core kernels run this dtype and head dim (f16 at 64 and 128, where the adapter is eligible) */
+  tensorCores(dtype: StorageDType, headDim: number): boolean {
+    return this.subgroupMatrix && dtype === 'f16' && subgroupMatrixHeadDim(headDim);
+  }
   /** the proxy statistics' passes over every key use tensor cores too (cleared if their build fails) */
   subgroupMatrixStats = true;
   /** why a tensor-core program eligible here failed to build, and what runs instead */
