@@ -20,7 +20,7 @@ import { type PathResult, prefillOne } from './webgpu-path.js';
 import type { Tf, TfInputs, TfTensor } from './tensors.js';
 
 /** Sequence `b` of a (possibly batched) tensor's host values, as a host tensor in `dtype`. */
-function hostEntry(values: Float32Array, shape: readonly number[], b: number, layout: TfInputs, dtype: DType): HostTensor {
+export function hostEntry(values: Float32Array, shape: readonly number[], b: number, layout: TfInputs, dtype: DType): HostTensor {
   const s = layout.batched ? shape.slice(1) : [...shape];
   const len = s[0] * s[1] * s[2];
   const f32 = wrapHost('f32', s, values.subarray(b * len, (b + 1) * len));

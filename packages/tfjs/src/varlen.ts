@@ -10,22 +10,23 @@
 import {
   type Backend,
   type DType,
+  type DeviceTensor,
   type PrefillPlan,
   type VarlenLayout,
   UnsupportedError,
   assertSupported,
-  castHost,
   toFloat32,
   varlenPrefill,
   varlenSegments,
-  wrapHost,
 } from '@crisp/core';
 import type { Policy } from '@crisp/core';
 import type { WebGpuBackend } from '@crisp/kernels-webgpu';
 import { crisp } from '@crisp/presets';
 import * as tf from '@tensorflow/tfjs-core';
 import { type CrispAttentionOptions, type CrispAttentionResult, checkCallOptions, choose, hostDtype } from './attention.js';
+import { hostEntry } from './host-path.js';
 import { type Tf, type TfInputs, type TfTensor, checkInputs } from './tensors.js';
+import { tfTensorOf, tfWebGpu, wrapOnTfDevice } from './webgpu-path.js';
 
 const WHAT = 'crispAttentionVarlen';
 
@@ -108,21 +109,14 @@ interface Call {
 
 /** On TF.js's device: the packed inputs wrapped where TF.js keeps them, the output handed back on the device. */
 async function onTfDevice({ tf, q, k, v, layout, policy, opts }: Call, crisp: WebGpuBackend): Promise<Run> {
-  const tfb = tf.findBackend('webgpu') as unknown as { uploadToGPU(dataId: object): void };
+  const tfb = tfWebGpu(tf)!;
   const held: { dispose(): void }[] = [];
-  const wrapped: ReturnType<WebGpuBackend['wrapBuffer']>[] = [];
+  const wrapped: DeviceTensor[] = [];
   try {
-    for (const t of [q, k, v]) {
-      // a tensor made from host values keeps them on the CPU until first use
-      tfb.uploadToGPU(t.dataId);
-      const g = t.dataToGPU();
-      held.push(g.tensorRef);
-      wrapped.push(crisp.wrapBuffer(g.buffer as GPUBuffer, 'f32', t.shape));
-    }
+    for (const t of [q, k, v]) wrapped.push(wrapOnTfDevice(tfb, crisp, t, held));
     const r = await varlenPrefill(crisp, { q: wrapped[0], k: wrapped[1], v: wrapped[2] }, layout, policy, opts);
     try {
-      // TF.js copies the buffer into its own pool (queued now, before CRISP's buffer goes)
-      const output = tf.tensor({ buffer: crisp.bufferOf(r.output) }, [...r.output.shape], 'float32');
+      const output = tfTensorOf(tf, crisp, r.output);
       return { output, plans: r.plans, density: r.overallDensity, planMs: r.timings.planMs, attentionMs: r.timings.attentionMs };
     } finally {
       r.output.dispose();
@@ -136,13 +130,9 @@ async function onTfDevice({ tf, q, k, v, layout, policy, opts }: Call, crisp: We
 /** Through the host: the values read back, run on `backend` in `dtype`, the output made a tensor on TF.js's current backend. */
 async function onHost({ tf, q, k, v, layout, policy, opts }: Call, backend: Backend, inputs: TfInputs, dtype: DType): Promise<Run> {
   const values = (await Promise.all([q.data(), k.data(), v.data()])) as Float32Array[];
-  const dev = [];
+  const dev: DeviceTensor[] = [];
   try {
-    for (let i = 0; i < 3; i++) {
-      const t = [q, k, v][i];
-      const host = wrapHost('f32', t.shape, values[i]);
-      dev.push(backend.upload(dtype === 'f32' ? host : castHost(host, dtype)));
-    }
+    for (const [i, t] of [q, k, v].entries()) dev.push(backend.upload(hostEntry(values[i], t.shape, 0, inputs, dtype)));
     const r = await varlenPrefill(backend, { q: dev[0], k: dev[1], v: dev[2] }, layout, policy, opts);
     try {
       const out = toFloat32(await backend.download(r.output));

@@ -42,12 +42,12 @@ export async function prefillOne<T>(
 }
 
 /** The part of tfjs-backend-webgpu's WebGPUBackend used here (its public members). */
-interface TfWebGpuBackend {
+export interface TfWebGpuBackend {
   readonly device: GPUDevice;
   uploadToGPU(dataId: object): void;
 }
 
-function tfWebGpu(tf: Tf): TfWebGpuBackend | undefined {
+export function tfWebGpu(tf: Tf): TfWebGpuBackend | undefined {
   const b = tf.findBackend('webgpu') as unknown as Partial<TfWebGpuBackend> | undefined;
   return b && typeof b.uploadToGPU === 'function' && b.device ? (b as TfWebGpuBackend) : undefined;
 }
@@ -65,6 +65,23 @@ export function entry(tf: Tf, t: TfTensor, b: number, layout: TfInputs): TfTenso
   if (!layout.batched) return t;
   const [, n, h, d] = t.shape;
   return tf.tidy(() => tf.reshape(tf.slice(t, [b, 0, 0, 0], [1, n, h, d]), [n, h, d]));
+}
+
+/**
+ * `t` as a CRISP tensor over TF.js's GPU buffer (no copy): the handle TF.js returns with it
+ * goes into `held`, to be disposed once CRISP is done with the buffer.
+ */
+export function wrapOnTfDevice(tfb: TfWebGpuBackend, crisp: WebGpuBackend, t: TfTensor, held: { dispose(): void }[]): DeviceTensor {
+  // a tensor made from host values keeps them on the CPU until first use
+  tfb.uploadToGPU(t.dataId);
+  const g = t.dataToGPU();
+  held.push(g.tensorRef);
+  return crisp.wrapBuffer(g.buffer as GPUBuffer, 'f32', t.shape);
+}
+
+/** CRISP's output as a new TF.js tensor on the device (TF.js copies the buffer into its own pool, queued now). */
+export function tfTensorOf(tf: Tf, crisp: WebGpuBackend, o: DeviceTensor): TfTensor {
+  return tf.tensor({ buffer: crisp.bufferOf(o) }, [...o.shape], 'float32');
 }
 
 export async function runOnTfDevice(
@@ -87,20 +104,13 @@ export async function runOnTfDevice(
       const held: { dispose(): void }[] = layout.batched ? [...seq] : [];
       const wrapped: DeviceTensor[] = [];
       try {
-        for (const t of seq) {
-          // a tensor made from host values keeps them on the CPU until first use
-          tfb.uploadToGPU(t.dataId);
-          const g = t.dataToGPU();
-          held.push(g.tensorRef);
-          wrapped.push(crisp.wrapBuffer(g.buffer as GPUBuffer, 'f32', t.shape));
-        }
-        // TF.js copies the buffer into its own pool (queued now, before CRISP's buffer goes)
+        for (const t of seq) wrapped.push(wrapOnTfDevice(tfb, crisp, t, held));
         const r = await prefillOne(
           crisp,
           { q: wrapped[0], k: wrapped[1], v: wrapped[2] },
           policy,
           opts,
-          (o) => tf.tensor({ buffer: crisp.bufferOf(o) }, [...o.shape], 'float32'),
+          (o) => tfTensorOf(tf, crisp, o),
           layout.batched ? b : undefined,
         );
         outs.push(r.kept);
