@@ -12,16 +12,19 @@ import {
   type DeviceTensor,
   type DType,
   headSlice,
+  deviceRouteTerms,
   numBlocks,
+  plannerMargin,
   type PreparedMask,
   type ProxyStats,
-  RESIDUAL_MARGIN,
   residualDistance,
   type Route,
+  routeMarginal,
   selectedBlockCounts,
   selectVsLists,
   spreadRowPtr,
   toFloat32,
+  vsHead,
   vsListsFromArrays,
   type VsLists,
 } from '@crisp/core';
@@ -128,7 +131,8 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narr
     const stats = await be.proxyStats(d.q, d.k, { ...opts, deferRead: true, optionalStats: guarded ? ['pooledEstimate'] : [] });
     // guarded: τ for the residual test between the two middle distances of the heads cStruct
     // sends to VS, so that some go to PE by their residual alone
-    const residual = guarded ? splitResidual(await be.proxyStats(d.q, d.k, { ...opts, optionalStats: ['pooledEstimate'] }), tauProxy) : undefined;
+    const margin = plannerMargin(be.planner);
+    const residual = guarded ? splitResidual(await be.proxyStats(d.q, d.k, { ...opts, optionalStats: ['pooledEstimate'] }), tauProxy, margin) : undefined;
     const route: DeviceRouterRule = residual
       ? { kind: 'anyPe', rules: [{ kind: 'cStruct', tauProxy }, { kind: 'residualJsd', tau: residual.tau, minResidual: 0 }] }
       : { kind: 'cStruct', tauProxy };
@@ -144,19 +148,33 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narr
       const plan = await res.read();
       await stats.settle?.();
       assertFiniteStats(stats);
-      const routes = residual ? guardedRoutes(stats, tauProxy, residual.tau) : cStructRoutes(stats, tauProxy);
+      // the host rules' routes; a head whose residual distance lies within the planner's
+      // margin of τ may take the device's route (the plan keeps it, as sparsePrefill does)
+      const hostRoutes = residual ? guardedRoutes(stats, tauProxy, residual.tau) : cStructRoutes(stats, tauProxy);
+      const terms = deviceRouteTerms(route);
+      const routes = hostRoutes.map((x, h) => (x !== plan.routes[h] && terms && routeMarginal(terms, stats, h, margin) ? plan.routes[h] : x));
       if (!bitEqual(Array.from(plan.routes, (x) => (x === 'vs' ? 1 : 0)), Array.from(routes, (x) => (x === 'vs' ? 1 : 0)))) {
         lines.push(`routes ${plan.routes.join(',')}, expected ${routes.join(',')} (tauProxy ${tauProxy}${residual ? `, residual τ ${residual.tau}` : ''})`);
       }
       if (residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= tauProxy)) {
         lines.push(`residual τ ${residual.tau} sent no head to PE by its residual alone`);
       }
-      const want = selectVsLists(stats, routes, noiseFloor({ alpha: rule.alpha, kMin: 2 * B }), peK, {
-        withVs: guarded,
-        selector: peRule ? noiseFloor({ alpha: peRule.alpha, kMin: peRule.kMin }) : undefined,
-        excess: narrow?.peVsExcess,
-        fullAnchor: narrow?.peVsFullAnchor,
-      });
+      const hostLists = (excess: number | undefined) =>
+        selectVsLists(stats, routes, noiseFloor({ alpha: rule.alpha, kMin: 2 * B }), peK, {
+          withVs: guarded,
+          selector: peRule ? noiseFloor({ alpha: peRule.alpha, kMin: peRule.kMin }) : undefined,
+          excess,
+          fullAnchor: narrow?.peVsFullAnchor,
+        });
+      let want = hostLists(narrow?.peVsExcess);
+      if (narrow) {
+        // a narrowed block whose p_v lies within the planner's (relative) margin of κ ā may
+        // fall either way: the device's lists lie between the host's at κ (1 + margin) and
+        // κ (1 − margin), and the rest of the check runs on them
+        const off = narrowedWithin(plan.vs, hostLists(narrow.peVsExcess * (1 + margin)), hostLists(narrow.peVsExcess * (1 - margin)), H);
+        if (off) lines.push(off);
+        else want = plan.vs;
+      }
       if (narrow && residual?.split && !routes.some((x, h) => x === 'pe' && stats.cStruct[h] >= narrow.peVsFullAnchor.below)) {
         lines.push(`the band [0, ${narrow.peVsFullAnchor.below}) of C_struct left no PE head to narrow`);
       }
@@ -175,6 +193,25 @@ export function devicePlanCase(dtype: DType, s: ShapeCase, guarded = false, narr
     return outcome(lines.length ? 1 : 0, 0, lines);
   });
   return { ...c, needs: { ...c.needs, deviceSelector: 'noiseFloor', deviceRouter: guarded ? 'anyPe' : 'cStruct', ...(narrowed ? { narrowedPeLists: true } : {}) } };
+}
+
+/**
+ * undefined when every head's vertical list in `got` holds `lo`'s and lies within `hi`'s and
+ * its slash list equals theirs (narrowing takes vertical blocks only); else what differs.
+ */
+function narrowedWithin(got: VsLists, lo: VsLists, hi: VsLists, H: number): string | undefined {
+  for (let h = 0; h < H; h++) {
+    const g = vsHead(got, h);
+    const a = vsHead(lo, h);
+    const b = vsHead(hi, h);
+    const has = new Set(g.vertical);
+    const inHi = new Set(b.vertical);
+    const missing = Array.from(a.vertical).filter((J) => !has.has(J));
+    const extra = Array.from(g.vertical).filter((J) => !inHi.has(J));
+    if (missing.length || extra.length) return `head ${h}: vertical list [${Array.from(g.vertical).join(',')}] lacks [${missing.join(',')}] or holds [${extra.join(',')}] beyond the narrowing's margin`;
+    if (!bitEqual(g.slash, a.slash)) return `head ${h}: slash list [${Array.from(g.slash).join(',')}], expected [${Array.from(a.slash).join(',')}]`;
+  }
+  return undefined;
 }
 
 /** [0, a midpoint between the two smallest distinct C_struct values) (all heads' when they are equal). */
@@ -247,10 +284,10 @@ export async function checkAgainstHostParts(
 
 /**
  * A residual τ for the guarded case: between the two middle distinct residual distances of
- * the heads cStruct sends to VS (each more than RESIDUAL_MARGIN away), so both residual routes
- * occur among them; `split` false when fewer than two such heads differ.
+ * the heads cStruct sends to VS (each more than the planner's margin away), so both residual
+ * routes occur among them; `split` false when fewer than two such heads differ.
  */
-function splitResidual(stats: ProxyStats, tauProxy: number): { tau: number; split: boolean } {
+function splitResidual(stats: ProxyStats, tauProxy: number, margin: number): { tau: number; split: boolean } {
   const Nb = stats.numBlocks;
   const ds: number[] = [];
   for (let h = 0; h < stats.heads; h++) {
@@ -260,7 +297,7 @@ function splitResidual(stats: ProxyStats, tauProxy: number): { tau: number; spli
   }
   const distinct = [...new Set(ds)].sort((a, b) => a - b);
   for (let m = Math.floor(distinct.length / 2); m >= 1; m--) {
-    if (distinct[m] - distinct[m - 1] > 4 * RESIDUAL_MARGIN && distinct[m] < 0.8) return { tau: (distinct[m - 1] + distinct[m]) / 2, split: true };
+    if (distinct[m] - distinct[m - 1] > 4 * margin && distinct[m] < 0.8) return { tau: (distinct[m - 1] + distinct[m]) / 2, split: true };
   }
   return { tau: 0.1, split: false };
 }

@@ -193,6 +193,13 @@ export interface DevicePlanner {
   readonly peVsExcess?: boolean;
   /** whether `plan` runs `peVs` requests (a noise floor at its own α for PE heads' lists, Policy.peVs); absent: it does not */
   readonly peVs?: boolean;
+  /**
+   * How close to its threshold a value the device computes in its own arithmetic may lie for
+   * the device's decision to stand where the host rule's differs (device-route.ts): a residual
+   * or JS distance, or a residual mass (absolute), and with `peVsExcess` the ratio
+   * p_v[J] / (κ · ā[J]) (relative). Absent: RESIDUAL_MARGIN (1e-9, f64 arithmetic).
+   */
+  readonly margin?: number;
   /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.readBlockCounts()`. */
   plan(req: DevicePlanRequest): Promise<DevicePlanResult>;
 }

@@ -110,8 +110,10 @@ export class WebGpuBackend implements Backend {
   readonly #id = nextId++;
   readonly #host: OpHost;
   /**
-   * The device plan for the cStruct router and the noise-floor selector (plan/planner.ts):
-   * the `crisp` and `crispFast` presets are planned on the device, other policies on the host.
+   * The device plan for the cStruct router, the residual test (residualJsd, anyPe of the two)
+   * and the noise-floor selector with the PE heads' lists (plan/planner.ts): the `crisp`,
+   * `crispFast` and `crispGuarded` presets are planned on the device, other policies
+   * (`flexPrefill`: its jsd router and cumulative coverage) on the host.
    */
   readonly planner: WebGpuDevicePlanner;
 
@@ -261,7 +263,8 @@ export class WebGpuBackend implements Backend {
 
   /**
    * The cStruct router and the noise-floor VS selection on the device (kernels/select.ts),
-   * giving the host rules' routes and lists exactly, expanded into block rows on the device;
+   * giving the host rules' routes and lists exactly (with a residual test or narrowed PE lists
+   * in the request, up to `planner.margin`), expanded into block rows on the device;
    * nothing is read back until the result's read(), blockCounts() or attention(). The
    * building block of `planner`, without the PE heads' rows.
    */

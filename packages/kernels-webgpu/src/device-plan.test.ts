@@ -73,11 +73,6 @@ function inputs(seed: number, n: number, m: number, H: number, Hkv: number, flat
 describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason}`}`, () => {
   const be = backend!;
 
-  it('lists the cStruct router and the noise floor', () => {
-    expect(be.planner.routers).toEqual(['cStruct']);
-    expect(be.planner.selectors).toEqual(['noiseFloor']);
-  });
-
   for (const [n, m, H, Hkv, seed, flat] of [
     [600, 600, 4, 2, 5, []],
     [520, 150, 2, 2, 9, []],

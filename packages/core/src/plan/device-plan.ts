@@ -15,7 +15,7 @@ import type { DeviceRouterRule, Policy, Route, RoutingDecision } from '../policy
 import { assertFiniteStats, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
 import type { DeviceRules } from './derive.js';
-import { deviceRouteTerms, routeMarginal } from './device-route.js';
+import { deviceRouteTerms, plannerMargin, routeMarginal } from './device-route.js';
 import { checkRecall, routeOnHost, spreadRows } from './host-plan.js';
 import type { PrefillPlan } from './types.js';
 
@@ -47,17 +47,25 @@ export interface QueuedDevicePlan {
 
 /**
  * The host router's decision checked against the device's routes: equal, except on heads
- * whose residual test is within RESIDUAL_MARGIN of a threshold (device-route.ts), where the
- * device's route stands (the mask was built from it). Any other difference is the backend's
- * fault (BACKEND_ERROR).
+ * whose residual test is within the planner's margin of a threshold (device-route.ts), where
+ * the device's route stands (the mask was built from it). Any other difference is the
+ * backend's fault (BACKEND_ERROR).
  */
-function agreedRoutes(routing: RoutingDecision, device: readonly Route[], rule: DeviceRouterRule, stats: ProxyStats, who: string, router: string): RoutingDecision {
+function agreedRoutes(
+  routing: RoutingDecision,
+  device: readonly Route[],
+  rule: DeviceRouterRule,
+  stats: ProxyStats,
+  margin: number,
+  who: string,
+  router: string,
+): RoutingDecision {
   let terms: ReturnType<typeof deviceRouteTerms> | null = null;
   let differ = false;
   for (let h = 0; h < routing.routes.length; h++) {
     if (routing.routes[h] === device[h]) continue;
     terms ??= deviceRouteTerms(rule);
-    if (!(terms && routeMarginal(terms, stats, h))) {
+    if (!(terms && routeMarginal(terms, stats, h, margin))) {
       throw new CrispError('BACKEND_ERROR', `${who}: the device routed [${device.join(',')}], router ${router} routes [${routing.routes.join(',')}] on the same statistics (a router's \`device\` rule must be the rule its route() computes: with one of your own, check that first; with the library's routers this is the backend's fault)`);
     }
     differ = true;
@@ -110,7 +118,7 @@ export async function queueDevicePlan(
       await stats.settle?.();
       const tReadDone = performance.now();
       assertFiniteStats(stats);
-      routing = agreedRoutes(routeOnHost(policy, stats, H).routing, outcome.routes, c.rules.route, stats, `backend ${backend.name}`, policy.router!.name);
+      routing = agreedRoutes(routeOnHost(policy, stats, H).routing, outcome.routes, c.rules.route, stats, plannerMargin(backend.planner), `backend ${backend.name}`, policy.router!.name);
       peHeads = routing.routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       tRoute = performance.now();
       ({ perHead: density, overall: overallDensity } = densityFromCounts(await r.prepared.readBlockCounts(), Nb));

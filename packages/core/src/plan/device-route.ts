@@ -26,8 +26,18 @@ export interface DeviceRouteTerms {
   readonly jsd?: { readonly tau: number };
 }
 
-/** How far from its threshold a residual distance or mass must be for the device's and the host's test to agree. */
+/**
+ * How far from its threshold a residual distance or mass must be for the device's and the
+ * host's test to agree, where the device computes in f64 (a planner in other arithmetic
+ * declares its own: DevicePlanner.margin).
+ */
 export const RESIDUAL_MARGIN = 1e-9;
+
+/** A planner's margin (DevicePlanner.margin), RESIDUAL_MARGIN when it declares none or an unusable one. */
+export function plannerMargin(planner: { readonly margin?: number } | undefined): number {
+  const m = planner?.margin;
+  return typeof m === 'number' && m >= RESIDUAL_MARGIN && m < 0.01 ? m : RESIDUAL_MARGIN;
+}
 
 export function deviceRouteTerms(rule: DeviceRouterRule): DeviceRouteTerms | undefined {
   let tauProxy = Number.NEGATIVE_INFINITY;
@@ -56,19 +66,19 @@ export function deviceRuleKinds(rule: DeviceRouterRule): Set<DeviceRouterRule['k
 
 /**
  * Whether head h's route may differ between the device and the host: its cStruct test says
- * VS (so the distance test decides) and the distance test is within RESIDUAL_MARGIN of either
- * threshold (the residual test's) or of τ (the jsd test's).
+ * VS (so the distance test decides) and the distance test is within `margin` (the planner's,
+ * plannerMargin) of either threshold (the residual test's) or of τ (the jsd test's).
  */
-export function routeMarginal(terms: DeviceRouteTerms, stats: ProxyStats, h: number): boolean {
+export function routeMarginal(terms: DeviceRouteTerms, stats: ProxyStats, h: number, margin = RESIDUAL_MARGIN): boolean {
   if (!(stats.cStruct[h] >= terms.tauProxy)) return false;
   const Nb = stats.numBlocks;
   if (terms.jsd) {
     const d = jsDistance(headSlice(stats.pooledEstimate, h, Nb), headSlice(stats.verticalBlocks, h, Nb));
-    return Math.abs(d - terms.jsd.tau) <= RESIDUAL_MARGIN;
+    return Math.abs(d - terms.jsd.tau) <= margin;
   }
   if (!terms.residual) return false;
   const { residual, distance } = residualDistance(headSlice(stats.verticalBlocks, h, Nb), headSlice(stats.pooledEstimate, h, Nb));
-  return Math.abs(distance - terms.residual.tau) <= RESIDUAL_MARGIN || Math.abs(residual - terms.residual.minResidual) <= RESIDUAL_MARGIN;
+  return Math.abs(distance - terms.residual.tau) <= margin || Math.abs(residual - terms.residual.minResidual) <= margin;
 }
 
 const finite = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);

@@ -189,14 +189,18 @@ fn f32ToF64(b: u32) -> vec2<u32> {
   let x = f32Unpack(b);
   return f64Round(x.sign, x.e, x.m);
 }
-// the noise floor's threshold α · (max(1 − a − b, 0) / (Nb − 2)) in f64, as JavaScript
-// evaluates it: a, b f32 bits, α f64 bits, Nb >= 3
-fn noiseFloorThreshold(a: u32, b: u32, alpha: vec2<u32>, Nb: u32) -> vec2<u32> {
+// the residual mass 1 − a − b in f64, as JavaScript evaluates it: a, b f32 bits
+fn residualMass(a: u32, b: u32) -> vec2<u32> {
   let one = Exact(0u, 0, vec2<u32>(0u, 1u));
   var na = f32Unpack(a); na.sign ^= 1u;
   var nb = f32Unpack(b); nb.sign ^= 1u;
   let t1 = f64AddExact(one, na);
-  let t2 = f64AddExact(f64Unpack(t1), nb);
+  return f64AddExact(f64Unpack(t1), nb);
+}
+// the noise floor's threshold α · (max(1 − a − b, 0) / (Nb − 2)) in f64, as JavaScript
+// evaluates it: a, b f32 bits, α f64 bits, Nb >= 3
+fn noiseFloorThreshold(a: u32, b: u32, alpha: vec2<u32>, Nb: u32) -> vec2<u32> {
+  let t2 = residualMass(a, b);
   // Math.max(t2, 0): +0 unless t2 > 0
   var m = vec2<u32>(0u, 0u);
   if ((t2.x >> 31u) == 0u && !u64IsZero(t2)) { m = t2; }

@@ -4,9 +4,16 @@
  *   cStruct:    head h goes to VS iff C_struct[h] >= τ. C_struct is an f32 here; the host
  *               passes the order key of the smallest f32 >= τ (f32 x >= τ iff x >= that
  *               f32), and the kernel compares order keys of the bits (NaN goes to PE).
+ *   residual:   with a residual test (./route-residual.ts, `res`), a head it sends to PE
+ *               goes to PE whatever C_struct says (core's anyPe).
  *   noiseFloor: VS heads keep {J : p[J] > α μ} ∪ {0, Nb − 1}, the kBlocks best when fewer
  *               pass (both ends counted if they pass), every block when Nb <= 2; PE heads
- *               the peK best of each direction, ∪ {0}. The threshold
+ *               the peK best of each direction, ∪ {0}. With peWithVs PE heads keep the floor's
+ *               lists too (at their own α, Policy.peVs), and with a narrowing
+ *               (Policy.peVsExcess) a PE head outside the band of C_struct
+ *               (Policy.peVsFullAnchor) keeps of them only the vertical blocks with
+ *               p_v[J] > κ · ā[J] (in f32: core's DevicePlanner.margin) and no slash list.
+ *               The threshold
  *               is the host's f64 value bit for bit (./f64.ts), p[J] is widened to f64
  *               exactly, and the comparison is one of order keys.
  * "Best": higher score first, ties toward the lower index, on order keys of the f32 bits
@@ -23,19 +30,29 @@ export const SELECT_MAX_BLOCKS = 65536;
 
 /**
  * Grid (2 directions, H heads), 256 threads. lists [2][H][Nb]: the selected blocks ascending;
- * counts [2][H]; routes [H] (1 = VS, 0 = PE), written by direction 0.
+ * counts [2][H]; routes [H] (1 = VS, 0 = PE), written by direction 0. res [H] vec4 (x: 1 where
+ * the residual test sends the head to PE) and pooled [H][Nb] (ā) from ./route-residual.ts,
+ * read when `residual` and `narrow` say so. Band keys: f32 order keys of the smallest f32 >=
+ * from and >= below (from 0xffffffff and below 0: no band).
  */
 export function vsSelectProgram(): ProgramDescriptor {
   const wgsl = /* wgsl */ `${F64_WGSL}
-struct Params { H: u32, Nb: u32, kBlocks: u32, peK: u32, tauKey: u32, alphaHi: u32, alphaLo: u32, p0: u32 }
+struct Params {
+  H: u32, Nb: u32, kBlocks: u32, peK: u32, tauKey: u32, alphaHi: u32, alphaLo: u32, residual: u32,
+  peWithVs: u32, peAlphaHi: u32, peAlphaLo: u32, narrow: u32, excess: f32, fromKey: u32, belowKey: u32, p0: u32,
+}
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> sums: array<u32>;  // f32 bits
 @group(0) @binding(2) var<storage, read_write> lists: array<u32>;
 @group(0) @binding(3) var<storage, read_write> counts: array<u32>;
 @group(0) @binding(4) var<storage, read_write> routes: array<u32>;
+@group(0) @binding(5) var<storage, read> res: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read> pooled: array<f32>;
 var<workgroup> bits: array<atomic<u32>, ${SELECT_MAX_BLOCKS / 32}>;
 var<workgroup> passed: atomic<u32>;
 var<workgroup> isVs: u32;
+var<workgroup> floorOn: u32;
+var<workgroup> narrowed: u32;
 var<workgroup> fallback: u32;
 var<workgroup> th: vec2<u32>;
 var<workgroup> redKey: array<u32, 256>;
@@ -92,14 +109,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     atomicStore(&passed, 0u);
     let c = sums[(h * (Nb + 1u) + Nb) * 2u];
     let nan = (c & 0x7f800000u) == 0x7f800000u && (c & 0x7fffffu) != 0u;
-    isVs = select(0u, 1u, !nan && f32Key(c) >= P.tauKey);
+    let residualPe = P.residual == 1u && res[h].x != 0.0;
+    isVs = select(0u, 1u, !nan && f32Key(c) >= P.tauKey && !residualPe);
     if (dir == 0u) { routes[h] = isVs; }
-    if (isVs == 1u && Nb > 2u) {
-      th = f64Key(noiseFloorThreshold(score(h, dir, 0u), score(h, dir, Nb - 1u), vec2<u32>(P.alphaHi, P.alphaLo), Nb));
+    let inBand = !nan && f32Key(c) >= P.fromKey && f32Key(c) < P.belowKey;
+    narrowed = select(0u, 1u, isVs == 0u && P.narrow == 1u && !inBand);
+    // the floor: VS heads' lists, and with peWithVs a PE head's (a narrowed one's vertical only)
+    floorOn = select(0u, 1u, isVs == 1u || (P.peWithVs == 1u && !(narrowed == 1u && dir == 1u)));
+    if (floorOn == 1u && Nb > 2u) {
+      let alpha = select(vec2<u32>(P.peAlphaHi, P.peAlphaLo), vec2<u32>(P.alphaHi, P.alphaLo), isVs == 1u);
+      th = f64Key(noiseFloorThreshold(score(h, dir, 0u), score(h, dir, Nb - 1u), alpha, Nb));
     }
   }
   let vs = workgroupUniformLoad(&isVs);
-  if (vs == 1u) {
+  if (workgroupUniformLoad(&floorOn) == 1u) {
     if (Nb <= 2u) {
       if (lid < Nb) { setBit(lid); }
     } else {
@@ -125,7 +148,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
       workgroupBarrier();
       if (lid == 0u) { setBit(0u); setBit(Nb - 1u); }
     }
-  } else {
+  }
+  if (vs == 0u) {
+    if (workgroupUniformLoad(&narrowed) == 1u && dir == 0u) {
+      // only the blocks the pooled map under-reads: p_v[J] > κ · ā[J] (the floor's bits set first)
+      workgroupBarrier();
+      for (var J = lid; J < Nb; J += 256u) {
+        if ((atomicLoad(&bits[J >> 5u]) & (1u << (J & 31u))) != 0u && !(bitcast<f32>(score(h, 0u, J)) > P.excess * pooled[h * Nb + J])) {
+          atomicAnd(&bits[J >> 5u], ~(1u << (J & 31u)));
+        }
+      }
+      workgroupBarrier();
+    }
     if (P.peK >= Nb) {
       for (var J = lid; J < Nb; J += 256u) { setBit(J); }
     } else if (P.peK > 0u) {

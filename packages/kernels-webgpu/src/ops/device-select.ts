@@ -9,7 +9,9 @@
 import {
   type AttentionOptions,
   type AttentionResult,
+  checkDeviceRouterRule,
   checkDeviceSelectorRule,
+  checkPeVsNarrowing,
   CrispError,
   type DeviceNoiseFloorRule,
   type DeviceSelectorRule,
@@ -21,21 +23,30 @@ import {
   type VsLists,
   numBlocks,
 } from '@crisp/core';
+import { residualRouteProgram } from '../kernels/route-residual.js';
 import { SELECT_MAX_BLOCKS, vsPackProgram, vsSelectProgram } from '../kernels/select.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
 import { checkAttentionOptions, runAttention } from './attention.js';
 import { expandBuffers } from './expand-mask.js';
 import type { DevicePeRows } from './pe-cut.js';
 import type { OpHost } from './host.js';
-import { keptBlockSums } from './stats-readback.js';
+import { keptBlockSums, keptLogits } from './stats-readback.js';
 import { prepare, ready } from './validate.js';
 
 export interface DeviceVsRequest {
-  /** the cStruct rule's τ: VS iff C_struct >= τ */
+  /** the cStruct rule's τ: VS iff C_struct >= τ (−Infinity: no such test) */
   readonly tauProxy: number;
   readonly vs: DeviceSelectorRule;
   /** blocks per direction for PE heads */
   readonly peK: number;
+  /** the residual test (core's DeviceRouteTerms.residual): PE also where it says so */
+  readonly residual?: { readonly tau: number; readonly minResidual: number };
+  /** PE heads keep the noise floor's lists too (Policy.peWithVs), at `peVs`'s α when given */
+  readonly peWithVs?: boolean;
+  readonly peVs?: DeviceNoiseFloorRule;
+  /** narrow PE heads' lists to p_v > κ ā outside the band (Policy.peVsExcess, peVsFullAnchor) */
+  readonly excess?: number;
+  readonly fullAnchor?: { readonly from: number; readonly below: number };
 }
 
 /** A selection and its expanded mask on the device; release it when done. */
@@ -47,6 +58,12 @@ export interface DeviceVsPlan {
   read(): Promise<{ routes: Route[]; vs: VsLists }>;
   /** [H] blocks of each head's expanded rows, read back */
   blockCounts(): Promise<Float64Array>;
+  /**
+   * With a residual test (`residual` in the request): per head (1 where the test sends it to
+   * PE else 0, the residual mass, the distance, 0) as the device computed them (f32), read
+   * back; undefined without one.
+   */
+  residual(): Promise<Float32Array | undefined>;
   /** sparse attention over the expanded mask (the rows never leave the device) */
   attention(q: DeviceTensor, k: DeviceTensor, v: DeviceTensor, opts?: AttentionOptions): Promise<AttentionResult>;
   release(): void;
@@ -87,6 +104,15 @@ export function blockSumsOf(stats: ProxyStats): Float32Array {
   return out;
 }
 
+/** The statistics' pooled estimate as f32 values (statistics read back: no logits on the device). */
+function hostPooled(stats: ProxyStats): Float32Array {
+  const a = stats.pooledEstimate;
+  if (!a || a.length !== stats.heads * stats.numBlocks) {
+    throw new InvalidArgumentError('the residual test and the PE lists\' narrowing need the statistics\' pooled estimate (optionalStats: pooledEstimate)');
+  }
+  return Float32Array.from(a);
+}
+
 /** Routes, lists and their expansion queued on the device (the caller retires `held`). */
 export interface QueuedSelection {
   /** [H] u32: 1 VS, 0 PE */
@@ -102,6 +128,8 @@ export interface QueuedSelection {
   readonly cap: number;
   /** the PE heads' rows made on the device (queueSelection's `peRows`), in the expansion above */
   readonly pe?: DevicePeRows;
+  /** with a residual test: [H] vec4 f32 (PE by the test 1 / 0, the residual mass, the distance, 0) */
+  readonly residual?: GPUBuffer;
   /** every buffer above */
   readonly held: GPUBuffer[];
 }
@@ -114,6 +142,19 @@ function checkSelection(H: number, Nb: number, B: number, req: DeviceVsRequest):
   if (rule?.kind !== 'noiseFloor') throw new InvalidArgumentError('the device selection runs the noiseFloor rule { alpha > 0 finite, kMin a positive integer }');
   checkDeviceSelectorRule(rule, 'the device selection rule');
   if (!Number.isInteger(peK) || peK < 0) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${String(peK)}`);
+  const { residual, peWithVs, peVs, excess, fullAnchor } = req;
+  if (residual !== undefined) checkDeviceRouterRule({ kind: 'residualJsd', ...residual }, 'the residual test');
+  if (peWithVs !== undefined && typeof peWithVs !== 'boolean') throw new InvalidArgumentError(`peWithVs must be true or false; got ${String(peWithVs)}`);
+  if (peVs !== undefined) {
+    checkDeviceSelectorRule(peVs, 'the PE heads\' list rule (peVs)');
+    if (peVs.kind !== 'noiseFloor' || peVs.kMin !== rule.kMin) {
+      throw new InvalidArgumentError(`the PE heads' list rule (peVs) must be a noise floor with the VS rule's kMin ${rule.kMin}; got ${peVs.kind} with kMin ${peVs.kMin}`);
+    }
+  }
+  checkPeVsNarrowing(excess, fullAnchor, 'the device selection: ');
+  if ((peVs !== undefined || excess !== undefined) && peWithVs !== true) {
+    throw new InvalidArgumentError('peVs and peVsExcess shape the lists PE heads keep with peWithVs, so they need peWithVs: true');
+  }
   if (Nb > SELECT_MAX_BLOCKS) {
     throw new LimitError(`the device selection handles up to ${SELECT_MAX_BLOCKS} blocks a head; got ${Nb}`, { limit: 'selectBlocks', max: SELECT_MAX_BLOCKS * B });
   }
@@ -135,21 +176,31 @@ export async function queueSelection(
   const { heads: H, numBlocks: Nb, blockSize: B } = stats;
   checkSelection(H, Nb, B, req);
   // (checkSelection let only the noiseFloor rule through)
-  const { tauProxy, peK } = req;
+  const { tauProxy, peK, residual, excess, fullAnchor } = req;
   const rule = req.vs as DeviceNoiseFloorRule;
+  const peWithVs = req.peWithVs === true;
+  const peRule = req.peVs ?? rule;
   const kBlocks = Math.ceil(rule.kMin / B);
+  // ā is needed by the residual test and the narrowing
+  const wantsPooled = residual !== undefined || (peWithVs && excess !== undefined);
   const g = host.gpu;
-  const [pSel, pPack] = await Promise.all([g.pipeline(vsSelectProgram()), g.pipeline(vsPackProgram())]);
+  const [pSel, pPack, pRes] = await Promise.all([
+    g.pipeline(vsSelectProgram()),
+    g.pipeline(vsPackProgram()),
+    wantsPooled ? g.pipeline(residualRouteProgram()) : undefined,
+  ]);
   // (looked up with no await before the submission below: settle() retires the buffers
   // after the work submitted before it)
   const sums = keptBlockSums(g, stats);
+  const logits = keptLogits(g, stats);
   if (!sums && stats.settle) await stats.settle();
+  const pooledValues = wantsPooled && !logits ? hostPooled(stats) : undefined;
   const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
   const checks: Check[] = [];
   const temps: GPUBuffer[] = [];
   const held: GPUBuffer[] = [];
   try {
-    const [routes, vsPtr, vsList] = g.scoped(checks, 'the device selection', () => {
+    const [routes, vsPtr, vsList, resOut] = g.scoped(checks, 'the device selection', () => {
       const mk = (bytes: number, label: string, keep: GPUBuffer[]) => {
         const b = g.createBuffer(Math.max(4, bytes), S, label);
         keep.push(b);
@@ -166,15 +217,35 @@ export async function queueSelection(
       const routes = mk(H * 4, 'routes', held);
       const vsPtr = mk(2 * (H + 1) * 4, 'vsPtr', held);
       const vsList = mk(2 * H * Nb * 4, 'vsList', held);
+      const enc = g.device.createCommandEncoder();
+      // the residual test and ā (./route-residual.ts), or one-word stand-ins where not read
+      const resOut = mk(pRes ? H * 16 : 16, 'residualRoute', residual ? held : temps);
+      const pooled = mk(wantsPooled ? H * Nb * 4 : 4, 'pooledEstimate', temps);
+      if (pRes) {
+        let from = logits;
+        if (!from) {
+          from = mk(H * Nb * 4, 'pooledValues', temps);
+          g.writeBuffer(from, 0, pooledValues!);
+        }
+        const [mHi, mLo] = f64Bits(residual?.minResidual ?? 2);
+        const ur = g.uniform([H, Nb, logits ? 1 : 0, 0, { f32: residual?.tau ?? 0 }, mHi, mLo, 0]);
+        temps.push(ur);
+        g.dispatch(enc, pRes, [ur, src, from, pooled, resOut], [H]);
+      }
       const [aHi, aLo] = f64Bits(rule.alpha);
-      const u = g.uniform([H, Nb, kBlocks, peK, tauKey(tauProxy), aHi, aLo, 0]);
+      const [pHi, pLo] = f64Bits(peRule.alpha);
+      const narrow = peWithVs && excess !== undefined;
+      const band = fullAnchor ? [tauKey(fullAnchor.from), tauKey(fullAnchor.below)] : [0xffffffff, 0];
+      const u = g.uniform([
+        H, Nb, kBlocks, peK, tauKey(tauProxy), aHi, aLo, residual ? 1 : 0,
+        peWithVs ? 1 : 0, pHi, pLo, narrow ? 1 : 0, { f32: excess ?? 0 }, band[0], band[1], 0,
+      ]);
       const up = g.uniform([H, Nb, 0, 0]);
       temps.push(u, up);
-      const enc = g.device.createCommandEncoder();
-      g.dispatch(enc, pSel, [u, src, lists, counts, routes], [2, H]);
+      g.dispatch(enc, pSel, [u, src, lists, counts, routes, resOut, pooled], [2, H]);
       g.dispatch(enc, pPack, [up, lists, counts, vsPtr, vsList], [2, H]);
       g.submit(enc, temps);
-      return [routes, vsPtr, vsList] as const;
+      return [routes, vsPtr, vsList, residual ? resOut : undefined] as const;
     });
     await g.settle(checks);
     // the PE heads' rows from the routes on the device, when asked for: one expansion of both
@@ -184,7 +255,7 @@ export async function queueSelection(
     const cap = (H * Nb * (Nb + 1)) / 2;
     const e = await expandBuffers(host, H, Nb, { vsPtr, vsList, sliceBase: H * Nb }, pe, cap);
     held.push(e.rowPtr, e.cols);
-    return { routes, vsPtr, vsList, rowPtr: e.rowPtr, cols: e.cols, cap, held, ...(pe ? { pe } : {}) };
+    return { routes, vsPtr, vsList, rowPtr: e.rowPtr, cols: e.cols, cap, held, ...(pe ? { pe } : {}), ...(resOut ? { residual: resOut } : {}) };
   } catch (err) {
     g.retire(...held);
     throw err;
@@ -247,6 +318,10 @@ export async function deviceVsPlan(host: OpHost, stats: ProxyStats, req: DeviceV
     async blockCounts() {
       alive();
       return readRowCounts(host, sel.rowPtr, H, Nb);
+    },
+    async residual() {
+      alive();
+      return sel.residual ? new Float32Array(await g.read(sel.residual, 0, H * 16)) : undefined;
     },
     async attention(q, k, v, opts = {}) {
       alive();

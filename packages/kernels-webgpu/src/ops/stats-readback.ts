@@ -147,3 +147,9 @@ export function keptBlockSums(gpu: GpuContext, stats: ProxyStats): GPUBuffer | u
   const k = keptOf.get(stats);
   return k && k.gpu === gpu ? k.buffers.sums : undefined;
 }
+
+/** The pooled logits buffer ([H][Nb] f32) of such statistics, as keptBlockSums. */
+export function keptLogits(gpu: GpuContext, stats: ProxyStats): GPUBuffer | undefined {
+  const k = keptOf.get(stats);
+  return k && k.gpu === gpu ? k.buffers.logits : undefined;
+}

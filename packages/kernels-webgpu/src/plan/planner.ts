@@ -5,6 +5,13 @@
  * - Routing and VS selection: the cStruct router and the noise floor on the GPU
  *   (kernels/select.ts), exactly the host rules' routes and lists; they read the block sums
  *   where proxyStats (deferRead) left them, so the statistics are not read back first.
+ * - crispGuarded's rules too: the residual test of residualJsd beside cStruct (anyPe;
+ *   kernels/route-residual.ts), PE heads keeping the noise floor's lists (peWithVs, at their
+ *   own α with peVs) and those lists narrowed to p_v > κ ā outside a band of C_struct
+ *   (peVsExcess, peVsFullAnchor). The residual mass test is exact; the distance and the
+ *   narrowing's ratio are f32, so a head whose distance lies within `margin` of τ, or a block
+ *   whose p_v lies within that relative margin of κ ā, may fall the other way from the host
+ *   rule's f64 decision (the plan keeps the device's: its mask was built from it).
  * - The VS lists (of every head: a PE head's are its peK best blocks each way) are expanded
  *   into rows on the device: the mask `sparseAttention` runs as it is when every head is VS.
  * - The PE heads' rows: their γ cut runs on the device too (ops/pe-cut.ts: every head's
@@ -18,16 +25,19 @@
  */
 import {
   checkDeviceRouterRule,
+  type DeviceNoiseFloorRule,
   type DevicePlanOutcome,
   type DevicePlanRequest,
   type DevicePlanResult,
   type DevicePlanner,
   type DeviceRouterRule,
   type DeviceSelectorRule,
+  deviceRouteTerms,
   InvalidArgumentError,
   UnsupportedError,
   numBlocks,
 } from '@crisp/core';
+import { WEBGPU_PLAN_MARGIN } from '../kernels/route-residual.js';
 import { queueSelection } from '../ops/device-select.js';
 import { devicePeCutFits, queueDevicePeRows } from '../ops/pe-cut.js';
 import type { OpHost } from '../ops/host.js';
@@ -35,10 +45,16 @@ import { checkScale, prepare } from '../ops/validate.js';
 import { WebGpuPreparedMask } from './prepared-mask.js';
 
 export class WebGpuDevicePlanner implements DevicePlanner {
-  /** Router rules the plan runs on the device (kernels/select.ts). */
-  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct'] as const);
+  /** Router rules the plan runs on the device (kernels/select.ts, kernels/route-residual.ts). */
+  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct', 'residualJsd', 'anyPe'] as const);
   /** Selector rules the plan runs on the device (kernels/select.ts). */
   readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor'] as const);
+  /** PE heads keep the noise floor's lists (Policy.peWithVs), at their own α (peVs), narrowed (peVsExcess). */
+  readonly peWithVs = true;
+  readonly peVs = true;
+  readonly peVsExcess = true;
+  /** The residual distance and the narrowing's ratio are f32 here (kernels/route-residual.ts). */
+  readonly margin = WEBGPU_PLAN_MARGIN;
   readonly #host: OpHost;
 
   constructor(host: OpHost) {
@@ -54,10 +70,14 @@ export class WebGpuDevicePlanner implements DevicePlanner {
     const host = this.#host;
     host.alive();
     const { stats, route, vs, peK, pe } = req ?? ({} as DevicePlanRequest);
-    if (route?.kind !== 'cStruct') {
-      throw new UnsupportedError(`the WebGPU device plan routes by the cStruct rule; got ${String(route?.kind)}`, { limit: 'deviceRouter' });
-    }
     checkDeviceRouterRule(route, 'the device routing rule');
+    const terms = deviceRouteTerms(route);
+    if (!terms || terms.jsd) {
+      throw new UnsupportedError(
+        `the WebGPU device plan routes by cStruct, residualJsd and anyPe of them with at most one residual test; got ${JSON.stringify(route)}`,
+        { limit: 'deviceRouter' },
+      );
+    }
     if (!stats || typeof stats !== 'object' || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
       throw new InvalidArgumentError('the device plan needs the statistics from proxyStats');
     }
@@ -75,7 +95,21 @@ export class WebGpuDevicePlanner implements DevicePlanner {
     const scale = pe.scale === undefined ? undefined : checkScale(pe.scale, shape.headDim);
     const onDevice = host.peCut === 'device' && devicePeCutFits(host, H, Nb);
     const cut = (routes: GPUBuffer) => queueDevicePeRows(host, routes, { qt, kt }, shape, B, pe.gamma, checkScale(scale, shape.headDim));
-    const sel = await queueSelection(host, stats, { tauProxy: route.tauProxy, vs, peK }, onDevice ? cut : undefined);
+    const sel = await queueSelection(
+      host,
+      stats,
+      {
+        tauProxy: terms.tauProxy,
+        vs,
+        peK,
+        ...(terms.residual ? { residual: terms.residual } : {}),
+        ...(req.peWithVs !== undefined ? { peWithVs: req.peWithVs } : {}),
+        ...(req.peVs !== undefined ? { peVs: req.peVs as DeviceNoiseFloorRule } : {}),
+        ...(req.peVsExcess !== undefined ? { excess: req.peVsExcess } : {}),
+        ...(req.peVsFullAnchor !== undefined ? { fullAnchor: req.peVsFullAnchor } : {}),
+      },
+      onDevice ? cut : undefined,
+    );
     const prepared = new WebGpuPreparedMask(host, { heads: H, numBlocks: Nb, blockSize: B }, sel, { q: qt, k: kt, gamma: pe.gamma, scale });
     let outcome: Promise<DevicePlanOutcome> | undefined;
     const read = (): Promise<DevicePlanOutcome> => {
