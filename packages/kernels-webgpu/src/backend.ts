@@ -110,10 +110,10 @@ export class WebGpuBackend implements Backend {
   readonly #id = nextId++;
   readonly #host: OpHost;
   /**
-   * The device plan for the cStruct router, the residual test (residualJsd, anyPe of the two)
-   * and the noise-floor selector with the PE heads' lists (plan/planner.ts): the `crisp`,
-   * `crispFast` and `crispGuarded` presets are planned on the device, other policies
-   * (`flexPrefill`: its jsd router and cumulative coverage) on the host.
+   * The device plan for the cStruct router, the distance tests (residualJsd, jsd; anyPe of
+   * them), the noise-floor and cumulative-coverage selectors and the PE heads' lists
+   * (plan/planner.ts): every sparse preset is planned on the device; a policy with rules of
+   * its own (no device form) on the host.
    */
   readonly planner: WebGpuDevicePlanner;
 

@@ -84,9 +84,9 @@ function between(xs: number[], gap: number): number {
 describe.skipIf(!backend)(`crispGuarded's rules in the WebGPU device planner${backend ? '' : `: ${reason}`}`, () => {
   const be = backend!;
 
-  it('lists the residual test, anyPe and the PE heads\' lists beside crisp\'s rules', () => {
-    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'anyPe']);
-    expect(be.planner.selectors).toEqual(['noiseFloor']);
+  it('lists the distance tests, anyPe, cumulative coverage and the PE heads\' lists beside crisp\'s rules', () => {
+    expect(be.planner.routers).toEqual(['cStruct', 'residualJsd', 'jsd', 'anyPe']);
+    expect(be.planner.selectors).toEqual(['noiseFloor', 'cumulativeCoverage']);
     expect([be.planner.peWithVs, be.planner.peVs, be.planner.peVsExcess]).toEqual([true, true, true]);
     expect(be.planner.margin).toBe(WEBGPU_PLAN_MARGIN);
   });

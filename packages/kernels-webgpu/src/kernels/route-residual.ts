@@ -15,6 +15,8 @@
  *   within WEBGPU_PLAN_MARGIN of τ may be routed either way (core: DevicePlanner.margin).
  * - ā [H][Nb] is written for the selection, whose PE lists' narrowing (Policy.peVsExcess)
  *   compares p_v[J] with κ · ā[J] (./select.ts).
+ * - `full`: FlexPrefill's jsd router instead, PE iff the distance over every block is < τ (no
+ *   residual mass test; core's jsDistance), with the same arithmetic and margin.
  *
  * Shape legend: H heads, Nb blocks; sums [H][Nb + 1][2] f32 as proxyStats writes them
  * (vertical, slash; C_struct in the vertical slot of entry Nb).
@@ -36,7 +38,7 @@ export const WEBGPU_PLAN_MARGIN = 1e-4;
  */
 export function residualRouteProgram(): ProgramDescriptor {
   const wgsl = /* wgsl */ `${F64_WGSL}
-struct Params { H: u32, Nb: u32, fromLogits: u32, p0: u32, tau: f32, minHi: u32, minLo: u32, p1: u32 }
+struct Params { H: u32, Nb: u32, fromLogits: u32, full: u32, tau: f32, minHi: u32, minLo: u32, p1: u32 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> sums: array<u32>;  // f32 bits
 @group(0) @binding(2) var<storage, read> src: array<f32>;
@@ -123,10 +125,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let x = src[base + J];
     pooled[base + J] = abar(x, mx, z);
   }
+  // the blocks the distance runs over: 1..Nb−2 (residual), every block (full)
+  let J0 = select(1u, 0u, P.full == 1u);
+  let J1 = select(Nb - 1u, Nb, P.full == 1u);
   if (lid == 0u) {
-    go = 0u;
+    go = select(0u, 1u, P.full == 1u);
     resid = 0.0;
-    if (Nb >= 3u) {
+    if (P.full == 0u && Nb >= 3u) {
       let r = residualMass(pvBits(h, 0u), pvBits(h, Nb - 1u));
       let k = f64Key(r);
       let km = f64Key(vec2<u32>(P.minHi, P.minLo));
@@ -142,7 +147,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var sa = 0.0;
     var sp = 0.0;
     var neg = 0.0;
-    for (var J = 1u + lid; J < Nb - 1u; J += 256u) {
+    for (var J = J0 + lid; J < J1; J += 256u) {
       let x = src[base + J];
       sa += abar(x, mx, z);
       let p = bitcast<f32>(pvBits(h, J));
@@ -154,7 +159,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     neg = wgMax(lid, neg);
     if (sa > 0.0 && sp > 0.0 && neg == 0.0) {
       var acc = 0.0;
-      for (var J = 1u + lid; J < Nb - 1u; J += 256u) {
+      for (var J = J0 + lid; J < J1; J += 256u) {
         let x = src[base + J];
         let a = abar(x, mx, z) / sa;
         let b = bitcast<f32>(pvBits(h, J)) / sp;

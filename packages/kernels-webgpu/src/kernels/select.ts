@@ -4,8 +4,11 @@
  *   cStruct:    head h goes to VS iff C_struct[h] >= τ. C_struct is an f32 here; the host
  *               passes the order key of the smallest f32 >= τ (f32 x >= τ iff x >= that
  *               f32), and the kernel compares order keys of the bits (NaN goes to PE).
- *   residual:   with a residual test (./route-residual.ts, `res`), a head it sends to PE
- *               goes to PE whatever C_struct says (core's anyPe).
+ *   residual:   with a residual test (./route-residual.ts, `res`: residualJsd's or jsd's), a
+ *               head it sends to PE goes to PE whatever C_struct says (core's anyPe).
+ *   coverage:   with `coverage`, VS heads (and PE heads' lists with peWithVs) keep block 0
+ *               and the best others by FlexPrefill's cumulative coverage of the token scores
+ *               (./coverage.ts) instead of the noise floor.
  *   noiseFloor: VS heads keep {J : p[J] > α μ} ∪ {0, Nb − 1}, the kBlocks best when fewer
  *               pass (both ends counted if they pass), every block when Nb <= 2; PE heads
  *               the peK best of each direction, ∪ {0}. With peWithVs PE heads keep the floor's
@@ -23,6 +26,7 @@
  * writes them (vertical, slash per block; C_struct in the vertical slot of entry Nb).
  */
 import { type ProgramDescriptor, workgroupInclusiveScan } from './common.js';
+import { COVERAGE_WGSL } from './coverage.js';
 import { F64_WGSL } from './f64.js';
 
 /** The most blocks a head may have here (the selection's bitmap in workgroup memory). */
@@ -33,13 +37,15 @@ export const SELECT_MAX_BLOCKS = 65536;
  * counts [2][H]; routes [H] (1 = VS, 0 = PE), written by direction 0. res [H] vec4 (x: 1 where
  * the residual test sends the head to PE) and pooled [H][Nb] (ā) from ./route-residual.ts,
  * read when `residual` and `narrow` say so. Band keys: f32 order keys of the smallest f32 >=
- * from and >= below (from 0xffffffff and below 0: no band).
+ * from and >= below (from 0xffffffff and below 0: no band). tokV, tokS [H][n]: the token scores
+ * the coverage rule reads (one-word stand-ins without it); gHi, gLo: coverageLimit(γ).
  */
 export function vsSelectProgram(): ProgramDescriptor {
   const wgsl = /* wgsl */ `${F64_WGSL}
 struct Params {
   H: u32, Nb: u32, kBlocks: u32, peK: u32, tauKey: u32, alphaHi: u32, alphaLo: u32, residual: u32,
-  peWithVs: u32, peAlphaHi: u32, peAlphaLo: u32, narrow: u32, excess: f32, fromKey: u32, belowKey: u32, p0: u32,
+  peWithVs: u32, peAlphaHi: u32, peAlphaLo: u32, narrow: u32, excess: f32, fromKey: u32, belowKey: u32, coverage: u32,
+  n: u32, B: u32, gHi: u32, gLo: u32,
 }
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> sums: array<u32>;  // f32 bits
@@ -48,6 +54,9 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> routes: array<u32>;
 @group(0) @binding(5) var<storage, read> res: array<vec4<f32>>;
 @group(0) @binding(6) var<storage, read> pooled: array<f32>;
+@group(0) @binding(7) var<storage, read> tokV: array<f32>;
+@group(0) @binding(8) var<storage, read> tokS: array<f32>;
+${COVERAGE_WGSL}
 var<workgroup> bits: array<atomic<u32>, ${SELECT_MAX_BLOCKS / 32}>;
 var<workgroup> passed: atomic<u32>;
 var<workgroup> isVs: u32;
@@ -64,9 +73,9 @@ fn setBit(J: u32) { atomicOr(&bits[J >> 5u], 1u << (J & 31u)); }
 // (key k, index i) ranks before (key l, index j)
 fn before(k: u32, i: u32, l: u32, j: u32) -> bool { return k > l || (k == l && i < j); }
 
-// the k best blocks (k < Nb) into the bitmap: one workgroup argmax a round, each round the
-// best block ranked after the last winner
-fn topK(h: u32, dir: u32, k: u32, lid: u32) {
+// the k best blocks (k < Nb; block 0 left out with skip0) into the bitmap: one workgroup
+// argmax a round, each round the best block ranked after the last winner
+fn topK(h: u32, dir: u32, k: u32, lid: u32, skip0: bool) {
   var pk = 0xffffffffu;
   var pi = 0xffffffffu;   // (the first round: every block ranks after this)
   var first = true;
@@ -75,7 +84,7 @@ fn topK(h: u32, dir: u32, k: u32, lid: u32) {
     var bi = 0xffffffffu;  // none
     for (var J = lid; J < P.Nb; J += 256u) {
       let v = f32Key(score(h, dir, J));
-      if ((first || before(pk, pi, v, J)) && (bi == 0xffffffffu || before(v, J, bk, bi))) { bk = v; bi = J; }
+      if ((!skip0 || J != 0u) && (first || before(pk, pi, v, J)) && (bi == 0xffffffffu || before(v, J, bk, bi))) { bk = v; bi = J; }
     }
     redKey[lid] = bk;
     redIdx[lid] = bi;
@@ -122,7 +131,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
   }
   let vs = workgroupUniformLoad(&isVs);
-  if (workgroupUniformLoad(&floorOn) == 1u) {
+  let ruleOn = workgroupUniformLoad(&floorOn);
+  if (ruleOn == 1u && P.coverage == 1u) {
+    // FlexPrefill's cumulative coverage: block 0 and the blocks − 1 best others
+    let count = coverageCount(h, dir, lid);
+    let blocks = min(Nb, max(P.kBlocks, count / P.B + 1u));
+    if (blocks >= Nb) {
+      for (var J = lid; J < Nb; J += 256u) { setBit(J); }
+    } else if (blocks > 1u) {
+      topK(h, dir, blocks - 1u, lid, true);
+    }
+    workgroupBarrier();
+    if (lid == 0u) { setBit(0u); }
+  } else if (ruleOn == 1u) {
     if (Nb <= 2u) {
       if (lid < Nb) { setBit(lid); }
     } else {
@@ -142,7 +163,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         if (P.kBlocks >= Nb) {
           for (var J = lid; J < Nb; J += 256u) { setBit(J); }
         } else {
-          topK(h, dir, P.kBlocks, lid);
+          topK(h, dir, P.kBlocks, lid, false);
         }
       }
       workgroupBarrier();
@@ -163,7 +184,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (P.peK >= Nb) {
       for (var J = lid; J < Nb; J += 256u) { setBit(J); }
     } else if (P.peK > 0u) {
-      topK(h, dir, P.peK, lid);
+      topK(h, dir, P.peK, lid, false);
     }
     workgroupBarrier();
     if (lid == 0u) { setBit(0u); }

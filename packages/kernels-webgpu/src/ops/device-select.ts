@@ -23,6 +23,7 @@ import {
   type VsLists,
   numBlocks,
 } from '@crisp/core';
+import { coverageLimit } from '../kernels/coverage.js';
 import { residualRouteProgram } from '../kernels/route-residual.js';
 import { SELECT_MAX_BLOCKS, vsPackProgram, vsSelectProgram } from '../kernels/select.js';
 import { type Check, Usage } from '../runtime/gpu-context.js';
@@ -30,7 +31,7 @@ import { checkAttentionOptions, runAttention } from './attention.js';
 import { expandBuffers } from './expand-mask.js';
 import type { DevicePeRows } from './pe-cut.js';
 import type { OpHost } from './host.js';
-import { keptBlockSums, keptLogits } from './stats-readback.js';
+import { keptBlockSums, keptLogits, keptTokens } from './stats-readback.js';
 import { prepare, ready } from './validate.js';
 
 export interface DeviceVsRequest {
@@ -41,6 +42,8 @@ export interface DeviceVsRequest {
   readonly peK: number;
   /** the residual test (core's DeviceRouteTerms.residual): PE also where it says so */
   readonly residual?: { readonly tau: number; readonly minResidual: number };
+  /** or FlexPrefill's: PE also where the JS distance over every block is < τ (DeviceRouteTerms.jsd) */
+  readonly jsd?: { readonly tau: number };
   /** PE heads keep the noise floor's lists too (Policy.peWithVs), at `peVs`'s α when given */
   readonly peWithVs?: boolean;
   readonly peVs?: DeviceNoiseFloorRule;
@@ -113,6 +116,17 @@ function hostPooled(stats: ProxyStats): Float32Array {
   return Float32Array.from(a);
 }
 
+/** The statistics' token scores as f32 values (statistics read back: none on the device). */
+function hostTokens(stats: ProxyStats): [Float32Array, Float32Array] {
+  const v = stats.verticalTokens;
+  const t = stats.slashTokens;
+  const len = stats.heads * stats.n;
+  if (!v || !t || v.length !== len || t.length !== len) {
+    throw new InvalidArgumentError('the cumulativeCoverage rule reads the token scores: take the statistics with tokenScores: true');
+  }
+  return [Float32Array.from(v), Float32Array.from(t)];
+}
+
 /** Routes, lists and their expansion queued on the device (the caller retires `held`). */
 export interface QueuedSelection {
   /** [H] u32: 1 VS, 0 PE */
@@ -139,11 +153,15 @@ function checkSelection(H: number, Nb: number, B: number, req: DeviceVsRequest):
   if (!Number.isInteger(H) || !Number.isInteger(Nb) || H < 1 || Nb < 1) throw new InvalidArgumentError('the device selection needs the statistics from proxyStats');
   const { tauProxy, vs: rule, peK } = req ?? ({} as DeviceVsRequest);
   if (typeof tauProxy !== 'number' || Number.isNaN(tauProxy)) throw new InvalidArgumentError(`tauProxy must be a number; got ${String(tauProxy)}`);
-  if (rule?.kind !== 'noiseFloor') throw new InvalidArgumentError('the device selection runs the noiseFloor rule { alpha > 0 finite, kMin a positive integer }');
   checkDeviceSelectorRule(rule, 'the device selection rule');
   if (!Number.isInteger(peK) || peK < 0) throw new InvalidArgumentError(`peK must be a non-negative integer; got ${String(peK)}`);
-  const { residual, peWithVs, peVs, excess, fullAnchor } = req;
+  const { residual, jsd, peWithVs, peVs, excess, fullAnchor } = req;
   if (residual !== undefined) checkDeviceRouterRule({ kind: 'residualJsd', ...residual }, 'the residual test');
+  if (jsd !== undefined) checkDeviceRouterRule({ kind: 'jsd', ...jsd }, 'the jsd test');
+  if (residual !== undefined && jsd !== undefined) throw new InvalidArgumentError('the device selection takes one distance test: residual or jsd, not both');
+  if (rule.kind !== 'noiseFloor' && (peVs !== undefined || excess !== undefined)) {
+    throw new InvalidArgumentError(`peVs and peVsExcess run beside the noiseFloor rule only; got ${rule.kind}`);
+  }
   if (peWithVs !== undefined && typeof peWithVs !== 'boolean') throw new InvalidArgumentError(`peWithVs must be true or false; got ${String(peWithVs)}`);
   if (peVs !== undefined) {
     checkDeviceSelectorRule(peVs, 'the PE heads\' list rule (peVs)');
@@ -175,14 +193,17 @@ export async function queueSelection(
 ): Promise<QueuedSelection> {
   const { heads: H, numBlocks: Nb, blockSize: B } = stats;
   checkSelection(H, Nb, B, req);
-  // (checkSelection let only the noiseFloor rule through)
-  const { tauProxy, peK, residual, excess, fullAnchor } = req;
-  const rule = req.vs as DeviceNoiseFloorRule;
+  const { tauProxy, peK, residual, jsd, excess, fullAnchor } = req;
+  const rule = req.vs;
+  const coverage = rule.kind === 'cumulativeCoverage' ? rule : undefined;
   const peWithVs = req.peWithVs === true;
-  const peRule = req.peVs ?? rule;
+  // (the noise floor's α for the VS heads and the PE heads' lists; unused beside coverage)
+  const alpha = rule.kind === 'noiseFloor' ? rule.alpha : 1;
+  const peAlpha = req.peVs?.alpha ?? alpha;
   const kBlocks = Math.ceil(rule.kMin / B);
-  // ā is needed by the residual test and the narrowing
-  const wantsPooled = residual !== undefined || (peWithVs && excess !== undefined);
+  // ā is needed by the distance tests and the narrowing
+  const distance = residual !== undefined || jsd !== undefined;
+  const wantsPooled = distance || (peWithVs && excess !== undefined);
   const g = host.gpu;
   const [pSel, pPack, pRes] = await Promise.all([
     g.pipeline(vsSelectProgram()),
@@ -193,8 +214,10 @@ export async function queueSelection(
   // after the work submitted before it)
   const sums = keptBlockSums(g, stats);
   const logits = keptLogits(g, stats);
+  const tokens = coverage ? keptTokens(g, stats) : undefined;
   if (!sums && stats.settle) await stats.settle();
   const pooledValues = wantsPooled && !logits ? hostPooled(stats) : undefined;
+  const tokenValues = coverage && !tokens ? hostTokens(stats) : undefined;
   const S = Usage.STORAGE | Usage.COPY_SRC | Usage.COPY_DST;
   const checks: Check[] = [];
   const temps: GPUBuffer[] = [];
@@ -219,7 +242,7 @@ export async function queueSelection(
       const vsList = mk(2 * H * Nb * 4, 'vsList', held);
       const enc = g.device.createCommandEncoder();
       // the residual test and ā (./route-residual.ts), or one-word stand-ins where not read
-      const resOut = mk(pRes ? H * 16 : 16, 'residualRoute', residual ? held : temps);
+      const resOut = mk(pRes ? H * 16 : 16, 'residualRoute', distance ? held : temps);
       const pooled = mk(wantsPooled ? H * Nb * 4 : 4, 'pooledEstimate', temps);
       if (pRes) {
         let from = logits;
@@ -228,24 +251,36 @@ export async function queueSelection(
           g.writeBuffer(from, 0, pooledValues!);
         }
         const [mHi, mLo] = f64Bits(residual?.minResidual ?? 2);
-        const ur = g.uniform([H, Nb, logits ? 1 : 0, 0, { f32: residual?.tau ?? 0 }, mHi, mLo, 0]);
+        const ur = g.uniform([H, Nb, logits ? 1 : 0, jsd ? 1 : 0, { f32: residual?.tau ?? jsd?.tau ?? 0 }, mHi, mLo, 0]);
         temps.push(ur);
         g.dispatch(enc, pRes, [ur, src, from, pooled, resOut], [H]);
       }
-      const [aHi, aLo] = f64Bits(rule.alpha);
-      const [pHi, pLo] = f64Bits(peRule.alpha);
+      // the token scores the coverage rule reads: where proxyStats left them, or uploaded
+      let [tokV, tokS] = tokens ?? [];
+      if (!tokV || !tokS) {
+        tokV = mk(tokenValues ? H * stats.n * 4 : 4, 'verticalTokens', temps);
+        tokS = mk(tokenValues ? H * stats.n * 4 : 4, 'slashTokens', temps);
+        if (tokenValues) {
+          g.writeBuffer(tokV, 0, tokenValues[0]);
+          g.writeBuffer(tokS, 0, tokenValues[1]);
+        }
+      }
+      const [aHi, aLo] = f64Bits(alpha);
+      const [pHi, pLo] = f64Bits(peAlpha);
+      const [gHi, gLo] = coverageLimit(coverage?.gamma ?? 0.5);
       const narrow = peWithVs && excess !== undefined;
       const band = fullAnchor ? [tauKey(fullAnchor.from), tauKey(fullAnchor.below)] : [0xffffffff, 0];
       const u = g.uniform([
-        H, Nb, kBlocks, peK, tauKey(tauProxy), aHi, aLo, residual ? 1 : 0,
-        peWithVs ? 1 : 0, pHi, pLo, narrow ? 1 : 0, { f32: excess ?? 0 }, band[0], band[1], 0,
+        H, Nb, kBlocks, peK, tauKey(tauProxy), aHi, aLo, distance ? 1 : 0,
+        peWithVs ? 1 : 0, pHi, pLo, narrow ? 1 : 0, { f32: excess ?? 0 }, band[0], band[1], coverage ? 1 : 0,
+        stats.n, B, gHi, gLo,
       ]);
       const up = g.uniform([H, Nb, 0, 0]);
       temps.push(u, up);
-      g.dispatch(enc, pSel, [u, src, lists, counts, routes, resOut, pooled], [2, H]);
+      g.dispatch(enc, pSel, [u, src, lists, counts, routes, resOut, pooled, tokV, tokS], [2, H]);
       g.dispatch(enc, pPack, [up, lists, counts, vsPtr, vsList], [2, H]);
       g.submit(enc, temps);
-      return [routes, vsPtr, vsList, residual ? resOut : undefined] as const;
+      return [routes, vsPtr, vsList, distance ? resOut : undefined] as const;
     });
     await g.settle(checks);
     // the PE heads' rows from the routes on the device, when asked for: one expansion of both

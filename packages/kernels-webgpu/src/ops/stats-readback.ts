@@ -148,6 +148,12 @@ export function keptBlockSums(gpu: GpuContext, stats: ProxyStats): GPUBuffer | u
   return k && k.gpu === gpu ? k.buffers.sums : undefined;
 }
 
+/** The token score buffers ([H][n] f32 each: vertical, slash) of such statistics taken with tokenScores, as keptBlockSums. */
+export function keptTokens(gpu: GpuContext, stats: ProxyStats): [GPUBuffer, GPUBuffer] | undefined {
+  const k = keptOf.get(stats);
+  return k && k.gpu === gpu && k.buffers.av && k.buffers.as ? [k.buffers.av, k.buffers.as] : undefined;
+}
+
 /** The pooled logits buffer ([H][Nb] f32) of such statistics, as keptBlockSums. */
 export function keptLogits(gpu: GpuContext, stats: ProxyStats): GPUBuffer | undefined {
   const k = keptOf.get(stats);

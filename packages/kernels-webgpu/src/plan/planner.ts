@@ -12,6 +12,9 @@
  *   narrowing's ratio are f32, so a head whose distance lies within `margin` of τ, or a block
  *   whose p_v lies within that relative margin of κ ā, may fall the other way from the host
  *   rule's f64 decision (the plan keeps the device's: its mask was built from it).
+ * - flexPrefill's rules too: the jsd router (the same distance over every block) and
+ *   cumulative coverage of the token scores (kernels/coverage.ts: exact integer sums, so the
+ *   host rule's lists), reading the token scores where proxyStats left them.
  * - The VS lists (of every head: a PE head's are its peK best blocks each way) are expanded
  *   into rows on the device: the mask `sparseAttention` runs as it is when every head is VS.
  * - The PE heads' rows: their γ cut runs on the device too (ops/pe-cut.ts: every head's
@@ -46,9 +49,9 @@ import { WebGpuPreparedMask } from './prepared-mask.js';
 
 export class WebGpuDevicePlanner implements DevicePlanner {
   /** Router rules the plan runs on the device (kernels/select.ts, kernels/route-residual.ts). */
-  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct', 'residualJsd', 'anyPe'] as const);
-  /** Selector rules the plan runs on the device (kernels/select.ts). */
-  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor'] as const);
+  readonly routers: readonly DeviceRouterRule['kind'][] = Object.freeze(['cStruct', 'residualJsd', 'jsd', 'anyPe'] as const);
+  /** Selector rules the plan runs on the device (kernels/select.ts, kernels/coverage.ts). */
+  readonly selectors: readonly DeviceSelectorRule['kind'][] = Object.freeze(['noiseFloor', 'cumulativeCoverage'] as const);
   /** PE heads keep the noise floor's lists (Policy.peWithVs), at their own α (peVs), narrowed (peVsExcess). */
   readonly peWithVs = true;
   readonly peVs = true;
@@ -72,11 +75,10 @@ export class WebGpuDevicePlanner implements DevicePlanner {
     const { stats, route, vs, peK, pe } = req ?? ({} as DevicePlanRequest);
     checkDeviceRouterRule(route, 'the device routing rule');
     const terms = deviceRouteTerms(route);
-    if (!terms || terms.jsd) {
-      throw new UnsupportedError(
-        `the WebGPU device plan routes by cStruct, residualJsd and anyPe of them with at most one residual test; got ${JSON.stringify(route)}`,
-        { limit: 'deviceRouter' },
-      );
+    if (!terms) {
+      throw new UnsupportedError(`the WebGPU device plan routes by cStruct and at most one distance test (residualJsd or jsd); got ${JSON.stringify(route)}`, {
+        limit: 'deviceRouter',
+      });
     }
     if (!stats || typeof stats !== 'object' || !Number.isInteger(stats.heads) || !Number.isInteger(stats.numBlocks)) {
       throw new InvalidArgumentError('the device plan needs the statistics from proxyStats');
@@ -103,6 +105,7 @@ export class WebGpuDevicePlanner implements DevicePlanner {
         vs,
         peK,
         ...(terms.residual ? { residual: terms.residual } : {}),
+        ...(terms.jsd ? { jsd: terms.jsd } : {}),
         ...(req.peWithVs !== undefined ? { peWithVs: req.peWithVs } : {}),
         ...(req.peVs !== undefined ? { peVs: req.peVs as DeviceNoiseFloorRule } : {}),
         ...(req.peVsExcess !== undefined ? { excess: req.peVsExcess } : {}),
