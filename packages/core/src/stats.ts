@@ -51,8 +51,14 @@ export interface ProxyStatsOptions {
   readonly wLocal: number;
   /** softmax scale, default 1/sqrt(d) */
   readonly scale?: number;
-  /** also return the token-level scores a_v and a_s (O(H n) floats; FlexPrefill's coverage needs them) */
-  readonly tokenScores?: boolean;
+  /**
+   * Also compute the token-level scores a_v and a_s (O(H n) floats; FlexPrefill's coverage
+   * needs them). `'device'`: for a device plan whose selection reads them where they are
+   * (`deferRead`); a backend whose reads are asynchronous (WebGPU) then does not copy them to
+   * the host, and the statistics hold no `verticalTokens` / `slashTokens`. Other backends
+   * treat it as `true`.
+   */
+  readonly tokenScores?: boolean | 'device';
   /**
    * Queue the work and return without waiting for it: `cStruct`, `rowEntropy` and `finite`
    * (and the block statistics) are read from the device on first access, which waits for the

@@ -225,6 +225,36 @@ describe.skipIf(!backend)(`cumulative coverage on the WebGPU device${backend ? '
       outs.push(a.output, b.output);
       expect(b.plan.hostReason).toBeUndefined();
       expect(toFloat32(await be.download(b.output))).toEqual(toFloat32(await be.download(a.output)));
+      // the device plan's token scores stayed on the device (tokenScores 'device'): its
+      // statistics hold none, where the host plan's, which its selector read, hold them
+      expect(dev.stats!.verticalTokens).toBeUndefined();
+      expect(dev.stats!.slashTokens).toBeUndefined();
+      expect(host.stats!.verticalTokens?.length).toBe(H * n);
+      // and a settled 'device' request reads none back: the bytes read are the statistics'
+      const g = be.gpu;
+      const read = g.read;
+      let bytes = 0;
+      g.read = (buf, offset, size) => {
+        bytes += size;
+        return read.call(g, buf, offset, size);
+      };
+      try {
+        for (const tokenScores of ['device', true] as const) {
+          bytes = 0;
+          const st2 = await be.proxyStats(t.q, t.k, { blockSize: B, wSink: B, wLocal: B, tokenScores, deferRead: true });
+          await st2.settle!();
+          expect(st2.cStruct.length).toBe(H);
+          if (tokenScores === 'device') {
+            expect(st2.verticalTokens).toBeUndefined();
+            expect(bytes).toBeLessThan(H * n * 4);
+          } else {
+            expect(st2.verticalTokens?.length).toBe(H * n);
+            expect(bytes).toBeGreaterThan(2 * H * n * 4);
+          }
+        }
+      } finally {
+        g.read = read;
+      }
     } finally {
       for (const d of [...outs, t.q, t.k, t.v]) d.dispose();
     }

@@ -231,7 +231,8 @@ export function deriveSparse(planner: DevicePlanner | undefined, policy: Policy,
       wSink: statsWindow(policy, 'wSink'),
       wLocal: statsWindow(policy, 'wLocal'),
       scale: undefined,
-      tokenScores: needsTokens,
+      // on the device path only the device's selection reads the token scores (deviceRules)
+      tokenScores: needsTokens && device !== undefined ? 'device' : needsTokens,
       // a device plan reads the statistics back only after the attention is queued
       deferRead: device !== undefined,
       optionalStats,

@@ -156,7 +156,16 @@ export async function proxyStats(host: OpHost, q: DeviceTensor, k: DeviceTensor,
     });
     await g.settle(checks);
     const base = { n, heads: H, blockSize: B, numBlocks: Nb, proxyRows: b };
-    const kept: KeptBuffers = { rows, sums, logits, av: opts.tokenScores ? av : undefined, as: opts.tokenScores ? as : undefined };
+    // ('device': kept for a device plan's coverage selection, not read back with the rest)
+    const tokens = Boolean(opts.tokenScores);
+    const kept: KeptBuffers = {
+      rows,
+      sums,
+      logits,
+      av: tokens ? av : undefined,
+      as: tokens ? as : undefined,
+      readTokens: !(opts.tokenScores === 'device' && opts.deferRead),
+    };
     if (opts.deferRead) {
       // the buffers the statistics are read from stay on the device until settle() reads them
       owned.splice(0, owned.length, ...owned.filter((x) => x !== rows && x !== sums && x !== logits && x !== kept.av && x !== kept.as));

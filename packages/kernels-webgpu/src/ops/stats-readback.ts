@@ -21,6 +21,8 @@ export interface KeptBuffers {
   /** [H][n] f32 token scores, when asked for */
   readonly av?: GPUBuffer;
   readonly as?: GPUBuffer;
+  /** false: the token scores stay on the device (tokenScores 'device'), not read into the statistics */
+  readonly readTokens?: boolean;
 }
 
 interface StatsShape {
@@ -44,8 +46,8 @@ export async function readStats(host: OpHost, s: StatsShape, kept: KeptBuffers):
     g.read(kept.rows, 0, H * b * 16),
     g.read(kept.sums, 0, H * (Nb + 1) * 8),
     g.read(kept.logits, 0, H * Nb * 4),
-    kept.av ? g.read(kept.av, 0, H * n * 4) : undefined,
-    kept.as ? g.read(kept.as, 0, H * n * 4) : undefined,
+    kept.av && kept.readTokens !== false ? g.read(kept.av, 0, H * n * 4) : undefined,
+    kept.as && kept.readTokens !== false ? g.read(kept.as, 0, H * n * 4) : undefined,
   ]);
   const rowStats = new Float32Array(rowsAb);
   for (let r = 0; r < H * b; r++) {
@@ -107,7 +109,7 @@ export function deferredStats(host: OpHost, s: StatsShape, kept: KeptBuffers): P
   let pending: Promise<void> | undefined;
   const stats = { ...s } as ProxyStats & { settle: () => Promise<void> };
   for (const f of FIELDS) {
-    if ((f === 'verticalTokens' || f === 'slashTokens') && !kept.av) continue;
+    if ((f === 'verticalTokens' || f === 'slashTokens') && (!kept.av || kept.readTokens === false)) continue;
     Object.defineProperty(stats, f, {
       enumerable: true,
       get() {
