@@ -101,10 +101,13 @@ describe('crisp-bench --smoke', () => {
       // a sparse prefill runs the proxy statistics before its attention
       if (r.preset === 'crisp') expect(t.kernels.map((k) => k.name)).toContain('rowStats');
       // and its plan time holds the plan's device work, not only the host's part of it: at
-      // least half of what the kernels other than the attention took on the GPU clock
+      // least a quarter of what the kernels other than the attention took on the GPU clock.
+      // (The two come from different runs; on SwiftShader, whose "GPU" is the CPU, a loaded
+      // machine stretches either by 2x. Without the device work the plan time is the host's
+      // queueing alone, a few ms against the kernels' hundreds.)
       if (r.preset !== 'dense') {
         const planKernelsMs = t.kernels.filter((k) => !/attention/i.test(k.name)).reduce((sum, k) => sum + k.ms, 0);
-        expect(r.planMs, `${r.preset} n=${r.n}`).toBeGreaterThan(0.5 * planKernelsMs);
+        expect(r.planMs, `${r.preset} n=${r.n}`).toBeGreaterThan(0.25 * planKernelsMs);
       }
     }
     if (lat.rows.some((r) => r.backend === 'webgpu')) expect(readFileSync(join(out, 'bench.md'), 'utf8')).toContain('### GPU time per kernel');

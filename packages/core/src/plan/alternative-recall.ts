@@ -15,7 +15,9 @@ import type { PrefillPlan } from './types.js';
  * keep in the last query block's row: for PE heads the policy's VS selector's lists, for VS
  * heads the pooled estimate's γ cut with the kMin best VS blocks (NaN when the plan's
  * statistics lack the pooled estimate: routers that do not read it, such as cStruct, leave it
- * uncomputed; NaN too where the selector throws on a PE head). Compare with
+ * uncomputed; NaN too where the selector throws on a PE head, as FlexPrefill's token-level
+ * coverage does on statistics whose token scores stayed on the device, `tokenScores:
+ * 'device'`, as a WebGPU device plan's do). Compare with
  * `plan.proxyRecall`. `policy` must be the one the plan was made with (INVALID_ARGUMENT
  * otherwise, and for dense plans).
  */
