@@ -31,7 +31,7 @@ import { checkAttentionOptions, runAttention } from './attention.js';
 import { expandBuffers } from './expand-mask.js';
 import type { DevicePeRows } from './pe-cut.js';
 import type { OpHost } from './host.js';
-import { keptBlockSums, keptLogits, keptTokens } from './stats-readback.js';
+import { keptBuffers } from './stats-readback.js';
 import { prepare, ready } from './validate.js';
 
 export interface DeviceVsRequest {
@@ -212,9 +212,10 @@ export async function queueSelection(
   ]);
   // (looked up with no await before the submission below: settle() retires the buffers
   // after the work submitted before it)
-  const sums = keptBlockSums(g, stats);
-  const logits = keptLogits(g, stats);
-  const tokens = coverage ? keptTokens(g, stats) : undefined;
+  const kept = keptBuffers(g, stats);
+  const sums = kept?.sums;
+  const logits = kept?.logits;
+  const tokens = coverage && kept?.av && kept.as ? [kept.av, kept.as] : undefined;
   if (!sums && stats.settle) await stats.settle();
   const pooledValues = wantsPooled && !logits ? hostPooled(stats) : undefined;
   const tokenValues = coverage && !tokens ? hostTokens(stats) : undefined;

@@ -141,23 +141,11 @@ export function deferredStats(host: OpHost, s: StatsShape, kept: KeptBuffers): P
 }
 
 /**
- * The block sums buffer ([H][Nb + 1][2] f32) of statistics this backend's proxyStats made with
- * deferRead and that were not read back yet; undefined otherwise (then the host values are
- * there to upload).
+ * The buffers of statistics this backend's proxyStats made with deferRead and that were not
+ * read back yet (a device plan reads the block sums, the pooled logits and, where asked for,
+ * the token scores there); undefined otherwise (then the host values are there to upload).
  */
-export function keptBlockSums(gpu: GpuContext, stats: ProxyStats): GPUBuffer | undefined {
+export function keptBuffers(gpu: GpuContext, stats: ProxyStats): KeptBuffers | undefined {
   const k = keptOf.get(stats);
-  return k && k.gpu === gpu ? k.buffers.sums : undefined;
-}
-
-/** The token score buffers ([H][n] f32 each: vertical, slash) of such statistics taken with tokenScores, as keptBlockSums. */
-export function keptTokens(gpu: GpuContext, stats: ProxyStats): [GPUBuffer, GPUBuffer] | undefined {
-  const k = keptOf.get(stats);
-  return k && k.gpu === gpu && k.buffers.av && k.buffers.as ? [k.buffers.av, k.buffers.as] : undefined;
-}
-
-/** The pooled logits buffer ([H][Nb] f32) of such statistics, as keptBlockSums. */
-export function keptLogits(gpu: GpuContext, stats: ProxyStats): GPUBuffer | undefined {
-  const k = keptOf.get(stats);
-  return k && k.gpu === gpu ? k.buffers.logits : undefined;
+  return k && k.gpu === gpu ? k.buffers : undefined;
 }
