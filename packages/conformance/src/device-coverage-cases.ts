@@ -3,20 +3,22 @@
  * and the cumulative coverage selector): statistics with token scores and deferRead, then
  * routing, selection over the token scores' coverage count, PE rows and expansion in one
  * request. Exactly what the host parts give on the same statistics: jsd's routes (a distance
- * within RESIDUAL_MARGIN of τ may go either way, as the pipeline allows), cumulativeCoverage's
+ * within the planner's margin of τ may go either way, as the pipeline allows), cumulativeCoverage's
  * lists, the backend's own PE rows, the union's block counts, and the attention on the unread
  * plan equal to the attention on the host mask.
  */
 import {
   assertFiniteStats,
   type DeviceTensor,
+  deviceRouteTerms,
   type DType,
   headSlice,
   jsDistance,
   numBlocks,
+  plannerMargin,
   type ProxyStats,
-  RESIDUAL_MARGIN,
   type Route,
+  routeMarginal,
   selectVsLists,
 } from '@crisp/core';
 import { cumulativeCoverage } from '@crisp/select';
@@ -30,12 +32,12 @@ function distances(stats: ProxyStats): number[] {
   return Array.from({ length: stats.heads }, (_, h) => jsDistance(headSlice(stats.pooledEstimate, h, Nb), headSlice(stats.verticalBlocks, h, Nb)));
 }
 
-/** τ between the two middle distinct distances (both routes occur), or above them all. */
-function splitJsd(ds: readonly number[]): { tau: number; split: boolean } {
+/** τ between the two middle distinct distances (both routes occur; split: more than 4 margins apart), or above them all. */
+function splitJsd(ds: readonly number[], margin: number): { tau: number; split: boolean } {
   const distinct = [...new Set(ds.filter(Number.isFinite))].sort((a, b) => a - b);
   if (distinct.length < 2) return { tau: 0.1, split: false };
   const m = Math.floor(distinct.length / 2);
-  return { tau: (distinct[m - 1] + distinct[m]) / 2, split: distinct[m] - distinct[m - 1] > 4 * RESIDUAL_MARGIN };
+  return { tau: (distinct[m - 1] + distinct[m]) / 2, split: distinct[m] - distinct[m - 1] > 4 * margin };
 }
 
 export function devicePlanCoverageCase(dtype: DType, s: ShapeCase): ConformanceCase {
@@ -47,7 +49,8 @@ export function devicePlanCoverageCase(dtype: DType, s: ShapeCase): ConformanceC
     const H = s.heads;
     const Nb = numBlocks(s.n, B);
     const opts = { blockSize: B, wSink: B, wLocal: B, optionalStats: ['pooledEstimate' as const] };
-    const { tau, split } = splitJsd(distances(await be.proxyStats(d.q, d.k, opts)));
+    const margin = plannerMargin(be.planner);
+    const { tau, split } = splitJsd(distances(await be.proxyStats(d.q, d.k, opts)), margin);
     const peGamma = 0.8 + 0.15 * r();
     // γ of the coverage: anywhere the device form is offered, (0, 0.99]
     const gamma = 0.5 + 0.49 * r();
@@ -70,7 +73,8 @@ export function devicePlanCoverageCase(dtype: DType, s: ShapeCase): ConformanceC
       assertFiniteStats(stats);
       const ds = distances(stats);
       const routes = ds.map((v): Route => (v < tau ? 'pe' : 'vs'));
-      const off = plan.routes.flatMap((x, h) => (x !== routes[h] && !(Math.abs(ds[h] - tau) <= RESIDUAL_MARGIN) ? [h] : []));
+      const terms = deviceRouteTerms({ kind: 'jsd', tau })!;
+      const off = plan.routes.flatMap((x, h) => (x !== routes[h] && !routeMarginal(terms, stats, h, margin) ? [h] : []));
       if (off.length) lines.push(`routes ${plan.routes.join(',')}, expected ${routes.join(',')} (${ctxText}; distances ${ds.map((v) => v.toPrecision(6)).join(',')})`);
       // the lists on the device's routes (they differ from the host's only within the margin)
       const want = selectVsLists(stats, plan.routes, cumulativeCoverage({ gamma, kMin: 2 * B }), peK);
