@@ -31,7 +31,7 @@ export * from './backend.js';
 export * from './policy.js';
 export * from './ranking.js';
 export { jsDistance, residualDistance } from './divergence.js';
-export { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, type DeviceRouteTerms, deviceRouteTerms, plannerMargin, RESIDUAL_MARGIN, routeMarginal } from './plan/device-route.js';
+export { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, type DeviceRouteTerms, deviceRouteTerms, MAX_PLANNER_MARGIN, plannerMargin, RESIDUAL_MARGIN, routeMarginal } from './plan/device-route.js';
 export * from './plan/types.js';
 export { checkedRouting, type PeListOptions, peListOptions, selectVsLists } from './plan/host-plan.js';
 export { alternativeRecall } from './plan/alternative-recall.js';

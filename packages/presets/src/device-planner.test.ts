@@ -16,10 +16,13 @@ import {
   expandToRows,
   headSlice,
   jsDistance,
+  MAX_PLANNER_MARGIN,
   planPrefill,
+  plannerMargin,
   type Policy,
   type PreparedMask,
   type ProxyStatsOptions,
+  RESIDUAL_MARGIN,
   releasePlan,
   residualDistance,
   type Route,
@@ -374,6 +377,23 @@ describe('plans made by a device planner', () => {
     // τ well away from the distance: the same disagreement is the backend's fault
     await expect(planPrefill(be, inputs, guarded(d * 1.1, 0), { minSparseLength: 0 }), msg).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
     expect(live.every((x) => x.released), msg).toBe(true);
+  });
+
+  it('refuse a planner whose declared margin is unusable, before any work; an undeclared one is RESIDUAL_MARGIN', async () => {
+    const seed = freshSeed();
+    const { host, inputs } = inputsFor(seed);
+    expect(plannerMargin(undefined)).toBe(RESIDUAL_MARGIN);
+    expect(plannerMargin({})).toBe(RESIDUAL_MARGIN);
+    expect(plannerMargin({ margin: 1e-4 })).toBe(1e-4);
+    for (const margin of [0.05, MAX_PLANNER_MARGIN, 1e-12, -1e-4, Number.NaN, '1e-4' as unknown as number]) {
+      const { be, log } = withPlanner(host);
+      const bad: Backend = { ...be, planner: { ...be.planner!, margin } };
+      await expect(planPrefill(bad, inputs, guarded(), { minSparseLength: 0 }), `seed ${seed}, margin ${String(margin)}`).rejects.toMatchObject({
+        code: 'INVALID_ARGUMENT',
+        message: expect.stringContaining('DevicePlanner.margin'),
+      });
+      expect(log.planned + log.deferred.length, `margin ${String(margin)}`).toBe(0);
+    }
   });
 
   it('run flexPrefill (jsd and cumulative coverage over the token scores): the host plan, made by the planner', async () => {

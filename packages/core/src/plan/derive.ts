@@ -8,7 +8,7 @@ import type { Backend, DevicePlanner } from '../backend.js';
 import { InvalidArgumentError, assertKnownKeys, describeValue } from '../errors.js';
 import type { DeviceRouterRule, DeviceSelectorRule, Policy, VsSelector } from '../policy.js';
 import { type OptionalStat, type ProxyStatsOptions, wantedOptionalStats } from '../stats.js';
-import { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, deviceRouteTerms, deviceRuleKinds } from './device-route.js';
+import { checkDeviceRouterRule, checkDeviceSelectorRule, checkPeVsNarrowing, deviceRouteTerms, deviceRuleKinds, plannerMargin } from './device-route.js';
 import { DEFAULTS } from './types.js';
 
 /** The fields of a Policy (policy.ts); any other is refused, so a misspelt one is not ignored. */
@@ -255,6 +255,8 @@ function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTok
   const route = router.device;
   const vs = selector.device;
   const host = (why: string) => ({ hostReason: why });
+  // a planner that declares an unusable margin is refused before any work (throws)
+  plannerMargin(planner);
   if (route === undefined) return host(`router ${router.name} has no device form (Router.device; one with its own route() has none)`);
   if (vs === undefined) return host(`selector ${selector.name} has no device form (VsSelector.device; one with its own select() has none)`);
   if (policy.recallTarget !== undefined) return host('the policy has a recall guard (recallTarget), which runs on the host');

@@ -33,10 +33,21 @@ export interface DeviceRouteTerms {
  */
 export const RESIDUAL_MARGIN = 1e-9;
 
-/** A planner's margin (DevicePlanner.margin), RESIDUAL_MARGIN when it declares none or an unusable one. */
+/** The largest margin a planner may declare: beyond it its routes would not be the rule's. */
+export const MAX_PLANNER_MARGIN = 0.01;
+
+/**
+ * A planner's margin (DevicePlanner.margin): RESIDUAL_MARGIN when it declares none. A declared
+ * margin outside [RESIDUAL_MARGIN, MAX_PLANNER_MARGIN) is the planner's mistake and throws
+ * InvalidArgumentError (quietly checking its routes at another margin would hide it).
+ */
 export function plannerMargin(planner: { readonly margin?: number } | undefined): number {
   const m = planner?.margin;
-  return typeof m === 'number' && m >= RESIDUAL_MARGIN && m < 0.01 ? m : RESIDUAL_MARGIN;
+  if (m === undefined) return RESIDUAL_MARGIN;
+  if (typeof m !== 'number' || !(m >= RESIDUAL_MARGIN && m < MAX_PLANNER_MARGIN)) {
+    throw new InvalidArgumentError(`DevicePlanner.margin must be a number in [${RESIDUAL_MARGIN}, ${MAX_PLANNER_MARGIN}); got ${describeValue(m)}`);
+  }
+  return m;
 }
 
 export function deviceRouteTerms(rule: DeviceRouterRule): DeviceRouteTerms | undefined {
