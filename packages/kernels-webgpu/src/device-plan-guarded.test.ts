@@ -10,16 +10,18 @@ import {
   type DeviceTensor,
   headSlice,
   hostTensor,
+  isCrispError,
   mulberry32,
   type Policy,
   planPrefill,
+  releasePlan,
   residualDistance,
   sparsePrefill,
   toFloat32,
 } from '@crisp/core';
-import { crispGuarded } from '@crisp/presets';
-import { anyPe, cStruct, residualJsd } from '@crisp/router';
-import { globalCoverage, noiseFloor } from '@crisp/select';
+import { crispGuarded, flexPrefill } from '@crisp/presets';
+import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
+import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { WEBGPU_PLAN_MARGIN } from './kernels/route-residual.js';
 import { sharedBackend } from './test-support.js';
@@ -185,6 +187,69 @@ describe.skipIf(!backend)(`crispGuarded's rules in the WebGPU device planner${ba
     } finally {
       t.q.dispose();
       t.k.dispose();
+    }
+  });
+
+  it('reports NaN and Inf inputs as NON_FINITE on the guarded and coverage device paths, keeps nothing and plans the next input', async () => {
+    const [n, H, Hkv] = [400, 4, 2];
+    const x = inputs(5, n, H, Hkv);
+    const flex: Policy = Object.freeze({
+      ...flexPrefill,
+      name: 'flexPrefill-small',
+      blockSize: B,
+      kMin: 128,
+      router: jsd({ tau: 0.1 }),
+      vs: cumulativeCoverage({ gamma: 0.9, kMin: 128 }),
+      pe: globalCoverage({ gamma: 0.6, kMin: 128 }),
+    });
+    const policies = [guarded(0.2, 0.2, { from: 0.05, below: 0.2 }), flex];
+    // a value of q's last row (a proxy row), or of a key row every proxy row sees
+    const spoiled = (which: 'q' | 'k', value: number) => {
+      const t = which === 'q' ? x.q : x.k;
+      const vals = toFloat32(t).slice();
+      const row = t.shape[1] * t.shape[2];
+      vals[which === 'q' ? vals.length - row + 3 : 5 * row + 1] = value;
+      return hostTensor('f32', t.shape, vals);
+    };
+    const code = (p: Promise<unknown>) =>
+      p.then(
+        () => 'resolved',
+        (e: unknown) => (isCrispError(e) ? e.code : String(e)),
+      );
+    const clean = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
+    try {
+      for (const [which, value] of [
+        ['q', Number.NaN],
+        ['k', Number.NaN],
+        ['k', Number.POSITIVE_INFINITY],
+      ] as const) {
+        const bad = be.upload(spoiled(which, value));
+        const t = which === 'q' ? { ...clean, q: bad } : { ...clean, k: bad };
+        await be.synchronize();
+        const before = be.gpu.liveBuffers.buffers;
+        try {
+          for (const policy of policies) {
+            const what = `${policy.name}, ${value} in ${which}`;
+            expect(await code(sparsePrefill(be, t, policy, { minSparseLength: 0 })), what).toBe('NON_FINITE');
+            expect(await code(planPrefill(be, t, policy, { minSparseLength: 0 })), what).toBe('NON_FINITE');
+          }
+          await be.synchronize();
+          expect(be.gpu.liveBuffers.buffers, `${value} in ${which}`).toBe(before);
+        } finally {
+          bad.dispose();
+        }
+      }
+      // the backend plans the clean input on the device afterwards, as the host does
+      for (const policy of policies) {
+        const onHost: Policy = Object.freeze({ ...policy, name: `${policy.name}-host`, router: { ...policy.router! } });
+        const dev = await planPrefill(be, clean, policy, { minSparseLength: 0 });
+        const host = await planPrefill(be, clean, onHost, { minSparseLength: 0 });
+        expect(dev.hostReason, policy.name).toBeUndefined();
+        expect(dev.mask, policy.name).toEqual(host.mask);
+        releasePlan(dev);
+      }
+    } finally {
+      for (const d of [clean.q, clean.k, clean.v]) d.dispose();
     }
   });
 });
