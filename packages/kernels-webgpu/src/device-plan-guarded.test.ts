@@ -10,7 +10,6 @@ import {
   type DeviceTensor,
   headSlice,
   hostTensor,
-  isCrispError,
   mulberry32,
   type Policy,
   planPrefill,
@@ -24,7 +23,7 @@ import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { WEBGPU_PLAN_MARGIN } from './kernels/route-residual.js';
-import { sharedBackend } from './test-support.js';
+import { code, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 
@@ -211,11 +210,6 @@ describe.skipIf(!backend)(`crispGuarded's rules in the WebGPU device planner${ba
       vals[which === 'q' ? vals.length - row + 3 : 5 * row + 1] = value;
       return hostTensor('f32', t.shape, vals);
     };
-    const code = (p: Promise<unknown>) =>
-      p.then(
-        () => 'resolved',
-        (e: unknown) => (isCrispError(e) ? e.code : String(e)),
-      );
     const clean = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
     try {
       for (const [which, value] of [
