@@ -197,7 +197,8 @@ export interface DevicePlanner {
    * How close to its threshold a value the device computes in its own arithmetic may lie for
    * the device's decision to stand where the host rule's differs (device-route.ts): a residual
    * or JS distance, or a residual mass (absolute), and with `peVsExcess` the ratio
-   * p_v[J] / (κ · ā[J]) (relative). Absent: RESIDUAL_MARGIN (1e-9, f64 arithmetic).
+   * p_v[J] / (κ · ā[J]) (relative). Absent: RESIDUAL_MARGIN (1e-9, f64 arithmetic). A value
+   * outside [RESIDUAL_MARGIN, MAX_PLANNER_MARGIN) makes the plan an INVALID_ARGUMENT.
    */
   readonly margin?: number;
   /** Queue the plan. Nothing is read back until the result's `read()` or `prepared.readBlockCounts()`. */

@@ -171,6 +171,8 @@ export interface DeviceRules {
   readonly vs: DeviceSelectorRule;
   /** the PE heads' lists' rule (Policy.peVs) when it is not `vs` */
   readonly peVs?: DeviceSelectorRule;
+  /** the planner's margin (plannerMargin), for checking its routes against the host router's */
+  readonly margin: number;
 }
 
 export interface SparseDerived {
@@ -255,8 +257,8 @@ function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTok
   const route = router.device;
   const vs = selector.device;
   const host = (why: string) => ({ hostReason: why });
-  // a planner that declares an unusable margin is refused before any work (throws)
-  plannerMargin(planner);
+  // a planner that declares an unusable margin is refused here, before any work (throws)
+  const margin = plannerMargin(planner);
   if (route === undefined) return host(`router ${router.name} has no device form (Router.device; one with its own route() has none)`);
   if (vs === undefined) return host(`selector ${selector.name} has no device form (VsSelector.device; one with its own select() has none)`);
   if (policy.recallTarget !== undefined) return host('the policy has a recall guard (recallTarget), which runs on the host');
@@ -271,7 +273,7 @@ function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTok
   if (!planner.selectors.includes(vs.kind)) return host(`the backend's planner runs the selectors ${planner.selectors.join(', ') || 'none'}, not ${vs.kind} (selector ${selector.name})`);
   if (deviceRouteTerms(route) === undefined) return host(`router ${router.name} combines two distance tests, which the planner's two tests cannot hold`);
   const peVs = policy.peWithVs === true && policy.peVs !== undefined && policy.peVs !== selector ? policy.peVs : undefined;
-  if (peVs === undefined) return { route, vs };
+  if (peVs === undefined) return { route, vs, margin };
   const peRule = peVs.device;
   if (peRule === undefined) return host(`peVs selector ${peVs.name} has no device form (VsSelector.device; one with its own select() has none)`);
   if (planner.peVs !== true) return host("the backend's planner does not run a peVs selector beside the VS one");
@@ -279,7 +281,7 @@ function deviceRules(planner: DevicePlanner, policy: Policy, B: number, needsTok
     return host(`peVs runs on the device only as a noise floor beside a noise floor with the same kMin, not ${peRule.kind} (kMin ${peRule.kMin}) beside ${vs.kind} (kMin ${vs.kMin})`);
   }
   if (needsTokens && peVs.needs?.tokenScores) return host(`peVs selector ${peVs.name} reads token scores beside its device form`);
-  return { route, vs, peVs: peRule };
+  return { route, vs, peVs: peRule, margin };
 }
 
 /**

@@ -15,7 +15,7 @@ import type { DeviceRouterRule, Policy, Route, RoutingDecision } from '../policy
 import { assertFiniteStats, type ProxyStats } from '../stats.js';
 import type { DeviceTensor } from '../tensor.js';
 import type { DeviceRules } from './derive.js';
-import { deviceRouteTerms, plannerMargin, routeMarginal } from './device-route.js';
+import { deviceRouteTerms, routeMarginal } from './device-route.js';
 import { checkRecall, routeOnHost, spreadRows } from './host-plan.js';
 import type { PrefillPlan } from './types.js';
 
@@ -118,7 +118,7 @@ export async function queueDevicePlan(
       await stats.settle?.();
       const tReadDone = performance.now();
       assertFiniteStats(stats);
-      routing = agreedRoutes(routeOnHost(policy, stats, H).routing, outcome.routes, c.rules.route, stats, plannerMargin(backend.planner), `backend ${backend.name}`, policy.router!.name);
+      routing = agreedRoutes(routeOnHost(policy, stats, H).routing, outcome.routes, c.rules.route, stats, c.rules.margin, `backend ${backend.name}`, policy.router!.name);
       peHeads = routing.routes.flatMap((x, h) => (x === 'pe' ? [h] : []));
       tRoute = performance.now();
       ({ perHead: density, overall: overallDensity } = densityFromCounts(await r.prepared.readBlockCounts(), Nb));
