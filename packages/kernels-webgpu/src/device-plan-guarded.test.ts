@@ -23,7 +23,7 @@ import { anyPe, cStruct, jsd, residualJsd } from '@crisp/router';
 import { cumulativeCoverage, globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { WEBGPU_PLAN_MARGIN } from './kernels/route-residual.js';
-import { code, sharedBackend } from './test-support.js';
+import { code, settledLiveBuffers, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 
@@ -219,8 +219,7 @@ describe.skipIf(!backend)(`crispGuarded's rules in the WebGPU device planner${ba
       ] as const) {
         const bad = be.upload(spoiled(which, value));
         const t = which === 'q' ? { ...clean, q: bad } : { ...clean, k: bad };
-        await be.synchronize();
-        const before = be.gpu.liveBuffers.buffers;
+        const before = await settledLiveBuffers(be);
         try {
           for (const policy of policies) {
             const what = `${policy.name}, ${value} in ${which}`;

@@ -24,7 +24,7 @@ import { globalCoverage, noiseFloor } from '@crisp/select';
 import { describe, expect, it } from 'vitest';
 import { createWebGpuBackend, type WebGpuBackend } from './backend.js';
 import { PLAN_READ } from './plan/prepared-mask.js';
-import { code, sharedBackend } from './test-support.js';
+import { code, settledLiveBuffers, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 
@@ -238,8 +238,7 @@ describe.skipIf(!backend)(`the WebGPU device planner${backend ? '' : `: ${reason
     const x = inputs(3, 300, 300, 2, 2);
     (x.k.data as Float32Array)[5 * 2 * D] = Number.NaN;
     const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
-    await be.synchronize();
-    const before = be.gpu.liveBuffers.buffers;
+    const before = await settledLiveBuffers(be);
     try {
       expect(await code(sparsePrefill(be, t, onDevice, { minSparseLength: 0 }))).toBe('NON_FINITE');
       expect(await code(planPrefill(be, t, onDevice, { minSparseLength: 0 }))).toBe('NON_FINITE');

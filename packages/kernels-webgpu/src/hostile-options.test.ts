@@ -11,7 +11,7 @@ import { createWebGpuBackend } from './backend.js';
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
 import { SUBGROUP_MATRIX_FORMS } from './kernels/attention/subgroup-matrix.js';
 import { ATTENTION_KERNELS, FMA_SPARSE_CROSSOVER, H200_SPARSE_CROSSOVER, TENSOR_CORE_SPARSE_CROSSOVER } from './options.js';
-import { code, sharedBackend } from './test-support.js';
+import { code, settledLiveBuffers, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 
@@ -224,8 +224,7 @@ describe.skipIf(!backend)(`devices handed in${reason ? ` (skipped: ${reason})` :
   });
 
   it('dispose() frees what the backend made on a device handed in, and leaves the device working', async () => {
-    await b.synchronize();
-    const before = b.gpu.liveBuffers.buffers;
+    const before = await settledLiveBuffers(b);
     const other = await createWebGpuBackend({ device: b.gpu.device });
     const t = other.upload(hostTensor('f32', [64, 4], new Float32Array(256).fill(1)));
     other.allocate('f16', [32, 8]);

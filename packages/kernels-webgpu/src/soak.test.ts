@@ -8,7 +8,7 @@
 import { type BlockMask, type DeviceTensor, type HostTensor, expandToRows, hostTensor, mulberry32, toFloat32, vsListsFromArrays } from '@crisp/core';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
-import { code, freshSeed, seededValues, sharedBackend, withTimeout } from './test-support.js';
+import { code, freshSeed, seededValues, settledLiveBuffers, sharedBackend, withTimeout } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 const ref = createReferenceBackend();
@@ -21,8 +21,7 @@ describe.skipIf(!backend)(`WebGPU soak${reason ? ` (skipped: ${reason})` : ''}`,
     const rnd = mulberry32(seed);
     const int = (lo: number, hi: number) => lo + Math.floor(rnd() * (hi - lo + 1));
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)];
-    await b.synchronize();
-    const baseline = b.gpu.liveBuffers.buffers;
+    const baseline = await settledLiveBuffers(b);
     const tally = { valid: 0, invalid: 0 };
     const codes: Record<string, number> = {};
 
