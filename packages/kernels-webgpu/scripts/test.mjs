@@ -5,19 +5,23 @@
 // takes attention-kernels (the FMA kernel in f16 and f32 at d 64 and 128, dispatch splitting,
 // the subgroup-matrix and unknown kernels), device-loss (a device of its own), the TF.js
 // and ONNX Runtime peers (their libraries' shaders), varlen and the conformance suite's varlen
-// cases (the varlen kernel; they left the first process the last suite running in CI),
-// primitives (its f16 d 128 attention is attention-kernels') and faults (its wrapped device
-// shares the pipelines of the first device); the first the rest, which share the default
-// kernels' pipelines with the conformance suite. The two then take about as long (187 and 199 s
-// on 2 idle cores, 390 s of CPU, against 222-245 s and 437 s before primitives and faults
-// moved). Only the pipelines that both halves use are compiled twice. Extra arguments go to
-// both runs.
+// cases (the varlen kernel; they left the first process the last suite running in CI), the
+// conformance suite's longest pipeline cases (n = 2100: the default kernels, which the varlen
+// pipeline cases compile here anyway), primitives (its f16 d 128 attention is
+// attention-kernels') and faults (its wrapped device shares the pipelines of the first
+// device); the first the rest, which share the default kernels' pipelines with the
+// conformance suite. On 2 idle cores the two take 284 and 247 s (against 309-334 and 234 s
+// with the long pipeline cases in the first). Only the pipelines that both halves use are
+// compiled twice: moving a file whose kernels the first process compiles anyway costs the
+// compile time again (device-coverage, readme and soak: about 70 s of CPU more). Extra
+// arguments go to both runs.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
 const OWN_PIPELINES = [
   'src/attention-kernels.test.ts',
+  'src/conformance-long.test.ts',
   'src/conformance-varlen.test.ts',
   'src/device-loss.test.ts',
   'src/faults.test.ts',

@@ -6,7 +6,9 @@
 import { defineConformanceSuite } from '@crisp/conformance/vitest';
 import { describe, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
-import { conformancePolicies, sharedBackend } from './test-support.js';
+import { conformancePolicies, LONG_PIPELINE, sharedBackend } from './test-support.js';
+
+const NOT_LONG_PIPELINE = new RegExp(`^(?!${LONG_PIPELINE.source.slice(1)})`);
 
 const { backend, reason } = await sharedBackend();
 
@@ -15,12 +17,14 @@ if (backend) {
   // through the backend's declared capabilities.
   // The suite's backend shares the test device (and its compiled pipelines); f32 only: the
   // f16 storage path is covered by primitives.test.ts and, on the H200, by the f16 suite.
-  // The varlen cases run in conformance-varlen.test.ts, in the package's other test process.
+  // The varlen cases run in conformance-varlen.test.ts and the longest pipeline cases in
+  // conformance-long.test.ts, in the package's other test process.
   defineConformanceSuite('webgpu (Dawn)', () => createWebGpuBackend({ device: backend.gpu.device }), {
     sizes: 'small',
     varlenSizes: 'none',
     dtypes: ['f32'],
     policies: conformancePolicies(),
+    filter: NOT_LONG_PIPELINE,
   });
   const smm = () => createWebGpuBackend({ device: backend.gpu.device, attentionKernel: 'subgroup-matrix' });
   const probe = await smm();

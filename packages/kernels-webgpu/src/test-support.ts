@@ -33,6 +33,14 @@ export function conformancePolicies(): Policy[] {
   return [...scaled, crispShipped, flexShipped];
 }
 
+/**
+ * The conformance suite's longest cases on this backend: whole pipelines at n = 2100 with a
+ * chunk of 1100 queries (about a sixth of the suite's time on SwiftShader). They run in the
+ * package's second test process (conformance-long.test.ts), which compiles the same default
+ * kernels for the varlen cases, so the two processes end together.
+ */
+export const LONG_PIPELINE = /^pipeline\/[^/]+\/n2100-/;
+
 /** Seeded uniform values in [-1, 1) (mulberry32). */
 export function seededValues(seed: number, count: number, amp = 1): Float32Array {
   const r = mulberry32(seed);
