@@ -21,10 +21,10 @@
  *
  * Exit status 1 with every problem listed; `--keep` leaves the scratch folder for a look.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { builtinModules, createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { exampleOutputProblems, exportTargets, extractExample, forbiddenFiles, manifestProblems, readTarball } from './lib.mjs';
@@ -39,6 +39,30 @@ const run = (cmd, args, opts = {}) => {
   if (r.error) throw r.error;
   return r;
 };
+/** `run` without blocking: { status, stdout, stderr } once the process ends. */
+const runAsync = (cmd, args, opts = {}) =>
+  new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { ...opts, stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = [];
+    const err = [];
+    child.stdout.on('data', (b) => out.push(b));
+    child.stderr.on('data', (b) => err.push(b));
+    child.on('error', reject);
+    child.on('close', (status, signal) => resolve({ status, signal, stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8') }));
+  });
+/** The jobs run `width` at a time; their results in the jobs' order. */
+async function inPool(jobs, width) {
+  const results = new Array(jobs.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length) {
+      const i = next++;
+      results[i] = await jobs[i]();
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(width, jobs.length)) }, worker));
+  return results;
+}
 const pnpm = process.platform === 'win32' ? 'pnpm.cmd' : 'pnpm';
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
 
@@ -252,18 +276,12 @@ if (install.status !== 0) {
   // the declarations in a project with the @types packages a Node user has (@types/node from
   // the workspace: the Node entries' declarations name node: modules)
   const nodeTypes = { ...tsconfig.compilerOptions, types: undefined, typeRoots: [join(app, 'node_modules/@types'), join(root, 'node_modules/@types')], noEmit: true };
-  let declaredOk = 0;
+  // each package's declarations alone, the node10 program and the examples: independent tsc
+  // programs, run as many at a time as there are cores
+  const typesConfig = (name) => `tsconfig.types-${name.replace(/[@/]/g, '_')}.json`;
   for (const name of typedPackages) {
-    const typesConfig = {
-      compilerOptions: nodeTypes,
-      files: [typesFile(name)],
-    };
-    writeFileSync(join(app, 'tsconfig.types.json'), `${JSON.stringify(typesConfig, null, 2)}\n`);
-    const declared = run(process.execPath, [tsc, '-p', join(app, 'tsconfig.types.json')], { cwd: app });
-    if (declared.status !== 0) problems.push(`${name}: its declarations do not compile in a strict project without skipLibCheck:\n${declared.stdout}${declared.stderr}`);
-    else declaredOk++;
+    writeFileSync(join(app, typesConfig(name)), `${JSON.stringify({ compilerOptions: nodeTypes, files: [typesFile(name)] }, null, 2)}\n`);
   }
-  say(`compiled the declarations of ${declaredOk} of ${typedPackages.length} packages, each alone (${entries.length - typed.length} entry points need an optional peer)`);
   // the same entry points found by TypeScript's older resolution ("moduleResolution": "node",
   // which reads no `exports`: subpaths need the manifest's typesVersions), as a project that
   // has not moved to nodenext or bundler resolution imports them
@@ -272,10 +290,22 @@ if (install.status !== 0) {
     files: typedPackages.map(typesFile),
   };
   writeFileSync(join(app, 'tsconfig.node10.json'), `${JSON.stringify(node10Config, null, 2)}\n`);
-  const node10 = run(process.execPath, [tsc, '-p', join(app, 'tsconfig.node10.json')], { cwd: app });
+  const tscOf = (project) => () => runAsync(process.execPath, [tsc, '-p', project], { cwd: app });
+  const programs = await inPool(
+    [...typedPackages.map((name) => tscOf(join(app, typesConfig(name)))), tscOf(join(app, 'tsconfig.node10.json')), tscOf(app)],
+    availableParallelism(),
+  );
+  const compiled = programs.pop();
+  const node10 = programs.pop();
+  let declaredOk = 0;
+  typedPackages.forEach((name, i) => {
+    const declared = programs[i];
+    if (declared.status !== 0) problems.push(`${name}: its declarations do not compile in a strict project without skipLibCheck:\n${declared.stdout}${declared.stderr}`);
+    else declaredOk++;
+  });
+  say(`compiled the declarations of ${declaredOk} of ${typedPackages.length} packages, each alone (${entries.length - typed.length} entry points need an optional peer)`);
   if (node10.status !== 0) problems.push(`an entry point's declarations are not found or do not compile under "moduleResolution": "node" (a subpath without typesVersions?):\n${node10.stdout}${node10.stderr}`);
   else say(`resolved and compiled the declarations of all ${typed.length} typed entry points under "moduleResolution": "node"`);
-  const compiled = run(process.execPath, [tsc, '-p', app], { cwd: app });
   if (compiled.status !== 0) {
     problems.push(`the README examples do not compile (strict, module nodenext, target ES2022, no skipLibCheck):\n${compiled.stdout}${compiled.stderr}`);
   } else {
