@@ -1,13 +1,13 @@
 /**
  * @crisp/conformance's longest cases on the adapter Dawn finds here (whole pipelines at
- * n = 2100 with a chunk of 1100 queries, every policy, f32): the rest of the suite is
- * conformance.test.ts. They run in the package's other test process (scripts/test.mjs), which
- * compiles the same default kernels for the varlen cases, so the two processes end together.
+ * n = 2100 with a chunk of 1100 queries, f32, the policies of longPipelinePolicies): the rest
+ * of the suite is conformance.test.ts. They run in the package's other test process
+ * (scripts/test.mjs), which compiles the same default kernels for the varlen cases.
  */
 import { defineConformanceSuite } from '@crisp/conformance/vitest';
 import { describe, it } from 'vitest';
 import { createWebGpuBackend } from './backend.js';
-import { conformancePolicies, LONG_PIPELINE, sharedBackend } from './test-support.js';
+import { LONG_PIPELINE, longPipelinePolicies, sharedBackend } from './test-support.js';
 
 const { backend, reason } = await sharedBackend();
 
@@ -16,7 +16,7 @@ if (backend) {
     sizes: 'small',
     varlenSizes: 'none',
     dtypes: ['f32'],
-    policies: conformancePolicies(),
+    policies: longPipelinePolicies(),
     filter: LONG_PIPELINE,
   });
 } else {

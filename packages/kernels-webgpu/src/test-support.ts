@@ -34,10 +34,33 @@ export function conformancePolicies(): Policy[] {
 }
 
 /**
+ * The policies of the n = 2100 pipeline cases (conformance-long.test.ts): the scaled copies
+ * only (B = 64, kMin 256: crisp, flexPrefill, crispGuarded). At that length the shipped
+ * presets (B = 128, kMin 1024) plan nearly every block, so their two cases ran the dense
+ * kernels again through the pipeline at twice a sparse case's cost (about 24 s of CPU on
+ * SwiftShader); they keep their whole and chunked pipeline cases at n = 1100 in
+ * conformance.test.ts.
+ */
+export function longPipelinePolicies(): Policy[] {
+  return defaultPolicies().slice(2);
+}
+
+/**
+ * The policies of the varlen cases (conformance-varlen.test.ts): the scaled copies and the
+ * shipped crisp, whose B = 128 is the varlen pipeline's other block size. The shipped
+ * flexPrefill differs from the shipped crisp there only in its router and selector, which
+ * the scaled flexPrefill runs through the same varlen pipeline; its two cases (about 15 s of
+ * CPU, nearly dense) are left out.
+ */
+export function varlenPolicies(): Policy[] {
+  const [crispShipped, , ...scaled] = defaultPolicies();
+  return [...scaled, crispShipped];
+}
+
+/**
  * The conformance suite's longest cases on this backend: whole pipelines at n = 2100 with a
- * chunk of 1100 queries (about a sixth of the suite's time on SwiftShader). They run in the
- * package's second test process (conformance-long.test.ts), which compiles the same default
- * kernels for the varlen cases, so the two processes end together.
+ * chunk of 1100 queries. They run in the package's second test process
+ * (conformance-long.test.ts), which compiles the same default kernels for the varlen cases.
  */
 export const LONG_PIPELINE = /^pipeline\/[^/]+\/n2100-/;
 
