@@ -1,4 +1,5 @@
 import type { Backend } from '@crisp/core';
+import { createWebGpuBackend } from '@crisp/kernels-webgpu';
 import { createNodeWebGpuBackend, webgpuAvailability } from '@crisp/kernels-webgpu/node';
 import { createReferenceBackend } from '@crisp/reference';
 import { describe, expect, it } from 'vitest';
@@ -150,8 +151,11 @@ describe.skipIf(!gpu.available)(`the WebGPU FMA-kernel peer${gpu.available ? '' 
     try {
       const r = await webgpuFmaPeer(ctx(), b, [256], shape, 3, 1, 50, 120_000, {
         force: true,
+        // (the second backend on the first one's device: Dawn hands it the pipelines compiled
+        // for the first, where a device of its own compiled the FMA kernel again, seconds on a
+        // CPU adapter; disposing a backend leaves a device it was handed alive)
         open: async () => {
-          const fb = await createNodeWebGpuBackend({ attentionKernel: 'fma' });
+          const fb = await createWebGpuBackend({ device: b.gpu.device, attentionKernel: 'fma' });
           const dispose = fb.dispose.bind(fb);
           second = Object.assign(fb, {
             dispose: () => {

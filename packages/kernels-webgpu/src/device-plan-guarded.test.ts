@@ -92,10 +92,10 @@ describe.skipIf(!backend)(`crispGuarded's rules in the WebGPU device planner${ba
     expect(be.planner.margin).toBe(WEBGPU_PLAN_MARGIN);
   });
 
-  for (const [n, H, Hkv, seed] of [
-    [1800, 12, 4, 3],
-    [1500, 8, 2, 11],
-  ] as const) {
+  // (one shape: the conformance suite's devicePlanGuarded cases compare the same plans at its
+  // small shapes, GQA 4 and 8 included; this one sets the thresholds from the statistics so
+  // that every kind of head occurs, and runs the attention on both plans)
+  for (const [n, H, Hkv, seed] of [[1800, 12, 4, 3]] as const) {
     it(`plans on the device what the host plans with the same rules, n=${n}, H=${H}, Hkv=${Hkv}`, async () => {
       const x = inputs(seed, n, H, Hkv);
       const t = { q: be.upload(x.q), k: be.upload(x.k), v: be.upload(x.v) };
