@@ -7,11 +7,12 @@
 // and ONNX Runtime peers (their libraries' shaders), varlen and the conformance suite's varlen
 // cases (the varlen kernel; they left the first process the last suite running in CI), the
 // conformance suite's longest pipeline cases (n = 2100: the default kernels, which the varlen
-// pipeline cases compile here anyway), primitives (its f16 d 128 attention is
+// pipeline cases compile here anyway), device-plan (the device planner's kernels, which those
+// pipeline cases compile here too), primitives (its f16 d 128 attention is
 // attention-kernels') and faults (its wrapped device shares the pipelines of the first
 // device); the first the rest, which share the default kernels' pipelines with the
-// conformance suite. On 2 idle cores the two take 284 and 247 s (against 309-334 and 234 s
-// with the long pipeline cases in the first). Only the pipelines that both halves use are
+// conformance suite. On 2 idle cores the two take 266 and 260 s (against 309-334 and 234 s
+// with the long pipeline cases and device-plan in the first). Only the pipelines that both halves use are
 // compiled twice: moving a file whose kernels the first process compiles anyway costs the
 // compile time again (device-coverage, readme and soak: about 70 s of CPU more). Extra
 // arguments go to both runs.
@@ -24,6 +25,7 @@ const OWN_PIPELINES = [
   'src/conformance-long.test.ts',
   'src/conformance-varlen.test.ts',
   'src/device-loss.test.ts',
+  'src/device-plan.test.ts',
   'src/faults.test.ts',
   'src/ort-peer.test.ts',
   'src/primitives.test.ts',
