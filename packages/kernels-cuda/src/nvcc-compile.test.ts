@@ -3,8 +3,9 @@
  * first use on those GPUs), and asserts ptxas reports no register spills. Runs wherever
  * nvcc is installed (CPU machines included); skips with a printed reason elsewhere.
  *
- * About 180 s of CPU on a 2-core machine, so it is its own task, `test:heavy`. The root
- * `pnpm test` runs it in the same turbo run as every other suite, with nvcc at a low CPU
+ * About 60 s of CPU (every job in turn on a 2-core CPU machine: 57 s, of which the two
+ * sm_90a wgmma builds 16 s and proxy.cu's two 25 s), so it is its own task, `test:heavy`.
+ * The root `pnpm test` runs it in the same turbo run as every other suite, with nvcc at a low CPU
  * priority (nice 10, where `nice` exists): it takes the CPU the suites leave idle (the last
  * long suites run one process each), instead of adding its minutes after them, and about a
  * tenth of a core while a suite wants it (at nice 19 other load on the machine starved it
