@@ -95,13 +95,16 @@ export async function settledLiveBuffers(be: WebGpuBackend): Promise<number> {
     reported = true;
   });
   // (made and dropped in a frame of its own, so nothing on this one keeps it)
-  ((r) => r.register({}, 'sentinel'))(registry);
+  const token = {};
+  ((r) => r.register({}, 'sentinel', token))(registry);
   gc();
   const deadline = Date.now() + 60_000;
   while (!reported) {
     if (Date.now() > deadline) throw new Error('a full collection was not reported within a minute');
     await new Promise((r) => setTimeout(r, 5));
   }
+  // (a use after the wait: a registry collected before it reports never reports)
+  registry.unregister(token);
   for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
   await be.synchronize();
   return be.gpu.liveBuffers.buffers;
