@@ -40,13 +40,16 @@ const SENTINEL = 'sentinel';
  */
 async function collectAndSettle(gc: () => void, registry: FinalizationRegistry<unknown>, reported: () => boolean): Promise<void> {
   // (made and dropped in a frame of its own, so nothing on this one keeps it)
-  ((r) => r.register({}, SENTINEL))(registry);
+  const token = {};
+  ((r) => r.register({}, SENTINEL, token))(registry);
   gc();
   const deadline = Date.now() + 60_000;
   while (!reported()) {
     if (Date.now() > deadline) throw new Error('the collection was not reported within a minute');
     await new Promise((r) => setTimeout(r, 5));
   }
+  // (a use after the wait: a registry collected before it reports never reports)
+  registry.unregister(token);
   for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
