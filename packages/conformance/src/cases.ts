@@ -295,6 +295,35 @@ export async function garbageCollector(): Promise<(() => void) | undefined> {
   }
 }
 
+/** The held value of the sentinel `collectionReported` registers in a registry. */
+export const COLLECTION_SENTINEL = 'sentinel';
+
+/**
+ * Runs a full collection (`gc`, from garbageCollector) and waits until `registry` has
+ * reported it (`reported()`, which the registry's callback sets when it sees the held value
+ * COLLECTION_SENTINEL): a sentinel made and dropped just before is collected by it, and V8
+ * reports everything one collection freed from a registry in one cleanup task, so once the
+ * sentinel is reported so is the rest. No fixed number of timer turns, which a loaded machine
+ * outlasts; false after `timeoutMs` without the report (a hang guard). Lifetime tests
+ * elsewhere use it too.
+ */
+export async function collectionReported(
+  gc: () => void,
+  registry: FinalizationRegistry<unknown>,
+  reported: () => boolean,
+  timeoutMs = 60_000,
+): Promise<boolean> {
+  // (made and dropped in a frame of its own, so nothing on this one keeps it)
+  const token = {};
+  ((r) => r.register({}, COLLECTION_SENTINEL, token))(registry);
+  gc();
+  const deadline = Date.now() + timeoutMs;
+  while (!reported() && Date.now() < deadline) await new Promise((done) => setTimeout(done, 5));
+  // (a use after the wait: a registry collected before it reports never reports)
+  registry.unregister(token);
+  return reported();
+}
+
 /** Prefills a lifetime case runs in one job. */
 const LIFETIME_PREFILLS = 8;
 
@@ -316,8 +345,8 @@ function lifetimeCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCa
     // (a FinalizationRegistry, not WeakRefs: a WeakRef here would keep its target to the job's end)
     let collected = 0;
     let reported = false;
-    const registry = new FinalizationRegistry((held: number | 'sentinel') => {
-      if (held === 'sentinel') reported = true;
+    const registry = new FinalizationRegistry((held: number | typeof COLLECTION_SENTINEL) => {
+      if (held === COLLECTION_SENTINEL) reported = true;
       else collected++;
     });
     let registered = 0;
@@ -329,15 +358,8 @@ function lifetimeCase(dtype: DType, s: ShapeCase, policy: Policy): ConformanceCa
           registered++;
         }
       }
-      // Collected in this job; the registry reports it in a later task. A sentinel made and
-      // dropped in a frame of its own is collected by the same collection, and V8 reports
-      // everything one collection freed from a registry in one cleanup task: once the
-      // sentinel is reported, so are the plans' statistics that collection freed. (No fixed
-      // number of timer turns: on a loaded machine the cleanup task comes after them.)
-      ((reg) => reg.register({}, 'sentinel'))(registry);
-      gc();
-      const deadline = Date.now() + 60_000;
-      while (!reported && Date.now() < deadline) await new Promise((done) => setTimeout(done, 5));
+      // collected in this job; the registry reports it in a later task (collectionReported)
+      await collectionReported(gc, registry, () => reported);
     } finally {
       out.dispose();
       for (const t of [d.q, d.k, d.v]) t.dispose();

@@ -19,6 +19,8 @@ export {
   type CaseContext,
   type CaseOutcome,
   type ConformanceCase,
+  COLLECTION_SENTINEL,
+  collectionReported,
   garbageCollector,
   LARGE_SIZES,
   randomMask,

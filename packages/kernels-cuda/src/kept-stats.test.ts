@@ -7,7 +7,7 @@
  * proxy pass's launch and the following launch); these tests hold what the walk did. The
  * entries hold no WeakRef (with one, a loop of awaited calls kept every statistics object alive).
  */
-import { formatReport, garbageCollector, runConformance } from '@crisp/conformance';
+import { COLLECTION_SENTINEL, collectionReported, formatReport, garbageCollector, runConformance } from '@crisp/conformance';
 import { describe, expect, it } from 'vitest';
 import { CudaBackend, type CudaTensor } from './index.js';
 import { standInDriver } from './stand-in-driver.js';
@@ -27,29 +27,13 @@ async function collector(): Promise<() => void> {
   return gc;
 }
 
-/** Held value of the sentinel a test registers beside its statistics objects. */
-const SENTINEL = 'sentinel';
-
 /**
- * Runs a full collection and waits until `registry` has reported it: a sentinel dropped just
- * before is collected by it, and V8 reports every object of one registry that a collection
- * freed in the same cleanup task, so once the sentinel is reported (`reported()`) the rest
- * are too. Registries report in tasks of their own, queued together: two timer turns after
- * the sentinel cover the backend's. No fixed number of turns, which a loaded machine outlasts
- * (a minute without the report fails: a hang guard).
+ * Runs a full collection and waits until `registry` has reported it (collectionReported;
+ * a minute without the report fails: a hang guard). Registries report in tasks of their own,
+ * queued together: two timer turns after the sentinel cover the backend's.
  */
 async function collectAndSettle(gc: () => void, registry: FinalizationRegistry<unknown>, reported: () => boolean): Promise<void> {
-  // (made and dropped in a frame of its own, so nothing on this one keeps it)
-  const token = {};
-  ((r) => r.register({}, SENTINEL, token))(registry);
-  gc();
-  const deadline = Date.now() + 60_000;
-  while (!reported()) {
-    if (Date.now() > deadline) throw new Error('the collection was not reported within a minute');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  // (a use after the wait: a registry collected before it reports never reports)
-  registry.unregister(token);
+  if (!(await collectionReported(gc, registry, reported))) throw new Error('the collection was not reported within a minute');
   for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
 }
 
@@ -114,7 +98,7 @@ describe('statistics kept on the device (stand-in driver)', () => {
     let collected = 0;
     let reported = false;
     const registry = new FinalizationRegistry((held) => {
-      if (held === SENTINEL) reported = true;
+      if (held === COLLECTION_SENTINEL) reported = true;
       else collected++;
     });
     for (let i = 0; i < 140; i++) registry.register(await be.proxyStats(q, k, opts), i);

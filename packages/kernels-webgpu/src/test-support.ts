@@ -3,7 +3,7 @@
  * file, or the reason it is unavailable.
  */
 import { createNodeWebGpuBackend, webgpuAvailability } from './node.js';
-import { defaultPolicies, garbageCollector } from '@crisp/conformance';
+import { collectionReported, defaultPolicies, garbageCollector } from '@crisp/conformance';
 import { isCrispError, mulberry32, type Policy } from '@crisp/core';
 import type { WebGpuBackend } from './backend.js';
 import { WRAPPED_DEVICE } from './runtime/gpu-context.js';
@@ -80,10 +80,10 @@ export function freshSeed(): number {
  * The buffers `be` holds once what earlier tests dropped has gone back: the backend is shared
  * by every file of this process, and statistics or prepared masks that a test let go of are
  * retired by their finalizer whenever V8 collects them, which under load can fall in the middle
- * of another test's before/after count. So: a full collection, a wait until a sentinel of a
- * registry of our own is reported (V8 reports every registry of one collection in tasks queued
- * together; two more timer turns cover the backend's), then a synchronize, which gives the
- * retired buffers back. Take a baseline with this and read the count after the calls under
+ * of another test's before/after count. So: a full collection, a wait until a registry of our
+ * own has reported it (collectionReported; registries report in tasks queued together, and two
+ * more timer turns cover the backend's), then a synchronize, which gives the retired buffers
+ * back. Take a baseline with this and read the count after the calls under
  * test without it: a buffer those calls leave for the collector still counts against them.
  */
 export async function settledLiveBuffers(be: WebGpuBackend): Promise<number> {
@@ -94,17 +94,7 @@ export async function settledLiveBuffers(be: WebGpuBackend): Promise<number> {
   const registry = new FinalizationRegistry(() => {
     reported = true;
   });
-  // (made and dropped in a frame of its own, so nothing on this one keeps it)
-  const token = {};
-  ((r) => r.register({}, 'sentinel', token))(registry);
-  gc();
-  const deadline = Date.now() + 60_000;
-  while (!reported) {
-    if (Date.now() > deadline) throw new Error('a full collection was not reported within a minute');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  // (a use after the wait: a registry collected before it reports never reports)
-  registry.unregister(token);
+  if (!(await collectionReported(gc, registry, () => reported))) throw new Error('a full collection was not reported within a minute');
   for (let i = 0; i < 2; i++) await new Promise((r) => setTimeout(r, 0));
   await be.synchronize();
   return be.gpu.liveBuffers.buffers;
