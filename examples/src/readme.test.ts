@@ -72,10 +72,10 @@ describe('README.md', () => {
     // console.log(plan.routing?.routes, plan.overallDensity, timings.totalMs)
     expect(logs[0], msg).toEqual([plan.routing?.routes, plan.overallDensity, r.timings.totalMs]);
     expect(plan.routing?.routes).toHaveLength(H);
-    // the comment under it: uniform random q/k route every head to PE at about 95% of the blocks
+    // the comment under it: uniform random q/k route every head to PE at about 97% of the blocks
     expect(plan.routing?.routes.every((x) => x === 'pe'), msg).toBe(true);
-    expect(plan.overallDensity).toBeGreaterThan(0.9);
-    expect(plan.overallDensity).toBeLessThanOrEqual(1);
+    expect(plan.overallDensity, msg).toBeGreaterThan(0.9);
+    expect(plan.overallDensity, msg).toBeLessThan(0.99);
     expect(r.timings.totalMs).toBeGreaterThan(0);
     // { dtype: 'f32', shape: [n, H, d], data: Float32Array }
     expect(out.dtype).toBe('f32');
@@ -85,7 +85,7 @@ describe('README.md', () => {
     const x = { q: hostTensor('f32', [n, H, d], random(n * H * d)), k: hostTensor('f32', [n, Hkv, d], random(n * Hkv * d)), v: hostTensor('f32', [n, Hkv, d], random(n * Hkv * d)) };
     expectExactRows(out, x, plan.mask, sampleRows(n, 32), 1e-6);
     // console.log(`[${p}, ${e}):`, plan.denseReason ?? plan.overallDensity, lse?.shape)
-    const ends = [1500, 2800, n];
+    const ends = [1100, 1600, n];
     expect(logs.slice(1).map((l) => [l[0], l[2]]), msg).toEqual(ends.map((e, i) => [`[${i === 0 ? 0 : ends[i - 1]}, ${e}):`, [H, e - (i === 0 ? 0 : ends[i - 1])]]));
     for (const l of logs.slice(1)) expect(typeof l[1] === 'string' || (Number(l[1]) > 0 && Number(l[1]) <= 1), msg).toBe(true);
   });
