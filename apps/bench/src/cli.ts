@@ -33,7 +33,8 @@ function vulkanEnv(): NodeJS.ProcessEnv | undefined {
 function start(): void {
   const env = vulkanEnv();
   if (env) {
-    const r = spawnSync(process.execPath, process.argv.slice(1), { env, stdio: 'inherit' });
+    // (with Node's own options, e.g. --max-old-space-size, which process.argv leaves out)
+    const r = spawnSync(process.execPath, [...process.execArgv, ...process.argv.slice(1)], { env, stdio: 'inherit' });
     process.exitCode = r.status ?? 1;
     return;
   }
