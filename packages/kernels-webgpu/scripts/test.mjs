@@ -11,11 +11,12 @@
 // pipeline cases compile here too), primitives (its f16 d 128 attention is
 // attention-kernels') and faults (its wrapped device shares the pipelines of the first
 // device); the first the rest, which share the default kernels' pipelines with the
-// conformance suite. On 2 idle cores the two take 217 and 210 s, 424 s of CPU (with the long
-// pipeline cases and device-plan in the first, 309-334 and 234 s). Only the pipelines that both
-// halves use are compiled twice: moving a file whose kernels the first process compiles
-// anyway costs the compile time again (device-coverage, readme and soak: about 70 s of CPU
-// more). Extra arguments go to both runs.
+// conformance suite. On 2 idle cores the two take 217 and 210 s, 424 s of CPU. Before
+// WebAssembly was kept on V8's baseline compiler (vitest.config.ts) they took 266 and 260 s,
+// and 309-334 and 234 s with the long pipeline cases and device-plan in the first. Only the
+// pipelines that both halves use are compiled twice: moving a file whose kernels the first
+// process compiles anyway costs the compile time again (device-coverage, readme and soak:
+// about 70 s of CPU more). Extra arguments go to both runs.
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
