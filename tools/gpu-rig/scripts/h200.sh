@@ -74,11 +74,11 @@
 #                OUT/kernels-d64, OUT/sdpa-*.json (apps/bench/results/<gpu>/kernels). ~250 s.
 #   dense-short  the dense kernel (d 128, bf16) against PyTorch SDPA cuDNN at 16k and 32k, where cuDNN
 #                leads: SHORT_ROUNDS (default 3) rounds, each the GPU rig's kernels phase for `wgt` and
-#                then sdpa_time.py's cuDNN, 10 timed launches a size, the SM clock and power sampled
-#                every 200 ms throughout (OUT/clocks.csv, OUT/rounds.txt); crisp-bench's dense preset
+#                then sdpa_time.py's cuDNN, 40 timed launches a size, the SM clock and power sampled
+#                every 50 ms throughout (OUT/clocks.csv, OUT/rounds.txt); crisp-bench's dense preset
 #                beside SDPA cuDNN on the synth layer (OUT/synth, when crisp-bench is bundled); then
-#                Nsight Compute's full set on one timed launch of each kernel at 16k (clock control
-#                off): OUT/ncu-*-details.csv and -raw.csv. ~120 s.
+#                Nsight Compute's full set on one timed launch of each kernel at 16k and at 32k
+#                (clock control off): OUT/ncu-*-details.csv and -raw.csv. ~200-300 s.
 #   nccl         context-parallel crisp over NCCL on this host's GPUs (pack tools/gpu-rig/src/nccl-main.ts
 #                and tools/gpu-rig/src/nccl-table.ts), the Llama shape, NCCL_RANKS (default 1 2 4 8, up to
 #                the GPUs) x NCCL_SIZES (default 524288): per rank its prefill times and bytes, rank 0's
@@ -291,16 +291,16 @@ case "$phase" in
   dense-short)
     [ -f "$app/cuda-main.mjs" ] || { echo "missing $app/cuda-main.mjs: pack tools/gpu-rig/src/cuda-main.ts" >&2; exit 2; }
     command -v ncu >/dev/null || PATH=/usr/local/cuda/bin:$PATH
-    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 > "$out/clocks.csv" 2>&1 &
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 50 > "$out/clocks.csv" 2>&1 &
     smi=$!
     rc=0
     for ((r = 1; r <= ${SHORT_ROUNDS:-3}; r++)); do
       echo "round $r: wgt $(date +%T.%N)" >> "$out/rounds.txt"
-      timeout -s KILL 90 node "$app/cuda-main.mjs" --phase kernels --layouts wgt --sweep 16384,32768 --reps 10 --check none \
+      timeout -s KILL 90 node "$app/cuda-main.mjs" --phase kernels --layouts wgt --sweep 16384,32768 --reps 40 --check none \
         --budget 80 --out "$out/wgt-r$r" > "$out/wgt-r$r.log" 2>&1 || rc=1
       for n in 16384 32768; do
         echo "round $r: cudnn n=$n $(date +%T.%N)" >> "$out/rounds.txt"
-        timeout -s KILL 90 python3 apps/bench/peers/sdpa_time.py --n $n --reps 10 --backends cudnn \
+        timeout -s KILL 90 python3 apps/bench/peers/sdpa_time.py --n $n --reps 40 --backends cudnn \
           > "$out/cudnn-n$n-r$r.json" 2> "$out/cudnn-n$n-r$r.err" || rc=1
       done
     done
@@ -311,22 +311,26 @@ case "$phase" in
         --out "$out/synth" > "$out/synth.log" 2>&1 || rc=1
     fi
     kill $smi 2>/dev/null
-    # one timed launch of each under Nsight Compute: `wgt`'s second dense launch (the first is
-    # timeIt's warm-up; the sparse pattern's come after), cuDNN's inside its NVTX range
-    timeout -s KILL 150 ncu --clock-control none --target-processes all --kernel-name regex:attn_wgt_bf16_d128 \
-      --launch-skip 1 --launch-count 1 --set full -o "$out/ncu-wgt-16k" \
-      node "$app/cuda-main.mjs" --phase kernels --layouts wgt --sweep 16384 --reps 1 --check none --budget 100 \
-      --out "$out/ncu-wgt-run" > "$out/ncu-wgt.log" 2>&1 || rc=1
-    timeout -s KILL 150 ncu --clock-control none --nvtx --nvtx-include "sdpa-cudnn/" --launch-count 1 --set full \
-      -o "$out/ncu-cudnn-16k" python3 apps/bench/peers/sdpa_time.py --n 16384 --reps 1 --backends cudnn \
-      > "$out/ncu-cudnn.log" 2>&1 || rc=1
-    for f in wgt cudnn; do
-      [ -f "$out/ncu-$f-16k.ncu-rep" ] || continue
-      ncu --import "$out/ncu-$f-16k.ncu-rep" --page details --csv > "$out/ncu-$f-16k-details.csv"
-      ncu --import "$out/ncu-$f-16k.ncu-rep" --page raw --csv > "$out/ncu-$f-16k-raw.csv"
+    # one timed launch of each under Nsight Compute per size: `wgt`'s second dense launch (the
+    # first is timeIt's warm-up; the sparse pattern's come after), cuDNN's inside its NVTX range
+    for n in 16384 32768; do
+      k=$((n / 1024))k
+      timeout -s KILL 150 ncu --clock-control none --target-processes all --kernel-name regex:attn_wgt_bf16_d128 \
+        --launch-skip 1 --launch-count 1 --set full -o "$out/ncu-wgt-$k" \
+        node "$app/cuda-main.mjs" --phase kernels --layouts wgt --sweep $n --reps 1 --check none --budget 100 \
+        --out "$out/ncu-wgt-run-$k" > "$out/ncu-wgt-$k.log" 2>&1 || rc=1
+      timeout -s KILL 150 ncu --clock-control none --nvtx --nvtx-include "sdpa-cudnn/" --launch-count 1 --set full \
+        -o "$out/ncu-cudnn-$k" python3 apps/bench/peers/sdpa_time.py --n $n --reps 1 --backends cudnn \
+        > "$out/ncu-cudnn-$k.log" 2>&1 || rc=1
+      for f in wgt cudnn; do
+        [ -f "$out/ncu-$f-$k.ncu-rep" ] || continue
+        ncu --import "$out/ncu-$f-$k.ncu-rep" --page details --csv > "$out/ncu-$f-$k-details.csv"
+        ncu --import "$out/ncu-$f-$k.ncu-rep" --page raw --csv > "$out/ncu-$f-$k-raw.csv"
+      done
     done
     grep -h "layout" "$out"/wgt-r*.log
     cat "$out"/cudnn-n*.json
+    [ -f "$out/synth.log" ] && grep -E 'latency|peer|error' "$out/synth.log" | tail -n 8
     for f in "$out"/ncu-*-details.csv; do
       [ -f "$f" ] && python3 -c 'import csv,sys
 keep = {"Duration", "SM Frequency", "Grid Size", "Block Size", "Registers Per Thread", "Dynamic Shared Memory Per Block",
