@@ -7,7 +7,7 @@ import type { OpenBackend } from './backends.js';
 import { defaultConfig } from './config.js';
 import type { SuiteContext } from './context.js';
 import { resolveConfig } from './main.js';
-import { densePeers, webgpuFmaPeer } from './peers.js';
+import { densePeers, sdpaPeerArgs, webgpuFmaPeer } from './peers.js';
 
 // A backend no peer may touch: any call is a test failure.
 const untouchable = new Proxy({} as Backend, {
@@ -180,5 +180,21 @@ describe.skipIf(!gpu.available)(`the WebGPU FMA-kernel peer${gpu.available ? '' 
     } finally {
       b.dispose();
     }
+  });
+});
+
+describe('sdpaPeerArgs', () => {
+  it('warms the SDPA peer up as the latency suite warms up CRISP\'s kernels', () => {
+    const l = resolveConfig({}).latency;
+    const args = sdpaPeerArgs('peer.py', 'm.json', 'o.json', l.reps, 240, l.warmup, l.gpuWarmMs ?? 0);
+    const flag = (name: string) => args[args.indexOf(name) + 1];
+    expect(args[0]).toBe('peer.py');
+    expect(flag('--warmup')).toBe(String(l.warmup));
+    expect(flag('--warm-ms')).toBe('500');
+    // one more run than asked: the script drops one at n >= 256k
+    expect(flag('--reps')).toBe(String(l.reps + 1));
+    expect(flag('--budget')).toBe('240');
+    expect(flag('--manifest')).toBe('m.json');
+    expect(flag('--out')).toBe('o.json');
   });
 });

@@ -69,7 +69,25 @@ export function resolvePeerScript(repoRoot: string | undefined, explicit?: strin
   return existsSync(p) ? p : undefined;
 }
 
-async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly number[], shape: Shape, script: string, reps: number, budgetS: number): Promise<PeerResult> {
+/**
+ * The SDPA peer script's arguments. It warms up as the latency suite warms up CRISP's kernels
+ * (`warmup` launches, then more for at least `warmMs`), so both are timed at the clock a GPU
+ * holds under load; below 256k tokens only (the script's rule: a launch takes seconds there).
+ */
+export function sdpaPeerArgs(script: string, manifest: string, out: string, reps: number, budgetS: number, warmup: number, warmMs: number): string[] {
+  // The script drops one run at n >= 256k; ask for one more so every size keeps >= `reps`.
+  return [script, '--manifest', manifest, '--out', out, '--reps', String(reps + 1), '--budget', String(budgetS), '--warmup', String(warmup), '--warm-ms', String(warmMs)];
+}
+
+async function cudaSdpaPeer(
+  ctx: SuiteContext,
+  b: Backend,
+  sizes: readonly number[],
+  shape: Shape,
+  script: string,
+  timing: { readonly reps: number; readonly warmup: number; readonly warmMs: number },
+  budgetS: number,
+): Promise<PeerResult> {
   const hooks = b as Backend & Partial<CudaPeerHooks>;
   const peerNames = ['torch-sdpa-flash', 'torch-sdpa-cudnn'];
   const note = (status: PeerNote['status'], detail: string, command?: string): PeerResult => ({
@@ -126,8 +144,7 @@ async function cudaSdpaPeer(ctx: SuiteContext, b: Backend, sizes: readonly numbe
     const manifestFile = join(dir, 'manifest.json');
     writeFileSync(manifestFile, JSON.stringify(manifest));
     const outFile = join(dir, 'sdpa.json');
-    // The script drops one run at n >= 256k; ask for one more so every size keeps >= `reps`.
-    const args = [script, '--manifest', manifestFile, '--out', outFile, '--reps', String(reps + 1), '--budget', String(budgetS)];
+    const args = sdpaPeerArgs(script, manifestFile, outFile, timing.reps, budgetS, timing.warmup, timing.warmMs);
     const command = `python3 ${args.join(' ')}`;
     ctx.log(`  peer: ${command}`);
     const r = spawnSync('python3', args, { encoding: 'utf8', timeout: (budgetS + 300) * 1000, maxBuffer: 64 * 1024 * 1024 });
@@ -481,7 +498,7 @@ export async function densePeers(
         absent(`peer script ${SDPA_PEER_SCRIPT} not found (pass --peer-script)`);
         continue;
       }
-      const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, c.reps, Math.round(budgetMs / 1000));
+      const r = await cudaSdpaPeer(ctx, ob.backend, sizes, c.shape, peerScript, { reps: c.reps, warmup: c.warmup, warmMs: c.gpuWarmMs ?? 0 }, Math.round(budgetMs / 1000));
       // (one script times both backends of SDPA: the one left out is dropped here)
       rows.push(...r.rows.filter((x) => on(x.peer as PeerName)));
       notes.push(...r.notes.filter((x) => on(x.peer as PeerName)));
