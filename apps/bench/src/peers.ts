@@ -198,7 +198,7 @@ function overBudget(n: number, last: { n: number; ms: number } | undefined, budg
  * f32. Sizes past the device's buffer limit, a failed float64 check or the time budget are
  * recorded in the note, never timed.
  */
-async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape: Shape, reps: number, warmup: number, budgetMs: number): Promise<PeerResult> {
+async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape: Shape, reps: number, warmup: number, warmMs: number, budgetMs: number): Promise<PeerResult> {
   const peer = 'tfjs-webgpu';
   let mod: typeof import('@crisp/kernels-webgpu/tfjs-peer');
   try {
@@ -221,7 +221,7 @@ async function tfjsWebgpuPeer(ctx: SuiteContext, sizes: readonly number[], shape
     let r: Awaited<ReturnType<typeof mod.timeTfjsDenseAttention>>;
     const t0 = performance.now();
     try {
-      r = await mod.timeTfjsDenseAttention({ n, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim, reps, warmup });
+      r = await mod.timeTfjsDenseAttention({ n, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim, reps, warmup, warmMs });
     } catch (e) {
       r = { failed: `n=${n}: ${e instanceof Error ? e.message : String(e)}` };
     }
@@ -270,7 +270,7 @@ function rowValues(out: Float32Array | Uint16Array, rows: readonly number[], wid
  * output against float64 and against CRISP's rows before timing (relErrVsCrispDense). f16
  * where the adapter has shader-f16, else f32 on the same f16 values.
  */
-async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly number[], shape: Shape, reps: number, warmup: number, budgetMs: number): Promise<PeerResult> {
+async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly number[], shape: Shape, reps: number, warmup: number, warmMs: number, budgetMs: number): Promise<PeerResult> {
   const peer = 'ort-web-webgpu';
   let mod: typeof import('@crisp/kernels-webgpu/ort-peer');
   try {
@@ -318,6 +318,7 @@ async function ortWebgpuPeer(ctx: SuiteContext, b: Backend, sizes: readonly numb
         expected: { rows: checkRows, values },
         reps,
         warmup,
+        warmMs,
         timeBeyondTolerance: true,
       });
     } catch (e) {
@@ -509,7 +510,7 @@ export async function densePeers(
         notes.push(...f.notes);
       }
       if (on('tfjs-webgpu')) {
-        const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, Math.min(c.budgetMs, timeLeft(ctx)));
+        const r = await tfjsWebgpuPeer(ctx, sizes, c.shape, c.reps, c.warmup, c.gpuWarmMs ?? 0, Math.min(c.budgetMs, timeLeft(ctx)));
         rows.push(...r.rows);
         notes.push(...r.notes);
       }
@@ -519,7 +520,7 @@ export async function densePeers(
         if (ortBudgetMs < 5_000) {
           notes.push({ backend: 'webgpu', peer: 'ort-web-webgpu', status: 'absent', detail: `not run: ${Math.round(Math.max(ortBudgetMs, 0) / 1000)} s left before --deadline-s` });
         } else {
-          const o = await ortWebgpuPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, ortBudgetMs);
+          const o = await ortWebgpuPeer(ctx, ob.backend, sizes, c.shape, c.reps, c.warmup, c.gpuWarmMs ?? 0, ortBudgetMs);
           rows.push(...o.rows);
           notes.push(...o.notes);
         }

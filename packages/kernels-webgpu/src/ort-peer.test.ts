@@ -46,13 +46,15 @@ describe('timeOrtAttention', () => {
     async () => {
       const seed = Math.floor(Math.random() * 2 ** 20);
       const x = inputs(seed);
-      const r = await timeOrtAttention({ ...shape, inputs: x, reps: 2, warmup: 1 });
+      // warmMs adds untimed runs after `warmup` until it has passed: at least one more here
+      const r = await timeOrtAttention({ ...shape, inputs: x, reps: 2, warmup: 1, warmMs: 1 });
       if (!('medianMs' in r)) throw new Error(`seed ${seed}: ${JSON.stringify(r)}`);
       const tol = r.dtype === 'f16' ? 1e-2 : 2e-3;
       expect(r.check.rows, `seed ${seed}`).toEqual([0, 128, 255]);
       expect(r.check.heads).toEqual([0, 3]);
       expect(r.check.maxRelError, `seed ${seed}`).toBeLessThan(tol);
       expect(r.runs).toHaveLength(2);
+      expect(r.warmupRuns).toBeGreaterThanOrEqual(2);
       expect(r.runs.every((ms) => ms > 0)).toBe(true);
       expect(r.ortVersion).toBe('1.30.0');
       console.log(`[kernels-webgpu] ORT-web GQA on ${r.adapter}: ${r.dtype}, median ${r.medianMs.toFixed(2)} ms, max rel err ${r.check.maxRelError.toExponential(1)}`);
@@ -72,6 +74,7 @@ describe('timeOrtAttention', () => {
       expect(past.check.relErrVsExpected!).toBeGreaterThan(past.check.tolerance);
       expect(past.check.maxRelError, `seed ${seed}`).toBeLessThan(tol);
       expect(past.runs).toHaveLength(2);
+      expect(past.warmupRuns).toBe(1);
     },
     300_000,
   );
@@ -86,6 +89,9 @@ describe('timeOrtAttention', () => {
     const x = inputs(1);
     await expect(timeOrtAttention({ ...shape, n: 0, inputs: x })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     await expect(timeOrtAttention({ ...shape, heads: 3, inputs: x })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    for (const warmMs of [-1, Number.NaN, Number.POSITIVE_INFINITY]) {
+      await expect(timeOrtAttention({ ...shape, inputs: x, warmMs })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    }
     await expect(timeOrtAttention({ ...shape, inputs: { ...x, q: x.q.subarray(1) } })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     await expect(timeOrtAttention({ ...shape, inputs: { ...x, dtype: 'f16' } })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
   });

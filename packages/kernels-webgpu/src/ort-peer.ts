@@ -29,7 +29,7 @@
  */
 import { CrispError, decode, encode } from '@crisp/core';
 import { GQA_INPUTS, GQA_OUTPUT, gqaModel } from './onnx-graph.js';
-import { positiveInt as checkedInt, errText, keepAlive, type PeerTimes, peerTimes, webgpuEntry, withNavigatorGpu } from './peer-support.js';
+import { positiveInt as checkedInt, errText, keepAlive, nonNegativeMs, type PeerTimes, peerTimes, warmUp, webgpuEntry, withNavigatorGpu } from './peer-support.js';
 
 export const ORT_WEB_VERSION = '1.30.0';
 
@@ -59,6 +59,11 @@ export interface OrtAttentionOptions {
   readonly reps?: number;
   /** untimed runs first (default 1) */
   readonly warmup?: number;
+  /**
+   * then untimed runs until this many ms have passed (default 0): crisp-bench passes the time
+   * it warms CRISP's kernels up for, so both are timed at the clock the GPU holds under load
+   */
+  readonly warmMs?: number;
   /** largest relative error accepted, against float64 and against `expected` (default 2e-3 for f32, 1e-2 for f16) */
   readonly tolerance?: number;
   /**
@@ -307,6 +312,7 @@ export async function timeOrtAttention(opts: OrtAttentionOptions): Promise<OrtAt
   const d = positiveInt('headDim', opts.headDim);
   const reps = positiveInt('reps', opts.reps ?? 3);
   const warmup = positiveInt('warmup', opts.warmup ?? 1, 0);
+  const warmMs = nonNegativeMs('timeOrtAttention', 'warmMs', opts.warmMs ?? 0);
   if (H % Hkv !== 0) throw new CrispError('INVALID_ARGUMENT', `timeOrtAttention: heads (${H}) must be a multiple of kvHeads (${Hkv})`);
   if (d % 4 !== 0) throw new CrispError('INVALID_ARGUMENT', `timeOrtAttention: headDim (${d}) must be a multiple of 4`);
   const inp = opts.inputs;
@@ -406,7 +412,7 @@ export async function timeOrtAttention(opts: OrtAttentionOptions): Promise<OrtAt
         : { failed: `n=${n}: ORT output differs from the expected rows (max relative error ${(vsExpected ?? Number.NaN).toExponential(2)} > ${tolerance}); not timed` };
     }
 
-    for (let r = 0; r < warmup; r++) await run();
+    const warmupRuns = await warmUp(run, warmup, warmMs);
     const runs: number[] = [];
     for (let r = 0; r < reps; r++) {
       poison();
@@ -421,7 +427,7 @@ export async function timeOrtAttention(opts: OrtAttentionOptions): Promise<OrtAt
     }
     return {
       n,
-      ...peerTimes(runs, n, H, d),
+      ...peerTimes(runs, n, H, d, warmupRuns),
       dtype,
       check,
       ortVersion: ort.env.versions?.web ?? ORT_WEB_VERSION,

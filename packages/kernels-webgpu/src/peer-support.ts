@@ -78,6 +78,27 @@ export function positiveInt(fn: string, name: string, x: unknown, min = 1): numb
   return x;
 }
 
+/** `x` as a finite number >= 0, else CrispError INVALID_ARGUMENT naming the function and the argument. */
+export function nonNegativeMs(fn: string, name: string, x: unknown): number {
+  if (typeof x !== 'number' || !Number.isFinite(x) || x < 0) {
+    throw new CrispError('INVALID_ARGUMENT', `${fn}: ${name} must be a finite number of milliseconds >= 0, got ${String(x)}`);
+  }
+  return x;
+}
+
+/**
+ * The untimed runs before the timed ones: `warmup` of them, then more until `warmMs` have
+ * passed (checked before each). crisp-bench warms CRISP's own kernels up the same way, so a peer
+ * and CRISP are timed at the clock the GPU holds under load, not at the one of its first runs
+ * after idle. Returns how many ran.
+ */
+export async function warmUp(run: () => Promise<unknown>, warmup: number, warmMs: number): Promise<number> {
+  let count = 0;
+  for (; count < warmup; count++) await run();
+  for (const t0 = performance.now(); warmMs > 0 && performance.now() - t0 < warmMs; count++) await run();
+  return count;
+}
+
 export interface PeerTimes {
   readonly medianMs: number;
   readonly minMs: number;
@@ -86,10 +107,12 @@ export interface PeerTimes {
   readonly runs: number[];
   /** 4·d·H·n(n+1)/2 causal flops per ms median, in TFLOP/s */
   readonly tflops: number;
+  /** untimed runs before the timed ones (`warmup`, and those `warmMs` added) */
+  readonly warmupRuns: number;
 }
 
 /** Median, range and causal-attention TFLOP/s of timed runs at sequence length n. */
-export function peerTimes(runs: number[], n: number, heads: number, headDim: number): PeerTimes {
+export function peerTimes(runs: number[], n: number, heads: number, headDim: number, warmupRuns: number): PeerTimes {
   const sorted = [...runs].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
   const medianMs = sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
@@ -99,5 +122,6 @@ export function peerTimes(runs: number[], n: number, heads: number, headDim: num
     maxMs: sorted[sorted.length - 1],
     runs,
     tflops: (4 * headDim * heads * ((n * (n + 1)) / 2)) / medianMs / 1e9,
+    warmupRuns,
   };
 }

@@ -15,7 +15,7 @@
  * @module @crisp/kernels-webgpu/tfjs-peer
  */
 import { CrispError } from '@crisp/core';
-import { positiveInt as checkedInt, errText, type PeerTimes, peerTimes, webgpuEntry, withNavigatorGpu } from './peer-support.js';
+import { positiveInt as checkedInt, errText, nonNegativeMs, type PeerTimes, peerTimes, warmUp, webgpuEntry, withNavigatorGpu } from './peer-support.js';
 
 export interface TfjsDenseAttentionOptions {
   /** a WebGPU entry point (navigator.gpu or Dawn's create()); default navigator.gpu, else Dawn with DEFAULT flags */
@@ -29,6 +29,11 @@ export interface TfjsDenseAttentionOptions {
   readonly reps?: number;
   /** untimed runs first (default 1) */
   readonly warmup?: number;
+  /**
+   * then untimed runs until this many ms have passed (default 0): crisp-bench passes the time
+   * it warms CRISP's kernels up for, so both are timed at the clock the GPU holds under load
+   */
+  readonly warmMs?: number;
   /** base seed of tf.randomUniform for Q, K, V (default 0) */
   readonly seed?: number;
   /** largest relative error of the checked rows accepted (default 2e-3) */
@@ -136,6 +141,7 @@ export async function timeTfjsDenseAttention(opts: TfjsDenseAttentionOptions): P
   const D = positiveInt('headDim', opts.headDim);
   const reps = positiveInt('reps', opts.reps ?? 3);
   const warmup = positiveInt('warmup', opts.warmup ?? 1, 0);
+  const warmMs = nonNegativeMs('timeTfjsDenseAttention', 'warmMs', opts.warmMs ?? 0);
   const seed = opts.seed ?? 0;
   const tolerance = opts.tolerance ?? 2e-3;
   if (H % Hkv !== 0) throw new CrispError('INVALID_ARGUMENT', `timeTfjsDenseAttention: heads (${H}) must be a multiple of kvHeads (${Hkv})`);
@@ -209,7 +215,7 @@ export async function timeTfjsDenseAttention(opts: TfjsDenseAttentionOptions): P
       await last?.data();
       last?.dispose();
     };
-    for (let r = 0; r < warmup; r++) await run();
+    const warmupRuns = await warmUp(run, warmup, warmMs);
     const runs: number[] = [];
     for (let r = 0; r < reps; r++) {
       const t0 = performance.now();
@@ -218,7 +224,7 @@ export async function timeTfjsDenseAttention(opts: TfjsDenseAttentionOptions): P
     }
     return {
       n,
-      ...peerTimes(runs, n, H, D),
+      ...peerTimes(runs, n, H, D, warmupRuns),
       dtype: 'f32',
       check,
       tfjsVersion: tf.version_core,
