@@ -76,7 +76,9 @@
 #                leads: SHORT_ROUNDS (default 3) rounds, each the GPU rig's kernels phase for `wgt` and
 #                then sdpa_time.py's cuDNN, 40 timed launches a size, the SM clock and power sampled
 #                every 50 ms throughout (OUT/clocks.csv, OUT/rounds.txt); crisp-bench's dense preset
-#                beside SDPA cuDNN on the synth layer (OUT/synth, when crisp-bench is bundled); then
+#                on the synth layer beside its SDPA cuDNN peer (which makes its own inputs from the
+#                fill's hash formula), as the headline compares them (OUT/synth, when crisp-bench is
+#                bundled); then
 #                Nsight Compute's full set on one timed launch of each kernel at 16k and at 32k
 #                (clock control off): OUT/ncu-*-details.csv and -raw.csv. ~200-300 s.
 #   nccl         context-parallel crisp over NCCL on this host's GPUs (pack tools/gpu-rig/src/nccl-main.ts
@@ -304,7 +306,8 @@ case "$phase" in
           > "$out/cudnn-n$n-r$r.json" 2> "$out/cudnn-n$n-r$r.err" || rc=1
       done
     done
-    # the headline's own comparison: the dense preset and SDPA cuDNN on the same synth layer
+    # the headline's own comparison: the dense preset on the synth layer, crisp-bench's SDPA
+    # cuDNN peer on its hash-formula inputs of the same shape
     if [ -f "$app/crisp-bench.mjs" ]; then
       timeout -s KILL 170 node "$app/crisp-bench.mjs" --backends cuda --suites latency --latency-inputs synth \
         --max-host-values 1e12 --sizes 16k,32k --presets dense --peers torch-sdpa-cudnn --reps 10 --deadline-s 160 \
